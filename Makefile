@@ -1,0 +1,74 @@
+# tokengate: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PG_IMAGE     ?= tc.local/postgres:15-bookworm
+PG_CONTAINER ?= tokengate-pg
+PG_VOLUME    ?= tokengate-pgdata
+PG_PORT      ?= 55432
+PG_PASSWORD  ?= tokengate
+ADDR         ?= :8080
+DATABASE_URL ?= postgres://tokengate:$(PG_PASSWORD)@localhost:$(PG_PORT)/tokengate?sslmode=disable
+GO_TEST_FLAGS ?=
+
+# testcontainers: the reaper image cannot be pulled here, and /.dockerenv
+# would otherwise make it dial the bridge gateway instead of localhost.
+export TESTCONTAINERS_RYUK_DISABLED   = true
+export TESTCONTAINERS_HOST_OVERRIDE  ?= localhost
+export PG_IMAGE
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: pg-image
+pg-image: ## Build the Postgres image from Debian packages (no registry); no-op if present.
+	@if docker image inspect $(PG_IMAGE) >/dev/null 2>&1; then \
+		echo "pg-image: $(PG_IMAGE) present"; \
+	elif [[ "$(PG_IMAGE)" == tc.local/* ]]; then \
+		integration/pgimage/build.sh $(PG_IMAGE); \
+	else \
+		docker pull $(PG_IMAGE); \
+	fi
+
+.PHONY: build
+build: ## Build bin/tokengate.
+	go build -o bin/tokengate ./cmd/tokengate
+
+.PHONY: db
+db: pg-image ## Start (or reuse) the named Postgres container for `make run`; data lives in a named volume.
+	@if [ -n "$$(docker ps -q --filter name=^/$(PG_CONTAINER)$$)" ]; then \
+		echo "db: $(PG_CONTAINER) running"; \
+	elif [ -n "$$(docker ps -aq --filter name=^/$(PG_CONTAINER)$$)" ]; then \
+		docker start $(PG_CONTAINER) >/dev/null && echo "db: $(PG_CONTAINER) restarted"; \
+	else \
+		docker run -d --name $(PG_CONTAINER) -v $(PG_VOLUME):/var/lib/postgresql/data \
+			-p 127.0.0.1:$(PG_PORT):5432 -e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=$(PG_PASSWORD) \
+			-e POSTGRES_DB=tokengate $(PG_IMAGE) >/dev/null && echo "db: $(PG_CONTAINER) started"; \
+	fi
+
+.PHONY: run
+run: db build ## Run tokengate on $(ADDR) against the local Postgres container.
+	@export TOKENGATE_DATABASE_URL='$(DATABASE_URL)'; \
+	bin/tokengate migrate --wait 60s && \
+	echo "tokengate: http://localhost$(ADDR) (Ctrl-C stops it; the database keeps running, \`make db-stop\` stops it)" && \
+	exec bin/tokengate serve --addr '$(ADDR)'
+
+.PHONY: db-stop
+db-stop: ## Stop the `make run` Postgres container (its volume keeps the data).
+	-docker stop $(PG_CONTAINER)
+
+.PHONY: db-reset
+db-reset: ## Remove the `make run` Postgres container and its volume.
+	-docker rm -f $(PG_CONTAINER)
+	-docker volume rm $(PG_VOLUME)
+
+.PHONY: test
+test: pg-image ## Run unit and integration tests with -race against real Postgres.
+	go test -race -count=1 -timeout 15m $(GO_TEST_FLAGS) ./...
+
+.PHONY: lint
+lint: ## go vet, staticcheck and gofmt.
+	go vet ./...
+	go tool staticcheck ./...
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi

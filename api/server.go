@@ -1,0 +1,142 @@
+// Package api is tokengate's HTTP surface: the Echo router, its middleware,
+// the frontend and admin endpoints, and the single error handler that turns
+// package sentinels into HTTP statuses.
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v5"
+	"github.com/labstack/echo/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tokengate/tokengate/migrations"
+)
+
+// DefaultBodyLimit bounds every request body. An admission request carries a
+// prompt; 4 MiB holds the largest context windows served today as text.
+const DefaultBodyLimit = 4 << 20
+
+// Config configures a Server. Nil fields take defaults; DB is required.
+type Config struct {
+	// DB is the pool every replica shares state through.
+	DB *pgxpool.Pool
+	// Logger receives JSON request logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Registry collects the metrics served at /metrics. Defaults to a new
+	// registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// BodyLimit is the largest accepted request body, in bytes.
+	BodyLimit int64
+	// ShutdownTimeout bounds how long Serve waits for in-flight requests
+	// after its context ends. Defaults to 15 s.
+	ShutdownTimeout time.Duration
+	// ReadyTimeout bounds the checks behind /readyz. Defaults to 2 s.
+	ReadyTimeout time.Duration
+}
+
+// Server is one tokengate replica's HTTP server.
+type Server struct {
+	echo     *echo.Echo
+	db       *pgxpool.Pool
+	logger   *slog.Logger
+	registry *prometheus.Registry
+	migrator *migrations.Migrator
+	metrics  *httpMetrics
+	cfg      Config
+}
+
+// New builds the router and its middleware. It does not listen; see Serve.
+func New(cfg *Config) (*Server, error) {
+	if cfg == nil || cfg.DB == nil {
+		return nil, fmt.Errorf("api: Config.DB is required")
+	}
+	c := *cfg
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if c.BodyLimit <= 0 {
+		c.BodyLimit = DefaultBodyLimit
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = 2 * time.Second
+	}
+	migrator, err := migrations.New(c.DB, c.Logger)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		db:       c.DB,
+		logger:   c.Logger,
+		registry: c.Registry,
+		migrator: migrator,
+		cfg:      c,
+	}
+	s.metrics = newHTTPMetrics(c.Registry)
+
+	e := echo.NewWithConfig(echo.Config{Logger: c.Logger})
+	e.HTTPErrorHandler = s.handleError
+	e.Use(
+		middleware.RequestID(),
+		s.requestLogger(),
+		s.metrics.middleware(),
+		recoverJSON(),
+		middleware.BodyLimit(c.BodyLimit),
+	)
+	s.echo = e
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	s.echo.GET("/healthz", s.healthz)
+	s.echo.GET("/readyz", s.readyz)
+	s.echo.GET("/metrics", echo.WrapHandler(s.metricsHandler()))
+}
+
+// Echo exposes the router, for tests that add routes and for ServeHTTP.
+func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// ServeHTTP makes the Server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// Serve serves HTTP on ln until ctx ends, then shuts down gracefully: it
+// stops accepting connections and waits up to ShutdownTimeout for in-flight
+// requests to finish.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	sc := echo.StartConfig{
+		Listener:        ln,
+		HideBanner:      true,
+		HidePort:        true,
+		GracefulTimeout: s.cfg.ShutdownTimeout,
+		OnShutdownError: func(err error) {
+			s.logger.Error("graceful shutdown did not finish in time", "error", err.Error())
+		},
+		BeforeServeFunc: func(hs *http.Server) error {
+			hs.ReadHeaderTimeout = 10 * time.Second
+			hs.IdleTimeout = 2 * time.Minute
+			return nil
+		},
+	}
+	s.logger.Info("serving", "address", ln.Addr().String())
+	err := sc.Start(ctx, s.echo)
+	s.logger.Info("stopped serving", "address", ln.Addr().String())
+	return err
+}
+
+// Close releases what New opened. The pool belongs to the caller.
+func (s *Server) Close() error { return s.migrator.Close() }

@@ -1,0 +1,271 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	srv *api.Server
+}
+
+func setup(t *testing.T, pool *pgxpool.Pool) *testBundle {
+	t.Helper()
+	if pool == nil {
+		pool = pgtest.New(t, nil)
+	}
+	srv, err := api.New(&api.Config{
+		DB:              pool,
+		Logger:          slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		BodyLimit:       1024,
+		ShutdownTimeout: 5 * time.Second,
+		ReadyTimeout:    time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return &testBundle{srv: srv}
+}
+
+func (b *testBundle) do(t *testing.T, method, path, body string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	b.srv.ServeHTTP(rec, req)
+	return rec
+}
+
+type errorBody struct {
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"error"`
+}
+
+func decodeError(t *testing.T, rec *httptest.ResponseRecorder) errorBody {
+	t.Helper()
+	var e errorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatalf("body %q is not a JSON error: %v", rec.Body.String(), err)
+	}
+	if e.Error.Type == "" || e.Error.Message == "" {
+		t.Fatalf("error body %q lacks type or message", rec.Body.String())
+	}
+	return e
+}
+
+func TestHealthzAndReadyz(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+
+	if rec := b.do(t, http.MethodGet, "/healthz", ""); rec.Code != http.StatusOK {
+		t.Fatalf("/healthz = %d %s", rec.Code, rec.Body)
+	}
+	rec := b.do(t, http.MethodGet, "/readyz", "")
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "ready") {
+		t.Fatalf("/readyz = %d %s, want 200", rec.Code, rec.Body)
+	}
+	if rec.Header().Get(echo.HeaderXRequestID) == "" {
+		t.Fatal("response lacks X-Request-Id")
+	}
+}
+
+func TestReadyzUnavailableWhenDatabaseUnreachable(t *testing.T) {
+	t.Parallel()
+	// A port nothing listens on: the pool is lazy, so New succeeds and
+	// every check fails, as when the database goes away under a replica.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody:x@"+addr+"/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := setup(t, pool)
+
+	rec := b.do(t, http.MethodGet, "/readyz", "")
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d %s, want 503", rec.Code, rec.Body)
+	}
+	if e := decodeError(t, rec); e.Error.Type != "not_ready" || strings.Contains(rec.Body.String(), addr) {
+		t.Fatalf("unexpected body %s", rec.Body)
+	}
+	if rec := b.do(t, http.MethodGet, "/healthz", ""); rec.Code != http.StatusOK {
+		t.Fatalf("/healthz must not depend on the database, got %d", rec.Code)
+	}
+}
+
+func TestReadyzUnavailableWhileMigrationsPending(t *testing.T) {
+	t.Parallel()
+	b := setup(t, pgtest.Pool(t, pgtest.EmptyURL(t), nil))
+
+	rec := b.do(t, http.MethodGet, "/readyz", "")
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d %s, want 503", rec.Code, rec.Body)
+	}
+	if e := decodeError(t, rec); !strings.Contains(e.Error.Message, "tokengate migrate") {
+		t.Fatalf("message %q should name the command to run", e.Error.Message)
+	}
+}
+
+func TestErrorsAreJSON(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.srv.Echo().POST("/test/panic", func(c *echo.Context) error { panic("boom: secret detail") })
+	b.srv.Echo().POST("/test/echo", func(c *echo.Context) error {
+		body, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		return c.String(http.StatusOK, string(body))
+	})
+
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		typ                      string
+	}{
+		{"unknown route", http.MethodGet, "/nope", "", http.StatusNotFound, "not_found"},
+		{"panic", http.MethodPost, "/test/panic", "{}", http.StatusInternalServerError, "internal_error"},
+		{"oversized body", http.MethodPost, "/test/echo", strings.Repeat("x", 4096), http.StatusRequestEntityTooLarge, "request_too_large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := b.do(t, tt.method, tt.path, tt.body)
+			if rec.Code != tt.status {
+				t.Fatalf("status %d, want %d (%s)", rec.Code, tt.status, rec.Body)
+			}
+			if e := decodeError(t, rec); e.Error.Type != tt.typ {
+				t.Fatalf("type %q, want %q", e.Error.Type, tt.typ)
+			}
+			if strings.Contains(rec.Body.String(), "secret detail") || strings.Contains(rec.Body.String(), "goroutine") {
+				t.Fatalf("body leaks internals: %s", rec.Body)
+			}
+		})
+	}
+	// The server survived the panic.
+	if rec := b.do(t, http.MethodPost, "/test/echo", "hi"); rec.Code != http.StatusOK || rec.Body.String() != "hi" {
+		t.Fatalf("after panic: %d %q", rec.Code, rec.Body)
+	}
+}
+
+func TestMetricsExposed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.do(t, http.MethodGet, "/healthz", "")
+	rec := b.do(t, http.MethodGet, "/metrics", "")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/metrics = %d", rec.Code)
+	}
+	want := `tokengate_http_requests_total{code="200",method="GET",route="/healthz"} 1`
+	if !strings.Contains(rec.Body.String(), want) {
+		t.Fatalf("/metrics lacks %q", want)
+	}
+}
+
+func TestGracefulShutdownFinishesInFlightRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	b.srv.Echo().GET("/test/slow", func(c *echo.Context) error {
+		close(entered)
+		<-release
+		return c.String(http.StatusOK, "finished")
+	})
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- b.srv.Serve(ctx, ln) }()
+
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	got := make(chan result, 1)
+	url := "http://" + ln.Addr().String()
+	go func() {
+		resp, err := http.Get(url + "/test/slow")
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		got <- result{status: resp.StatusCode, body: string(body), err: err}
+	}()
+
+	waitFor(t, entered, "the slow request to reach its handler")
+	cancel() // as SIGTERM does in `tokengate serve`
+
+	// The listener closes promptly: new connections are refused while the
+	// in-flight request is still running.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", ln.Addr().String(), 200*time.Millisecond)
+		if err != nil {
+			break
+		}
+		_ = conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("listener still accepting connections 5 s after shutdown began")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned (%v) before the in-flight request finished", err)
+	default:
+	}
+
+	close(release)
+	r := waitFor(t, got, "the in-flight response")
+	if r.err != nil || r.status != http.StatusOK || r.body != "finished" {
+		t.Fatalf("in-flight request: status %d body %q err %v", r.status, r.body, r.err)
+	}
+	if err := waitFor(t, served, "Serve to return"); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}

@@ -1,0 +1,204 @@
+// Command tokengate is the cost-based admission controller: its HTTP server,
+// its migrations and its bootstrap commands. main only wires configuration,
+// the pool and the packages together; the logic lives in those packages.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/migrations"
+)
+
+// globals are the settings every command shares.
+type globals struct {
+	DatabaseURL string        `name:"database-url" env:"TOKENGATE_DATABASE_URL" required:"" help:"Postgres connection string."`
+	LogLevel    string        `name:"log-level" env:"TOKENGATE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
+	Wait        time.Duration `name:"wait" env:"TOKENGATE_DB_WAIT" default:"30s" help:"How long to wait for the database to accept connections at start."`
+}
+
+type cli struct {
+	globals
+
+	Migrate migrateCmd `cmd:"" help:"Apply pending database migrations."`
+	Serve   serveCmd   `cmd:"" help:"Run the HTTP server."`
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "tokengate:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args and runs the chosen command until ctx ends.
+func run(ctx context.Context, args []string) error {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("tokengate"),
+		kong.Description("Cost-based admission control for LLM inference."),
+		kong.UsageOnError(),
+	)
+	if err != nil {
+		return err
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		return err
+	}
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	return kctx.Run(&c.globals)
+}
+
+func (g *globals) logger() *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(g.LogLevel))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// pool opens the pool and waits up to --wait for the database to answer, so
+// that `make run` and container start-up need no separate wait loop.
+func (g *globals) pool(ctx context.Context, logger *slog.Logger, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse TOKENGATE_DATABASE_URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	deadline := time.Now().Add(g.Wait)
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = pool.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			return pool, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			pool.Close()
+			return nil, fmt.Errorf("database %s:%d not reachable after %s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, g.Wait, err)
+		}
+		logger.Info("waiting for the database", "host", cfg.ConnConfig.Host, "port", cfg.ConnConfig.Port)
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+type migrateCmd struct{}
+
+func (migrateCmd) Run(ctx context.Context, g *globals) error {
+	logger := g.logger()
+	pool, err := g.pool(ctx, logger, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return migrate(ctx, pool, logger)
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	m, err := migrations.New(pool, logger)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	applied, err := m.Up(ctx)
+	if err != nil {
+		return err
+	}
+	current, _, err := m.Version(ctx)
+	if err != nil {
+		return err
+	}
+	logger.Info("migrations applied", "applied", applied, "version", current)
+	return nil
+}
+
+type serveCmd struct {
+	Addr            string        `name:"addr" env:"TOKENGATE_ADDR" default:":8080" help:"Address to listen on."`
+	Migrate         bool          `name:"migrate" env:"TOKENGATE_MIGRATE" help:"Apply pending migrations before serving instead of refusing to start."`
+	BodyLimit       int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"4194304" help:"Largest accepted request body, in bytes."`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
+	MaxConns        int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
+}
+
+func (s serveCmd) Run(ctx context.Context, g *globals) error {
+	logger := g.logger()
+	pool, err := g.pool(ctx, logger, s.MaxConns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	if s.Migrate {
+		if err := migrate(ctx, pool, logger); err != nil {
+			return err
+		}
+	} else if err := checkMigrations(ctx, pool); err != nil {
+		return err
+	}
+
+	srv, err := api.New(&api.Config{
+		DB:              pool,
+		Logger:          logger,
+		BodyLimit:       s.BodyLimit,
+		ShutdownTimeout: s.ShutdownTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.Addr, err)
+	}
+	fmt.Fprintf(os.Stderr, "tokengate listening on %s\n", displayURL(ln.Addr()))
+	return srv.Serve(ctx, ln)
+}
+
+func checkMigrations(ctx context.Context, pool *pgxpool.Pool) error {
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.Check(ctx); err != nil {
+		if errors.Is(err, migrations.ErrPending) {
+			return fmt.Errorf("refusing to start: %w", err)
+		}
+		return err
+	}
+	return nil
+}
+
+func displayURL(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		port := 0
+		if ok {
+			port = tcp.Port
+		}
+		return fmt.Sprintf("http://localhost:%d", port)
+	}
+	return "http://" + tcp.String()
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestServeRefusesPendingMigrations(t *testing.T) {
+	t.Parallel()
+	err := run(context.Background(), []string{"serve", "--database-url", pgtest.EmptyURL(t), "--addr", freeAddr(t), "--log-level", "error"})
+	if err == nil || !strings.Contains(err.Error(), "tokengate migrate") {
+		t.Fatalf("serve on an unmigrated database = %v, want a refusal naming `tokengate migrate`", err)
+	}
+}
+
+func TestServeWithMigrateBecomesReady(t *testing.T) {
+	t.Parallel()
+	g := &globals{DatabaseURL: pgtest.EmptyURL(t), LogLevel: "error", Wait: 5 * time.Second}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveCmd{Addr: addr, Migrate: true, MaxConns: 4}.Run(ctx, g) }()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve --migrate never became ready (last: %v)", err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned early: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve after shutdown: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not return after its context ended")
+	}
+
+	// A plain `migrate` afterwards has nothing left to do, and serve without
+	// --migrate now starts.
+	if err := run(context.Background(), []string{"migrate", "--database-url", g.DatabaseURL, "--log-level", "error"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Not parallel: it sets the environment, as an operator would.
+func TestDatabaseUnreachableFailsAfterWait(t *testing.T) {
+	g := &globals{DatabaseURL: "postgres://x:y@" + freeAddr(t) + "/z?connect_timeout=1", LogLevel: "error", Wait: time.Second}
+	start := time.Now()
+	t.Setenv("TOKENGATE_DATABASE_URL", g.DatabaseURL) // the variable every command reads
+	err := run(context.Background(), []string{"migrate", "--wait", "1s"})
+	if err == nil || !strings.Contains(err.Error(), "not reachable") {
+		t.Fatalf("migrate against nothing = %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("gave up after %s, want about the 1 s wait", took)
+	}
+}

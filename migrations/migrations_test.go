@@ -1,0 +1,128 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/tokengate/tokengate/integration/pgtest"
+	"github.com/tokengate/tokengate/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestUpFromEmptyThenRerunChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.EmptyURL(t), nil)
+
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+
+	if err := m.Check(ctx); !errors.Is(err, migrations.ErrPending) {
+		t.Fatalf("Check on an empty database = %v, want ErrPending", err)
+	}
+	applied, err := m.Up(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, target, err := m.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) == 0 || applied[len(applied)-1] != target {
+		t.Fatalf("first Up applied %v, want every version up to %d", applied, target)
+	}
+	if err := m.Check(ctx); err != nil {
+		t.Fatalf("Check after Up = %v, want nil", err)
+	}
+
+	schema := func() string {
+		var s string
+		err := pool.QueryRow(ctx, `
+			SELECT string_agg(table_name || '.' || column_name || ':' || data_type, ',' ORDER BY table_name, ordinal_position)
+			FROM information_schema.columns WHERE table_schema = 'public'`).Scan(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := schema()
+	var rowsBefore int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM goose_db_version`).Scan(&rowsBefore); err != nil {
+		t.Fatal(err)
+	}
+
+	again, err := m.Up(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != 0 {
+		t.Fatalf("second Up applied %v, want nothing", again)
+	}
+	var rowsAfter int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM goose_db_version`).Scan(&rowsAfter); err != nil {
+		t.Fatal(err)
+	}
+	if after := schema(); after != before || rowsAfter != rowsBefore {
+		t.Fatalf("second Up changed the database:\nschema before %s\nschema after  %s\nversion rows %d -> %d", before, after, rowsBefore, rowsAfter)
+	}
+	for _, table := range []string{"tenants", "api_keys"} {
+		var exists bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+			t.Fatalf("table %s missing after Up (err %v)", table, err)
+		}
+	}
+}
+
+func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.EmptyURL(t), nil)
+
+	const replicas = 4
+	errs := make(chan error, replicas)
+	applied := make(chan int, replicas)
+	for range replicas {
+		go func() {
+			m, err := migrations.New(pool, nil)
+			if err != nil {
+				applied <- 0
+				errs <- err
+				return
+			}
+			defer m.Close()
+			versions, err := m.Up(ctx)
+			applied <- len(versions)
+			errs <- err
+		}()
+	}
+	total := 0
+	for range replicas {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range replicas {
+		total += <-applied
+	}
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	_, target, err := m.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM goose_db_version WHERE version_id > 0`).Scan(&files); err != nil {
+		t.Fatal(err)
+	}
+	if total != files || int64(files) == 0 || target == 0 {
+		t.Fatalf("4 concurrent Up calls applied %d migrations in total; %d are recorded; want each applied exactly once", total, files)
+	}
+}
