@@ -1,0 +1,111 @@
+package apikey_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var ctx = context.Background()
+
+func TestKeyLifecycle(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	for _, id := range []string{"acme", "globex"} {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k, secret, err := apikey.Create(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(secret, k.Prefix) || !strings.HasPrefix(secret, "tg_") || len(secret) != 3+12+1+52 {
+		t.Fatalf("key %q (prefix %q) has the wrong shape", secret, k.Prefix)
+	}
+	// Only the hash of the secret part is stored.
+	var stored []byte
+	if err := pool.QueryRow(ctx, `SELECT secret_hash FROM api_keys WHERE id = $1`, k.ID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(strings.TrimPrefix(secret, k.Prefix)))
+	if string(stored) != string(sum[:]) {
+		t.Fatal("stored value is not the SHA-256 of the secret")
+	}
+	var leaked int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE position($1 in encode(secret_hash, 'escape')) > 0 OR id = $1`, secret).Scan(&leaked); err != nil || leaked != 0 {
+		t.Fatalf("the secret is stored in clear (%v)", err)
+	}
+
+	tenant, keyID, err := apikey.Authenticate(ctx, pool, secret)
+	if err != nil || tenant != "acme" || keyID != k.ID {
+		t.Fatalf("Authenticate = %q %q %v", tenant, keyID, err)
+	}
+	flip := func(s string) string {
+		last := s[len(s)-1]
+		if last == 'a' {
+			return s[:len(s)-1] + "b"
+		}
+		return s[:len(s)-1] + "a"
+	}
+	for _, bad := range []string{"", "tg_", secret + "x", strings.ToUpper(secret), flip(secret), "tg_" + strings.Repeat("a", 12) + "_" + strings.Repeat("a", 52)} {
+		if _, _, err := apikey.Authenticate(ctx, pool, bad); !errors.Is(err, apikey.ErrInvalid) {
+			t.Errorf("Authenticate(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+
+	// Keys are listed without their secret, and revocation is per tenant.
+	keys, err := apikey.List(ctx, pool, "acme")
+	if err != nil || len(keys) != 1 || keys[0].ID != k.ID || keys[0].RevokedAt != nil {
+		t.Fatalf("List = %+v %v", keys, err)
+	}
+	if err := apikey.Revoke(ctx, pool, "globex", k.ID); !errors.Is(err, apikey.ErrNotFound) {
+		t.Fatalf("another tenant revoked the key: %v", err)
+	}
+	if err := apikey.Revoke(ctx, pool, "acme", k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := apikey.Authenticate(ctx, pool, secret); !errors.Is(err, apikey.ErrInvalid) {
+		t.Fatalf("revoked key: %v", err)
+	}
+	if err := apikey.Revoke(ctx, pool, "acme", k.ID); !errors.Is(err, apikey.ErrNotFound) {
+		t.Fatalf("second revoke: %v", err)
+	}
+	if _, _, err := apikey.Create(ctx, pool, "nobody"); !errors.Is(err, apikey.ErrTenantNotFound) {
+		t.Fatalf("key for a missing tenant: %v", err)
+	}
+	if err := apikey.Touch(ctx, pool, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ = apikey.List(ctx, pool, "acme")
+	if keys[0].LastUsedAt == nil {
+		t.Fatal("Touch did not record the use")
+	}
+}
+
+func TestDisabledTenantKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	_, secret, err := apikey.Create(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET disabled_at = now() WHERE id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := apikey.Authenticate(ctx, pool, secret); !errors.Is(err, apikey.ErrTenantDisabled) {
+		t.Fatalf("disabled tenant: %v", err)
+	}
+}

@@ -1,0 +1,2 @@
+UPDATE api_keys SET last_used_at = clock_timestamp()
+WHERE id = $1
