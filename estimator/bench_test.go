@@ -1,0 +1,88 @@
+package estimator_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// typicalChat is a 1-2 KB chat request: a system prompt, a few turns, and
+// the usual sampling fields.
+const typicalChat = `{"model":"gpt-4o-2024-08-06","temperature":0.3,"stream":true,"max_completion_tokens":800,
+"messages":[
+ {"role":"system","content":"You are a support assistant for Acme Cloud. Answer concisely, cite the relevant documentation section when you can, and never reveal internal ticket numbers. If the user asks about billing, remind them that invoices are issued on the first business day of each month."},
+ {"role":"user","content":"Hi! Our deployment in eu-west-1 started returning 503 errors about twenty minutes ago. Nothing changed on our side as far as I know. Is there an ongoing incident?"},
+ {"role":"assistant","content":"Thanks for reaching out. There is no declared incident for eu-west-1 right now, but I can help you narrow it down. Could you share the service name, the approximate request rate, and whether the errors affect all endpoints or only some of them?"},
+ {"role":"user","content":"It's the checkout-api service, about 300 requests per second at peak. Only the /v2/orders endpoint fails; /v2/cart and /health are fine. The load balancer logs show 'upstream connect error or disconnect/reset before headers'. We autoscale between 4 and 12 instances."},
+ {"role":"assistant","content":"That message usually means the load balancer could not open a connection to a healthy backend for that route. Since only /v2/orders fails, check whether its target group has healthy instances and whether a recent config push changed its health-check path or port."},
+ {"role":"user","content":"The target group shows 0 healthy of 6. The health check path is /v2/orders/health and it times out after 5 seconds. What should I try first, and could this be related to the database migration we scheduled for tonight?"}
+]}`
+
+func BenchmarkEstimate(b *testing.B) {
+	body := []byte(typicalChat)
+	est := estimator.New(nil)
+	if r, err := estimator.Parse(body); err != nil {
+		b.Fatal(err)
+	} else if _, err := est.Estimate(r); err != nil { // load the encoding outside the timer
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := estimator.Parse(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := est.Estimate(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEstimateParallel(b *testing.B) {
+	body := []byte(typicalChat)
+	est := estimator.New(nil)
+	if _, err := estimator.CountText("o200k_base", "warm up"); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, err := estimator.Parse(body)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := est.Estimate(r); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkCountText(b *testing.B) {
+	for _, c := range []struct{ name, text string }{
+		{"prose-2KB", strings.Repeat("The quick brown fox jumps over the lazy dog, and then it runs away. ", 30)},
+		{"one-word-1MB", strings.Repeat("a", 1<<20)},
+		{"spaces-1MB", strings.Repeat(" ", 1<<20) + "x"},
+		{"cjk-64KB", strings.Repeat("お誕生日おめでとう", 2427)},
+	} {
+		for _, enc := range []string{"o200k_base", "cl100k_base"} {
+			if _, err := estimator.CountText(enc, "warm up"); err != nil {
+				b.Fatal(err)
+			}
+			b.Run(c.name+"/"+enc, func(b *testing.B) {
+				b.SetBytes(int64(len(c.text)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := estimator.CountText(enc, c.text); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,230 @@
+package estimator
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Estimate is the predicted token cost of one request.
+type Estimate struct {
+	// Model is the model name as requested.
+	Model string
+	// Family is the table entry used, or [UnknownFamily].
+	Family string
+	// InputTokens is the input count: exact tiktoken counts plus the
+	// message/tool framing, raised to the caller's input_tokens if larger.
+	InputTokens int64
+	// OutputTokens is the output reserved: the output cap (or the model's
+	// default) times n, times the number of prompts of a completions batch.
+	OutputTokens int64
+	// Cost is Cost(InputTokens, OutputTokens, InputWeightMicro,
+	// OutputWeightMicro).
+	Cost int64
+	// Approximate is set when part of the count is a convention rather
+	// than a tokenizer count: an unknown model, non-text parts counted
+	// with the model's PartTokens default, or a hosted tool.
+	Approximate bool
+	// InputWeightMicro and OutputWeightMicro are the weights applied.
+	InputWeightMicro  int64
+	OutputWeightMicro int64
+}
+
+// Config configures an [Estimator].
+type Config struct {
+	// Table is the model table; nil means [DefaultTable].
+	Table *Table
+}
+
+// Estimator turns parsed requests into estimates. It is safe for concurrent
+// use.
+type Estimator struct {
+	table *Table
+}
+
+// New returns an Estimator. A nil cfg or nil cfg.Table uses [DefaultTable].
+func New(cfg *Config) *Estimator {
+	t := (*Table)(nil)
+	if cfg != nil {
+		t = cfg.Table
+	}
+	if t == nil {
+		t = DefaultTable()
+	}
+	return &Estimator{table: t}
+}
+
+// Table returns the estimator's model table.
+func (e *Estimator) Table() *Table { return e.table }
+
+// Framing constants of OpenAI's cookbook (num_tokens_from_messages and
+// num_tokens_for_tools).
+const (
+	tokensPerMessage     = 3
+	tokensPerName        = 1
+	tokensPerMessage0301 = 4  // gpt-3.5-turbo-0301
+	tokensPerName0301    = -1 // gpt-3.5-turbo-0301: the name replaces the role
+	replyPriming         = 3  // <|start|>assistant<|message|>
+
+	propInit    = 3
+	propKey     = 3
+	enumInit    = -3
+	enumItem    = 3
+	funcEnd     = 12
+	funcInitO   = 7  // o200k_base models
+	funcInitCL  = 10 // cl100k_base models
+	model0301   = "gpt-3.5-turbo-0301"
+	maxEstimate = math.MaxInt64
+)
+
+// Estimate counts r's input for its model and reserves its output. Errors
+// are *[InvalidError]: an output cap above the model's limit, or input plus
+// output beyond the context window. (A failure to load the embedded
+// tokenizer ranks, which cannot happen with an intact binary, is returned as
+// a plain error.)
+func (e *Estimator) Estimate(r *Request) (Estimate, error) {
+	if r == nil || r.source == "" {
+		// Only Parse makes usable Requests.
+		return Estimate{}, invalid("body", "is empty")
+	}
+	t := e.table
+	if t == nil {
+		t = DefaultTable()
+	}
+	m, known := t.Lookup(r.model)
+	outLimit := m.DefaultOutputTokens
+	if !known {
+		m = unknownModel
+		outLimit = m.ContextWindow
+	}
+	enc, err := getEncoder(m.Encoding)
+	if err != nil {
+		return Estimate{}, err
+	}
+
+	tpm, tpn := int64(tokensPerMessage), int64(tokensPerName)
+	if r.model == model0301 {
+		tpm, tpn = tokensPerMessage0301, tokensPerName0301
+	}
+	in := r.fixed + r.messages*tpm + r.names*tpn
+	if r.priming {
+		in += replyPriming
+	}
+	for _, s := range r.texts {
+		in += int64(enc.count(s))
+	}
+	if r.tools.any {
+		funcInit := int64(funcInitO)
+		if m.Encoding == EncodingCL100K {
+			funcInit = funcInitCL
+		}
+		tc := r.tools
+		in += tc.funcs*funcInit + tc.propBlocks*propInit + tc.props*propKey +
+			tc.enums*enumInit + tc.enumItems*enumItem + funcEnd
+	}
+	// A completions batch: each prompt must fit the window on its own.
+	var largestPrompt int64
+	for _, p := range r.prompts {
+		c := p.tokens
+		if p.tokens == 0 {
+			c = int64(enc.count(p.text))
+		}
+		in += c
+		largestPrompt = max(largestPrompt, c)
+	}
+	approx := !known || r.approximate
+	if r.parts > 0 && !r.hasInputTokens {
+		in = satAdd(in, satMul(r.parts, m.PartTokens))
+		approx = true
+	}
+	if r.hasInputTokens && r.inputTokens > in {
+		in = r.inputTokens
+	}
+	in = max(in, 0)
+
+	ctxIn := in
+	batch := int64(1)
+	if len(r.prompts) > 1 {
+		ctxIn, batch = largestPrompt, int64(len(r.prompts))
+	}
+
+	// Output: the first cap given, by precedence; every cap given must be
+	// within the model's limit.
+	var out int64
+	for i, c := range r.caps {
+		if c == 0 {
+			continue
+		}
+		if c > outLimit {
+			return Estimate{}, invalid(outputCapFields[i], fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
+		}
+		if out == 0 {
+			out = c
+		}
+	}
+	if out == 0 {
+		// No cap named: the model can write at most what the window leaves.
+		out = min(m.DefaultOutputTokens, m.ContextWindow-ctxIn)
+		if out < 1 {
+			return Estimate{}, invalid(r.source, fmt.Sprintf("input of %d tokens leaves no room for output in the model's context window of %d tokens", ctxIn, m.ContextWindow))
+		}
+	}
+	if ctxIn+out > m.ContextWindow {
+		return Estimate{}, invalid(r.source, fmt.Sprintf("input of %d tokens plus %d output tokens exceeds the model's context window of %d tokens", ctxIn, out, m.ContextWindow))
+	}
+	out = satMul(satMul(out, max(r.n, 1)), batch)
+
+	return Estimate{
+		Model:             r.model,
+		Family:            m.Name,
+		InputTokens:       in,
+		OutputTokens:      out,
+		Cost:              Cost(in, out, m.InputWeightMicro, m.OutputWeightMicro),
+		Approximate:       approx,
+		InputWeightMicro:  m.InputWeightMicro,
+		OutputWeightMicro: m.OutputWeightMicro,
+	}, nil
+}
+
+// Cost returns ceil((in*inWeightMicro + out*outWeightMicro) / 1e6) in exact
+// 128-bit integer arithmetic: weights are fixed point with [WeightOne] as
+// 1.0, and any fraction of a unit is charged as a whole unit. Negative
+// arguments count as 0; a result beyond int64 saturates at math.MaxInt64.
+func Cost(in, out, inWeightMicro, outWeightMicro int64) int64 {
+	h1, l1 := bits.Mul64(uint64(max(in, 0)), uint64(max(inWeightMicro, 0)))
+	h2, l2 := bits.Mul64(uint64(max(out, 0)), uint64(max(outWeightMicro, 0)))
+	lo, c := bits.Add64(l1, l2, 0)
+	hi, _ := bits.Add64(h1, h2, c) // < 2^127: no carry out
+	lo, c = bits.Add64(lo, WeightOne-1, 0)
+	hi += c
+	if hi >= WeightOne { // quotient would not fit in 64 bits
+		return maxEstimate
+	}
+	q, _ := bits.Div64(hi, lo, WeightOne)
+	if q > maxEstimate {
+		return maxEstimate
+	}
+	return int64(q)
+}
+
+func satAdd(a, b int64) int64 {
+	if s := a + b; (s > a) == (b > 0) {
+		return s
+	}
+	if b > 0 {
+		return maxEstimate
+	}
+	return math.MinInt64
+}
+
+// satMul multiplies non-negative a and b, saturating at math.MaxInt64.
+func satMul(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > maxEstimate {
+		return maxEstimate
+	}
+	return int64(lo)
+}

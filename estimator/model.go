@@ -1,0 +1,247 @@
+package estimator
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// WeightOne is the fixed-point unit of the weights: 1_000_000 micro units
+// are a weight of 1.0, so 1_500_000 charges 1.5 budget units per token.
+const WeightOne = 1_000_000
+
+// maxWeightMicro bounds a weight (1000.0) so that [Cost] stays exact.
+const maxWeightMicro = 1_000_000_000
+
+// Model describes one model family: how its tokens are counted and what they
+// cost.
+type Model struct {
+	// Name is the canonical family name, e.g. "gpt-4o".
+	Name string
+	// Encoding is the tiktoken encoding, "o200k_base" or "cl100k_base".
+	Encoding string
+	// InputWeightMicro is the cost of one input token in micro units
+	// ([WeightOne] is 1.0).
+	InputWeightMicro int64
+	// OutputWeightMicro is the cost of one output token in micro units.
+	OutputWeightMicro int64
+	// DefaultOutputTokens is reserved when a request names no output cap
+	// (clamped to the context left after the input), and is also the
+	// largest output cap a request may name.
+	DefaultOutputTokens int64
+	// ContextWindow is the most tokens, input plus output, the model accepts.
+	ContextWindow int64
+	// PartTokens is the default count for one non-text content part (image,
+	// audio, file) when the caller gives no input_tokens.
+	PartTokens int64
+}
+
+// validate reports what is wrong with m, if anything.
+func (m Model) validate() error {
+	switch {
+	case m.Name == "":
+		return errors.New("empty name")
+	case m.Encoding != EncodingO200K && m.Encoding != EncodingCL100K:
+		return fmt.Errorf("unknown encoding %q (want %q or %q)", m.Encoding, EncodingO200K, EncodingCL100K)
+	case m.InputWeightMicro <= 0 || m.InputWeightMicro > maxWeightMicro:
+		return fmt.Errorf("input weight %d out of range 1..%d", m.InputWeightMicro, maxWeightMicro)
+	case m.OutputWeightMicro <= 0 || m.OutputWeightMicro > maxWeightMicro:
+		return fmt.Errorf("output weight %d out of range 1..%d", m.OutputWeightMicro, maxWeightMicro)
+	case m.DefaultOutputTokens <= 0 || m.DefaultOutputTokens > maxTokenField:
+		return fmt.Errorf("default output tokens %d out of range 1..%d", m.DefaultOutputTokens, maxTokenField)
+	case m.ContextWindow <= 0 || m.ContextWindow > maxTokenField:
+		return fmt.Errorf("context window %d out of range 1..%d", m.ContextWindow, maxTokenField)
+	case m.PartTokens <= 0 || m.PartTokens > maxTokenField:
+		return fmt.Errorf("part tokens %d out of range 1..%d", m.PartTokens, maxTokenField)
+	}
+	return nil
+}
+
+// UnknownFamily is the [Estimate.Family] of a request whose model is not in
+// the table.
+const UnknownFamily = "unknown"
+
+// unknownModel is used for models the table does not know. o200k_base is
+// the encoding of every current OpenAI family; weights are 1.0; 16384
+// output tokens are reserved when the request names no cap; the context
+// window of 1,000,000 tokens is the largest any seeded family has (rounded
+// up), so no plausible request is refused for a model we cannot judge.
+// Because a new model's output limit is unknown, an explicit output cap is
+// accepted up to that context window instead of being held to 16384.
+var unknownModel = Model{
+	Name:                UnknownFamily,
+	Encoding:            EncodingO200K,
+	InputWeightMicro:    WeightOne,
+	OutputWeightMicro:   WeightOne,
+	DefaultOutputTokens: 16384,
+	ContextWindow:       1_000_000,
+	PartTokens:          1000,
+}
+
+// UnknownModel returns the model used for names the table does not know.
+func UnknownModel() Model { return unknownModel }
+
+// Table maps model names to families. It is immutable and safe for
+// concurrent use.
+type Table struct {
+	models  map[string]Model
+	aliases map[string]string // extra exact names -> family name
+	sorted  []Model
+}
+
+// NewTable builds a table from models. Every model needs a non-empty unique
+// name, a known encoding, weights in 1..1e9 micro units, and positive
+// output cap, context window and part tokens.
+func NewTable(models []Model) (*Table, error) {
+	if len(models) == 0 {
+		return nil, errors.New("estimator: empty model table")
+	}
+	t := &Table{models: make(map[string]Model, len(models))}
+	for i, m := range models {
+		if err := m.validate(); err != nil {
+			return nil, fmt.Errorf("estimator: model %d (%q): %w", i, m.Name, err)
+		}
+		if _, dup := t.models[m.Name]; dup {
+			return nil, fmt.Errorf("estimator: model %d: duplicate name %q", i, m.Name)
+		}
+		t.models[m.Name] = m
+		t.sorted = append(t.sorted, m)
+	}
+	sort.Slice(t.sorted, func(i, j int) bool { return t.sorted[i].Name < t.sorted[j].Name })
+	return t, nil
+}
+
+// defaultModels are today's OpenAI families. Weights are 1.0: the budget is
+// counted in tokens. PartTokens is what one 1024x768 high-detail image costs
+// under OpenAI's published image rules (85+170 per 512px tile for gpt-4o and
+// gpt-4.1, 75+150 for o1/o3, 32px patches times the model's multiplier for
+// gpt-4.1-mini/nano and o4-mini, and gpt-4o-mini's 2833+5667 per tile).
+var defaultModels = []Model{
+	{Name: "gpt-4o", Encoding: EncodingO200K, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765},
+	{Name: "gpt-4o-mini", Encoding: EncodingO200K, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 25501},
+	{Name: "gpt-4.1", Encoding: EncodingO200K, DefaultOutputTokens: 32768, ContextWindow: 1047576, PartTokens: 765},
+	{Name: "gpt-4.1-mini", Encoding: EncodingO200K, DefaultOutputTokens: 32768, ContextWindow: 1047576, PartTokens: 1245},
+	{Name: "gpt-4.1-nano", Encoding: EncodingO200K, DefaultOutputTokens: 32768, ContextWindow: 1047576, PartTokens: 1890},
+	{Name: "o1", Encoding: EncodingO200K, DefaultOutputTokens: 100000, ContextWindow: 200000, PartTokens: 675},
+	{Name: "o3", Encoding: EncodingO200K, DefaultOutputTokens: 100000, ContextWindow: 200000, PartTokens: 675},
+	{Name: "o4-mini", Encoding: EncodingO200K, DefaultOutputTokens: 100000, ContextWindow: 200000, PartTokens: 1321},
+	{Name: "gpt-4-turbo", Encoding: EncodingCL100K, DefaultOutputTokens: 4096, ContextWindow: 128000, PartTokens: 765},
+	{Name: "gpt-4", Encoding: EncodingCL100K, DefaultOutputTokens: 8192, ContextWindow: 8192, PartTokens: 765},
+	{Name: "gpt-3.5-turbo", Encoding: EncodingCL100K, DefaultOutputTokens: 4096, ContextWindow: 16385, PartTokens: 765},
+}
+
+// defaultAliases name GPT-4 Turbo's preview snapshots, which the dated-suffix
+// and prefix rules would otherwise send to gpt-4 and its 8192-token window.
+var defaultAliases = map[string]string{
+	"gpt-4-turbo-preview":       "gpt-4-turbo",
+	"gpt-4-0125-preview":        "gpt-4-turbo",
+	"gpt-4-1106-preview":        "gpt-4-turbo",
+	"gpt-4-vision-preview":      "gpt-4-turbo",
+	"gpt-4-1106-vision-preview": "gpt-4-turbo",
+}
+
+// DefaultTable returns the seeded table of OpenAI families (gpt-4o,
+// gpt-4o-mini, gpt-4.1, gpt-4.1-mini, gpt-4.1-nano, o1, o3, o4-mini,
+// gpt-4-turbo, gpt-4, gpt-3.5-turbo) with weights 1.0, plus aliases for
+// GPT-4 Turbo's preview snapshots.
+func DefaultTable() *Table {
+	ms := make([]Model, len(defaultModels))
+	for i, m := range defaultModels {
+		m.InputWeightMicro, m.OutputWeightMicro = WeightOne, WeightOne
+		ms[i] = m
+	}
+	t, err := NewTable(ms)
+	if err != nil {
+		panic("estimator: invalid default table: " + err.Error())
+	}
+	t.aliases = defaultAliases
+	return t
+}
+
+// Models returns the table's models sorted by name.
+func (t *Table) Models() []Model {
+	if t == nil {
+		return nil
+	}
+	return append([]Model(nil), t.sorted...)
+}
+
+// exact looks name up without any rewriting.
+func (t *Table) exact(name string) (Model, bool) {
+	if m, ok := t.models[name]; ok {
+		return m, true
+	}
+	if fam, ok := t.aliases[name]; ok {
+		m, ok := t.models[fam]
+		return m, ok
+	}
+	return Model{}, false
+}
+
+// Lookup finds the family of a model name: the exact name first; then the
+// name with dated suffixes ("-YYYY-MM-DD", "-MMDD") and "-preview" stripped
+// from its end, one at a time, retrying after each; then the longest table
+// name N such that name starts with N + "-". So "gpt-4o-mini-2024-07-18" is
+// gpt-4o-mini (never gpt-4o), "gpt-4-0613" is gpt-4. Names are
+// case-sensitive. known is false, and m the zero Model, when nothing
+// matches.
+func (t *Table) Lookup(name string) (m Model, known bool) {
+	if t == nil || name == "" {
+		return Model{}, false
+	}
+	if m, ok := t.exact(name); ok {
+		return m, true
+	}
+	for s := name; ; {
+		stripped, ok := stripSuffix(s)
+		if !ok {
+			break
+		}
+		if m, ok := t.exact(stripped); ok {
+			return m, true
+		}
+		s = stripped
+	}
+	best := ""
+	consider := func(cand string) {
+		if len(cand) > len(best) && len(name) > len(cand) && name[len(cand)] == '-' && strings.HasPrefix(name, cand) {
+			best = cand
+		}
+	}
+	for n := range t.models {
+		consider(n)
+	}
+	for n := range t.aliases {
+		consider(n)
+	}
+	if best == "" {
+		return Model{}, false
+	}
+	return t.exact(best)
+}
+
+// stripSuffix removes one trailing "-YYYY-MM-DD", "-MMDD" or "-preview".
+func stripSuffix(s string) (string, bool) {
+	if base, ok := strings.CutSuffix(s, "-preview"); ok && base != "" {
+		return base, true
+	}
+	// -YYYY-MM-DD
+	if n := len(s); n > 11 && s[n-11] == '-' && digits(s[n-10:n-6]) && s[n-6] == '-' && digits(s[n-5:n-3]) && s[n-3] == '-' && digits(s[n-2:]) {
+		return s[:n-11], true
+	}
+	// -MMDD
+	if n := len(s); n > 5 && s[n-5] == '-' && digits(s[n-4:]) {
+		return s[:n-5], true
+	}
+	return s, false
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
