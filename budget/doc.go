@@ -1,0 +1,35 @@
+// Package budget owns tenants' limits and balances and decides admissions.
+//
+// Invariants:
+//
+//   - One tenant, one row, one lock. Every change of a tenant's balances
+//     (reserve, settle, release, expire, and admin changes) happens in one
+//     transaction that holds the tenant row lock (SELECT .. FOR UPDATE),
+//     whichever replica makes it. Two decisions can never spend the same
+//     balance. Lock order is tenant row, then admission rows.
+//   - Time is the database's clock: clock_timestamp() read after the lock is
+//     held, so replicas with skewed clocks agree. Elapsed time is clamped at
+//     zero, and a stored timestamp never moves backwards.
+//   - Amounts are integers. Token and request balances are micro-units
+//     (1 token = 1 000 000), so refill at fractional rates is exact:
+//     refill = floor(rate_micro_per_s * elapsed_us / 1e6), capped so the
+//     balance does not exceed capacity. What floor drops is under one
+//     micro-token per change.
+//   - A rejected request changes nothing: its transaction is rolled back, so
+//     neither the balances, the refill timestamp nor the ledger move.
+//   - Every change appends its ledger entry in the same transaction; the
+//     tenant row holds the chain head, so the stored balance always equals
+//     the last entry's balance_after.
+//   - Settle and release add back estimate - actual; a refund never lifts the
+//     balance above capacity (the entry records the effective amount); an
+//     extra charge may drive it negative, and refill pays that debt back.
+//   - Reservations that are never settled expire: they stay charged at their
+//     estimate and their concurrency slot is freed. A settle that arrives
+//     later still reconciles against that estimate, marked late.
+//
+// A decision costs two round trips on one connection: [BEGIN; lock the
+// tenant row; read the clock (and idempotency keys or the admission)], then
+// [the writes; COMMIT]. The lock is held from the first batch's lock to the
+// COMMIT, and no estimation or other work happens while it is held. Several
+// requests of one tenant can be decided under one lock (ReserveBatch).
+package budget

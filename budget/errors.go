@@ -1,0 +1,88 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Functions document which they return; api maps each to
+// one HTTP status in one place.
+var (
+	// ErrTenantNotFound: no tenant has that id.
+	ErrTenantNotFound = errors.New("budget: tenant not found")
+	// ErrTenantExists: CreateTenant found the id taken.
+	ErrTenantExists = errors.New("budget: tenant already exists")
+	// ErrTenantDisabled: the tenant exists but may not be admitted.
+	ErrTenantDisabled = errors.New("budget: tenant disabled")
+	// ErrAdmissionNotFound: no admission of this tenant has that id.
+	ErrAdmissionNotFound = errors.New("budget: admission not found")
+	// ErrRejected is wrapped by *RejectedError: a limit refused the request.
+	ErrRejected = errors.New("budget: rejected")
+	// ErrTooLarge is wrapped by *TooLargeError: the cost exceeds a capacity,
+	// so the request can never be admitted.
+	ErrTooLarge = errors.New("budget: request too large")
+	// ErrConflict: a settle or release contradicts the admission's state
+	// (settled with different usage, or settled after release).
+	ErrConflict = errors.New("budget: conflicts with the admission's state")
+	// ErrIdempotencyMismatch: an Idempotency-Key was reused for a different
+	// request within 24 h.
+	ErrIdempotencyMismatch = errors.New("budget: idempotency key reused with a different request")
+	// ErrInvalidLimits is wrapped by *LimitError.
+	ErrInvalidLimits = errors.New("budget: invalid limits")
+)
+
+// Limit names one of a tenant's limits, as the API reports it.
+type Limit string
+
+// The limits, in the order they are checked.
+const (
+	LimitTokens       Limit = "tokens"
+	LimitRequests     Limit = "requests"
+	LimitConcurrency  Limit = "concurrency"
+	LimitPeriodBudget Limit = "period_budget"
+)
+
+// RejectedError says which limit refused a request and when retrying can
+// succeed.
+type RejectedError struct {
+	Limit Limit
+	// RetryAfter is the exact time until the deficit refills (tokens,
+	// requests), until the next period (period_budget), or a hint
+	// (concurrency, which frees when some reservation ends). Zero with
+	// Never set means no retry can succeed without an admin change.
+	RetryAfter time.Duration
+	Snapshot   Snapshot
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("budget: rejected by the %s limit; retry after %s", e.Limit, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrRejected) true.
+func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+// TooLargeError says which capacity a request's cost exceeds.
+type TooLargeError struct {
+	Limit    Limit
+	Cost     int64
+	Capacity int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("request cost %d exceeds the %s capacity of %d, so it can never be admitted", e.Cost, e.Limit, e.Capacity)
+}
+
+// Unwrap makes errors.Is(err, ErrTooLarge) true.
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
+
+// LimitError names an invalid limit field.
+type LimitError struct {
+	Field  string
+	Reason string
+}
+
+func (e *LimitError) Error() string { return "budget: " + e.Field + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrInvalidLimits) true.
+func (e *LimitError) Unwrap() error { return ErrInvalidLimits }

@@ -1,0 +1,119 @@
+package budget
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultReservationTTL is how long a reservation stays open unless the
+// tenant's limits say otherwise.
+const DefaultReservationTTL = 10 * time.Minute
+
+// DefaultMaxWait caps how long a caller of this tenant may wait for tokens.
+const DefaultMaxWait = 30 * time.Second
+
+// Limits are a tenant's configured limits. A zero optional limit is not
+// configured.
+type Limits struct {
+	TokensCapacity    int64 // burst size, in cost units
+	TokensRateMicro   int64 // refill, in micro cost units per second
+	RequestsCapacity  int64 // optional request bucket
+	RequestsRateMicro int64
+	MaxConcurrent     int64 // optional cap on open reservations
+	PeriodBudget      int64 // optional hard cap per calendar period
+	Period            Period
+	ReservationTTL    time.Duration
+	MaxWait           time.Duration // longest max_wait_ms honoured
+}
+
+var tenantIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// ValidateTenantID reports whether id can name a tenant: 1 to 63 characters
+// of a-z, 0-9, '_', '.', '-', starting with a letter or digit.
+func ValidateTenantID(id string) error {
+	if !tenantIDPattern.MatchString(id) {
+		return &LimitError{Field: "id", Reason: "must be 1-63 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit"}
+	}
+	return nil
+}
+
+// maxAmount keeps capacities small enough that micro-unit arithmetic on
+// them never overflows int64 (9.2e18 / 1e6 = 9.2e12, with headroom).
+const maxAmount = 1_000_000_000_000
+
+// Validate returns a *LimitError naming the first invalid field, after
+// filling defaults.
+func (l *Limits) Validate() error {
+	if l.ReservationTTL == 0 {
+		l.ReservationTTL = DefaultReservationTTL
+	}
+	if l.MaxWait == 0 {
+		l.MaxWait = DefaultMaxWait
+	}
+	switch {
+	case l.TokensCapacity <= 0 || l.TokensCapacity > maxAmount:
+		return &LimitError{"tokens_capacity", fmt.Sprintf("must be between 1 and %d", int64(maxAmount))}
+	case l.TokensRateMicro <= 0 || l.TokensRateMicro > maxAmount*Micro/1000:
+		return &LimitError{"tokens_per_second", "must be greater than 0 (and at most 1e9)"}
+	case l.RequestsCapacity < 0 || l.RequestsCapacity > maxAmount:
+		return &LimitError{"requests_capacity", "must be positive"}
+	case l.RequestsRateMicro < 0 || l.RequestsRateMicro > maxAmount*Micro/1000:
+		return &LimitError{"requests_per_second", "must be positive"}
+	case (l.RequestsCapacity == 0) != (l.RequestsRateMicro == 0):
+		return &LimitError{"requests_per_second", "requests_capacity and requests_per_second are set together"}
+	case l.MaxConcurrent < 0 || l.MaxConcurrent > math.MaxInt32:
+		return &LimitError{"max_concurrent", "must be positive"}
+	case l.PeriodBudget < 0 || l.PeriodBudget > maxAmount:
+		return &LimitError{"period_budget", "must be positive"}
+	case l.Period != PeriodNone && l.Period != PeriodDay && l.Period != PeriodMonth:
+		return &LimitError{"period", `must be "day" or "month"`}
+	case (l.PeriodBudget == 0) != (l.Period == PeriodNone):
+		return &LimitError{"period", "period_budget and period are set together"}
+	case l.ReservationTTL < time.Second || l.ReservationTTL > 7*24*time.Hour:
+		return &LimitError{"reservation_ttl", "must be between 1s and 168h"}
+	case l.MaxWait < 0 || l.MaxWait > 10*time.Minute:
+		return &LimitError{"max_wait", "must be between 0 and 10m"}
+	}
+	return nil
+}
+
+// ParseRate parses a decimal rate such as "100", "2.5" or "0.000001" into
+// micro-units per second, exactly (no floating point).
+func ParseRate(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	whole, frac, hasFrac := strings.Cut(s, ".")
+	if whole == "" && !hasFrac || strings.HasPrefix(whole, "-") || strings.HasPrefix(whole, "+") {
+		return 0, fmt.Errorf("rate %q: want a non-negative decimal number", s)
+	}
+	if len(frac) > 6 {
+		return 0, fmt.Errorf("rate %q: at most 6 decimal places", s)
+	}
+	if whole == "" {
+		whole = "0"
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || w > maxAmount {
+		return 0, fmt.Errorf("rate %q: want a non-negative decimal number up to %d", s, int64(maxAmount))
+	}
+	var f int64
+	if frac != "" {
+		f, err = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
+		if err != nil || f < 0 {
+			return 0, fmt.Errorf("rate %q: want a non-negative decimal number", s)
+		}
+	}
+	return w*Micro + f, nil
+}
+
+// FormatRate renders micro-units per second as the shortest exact decimal.
+func FormatRate(micro int64) string {
+	s := strconv.FormatInt(micro/Micro, 10)
+	if frac := micro % Micro; frac != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
+	}
+	return s
+}

@@ -1,0 +1,151 @@
+package budget
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Micro is the fixed-point scale of token and request balances and rates.
+const Micro = 1_000_000
+
+// mulDivFloor returns floor(a*b/d) for non-negative a, b and positive d,
+// saturating at math.MaxInt64 instead of overflowing.
+func mulDivFloor(a, b, d int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(d))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+// mulDivCeil returns ceil(a*b/d) for non-negative a, b and positive d,
+// saturating at math.MaxInt64.
+func mulDivCeil(a, b, d int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(d) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(d))
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+// bucket is one refilling balance: tokens or requests, in micro-units.
+type bucket struct {
+	capacityMicro int64
+	rateMicro     int64 // micro-units per second
+	balanceMicro  int64
+	at            time.Time
+}
+
+// refill brings the bucket to now and returns what it added. Elapsed time is
+// clamped at zero and the timestamp never moves backwards, so a clock that
+// steps back can delay refill but never grant it twice. The balance never
+// rises above capacity by refill, and a balance already above capacity (the
+// capacity was lowered) is left alone.
+func (b *bucket) refill(now time.Time) int64 {
+	if !now.After(b.at) {
+		return 0
+	}
+	elapsed := now.Sub(b.at).Microseconds()
+	b.at = now
+	if b.balanceMicro >= b.capacityMicro {
+		return 0
+	}
+	add := mulDivFloor(b.rateMicro, elapsed, Micro)
+	if room := b.capacityMicro - b.balanceMicro; add > room {
+		add = room
+	}
+	b.balanceMicro += add
+	return add
+}
+
+// timeUntil returns how long the bucket needs to hold needMicro, exactly,
+// rounded up to the microsecond.
+func (b *bucket) timeUntil(needMicro int64) time.Duration {
+	deficit := needMicro - b.balanceMicro
+	if deficit <= 0 {
+		return 0
+	}
+	us := mulDivCeil(deficit, Micro, b.rateMicro)
+	if us > int64(math.MaxInt64/time.Microsecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// timeUntilFull is how long the bucket needs to refill to capacity.
+func (b *bucket) timeUntilFull() time.Duration { return b.timeUntil(b.capacityMicro) }
+
+// refund adds amount (which may be negative: an extra charge) and returns
+// the effective change. A refund stops at capacity, or at the balance it
+// started from if that was already above capacity; a charge is applied in
+// full and may drive the balance negative.
+func (b *bucket) refund(amountMicro int64) int64 {
+	if amountMicro <= 0 {
+		b.balanceMicro += amountMicro
+		return amountMicro
+	}
+	limit := max(b.capacityMicro, b.balanceMicro)
+	next := min(limit, b.balanceMicro+amountMicro)
+	applied := next - b.balanceMicro
+	b.balanceMicro = next
+	return applied
+}
+
+// Period is the calendar window of a period budget.
+type Period string
+
+// The periods, in UTC.
+const (
+	PeriodNone  Period = ""
+	PeriodDay   Period = "day"
+	PeriodMonth Period = "month"
+)
+
+// start returns the start of the window holding t, in UTC.
+func (p Period) start(t time.Time) time.Time {
+	t = t.UTC()
+	switch p {
+	case PeriodDay:
+		return time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
+	case PeriodMonth:
+		return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Time{}
+}
+
+// next returns the start of the window after the one starting at start.
+func (p Period) next(start time.Time) time.Time {
+	switch p {
+	case PeriodDay:
+		return start.AddDate(0, 0, 1)
+	case PeriodMonth:
+		return start.AddDate(0, 1, 0)
+	}
+	return time.Time{}
+}
+
+// roundUpMS rounds d up to whole milliseconds.
+func roundUpMS(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d
+}

@@ -1,0 +1,5 @@
+INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (tenant_id, key) DO UPDATE
+SET admission_id = excluded.admission_id, request_hash = excluded.request_hash,
+    response = excluded.response, created_at = excluded.created_at

@@ -1,0 +1,328 @@
+package budget
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/ledger"
+)
+
+var (
+	//go:embed sql/tenant_lock.sql
+	tenantLockSQL string
+	//go:embed sql/tenant_get.sql
+	tenantGetSQL string
+	//go:embed sql/clock.sql
+	clockSQL string
+	//go:embed sql/tenant_update_balances.sql
+	tenantUpdateBalancesSQL string
+	//go:embed sql/tenant_insert.sql
+	tenantInsertSQL string
+	//go:embed sql/admission_insert.sql
+	admissionInsertSQL string
+	//go:embed sql/admission_lock.sql
+	admissionLockSQL string
+	//go:embed sql/admission_get.sql
+	admissionGetSQL string
+	//go:embed sql/admission_expired_lock.sql
+	admissionExpiredLockSQL string
+	//go:embed sql/admission_expired_tenants.sql
+	admissionExpiredTenantsSQL string
+	//go:embed sql/admission_end.sql
+	admissionEndSQL string
+	//go:embed sql/idempotency_get.sql
+	idempotencyGetSQL string
+	//go:embed sql/idempotency_put.sql
+	idempotencyPutSQL string
+	//go:embed sql/idempotency_purge.sql
+	idempotencyPurgeSQL string
+)
+
+// Store decides admissions against the tenants' rows in Postgres. It is safe
+// for concurrent use, and any number of replicas may share one database.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a Store on pool.
+func NewStore(pool *pgxpool.Pool) *Store {
+	return &Store{pool: pool}
+}
+
+// tenant is a tenant row: limits, balances and the ledger chain head.
+type tenant struct {
+	id       string
+	disabled bool
+	limits   Limits
+
+	tokens       bucket
+	requests     bucket // capacityMicro == 0 when no request bucket
+	open         int64
+	periodStart  *time.Time
+	periodUsed   int64
+	head         ledger.Head
+	pendingFill  int64 // token refill not yet attributed to a ledger entry
+	periodRolled bool
+}
+
+func scanTenant(row pgx.Row) (*tenant, error) {
+	var (
+		t                        tenant
+		ttlMS, waitMS            int64
+		period                   string
+		requestsMicro            *int64
+		requestsAt               *time.Time
+		reqCap, reqRate, maxConc int64
+	)
+	err := row.Scan(&t.id, &t.disabled,
+		&t.limits.TokensCapacity, &t.limits.TokensRateMicro, &reqCap, &reqRate,
+		&maxConc, &t.limits.PeriodBudget, &period, &ttlMS, &waitMS,
+		&t.tokens.balanceMicro, &t.tokens.at, &requestsMicro, &requestsAt, &t.open, &t.periodStart, &t.periodUsed,
+		&t.head.Seq, &t.head.Hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrTenantNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budget: scan tenant: %w", err)
+	}
+	t.limits.RequestsCapacity, t.limits.RequestsRateMicro, t.limits.MaxConcurrent = reqCap, reqRate, maxConc
+	t.limits.Period = Period(period)
+	t.limits.ReservationTTL = time.Duration(ttlMS) * time.Millisecond
+	t.limits.MaxWait = time.Duration(waitMS) * time.Millisecond
+	t.tokens.capacityMicro = t.limits.TokensCapacity * Micro
+	t.tokens.rateMicro = t.limits.TokensRateMicro
+	if reqCap > 0 {
+		t.requests = bucket{capacityMicro: reqCap * Micro, rateMicro: reqRate, balanceMicro: reqCap * Micro}
+		if requestsMicro != nil && requestsAt != nil {
+			t.requests.balanceMicro, t.requests.at = *requestsMicro, *requestsAt
+		}
+	}
+	return &t, nil
+}
+
+// advance brings every balance to now: token and request refill, and the
+// period window. The token refill is held in pendingFill until an entry
+// records it.
+func (t *tenant) advance(now time.Time) {
+	t.pendingFill += t.tokens.refill(now)
+	if t.requests.capacityMicro > 0 {
+		if t.requests.at.IsZero() {
+			t.requests.at = now
+		}
+		t.requests.refill(now)
+	}
+	if t.limits.Period != PeriodNone {
+		start := t.limits.Period.start(now)
+		if t.periodStart == nil || start.After(*t.periodStart) {
+			t.periodStart = &start
+			t.periodUsed = 0
+			t.periodRolled = true
+		}
+	}
+}
+
+// entry starts a ledger entry for a change at now, attributing any pending
+// refill to it. The caller fills the kind-specific fields and calls seal.
+func (t *tenant) entry(kind ledger.Kind, now time.Time, actor string) *ledger.Entry {
+	e := &ledger.Entry{
+		TenantID:    t.id,
+		Kind:        kind,
+		CreatedAt:   now,
+		RefillMicro: t.pendingFill,
+		Actor:       actor,
+	}
+	t.pendingFill = 0
+	return e
+}
+
+// seal completes e with the balances after the change and chains it.
+func (t *tenant) seal(e *ledger.Entry) {
+	e.BalanceMicro = t.tokens.balanceMicro
+	e.PeriodStart = t.periodStart
+	e.PeriodUsed = t.periodUsed
+	t.head = t.head.Seal(e)
+}
+
+// queueUpdate queues the write of the tenant's balances and chain head.
+func (t *tenant) queueUpdate(b *pgx.Batch) {
+	var reqMicro *int64
+	var reqAt *time.Time
+	if t.requests.capacityMicro > 0 {
+		reqMicro, reqAt = &t.requests.balanceMicro, &t.requests.at
+	}
+	b.Queue(tenantUpdateBalancesSQL, t.id, t.tokens.balanceMicro, t.tokens.at, reqMicro, reqAt,
+		t.open, t.periodStart, t.periodUsed, t.head.Seq, t.head.Hash)
+}
+
+// Snapshot is a tenant's limits and balances at one instant, for the
+// response headers and the budget endpoint.
+type Snapshot struct {
+	TenantID         string
+	At               time.Time
+	Limits           Limits
+	Disabled         bool
+	TokensMicro      int64
+	TokensFullIn     time.Duration
+	RequestsMicro    int64 // meaningful when Limits.RequestsCapacity > 0
+	RequestsFullIn   time.Duration
+	OpenReservations int64
+	PeriodStart      time.Time // zero without a period budget
+	PeriodEnd        time.Time
+	PeriodUsed       int64
+	LedgerSeq        int64
+}
+
+// Tokens is the token balance in whole tokens, rounded down (negative while
+// the tenant is in debt).
+func (s Snapshot) Tokens() int64 { return floorDiv(s.TokensMicro, Micro) }
+
+// Requests is the request balance in whole requests, rounded down.
+func (s Snapshot) Requests() int64 { return floorDiv(s.RequestsMicro, Micro) }
+
+// PeriodRemaining is what the period budget has left, never below zero.
+func (s Snapshot) PeriodRemaining() int64 { return max(0, s.Limits.PeriodBudget-s.PeriodUsed) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func (t *tenant) snapshot(now time.Time) Snapshot {
+	s := Snapshot{
+		TenantID:         t.id,
+		At:               now,
+		Limits:           t.limits,
+		Disabled:         t.disabled,
+		TokensMicro:      t.tokens.balanceMicro,
+		TokensFullIn:     roundUpMS(t.tokens.timeUntilFull()),
+		OpenReservations: t.open,
+		PeriodUsed:       t.periodUsed,
+		LedgerSeq:        t.head.Seq,
+	}
+	if t.requests.capacityMicro > 0 {
+		s.RequestsMicro = t.requests.balanceMicro
+		s.RequestsFullIn = roundUpMS(t.requests.timeUntilFull())
+	}
+	if t.limits.Period != PeriodNone && t.periodStart != nil {
+		s.PeriodStart = *t.periodStart
+		s.PeriodEnd = t.limits.Period.next(*t.periodStart)
+	}
+	return s
+}
+
+// lockedTx is one decision's transaction on one connection, holding the
+// tenant row lock from its first batch to its COMMIT.
+type lockedTx struct {
+	conn *pgxpool.Conn
+	open bool
+}
+
+// lockTenant acquires a connection, begins a transaction and locks the
+// tenant row; after the lock it reads the database clock and runs the
+// caller's extra reads, all in one round trip. The caller must call finish
+// or abort.
+func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx.Batch), readExtra func(pgx.BatchResults) error) (*lockedTx, *tenant, time.Time, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("budget: acquire: %w", err)
+	}
+	tx := &lockedTx{conn: conn, open: true}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(tenantLockSQL, tenantID)
+	b.Queue(clockSQL)
+	if extra != nil {
+		extra(b)
+	}
+	br := conn.SendBatch(ctx, b)
+	t, now, err := func() (*tenant, time.Time, error) {
+		if _, err := br.Exec(); err != nil {
+			return nil, time.Time{}, fmt.Errorf("budget: begin: %w", err)
+		}
+		t, err := scanTenant(br.QueryRow())
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		var now time.Time
+		if err := br.QueryRow().Scan(&now); err != nil {
+			return nil, time.Time{}, fmt.Errorf("budget: clock: %w", err)
+		}
+		if readExtra != nil {
+			if err := readExtra(br); err != nil {
+				return nil, time.Time{}, err
+			}
+		}
+		return t, now, nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("budget: lock batch: %w", cerr)
+	}
+	if err != nil {
+		tx.abort()
+		return nil, nil, time.Time{}, err
+	}
+	return tx, t, now, nil
+}
+
+// finish sends the writes and COMMIT in one round trip and releases the
+// connection. With no writes it only rolls back, which releases the lock
+// without a WAL flush.
+func (tx *lockedTx) finish(ctx context.Context, writes *pgx.Batch) error {
+	if writes == nil || writes.Len() == 0 {
+		tx.abort()
+		return nil
+	}
+	writes.Queue("COMMIT")
+	br := tx.conn.SendBatch(ctx, writes)
+	var err error
+	for range writes.Len() {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if err != nil {
+			break
+		}
+		if tag.Update() && tag.RowsAffected() != 1 {
+			err = errors.New("update matched no row")
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		tx.abort()
+		return fmt.Errorf("budget: write: %w", err)
+	}
+	tx.open = false
+	tx.conn.Release()
+	tx.conn = nil
+	return nil
+}
+
+// abort rolls back and releases the connection. If the rollback cannot be
+// sent, the pool discards the connection, and the server rolls back when it
+// sees it close.
+func (tx *lockedTx) abort() {
+	if tx.conn == nil {
+		return
+	}
+	if tx.open {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := tx.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			_ = tx.conn.Conn().Close(ctx)
+		}
+		cancel()
+	}
+	tx.conn.Release()
+	tx.conn = nil
+}

@@ -1,0 +1,504 @@
+package budget_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type testBundle struct {
+	pool  *pgxpool.Pool
+	store *budget.Store
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	pool := pgtest.New(t, nil)
+	return &testBundle{pool: pool, store: budget.NewStore(pool)}
+}
+
+var ctx = context.Background()
+
+func (b *testBundle) tenant(t *testing.T, id string, l budget.Limits) {
+	t.Helper()
+	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rewind moves a tenant's stored refill timestamps back by d: the test's way
+// of letting time pass without sleeping.
+func (b *testBundle) rewind(t *testing.T, id string, d time.Duration) {
+	t.Helper()
+	_, err := b.pool.Exec(ctx, `UPDATE tenants SET tokens_at = tokens_at - make_interval(secs => $2::float8 / 1e6),
+		requests_at = requests_at - make_interval(secs => $2::float8 / 1e6) WHERE id = $1`, id, d.Microseconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func reserve(cost int64) budget.ReserveParams {
+	return budget.ReserveParams{Estimate: estimator.Estimate{Model: "gpt-4o", InputTokens: cost / 2, OutputTokens: cost - cost/2, Cost: cost,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
+}
+
+func (b *testBundle) reserve(t *testing.T, id string, cost int64) (*budget.Reservation, error) {
+	t.Helper()
+	p := reserve(cost)
+	p.TenantID = id
+	return b.store.Reserve(ctx, p)
+}
+
+func (b *testBundle) mustReserve(t *testing.T, id string, cost int64) *budget.Reservation {
+	t.Helper()
+	r, err := b.reserve(t, id, cost)
+	if err != nil {
+		t.Fatalf("reserve %d: %v", cost, err)
+	}
+	return r
+}
+
+func rejected(t *testing.T, err error, limit budget.Limit) *budget.RejectedError {
+	t.Helper()
+	var rej *budget.RejectedError
+	if !errors.As(err, &rej) || rej.Limit != limit {
+		t.Fatalf("got %v, want a rejection by %s", err, limit)
+	}
+	return rej
+}
+
+// state is everything a rejection must leave untouched.
+type state struct {
+	row     string
+	entries int
+}
+
+func (b *testBundle) state(t *testing.T, id string) state {
+	t.Helper()
+	var s state
+	if err := b.pool.QueryRow(ctx, `SELECT row_to_json(t)::text FROM tenants t WHERE id = $1`, id).Scan(&s.row); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE tenant_id = $1`, id).Scan(&s.entries); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// verify recomputes the tenant's ledger and checks it against the row.
+func (b *testBundle) verify(t *testing.T, id string) ledger.Tally {
+	t.Helper()
+	tally, err := ledger.Verify(ctx, b.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored, seq int64
+	if err := b.pool.QueryRow(ctx, `SELECT tokens_micro, ledger_seq FROM tenants WHERE id = $1`, id).Scan(&stored, &seq); err != nil {
+		t.Fatal(err)
+	}
+	if tally.BalanceMicro != stored || tally.LastSeq != seq {
+		t.Fatalf("ledger recomputes balance %d at seq %d; the row holds %d at seq %d", tally.BalanceMicro, tally.LastSeq, stored, seq)
+	}
+	return tally
+}
+
+func limits(capacity int64, perSecond string) budget.Limits {
+	rate, err := budget.ParseRate(perSecond)
+	if err != nil {
+		panic(err)
+	}
+	return budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
+}
+
+func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "2"))
+
+	b.mustReserve(t, "acme", 40)
+	r := b.mustReserve(t, "acme", 40)
+	if got := r.Snapshot.Tokens(); got != 20 {
+		t.Fatalf("after 80 of 100: %d tokens left", got)
+	}
+	before := b.state(t, "acme")
+	_, err := b.reserve(t, "acme", 40)
+	rej := rejected(t, err, budget.LimitTokens)
+	// The deficit at the decision's own clock, refilled at 2 tokens/s,
+	// rounded up to the microsecond and then to the millisecond.
+	deficit := 40*budget.Micro - rej.Snapshot.TokensMicro
+	us := (deficit*budget.Micro + 2*budget.Micro - 1) / (2 * budget.Micro)
+	want := (time.Duration(us)*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
+	if rej.RetryAfter != want || rej.RetryAfter < 9*time.Second || rej.RetryAfter > 10*time.Second {
+		t.Fatalf("retry after %s, want %s (about 10 s for 20 tokens at 2/s)", rej.RetryAfter, want)
+	}
+	if after := b.state(t, "acme"); after != before {
+		t.Fatalf("a rejection changed state:\nbefore %+v\nafter  %+v", before, after)
+	}
+	b.verify(t, "acme")
+}
+
+func TestRefillByMovingTimeBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1000, "10"))
+	b.mustReserve(t, "acme", 1000)
+	if _, err := b.reserve(t, "acme", 1); err == nil {
+		t.Fatal("empty bucket admitted")
+	}
+	b.rewind(t, "acme", 30*time.Second) // 300 tokens
+	r := b.mustReserve(t, "acme", 250)
+	if got := r.Snapshot.Tokens(); got != 50 {
+		t.Fatalf("after 30 s at 10/s and a 250 debit: %d tokens, want 50", got)
+	}
+	b.rewind(t, "acme", time.Hour) // far more than capacity
+	r = b.mustReserve(t, "acme", 1)
+	if got := r.Snapshot.Tokens(); got != 999 {
+		t.Fatalf("refill must stop at capacity: %d tokens, want 999", got)
+	}
+
+	// The ledger recorded each refill exactly: 30 s at 10/s (plus the
+	// milliseconds the test itself took), then exactly what filled the bucket
+	// to capacity.
+	rows, err := b.pool.Query(ctx, `SELECT refill_micro, balance_micro - delta_micro FROM ledger_entries WHERE tenant_id = 'acme' ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var refills, before []int64
+	for rows.Next() {
+		var refill, beforeDelta int64
+		if err := rows.Scan(&refill, &beforeDelta); err != nil {
+			t.Fatal(err)
+		}
+		refills, before = append(refills, refill), append(before, beforeDelta)
+	}
+	if len(refills) != 4 || refills[2] < 300*budget.Micro || refills[2] > 301*budget.Micro || before[3] != 1000*budget.Micro {
+		t.Fatalf("recorded refills %v, balances before each debit %v", refills, before)
+	}
+	b.verify(t, "acme")
+}
+
+func TestRequestBucket(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := limits(1_000_000, "1000")
+	l.RequestsCapacity, l.RequestsRateMicro = 3, budget.Micro/60 // 3 burst, 1 per minute
+	b.tenant(t, "acme", l)
+	for range 3 {
+		b.mustReserve(t, "acme", 1)
+	}
+	_, err := b.reserve(t, "acme", 1)
+	rej := rejected(t, err, budget.LimitRequests)
+	if rej.RetryAfter < 59*time.Second || rej.RetryAfter > 60*time.Second {
+		t.Fatalf("retry after %s, want just under 60 s", rej.RetryAfter)
+	}
+	b.rewind(t, "acme", time.Minute)
+	r := b.mustReserve(t, "acme", 1)
+	if r.Snapshot.Requests() != 0 {
+		t.Fatalf("requests left %d, want 0", r.Snapshot.Requests())
+	}
+}
+
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := limits(1000, "1")
+	l.MaxConcurrent = 2
+	b.tenant(t, "acme", l)
+	r1 := b.mustReserve(t, "acme", 10)
+	b.mustReserve(t, "acme", 10)
+	_, err := b.reserve(t, "acme", 10)
+	if rej := rejected(t, err, budget.LimitConcurrency); rej.RetryAfter != budget.ConcurrencyRetryHint {
+		t.Fatalf("retry after %s", rej.RetryAfter)
+	}
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r1.AdmissionID, InputTokens: 3, OutputTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	b.mustReserve(t, "acme", 10)
+}
+
+func TestPeriodBudgetAndReset(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := limits(10_000, "1000")
+	l.PeriodBudget, l.Period = 100, budget.PeriodDay
+	b.tenant(t, "acme", l)
+	b.mustReserve(t, "acme", 60)
+	r := b.mustReserve(t, "acme", 40)
+	if r.Snapshot.PeriodRemaining() != 0 {
+		t.Fatalf("period remaining %d", r.Snapshot.PeriodRemaining())
+	}
+	_, err := b.reserve(t, "acme", 1)
+	rej := rejected(t, err, budget.LimitPeriodBudget)
+	if want := rej.Snapshot.PeriodEnd.Sub(rej.Snapshot.At); rej.RetryAfter < want || rej.RetryAfter > want+time.Millisecond {
+		t.Fatalf("retry after %s, want the time to the next UTC midnight, %s", rej.RetryAfter, want)
+	}
+	if !rej.Snapshot.PeriodEnd.Equal(rej.Snapshot.PeriodStart.AddDate(0, 0, 1)) || rej.Snapshot.PeriodStart.Hour() != 0 {
+		t.Fatalf("window %s .. %s is not a UTC day", rej.Snapshot.PeriodStart, rej.Snapshot.PeriodEnd)
+	}
+	// Yesterday's window: the stored period start moves back a day.
+	if _, err := b.pool.Exec(ctx, `UPDATE tenants SET period_start = period_start - interval '1 day' WHERE id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	r = b.mustReserve(t, "acme", 100)
+	if r.Snapshot.PeriodUsed != 100 || !r.Snapshot.PeriodStart.Equal(rej.Snapshot.PeriodStart) {
+		t.Fatalf("after the reset: used %d in window %s", r.Snapshot.PeriodUsed, r.Snapshot.PeriodStart)
+	}
+	b.verify(t, "acme")
+}
+
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := limits(100, "1")
+	l.PeriodBudget, l.Period = 50, budget.PeriodMonth
+	b.tenant(t, "acme", l)
+	before := b.state(t, "acme")
+	for _, tc := range []struct {
+		cost  int64
+		limit budget.Limit
+	}{{101, budget.LimitTokens}, {51, budget.LimitPeriodBudget}} {
+		_, err := b.reserve(t, "acme", tc.cost)
+		var tl *budget.TooLargeError
+		if !errors.As(err, &tl) || tl.Limit != tc.limit {
+			t.Fatalf("cost %d: %v, want too large for %s", tc.cost, err, tc.limit)
+		}
+	}
+	if after := b.state(t, "acme"); after != before {
+		t.Fatal("a too-large request changed state")
+	}
+}
+
+func TestIdempotentRetryDebitsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "1"))
+	p := reserve(30)
+	p.TenantID, p.IdempotencyKey, p.RequestHash = "acme", "retry-1", []byte("hash-a")
+	first, err := b.store.Reserve(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.store.Reserve(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.AdmissionID != first.AdmissionID || !again.Replayed || again.Snapshot.TokensMicro != first.Snapshot.TokensMicro {
+		t.Fatalf("retry returned %+v, want the original %+v", again, first)
+	}
+	p.RequestHash = []byte("hash-b")
+	if _, err := b.store.Reserve(ctx, p); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+		t.Fatalf("key reused for another request: %v", err)
+	}
+	if tally := b.verify(t, "acme"); tally.Entries != 2 || tally.BalanceMicro != 70*budget.Micro {
+		t.Fatalf("ledger has %d entries, balance %d; want one debit", tally.Entries, tally.BalanceMicro)
+	}
+	// After 24 h the key is forgotten: a retry is a fresh attempt.
+	if _, err := b.pool.Exec(ctx, `UPDATE idempotency_keys SET created_at = created_at - interval '25 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	p.RequestHash = []byte("hash-a")
+	fresh, err := b.store.Reserve(ctx, p)
+	if err != nil || fresh.AdmissionID == first.AdmissionID || fresh.Replayed {
+		t.Fatalf("after 24 h: %+v, %v; want a new admission", fresh, err)
+	}
+	// A rejected request is not remembered: its retry is a fresh attempt.
+	p2 := reserve(90)
+	p2.TenantID, p2.IdempotencyKey, p2.RequestHash = "acme", "retry-2", []byte("h")
+	if _, err := b.store.Reserve(ctx, p2); !errors.Is(err, budget.ErrRejected) {
+		t.Fatalf("want rejection, got %v", err)
+	}
+	b.rewind(t, "acme", time.Minute)
+	if r, err := b.store.Reserve(ctx, p2); err != nil || r.Replayed {
+		t.Fatalf("retry of a rejected request: %+v %v", r, err)
+	}
+}
+
+func TestSettleRefundExtraChargeAndDebt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "1"))
+
+	// Refund: estimate 60, actual 25.
+	r := b.mustReserve(t, "acme", 60)
+	s, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 20, OutputTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DeltaMicro != 35*budget.Micro || *s.Admission.ActualCost != 25 || s.Admission.State != budget.StateSettled {
+		t.Fatalf("refund settle: %+v", s)
+	}
+	// The same settle again: the same answer, no new entry.
+	entries := b.state(t, "acme").entries
+	s2, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 20, OutputTokens: 5})
+	if err != nil || !s2.Replayed || s2.DeltaMicro != s.DeltaMicro || s2.BalanceMicro != s.BalanceMicro {
+		t.Fatalf("repeated settle: %+v %v", s2, err)
+	}
+	if b.state(t, "acme").entries != entries {
+		t.Fatal("a repeated settle wrote an entry")
+	}
+	// Different usage: conflict.
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 21, OutputTokens: 5}); !errors.Is(err, budget.ErrConflict) {
+		t.Fatalf("different usage: %v", err)
+	}
+
+	// Extra charge that drives the balance negative: estimate 70, actual 150.
+	r = b.mustReserve(t, "acme", 70)
+	s, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 100, OutputTokens: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DeltaMicro != -80*budget.Micro || s.BalanceMicro >= 0 {
+		t.Fatalf("extra charge: delta %d balance %d, want -80e6 and a debt", s.DeltaMicro, s.BalanceMicro)
+	}
+	debt := s.BalanceMicro
+	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, budget.ErrRejected) {
+		t.Fatalf("a tenant in debt was admitted: %v", err)
+	}
+	// Refill pays the debt back: after enough time the tenant is admitted.
+	b.rewind(t, "acme", time.Duration(-debt/budget.Micro+10)*time.Second)
+	r = b.mustReserve(t, "acme", 5)
+	if got := r.Snapshot.Tokens(); got < 4 || got > 6 {
+		t.Fatalf("after paying back the debt: %d tokens, want about 5", got)
+	}
+	b.verify(t, "acme")
+}
+
+func TestRefundCappedAtCapacity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "1"))
+	r := b.mustReserve(t, "acme", 50)
+	b.rewind(t, "acme", time.Hour) // refill back to capacity while reserved
+	s, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DeltaMicro != 0 || s.BalanceMicro != 100*budget.Micro {
+		t.Fatalf("release at capacity: delta %d balance %d, want 0 and capacity", s.DeltaMicro, s.BalanceMicro)
+	}
+	b.verify(t, "acme")
+}
+
+func TestReleaseThenSettleConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1000, "0.001"))
+	b.mustReserve(t, "acme", 500) // room below capacity, so the refund is not capped
+	r := b.mustReserve(t, "acme", 60)
+	s, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.DeltaMicro != 60*budget.Micro || s.Admission.State != budget.StateReleased {
+		t.Fatalf("release: %+v", s)
+	}
+	again, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})
+	if err != nil || !again.Replayed || again.DeltaMicro != s.DeltaMicro {
+		t.Fatalf("repeated release: %+v %v", again, err)
+	}
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1, OutputTokens: 1}); !errors.Is(err, budget.ErrConflict) {
+		t.Fatalf("settle after release: %v", err)
+	}
+	// Settled admissions cannot be released either.
+	r = b.mustReserve(t, "acme", 10)
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1, OutputTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrConflict) {
+		t.Fatalf("release after settle: %v", err)
+	}
+}
+
+func TestExpiryBySweeperAndLateSettle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	l := limits(100, "0.001")
+	l.MaxConcurrent = 1
+	b.tenant(t, "acme", l)
+	r := b.mustReserve(t, "acme", 40)
+	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, budget.ErrRejected) {
+		t.Fatal("slot should be taken")
+	}
+	if n, err := b.store.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep before expiry expired %d (%v)", n, err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE admissions SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, r.AdmissionID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.store.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep expired %d (%v), want 1", n, err)
+	}
+	a, err := b.store.AdmissionGet(ctx, "acme", r.AdmissionID)
+	if err != nil || a.State != budget.StateExpired {
+		t.Fatalf("after sweep: %+v %v", a, err)
+	}
+	// Charged at the estimate, slot freed.
+	snap, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil || snap.OpenReservations != 0 || snap.Tokens() != 60 {
+		t.Fatalf("after expiry: open %d tokens %d (%v)", snap.OpenReservations, snap.Tokens(), err)
+	}
+	r2 := b.mustReserve(t, "acme", 1)
+
+	// A late settle still reconciles against the estimate expiry charged.
+	s, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 10, OutputTokens: 10})
+	if err != nil || s.Admission.State != budget.StateSettled || !s.Admission.Late || s.DeltaMicro != 20*budget.Micro {
+		t.Fatalf("late settle: %+v %v", s, err)
+	}
+	snap, _ = b.store.TenantSnapshot(ctx, "acme")
+	if snap.OpenReservations != 1 {
+		t.Fatalf("a late settle must not free a slot twice: open %d", snap.OpenReservations)
+	}
+	var late bool
+	if err := b.pool.QueryRow(ctx, `SELECT late FROM ledger_entries WHERE admission_id = $1 AND kind = 'settle'`, r.AdmissionID).Scan(&late); err != nil || !late {
+		t.Fatalf("ledger does not mark the settle late (%v)", err)
+	}
+	_ = r2
+	b.verify(t, "acme")
+}
+
+func TestOtherTenantsAdmissionIsNotFound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "1"))
+	b.tenant(t, "globex", limits(100, "1"))
+	r := b.mustReserve(t, "acme", 10)
+	if _, err := b.store.AdmissionGet(ctx, "globex", r.AdmissionID); !errors.Is(err, budget.ErrAdmissionNotFound) {
+		t.Fatalf("get: %v", err)
+	}
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "globex", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrAdmissionNotFound) {
+		t.Fatalf("settle: %v", err)
+	}
+	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "globex", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrAdmissionNotFound) {
+		t.Fatalf("release: %v", err)
+	}
+	if _, err := b.reserve(t, "nobody", 1); !errors.Is(err, budget.ErrTenantNotFound) {
+		t.Fatalf("unknown tenant: %v", err)
+	}
+}
+
+func TestLedgerIsAppendOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "1"))
+	for _, stmt := range []string{
+		`UPDATE ledger_entries SET delta_micro = 0`,
+		`DELETE FROM ledger_entries`,
+		`TRUNCATE ledger_entries`,
+	} {
+		if _, err := b.pool.Exec(ctx, stmt); err == nil {
+			t.Fatalf("%s succeeded", stmt)
+		}
+	}
+	b.verify(t, "acme")
+}

@@ -1,0 +1,149 @@
+package budget
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// CreateTenantParams creates a tenant.
+type CreateTenantParams struct {
+	ID     string
+	Limits Limits
+	Actor  string
+}
+
+// limitsDetail is how limits appear in a ledger entry's detail.
+type limitsDetail struct {
+	TokensCapacity      int64  `json:"tokens_capacity"`
+	TokensPerSecond     string `json:"tokens_per_second"`
+	RequestsCapacity    int64  `json:"requests_capacity,omitempty"`
+	RequestsPerSecond   string `json:"requests_per_second,omitempty"`
+	MaxConcurrent       int64  `json:"max_concurrent,omitempty"`
+	PeriodBudget        int64  `json:"period_budget,omitempty"`
+	Period              string `json:"period,omitempty"`
+	ReservationTTLMilli int64  `json:"reservation_ttl_ms"`
+	MaxWaitMilli        int64  `json:"max_wait_ms"`
+}
+
+func detailOf(l Limits) limitsDetail {
+	d := limitsDetail{
+		TokensCapacity:      l.TokensCapacity,
+		TokensPerSecond:     FormatRate(l.TokensRateMicro),
+		RequestsCapacity:    l.RequestsCapacity,
+		MaxConcurrent:       l.MaxConcurrent,
+		PeriodBudget:        l.PeriodBudget,
+		Period:              string(l.Period),
+		ReservationTTLMilli: l.ReservationTTL.Milliseconds(),
+		MaxWaitMilli:        l.MaxWait.Milliseconds(),
+	}
+	if l.RequestsRateMicro > 0 {
+		d.RequestsPerSecond = FormatRate(l.RequestsRateMicro)
+	}
+	return d
+}
+
+// CreateTenant creates a tenant with a full token bucket and writes its
+// first ledger entry (kind tenant), whose delta is the starting balance. It
+// returns a *LimitError (ErrInvalidLimits) or ErrTenantExists.
+func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapshot, error) {
+	if err := ValidateTenantID(p.ID); err != nil {
+		return Snapshot{}, err
+	}
+	l := p.Limits
+	if err := l.Validate(); err != nil {
+		return Snapshot{}, err
+	}
+	detail, err := json.Marshal(struct {
+		Event  string       `json:"event"`
+		Limits limitsDetail `json:"limits"`
+	}{"created", detailOf(l)})
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
+	}
+
+	var snap Snapshot
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var now time.Time
+		if err := tx.QueryRow(ctx, clockSQL).Scan(&now); err != nil {
+			return err
+		}
+		t := &tenant{id: p.ID, limits: l}
+		t.tokens = bucket{capacityMicro: l.TokensCapacity * Micro, rateMicro: l.TokensRateMicro, at: now}
+		var reqMicro *int64
+		var reqAt *time.Time
+		if l.RequestsCapacity > 0 {
+			t.requests = bucket{capacityMicro: l.RequestsCapacity * Micro, rateMicro: l.RequestsRateMicro,
+				balanceMicro: l.RequestsCapacity * Micro, at: now}
+			reqMicro, reqAt = &t.requests.balanceMicro, &now
+		}
+		t.advance(now)
+		// The starting balance is the first entry's delta, so that the
+		// ledger alone sums to every later balance.
+		t.tokens.balanceMicro = t.tokens.capacityMicro
+		e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "cli"))
+		e.DeltaMicro = t.tokens.capacityMicro
+		e.Reason = "created"
+		e.Detail = string(detail)
+		t.seal(e)
+
+		var seq int64
+		err := tx.QueryRow(ctx, tenantInsertSQL, p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
+			l.RequestsRateMicro, l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(),
+			l.MaxWait.Milliseconds(), t.tokens.balanceMicro, now, reqMicro, reqAt).Scan(&seq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrTenantExists
+		}
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		t.queueUpdate(b)
+		ledger.QueueInsert(b, e)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		snap = t.snapshot(now)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrTenantExists) {
+			return Snapshot{}, err
+		}
+		return Snapshot{}, fmt.Errorf("budget: create tenant %s: %w", p.ID, err)
+	}
+	return snap, nil
+}
+
+// TenantSnapshot returns a tenant's limits and balances as of the database's
+// clock now, refilled, without taking the lock or writing anything. It
+// returns ErrTenantNotFound.
+func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (Snapshot, error) {
+	b := &pgx.Batch{}
+	b.Queue(tenantGetSQL, tenantID)
+	b.Queue(clockSQL)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	t, err := scanTenant(br.QueryRow())
+	if err != nil {
+		return Snapshot{}, err
+	}
+	var now time.Time
+	if err := br.QueryRow().Scan(&now); err != nil {
+		return Snapshot{}, fmt.Errorf("budget: clock: %w", err)
+	}
+	t.advance(now)
+	return t.snapshot(now), nil
+}
+
+// AdmissionGet returns one of a tenant's admissions. It returns
+// ErrAdmissionNotFound, also when the id belongs to another tenant.
+func (s *Store) AdmissionGet(ctx context.Context, tenantID, admissionID string) (*Admission, error) {
+	return scanAdmission(s.pool.QueryRow(ctx, admissionGetSQL, admissionID, tenantID))
+}

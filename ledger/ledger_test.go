@@ -1,0 +1,72 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestCanonicalIsUnambiguous(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 10, 0, 0, 123456000, time.UTC)
+	est := int64(5)
+	a := ledger.Entry{TenantID: "ab", Seq: 1, Kind: ledger.KindReserve, CreatedAt: at, Actor: "c", Estimate: &est}
+	b := a
+	b.TenantID, b.Actor = "a", "bc" // same bytes if fields were merely concatenated
+	if string(ledger.Canonical(&a)) == string(ledger.Canonical(&b)) {
+		t.Fatal("different entries encode alike")
+	}
+	c := a
+	c.Estimate = nil // null differs from any number
+	if string(ledger.Canonical(&a)) == string(ledger.Canonical(&c)) {
+		t.Fatal("null and a value encode alike")
+	}
+	var h ledger.Head
+	h = h.Seal(&a)
+	if a.Seq != 1 || len(a.Hash) != 32 || len(a.PrevHash) != 0 || string(h.Hash) != string(a.Hash) {
+		t.Fatalf("seal: %+v", a)
+	}
+	b.Kind = ledger.KindSettle
+	h2 := h.Seal(&b)
+	if b.Seq != 2 || string(b.PrevHash) != string(a.Hash) || string(h2.Hash) == string(h.Hash) {
+		t.Fatal("the second entry is not chained to the first")
+	}
+}
+
+func TestVerifyNamesTheFirstBrokenEntry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "m", Cost: 10, InputWeightMicro: 1, OutputWeightMicro: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tally, err := ledger.Verify(ctx, pool, "acme")
+	if err != nil || tally.Entries != 5 || tally.BalanceMicro != 960*budget.Micro+tally.BalanceMicro%budget.Micro {
+		t.Fatalf("intact ledger: %+v %v", tally, err)
+	}
+	// Tamper as a superuser with the trigger disabled: an amount changes.
+	if _, err := pool.Exec(ctx, `ALTER TABLE ledger_entries DISABLE TRIGGER USER;
+		UPDATE ledger_entries SET delta_micro = delta_micro + 1, balance_micro = balance_micro + 1 WHERE seq = 3;
+		ALTER TABLE ledger_entries ENABLE TRIGGER USER`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ledger.Verify(ctx, pool, "acme")
+	var p *ledger.Problem
+	if !errors.As(err, &p) || p.Seq != 3 || !errors.Is(err, ledger.ErrBroken) {
+		t.Fatalf("tampered ledger: %v, want a problem at seq 3", err)
+	}
+}
