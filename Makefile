@@ -51,6 +51,7 @@ db: pg-image ## Start (or reuse) the named Postgres container for `make run`; da
 run: db build ## Run tokengate on $(ADDR) against the local Postgres container.
 	@export TOKENGATE_DATABASE_URL='$(DATABASE_URL)'; \
 	bin/tokengate migrate --wait 60s && \
+	bin/tokengate demo --addr '$(ADDR)' && \
 	echo "tokengate: http://localhost$(ADDR) (Ctrl-C stops it; the database keeps running, \`make db-stop\` stops it)" && \
 	exec bin/tokengate serve --addr '$(ADDR)'
 
@@ -72,3 +73,7 @@ lint: ## go vet, staticcheck and gofmt.
 	go vet ./...
 	go tool staticcheck ./...
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+
+.PHONY: bench
+bench: pg-image ## Benchmarks: estimator, and the reserve path against Postgres with durable commits.
+	TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench . -benchtime 3s -count 1 ./estimator/ ./integration/

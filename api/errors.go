@@ -3,18 +3,26 @@ package api
 import (
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // Error is the one JSON error shape of the API:
-// {"error":{"type":"...","message":"...","field":"..."}}. Handlers return it
-// (or a sentinel that httpError maps to it); only the error handler writes it.
+// {"error":{"type":"...","message":"...","field":"..."}}. Handlers return it,
+// or a package sentinel that httpError maps to it; only the error handler
+// writes it.
 type Error struct {
-	Status  int    `json:"-"`
-	Type    string `json:"type"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
+	Status       int    `json:"-"`
+	Type         string `json:"type"`
+	Message      string `json:"message"`
+	Field        string `json:"field,omitempty"`
+	Limit        string `json:"limit,omitempty"`
+	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 }
 
 func (e *Error) Error() string { return e.Type + ": " + e.Message }
@@ -23,24 +31,64 @@ func (e *Error) Error() string { return e.Type + ": " + e.Message }
 func (e *Error) StatusCode() int { return e.Status }
 
 type errorBody struct {
-	Error *Error `json:"error"`
+	Error    *Error        `json:"error"`
+	Estimate *estimateJSON `json:"estimate,omitempty"`
 }
+
+// withEstimate attaches the request's estimate to an error, so that a 429 or
+// 422 tells the caller what the request would have cost.
+type withEstimate struct {
+	err      error
+	estimate estimateJSON
+}
+
+func (w *withEstimate) Error() string { return w.err.Error() }
+func (w *withEstimate) Unwrap() error { return w.err }
 
 // invalid builds a 400 for a request field that failed validation.
 func invalid(field, message string) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: "invalid_request", Message: message, Field: field}
 }
 
-// httpError maps any error to the API error it should be shown as. It is the
-// single place where sentinels become statuses; anything it does not know is
-// a 500 whose body reveals nothing of the cause.
+// httpError maps any error to the API error it is shown as. It is the single
+// place where sentinels become statuses; anything it does not know is a 500
+// whose body reveals nothing of the cause.
 func httpError(err error) *Error {
-	var apiErr *Error
-	if errors.As(err, &apiErr) {
+	var (
+		apiErr   *Error
+		rej      *budget.RejectedError
+		tooLarge *budget.TooLargeError
+		inv      *estimator.InvalidError
+		limErr   *budget.LimitError
+		he       *echo.HTTPError
+	)
+	switch {
+	case errors.As(err, &apiErr):
 		return apiErr
-	}
-	var he *echo.HTTPError
-	if errors.As(err, &he) {
+	case errors.As(err, &rej):
+		ms := rej.RetryAfter.Milliseconds()
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit),
+			Message: "rejected by the " + string(rej.Limit) + " limit; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
+	case errors.As(err, &tooLarge):
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Message: tooLarge.Error()}
+	case errors.As(err, &inv):
+		return invalid(inv.Field, inv.Reason)
+	case errors.As(err, &limErr):
+		return invalid(limErr.Field, limErr.Reason)
+	case errors.Is(err, budget.ErrAdmissionNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
+	case errors.Is(err, budget.ErrTenantNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
+	case errors.Is(err, budget.ErrConflict):
+		return &Error{Status: http.StatusConflict, Type: "conflict", Message: "the admission was already settled with different usage, or released"}
+	case errors.Is(err, budget.ErrIdempotencyMismatch):
+		return &Error{Status: http.StatusConflict, Type: "idempotency_conflict", Field: "Idempotency-Key",
+			Message: "this Idempotency-Key was used in the last 24 h for a different request"}
+	case errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, apikey.ErrTenantDisabled):
+		return &Error{Status: http.StatusForbidden, Type: "tenant_disabled", Message: "the tenant is disabled"}
+	case errors.Is(err, apikey.ErrInvalid):
+		return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid API key"}
+	case errors.As(err, &he):
 		return fromStatus(he.Code, he.Message)
 	}
 	if code := echo.StatusCode(err); code != 0 {
@@ -60,7 +108,7 @@ func fromStatus(code int, message string) *Error {
 	case http.StatusMethodNotAllowed:
 		typ = "method_not_allowed"
 	case http.StatusRequestEntityTooLarge:
-		typ = "request_too_large"
+		typ = "body_too_large"
 		message = "request body is larger than the server accepts"
 	case http.StatusUnsupportedMediaType:
 		typ = "unsupported_media_type"
@@ -80,8 +128,7 @@ func fromStatus(code int, message string) *Error {
 }
 
 // handleError is Echo's HTTPErrorHandler. Server errors are logged with their
-// cause (and the request id, via the request logger); clients see only the
-// mapped error.
+// cause and request id; clients see only the mapped error.
 func (s *Server) handleError(c *echo.Context, err error) {
 	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
 		return
@@ -92,9 +139,20 @@ func (s *Server) handleError(c *echo.Context, err error) {
 			"error", err.Error(), "method", c.Request().Method, "path", c.Path(),
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 	}
+	if e.RetryAfterMS != nil {
+		c.Response().Header().Set("Retry-After", strconv.FormatInt((*e.RetryAfterMS+999)/1000, 10))
+	}
+	if e.Status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tokengate"`)
+	}
 	if c.Request().Method == http.MethodHead {
 		_ = c.NoContent(e.Status)
 		return
 	}
-	_ = c.JSON(e.Status, errorBody{Error: e})
+	body := errorBody{Error: e}
+	var we *withEstimate
+	if errors.As(err, &we) {
+		body.Estimate = &we.estimate
+	}
+	_ = c.JSON(e.Status, body)
 }

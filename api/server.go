@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,8 +18,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 )
+
+// Budget is what the API needs from the budget package.
+type Budget interface {
+	Reserve(ctx context.Context, p budget.ReserveParams) (*budget.Reservation, error)
+	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
+	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
+	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
+	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+}
 
 // DefaultBodyLimit bounds every request body. An admission request carries a
 // prompt; 4 MiB holds the largest context windows served today as text.
@@ -40,6 +52,17 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ReadyTimeout bounds the checks behind /readyz. Defaults to 2 s.
 	ReadyTimeout time.Duration
+	// Estimator estimates request costs. Defaults to the seeded model table.
+	Estimator *estimator.Estimator
+	// Budget decides admissions. Defaults to a budget.Store on DB.
+	Budget Budget
+	// MaxWaiters bounds, per tenant and replica, the callers waiting for
+	// tokens (max_wait_ms). Defaults to 64.
+	MaxWaiters int
+	// AuthFailuresPerSecond and AuthFailureBurst size the per-address
+	// limiter for unauthenticated and failed-auth traffic. Default 5 and 20.
+	AuthFailuresPerSecond float64
+	AuthFailureBurst      int
 }
 
 // Server is one tokengate replica's HTTP server.
@@ -51,6 +74,16 @@ type Server struct {
 	migrator *migrations.Migrator
 	metrics  *httpMetrics
 	cfg      Config
+
+	estimator   *estimator.Estimator
+	budget      Budget
+	admissions  *admissionMetrics
+	waiters     *waitQueues
+	authLimiter *ipLimiter
+
+	touchMu    sync.Mutex
+	touched    map[string]time.Time
+	background sync.WaitGroup
 }
 
 // New builds the router and its middleware. It does not listen; see Serve.
@@ -75,6 +108,21 @@ func New(cfg *Config) (*Server, error) {
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 2 * time.Second
 	}
+	if c.Estimator == nil {
+		c.Estimator = estimator.New(nil)
+	}
+	if c.Budget == nil {
+		c.Budget = budget.NewStore(c.DB)
+	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 64
+	}
+	if c.AuthFailuresPerSecond <= 0 {
+		c.AuthFailuresPerSecond = 5
+	}
+	if c.AuthFailureBurst <= 0 {
+		c.AuthFailureBurst = 20
+	}
 	migrator, err := migrations.New(c.DB, c.Logger)
 	if err != nil {
 		return nil, err
@@ -85,8 +133,15 @@ func New(cfg *Config) (*Server, error) {
 		registry: c.Registry,
 		migrator: migrator,
 		cfg:      c,
+
+		estimator:   c.Estimator,
+		budget:      c.Budget,
+		waiters:     newWaitQueues(c.MaxWaiters),
+		authLimiter: newIPLimiter(c.AuthFailuresPerSecond, c.AuthFailureBurst),
+		touched:     map[string]time.Time{},
 	}
 	s.metrics = newHTTPMetrics(c.Registry)
+	s.admissions = newAdmissionMetrics(c.Registry)
 
 	e := echo.NewWithConfig(echo.Config{Logger: c.Logger})
 	e.HTTPErrorHandler = s.handleError
@@ -106,6 +161,21 @@ func (s *Server) routes() {
 	s.echo.GET("/healthz", s.healthz)
 	s.echo.GET("/readyz", s.readyz)
 	s.echo.GET("/metrics", echo.WrapHandler(s.metricsHandler()))
+	s.echo.GET("/openapi.yaml", func(c *echo.Context) error {
+		return c.Blob(http.StatusOK, "application/yaml", OpenAPI)
+	})
+
+	v1 := s.echo.Group("/v1", s.requireTenant, s.withRateHeaders)
+	v1.POST("/admissions", s.createAdmission)
+	v1.GET("/admissions/:id", s.getAdmission)
+	v1.POST("/admissions/:id/settle", s.settleAdmission)
+	v1.POST("/admissions/:id/release", s.releaseAdmission)
+	v1.GET("/budget", s.getBudget)
+	v1.POST("/estimate", s.postEstimate)
+}
+
+func (s *Server) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }
 
 // Echo exposes the router, for tests that add routes and for ServeHTTP.
@@ -138,5 +208,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close releases what New opened. The pool belongs to the caller.
-func (s *Server) Close() error { return s.migrator.Close() }
+// Close waits for background writes and releases what New opened. The pool
+// belongs to the caller.
+func (s *Server) Close() error {
+	s.background.Wait()
+	return s.migrator.Close()
+}

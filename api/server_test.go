@@ -152,7 +152,7 @@ func TestErrorsAreJSON(t *testing.T) {
 	}{
 		{"unknown route", http.MethodGet, "/nope", "", http.StatusNotFound, "not_found"},
 		{"panic", http.MethodPost, "/test/panic", "{}", http.StatusInternalServerError, "internal_error"},
-		{"oversized body", http.MethodPost, "/test/echo", strings.Repeat("x", 4096), http.StatusRequestEntityTooLarge, "request_too_large"},
+		{"oversized body", http.MethodPost, "/test/echo", strings.Repeat("x", 4096), http.StatusRequestEntityTooLarge, "body_too_large"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

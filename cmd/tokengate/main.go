@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/migrations"
 )
 
@@ -26,6 +28,9 @@ type globals struct {
 	DatabaseURL string        `name:"database-url" env:"TOKENGATE_DATABASE_URL" required:"" help:"Postgres connection string."`
 	LogLevel    string        `name:"log-level" env:"TOKENGATE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
 	Wait        time.Duration `name:"wait" env:"TOKENGATE_DB_WAIT" default:"30s" help:"How long to wait for the database to accept connections at start."`
+
+	// stdout receives secrets and data; stderr receives notes and logs.
+	stdout, stderr io.Writer
 }
 
 type cli struct {
@@ -33,20 +38,23 @@ type cli struct {
 
 	Migrate migrateCmd `cmd:"" help:"Apply pending database migrations."`
 	Serve   serveCmd   `cmd:"" help:"Run the HTTP server."`
+	Tenant  tenantCmd  `cmd:"" help:"Manage tenants."`
+	Key     keyCmd     `cmd:"" help:"Manage tenant API keys."`
+	Demo    demoCmd    `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "tokengate:", err)
 		os.Exit(1)
 	}
 }
 
 // run parses args and runs the chosen command until ctx ends.
-func run(ctx context.Context, args []string) error {
-	var c cli
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := cli{globals: globals{stdout: stdout, stderr: stderr}}
 	parser, err := kong.New(&c,
 		kong.Name("tokengate"),
 		kong.Description("Cost-based admission control for LLM inference."),
@@ -66,7 +74,7 @@ func run(ctx context.Context, args []string) error {
 func (g *globals) logger() *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(g.LogLevel))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewJSONHandler(g.stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // pool opens the pool and waits up to --wait for the database to answer, so
@@ -139,6 +147,8 @@ type serveCmd struct {
 	BodyLimit       int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"4194304" help:"Largest accepted request body, in bytes."`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
 	MaxConns        int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
+	SweepInterval   time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
+	MaxWaiters      int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 }
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
@@ -157,22 +167,31 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 
+	store := budget.NewStore(pool)
 	srv, err := api.New(&api.Config{
 		DB:              pool,
 		Logger:          logger,
 		BodyLimit:       s.BodyLimit,
 		ShutdownTimeout: s.ShutdownTimeout,
+		Budget:          store,
+		MaxWaiters:      s.MaxWaiters,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	sweeper := &budget.Sweeper{Store: store, Interval: s.SweepInterval, Logger: logger}
+	swept := make(chan struct{})
+	go func() { defer close(swept); sweeper.Run(sweepCtx) }()
+	defer func() { stopSweep(); <-swept }()
+
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.Addr, err)
 	}
-	fmt.Fprintf(os.Stderr, "tokengate listening on %s\n", displayURL(ln.Addr()))
+	fmt.Fprintf(g.stderr, "tokengate listening on %s\n", displayURL(ln.Addr()))
 	return srv.Serve(ctx, ln)
 }
 

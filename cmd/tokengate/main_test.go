@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -25,7 +26,7 @@ func freeAddr(t *testing.T) string {
 
 func TestServeRefusesPendingMigrations(t *testing.T) {
 	t.Parallel()
-	err := run(context.Background(), []string{"serve", "--database-url", pgtest.EmptyURL(t), "--addr", freeAddr(t), "--log-level", "error"})
+	err := run(context.Background(), []string{"serve", "--database-url", pgtest.EmptyURL(t), "--addr", freeAddr(t), "--log-level", "error"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "tokengate migrate") {
 		t.Fatalf("serve on an unmigrated database = %v, want a refusal naming `tokengate migrate`", err)
 	}
@@ -33,7 +34,7 @@ func TestServeRefusesPendingMigrations(t *testing.T) {
 
 func TestServeWithMigrateBecomesReady(t *testing.T) {
 	t.Parallel()
-	g := &globals{DatabaseURL: pgtest.EmptyURL(t), LogLevel: "error", Wait: 5 * time.Second}
+	g := &globals{DatabaseURL: pgtest.EmptyURL(t), LogLevel: "error", Wait: 5 * time.Second, stdout: io.Discard, stderr: io.Discard}
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -69,17 +70,17 @@ func TestServeWithMigrateBecomesReady(t *testing.T) {
 
 	// A plain `migrate` afterwards has nothing left to do, and serve without
 	// --migrate now starts.
-	if err := run(context.Background(), []string{"migrate", "--database-url", g.DatabaseURL, "--log-level", "error"}); err != nil {
+	if err := run(context.Background(), []string{"migrate", "--database-url", g.DatabaseURL, "--log-level", "error"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // Not parallel: it sets the environment, as an operator would.
 func TestDatabaseUnreachableFailsAfterWait(t *testing.T) {
-	g := &globals{DatabaseURL: "postgres://x:y@" + freeAddr(t) + "/z?connect_timeout=1", LogLevel: "error", Wait: time.Second}
+	g := &globals{stdout: io.Discard, stderr: io.Discard, DatabaseURL: "postgres://x:y@" + freeAddr(t) + "/z?connect_timeout=1", LogLevel: "error", Wait: time.Second}
 	start := time.Now()
 	t.Setenv("TOKENGATE_DATABASE_URL", g.DatabaseURL) // the variable every command reads
-	err := run(context.Background(), []string{"migrate", "--wait", "1s"})
+	err := run(context.Background(), []string{"migrate", "--wait", "1s"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not reachable") {
 		t.Fatalf("migrate against nothing = %v", err)
 	}

@@ -1,0 +1,484 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+type estimateJSON struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	Cost         int64 `json:"cost"`
+	Approximate  bool  `json:"approximate"`
+}
+
+type remainingJSON struct {
+	Tokens       int64  `json:"tokens"`
+	Requests     *int64 `json:"requests"`
+	PeriodBudget *int64 `json:"period_budget"`
+}
+
+type admittedJSON struct {
+	ID        string        `json:"id"`
+	Admitted  bool          `json:"admitted"`
+	Model     string        `json:"model"`
+	Estimate  estimateJSON  `json:"estimate"`
+	CreatedAt time.Time     `json:"created_at"`
+	ExpiresAt time.Time     `json:"expires_at"`
+	Remaining remainingJSON `json:"remaining"`
+}
+
+func estimateOf(e estimator.Estimate) estimateJSON {
+	return estimateJSON{InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Cost: e.Cost, Approximate: e.Approximate}
+}
+
+func remainingOf(s budget.Snapshot) remainingJSON {
+	r := remainingJSON{Tokens: s.Tokens()}
+	if s.Limits.RequestsCapacity > 0 {
+		n := s.Requests()
+		r.Requests = &n
+	}
+	if s.Limits.PeriodBudget > 0 {
+		n := s.PeriodRemaining()
+		r.PeriodBudget = &n
+	}
+	return r
+}
+
+// maxIdempotencyKey bounds the Idempotency-Key header.
+const maxIdempotencyKey = 255
+
+func idempotencyKey(r *http.Request) (string, error) {
+	values := r.Header.Values("Idempotency-Key")
+	if len(values) == 0 {
+		return "", nil
+	}
+	if len(values) > 1 {
+		return "", invalid("Idempotency-Key", "send the header once")
+	}
+	k := values[0]
+	if k == "" || len(k) > maxIdempotencyKey {
+		return "", invalid("Idempotency-Key", "must be 1 to 255 characters")
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return "", invalid("Idempotency-Key", "must be printable ASCII without spaces")
+		}
+	}
+	return k, nil
+}
+
+// readBody reads the request body, which the body-limit middleware bounds.
+func readBody(c *echo.Context) ([]byte, error) {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			return nil, he
+		}
+		if strings.Contains(err.Error(), "too large") {
+			return nil, echo.ErrStatusRequestEntityTooLarge
+		}
+		return nil, invalid("body", "could not read the request body")
+	}
+	return body, nil
+}
+
+// estimate parses and estimates a request body. Estimation happens here,
+// before any transaction begins.
+func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estimate, []byte, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return nil, estimator.Estimate{}, nil, err
+	}
+	req, err := estimator.Parse(body)
+	if err != nil {
+		return nil, estimator.Estimate{}, nil, err
+	}
+	est, err := s.estimator.Estimate(req)
+	if err != nil {
+		return nil, estimator.Estimate{}, nil, err
+	}
+	return req, est, body, nil
+}
+
+// createAdmission is POST /v1/admissions: estimate, then reserve.
+func (s *Server) createAdmission(c *echo.Context) error {
+	start := time.Now()
+	tenantID := tenantOf(c)
+	key, err := idempotencyKey(c.Request())
+	if err != nil {
+		s.admissions.admission("invalid", "", start)
+		return err
+	}
+	req, est, body, err := s.estimate(c)
+	if err != nil {
+		s.admissions.admission("invalid", "", start)
+		return err
+	}
+	hash := sha256.Sum256(body)
+	p := budget.ReserveParams{
+		TenantID: tenantID, Estimate: est,
+		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c),
+	}
+	r, err := s.reserveWaiting(c.Request().Context(), p, time.Duration(req.MaxWaitMS())*time.Millisecond)
+	if err != nil {
+		var rej *budget.RejectedError
+		var tl *budget.TooLargeError
+		switch {
+		case errors.As(err, &rej):
+			s.admissions.admission("rejected", string(rej.Limit), start)
+			s.setRateHeaders(c, rej.Snapshot)
+		case errors.As(err, &tl):
+			s.admissions.admission("too_large", string(tl.Limit), start)
+		case c.Request().Context().Err() != nil:
+			s.admissions.admission("cancelled", "", start)
+		default:
+			s.admissions.admission("error", "", start)
+		}
+		return &withEstimate{err: err, estimate: estimateOf(est)}
+	}
+	if r.Replayed {
+		s.admissions.admission("replayed", "", start)
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	} else {
+		s.admissions.admission("admitted", "", start)
+	}
+	s.setRateHeaders(c, r.Snapshot)
+	return c.JSON(http.StatusCreated, admittedJSON{
+		ID: r.AdmissionID, Admitted: true, Model: r.Estimate.Model, Estimate: estimateOf(r.Estimate),
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Remaining: remainingOf(r.Snapshot),
+	})
+}
+
+func keyOf(c *echo.Context) string {
+	id, _ := c.Get(ctxKeyID).(string)
+	return id
+}
+
+// postEstimate is POST /v1/estimate: the estimate alone, debiting nothing.
+func (s *Server) postEstimate(c *echo.Context) error {
+	_, est, _, err := s.estimate(c)
+	if err != nil {
+		return err
+	}
+	return s.respond(c, http.StatusOK, struct {
+		Model    string       `json:"model"`
+		Family   string       `json:"family"`
+		Estimate estimateJSON `json:"estimate"`
+	}{est.Model, est.Family, estimateOf(est)}, nil)
+}
+
+type usageJSON struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	Cost         int64 `json:"cost"`
+}
+
+type endedJSON struct {
+	ID        string        `json:"id"`
+	State     budget.State  `json:"state"`
+	Late      bool          `json:"late"`
+	Model     string        `json:"model"`
+	Estimate  estimateJSON  `json:"estimate"`
+	Actual    *usageJSON    `json:"actual"`
+	Delta     int64         `json:"delta"`
+	Applied   json.Number   `json:"applied_delta"`
+	Balance   json.Number   `json:"balance"`
+	Remaining remainingJSON `json:"remaining"`
+}
+
+func endedOf(st *budget.Settlement) endedJSON {
+	a := st.Admission
+	out := endedJSON{
+		ID: a.ID, State: a.State, Late: a.Late, Model: a.Estimate.Model, Estimate: estimateOf(a.Estimate),
+		Applied:   json.Number(formatMicro(st.DeltaMicro)),
+		Balance:   json.Number(formatMicro(st.BalanceMicro)),
+		Remaining: remainingOf(st.Snapshot),
+	}
+	if a.ActualCost != nil {
+		out.Delta = a.Estimate.Cost - *a.ActualCost
+	}
+	if a.ActualInput != nil && a.ActualOutput != nil && a.ActualCost != nil {
+		out.Actual = &usageJSON{InputTokens: *a.ActualInput, OutputTokens: *a.ActualOutput, Cost: *a.ActualCost}
+	}
+	return out
+}
+
+// settleBody accepts OpenAI's usage names and the generic ones.
+type settleBody struct {
+	Usage *struct {
+		PromptTokens     *int64 `json:"prompt_tokens"`
+		CompletionTokens *int64 `json:"completion_tokens"`
+		InputTokens      *int64 `json:"input_tokens"`
+		OutputTokens     *int64 `json:"output_tokens"`
+	} `json:"usage"`
+}
+
+const maxUsageTokens = 1_000_000_000
+
+func parseUsage(body []byte) (in, out int64, err error) {
+	var sb settleBody
+	if err := decodeJSON(body, &sb); err != nil {
+		return 0, 0, err
+	}
+	if sb.Usage == nil {
+		return 0, 0, invalid("usage", "required: {\"usage\":{\"prompt_tokens\":N,\"completion_tokens\":N}}")
+	}
+	pick := func(a, b *int64, aName, bName string) (int64, error) {
+		switch {
+		case a == nil && b == nil:
+			return 0, invalid("usage."+aName, "required (or usage."+bName+")")
+		case a != nil && b != nil && *a != *b:
+			return 0, invalid("usage."+bName, "disagrees with usage."+aName)
+		case a == nil:
+			a = b
+			aName = bName
+		}
+		if *a < 0 || *a > maxUsageTokens {
+			return 0, invalid("usage."+aName, "must be between 0 and 1000000000")
+		}
+		return *a, nil
+	}
+	u := sb.Usage
+	if in, err = pick(u.PromptTokens, u.InputTokens, "prompt_tokens", "input_tokens"); err != nil {
+		return 0, 0, err
+	}
+	if out, err = pick(u.CompletionTokens, u.OutputTokens, "completion_tokens", "output_tokens"); err != nil {
+		return 0, 0, err
+	}
+	return in, out, nil
+}
+
+// decodeJSON decodes a small JSON body, naming the field of a type error.
+func decodeJSON(body []byte, v any) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	err := json.Unmarshal(body, v)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return invalid(field, "must be "+jsonKind(typ.Type.Kind().String()))
+	case errors.As(err, &syn):
+		return invalid("body", "malformed JSON at byte "+strconv.FormatInt(syn.Offset, 10))
+	default:
+		return invalid("body", "malformed JSON")
+	}
+}
+
+func jsonKind(k string) string {
+	switch {
+	case strings.HasPrefix(k, "int"), strings.HasPrefix(k, "uint"):
+		return "an integer"
+	case k == "struct", k == "map", k == "ptr":
+		return "an object"
+	case k == "string":
+		return "a string"
+	}
+	return "of another type (" + k + ")"
+}
+
+func (s *Server) settleAdmission(c *echo.Context) error {
+	return s.endAdmission(c, "settle", func(ctx context.Context, body []byte) (*budget.Settlement, error) {
+		in, out, err := parseUsage(body)
+		if err != nil {
+			return nil, err
+		}
+		return s.budget.Settle(ctx, budget.SettleParams{
+			TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c),
+		})
+	})
+}
+
+func (s *Server) releaseAdmission(c *echo.Context) error {
+	return s.endAdmission(c, "release", func(ctx context.Context, _ []byte) (*budget.Settlement, error) {
+		return s.budget.Release(ctx, budget.ReleaseParams{TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c)})
+	})
+}
+
+// endAdmission runs a settle or release and answers with its result. A
+// reservation that ended here frees capacity, so the tenant's waiters in
+// this replica are woken.
+func (s *Server) endAdmission(c *echo.Context, kind string, end func(context.Context, []byte) (*budget.Settlement, error)) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	st, err := end(c.Request().Context(), body)
+	if err != nil {
+		return err
+	}
+	if !st.Replayed {
+		s.admissions.settled(kind, st)
+		s.waiters.wake(tenantOf(c))
+	}
+	return s.respond(c, http.StatusOK, endedOf(st), &st.Snapshot)
+}
+
+type admissionJSON struct {
+	ID        string       `json:"id"`
+	State     budget.State `json:"state"`
+	Model     string       `json:"model"`
+	Estimate  estimateJSON `json:"estimate"`
+	CreatedAt time.Time    `json:"created_at"`
+	ExpiresAt time.Time    `json:"expires_at"`
+	EndedAt   *time.Time   `json:"ended_at"`
+	Late      bool         `json:"late"`
+	Actual    *usageJSON   `json:"actual"`
+}
+
+func (s *Server) getAdmission(c *echo.Context) error {
+	a, err := s.budget.AdmissionGet(c.Request().Context(), tenantOf(c), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out := admissionJSON{
+		ID: a.ID, State: a.State, Model: a.Estimate.Model, Estimate: estimateOf(a.Estimate),
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, EndedAt: a.EndedAt, Late: a.Late,
+	}
+	if a.ActualCost != nil {
+		out.Actual = &usageJSON{Cost: *a.ActualCost}
+		if a.ActualInput != nil && a.ActualOutput != nil {
+			out.Actual.InputTokens, out.Actual.OutputTokens = *a.ActualInput, *a.ActualOutput
+		}
+	}
+	return s.respond(c, http.StatusOK, out, nil)
+}
+
+type budgetJSON struct {
+	Tenant string `json:"tenant"`
+	Limits struct {
+		TokensCapacity    int64        `json:"tokens_capacity"`
+		TokensPerSecond   json.Number  `json:"tokens_per_second"`
+		RequestsCapacity  *int64       `json:"requests_capacity"`
+		RequestsPerSecond *json.Number `json:"requests_per_second"`
+		MaxConcurrent     *int64       `json:"max_concurrent"`
+		PeriodBudget      *int64       `json:"period_budget"`
+		Period            *string      `json:"period"`
+		ReservationTTLMS  int64        `json:"reservation_ttl_ms"`
+		MaxWaitMS         int64        `json:"max_wait_ms"`
+	} `json:"limits"`
+	Balances struct {
+		Tokens           json.Number  `json:"tokens"`
+		TokensFullInMS   int64        `json:"tokens_full_in_ms"`
+		Requests         *json.Number `json:"requests"`
+		OpenReservations int64        `json:"open_reservations"`
+		PeriodUsed       *int64       `json:"period_used"`
+		PeriodRemaining  *int64       `json:"period_remaining"`
+		PeriodStart      *time.Time   `json:"period_start"`
+		PeriodEnd        *time.Time   `json:"period_end"`
+	} `json:"balances"`
+	At time.Time `json:"at"`
+}
+
+func (s *Server) getBudget(c *echo.Context) error {
+	snap, err := s.budget.TenantSnapshot(c.Request().Context(), tenantOf(c))
+	if err != nil {
+		return err
+	}
+	var out budgetJSON
+	l := snap.Limits
+	out.Tenant, out.At = snap.TenantID, snap.At
+	out.Limits.TokensCapacity = l.TokensCapacity
+	out.Limits.TokensPerSecond = json.Number(budget.FormatRate(l.TokensRateMicro))
+	out.Limits.ReservationTTLMS = l.ReservationTTL.Milliseconds()
+	out.Limits.MaxWaitMS = l.MaxWait.Milliseconds()
+	out.Balances.Tokens = json.Number(formatMicro(snap.TokensMicro))
+	out.Balances.TokensFullInMS = snap.TokensFullIn.Milliseconds()
+	out.Balances.OpenReservations = snap.OpenReservations
+	if l.RequestsCapacity > 0 {
+		rate := json.Number(budget.FormatRate(l.RequestsRateMicro))
+		req := json.Number(formatMicro(snap.RequestsMicro))
+		out.Limits.RequestsCapacity, out.Limits.RequestsPerSecond = &l.RequestsCapacity, &rate
+		out.Balances.Requests = &req
+	}
+	if l.MaxConcurrent > 0 {
+		out.Limits.MaxConcurrent = &l.MaxConcurrent
+	}
+	if l.PeriodBudget > 0 {
+		period := string(l.Period)
+		remaining := snap.PeriodRemaining()
+		out.Limits.PeriodBudget, out.Limits.Period = &l.PeriodBudget, &period
+		out.Balances.PeriodUsed, out.Balances.PeriodRemaining = &snap.PeriodUsed, &remaining
+		out.Balances.PeriodStart, out.Balances.PeriodEnd = &snap.PeriodStart, &snap.PeriodEnd
+	}
+	return s.respond(c, http.StatusOK, out, &snap)
+}
+
+// respond writes a JSON body with the tenant's rate-limit headers, reading
+// a snapshot when the handler has none.
+func (s *Server) respond(c *echo.Context, status int, body any, snap *budget.Snapshot) error {
+	if snap != nil {
+		s.setRateHeaders(c, *snap)
+	} else {
+		s.ensureRateHeaders(c)
+	}
+	return c.JSON(status, body)
+}
+
+// setRateHeaders sets the X-RateLimit-* headers every tenant response
+// carries, with OpenAI's names and formats.
+func (s *Server) setRateHeaders(c *echo.Context, snap budget.Snapshot) {
+	h := c.Response().Header()
+	h.Set("X-RateLimit-Limit-Tokens", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
+	h.Set("X-RateLimit-Remaining-Tokens", strconv.FormatInt(max(0, snap.Tokens()), 10))
+	h.Set("X-RateLimit-Reset-Tokens", snap.TokensFullIn.String())
+	if snap.Limits.RequestsCapacity > 0 {
+		h.Set("X-RateLimit-Limit-Requests", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
+		h.Set("X-RateLimit-Remaining-Requests", strconv.FormatInt(max(0, snap.Requests()), 10))
+		h.Set("X-RateLimit-Reset-Requests", snap.RequestsFullIn.String())
+	}
+}
+
+// ensureRateHeaders sets the headers from a fresh snapshot unless the
+// handler already did; it is best effort and never fails the response.
+func (s *Server) ensureRateHeaders(c *echo.Context) {
+	tenantID := tenantOf(c)
+	if tenantID == "" || c.Response().Header().Get("X-RateLimit-Limit-Tokens") != "" {
+		return
+	}
+	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
+		return
+	}
+	snap, err := s.budget.TenantSnapshot(c.Request().Context(), tenantID)
+	if err == nil {
+		s.setRateHeaders(c, snap)
+	}
+}
+
+// withRateHeaders makes sure error responses of tenant routes carry the
+// rate-limit headers too.
+func (s *Server) withRateHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		err := next(c)
+		if err != nil {
+			s.ensureRateHeaders(c)
+		}
+		return err
+	}
+}
+
+// formatMicro renders micro-units as an exact decimal number.
+func formatMicro(v int64) string {
+	if v < 0 {
+		return "-" + budget.FormatRate(-v)
+	}
+	return budget.FormatRate(v)
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+)
+
+type tenantCmd struct {
+	Create tenantCreateCmd `cmd:"" help:"Create a tenant with a full token bucket."`
+}
+
+type tenantCreateCmd struct {
+	ID                string        `arg:"" help:"Tenant id: 1-63 of a-z 0-9 _ . - ."`
+	TokensCapacity    int64         `name:"tokens-capacity" required:"" help:"Token bucket size (burst), in cost units."`
+	TokensPerSecond   string        `name:"tokens-per-second" required:"" help:"Token refill rate per second (decimal, up to 6 places)."`
+	RequestsCapacity  int64         `name:"requests-capacity" help:"Optional request bucket size."`
+	RequestsPerSecond string        `name:"requests-per-second" help:"Request refill rate per second (with --requests-capacity)."`
+	MaxConcurrent     int64         `name:"max-concurrent" help:"Optional cap on open reservations."`
+	PeriodBudget      int64         `name:"period-budget" help:"Optional hard cap per calendar period (UTC)."`
+	Period            string        `name:"period" enum:"day,month," default:"" help:"Period of --period-budget: day or month."`
+	ReservationTTL    time.Duration `name:"reservation-ttl" default:"10m" help:"How long a reservation stays open before it expires."`
+	MaxWait           time.Duration `name:"max-wait" default:"30s" help:"Longest max_wait_ms honoured for this tenant."`
+	IfNotExists       bool          `name:"if-not-exists" help:"Succeed without change when the tenant exists."`
+}
+
+func (c tenantCreateCmd) limits() (budget.Limits, error) {
+	l := budget.Limits{
+		TokensCapacity:   c.TokensCapacity,
+		RequestsCapacity: c.RequestsCapacity,
+		MaxConcurrent:    c.MaxConcurrent,
+		PeriodBudget:     c.PeriodBudget,
+		Period:           budget.Period(c.Period),
+		ReservationTTL:   c.ReservationTTL,
+		MaxWait:          c.MaxWait,
+	}
+	var err error
+	if l.TokensRateMicro, err = budget.ParseRate(c.TokensPerSecond); err != nil {
+		return l, fmt.Errorf("--tokens-per-second: %w", err)
+	}
+	if c.RequestsPerSecond != "" {
+		if l.RequestsRateMicro, err = budget.ParseRate(c.RequestsPerSecond); err != nil {
+			return l, fmt.Errorf("--requests-per-second: %w", err)
+		}
+	}
+	return l, nil
+}
+
+func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
+	l, err := c.limits()
+	if err != nil {
+		return err
+	}
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	snap, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: c.ID, Limits: l, Actor: "cli"})
+	if errors.Is(err, budget.ErrTenantExists) && c.IfNotExists {
+		fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "created tenant %s: %d tokens, refilling %s/s\n", snap.TenantID, snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
+	return nil
+}
+
+type keyCmd struct {
+	Create keyCreateCmd `cmd:"" help:"Create an API key for a tenant and print it once."`
+}
+
+type keyCreateCmd struct {
+	Tenant string `arg:"" help:"Tenant id."`
+}
+
+func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	k, secret, err := apikey.Create(ctx, pool, c.Tenant)
+	if err != nil {
+		return err
+	}
+	printSecret(g.stdout, g.stderr, secret, fmt.Sprintf("API key %s for tenant %s (shown once; only its hash is stored):", k.ID, k.TenantID))
+	return nil
+}
+
+// printSecret writes the secret alone on its own stdout line, and the
+// explanation on stderr, so that `KEY=$(tokengate key create t)` works.
+func printSecret(stdout, stderr io.Writer, secret, note string) {
+	fmt.Fprintln(stderr, note)
+	fmt.Fprintln(stdout, secret)
+}
+
+// demoCmd seeds a first tenant and key for `make run`, only when the
+// database has no tenant at all.
+type demoCmd struct {
+	Addr string `name:"addr" default:":8080" help:"Address serve will listen on, for the curl example."`
+}
+
+func (c demoCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var tenants int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenants").Scan(&tenants); err != nil {
+		return err
+	}
+	if tenants > 0 {
+		fmt.Fprintln(g.stderr, "demo: tenants exist; create a key with: bin/tokengate key create demo")
+		return nil
+	}
+	l := budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * budget.Micro, RequestsCapacity: 600,
+		RequestsRateMicro: 10 * budget.Micro, MaxConcurrent: 50}
+	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
+		return err
+	}
+	_, secret, err := apikey.Create(ctx, pool, "demo")
+	if err != nil {
+		return err
+	}
+	port := c.Addr
+	if len(port) > 0 && port[0] == ':' {
+		port = "localhost" + port
+	}
+	fmt.Fprintf(g.stderr, `demo: created tenant "demo" (100000 tokens, 1000/s; 600 requests, 10/s; 50 concurrent).
+demo: its API key, shown once:
+`)
+	fmt.Fprintln(g.stdout, secret)
+	fmt.Fprintf(g.stderr, `demo: try it (TG_KEY is the key above):
+  export TG_KEY=<the key above>
+  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions \
+    -d '{"model":"gpt-4o","messages":[{"role":"user","content":"Hello!"}],"max_tokens":100}'
+  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions/ADMISSION_ID/settle \
+    -d '{"usage":{"prompt_tokens":9,"completion_tokens":12}}'
+  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/budget
+`, port, port, port)
+	return nil
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+func cli2(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), append(args, "--log-level", "error"), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestTenantAndKeyCreate(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	_, _, err := cli2(t, "tenant", "create", "acme", "--database-url", url,
+		"--tokens-capacity", "5000", "--tokens-per-second", "2.5",
+		"--requests-capacity", "60", "--requests-per-second", "1",
+		"--max-concurrent", "4", "--period-budget", "100000", "--period", "month")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t, url, nil)
+	snap, err := budget.NewStore(pool).TenantSnapshot(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := snap.Limits
+	if l.TokensCapacity != 5000 || l.TokensRateMicro != 2_500_000 || l.RequestsCapacity != 60 || l.MaxConcurrent != 4 ||
+		l.PeriodBudget != 100000 || l.Period != budget.PeriodMonth || snap.Tokens() != 5000 {
+		t.Fatalf("created %+v", snap)
+	}
+	if _, _, err := cli2(t, "tenant", "create", "acme", "--database-url", url, "--tokens-capacity", "1", "--tokens-per-second", "1"); err == nil {
+		t.Fatal("a second create of the same id succeeded")
+	}
+	if _, _, err := cli2(t, "tenant", "create", "acme", "--database-url", url, "--tokens-capacity", "1", "--tokens-per-second", "1", "--if-not-exists"); err != nil {
+		t.Fatalf("--if-not-exists: %v", err)
+	}
+	for _, bad := range [][]string{
+		{"tenant", "create", "Bad ID", "--tokens-capacity", "1", "--tokens-per-second", "1"},
+		{"tenant", "create", "x", "--tokens-capacity", "0", "--tokens-per-second", "1"},
+		{"tenant", "create", "x", "--tokens-capacity", "10", "--tokens-per-second", "-1"},
+		{"tenant", "create", "x", "--tokens-capacity", "10", "--tokens-per-second", "1", "--period-budget", "5"},
+		{"tenant", "create", "x", "--tokens-capacity", "10", "--tokens-per-second", "1", "--period", "week"},
+	} {
+		if _, _, err := cli2(t, append(bad, "--database-url", url)...); err == nil {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+
+	out, notes, err := cli2(t, "key", "create", "acme", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "tg_") {
+		t.Fatalf("stdout %q: want the key alone on one line", out)
+	}
+	if strings.Contains(notes, lines[0]) {
+		t.Fatal("the secret was printed twice")
+	}
+	if tenant, _, err := apikey.Authenticate(context.Background(), pool, lines[0]); err != nil || tenant != "acme" {
+		t.Fatalf("the printed key does not authenticate: %q %v", tenant, err)
+	}
+	if _, _, err := cli2(t, "key", "create", "nobody", "--database-url", url); err == nil {
+		t.Fatal("key for a missing tenant")
+	}
+}
+
+func TestDemoSeedsOnlyAnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	out, notes, err := cli2(t, "demo", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(out)
+	if !strings.HasPrefix(key, "tg_") || strings.Count(notes+out, key) != 1 || !strings.Contains(notes, "curl") {
+		t.Fatalf("demo printed %q / %q", out, notes)
+	}
+	out, _, err = cli2(t, "demo", "--database-url", url)
+	if err != nil || out != "" {
+		t.Fatalf("second demo: %q %v", out, err)
+	}
+}

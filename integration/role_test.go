@@ -1,0 +1,78 @@
+package integration_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+// TestAppRoleCannotRewriteLedger runs the service under the role the README
+// describes: it admits and settles, but may not UPDATE, DELETE or TRUNCATE
+// the ledger, trigger or no trigger.
+func TestAppRoleCannotRewriteLedger(t *testing.T) {
+	t.Parallel()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	role := "tokengate_app_" + hex.EncodeToString(b)
+	quoted := pgx.Identifier{role}.Sanitize()
+	// Roles belong to the server, not the database: drop it once the test
+	// database (registered next, so cleaned up first) is gone.
+	admin := pgtest.Admin(t)
+	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+quoted) })
+	dbURL := pgtest.URL(t)
+	owner := pgtest.Pool(t, dbURL, nil)
+	// The grants, as the README lists them.
+	for _, stmt := range []string{
+		"CREATE ROLE " + quoted + " LOGIN PASSWORD 'app-secret'",
+		"GRANT SELECT, INSERT, UPDATE ON tenants, admissions, api_keys, idempotency_keys TO " + quoted,
+		"GRANT DELETE ON idempotency_keys TO " + quoted,
+		"GRANT SELECT ON goose_db_version TO " + quoted,
+		"GRANT SELECT, INSERT ON ledger_entries TO " + quoted,
+	} {
+		if _, err := owner.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "app-secret")
+	app := pgtest.Pool(t, u.String(), nil)
+
+	// Tenants are created by an operator (the owner); the service runs as
+	// the app role.
+	tmp := startReplica(t, app)
+	key := (&cluster{pool: owner, store: budget.NewStore(owner)}).tenant(t, "acme", 1000, "1")
+	code, body := post(t, tmp+"/v1/admissions", key, `{"model":"gpt-4o","prompt":"hi","max_tokens":10}`)
+	if code != http.StatusCreated {
+		t.Fatalf("admission as the app role: %d %s", code, body)
+	}
+	id := strings.Split(strings.Split(string(body), `"id":"`)[1], `"`)[0]
+	if code, body := post(t, tmp+"/v1/admissions/"+id+"/settle", key, `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`); code != http.StatusOK {
+		t.Fatalf("settle as the app role: %d %s", code, body)
+	}
+	// Without the trigger's help too: privileges alone refuse rewrites.
+	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_entries DISABLE TRIGGER USER"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{"UPDATE ledger_entries SET delta_micro = 0", "DELETE FROM ledger_entries", "TRUNCATE ledger_entries"} {
+		_, err := app.Exec(ctx, stmt)
+		if err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Fatalf("%s as the app role: %v, want permission denied", stmt, err)
+		}
+	}
+	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_entries ENABLE TRIGGER USER"); err != nil {
+		t.Fatal(err)
+	}
+	verify(t, owner, "acme")
+}
