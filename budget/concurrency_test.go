@@ -2,6 +2,7 @@ package budget_test
 
 import (
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,4 +288,80 @@ func TestConcurrentSettlesKeepLedgerExact(t *testing.T) {
 	if sum.finalOpen != 0 {
 		t.Fatalf("%d reservations left open", sum.finalOpen)
 	}
+}
+
+// TestConcurrentSweepersExpireEachOnce: four replicas sweep at once while
+// callers settle some of the same reservations. Every reservation ends
+// exactly once, and the slots all come back.
+func TestConcurrentSweepersExpireEachOnce(t *testing.T) {
+	t.Parallel()
+	b, stores := replicas(t)
+	l := limits(1_000_000, "1000")
+	l.MaxConcurrent = 300
+	b.tenant(t, "acme", l)
+	b.tenant(t, "globex", l)
+	var ids []string
+	for i := range 240 {
+		tenant := []string{"acme", "globex"}[i%2]
+		r := b.mustReserve(t, tenant, 3)
+		ids = append(ids, tenant+"/"+r.AdmissionID)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE admissions SET expires_at = clock_timestamp() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	var expired, settled atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			n, err := stores[w%2].SweepOnce(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			expired.Add(int64(n))
+		})
+	}
+	for i, id := range ids[:60] {
+		wg.Go(func() {
+			tenant, adm, _ := strings.Cut(id, "/")
+			_, err := stores[i%2].Settle(ctx, budget.SettleParams{TenantID: tenant, AdmissionID: adm, InputTokens: 1, OutputTokens: 1})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			settled.Add(1)
+		})
+	}
+	wg.Wait()
+	// A few reservations may have been settled before any sweeper reached
+	// them; the rest expired, each once.
+	var expireEntries, settleEntries int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE kind = 'expire'), count(*) FILTER (WHERE kind = 'settle')
+		FROM ledger_entries`).Scan(&expireEntries, &settleEntries); err != nil {
+		t.Fatal(err)
+	}
+	if expireEntries != expired.Load() || settleEntries != 60 {
+		t.Fatalf("%d expire entries (sweepers reported %d), %d settle entries (want 60)", expireEntries, expired.Load(), settleEntries)
+	}
+	var reserved, open int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'reserved') FROM admissions`).Scan(&reserved); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.pool.QueryRow(ctx, `SELECT sum(open_reservations) FROM tenants`).Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	if reserved != 0 || open != 0 || settled.Load() != 60 {
+		t.Fatalf("after the sweep: %d still reserved, %d slots open, %d settled", reserved, open, settled.Load())
+	}
+	// Each admission ended exactly once: expired, settled, or expired then
+	// settled late.
+	var dupes int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT admission_id FROM ledger_entries WHERE kind = 'expire'
+		GROUP BY admission_id HAVING count(*) > 1) d`).Scan(&dupes); err != nil || dupes != 0 {
+		t.Fatalf("%d admissions expired twice (%v)", dupes, err)
+	}
+	if expireEntries < 180 || expireEntries > 240 {
+		t.Fatalf("%d expired, want 180 to 240", expireEntries)
+	}
+	b.verify(t, "acme")
+	b.verify(t, "globex")
 }
