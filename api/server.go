@@ -81,6 +81,11 @@ type Server struct {
 	waiters     *waitQueues
 	authLimiter *ipLimiter
 
+	// stopping closes when Serve's context ends, so callers waiting for
+	// tokens answer at once instead of holding up a graceful shutdown.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
+
 	touchMu    sync.Mutex
 	touched    map[string]time.Time
 	background sync.WaitGroup
@@ -139,6 +144,7 @@ func New(cfg *Config) (*Server, error) {
 		waiters:     newWaitQueues(c.MaxWaiters),
 		authLimiter: newIPLimiter(c.AuthFailuresPerSecond, c.AuthFailureBurst),
 		touched:     map[string]time.Time{},
+		stopping:    make(chan struct{}),
 	}
 	s.metrics = newHTTPMetrics(c.Registry)
 	s.admissions = newAdmissionMetrics(c.Registry)
@@ -203,6 +209,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		},
 	}
 	s.logger.Info("serving", "address", ln.Addr().String())
+	stop := context.AfterFunc(ctx, func() { s.stoppingOnce.Do(func() { close(s.stopping) }) })
+	defer stop()
 	err := sc.Start(ctx, s.echo)
 	s.logger.Info("stopped serving", "address", ln.Addr().String())
 	return err

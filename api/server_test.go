@@ -269,3 +269,48 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 		panic("unreachable")
 	}
 }
+
+func TestShutdownEndsWaitingCallers(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	key := b.tenant(t, "acme", lim(100, "0.35"))
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(90, "x")); r.Code != http.StatusCreated {
+		t.Fatal(r.Body)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- b.srv.Serve(sctx, ln) }()
+
+	// This caller needs 7 more tokens, 20 s of refill, and may wait 30 s.
+	got := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/admissions",
+			strings.NewReader(`{"model":"gpt-4o","messages":[{"role":"user","content":"x"}],"max_tokens":1,"max_wait_ms":30000}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	time.Sleep(300 * time.Millisecond) // time to reach the wait
+	select {
+	case code := <-got:
+		t.Fatalf("the caller was answered (%d) instead of waiting", code)
+	default:
+	}
+	start := time.Now()
+	cancel()
+	if code := waitFor(t, got, "the waiting caller's answer"); code != http.StatusTooManyRequests {
+		t.Fatalf("waiting caller got %d, want its 429 at shutdown", code)
+	}
+	if err := waitFor(t, served, "Serve to return"); err != nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("shutdown took %s (%v)", time.Since(start), err)
+	}
+}

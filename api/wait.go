@@ -114,6 +114,9 @@ func (s *Server) reserveWaiting(ctx context.Context, p budget.ReserveParams, max
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, err
+		case <-s.stopping:
+			timer.Stop()
+			return nil, err
 		case <-wake:
 			timer.Stop()
 		case <-timer.C:
