@@ -243,15 +243,17 @@ func TestRejectionIs429WithRetryAfter(t *testing.T) {
 		} `json:"estimate"`
 	}
 	res.json(&body)
-	// 300 - 258 = 42 left; the request costs 108: 66 tokens short at 2/s.
+	// 300 - 258 = 42 left, plus what refilled since; the request costs 108:
+	// just under 66 tokens short at 2/s. (The budget tests check the exact
+	// figure against the decision's own clock.)
 	if body.Error.Type != "rate_limit_exceeded" || body.Error.Limit != "tokens" || body.Estimate.Cost != 108 ||
-		body.Error.RetryAfterMS < 32_900 || body.Error.RetryAfterMS > 33_000 {
+		body.Error.RetryAfterMS < 28_000 || body.Error.RetryAfterMS > 33_000 {
 		t.Fatalf("429 body: %s", res.Body)
 	}
-	if got, want := res.Header().Get("Retry-After"), strconv.FormatInt((body.Error.RetryAfterMS+999)/1000, 10); got != want || got != "33" {
-		t.Fatalf("Retry-After %q, want %q", got, want)
+	if got, want := res.Header().Get("Retry-After"), strconv.FormatInt((body.Error.RetryAfterMS+999)/1000, 10); got != want {
+		t.Fatalf("Retry-After %q, want %q (whole seconds, rounded up)", got, want)
 	}
-	if res.Header().Get("X-RateLimit-Remaining-Tokens") != "42" {
+	if rem := res.Header().Get("X-RateLimit-Remaining-Tokens"); rem < "42" || rem > "46" || len(rem) != 2 {
 		t.Fatalf("headers %v", res.Header())
 	}
 	if after, seq2 := b.balance(t, "acme"); after != before || seq2 != seq {
