@@ -150,15 +150,15 @@ func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
 func TestRefillByMovingTimeBack(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.tenant(t, "acme", limits(1000, "10"))
+	b.tenant(t, "acme", limits(1000, "1"))
 	b.mustReserve(t, "acme", 1000)
 	if _, err := b.reserve(t, "acme", 1); err == nil {
 		t.Fatal("empty bucket admitted")
 	}
-	b.rewind(t, "acme", 30*time.Second) // 300 tokens
+	b.rewind(t, "acme", 300*time.Second) // 300 tokens
 	r := b.mustReserve(t, "acme", 250)
-	if got := r.Snapshot.Tokens(); got != 50 {
-		t.Fatalf("after 30 s at 10/s and a 250 debit: %d tokens, want 50", got)
+	if got := r.Snapshot.Tokens(); got < 50 || got > 52 {
+		t.Fatalf("after 300 s at 1/s and a 250 debit: %d tokens, want 50 (and the second or two the test took)", got)
 	}
 	b.rewind(t, "acme", time.Hour) // far more than capacity
 	r = b.mustReserve(t, "acme", 1)
@@ -166,7 +166,7 @@ func TestRefillByMovingTimeBack(t *testing.T) {
 		t.Fatalf("refill must stop at capacity: %d tokens, want 999", got)
 	}
 
-	// The ledger recorded each refill exactly: 30 s at 10/s (plus the
+	// The ledger recorded each refill exactly: 300 s at 1/s (plus the
 	// milliseconds the test itself took), then exactly what filled the bucket
 	// to capacity.
 	rows, err := b.pool.Query(ctx, `SELECT refill_micro, balance_micro - delta_micro FROM ledger_entries WHERE tenant_id = 'acme' ORDER BY seq`)
@@ -182,7 +182,7 @@ func TestRefillByMovingTimeBack(t *testing.T) {
 		}
 		refills, before = append(refills, refill), append(before, beforeDelta)
 	}
-	if len(refills) != 4 || refills[2] < 300*budget.Micro || refills[2] > 301*budget.Micro || before[3] != 1000*budget.Micro {
+	if len(refills) != 4 || refills[2] < 300*budget.Micro || refills[2] > 303*budget.Micro || before[3] != 1000*budget.Micro {
 		t.Fatalf("recorded refills %v, balances before each debit %v", refills, before)
 	}
 	b.verify(t, "acme")
