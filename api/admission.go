@@ -140,6 +140,9 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		switch {
 		case errors.As(err, &rej):
 			s.admissions.admission("rejected", string(rej.Limit), start)
+			if s.cfg.Rejections != nil {
+				s.cfg.Rejections.Add(rej)
+			}
 			s.setRateHeaders(c, rej.Snapshot)
 		case errors.As(err, &tl):
 			s.admissions.admission("too_large", string(tl.Limit), start)

@@ -63,6 +63,8 @@ type Config struct {
 	// limiter for unauthenticated and failed-auth traffic. Default 5 and 20.
 	AuthFailuresPerSecond float64
 	AuthFailureBurst      int
+	// Rejections tallies rejections for the dashboard; nil counts none.
+	Rejections *budget.Rejections
 }
 
 // Server is one tokengate replica's HTTP server.

@@ -35,6 +35,8 @@ var (
 	admissionExpiredLockSQL string
 	//go:embed sql/admission_expired_tenants.sql
 	admissionExpiredTenantsSQL string
+	//go:embed sql/admission_recent.sql
+	admissionRecentSQL string
 	//go:embed sql/admission_end.sql
 	admissionEndSQL string
 	//go:embed sql/idempotency_get.sql

@@ -147,3 +147,17 @@ func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (Snapshot, 
 func (s *Store) AdmissionGet(ctx context.Context, tenantID, admissionID string) (*Admission, error) {
 	return scanAdmission(s.pool.QueryRow(ctx, admissionGetSQL, admissionID, tenantID))
 }
+
+// AdmissionRecent returns a tenant's latest admissions, newest first (the
+// dashboard's estimate-versus-actual chart).
+func (s *Store) AdmissionRecent(ctx context.Context, tenantID string, limit int) ([]*Admission, error) {
+	rows, err := s.pool.Query(ctx, admissionRecentSQL, tenantID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("budget: recent admissions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Admission, error) { return scanAdmission(r) })
+	if err != nil {
+		return nil, fmt.Errorf("budget: recent admissions: %w", err)
+	}
+	return out, nil
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync/atomic"
 )
 
 // Estimate is the predicted token cost of one request.
@@ -39,7 +40,7 @@ type Config struct {
 // Estimator turns parsed requests into estimates. It is safe for concurrent
 // use.
 type Estimator struct {
-	table *Table
+	table atomic.Pointer[Table]
 }
 
 // New returns an Estimator. A nil cfg or nil cfg.Table uses [DefaultTable].
@@ -51,11 +52,17 @@ func New(cfg *Config) *Estimator {
 	if t == nil {
 		t = DefaultTable()
 	}
-	return &Estimator{table: t}
+	e := &Estimator{}
+	e.table.Store(t)
+	return e
 }
 
 // Table returns the estimator's model table.
-func (e *Estimator) Table() *Table { return e.table }
+func (e *Estimator) Table() *Table { return e.table.Load() }
+
+// SetTable replaces the model table; estimates already under way finish
+// with the old one.
+func (e *Estimator) SetTable(t *Table) { e.table.Store(t) }
 
 // Framing constants of OpenAI's cookbook (num_tokens_from_messages and
 // num_tokens_for_tools).
@@ -87,7 +94,7 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 		// Only Parse makes usable Requests.
 		return Estimate{}, invalid("body", "is empty")
 	}
-	t := e.table
+	t := e.table.Load()
 	if t == nil {
 		t = DefaultTable()
 	}

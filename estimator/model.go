@@ -39,21 +39,24 @@ type Model struct {
 
 // validate reports what is wrong with m, if anything.
 func (m Model) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	}
 	switch {
-	case m.Name == "":
-		return errors.New("empty name")
+	case m.Name == "" || len(m.Name) > 256 || strings.TrimSpace(m.Name) != m.Name:
+		return bad("name", "must be 1 to 256 bytes without surrounding spaces")
 	case m.Encoding != EncodingO200K && m.Encoding != EncodingCL100K:
-		return fmt.Errorf("unknown encoding %q (want %q or %q)", m.Encoding, EncodingO200K, EncodingCL100K)
+		return bad("encoding", "unknown encoding %q (want %q or %q)", m.Encoding, EncodingO200K, EncodingCL100K)
 	case m.InputWeightMicro <= 0 || m.InputWeightMicro > maxWeightMicro:
-		return fmt.Errorf("input weight %d out of range 1..%d", m.InputWeightMicro, maxWeightMicro)
+		return bad("input_weight", "must be between 0.000001 and 1000")
 	case m.OutputWeightMicro <= 0 || m.OutputWeightMicro > maxWeightMicro:
-		return fmt.Errorf("output weight %d out of range 1..%d", m.OutputWeightMicro, maxWeightMicro)
+		return bad("output_weight", "must be between 0.000001 and 1000")
 	case m.DefaultOutputTokens <= 0 || m.DefaultOutputTokens > maxTokenField:
-		return fmt.Errorf("default output tokens %d out of range 1..%d", m.DefaultOutputTokens, maxTokenField)
+		return bad("default_output_tokens", "must be between 1 and %d", maxTokenField)
 	case m.ContextWindow <= 0 || m.ContextWindow > maxTokenField:
-		return fmt.Errorf("context window %d out of range 1..%d", m.ContextWindow, maxTokenField)
+		return bad("context_window", "must be between 1 and %d", maxTokenField)
 	case m.PartTokens <= 0 || m.PartTokens > maxTokenField:
-		return fmt.Errorf("part tokens %d out of range 1..%d", m.PartTokens, maxTokenField)
+		return bad("part_tokens", "must be between 1 and %d", maxTokenField)
 	}
 	return nil
 }
@@ -158,6 +161,33 @@ func DefaultTable() *Table {
 	t.aliases = defaultAliases
 	return t
 }
+
+// With returns a copy of t in which overrides replace the models of the same
+// name and add new ones; t's aliases are kept. It validates like NewTable.
+func (t *Table) With(overrides []Model) (*Table, error) {
+	byName := map[string]Model{}
+	for _, m := range t.sorted {
+		byName[m.Name] = m
+	}
+	for _, m := range overrides {
+		byName[m.Name] = m
+	}
+	ms := make([]Model, 0, len(byName))
+	for _, m := range byName {
+		ms = append(ms, m)
+	}
+	n, err := NewTable(ms)
+	if err != nil {
+		return nil, err
+	}
+	n.aliases = t.aliases
+	return n, nil
+}
+
+// Validate reports whether m could enter a table: a non-empty name of at
+// most 256 bytes, a known encoding, weights in 1..1e9 micro units, and
+// positive output cap, context window and part tokens.
+func (m Model) Validate() error { return m.validate() }
 
 // Models returns the table's models sorted by name.
 func (t *Table) Models() []Model {

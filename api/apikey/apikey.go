@@ -83,19 +83,32 @@ func randomString(n int) string {
 	return encoding.EncodeToString(b)[:n]
 }
 
-func hashSecret(secret string) []byte {
+// Generate returns a new credential of the form <prefix><id>_<secret>: a
+// 12-character id stored in clear and a 52-character (256-bit) secret of
+// which only HashSecret is stored. Admin tokens share the format.
+func Generate(prefix string) (id, secret, full string) {
+	id, secret = randomString(idLen), randomString(secretLen)
+	return id, secret, prefix + id + "_" + secret
+}
+
+// HashSecret is what is stored of a secret.
+func HashSecret(secret string) []byte {
 	sum := sha256.Sum256([]byte(secret))
 	return sum[:]
+}
+
+// Equal compares a stored hash with a presented secret in constant time.
+func Equal(stored []byte, secret string) bool {
+	return subtle.ConstantTimeCompare(stored, HashSecret(secret)) == 1
 }
 
 // Create makes a key for tenantID and returns it with its secret, the full
 // key string, which is not stored and cannot be recovered. It returns
 // ErrTenantNotFound.
 func Create(ctx context.Context, db DB, tenantID string) (Key, string, error) {
-	id := randomString(idLen)
-	secret := randomString(secretLen)
+	id, secret, full := Generate(Prefix)
 	k := Key{ID: id, TenantID: tenantID, Prefix: Prefix + id + "_"}
-	err := db.QueryRow(ctx, keyInsertSQL, id, tenantID, hashSecret(secret)).Scan(&k.CreatedAt)
+	err := db.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
 		return Key{}, "", ErrTenantNotFound
@@ -103,13 +116,13 @@ func Create(ctx context.Context, db DB, tenantID string) (Key, string, error) {
 	if err != nil {
 		return Key{}, "", fmt.Errorf("apikey: create: %w", err)
 	}
-	return k, k.Prefix + secret, nil
+	return k, full, nil
 }
 
-// parse splits a presented key into id and secret, checking its shape
-// without touching the database.
-func parse(presented string) (id, secret string, ok bool) {
-	rest, found := strings.CutPrefix(presented, Prefix)
+// Parse splits a presented credential of the Generate format into id and
+// secret, checking its shape without touching the database.
+func Parse(prefix, presented string) (id, secret string, ok bool) {
+	rest, found := strings.CutPrefix(presented, prefix)
 	if !found || len(rest) != idLen+1+secretLen || rest[idLen] != '_' {
 		return "", "", false
 	}
@@ -129,7 +142,7 @@ func parse(presented string) (id, secret string, ok bool) {
 // ErrInvalid for anything but a valid, unrevoked key, and ErrTenantDisabled
 // when the key is valid but its tenant is disabled.
 func Authenticate(ctx context.Context, db DB, presented string) (tenantID, keyID string, err error) {
-	id, secret, ok := parse(presented)
+	id, secret, ok := Parse(Prefix, presented)
 	if !ok {
 		return "", "", ErrInvalid
 	}
@@ -142,7 +155,7 @@ func Authenticate(ctx context.Context, db DB, presented string) (tenantID, keyID
 	if err != nil {
 		return "", "", fmt.Errorf("apikey: authenticate: %w", err)
 	}
-	if subtle.ConstantTimeCompare(stored, hashSecret(secret)) != 1 || revoked {
+	if !Equal(stored, secret) || revoked {
 		return "", "", ErrInvalid
 	}
 	if disabled {

@@ -1,0 +1,2 @@
+UPDATE admin_tokens SET revoked_at = clock_timestamp()
+WHERE id = $1 AND revoked_at IS NULL

@@ -1,0 +1,216 @@
+package budget
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/ledger"
+)
+
+var (
+	//go:embed sql/tenant_update_limits.sql
+	tenantUpdateLimitsSQL string
+	//go:embed sql/tenant_set_disabled.sql
+	tenantSetDisabledSQL string
+	//go:embed sql/tenant_list.sql
+	tenantListSQL string
+)
+
+// UpdateLimitsParams replaces a tenant's limits.
+type UpdateLimitsParams struct {
+	TenantID string
+	Limits   Limits
+	Actor    string
+}
+
+// UpdateLimits replaces a tenant's limits under its row lock, so the next
+// admission in every replica decides with them. Balances are first refilled
+// to now at the old rate. A balance above a lowered capacity is cut to it
+// (the entry records the cut as its delta); a newly configured request
+// bucket starts full; a changed period starts a fresh window. It appends a
+// limits entry with the limits before and after, and returns a *LimitError
+// (ErrInvalidLimits) or ErrTenantNotFound.
+func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapshot, error) {
+	l := p.Limits
+	if err := l.Validate(); err != nil {
+		return Snapshot{}, err
+	}
+	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	t.advance(now)
+	before := t.limits
+	detail, err := json.Marshal(struct {
+		Before limitsDetail `json:"before"`
+		After  limitsDetail `json:"after"`
+	}{detailOf(before), detailOf(l)})
+	if err != nil {
+		tx.abort()
+		return Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
+	}
+
+	t.limits = l
+	t.tokens.capacityMicro, t.tokens.rateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
+	var cut int64
+	if t.tokens.balanceMicro > t.tokens.capacityMicro {
+		cut = t.tokens.capacityMicro - t.tokens.balanceMicro
+		t.tokens.balanceMicro = t.tokens.capacityMicro
+	}
+	switch {
+	case l.RequestsCapacity == 0:
+		t.requests = bucket{}
+	case before.RequestsCapacity == 0:
+		t.requests = bucket{capacityMicro: l.RequestsCapacity * Micro, rateMicro: l.RequestsRateMicro, balanceMicro: l.RequestsCapacity * Micro, at: now}
+	default:
+		t.requests.capacityMicro, t.requests.rateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
+		t.requests.balanceMicro = min(t.requests.balanceMicro, t.requests.capacityMicro)
+	}
+	switch {
+	case l.Period == PeriodNone:
+		t.periodStart, t.periodUsed = nil, 0
+	case l.Period != before.Period:
+		start := l.Period.start(now)
+		t.periodStart, t.periodUsed = &start, 0
+	}
+
+	e := t.entry(ledger.KindLimits, now, actorOr(p.Actor, "admin"))
+	e.DeltaMicro = cut
+	e.Detail = string(detail)
+	t.seal(e)
+
+	b := &pgx.Batch{}
+	b.Queue(tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
+		l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds())
+	t.queueUpdate(b)
+	ledger.QueueInsert(b, e)
+	if err := tx.finish(ctx, b); err != nil {
+		return Snapshot{}, err
+	}
+	return t.snapshot(now), nil
+}
+
+// SetDisabledParams disables or re-enables a tenant.
+type SetDisabledParams struct {
+	TenantID string
+	Disabled bool
+	Reason   string
+	Actor    string
+}
+
+// SetDisabled disables a tenant (its admissions answer 403 and its keys stop
+// working) or enables it again, with a tenant entry in the ledger. Setting
+// the state it already has changes nothing. It returns ErrTenantNotFound.
+func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (Snapshot, error) {
+	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	t.advance(now)
+	if t.disabled == p.Disabled {
+		tx.abort()
+		return t.snapshot(now), nil
+	}
+	t.disabled = p.Disabled
+	var at *time.Time
+	event := "enabled"
+	if p.Disabled {
+		at, event = &now, "disabled"
+	}
+	e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "admin"))
+	e.Reason = strings.TrimSpace(event + ": " + p.Reason)
+	e.Reason = strings.TrimSuffix(e.Reason, ":")
+	e.Detail = `{"event":"` + event + `"}`
+	t.seal(e)
+	b := &pgx.Batch{}
+	b.Queue(tenantSetDisabledSQL, t.id, at)
+	t.queueUpdate(b)
+	ledger.QueueInsert(b, e)
+	if err := tx.finish(ctx, b); err != nil {
+		return Snapshot{}, err
+	}
+	return t.snapshot(now), nil
+}
+
+// AdjustParams is an admin credit (positive) or debit (negative).
+type AdjustParams struct {
+	TenantID string
+	Tokens   int64
+	Reason   string
+	Actor    string
+}
+
+// ErrBadAdjustment: an adjustment needs a non-zero amount and a reason.
+var ErrBadAdjustment = errors.New("budget: an adjustment needs a non-zero amount and a reason")
+
+// Adjust credits or debits a tenant's token balance by an admin's decision,
+// with the reason in the ledger. A credit is not capped at capacity (the
+// admin means it; refill simply pauses until the balance is below capacity
+// again); a debit may drive the balance negative. It returns
+// ErrBadAdjustment or ErrTenantNotFound.
+func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
+	reason := strings.TrimSpace(p.Reason)
+	if p.Tokens == 0 || p.Tokens > maxAmount || p.Tokens < -maxAmount || reason == "" || len(reason) > 500 {
+		return Snapshot{}, ErrBadAdjustment
+	}
+	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	t.advance(now)
+	delta := p.Tokens * Micro
+	if delta > 0 && t.tokens.balanceMicro > math.MaxInt64-delta {
+		tx.abort()
+		return Snapshot{}, ErrBadAdjustment
+	}
+	t.tokens.balanceMicro += delta
+	e := t.entry(ledger.KindAdjust, now, actorOr(p.Actor, "admin"))
+	e.DeltaMicro = delta
+	e.Reason = reason
+	t.seal(e)
+	b := &pgx.Batch{}
+	t.queueUpdate(b)
+	ledger.QueueInsert(b, e)
+	if err := tx.finish(ctx, b); err != nil {
+		return Snapshot{}, err
+	}
+	return t.snapshot(now), nil
+}
+
+// TenantList returns every tenant's limits and balances, refilled to the
+// database's clock now, without locking or writing.
+func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
+	b := &pgx.Batch{}
+	b.Queue(clockSQL)
+	b.Queue(tenantListSQL)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var now time.Time
+	if err := br.QueryRow().Scan(&now); err != nil {
+		return nil, fmt.Errorf("budget: clock: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("budget: list tenants: %w", err)
+	}
+	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Snapshot, error) {
+		t, err := scanTenant(r)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		t.advance(now)
+		return t.snapshot(now), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget: list tenants: %w", err)
+	}
+	return snaps, nil
+}

@@ -1,0 +1,130 @@
+package budget
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	//go:embed sql/rejections_add.sql
+	rejectionsAddSQL string
+	//go:embed sql/rejections_since.sql
+	rejectionsSinceSQL string
+	//go:embed sql/rejections_purge.sql
+	rejectionsPurgeSQL string
+)
+
+// Rejections tallies rejected requests per tenant, minute and limit in
+// memory, and adds the tallies to the database every few seconds: a
+// rejection itself writes nothing, yet the dashboard sees every replica's
+// throttling. It is safe for concurrent use.
+type Rejections struct {
+	pool   *pgxpool.Pool
+	mu     sync.Mutex
+	counts map[rejectionKey]int64
+}
+
+type rejectionKey struct {
+	tenant string
+	minute time.Time
+	limit  Limit
+}
+
+// NewRejections returns a tally that flushes to pool.
+func NewRejections(pool *pgxpool.Pool) *Rejections {
+	return &Rejections{pool: pool, counts: map[rejectionKey]int64{}}
+}
+
+// Add counts one rejection, at the database time its decision was made.
+func (r *Rejections) Add(rej *RejectedError) {
+	k := rejectionKey{tenant: rej.Snapshot.TenantID, minute: rej.Snapshot.At.Truncate(time.Minute), limit: rej.Limit}
+	r.mu.Lock()
+	r.counts[k]++
+	r.mu.Unlock()
+}
+
+// Flush adds the tallies gathered since the last flush to the database, in
+// one round trip. Tallies that fail to write are kept for the next flush.
+func (r *Rejections) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	pending := r.counts
+	r.counts = map[rejectionKey]int64{}
+	r.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	b := &pgx.Batch{}
+	for k, n := range pending {
+		b.Queue(rejectionsAddSQL, k.tenant, k.minute, string(k.limit), n)
+	}
+	if err := r.pool.SendBatch(ctx, b).Close(); err != nil {
+		r.mu.Lock()
+		for k, n := range pending {
+			r.counts[k] += n
+		}
+		r.mu.Unlock()
+		return fmt.Errorf("budget: flush rejections: %w", err)
+	}
+	return nil
+}
+
+// Run flushes every interval until ctx ends, then once more, and purges
+// tallies older than a day.
+func (r *Rejections) Run(ctx context.Context, interval time.Duration, logger *slog.Logger) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := r.Flush(fctx); err != nil {
+				logger.Warn("flush rejection tallies", "error", err.Error())
+			}
+			cancel()
+			return
+		case <-ticker.C:
+		}
+		if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+			logger.Warn("flush rejection tallies", "error", err.Error())
+		}
+		if _, err := r.pool.Exec(ctx, rejectionsPurgeSQL); err != nil && ctx.Err() == nil {
+			logger.Warn("purge rejection tallies", "error", err.Error())
+		}
+	}
+}
+
+// RejectionCount is the number of rejections of one tenant by one limit in
+// one minute, across all replicas.
+type RejectionCount struct {
+	TenantID string
+	Minute   time.Time
+	Limit    Limit
+	Count    int64
+}
+
+// RejectionsSince returns the flushed tallies of the minutes that overlap
+// the last `window`, by the database's clock.
+func (s *Store) RejectionsSince(ctx context.Context, window time.Duration) ([]RejectionCount, error) {
+	rows, err := s.pool.Query(ctx, rejectionsSinceSQL, window.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("budget: rejections: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RejectionCount, error) {
+		var c RejectionCount
+		var limit string
+		err := r.Scan(&c.TenantID, &c.Minute, &limit, &c.Count)
+		c.Limit = Limit(limit)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget: rejections: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,4 @@
+SELECT tenant_id, minute, limit_name, count
+FROM rejection_counts
+WHERE minute >= date_trunc('minute', clock_timestamp() - make_interval(secs => $1))
+ORDER BY tenant_id, minute, limit_name

@@ -1,0 +1,1 @@
+SELECT count(*), coalesce(max(updated_at), 'epoch'::timestamptz) FROM models

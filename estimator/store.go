@@ -1,0 +1,131 @@
+package estimator
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var (
+	//go:embed sql/model_list.sql
+	modelListSQL string
+	//go:embed sql/model_upsert.sql
+	modelUpsertSQL string
+	//go:embed sql/model_version.sql
+	modelVersionSQL string
+)
+
+// DB is what the model store needs: a pool, a connection or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// StoredModel is a model an admin created or changed, which overrides the
+// seeded entry of the same name in every replica.
+type StoredModel struct {
+	Model
+	UpdatedAt time.Time
+	UpdatedBy string
+}
+
+// ModelList returns the stored models, by name.
+func ModelList(ctx context.Context, db DB) ([]StoredModel, error) {
+	rows, err := db.Query(ctx, modelListSQL)
+	if err != nil {
+		return nil, fmt.Errorf("estimator: list models: %w", err)
+	}
+	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredModel, error) {
+		var m StoredModel
+		err := r.Scan(&m.Name, &m.Encoding, &m.InputWeightMicro, &m.OutputWeightMicro, &m.DefaultOutputTokens,
+			&m.ContextWindow, &m.PartTokens, &m.UpdatedAt, &m.UpdatedBy)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("estimator: list models: %w", err)
+	}
+	return ms, nil
+}
+
+// ModelUpsert stores a model (new, or overriding a seeded or stored one).
+// It returns an *InvalidError naming the bad field.
+func ModelUpsert(ctx context.Context, db DB, m Model, actor string) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, modelUpsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor)
+	if err != nil {
+		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// LoadTable returns the seeded table with the stored models applied.
+func LoadTable(ctx context.Context, db DB) (*Table, error) {
+	stored, err := ModelList(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]Model, len(stored))
+	for i, m := range stored {
+		ms[i] = m.Model
+	}
+	return DefaultTable().With(ms)
+}
+
+// Refresh reloads the table from db when the stored models changed since
+// the last load, so a model edit in one replica reaches the others within
+// one refresh interval. It costs one small query when nothing changed.
+type Refresh struct {
+	Estimator *Estimator
+	DB        DB
+	Logger    *slog.Logger
+
+	count   int64
+	updated time.Time
+}
+
+// Once checks and reloads if needed.
+func (r *Refresh) Once(ctx context.Context) error {
+	var count int64
+	var updated time.Time
+	if err := r.DB.QueryRow(ctx, modelVersionSQL).Scan(&count, &updated); err != nil {
+		return fmt.Errorf("estimator: model version: %w", err)
+	}
+	if count == r.count && updated.Equal(r.updated) && !r.updated.IsZero() {
+		return nil
+	}
+	t, err := LoadTable(ctx, r.DB)
+	if err != nil {
+		return err
+	}
+	r.Estimator.SetTable(t)
+	r.count, r.updated = count, updated
+	if r.updated.IsZero() {
+		r.updated = time.Unix(0, 0)
+	}
+	return nil
+}
+
+// Run calls Once every interval until ctx ends.
+func (r *Refresh) Run(ctx context.Context, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if err := r.Once(ctx); err != nil && ctx.Err() == nil && r.Logger != nil {
+			r.Logger.Warn("refresh model table", "error", err.Error())
+		}
+	}
+}

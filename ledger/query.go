@@ -1,0 +1,263 @@
+package ledger
+
+import (
+	"context"
+	_ "embed"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	//go:embed sql/entry_query_desc.sql
+	entryQueryDescSQL string
+	//go:embed sql/entry_query_asc.sql
+	entryQueryAscSQL string
+	//go:embed sql/kind_counts.sql
+	kindCountsSQL string
+)
+
+// Filter selects ledger entries. Empty fields do not filter.
+type Filter struct {
+	TenantID    string
+	Kind        Kind
+	Model       string
+	AdmissionID string
+	Actor       string
+	From, To    time.Time // created_at in [From, To)
+	// After continues a listing after the last entry of the previous page.
+	After *Cursor
+	// Oldest lists oldest first; the default is newest first.
+	Oldest bool
+	Limit  int
+}
+
+// Cursor is a position in a listing: the (created_at, tenant, seq) of the
+// last entry seen. Keyset paging is stable under concurrent inserts: new
+// entries never shift the pages after a cursor.
+type Cursor struct {
+	CreatedAt time.Time `json:"t"`
+	TenantID  string    `json:"k"`
+	Seq       int64     `json:"s"`
+}
+
+// ErrBadCursor: the cursor string was not made by Cursor.String.
+var ErrBadCursor = errors.New("ledger: malformed cursor")
+
+// String encodes the cursor for a URL.
+func (c Cursor) String() string {
+	b, _ := json.Marshal(struct {
+		T int64  `json:"t"`
+		K string `json:"k"`
+		S int64  `json:"s"`
+	}{c.CreatedAt.UnixMicro(), c.TenantID, c.Seq})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ParseCursor decodes Cursor.String. It returns ErrBadCursor.
+func ParseCursor(s string) (*Cursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(raw) > 512 {
+		return nil, ErrBadCursor
+	}
+	var v struct {
+		T int64  `json:"t"`
+		K string `json:"k"`
+		S int64  `json:"s"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil || v.S <= 0 {
+		return nil, ErrBadCursor
+	}
+	return &Cursor{CreatedAt: time.UnixMicro(v.T).UTC(), TenantID: v.K, Seq: v.S}, nil
+}
+
+func (f Filter) args() []any {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	var at *time.Time
+	var tenant string
+	var seq int64
+	if f.After != nil {
+		at, tenant, seq = &f.After.CreatedAt, f.After.TenantID, f.After.Seq
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	return []any{f.TenantID, string(f.Kind), f.Model, f.AdmissionID, f.Actor, opt(f.From), opt(f.To), at, tenant, seq, limit}
+}
+
+func scanEntry(row pgx.CollectableRow) (Entry, error) {
+	var e Entry
+	var kind string
+	err := row.Scan(&e.TenantID, &e.Seq, &kind, &e.CreatedAt, &e.AdmissionID, &e.Model, &e.Estimate, &e.Actual,
+		&e.RefillMicro, &e.DeltaMicro, &e.BalanceMicro, &e.PeriodStart, &e.PeriodUsed, &e.Late,
+		&e.Actor, &e.Reason, &e.Detail, &e.PrevHash, &e.Hash)
+	e.Kind = Kind(kind)
+	return e, err
+}
+
+func (f Filter) sql() string {
+	if f.Oldest {
+		return entryQueryAscSQL
+	}
+	return entryQueryDescSQL
+}
+
+// EntryQuery returns one page of entries matching f, and the cursor of the
+// next page (nil on the last page).
+func EntryQuery(ctx context.Context, q Querier, f Filter) ([]Entry, *Cursor, error) {
+	if f.Limit <= 0 || f.Limit > 1000 {
+		f.Limit = 100
+	}
+	probe := f
+	probe.Limit = f.Limit + 1 // one more tells whether a next page exists
+	rows, err := q.Query(ctx, probe.sql(), probe.args()...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger: query: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ledger: query: %w", err)
+	}
+	if len(entries) <= f.Limit {
+		return entries, nil, nil
+	}
+	entries = entries[:f.Limit]
+	last := entries[len(entries)-1]
+	return entries, &Cursor{CreatedAt: last.CreatedAt, TenantID: last.TenantID, Seq: last.Seq}, nil
+}
+
+// EntryEach streams every entry matching f (ignoring Limit) to fn, page by
+// page, so memory stays constant however many rows match.
+func EntryEach(ctx context.Context, q Querier, f Filter, fn func(*Entry) error) error {
+	f.Limit = 5000
+	for {
+		rows, err := q.Query(ctx, f.sql(), f.args()...)
+		if err != nil {
+			return fmt.Errorf("ledger: export: %w", err)
+		}
+		n := 0
+		var last Entry
+		for rows.Next() {
+			e, err := scanEntry(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("ledger: export: %w", err)
+			}
+			if err := fn(&e); err != nil {
+				rows.Close()
+				return err
+			}
+			last = e
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("ledger: export: %w", err)
+		}
+		if n < f.Limit {
+			return nil
+		}
+		f.After = &Cursor{CreatedAt: last.CreatedAt, TenantID: last.TenantID, Seq: last.Seq}
+	}
+}
+
+// CSVHeader is the first line of a CSV export.
+var CSVHeader = []string{"tenant_id", "seq", "kind", "created_at", "admission_id", "model", "estimate", "actual",
+	"refill_tokens", "delta_tokens", "balance_tokens", "period_start", "period_used", "late", "actor", "reason",
+	"detail", "prev_hash", "hash"}
+
+// Tokens renders micro-tokens as an exact decimal.
+func Tokens(micro int64) string {
+	sign := ""
+	if micro < 0 {
+		sign, micro = "-", -micro
+	}
+	s := strconv.FormatInt(micro/1_000_000, 10)
+	if frac := micro % 1_000_000; frac != 0 {
+		s += "." + strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
+	}
+	return sign + s
+}
+
+// CSVRecord renders an entry as a CSV record matching CSVHeader.
+func CSVRecord(e *Entry) []string {
+	opt := func(n *int64) string {
+		if n == nil {
+			return ""
+		}
+		return strconv.FormatInt(*n, 10)
+	}
+	period := ""
+	if e.PeriodStart != nil {
+		period = e.PeriodStart.UTC().Format(time.RFC3339)
+	}
+	return []string{e.TenantID, strconv.FormatInt(e.Seq, 10), string(e.Kind), e.CreatedAt.UTC().Format(time.RFC3339Nano),
+		e.AdmissionID, e.Model, opt(e.Estimate), opt(e.Actual), Tokens(e.RefillMicro), Tokens(e.DeltaMicro),
+		Tokens(e.BalanceMicro), period, strconv.FormatInt(e.PeriodUsed, 10), strconv.FormatBool(e.Late), e.Actor,
+		e.Reason, e.Detail, hex.EncodeToString(e.PrevHash), hex.EncodeToString(e.Hash)}
+}
+
+// WriteCSV streams every entry matching f to w as CSV, header first.
+func WriteCSV(ctx context.Context, q Querier, f Filter, w io.Writer) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	n := 0
+	err := EntryEach(ctx, q, f, func(e *Entry) error {
+		if err := cw.Write(CSVRecord(e)); err != nil {
+			return err
+		}
+		if n++; n%1000 == 0 {
+			cw.Flush()
+			return cw.Error()
+		}
+		return nil
+	})
+	cw.Flush()
+	if err != nil {
+		return err
+	}
+	return cw.Error()
+}
+
+// MinuteCount is the number of entries of one kind of one tenant in one
+// minute.
+type MinuteCount struct {
+	TenantID string
+	Minute   time.Time
+	Count    int64
+}
+
+// KindCounts counts entries of kind per tenant and minute over the minutes
+// overlapping the last window (the dashboard's admitted-per-minute).
+func KindCounts(ctx context.Context, q Querier, kind Kind, window time.Duration) ([]MinuteCount, error) {
+	rows, err := q.Query(ctx, kindCountsSQL, string(kind), window.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("ledger: counts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MinuteCount, error) {
+		var c MinuteCount
+		err := r.Scan(&c.TenantID, &c.Minute, &c.Count)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: counts: %w", err)
+	}
+	return out, nil
+}
