@@ -366,8 +366,9 @@ func (s *Server) getAdmission(c *echo.Context) error {
 }
 
 type budgetJSON struct {
-	Tenant string `json:"tenant"`
-	Limits struct {
+	Tenant   string `json:"tenant"`
+	Disabled bool   `json:"disabled"`
+	Limits   struct {
 		TokensCapacity    int64        `json:"tokens_capacity"`
 		TokensPerSecond   json.Number  `json:"tokens_per_second"`
 		RequestsCapacity  *int64       `json:"requests_capacity"`
@@ -396,9 +397,15 @@ func (s *Server) getBudget(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return s.respond(c, http.StatusOK, budgetOf(snap), &snap)
+}
+
+// budgetOf renders a tenant's limits and balances, for the tenant itself
+// (GET /v1/budget) and for admins.
+func budgetOf(snap budget.Snapshot) budgetJSON {
 	var out budgetJSON
 	l := snap.Limits
-	out.Tenant, out.At = snap.TenantID, snap.At
+	out.Tenant, out.At, out.Disabled = snap.TenantID, snap.At, snap.Disabled
 	out.Limits.TokensCapacity = l.TokensCapacity
 	out.Limits.TokensPerSecond = json.Number(budget.FormatRate(l.TokensRateMicro))
 	out.Limits.ReservationTTLMS = l.ReservationTTL.Milliseconds()
@@ -422,7 +429,7 @@ func (s *Server) getBudget(c *echo.Context) error {
 		out.Balances.PeriodUsed, out.Balances.PeriodRemaining = &snap.PeriodUsed, &remaining
 		out.Balances.PeriodStart, out.Balances.PeriodEnd = &snap.PeriodStart, &snap.PeriodEnd
 	}
-	return s.respond(c, http.StatusOK, out, &snap)
+	return out
 }
 
 // respond writes a JSON body with the tenant's rate-limit headers, reading

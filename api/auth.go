@@ -66,23 +66,30 @@ func (s *Server) authThrottled() error {
 		Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
 }
 
-// touchKey records a key's last use at most once a minute, off the request
-// path, so authentication adds no write per request.
+// touchKey records a key's last use.
 func (s *Server) touchKey(keyID string) {
+	s.touchThrottled("key:"+keyID, func() error {
+		ctx, cancel := s.backgroundContext(5 * time.Second)
+		defer cancel()
+		return apikey.Touch(ctx, s.db, keyID)
+	})
+}
+
+// touchThrottled runs touch for a credential at most once a minute, off the
+// request path, so authentication adds no write per request.
+func (s *Server) touchThrottled(credential string, touch func() error) {
 	now := time.Now()
 	s.touchMu.Lock()
-	last, seen := s.touched[keyID]
+	last, seen := s.touched[credential]
 	if seen && now.Sub(last) < time.Minute {
 		s.touchMu.Unlock()
 		return
 	}
-	s.touched[keyID] = now
+	s.touched[credential] = now
 	s.touchMu.Unlock()
 	s.background.Go(func() {
-		ctx, cancel := s.backgroundContext(5 * time.Second)
-		defer cancel()
-		if err := apikey.Touch(ctx, s.db, keyID); err != nil {
-			s.logger.Warn("record key use", "key_id", keyID, "error", err.Error())
+		if err := touch(); err != nil {
+			s.logger.Warn("record credential use", "credential", credential, "error", err.Error())
 		}
 	})
 }

@@ -30,6 +30,13 @@ type Budget interface {
 	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
 	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
 	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+
+	// Administration.
+	CreateTenant(ctx context.Context, p budget.CreateTenantParams) (budget.Snapshot, error)
+	UpdateLimits(ctx context.Context, p budget.UpdateLimitsParams) (budget.Snapshot, error)
+	SetDisabled(ctx context.Context, p budget.SetDisabledParams) (budget.Snapshot, error)
+	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
+	TenantList(ctx context.Context) ([]budget.Snapshot, error)
 }
 
 // DefaultBodyLimit bounds every request body. An admission request carries a
@@ -180,6 +187,25 @@ func (s *Server) routes() {
 	v1.POST("/admissions/:id/release", s.releaseAdmission)
 	v1.GET("/budget", s.getBudget)
 	v1.POST("/estimate", s.postEstimate)
+
+	admin := s.echo.Group("/v1/admin", s.requireAdmin)
+	admin.GET("/tenants", s.adminTenantList)
+	admin.POST("/tenants", s.adminTenantCreate)
+	admin.GET("/tenants/:id", s.adminTenantGet)
+	admin.PATCH("/tenants/:id/limits", s.adminTenantLimits)
+	admin.POST("/tenants/:id/disable", s.adminTenantDisable)
+	admin.POST("/tenants/:id/enable", s.adminTenantEnable)
+	admin.POST("/tenants/:id/adjustments", s.adminTenantAdjust)
+	admin.GET("/tenants/:id/keys", s.adminKeyList)
+	admin.POST("/tenants/:id/keys", s.adminKeyCreate)
+	admin.DELETE("/tenants/:id/keys/:key", s.adminKeyRevoke)
+	admin.GET("/models", s.adminModelList)
+	admin.POST("/models", s.adminModelCreate)
+	admin.PATCH("/models/:name", s.adminModelUpdate)
+	admin.GET("/ledger", s.adminLedger)
+	admin.GET("/ledger/export", s.adminLedgerExport)
+	admin.GET("/tokens", s.adminTokenList)
+	admin.DELETE("/tokens/:id", s.adminTokenRevoke)
 }
 
 func (s *Server) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {

@@ -189,6 +189,13 @@ func (t *Table) With(overrides []Model) (*Table, error) {
 // positive output cap, context window and part tokens.
 func (m Model) Validate() error { return m.validate() }
 
+// Get returns the model named exactly name, without the dated-variant and
+// prefix rules of Lookup: the admin API edits entries, not requests.
+func (t *Table) Get(name string) (Model, bool) {
+	m, ok := t.models[name]
+	return m, ok
+}
+
 // Models returns the table's models sorted by name.
 func (t *Table) Models() []Model {
 	if t == nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 )
 
@@ -36,11 +38,13 @@ type globals struct {
 type cli struct {
 	globals
 
-	Migrate migrateCmd `cmd:"" help:"Apply pending database migrations."`
-	Serve   serveCmd   `cmd:"" help:"Run the HTTP server."`
-	Tenant  tenantCmd  `cmd:"" help:"Manage tenants."`
-	Key     keyCmd     `cmd:"" help:"Manage tenant API keys."`
-	Demo    demoCmd    `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
+	Migrate    migrateCmd    `cmd:"" help:"Apply pending database migrations."`
+	Serve      serveCmd      `cmd:"" help:"Run the HTTP server."`
+	Tenant     tenantCmd     `cmd:"" help:"Manage tenants."`
+	Key        keyCmd        `cmd:"" help:"Manage tenant API keys."`
+	Model      modelCmd      `cmd:"" help:"Manage the model table."`
+	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
+	Demo       demoCmd       `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
 }
 
 func main() {
@@ -149,6 +153,7 @@ type serveCmd struct {
 	MaxConns        int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval   time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
 	MaxWaiters      int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
+	ModelRefresh    time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
@@ -168,24 +173,36 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 
 	store := budget.NewStore(pool)
+	est := estimator.New(nil)
+	refresh := &estimator.Refresh{Estimator: est, DB: pool, Logger: logger}
+	if err := refresh.Once(ctx); err != nil {
+		return err
+	}
+	rejections := budget.NewRejections(pool)
 	srv, err := api.New(&api.Config{
 		DB:              pool,
 		Logger:          logger,
 		BodyLimit:       s.BodyLimit,
 		ShutdownTimeout: s.ShutdownTimeout,
 		Budget:          store,
+		Estimator:       est,
 		MaxWaiters:      s.MaxWaiters,
+		Rejections:      rejections,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	sweeper := &budget.Sweeper{Store: store, Interval: s.SweepInterval, Logger: logger}
-	swept := make(chan struct{})
-	go func() { defer close(swept); sweeper.Run(sweepCtx) }()
-	defer func() { stopSweep(); <-swept }()
+	// Background work of every replica: expiring reservations, picking up
+	// model edits, and adding rejection tallies to the database. It stops
+	// after the server has drained.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Go(func() { (&budget.Sweeper{Store: store, Interval: s.SweepInterval, Logger: logger}).Run(bgCtx) })
+	bg.Go(func() { refresh.Run(bgCtx, s.ModelRefresh) })
+	bg.Go(func() { rejections.Run(bgCtx, 5*time.Second, logger) })
+	defer func() { stopBackground(); bg.Wait() }()
 
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {

@@ -12,7 +12,12 @@ import (
 )
 
 type tenantCmd struct {
-	Create tenantCreateCmd `cmd:"" help:"Create a tenant with a full token bucket."`
+	Create  tenantCreateCmd  `cmd:"" help:"Create a tenant with a full token bucket."`
+	List    tenantListCmd    `cmd:"" help:"List tenants with their balances."`
+	Update  tenantUpdateCmd  `cmd:"" help:"Change a tenant's limits (the others are kept)."`
+	Disable tenantDisableCmd `cmd:"" help:"Disable a tenant: its requests answer 403."`
+	Enable  tenantEnableCmd  `cmd:"" help:"Enable a disabled tenant."`
+	Adjust  tenantAdjustCmd  `cmd:"" help:"Credit or debit a tenant's tokens, with a reason."`
 }
 
 type tenantCreateCmd struct {
@@ -75,6 +80,8 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 
 type keyCmd struct {
 	Create keyCreateCmd `cmd:"" help:"Create an API key for a tenant and print it once."`
+	List   keyListCmd   `cmd:"" help:"List a tenant's keys (never their secrets)."`
+	Revoke keyRevokeCmd `cmd:"" help:"Revoke a tenant's key."`
 }
 
 type keyCreateCmd struct {

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tokengate/tokengate/api/admintoken"
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+type adminTokenCmd struct {
+	Create adminTokenCreateCmd `cmd:"" help:"Create an admin token and print it once."`
+	List   adminTokenListCmd   `cmd:"" help:"List admin tokens (never their secrets)."`
+	Revoke adminTokenRevokeCmd `cmd:"" help:"Revoke an admin token and end its dashboard sessions."`
+}
+
+type adminTokenCreateCmd struct {
+	Name string `arg:"" help:"Who holds it; recorded as the actor of their changes."`
+}
+
+func (c adminTokenCreateCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tok, secret, err := admintoken.Create(ctx, pool, c.Name)
+	if err != nil {
+		return err
+	}
+	printSecret(g.stdout, g.stderr, secret, fmt.Sprintf("admin token %s (%s), shown once; only its hash is stored:", tok.ID, tok.Name))
+	return nil
+}
+
+type adminTokenListCmd struct{}
+
+func (adminTokenListCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	tokens, err := admintoken.List(ctx, pool)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
+	for _, t := range tokens {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, stamp(&t.CreatedAt), stamp(t.LastUsedAt), stamp(t.RevokedAt))
+	}
+	return w.Flush()
+}
+
+type adminTokenRevokeCmd struct {
+	ID string `arg:"" help:"Token id (the part after tga_)."`
+}
+
+func (c adminTokenRevokeCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := admintoken.Revoke(ctx, pool, c.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "revoked admin token %s\n", c.ID)
+	return nil
+}
+
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+type tenantListCmd struct{}
+
+func (tenantListCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	snaps, err := budget.NewStore(pool).TenantList(ctx)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TENANT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT")
+	for _, s := range snaps {
+		state := "active"
+		if s.Disabled {
+			state = "disabled"
+		}
+		req, period := "-", "-"
+		if s.Limits.RequestsCapacity > 0 {
+			req = fmt.Sprintf("%d/%d", s.Requests(), s.Limits.RequestsCapacity)
+		}
+		if s.Limits.PeriodBudget > 0 {
+			period = fmt.Sprintf("%d/%d per %s", s.PeriodRemaining(), s.Limits.PeriodBudget, s.Limits.Period)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", s.TenantID, state, s.Tokens(), s.Limits.TokensCapacity,
+			budget.FormatRate(s.Limits.TokensRateMicro), req, s.OpenReservations, period)
+	}
+	return w.Flush()
+}
+
+// tenantUpdateCmd changes the limits it is given and keeps the others.
+type tenantUpdateCmd struct {
+	ID                string         `arg:"" help:"Tenant id."`
+	TokensCapacity    *int64         `name:"tokens-capacity" help:"Token bucket size."`
+	TokensPerSecond   *string        `name:"tokens-per-second" help:"Token refill rate per second."`
+	RequestsCapacity  *int64         `name:"requests-capacity" help:"Request bucket size (0 removes the request bucket)."`
+	RequestsPerSecond *string        `name:"requests-per-second" help:"Request refill rate per second."`
+	MaxConcurrent     *int64         `name:"max-concurrent" help:"Cap on open reservations (0 removes it)."`
+	PeriodBudget      *int64         `name:"period-budget" help:"Budget per period (0 removes it)."`
+	Period            *string        `name:"period" enum:"day,month," help:"day or month."`
+	ReservationTTL    *time.Duration `name:"reservation-ttl" help:"How long reservations stay open."`
+	MaxWait           *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured."`
+	Actor             string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
+}
+
+func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := budget.NewStore(pool)
+	cur, err := store.TenantSnapshot(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	l := cur.Limits
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	rate := func(dst *int64, v *string, flag string) error {
+		if v == nil {
+			return nil
+		}
+		r, err := budget.ParseRate(*v)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", flag, err)
+		}
+		*dst = r
+		return nil
+	}
+	set(&l.TokensCapacity, c.TokensCapacity)
+	set(&l.RequestsCapacity, c.RequestsCapacity)
+	set(&l.MaxConcurrent, c.MaxConcurrent)
+	set(&l.PeriodBudget, c.PeriodBudget)
+	if err := rate(&l.TokensRateMicro, c.TokensPerSecond, "tokens-per-second"); err != nil {
+		return err
+	}
+	if err := rate(&l.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second"); err != nil {
+		return err
+	}
+	if c.RequestsCapacity != nil && *c.RequestsCapacity == 0 {
+		l.RequestsRateMicro = 0
+	}
+	if c.Period != nil {
+		l.Period = budget.Period(*c.Period)
+	}
+	if c.PeriodBudget != nil && *c.PeriodBudget == 0 {
+		l.Period = budget.PeriodNone
+	}
+	if c.ReservationTTL != nil {
+		l.ReservationTTL = *c.ReservationTTL
+	}
+	if c.MaxWait != nil {
+		l.MaxWait = *c.MaxWait
+	}
+	snap, err := store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Limits: l, Actor: c.Actor})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
+		snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
+	return nil
+}
+
+type tenantDisableCmd struct {
+	ID     string `arg:"" help:"Tenant id."`
+	Reason string `name:"reason" help:"Why; recorded in the ledger."`
+	Actor  string `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
+}
+
+func (c tenantDisableCmd) Run(ctx context.Context, g *globals) error { return c.set(ctx, g, true) }
+
+type tenantEnableCmd struct{ tenantDisableCmd }
+
+func (c tenantEnableCmd) Run(ctx context.Context, g *globals) error {
+	return c.tenantDisableCmd.set(ctx, g, false)
+}
+
+func (c tenantDisableCmd) set(ctx context.Context, g *globals, disabled bool) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = budget.NewStore(pool).SetDisabled(ctx, budget.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "tenant %s %s\n", c.ID, map[bool]string{true: "disabled", false: "enabled"}[disabled])
+	return nil
+}
+
+type tenantAdjustCmd struct {
+	ID     string `arg:"" help:"Tenant id."`
+	Tokens int64  `name:"tokens" required:"" help:"Tokens to credit (positive) or debit (negative, e.g. --tokens=-500)."`
+	Reason string `name:"reason" required:"" help:"Why; recorded in the ledger."`
+	Actor  string `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
+}
+
+func (c tenantAdjustCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	snap, err := budget.NewStore(pool).Adjust(ctx, budget.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "tenant %s now holds %d tokens\n", c.ID, snap.Tokens())
+	return nil
+}
+
+type keyListCmd struct {
+	Tenant string `arg:"" help:"Tenant id."`
+}
+
+func (c keyListCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := budget.NewStore(pool).TenantSnapshot(ctx, c.Tenant); err != nil {
+		return err
+	}
+	keys, err := apikey.List(ctx, pool, c.Tenant)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s\t%s...\t%s\t%s\t%s\n", k.ID, k.Prefix, stamp(&k.CreatedAt), stamp(k.LastUsedAt), stamp(k.RevokedAt))
+	}
+	return w.Flush()
+}
+
+type keyRevokeCmd struct {
+	Tenant string `arg:"" help:"Tenant id."`
+	ID     string `arg:"" help:"Key id (the part after tg_)."`
+}
+
+func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := apikey.Revoke(ctx, pool, c.Tenant, c.ID); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)
+	return nil
+}
+
+type modelCmd struct {
+	List modelListCmd `cmd:"" help:"List the effective model table."`
+	Set  modelSetCmd  `cmd:"" help:"Create a model or change one (seeded models are overridden)."`
+}
+
+type modelListCmd struct{}
+
+func (modelListCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	table, err := estimator.LoadTable(ctx, pool)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "MODEL\tENCODING\tIN WEIGHT\tOUT WEIGHT\tOUTPUT CAP\tCONTEXT\tPER PART")
+	for _, m := range table.Models() {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", m.Name, m.Encoding, budget.FormatRate(m.InputWeightMicro),
+			budget.FormatRate(m.OutputWeightMicro), m.DefaultOutputTokens, m.ContextWindow, m.PartTokens)
+	}
+	return w.Flush()
+}
+
+type modelSetCmd struct {
+	Name          string  `arg:"" help:"Model name, e.g. gpt-5 (dated variants like gpt-5-2026-01-01 map to it)."`
+	Encoding      *string `name:"encoding" enum:"o200k_base,cl100k_base," help:"Tokenizer encoding."`
+	InputWeight   *string `name:"input-weight" help:"Cost per input token (decimal)."`
+	OutputWeight  *string `name:"output-weight" help:"Cost per output token (decimal)."`
+	OutputCap     *int64  `name:"output-cap" help:"Output tokens reserved when a request names none; the largest accepted."`
+	ContextWindow *int64  `name:"context-window" help:"Context window in tokens."`
+	PartTokens    *int64  `name:"part-tokens" help:"Tokens for one image/audio/file part without input_tokens."`
+	Actor         string  `name:"actor" default:"cli" help:"Recorded as who changed the model."`
+}
+
+func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	table, err := estimator.LoadTable(ctx, pool)
+	if err != nil {
+		return err
+	}
+	m, ok := table.Get(c.Name)
+	if !ok {
+		m = estimator.Model{Name: c.Name, Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
+			OutputWeightMicro: estimator.WeightOne, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}
+	}
+	if c.Encoding != nil && *c.Encoding != "" {
+		m.Encoding = *c.Encoding
+	}
+	for _, w := range []struct {
+		v    *string
+		dst  *int64
+		flag string
+	}{{c.InputWeight, &m.InputWeightMicro, "input-weight"}, {c.OutputWeight, &m.OutputWeightMicro, "output-weight"}} {
+		if w.v != nil {
+			if *w.dst, err = budget.ParseRate(*w.v); err != nil {
+				return fmt.Errorf("--%s: %w", w.flag, err)
+			}
+		}
+	}
+	for _, f := range []struct{ v, dst *int64 }{{c.OutputCap, &m.DefaultOutputTokens}, {c.ContextWindow, &m.ContextWindow}, {c.PartTokens, &m.PartTokens}} {
+		if f.v != nil {
+			*f.dst = *f.v
+		}
+	}
+	if err := estimator.ModelUpsert(ctx, pool, m, c.Actor); err != nil {
+		var inv *estimator.InvalidError
+		if errors.As(err, &inv) {
+			return fmt.Errorf("--%s: %s", strings.ReplaceAll(inv.Field, "_", "-"), inv.Reason)
+		}
+		return err
+	}
+	fmt.Fprintf(g.stderr, "model %s stored; replicas apply it within their refresh interval\n", m.Name)
+	return nil
+}
