@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/tokengate/tokengate/api/admintoken"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+func TestAdminCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url, nil)
+	must := func(args ...string) (string, string) {
+		t.Helper()
+		out, notes, err := cli2(t, append(args, "--database-url", url)...)
+		if err != nil {
+			t.Fatalf("%v: %v (%s)", args, err, notes)
+		}
+		return out, notes
+	}
+
+	out, notes := must("admin-token", "create", "alice")
+	secret := strings.TrimSpace(out)
+	if !strings.HasPrefix(secret, "tga_") || strings.Contains(notes, secret) {
+		t.Fatalf("admin token printed as %q / %q", out, notes)
+	}
+	tok, err := admintoken.Authenticate(ctx, pool, secret)
+	if err != nil || tok.Name != "alice" {
+		t.Fatalf("printed token does not authenticate: %v", err)
+	}
+	if out, _ := must("admin-token", "list"); !strings.Contains(out, tok.ID) || strings.Contains(out, secret) {
+		t.Fatalf("list: %s", out)
+	}
+	must("admin-token", "revoke", tok.ID)
+	if _, err := admintoken.Authenticate(ctx, pool, secret); err == nil {
+		t.Fatal("revoked token still works")
+	}
+
+	must("tenant", "create", "acme", "--tokens-capacity", "1000", "--tokens-per-second", "1")
+	must("tenant", "update", "acme", "--tokens-capacity", "500", "--max-concurrent", "3", "--actor", "bob")
+	must("tenant", "adjust", "acme", "--tokens=-100", "--reason", "manual correction")
+	must("tenant", "disable", "acme", "--reason", "abuse")
+	if out, _ := must("tenant", "list"); !strings.Contains(out, "acme") || !strings.Contains(out, "disabled") {
+		t.Fatalf("tenant list: %s", out)
+	}
+	must("tenant", "enable", "acme")
+	snap, err := budget.NewStore(pool).TenantSnapshot(ctx, "acme")
+	if err != nil || snap.Limits.TokensCapacity != 500 || snap.Limits.MaxConcurrent != 3 || snap.Tokens() != 400 || snap.Disabled {
+		t.Fatalf("after the commands: %+v %v", snap, err)
+	}
+	entries, _, err := ledger.EntryQuery(ctx, pool, ledger.Filter{TenantID: "acme", Oldest: true})
+	if err != nil || len(entries) != 5 || entries[1].Kind != ledger.KindLimits || entries[1].Actor != "bob" ||
+		entries[2].Reason != "manual correction" || entries[3].Reason != "disabled: abuse" {
+		t.Fatalf("ledger: %+v %v", entries, err)
+	}
+	if _, _, err := cli2(t, "tenant", "adjust", "acme", "--tokens=5", "--database-url", url); err == nil {
+		t.Fatal("adjust without a reason")
+	}
+
+	must("key", "create", "acme")
+	out, _ = must("key", "list", "acme")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("key list: %s", out)
+	}
+	must("key", "revoke", "acme", strings.Fields(lines[1])[0])
+
+	must("model", "set", "acme-llm", "--encoding", "cl100k_base", "--input-weight", "0.25", "--output-weight", "3", "--output-cap", "2000", "--context-window", "32000")
+	table, err := estimator.LoadTable(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := table.Get("acme-llm"); !ok || m.InputWeightMicro != 250_000 || m.OutputWeightMicro != 3_000_000 || m.Encoding != "cl100k_base" {
+		t.Fatalf("model: %+v", m)
+	}
+	if out, _ := must("model", "list"); !strings.Contains(out, "acme-llm") || !strings.Contains(out, "gpt-4o-mini") {
+		t.Fatalf("model list: %s", out)
+	}
+	if _, _, err := cli2(t, "model", "set", "x", "--input-weight", "0", "--database-url", url); err == nil || !strings.Contains(err.Error(), "input-weight") {
+		t.Fatalf("zero weight: %v", err)
+	}
+}
