@@ -77,3 +77,8 @@ lint: ## go vet, staticcheck and gofmt.
 .PHONY: bench
 bench: pg-image ## Benchmarks: estimator, and the reserve path against Postgres with durable commits.
 	TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench . -benchtime 3s -count 1 ./estimator/ ./integration/
+
+.PHONY: demo-traffic
+demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.
+	@test -n "$(TG_KEY)" || { echo "set TG_KEY to the demo key make run printed (or: bin/tokengate key create demo)"; exit 1; }
+	bin/tokengate loadgen --url http://localhost$(ADDR) --key '$(TG_KEY)' --concurrency 16 --rate 60 --duration 60s

@@ -27,7 +27,7 @@ import (
 
 // globals are the settings every command shares.
 type globals struct {
-	DatabaseURL string        `name:"database-url" env:"TOKENGATE_DATABASE_URL" required:"" help:"Postgres connection string."`
+	DatabaseURL string        `name:"database-url" env:"TOKENGATE_DATABASE_URL" help:"Postgres connection string (every command but loadgen)."`
 	LogLevel    string        `name:"log-level" env:"TOKENGATE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
 	Wait        time.Duration `name:"wait" env:"TOKENGATE_DB_WAIT" default:"30s" help:"How long to wait for the database to accept connections at start."`
 
@@ -44,6 +44,7 @@ type cli struct {
 	Key        keyCmd        `cmd:"" help:"Manage tenant API keys."`
 	Model      modelCmd      `cmd:"" help:"Manage the model table."`
 	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
+	Loadgen    loadgenCmd    `cmd:"" help:"Drive a running tokengate like a gateway and report throughput and latency."`
 	Demo       demoCmd       `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
 }
 
@@ -84,6 +85,9 @@ func (g *globals) logger() *slog.Logger {
 // pool opens the pool and waits up to --wait for the database to answer, so
 // that `make run` and container start-up need no separate wait loop.
 func (g *globals) pool(ctx context.Context, logger *slog.Logger, maxConns int32) (*pgxpool.Pool, error) {
+	if g.DatabaseURL == "" {
+		return nil, errors.New("set TOKENGATE_DATABASE_URL or --database-url")
+	}
 	cfg, err := pgxpool.ParseConfig(g.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse TOKENGATE_DATABASE_URL: %w", err)

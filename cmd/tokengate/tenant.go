@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/tokengate/tokengate/api/admintoken"
 	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
 )
@@ -121,12 +122,28 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer pool.Close()
+	host := c.Addr
+	if len(host) > 0 && host[0] == ':' {
+		host = "localhost" + host
+	}
+	tokens, err := admintoken.List(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 {
+		_, secret, err := admintoken.Create(ctx, pool, "demo-admin")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "demo: the dashboard is at http://%s/ ; log in with this admin token, shown once:\n", host)
+		fmt.Fprintln(g.stdout, secret)
+	}
 	var tenants int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenants").Scan(&tenants); err != nil {
 		return err
 	}
 	if tenants > 0 {
-		fmt.Fprintln(g.stderr, "demo: tenants exist; create a key with: bin/tokengate key create demo")
+		fmt.Fprintln(g.stderr, "demo: tenants exist; a new key: bin/tokengate key create demo ; a new admin token: bin/tokengate admin-token create NAME")
 		return nil
 	}
 	l := budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * budget.Micro, RequestsCapacity: 600,
@@ -137,10 +154,6 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 	_, secret, err := apikey.Create(ctx, pool, "demo")
 	if err != nil {
 		return err
-	}
-	port := c.Addr
-	if len(port) > 0 && port[0] == ':' {
-		port = "localhost" + port
 	}
 	fmt.Fprintf(g.stderr, `demo: created tenant "demo" (100000 tokens, 1000/s; 600 requests, 10/s; 50 concurrent).
 demo: its API key, shown once:
@@ -153,6 +166,7 @@ demo: its API key, shown once:
   curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions/ADMISSION_ID/settle \
     -d '{"usage":{"prompt_tokens":9,"completion_tokens":12}}'
   curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/budget
-`, port, port, port)
+demo: throttle it and watch the dashboard: make demo-traffic TG_KEY=$TG_KEY
+`, host, host, host)
 	return nil
 }

@@ -82,9 +82,17 @@ func TestDemoSeedsOnlyAnEmptyDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := strings.TrimSpace(out)
-	if !strings.HasPrefix(key, "tg_") || strings.Count(notes+out, key) != 1 || !strings.Contains(notes, "curl") {
-		t.Fatalf("demo printed %q / %q", out, notes)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "tga_") || !strings.HasPrefix(lines[1], "tg_") {
+		t.Fatalf("demo printed %q", out)
+	}
+	for _, secret := range lines {
+		if strings.Count(notes+out, secret) != 1 {
+			t.Fatalf("secret %q printed more than once", secret)
+		}
+	}
+	if !strings.Contains(notes, "curl") || !strings.Contains(notes, "dashboard") {
+		t.Fatalf("demo notes: %q", notes)
 	}
 	out, _, err = cli2(t, "demo", "--database-url", url)
 	if err != nil || out != "" {

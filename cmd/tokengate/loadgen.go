@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tokengate/tokengate/integration/loadgen"
+)
+
+// loadgenCmd drives a running tokengate like a gateway does. It needs no
+// database, only keys.
+type loadgenCmd struct {
+	URL         string        `name:"url" default:"http://localhost:8080" help:"tokengate's base URL."`
+	Keys        []string      `name:"key" env:"TG_KEY" required:"" help:"Tenant key(s); workers take them round-robin."`
+	Concurrency int           `name:"concurrency" default:"32" help:"Requests in flight."`
+	Duration    time.Duration `name:"duration" default:"10s" help:"How long to run."`
+	Rate        float64       `name:"rate" default:"0" help:"Admissions per second in all (0: as fast as possible)."`
+	Model       string        `name:"model" default:"gpt-4o-mini" help:"Model of the requests."`
+	MaxTokens   int           `name:"max-tokens" default:"100" help:"max_tokens of the requests."`
+	Settle      bool          `name:"settle" default:"true" negatable:"" help:"Settle each admission with usage."`
+}
+
+func (c loadgenCmd) Run(ctx context.Context, g *globals) error {
+	r, err := loadgen.Run(ctx, loadgen.Config{URL: c.URL, Keys: c.Keys, Concurrency: c.Concurrency, Duration: c.Duration,
+		Rate: c.Rate, Model: c.Model, MaxTokens: c.MaxTokens, Settle: c.Settle})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(g.stdout, r)
+	return nil
+}

@@ -1,0 +1,204 @@
+// Package loadgen drives a tokengate server over HTTP the way a gateway
+// does: admit, then settle (or release) with the usage the model reported.
+// It measures what a frontend sees (throughput, latency percentiles,
+// rejections by limit) and is used for benchmarks and for demo traffic.
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config says what load to generate.
+type Config struct {
+	URL         string        // base URL, e.g. http://localhost:8080
+	Keys        []string      // tenant keys; workers take them round-robin
+	Concurrency int           // workers, each with one request in flight
+	Duration    time.Duration // how long to run
+	Rate        float64       // total admissions per second; 0 = as fast as possible
+	Model       string
+	MaxTokens   int
+	Settle      bool // settle each admission with usage below the estimate
+	Client      *http.Client
+}
+
+// Report is what the load saw.
+type Report struct {
+	Duration        time.Duration
+	Requests        int
+	Admitted        int
+	Rejected        map[string]int // by limit
+	Errors          int
+	Settled         int
+	AdmitLatency    Percentiles
+	SettleLatency   Percentiles
+	AdmitsPerSecond float64
+}
+
+// Percentiles of a latency distribution.
+type Percentiles struct {
+	P50, P90, P99, Max time.Duration
+}
+
+func percentiles(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: d[len(d)-1]}
+}
+
+func (r Report) String() string {
+	var limits []string
+	for l, n := range r.Rejected {
+		limits = append(limits, fmt.Sprintf("%s=%d", l, n))
+	}
+	sort.Strings(limits)
+	return fmt.Sprintf("%d requests in %s: %d admitted (%.0f/s), rejected %v, %d settled, %d errors\n"+
+		"admit  latency p50 %s p90 %s p99 %s max %s\nsettle latency p50 %s p90 %s p99 %s max %s",
+		r.Requests, r.Duration.Round(time.Millisecond), r.Admitted, r.AdmitsPerSecond, limits, r.Settled, r.Errors,
+		r.AdmitLatency.P50, r.AdmitLatency.P90, r.AdmitLatency.P99, r.AdmitLatency.Max,
+		r.SettleLatency.P50, r.SettleLatency.P90, r.SettleLatency.P99, r.SettleLatency.Max)
+}
+
+type sample struct {
+	admit, settle  time.Duration
+	status         int
+	limit          string
+	settled, error bool
+}
+
+// Run generates load until cfg.Duration passes or ctx ends.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	if cfg.URL == "" || len(cfg.Keys) == 0 {
+		return Report{}, fmt.Errorf("loadgen: a URL and at least one key are required")
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Model == "" {
+		cfg.Model = "gpt-4o-mini"
+	}
+	if cfg.MaxTokens <= 0 {
+		cfg.MaxTokens = 100
+	}
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency}}
+	}
+	// The duration ends the starting of requests, not the requests in
+	// flight: a request cut off mid-way may still have been admitted, and
+	// the report must agree with the ledger.
+	stop, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+
+	var tick <-chan time.Time
+	if cfg.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Summarise the admission contract of tokengate in two sentences."}],"max_tokens":%d}`, cfg.Model, cfg.MaxTokens)
+	settleBody := fmt.Sprintf(`{"usage":{"prompt_tokens":30,"completion_tokens":%d}}`, cfg.MaxTokens/3)
+
+	samples := make(chan sample, 4096)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range cfg.Concurrency {
+		key := cfg.Keys[w%len(cfg.Keys)]
+		wg.Go(func() {
+			for stop.Err() == nil {
+				if tick != nil {
+					select {
+					case <-stop.Done():
+						return
+					case <-tick:
+					}
+				}
+				samples <- one(ctx, client, cfg.URL, key, body, settleBody, cfg.Settle)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(samples) }()
+
+	r := Report{Rejected: map[string]int{}}
+	var admits, settles []time.Duration
+	for s := range samples {
+		if s.error {
+			if ctx.Err() == nil {
+				r.Errors++
+			}
+			continue
+		}
+		r.Requests++
+		admits = append(admits, s.admit)
+		switch s.status {
+		case http.StatusCreated:
+			r.Admitted++
+		case http.StatusTooManyRequests:
+			r.Rejected[s.limit]++
+		default:
+			r.Errors++
+		}
+		if s.settled {
+			r.Settled++
+			settles = append(settles, s.settle)
+		}
+	}
+	r.Duration = time.Since(start)
+	r.AdmitLatency, r.SettleLatency = percentiles(admits), percentiles(settles)
+	r.AdmitsPerSecond = float64(r.Admitted) / r.Duration.Seconds()
+	return r, nil
+}
+
+func one(ctx context.Context, client *http.Client, url, key, body, settleBody string, settle bool) sample {
+	var s sample
+	t0 := time.Now()
+	status, resp, err := post(ctx, client, url+"/v1/admissions", key, body)
+	s.admit = time.Since(t0)
+	if err != nil {
+		return sample{error: true}
+	}
+	s.status = status
+	var parsed struct {
+		ID    string `json:"id"`
+		Error struct {
+			Limit string `json:"limit"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(resp, &parsed)
+	s.limit = parsed.Error.Limit
+	if status == http.StatusCreated && settle {
+		t1 := time.Now()
+		code, _, err := post(ctx, client, url+"/v1/admissions/"+parsed.ID+"/settle", key, settleBody)
+		s.settle = time.Since(t1)
+		s.settled = err == nil && code == http.StatusOK
+	}
+	return s
+}
+
+func post(ctx context.Context, client *http.Client, url, key, body string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(key))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}

@@ -1,0 +1,49 @@
+package integration_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/integration/loadgen"
+)
+
+// TestLoadgenAgreesWithTheLedger runs the load generator for two seconds
+// against two replicas: what it counts as admitted and settled is exactly
+// what the ledger holds, and the tenant's requests were throttled.
+func TestLoadgenAgreesWithTheLedger(t *testing.T) {
+	t.Parallel()
+	c := startReplicas(t, 2, 8)
+	key := c.tenant(t, "acme", 3000, "1000")
+	var reports []loadgen.Report
+	for _, url := range c.urls {
+		r, err := loadgen.Run(ctx, loadgen.Config{URL: url, Keys: []string{key}, Concurrency: 8, Duration: 2 * time.Second, MaxTokens: 60, Settle: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reports = append(reports, r)
+	}
+	var admitted, settled, rejected int
+	for _, r := range reports {
+		admitted, settled = admitted+r.Admitted, settled+r.Settled
+		for _, n := range r.Rejected {
+			rejected += n
+		}
+		if r.Errors != 0 || r.Requests != r.Admitted+sum(r.Rejected) {
+			t.Fatalf("report: %s", r)
+		}
+	}
+	f := facts(t, c.pool, "acme")
+	verify(t, c.pool, "acme")
+	if int(f.reserves) != admitted || int(f.settles) != settled || admitted == 0 || settled != admitted {
+		t.Fatalf("loadgen: %d admitted, %d settled; ledger: %d reserves, %d settles", admitted, settled, f.reserves, f.settles)
+	}
+	t.Logf("%s\n%s", reports[0], reports[1])
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
