@@ -39,8 +39,18 @@ type Tally struct {
 // chain and the balance arithmetic. It returns a *Problem (wrapping
 // ErrBroken) naming the first entry that does not hold.
 func Verify(ctx context.Context, q Querier, tenantID string) (Tally, error) {
-	var t Tally
-	prev := []byte{}
+	return VerifyFrom(ctx, q, tenantID, Tally{})
+}
+
+// VerifyFrom continues a verification from a tally an earlier Verify or
+// VerifyFrom returned: it checks only the entries after from.LastSeq, so a
+// periodic watch costs what was appended since its last run.
+func VerifyFrom(ctx context.Context, q Querier, tenantID string, from Tally) (Tally, error) {
+	t := from
+	prev := t.LastHash
+	if prev == nil {
+		prev = []byte{}
+	}
 	const page = 5000
 	for {
 		entries, err := EntryList(ctx, q, tenantID, t.LastSeq, page)
@@ -50,7 +60,7 @@ func Verify(ctx context.Context, q Querier, tenantID string) (Tally, error) {
 		for i := range entries {
 			e := &entries[i]
 			if e.Seq != t.LastSeq+1 {
-				return t, &Problem{tenantID, t.LastSeq + 1, fmt.Sprintf("missing: next entry has seq %d", e.Seq)}
+				return t, &Problem{tenantID, t.LastSeq + 1, fmt.Sprintf("missing: the next entry has seq %d", e.Seq)}
 			}
 			if !bytes.Equal(e.PrevHash, prev) {
 				return t, &Problem{tenantID, e.Seq, "prev_hash does not match the previous entry's hash"}

@@ -1,0 +1,68 @@
+package budget
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed sql/drift_report.sql
+var driftReportSQL string
+
+// DriftParams selects the admissions a drift report covers: those created
+// in [From, To), optionally of one tenant and one model.
+type DriftParams struct {
+	TenantID string
+	Model    string
+	From, To time.Time
+}
+
+// DriftRow reconciles estimates with actual usage for one tenant and model.
+type DriftRow struct {
+	TenantID          string  `json:"tenant_id"`
+	Model             string  `json:"model"`
+	Admissions        int64   `json:"admissions"`
+	EstimatedInput    int64   `json:"estimated_input_tokens"`
+	EstimatedOutput   int64   `json:"estimated_output_tokens"`
+	EstimatedCost     int64   `json:"estimated_cost"`
+	ActualInput       int64   `json:"actual_input_tokens"`
+	ActualOutput      int64   `json:"actual_output_tokens"`
+	ActualCost        int64   `json:"actual_cost"`
+	Settled           int64   `json:"settled"`
+	Expired           int64   `json:"expired"`
+	MeanRelativeError float64 `json:"mean_relative_error"`
+	P95AbsRelativeErr float64 `json:"p95_abs_relative_error"`
+	RefundedMicro     int64   `json:"refunded_micro"`
+	ExtraChargedMicro int64   `json:"extra_charged_micro"`
+}
+
+// DriftReport reconciles estimates against actual usage per tenant and
+// model. The relative error of a settled admission is (estimate - actual) /
+// actual cost (positive: over-estimated); the report gives its mean (the
+// bias) and the 95th percentile of its absolute value. Expired counts
+// admissions that expired, whether or not a late settle came later.
+// Refunded and extra-charged are the effective balance changes at settle
+// and release, after the capacity cap.
+func (s *Store) DriftReport(ctx context.Context, p DriftParams) ([]DriftRow, error) {
+	if p.To.IsZero() {
+		p.To = time.Now().Add(time.Hour)
+	}
+	rows, err := s.pool.Query(ctx, driftReportSQL, p.TenantID, p.Model, p.From, p.To)
+	if err != nil {
+		return nil, fmt.Errorf("budget: drift report: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DriftRow, error) {
+		var d DriftRow
+		err := r.Scan(&d.TenantID, &d.Model, &d.Admissions, &d.EstimatedInput, &d.EstimatedOutput, &d.EstimatedCost,
+			&d.ActualInput, &d.ActualOutput, &d.ActualCost, &d.Settled, &d.Expired, &d.MeanRelativeError,
+			&d.P95AbsRelativeErr, &d.RefundedMicro, &d.ExtraChargedMicro)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget: drift report: %w", err)
+	}
+	return out, nil
+}
