@@ -541,18 +541,7 @@ func (s *Server) adminLedger(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Entries    []entryJSON `json:"entries"`
-		NextCursor *string     `json:"next_cursor"`
-	}{Entries: make([]entryJSON, len(entries))}
-	for i := range entries {
-		out.Entries[i] = entryOf(&entries[i])
-	}
-	if next != nil {
-		cur := next.String()
-		out.NextCursor = &cur
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, pageOf(entries, next))
 }
 
 func (s *Server) adminLedgerExport(c *echo.Context) error {
@@ -560,21 +549,130 @@ func (s *Server) adminLedgerExport(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if format := c.QueryParam("format"); format != "" && format != "csv" {
-		return invalid("format", `must be "csv"`)
+	return s.exportLedger(c, f)
+}
+
+// exportLedger streams every entry matching f, oldest first by default, as
+// CSV or NDJSON, in constant memory: rows go out page by page as they are
+// read.
+func (s *Server) exportLedger(c *echo.Context, f ledger.Filter) error {
+	format := c.QueryParam("format")
+	if format == "" {
+		format = "csv"
+	}
+	if format != "csv" && format != "ndjson" {
+		return invalid("format", `must be "csv" or "ndjson"`)
 	}
 	if c.QueryParam("order") == "" {
 		f.Oldest = true // auditors read from the first entry
 	}
 	h := c.Response().Header()
-	h.Set("Content-Type", "text/csv; charset=utf-8")
-	h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.csv"`)
+	h.Set("Cache-Control", "no-store")
+	var write func() error
+	if format == "csv" {
+		h.Set("Content-Type", "text/csv; charset=utf-8")
+		h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.csv"`)
+		write = func() error { return ledger.WriteCSV(c.Request().Context(), s.db, f, c.Response()) }
+	} else {
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.ndjson"`)
+		write = func() error {
+			enc := json.NewEncoder(c.Response())
+			n := 0
+			return ledger.EntryEach(c.Request().Context(), s.db, f, func(e *ledger.Entry) error {
+				if err := enc.Encode(entryOf(e)); err != nil {
+					return err
+				}
+				if n++; n%1000 == 0 {
+					if fl, ok := c.Response().(http.Flusher); ok {
+						fl.Flush()
+					}
+				}
+				return nil
+			})
+		}
+	}
 	c.Response().WriteHeader(http.StatusOK)
-	if err := ledger.WriteCSV(c.Request().Context(), s.db, f, c.Response()); err != nil {
-		// The status is sent; the truncated body is the only signal left.
+	if err := write(); err != nil {
+		// The status is sent; a truncated body is the only signal left.
 		s.logger.Error("ledger export failed", "error", err.Error())
 	}
 	return nil
+}
+
+// tenantLedger is GET /v1/ledger: a tenant reads its own ledger with its
+// key (paged JSON, or an export with format=csv|ndjson), and no one else's.
+func (s *Server) tenantLedger(c *echo.Context) error {
+	q := c.Request().URL.Query()
+	if q.Get("tenant") != "" && q.Get("tenant") != tenantOf(c) {
+		return invalid("tenant", "a key reads only its own tenant's ledger")
+	}
+	f, err := ledgerFilter(c)
+	if err != nil {
+		return err
+	}
+	f.TenantID = tenantOf(c)
+	if c.QueryParam("format") != "" {
+		s.ensureRateHeaders(c)
+		return s.exportLedger(c, f)
+	}
+	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.db, f)
+	if err != nil {
+		return err
+	}
+	return s.respond(c, http.StatusOK, pageOf(entries, next), nil)
+}
+
+type ledgerPage struct {
+	Entries    []entryJSON `json:"entries"`
+	NextCursor *string     `json:"next_cursor"`
+}
+
+func pageOf(entries []ledger.Entry, next *ledger.Cursor) ledgerPage {
+	out := ledgerPage{Entries: make([]entryJSON, len(entries))}
+	for i := range entries {
+		out.Entries[i] = entryOf(&entries[i])
+	}
+	if next != nil {
+		cur := next.String()
+		out.NextCursor = &cur
+	}
+	return out
+}
+
+// adminLedgerVerify recomputes every tenant's chain and balances (or one
+// tenant's, with ?tenant=) and names the first broken entry of each.
+func (s *Server) adminLedgerVerify(c *echo.Context) error {
+	results, err := s.budget.Audit(c.Request().Context(), c.QueryParam("tenant"))
+	if err != nil {
+		return err
+	}
+	ok := true
+	for _, r := range results {
+		ok = ok && r.OK
+	}
+	return c.JSON(http.StatusOK, map[string]any{"ok": ok, "tenants": results})
+}
+
+func (s *Server) adminDriftReport(c *echo.Context) error {
+	q := c.Request().URL.Query()
+	p := budget.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model")}
+	f, err := ledgerFilter(c) // the same from/to parsing
+	if err != nil {
+		return err
+	}
+	p.From, p.To = f.From, f.To
+	if p.From.IsZero() {
+		p.From = time.Now().Add(-24 * time.Hour)
+	}
+	rows, err := s.budget.DriftReport(c.Request().Context(), p)
+	if err != nil {
+		return err
+	}
+	if rows == nil {
+		rows = []budget.DriftRow{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"from": p.From, "to": p.To, "rows": rows})
 }
 
 func (s *Server) adminTokenList(c *echo.Context) error {

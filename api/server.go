@@ -37,6 +37,8 @@ type Budget interface {
 	SetDisabled(ctx context.Context, p budget.SetDisabledParams) (budget.Snapshot, error)
 	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
 	TenantList(ctx context.Context) ([]budget.Snapshot, error)
+	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
+	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
 }
 
 // DefaultBodyLimit bounds every request body. An admission request carries a
@@ -187,6 +189,7 @@ func (s *Server) routes() {
 	v1.POST("/admissions/:id/release", s.releaseAdmission)
 	v1.GET("/budget", s.getBudget)
 	v1.POST("/estimate", s.postEstimate)
+	v1.GET("/ledger", s.tenantLedger)
 
 	admin := s.echo.Group("/v1/admin", s.requireAdmin)
 	admin.GET("/tenants", s.adminTenantList)
@@ -204,6 +207,8 @@ func (s *Server) routes() {
 	admin.PATCH("/models/:name", s.adminModelUpdate)
 	admin.GET("/ledger", s.adminLedger)
 	admin.GET("/ledger/export", s.adminLedgerExport)
+	admin.GET("/ledger/verify", s.adminLedgerVerify)
+	admin.GET("/reports/drift", s.adminDriftReport)
 	admin.GET("/tokens", s.adminTokenList)
 	admin.DELETE("/tokens/:id", s.adminTokenRevoke)
 }
@@ -211,6 +216,10 @@ func (s *Server) routes() {
 func (s *Server) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
 }
+
+// Registry is where the server's metrics are registered; callers add
+// theirs (the ledger watch, say) to be served at /metrics too.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
 
 // Echo exposes the router, for tests that add routes and for ServeHTTP.
 func (s *Server) Echo() *echo.Echo { return s.echo }

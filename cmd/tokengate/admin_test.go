@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -85,5 +86,29 @@ func TestAdminCommands(t *testing.T) {
 	}
 	if _, _, err := cli2(t, "model", "set", "x", "--input-weight", "0", "--database-url", url); err == nil || !strings.Contains(err.Error(), "input-weight") {
 		t.Fatalf("zero weight: %v", err)
+	}
+}
+
+func TestLedgerVerifyExitsNonZeroOnTampering(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url, nil)
+	if _, _, err := cli2(t, "tenant", "create", "acme", "--tokens-capacity", "100", "--tokens-per-second", "1", "--database-url", url); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := cli2(t, "ledger", "verify", "--database-url", url)
+	if err != nil || !strings.Contains(out, "acme") || !strings.Contains(out, "ok") {
+		t.Fatalf("intact: %q %v", out, err)
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE tenants SET tokens_micro = 1 WHERE id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = cli2(t, "ledger", "verify", "--tenant", "acme", "--database-url", url)
+	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out, "BROKEN at entry 1") {
+		t.Fatalf("tampered: %q %v", out, err)
+	}
+	out, _, err = cli2(t, "ledger", "report", "--database-url", url)
+	if err != nil || !strings.HasPrefix(out, "TENANT") {
+		t.Fatalf("report: %q %v", out, err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
@@ -43,6 +44,7 @@ type cli struct {
 	Tenant     tenantCmd     `cmd:"" help:"Manage tenants."`
 	Key        keyCmd        `cmd:"" help:"Manage tenant API keys."`
 	Model      modelCmd      `cmd:"" help:"Manage the model table."`
+	Ledger     ledgerCmd     `cmd:"" help:"Verify and report on the ledger."`
 	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
 	Loadgen    loadgenCmd    `cmd:"" help:"Drive a running tokengate like a gateway and report throughput and latency."`
 	Demo       demoCmd       `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
@@ -157,6 +159,7 @@ type serveCmd struct {
 	MaxConns        int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval   time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
 	MaxWaiters      int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
+	WatchInterval   time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
 	ModelRefresh    time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
 
@@ -206,6 +209,12 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	bg.Go(func() { (&budget.Sweeper{Store: store, Interval: s.SweepInterval, Logger: logger}).Run(bgCtx) })
 	bg.Go(func() { refresh.Run(bgCtx, s.ModelRefresh) })
 	bg.Go(func() { rejections.Run(bgCtx, 5*time.Second, logger) })
+	watch := &budget.Watch{Store: store, Interval: s.WatchInterval, Logger: logger}
+	srv.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tokengate_ledger_invariant_violations",
+		Help: "Tenants whose stored balance or chain head disagreed with their ledger at the last check (should be 0).",
+	}, func() float64 { return float64(watch.Violations()) }))
+	bg.Go(func() { watch.Run(bgCtx) })
 	defer func() { stopBackground(); bg.Wait() }()
 
 	ln, err := net.Listen("tcp", s.Addr)
