@@ -70,3 +70,34 @@ func TestVerifyNamesTheFirstBrokenEntry(t *testing.T) {
 		t.Fatalf("tampered ledger: %v, want a problem at seq 3", err)
 	}
 }
+
+// TestSQLCanonicalMatchesGo: the SQL reference encoding that auditors use
+// (migration 00004) hashes every entry the Go code wrote to the same value.
+func TestSQLCanonicalMatchesGo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	l := budget.Limits{TokensCapacity: 1000, TokensRateMicro: 333_333, PeriodBudget: 5000, Period: budget.PeriodMonth}
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l, Actor: "ünïcode-actor"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o-2024-08-06", Cost: 10, InputWeightMicro: 1, OutputWeightMicro: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 3_000_000, OutputTokens: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: 5, Reason: "naïve \"quoted\" reason; 5:x ~"}); err != nil {
+		t.Fatal(err)
+	}
+	var total, matching int
+	err = pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE hash = sha256(prev_hash || ledger_canonical(e))) FROM ledger_entries e`).Scan(&total, &matching)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 4 || matching != total {
+		t.Fatalf("%d of %d entries hash alike in SQL and Go", matching, total)
+	}
+}

@@ -97,7 +97,11 @@ func (f Filter) args() []any {
 	if limit <= 0 {
 		limit = 100
 	}
-	return []any{f.TenantID, string(f.Kind), f.Model, f.AdmissionID, f.Actor, opt(f.From), opt(f.To), at, tenant, seq, limit}
+	// QueryExecModeExec plans each query with its actual parameters: the
+	// statement's optional filters ("$1 = '' OR tenant_id = $1") fold away,
+	// so the tenant and time indexes are used. A cached generic plan could
+	// not use them and would scan the whole ledger.
+	return []any{pgx.QueryExecModeExec, f.TenantID, string(f.Kind), f.Model, f.AdmissionID, f.Actor, opt(f.From), opt(f.To), at, tenant, seq, limit}
 }
 
 func scanEntry(row pgx.CollectableRow) (Entry, error) {
