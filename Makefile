@@ -82,3 +82,7 @@ bench: pg-image ## Benchmarks: estimator, and the reserve path against Postgres 
 demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.
 	@test -n "$(TG_KEY)" || { echo "set TG_KEY to the demo key make run printed (or: bin/tokengate key create demo)"; exit 1; }
 	bin/tokengate loadgen --url http://localhost$(ADDR) --key '$(TG_KEY)' --concurrency 16 --rate 60 --duration 60s
+
+.PHONY: bench-ledger
+bench-ledger: pg-image ## Load 10M ledger rows with generate_series; time a query, exports and a full verification (about 15 min).
+	TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench BenchmarkLedgerScale -benchtime 1x -timeout 90m -v ./ledger/ 2>&1 | grep -Ev '^(20[0-9][0-9]/|  [A-Z])'

@@ -73,7 +73,8 @@ CREATE TABLE ledger_entries (
     PRIMARY KEY (tenant_id, seq)
 );
 CREATE INDEX ledger_entries_admission_idx ON ledger_entries (admission_id) WHERE admission_id IS NOT NULL;
-CREATE INDEX ledger_entries_created_idx ON ledger_entries (created_at);
+-- Keyset paging over every tenant: ORDER BY (created_at, tenant_id, seq).
+CREATE INDEX ledger_entries_created_idx ON ledger_entries (created_at, tenant_id, seq);
 
 -- +goose StatementBegin
 CREATE FUNCTION ledger_entries_append_only() RETURNS trigger

@@ -48,8 +48,8 @@ CREATE TABLE rejection_counts (
 );
 CREATE INDEX rejection_counts_minute_idx ON rejection_counts (minute);
 
--- Ledger queries by tenant and time range.
-CREATE INDEX ledger_entries_tenant_created_idx ON ledger_entries (tenant_id, created_at);
+-- Ledger queries by tenant and time range, paged in the same order.
+CREATE INDEX ledger_entries_tenant_created_idx ON ledger_entries (tenant_id, created_at, seq);
 
 -- +goose Down
 DROP INDEX ledger_entries_tenant_created_idx;

@@ -4,25 +4,25 @@
 -- nothing but psql:
 --   SELECT tenant_id, seq FROM ledger_entries e
 --   WHERE hash <> sha256(prev_hash || ledger_canonical(e));
--- Each field is "<byte length>:<bytes>"; a null is "~"; times are
--- microseconds since the Unix epoch.
+-- Each field is "<byte length>:<bytes>" (text as UTF-8); a null is "~";
+-- times are microseconds since the Unix epoch. The database must use UTF8.
 
 -- +goose StatementBegin
 CREATE FUNCTION ledger_field(v text) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN convert_to(octet_length(v)::text || ':' || v, 'UTF8');
+AS $$ SELECT textsend(octet_length(v)::text || ':' || v) $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
 CREATE FUNCTION ledger_micros(t timestamptz) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN (extract(epoch FROM t) * 1000000)::bigint::text;
+AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint::text $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
 CREATE FUNCTION ledger_canonical(e ledger_entries) RETURNS bytea
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN ledger_field('tokengate-ledger-v1')
+AS $$ SELECT ledger_field('tokengate-ledger-v1')
     || ledger_field(e.tenant_id)
     || ledger_field(e.seq::text)
     || ledger_field(e.kind)
@@ -39,7 +39,7 @@ RETURN ledger_field('tokengate-ledger-v1')
     || ledger_field(CASE WHEN e.late THEN '1' ELSE '0' END)
     || ledger_field(e.actor)
     || ledger_field(coalesce(e.reason, ''))
-    || ledger_field(coalesce(e.detail, ''));
+    || ledger_field(coalesce(e.detail, '')) $$;
 -- +goose StatementEnd
 
 -- Admissions by time, for the drift report across tenants.

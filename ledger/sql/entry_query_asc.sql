@@ -9,6 +9,7 @@ WHERE ($1 = '' OR tenant_id = $1)
   AND ($5 = '' OR actor = $5)
   AND ($6::timestamptz IS NULL OR created_at >= $6)
   AND ($7::timestamptz IS NULL OR created_at < $7)
+  AND ($8::timestamptz IS NULL OR created_at >= $8) -- lets a tenant's index start at the cursor
   AND ($8::timestamptz IS NULL OR (created_at, tenant_id, seq) > ($8, $9, $10))
 ORDER BY created_at, tenant_id, seq
 LIMIT $11
