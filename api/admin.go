@@ -26,13 +26,13 @@ const ctxAdmin = "tokengate.admin"
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		ip := c.RealIP()
-		if !s.authLimiter.allowAttempt(ip) {
+		if !s.authLimiter.Allow(ip) {
 			return s.authThrottled()
 		}
 		tok, err := admintoken.Authenticate(c.Request().Context(), s.db, bearer(c.Request()))
 		if err != nil {
 			if errors.Is(err, admintoken.ErrInvalid) {
-				s.authLimiter.fail(ip)
+				s.authLimiter.Fail(ip)
 				return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid admin token"}
 			}
 			return err
@@ -305,7 +305,7 @@ func (s *Server) adminKeyList(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyCreate(c *echo.Context) error {
-	k, secret, err := apikey.Create(c.Request().Context(), s.db, c.Param("id"))
+	k, secret, err := apikey.CreateRecorded(c.Request().Context(), s.db, s.budget, c.Param("id"), actorOf(c))
 	if errors.Is(err, apikey.ErrTenantNotFound) {
 		return budget.ErrTenantNotFound
 	}
@@ -321,7 +321,7 @@ func (s *Server) adminKeyCreate(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyRevoke(c *echo.Context) error {
-	err := apikey.Revoke(c.Request().Context(), s.db, c.Param("id"), c.Param("key"))
+	err := apikey.RevokeRecorded(c.Request().Context(), s.db, s.budget, c.Param("id"), c.Param("key"), actorOf(c))
 	if errors.Is(err, apikey.ErrNotFound) {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked key for this tenant"}
 	}

@@ -3,11 +3,9 @@ package api
 import (
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v5"
-	"golang.org/x/time/rate"
 
 	"github.com/tokengate/tokengate/api/apikey"
 )
@@ -40,17 +38,17 @@ func bearer(r *http.Request) string {
 func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		ip := c.RealIP()
-		if !s.authLimiter.allowAttempt(ip) {
+		if !s.authLimiter.Allow(ip) {
 			return s.authThrottled()
 		}
 		key := bearer(c.Request())
 		if key == "" {
-			s.authLimiter.fail(ip)
+			s.authLimiter.Fail(ip)
 			return apikey.ErrInvalid
 		}
 		tenantID, keyID, err := apikey.Authenticate(c.Request().Context(), s.db, key)
 		if err != nil {
-			s.authLimiter.fail(ip)
+			s.authLimiter.Fail(ip)
 			return err
 		}
 		c.Set(ctxTenant, tenantID)
@@ -61,7 +59,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (s *Server) authThrottled() error {
-	ms := int64(1000)
+	ms := s.authLimiter.RetryAfter().Milliseconds()
 	return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: "auth",
 		Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
 }
@@ -92,58 +90,4 @@ func (s *Server) touchThrottled(credential string, touch func() error) {
 			s.logger.Warn("record credential use", "credential", credential, "error", err.Error())
 		}
 	})
-}
-
-// ipLimiter is a token bucket per client address for unauthenticated and
-// failed-auth traffic. Addresses idle for ten minutes are forgotten.
-type ipLimiter struct {
-	mu      sync.Mutex
-	perSec  rate.Limit
-	burst   int
-	clients map[string]*ipEntry
-	swept   time.Time
-}
-
-type ipEntry struct {
-	lim  *rate.Limiter
-	seen time.Time
-}
-
-func newIPLimiter(perSecond float64, burst int) *ipLimiter {
-	return &ipLimiter{perSec: rate.Limit(perSecond), burst: burst, clients: map[string]*ipEntry{}}
-}
-
-func (l *ipLimiter) entry(ip string, now time.Time) *ipEntry {
-	if now.Sub(l.swept) > time.Minute {
-		for k, e := range l.clients {
-			if now.Sub(e.seen) > 10*time.Minute {
-				delete(l.clients, k)
-			}
-		}
-		l.swept = now
-	}
-	e, ok := l.clients[ip]
-	if !ok {
-		e = &ipEntry{lim: rate.NewLimiter(l.perSec, l.burst)}
-		l.clients[ip] = e
-	}
-	e.seen = now
-	return e
-}
-
-// allowAttempt reports whether ip still has failures to spend. It spends
-// nothing: a request with a valid key costs the address nothing.
-func (l *ipLimiter) allowAttempt(ip string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	return l.entry(ip, now).lim.TokensAt(now) >= 1
-}
-
-// fail spends one of ip's failures.
-func (l *ipLimiter) fail(ip string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	l.entry(ip, now).lim.AllowN(now, 1)
 }

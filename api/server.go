@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tokengate/tokengate/api/attempt"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
@@ -38,6 +39,7 @@ type Budget interface {
 	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
 	TenantList(ctx context.Context) ([]budget.Snapshot, error)
 	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
+	RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error
 	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
 }
 
@@ -90,7 +92,7 @@ type Server struct {
 	budget      Budget
 	admissions  *admissionMetrics
 	waiters     *waitQueues
-	authLimiter *ipLimiter
+	authLimiter *attempt.Limiter
 
 	// stopping closes when Serve's context ends, so callers waiting for
 	// tokens answer at once instead of holding up a graceful shutdown.
@@ -153,7 +155,7 @@ func New(cfg *Config) (*Server, error) {
 		estimator:   c.Estimator,
 		budget:      c.Budget,
 		waiters:     newWaitQueues(c.MaxWaiters),
-		authLimiter: newIPLimiter(c.AuthFailuresPerSecond, c.AuthFailureBurst),
+		authLimiter: attempt.New(c.AuthFailuresPerSecond, c.AuthFailureBurst),
 		touched:     map[string]time.Time{},
 		stopping:    make(chan struct{}),
 	}

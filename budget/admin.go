@@ -110,6 +110,9 @@ type SetDisabledParams struct {
 // working) or enables it again, with a tenant entry in the ledger. Setting
 // the state it already has changes nothing. It returns ErrTenantNotFound.
 func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (Snapshot, error) {
+	if len(p.Reason) > 500 {
+		return Snapshot{}, &LimitError{Field: "reason", Reason: "at most 500 characters"}
+	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
 		return Snapshot{}, err
@@ -213,4 +216,28 @@ func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
 		return nil, fmt.Errorf("budget: list tenants: %w", err)
 	}
 	return snaps, nil
+}
+
+// RecordKeyEvent appends a tenant entry for a key created or revoked
+// ("created" or "revoked"), so that who gave or took a tenant's access is in
+// the tenant's ledger with everything else. It returns ErrTenantNotFound.
+func (s *Store) RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error {
+	tx, t, now, err := s.lockTenant(ctx, tenantID, nil, nil)
+	if err != nil {
+		return err
+	}
+	t.advance(now)
+	detail, err := json.Marshal(map[string]string{"event": "key_" + event, "key_id": keyID})
+	if err != nil {
+		tx.abort()
+		return err
+	}
+	e := t.entry(ledger.KindTenant, now, actorOr(actor, "admin"))
+	e.Reason = "key " + event + ": " + keyID
+	e.Detail = string(detail)
+	t.seal(e)
+	b := &pgx.Batch{}
+	t.queueUpdate(b)
+	ledger.QueueInsert(b, e)
+	return tx.finish(ctx, b)
 }

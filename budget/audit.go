@@ -178,7 +178,11 @@ func (w *Watch) Violations() int {
 
 // Run checks every Interval until ctx ends.
 func (w *Watch) Run(ctx context.Context) {
-	ticker := time.NewTicker(w.Interval)
+	interval := w.Interval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		select {

@@ -92,6 +92,9 @@ func ParseRate(s string) (int64, error) {
 	if len(frac) > 6 {
 		return 0, fmt.Errorf("rate %q: at most 6 decimal places", s)
 	}
+	if strings.ContainsAny(frac, "+-") {
+		return 0, fmt.Errorf("rate %q: want a non-negative decimal number", s)
+	}
 	if whole == "" {
 		whole = "0"
 	}

@@ -131,7 +131,7 @@ func TestParseRate(t *testing.T) {
 			t.Errorf("FormatRate(%d) = %q does not round-trip", got, FormatRate(got))
 		}
 	}
-	for _, in := range []string{"", "-1", "+1", "1e3", "0.0000001", "abc", "1.2.3", "99999999999999999999"} {
+	for _, in := range []string{"", "-1", "+1", "1e3", "0.0000001", "abc", "1.2.3", "1.+5", "1.-5", "99999999999999999999"} {
 		if _, err := ParseRate(in); err == nil {
 			t.Errorf("ParseRate(%q) accepted", in)
 		}

@@ -78,6 +78,9 @@ func (r *Rejections) Flush(ctx context.Context) error {
 // Run flushes every interval until ctx ends, then once more, and purges
 // tallies older than a day.
 func (r *Rejections) Run(ctx context.Context, interval time.Duration, logger *slog.Logger) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {

@@ -116,6 +116,9 @@ func (r *Refresh) Once(ctx context.Context) error {
 
 // Run calls Once every interval until ctx ends.
 func (r *Refresh) Run(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {

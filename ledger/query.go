@@ -198,6 +198,17 @@ func Tokens(micro int64) string {
 	return sign + s
 }
 
+// cell neutralises spreadsheet formulas in free text (a model name is
+// whatever a caller sent): a cell starting with = + - @ tab or CR gets a
+// leading apostrophe, as OWASP recommends, so opening an export in a
+// spreadsheet never runs it. Numbers are written by us and left alone.
+func cell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
 // CSVRecord renders an entry as a CSV record matching CSVHeader.
 func CSVRecord(e *Entry) []string {
 	opt := func(n *int64) string {
@@ -211,9 +222,9 @@ func CSVRecord(e *Entry) []string {
 		period = e.PeriodStart.UTC().Format(time.RFC3339)
 	}
 	return []string{e.TenantID, strconv.FormatInt(e.Seq, 10), string(e.Kind), e.CreatedAt.UTC().Format(time.RFC3339Nano),
-		e.AdmissionID, e.Model, opt(e.Estimate), opt(e.Actual), Tokens(e.RefillMicro), Tokens(e.DeltaMicro),
-		Tokens(e.BalanceMicro), period, strconv.FormatInt(e.PeriodUsed, 10), strconv.FormatBool(e.Late), e.Actor,
-		e.Reason, e.Detail, hex.EncodeToString(e.PrevHash), hex.EncodeToString(e.Hash)}
+		cell(e.AdmissionID), cell(e.Model), opt(e.Estimate), opt(e.Actual), Tokens(e.RefillMicro), Tokens(e.DeltaMicro),
+		Tokens(e.BalanceMicro), period, strconv.FormatInt(e.PeriodUsed, 10), strconv.FormatBool(e.Late), cell(e.Actor),
+		cell(e.Reason), cell(e.Detail), hex.EncodeToString(e.PrevHash), hex.EncodeToString(e.Hash)}
 }
 
 // WriteCSV streams every entry matching f to w as CSV, header first.

@@ -194,6 +194,11 @@ func random(n int) string {
 // SessionCreate starts a session for a token and returns the cookie value
 // (shown to the browser only) and the session.
 func SessionCreate(ctx context.Context, db DB, t Token, ttl time.Duration) (string, Session, error) {
+	// Logging in also purges expired sessions (and the no-op cookie hash
+	// below matches nothing), so they do not pile up.
+	if _, err := db.Exec(ctx, sessionDeleteSQL, []byte{}); err != nil {
+		return "", Session{}, fmt.Errorf("admintoken: purge sessions: %w", err)
+	}
 	cookie := random(32)
 	s := Session{TokenID: t.ID, TokenName: t.Name, CSRF: random(32)}
 	err := db.QueryRow(ctx, sessionInsertSQL, apikey.HashSecret(cookie), t.ID, s.CSRF, ttl.Seconds()).Scan(&s.ExpiresAt)

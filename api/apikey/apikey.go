@@ -203,3 +203,36 @@ func Touch(ctx context.Context, db DB, keyID string) error {
 	}
 	return nil
 }
+
+// Recorder writes a key's creation or revocation to its tenant's ledger.
+// *budget.Store is one.
+type Recorder interface {
+	RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error
+}
+
+// CreateRecorded creates a key and records who created it in the tenant's
+// ledger. If the record cannot be written the key is revoked again, so no
+// key exists that the ledger does not mention.
+func CreateRecorded(ctx context.Context, db DB, rec Recorder, tenantID, actor string) (Key, string, error) {
+	k, secret, err := Create(ctx, db, tenantID)
+	if err != nil {
+		return Key{}, "", err
+	}
+	if err := rec.RecordKeyEvent(ctx, tenantID, "created", k.ID, actor); err != nil {
+		_ = Revoke(context.WithoutCancel(ctx), db, tenantID, k.ID)
+		return Key{}, "", fmt.Errorf("apikey: record creation: %w", err)
+	}
+	return k, secret, nil
+}
+
+// RevokeRecorded revokes a key and records who revoked it in the tenant's
+// ledger. It returns ErrNotFound.
+func RevokeRecorded(ctx context.Context, db DB, rec Recorder, tenantID, keyID, actor string) error {
+	if err := Revoke(ctx, db, tenantID, keyID); err != nil {
+		return err
+	}
+	if err := rec.RecordKeyEvent(ctx, tenantID, "revoked", keyID, actor); err != nil {
+		return fmt.Errorf("apikey: record revocation (the key is revoked): %w", err)
+	}
+	return nil
+}

@@ -268,6 +268,7 @@ func (c keyListCmd) Run(ctx context.Context, g *globals) error {
 type keyRevokeCmd struct {
 	Tenant string `arg:"" help:"Tenant id."`
 	ID     string `arg:"" help:"Key id (the part after tg_)."`
+	Actor  string `name:"actor" default:"cli" help:"Recorded in the ledger as who revoked the key."`
 }
 
 func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
@@ -276,7 +277,7 @@ func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer pool.Close()
-	if err := apikey.Revoke(ctx, pool, c.Tenant, c.ID); err != nil {
+	if err := apikey.RevokeRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
 		return err
 	}
 	fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)

@@ -24,6 +24,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
+	"github.com/tokengate/tokengate/web"
 )
 
 // globals are the settings every command shares.
@@ -200,6 +201,11 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer srv.Close()
+	dash, err := web.New(&web.Config{DB: pool, Store: store, Estimator: est, Logger: logger})
+	if err != nil {
+		return err
+	}
+	dash.Register(srv.Echo())
 
 	// Background work of every replica: expiring reservations, picking up
 	// model edits, and adding rejection tallies to the database. It stops

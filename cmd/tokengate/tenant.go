@@ -87,6 +87,7 @@ type keyCmd struct {
 
 type keyCreateCmd struct {
 	Tenant string `arg:"" help:"Tenant id."`
+	Actor  string `name:"actor" default:"cli" help:"Recorded in the ledger as who created the key."`
 }
 
 func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
@@ -95,7 +96,7 @@ func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer pool.Close()
-	k, secret, err := apikey.Create(ctx, pool, c.Tenant)
+	k, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.Actor)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 		return err
 	}
-	_, secret, err := apikey.Create(ctx, pool, "demo")
+	_, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), "demo", "demo")
 	if err != nil {
 		return err
 	}

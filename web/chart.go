@@ -1,0 +1,117 @@
+package web
+
+import (
+	"strconv"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// costChart is the tenant page's SVG of estimated against actual cost for
+// recent settled admissions, oldest on the left. It is drawn here, as
+// plain SVG geometry, so the page needs no chart library and no inline
+// style.
+type costChart struct {
+	Width, Height int
+	Left, Bottom  int // plot edges, inside the viewBox
+	Top, Right    int
+	Bars          []costBar
+	Ticks         []chartTick
+	Count         int
+	SumEstimate   int64
+	SumActual     int64
+}
+
+type costBar struct {
+	Title            string
+	X, W             string
+	EstY, EstH       string
+	ActX, ActY, ActH string
+	Over             bool // actual above the estimate: settle charged extra
+}
+
+type chartTick struct {
+	Y, Label string
+}
+
+// Ratio is what the estimates reserved per unit actually used, as a
+// decimal with two places: 1.00 is exact, above it over-reserved.
+func (ch costChart) Ratio() string {
+	if ch.SumActual <= 0 {
+		return "—"
+	}
+	hundredths := (ch.SumEstimate*100 + ch.SumActual/2) / ch.SumActual
+	return strconv.FormatInt(hundredths/100, 10) + "." + pad2(hundredths%100)
+}
+
+func pad2(n int64) string {
+	if n < 10 {
+		return "0" + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func fmt1(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
+
+// newCostChart lays out the settled admissions among adms (newest first, as
+// AdmissionRecent returns them).
+func newCostChart(adms []*budget.Admission) costChart {
+	ch := costChart{Width: 960, Height: 240, Left: 64, Right: 950, Top: 12, Bottom: 216}
+	var settled []*budget.Admission
+	for i := len(adms) - 1; i >= 0; i-- {
+		if a := adms[i]; a.ActualCost != nil {
+			settled = append(settled, a)
+		}
+	}
+	ch.Count = len(settled)
+	if ch.Count == 0 {
+		return ch
+	}
+	var top int64 = 1
+	for _, a := range settled {
+		top = max(top, a.Estimate.Cost, *a.ActualCost)
+		ch.SumEstimate += a.Estimate.Cost
+		ch.SumActual += *a.ActualCost
+	}
+	top = niceCeil(top)
+	plotH := float64(ch.Bottom - ch.Top)
+	y := func(v int64) float64 { return float64(ch.Bottom) - float64(v)*plotH/float64(top) }
+	for i := range 5 {
+		v := top * int64(i) / 4
+		ch.Ticks = append(ch.Ticks, chartTick{Y: fmt1(y(v)), Label: groupDigits(v)})
+	}
+	slot := float64(ch.Right-ch.Left) / float64(max(len(settled), 20))
+	w := slot * 0.38
+	for i, a := range settled {
+		x := float64(ch.Left) + float64(i)*slot + slot*0.1
+		est, act := a.Estimate.Cost, *a.ActualCost
+		ch.Bars = append(ch.Bars, costBar{
+			Title: a.ID + " (" + a.Estimate.Model + "): estimate " + groupDigits(est) + ", actual " + groupDigits(act),
+			X:     fmt1(x), W: fmt1(w),
+			EstY: fmt1(y(est)), EstH: fmt1(float64(ch.Bottom) - y(est)),
+			ActX: fmt1(x + w), ActY: fmt1(y(act)), ActH: fmt1(float64(ch.Bottom) - y(act)),
+			Over: act > est,
+		})
+	}
+	return ch
+}
+
+// niceCeil rounds an axis maximum up to 1, 2 or 5 times a power of ten.
+func niceCeil(v int64) int64 {
+	p := int64(1)
+	for {
+		for _, m := range []int64{1, 2, 5} {
+			if m*p >= v {
+				return m * p
+			}
+		}
+		p *= 10
+	}
+}
+
+// entryTable is a list of ledger entries as the tenant and ledger pages
+// show them.
+type entryTable struct {
+	Entries    []ledger.Entry
+	ShowTenant bool
+}

@@ -1,0 +1,238 @@
+package web
+
+import (
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// form keeps what an admin typed and the message of each bad field, so a
+// refused form comes back filled in with the reason next to the field.
+type form struct {
+	values map[string]string
+	errs   map[string]string
+	// Order lists the fields with errors in the order they were found, for
+	// the summary at the top of the form.
+	order []string
+}
+
+func newForm() *form { return &form{values: map[string]string{}, errs: map[string]string{}} }
+
+// formFrom copies the named fields of a POST body.
+func formFrom(v url.Values, names ...string) *form {
+	f := newForm()
+	for _, n := range names {
+		f.values[n] = strings.TrimSpace(v.Get(n))
+	}
+	return f
+}
+
+// Get returns a field's value.
+func (f *form) Get(name string) string {
+	if f == nil {
+		return ""
+	}
+	return f.values[name]
+}
+
+// Set fills a field.
+func (f *form) Set(name, value string) { f.values[name] = value }
+
+// Err returns the message of a bad field, "" when it is fine.
+func (f *form) Err(name string) string {
+	if f == nil {
+		return ""
+	}
+	return f.errs[name]
+}
+
+// Fail records a bad field; the first message of a field wins.
+func (f *form) Fail(name, message string) {
+	if _, ok := f.errs[name]; ok {
+		return
+	}
+	f.errs[name] = message
+	f.order = append(f.order, name)
+}
+
+// OK reports whether no field failed.
+func (f *form) OK() bool { return f == nil || len(f.errs) == 0 }
+
+// Problems lists "field: message" for the summary.
+func (f *form) Problems() []string {
+	if f == nil {
+		return nil
+	}
+	out := make([]string, 0, len(f.order))
+	for _, n := range f.order {
+		out = append(out, n+": "+f.errs[n])
+	}
+	return out
+}
+
+// cleanNumber drops the thousands separators people type or paste.
+func cleanNumber(s string) string {
+	return strings.NewReplacer(",", "", "_", "", " ", "").Replace(s)
+}
+
+// Int parses a whole number; empty is 0 unless required.
+func (f *form) Int(name string, required bool) int64 {
+	s := cleanNumber(f.Get(name))
+	if s == "" {
+		if required {
+			f.Fail(name, "is required")
+		}
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		f.Fail(name, "must be a whole number, 0 or more")
+		return 0
+	}
+	return n
+}
+
+// SignedInt parses a whole number that may be negative (a debit).
+func (f *form) SignedInt(name string) int64 {
+	s := cleanNumber(f.Get(name))
+	if s == "" {
+		f.Fail(name, "is required")
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimPrefix(s, "+"), 10, 64)
+	if err != nil {
+		f.Fail(name, "must be a whole number such as 5000 or -5000")
+		return 0
+	}
+	return n
+}
+
+// Decimal parses a decimal with up to six places into micro units, exactly
+// (budget.ParseRate, no floating point); empty is 0 unless required.
+func (f *form) Decimal(name string, required bool) int64 {
+	s := cleanNumber(f.Get(name))
+	if s == "" {
+		if required {
+			f.Fail(name, "is required")
+		}
+		return 0
+	}
+	n, err := budget.ParseRate(s)
+	if err != nil || strings.ContainsAny(s, "+-") {
+		f.Fail(name, "must be a decimal number such as 2.5, with at most 6 decimal places")
+		return 0
+	}
+	return n
+}
+
+// Duration parses a duration such as 10m or 90s; empty is 0 (the default).
+func (f *form) Duration(name string) time.Duration {
+	s := f.Get(name)
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		f.Fail(name, "must be a duration such as 90s, 10m or 1h")
+		return 0
+	}
+	return d
+}
+
+// limitFields are the fields of the tenant forms; their names are the
+// budget.LimitError field names, so a refusal lands next to its field.
+var limitFields = []string{"tokens_capacity", "tokens_per_second", "requests_capacity", "requests_per_second",
+	"max_concurrent", "period_budget", "period", "reservation_ttl", "max_wait"}
+
+// limits reads the limit fields and validates them with budget's own
+// rules.
+func (f *form) limits() budget.Limits {
+	l := budget.Limits{
+		TokensCapacity:    f.Int("tokens_capacity", true),
+		TokensRateMicro:   f.Decimal("tokens_per_second", true),
+		RequestsCapacity:  f.Int("requests_capacity", false),
+		RequestsRateMicro: f.Decimal("requests_per_second", false),
+		MaxConcurrent:     f.Int("max_concurrent", false),
+		PeriodBudget:      f.Int("period_budget", false),
+		Period:            budget.Period(f.Get("period")),
+		ReservationTTL:    f.Duration("reservation_ttl"),
+		MaxWait:           f.Duration("max_wait"),
+	}
+	if !f.OK() {
+		return l
+	}
+	f.limitError(l.Validate())
+	return l
+}
+
+// limitError records a *budget.LimitError under its field; it reports
+// whether err was one.
+func (f *form) limitError(err error) bool {
+	var le *budget.LimitError
+	if errors.As(err, &le) {
+		f.Fail(le.Field, le.Reason)
+		return true
+	}
+	return false
+}
+
+// limitsForm fills the limit fields from a tenant's current limits.
+func limitsForm(l budget.Limits) *form {
+	f := newForm()
+	f.Set("tokens_capacity", strconv.FormatInt(l.TokensCapacity, 10))
+	f.Set("tokens_per_second", budget.FormatRate(l.TokensRateMicro))
+	if l.RequestsCapacity > 0 {
+		f.Set("requests_capacity", strconv.FormatInt(l.RequestsCapacity, 10))
+		f.Set("requests_per_second", budget.FormatRate(l.RequestsRateMicro))
+	}
+	if l.MaxConcurrent > 0 {
+		f.Set("max_concurrent", strconv.FormatInt(l.MaxConcurrent, 10))
+	}
+	if l.PeriodBudget > 0 {
+		f.Set("period_budget", strconv.FormatInt(l.PeriodBudget, 10))
+	}
+	f.Set("period", string(l.Period))
+	f.Set("reservation_ttl", fmtDuration(l.ReservationTTL))
+	f.Set("max_wait", fmtDuration(l.MaxWait))
+	return f
+}
+
+// modelFields are the model form's fields, named like the
+// estimator.InvalidError fields of estimator.Model.Validate.
+var modelFields = []string{"name", "encoding", "input_weight", "output_weight", "default_output_tokens",
+	"context_window", "part_tokens"}
+
+// model reads a model; weights are decimals (0.25, 4) turned into micro
+// units exactly.
+func (f *form) model() estimator.Model {
+	m := estimator.Model{
+		Name:                f.Get("name"),
+		Encoding:            f.Get("encoding"),
+		InputWeightMicro:    f.Decimal("input_weight", true),
+		OutputWeightMicro:   f.Decimal("output_weight", true),
+		DefaultOutputTokens: f.Int("default_output_tokens", true),
+		ContextWindow:       f.Int("context_window", true),
+		PartTokens:          f.Int("part_tokens", true),
+	}
+	if m.Name == "" {
+		f.Fail("name", "is required")
+	}
+	return m
+}
+
+func modelForm(m estimator.Model) *form {
+	f := newForm()
+	f.Set("name", m.Name)
+	f.Set("encoding", m.Encoding)
+	f.Set("input_weight", budget.FormatRate(m.InputWeightMicro))
+	f.Set("output_weight", budget.FormatRate(m.OutputWeightMicro))
+	f.Set("default_output_tokens", strconv.FormatInt(m.DefaultOutputTokens, 10))
+	f.Set("context_window", strconv.FormatInt(m.ContextWindow, 10))
+	f.Set("part_tokens", strconv.FormatInt(m.PartTokens, 10))
+	return f
+}

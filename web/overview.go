@@ -1,0 +1,433 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// sparkMinutes is how far back the per-minute sparklines reach.
+const sparkMinutes = 15
+
+// flashes are the messages a redirect may ask for with ?done=; the query
+// picks one, it never supplies text.
+var flashes = map[string]string{
+	"created":  "Tenant created. Create a key for it below.",
+	"limits":   "Limits saved. Every replica decides the next admission with them.",
+	"disabled": "Tenant disabled: its keys are refused until it is enabled again.",
+	"enabled":  "Tenant enabled.",
+	"adjusted": "Adjustment recorded in the ledger.",
+	"revoked":  "Key revoked. Requests with it are refused from now on.",
+	"saved":    "Model saved. This replica estimates with it now, the others within their refresh interval.",
+}
+
+func flash(c *echo.Context) string { return flashes[c.QueryParam("done")] }
+
+// actor is who the ledger says made a change: the admin token's name.
+func actor(c *echo.Context) string {
+	if s := sessionOf(c); s != nil {
+		return "admin:" + s.TokenName // as the admin API records it
+	}
+	return "admin"
+}
+
+// gauge is one bar of the overview: a balance against its limit.
+type gauge struct {
+	Name  string // data-gauge, as the live JSON names it
+	Set   bool   // the limit is configured
+	Text  string // "391 / 500"
+	Pct   string // fill width in 0..100, one decimal
+	Level string // ok, warn (amber) or bad (red)
+}
+
+// spark is a tenant's count per minute over the last sparkMinutes, oldest
+// first, as SVG bar geometry.
+type spark struct {
+	Name string
+	Bars []sparkBar
+}
+
+type sparkBar struct {
+	X string `json:"x"`
+	Y string `json:"y"`
+	H string `json:"h"`
+}
+
+const (
+	sparkBarWidth = 3
+	sparkStep     = 4
+	sparkHeight   = 20
+)
+
+// SparkWidth is the sparklines' viewBox width, for the templates.
+func (spark) Width() int { return sparkMinutes * sparkStep }
+
+// SparkHeight is the sparklines' viewBox height.
+func (spark) Height() int { return sparkHeight }
+
+// tenantRow is what the overview shows of a tenant; the page and the live
+// JSON are both built from it, so they always agree.
+type tenantRow struct {
+	ID       string
+	Disabled bool
+	// Status is throttled (a limit refused requests in the last two
+	// minutes), low (a balance under 10 % or reservations near the cap),
+	// ok or disabled.
+	Status                                         string
+	Tokens, Requests, Period, Open                 gauge
+	Admitted, AdmittedPrev, Rejected, RejectedPrev int64
+	// Why is the limit that refused most in the last two minutes.
+	Why       string
+	WhyDetail string
+	Spark     [2]spark // admitted, rejected
+
+	rank int
+}
+
+// Fields are the texts the live script replaces, keyed by data-field.
+func (r *tenantRow) Fields() map[string]string {
+	dash := func(g gauge) string {
+		if !g.Set {
+			return "—"
+		}
+		return g.Text
+	}
+	why := r.Why
+	if why == "" {
+		why = "—"
+	}
+	return map[string]string{
+		"status":        r.Status,
+		"tokens":        r.Tokens.Text,
+		"requests":      dash(r.Requests),
+		"period":        dash(r.Period),
+		"open":          r.Open.Text,
+		"admitted":      groupDigits(r.Admitted),
+		"admitted_prev": groupDigits(r.AdmittedPrev),
+		"rejected":      groupDigits(r.Rejected),
+		"rejected_prev": groupDigits(r.RejectedPrev),
+		"why":           why,
+	}
+}
+
+func pct(part, whole int64) string {
+	if whole <= 0 || part <= 0 {
+		return "0"
+	}
+	if part >= whole {
+		return "100"
+	}
+	// Tenths of a percent in integers: no float formatting surprises.
+	tenths := part * 1000 / whole
+	if part > 0 && tenths == 0 {
+		tenths = 1 // a sliver, so a non-zero balance never looks empty
+	}
+	return strconv.FormatInt(tenths/10, 10) + "." + strconv.FormatInt(tenths%10, 10)
+}
+
+// balanceGauge shows what is left of a bucket or budget: amber under 10 %,
+// red when nothing (or less) is left.
+func balanceGauge(name string, left, capacity int64) gauge {
+	g := gauge{Name: name, Set: true, Text: groupDigits(left) + " / " + groupDigits(capacity), Pct: pct(left, capacity), Level: "ok"}
+	switch {
+	case left <= 0:
+		g.Level = "bad"
+	case left*10 < capacity:
+		g.Level = "warn"
+	}
+	return g
+}
+
+func openGauge(open, maxOpen int64) gauge {
+	if maxOpen <= 0 {
+		return gauge{Name: "open", Text: groupDigits(open) + " open", Pct: "0", Level: "ok"}
+	}
+	g := gauge{Name: "open", Set: true, Text: groupDigits(open) + " / " + groupDigits(maxOpen), Pct: pct(open, maxOpen), Level: "ok"}
+	switch {
+	case open >= maxOpen:
+		g.Level = "bad"
+	case open*10 >= maxOpen*8:
+		g.Level = "warn"
+	}
+	return g
+}
+
+// limitOrder breaks ties of Why in the order limits are checked.
+var limitOrder = []budget.Limit{budget.LimitTokens, budget.LimitRequests, budget.LimitConcurrency, budget.LimitPeriodBudget}
+
+// tenantRows builds the rows of snaps with their admitted (ledger reserve
+// entries) and rejected (flushed tallies, every replica) counts per
+// minute, throttled tenants first. The current minute is the database's,
+// taken from the snapshots.
+func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]*tenantRow, error) {
+	if len(snaps) == 0 {
+		return nil, nil
+	}
+	window := sparkMinutes * time.Minute
+	admitted, err := ledger.KindCounts(ctx, d.db, ledger.KindReserve, window)
+	if err != nil {
+		return nil, err
+	}
+	rejected, err := d.store.RejectionsSince(ctx, window)
+	if err != nil {
+		return nil, err
+	}
+	now := snaps[0].At.Truncate(time.Minute)
+	ago := func(minute time.Time) int {
+		i := int(now.Sub(minute.Truncate(time.Minute)) / time.Minute)
+		if i < 0 {
+			i = 0 // a tally a moment ahead of this snapshot's clock
+		}
+		return i
+	}
+	type counts struct {
+		admitted, rejected [sparkMinutes]int64
+		byLimit            map[budget.Limit]int64
+	}
+	per := map[string]*counts{}
+	get := func(id string) *counts {
+		c, ok := per[id]
+		if !ok {
+			c = &counts{byLimit: map[budget.Limit]int64{}}
+			per[id] = c
+		}
+		return c
+	}
+	for _, m := range admitted {
+		if i := ago(m.Minute); i < sparkMinutes {
+			get(m.TenantID).admitted[i] += m.Count
+		}
+	}
+	for _, r := range rejected {
+		i := ago(r.Minute)
+		if i >= sparkMinutes {
+			continue
+		}
+		c := get(r.TenantID)
+		c.rejected[i] += r.Count
+		if i <= 1 {
+			c.byLimit[r.Limit] += r.Count
+		}
+	}
+
+	rows := make([]*tenantRow, 0, len(snaps))
+	for _, s := range snaps {
+		c := get(s.TenantID)
+		l := s.Limits
+		r := &tenantRow{
+			ID:           s.TenantID,
+			Disabled:     s.Disabled,
+			Tokens:       balanceGauge("tokens", s.Tokens(), l.TokensCapacity),
+			Requests:     gauge{Name: "requests", Pct: "0", Level: "ok"},
+			Period:       gauge{Name: "period", Pct: "0", Level: "ok"},
+			Open:         openGauge(s.OpenReservations, l.MaxConcurrent),
+			Admitted:     c.admitted[0],
+			AdmittedPrev: c.admitted[1],
+			Rejected:     c.rejected[0],
+			RejectedPrev: c.rejected[1],
+			Spark:        [2]spark{sparkOf("admitted", c.admitted), sparkOf("rejected", c.rejected)},
+		}
+		if l.RequestsCapacity > 0 {
+			r.Requests = balanceGauge("requests", s.Requests(), l.RequestsCapacity)
+		}
+		if l.PeriodBudget > 0 {
+			r.Period = balanceGauge("period", s.PeriodRemaining(), l.PeriodBudget)
+		}
+		var detail []string
+		var best int64
+		for _, lim := range limitOrder {
+			if n := c.byLimit[lim]; n > 0 {
+				detail = append(detail, string(lim)+" "+groupDigits(n))
+				if n > best {
+					best, r.Why = n, string(lim)
+				}
+			}
+		}
+		if len(detail) > 0 {
+			r.WhyDetail = "refused in the last 2 minutes: " + strings.Join(detail, ", ")
+		}
+		switch {
+		case s.Disabled:
+			r.Status, r.rank = "disabled", 3
+		case r.Rejected+r.RejectedPrev > 0:
+			r.Status, r.rank = "throttled", 0
+		case r.Tokens.Level != "ok" || r.Requests.Level != "ok" || r.Period.Level != "ok" || r.Open.Level != "ok":
+			r.Status, r.rank = "low", 1
+		default:
+			r.Status, r.rank = "ok", 2
+		}
+		rows = append(rows, r)
+	}
+	slices.SortStableFunc(rows, func(a, b *tenantRow) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
+		}
+		if ra, rb := a.Rejected+a.RejectedPrev, b.Rejected+b.RejectedPrev; ra != rb {
+			if ra > rb {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return rows, nil
+}
+
+// sparkOf lays out counts (index 0 is the current minute) as bars, oldest
+// on the left, scaled to the largest.
+func sparkOf(name string, counts [sparkMinutes]int64) spark {
+	var top int64
+	for _, n := range counts {
+		top = max(top, n)
+	}
+	s := spark{Name: name, Bars: make([]sparkBar, sparkMinutes)}
+	for i := range sparkMinutes {
+		n := counts[sparkMinutes-1-i]
+		h := int64(0)
+		if top > 0 && n > 0 {
+			h = max(1, n*sparkHeight/top)
+		}
+		s.Bars[i] = sparkBar{
+			X: strconv.Itoa(i * sparkStep),
+			Y: strconv.FormatInt(sparkHeight-h, 10),
+			H: strconv.FormatInt(h, 10),
+		}
+	}
+	return s
+}
+
+type overviewView struct {
+	layout
+	Rows      []*tenantRow
+	Throttled int
+	Create    *form
+}
+
+func (d *Dashboard) overview(c *echo.Context) error {
+	return d.renderOverview(c, http.StatusOK, newForm())
+}
+
+func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) error {
+	ctx := c.Request().Context()
+	snaps, err := d.store.TenantList(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := d.tenantRows(ctx, snaps)
+	if err != nil {
+		return err
+	}
+	v := &overviewView{
+		layout: layout{Title: "Overview", Nav: "overview", Session: sessionOf(c), Flash: flash(c), Live: "/ui/overview.json"},
+		Rows:   rows,
+		Create: create,
+	}
+	for _, r := range rows {
+		if r.Status == "throttled" {
+			v.Throttled++
+		}
+	}
+	return d.render(c, status, "overview.html", v)
+}
+
+// tenantCreate creates a tenant from the overview's form. A refused form
+// comes back filled in, with the reason next to the field.
+func (d *Dashboard) tenantCreate(c *echo.Context) error {
+	f := formFrom(postForm(c), append([]string{"id"}, limitFields...)...)
+	id := f.Get("id")
+	f.limitError(budget.ValidateTenantID(id))
+	l := f.limits()
+	if !f.OK() {
+		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
+	}
+	_, err := d.store.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: id, Limits: l, Actor: actor(c)})
+	switch {
+	case errors.Is(err, budget.ErrTenantExists):
+		f.Fail("id", "a tenant with this id already exists")
+		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
+	case f.limitError(err):
+		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
+	case err != nil:
+		return err
+	}
+	return seeOther(c, "/tenants/"+pathEscape(id)+"?done=created")
+}
+
+// liveJSON is what the page's script polls: per tenant, the texts, gauge
+// widths and sparkline bars to put in place, in display order.
+type liveJSON struct {
+	At      time.Time    `json:"at"`
+	Tenants []liveTenant `json:"tenants"`
+}
+
+type liveTenant struct {
+	ID     string                `json:"id"`
+	Status string                `json:"status"`
+	Fields map[string]string     `json:"fields"`
+	Titles map[string]string     `json:"titles"`
+	Gauges map[string]liveGauge  `json:"gauges"`
+	Sparks map[string][]sparkBar `json:"sparks"`
+}
+
+type liveGauge struct {
+	Pct   string `json:"pct"`
+	Level string `json:"level"`
+}
+
+// liveOverview answers the overview's (or one tenant page's, with
+// ?tenant=) polling, under the same session as the pages.
+func (d *Dashboard) liveOverview(c *echo.Context) error {
+	ctx := c.Request().Context()
+	var snaps []budget.Snapshot
+	var err error
+	if id := c.QueryParam("tenant"); id != "" {
+		var s budget.Snapshot
+		s, err = d.store.TenantSnapshot(ctx, id)
+		if errors.Is(err, budget.ErrTenantNotFound) {
+			return c.JSON(http.StatusNotFound, jsonError{Error: jsonErrorBody{Type: "not_found", Message: "no such tenant"}})
+		}
+		snaps = []budget.Snapshot{s}
+	} else {
+		snaps, err = d.store.TenantList(ctx)
+	}
+	var rows []*tenantRow
+	if err == nil {
+		rows, err = d.tenantRows(ctx, snaps)
+	}
+	if err != nil {
+		d.logger.ErrorContext(ctx, "dashboard live update failed", "error", err.Error(),
+			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		return c.JSON(http.StatusInternalServerError, jsonError{Error: jsonErrorBody{Type: "internal_error", Message: "internal server error"}})
+	}
+	out := liveJSON{At: time.Now().UTC(), Tenants: make([]liveTenant, 0, len(rows))}
+	if len(snaps) > 0 {
+		out.At = snaps[0].At.UTC()
+	}
+	for _, r := range rows {
+		t := liveTenant{
+			ID:     r.ID,
+			Status: r.Status,
+			Fields: r.Fields(),
+			Titles: map[string]string{"why": r.WhyDetail},
+			Gauges: map[string]liveGauge{},
+			Sparks: map[string][]sparkBar{},
+		}
+		for _, g := range []gauge{r.Tokens, r.Requests, r.Period, r.Open} {
+			t.Gauges[g.Name] = liveGauge{Pct: g.Pct, Level: g.Level}
+		}
+		for _, s := range r.Spark {
+			t.Sparks[s.Name] = s.Bars
+		}
+		out.Tenants = append(out.Tenants, t)
+	}
+	return c.JSON(http.StatusOK, out)
+}

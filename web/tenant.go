@@ -1,0 +1,193 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// recentEntries and recentAdmissions bound what a tenant page loads.
+const (
+	recentEntries    = 25
+	recentAdmissions = 40
+	maxReasonLen     = 500
+)
+
+type tenantView struct {
+	layout
+	Row     *tenantRow
+	Snap    budget.Snapshot
+	Limits  *form
+	Adjust  *form
+	Disable *form
+	Keys    []apikey.Key
+	// NewKey is set only on the answer to the POST that created the key:
+	// the one time its secret is shown.
+	NewKey  *newKey
+	Entries entryTable
+	Chart   costChart
+}
+
+type newKey struct {
+	Secret string
+	Prefix string
+}
+
+// renderTenant loads a tenant page; edit adjusts the view (a refused form,
+// a new key) before it is rendered.
+func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit func(*tenantView)) error {
+	ctx := c.Request().Context()
+	snap, err := d.store.TenantSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	rows, err := d.tenantRows(ctx, []budget.Snapshot{snap})
+	if err != nil {
+		return err
+	}
+	keys, err := apikey.List(ctx, d.db, id)
+	if err != nil {
+		return err
+	}
+	entries, _, err := ledger.EntryQuery(ctx, d.db, ledger.Filter{TenantID: id, Limit: recentEntries})
+	if err != nil {
+		return err
+	}
+	adms, err := d.store.AdmissionRecent(ctx, id, recentAdmissions)
+	if err != nil {
+		return err
+	}
+	v := &tenantView{
+		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
+			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
+		Row:     rows[0],
+		Snap:    snap,
+		Limits:  limitsForm(snap.Limits),
+		Adjust:  newForm(),
+		Disable: newForm(),
+		Keys:    keys,
+		Entries: entryTable{Entries: entries},
+		Chart:   newCostChart(adms),
+	}
+	if edit != nil {
+		edit(v)
+	}
+	return d.render(c, status, "tenant.html", v)
+}
+
+func (d *Dashboard) tenantShow(c *echo.Context) error {
+	return d.renderTenant(c, c.Param("id"), http.StatusOK, nil)
+}
+
+func tenantURL(id, done string) string {
+	return "/tenants/" + pathEscape(id) + "?done=" + done
+}
+
+// tenantLimits replaces a tenant's limits; budget refills at the old rates
+// first and records the change, before and after, in the ledger.
+func (d *Dashboard) tenantLimits(c *echo.Context) error {
+	id := c.Param("id")
+	f := formFrom(postForm(c), limitFields...)
+	l := f.limits()
+	if f.OK() {
+		_, err := d.store.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Limits: l, Actor: actor(c)})
+		if !f.limitError(err) && err != nil {
+			return err
+		}
+	}
+	if !f.OK() {
+		return d.renderTenant(c, id, http.StatusUnprocessableEntity, func(v *tenantView) { v.Limits = f })
+	}
+	return seeOther(c, tenantURL(id, "limits"))
+}
+
+func (d *Dashboard) tenantDisable(c *echo.Context) error { return d.setDisabled(c, true) }
+
+func (d *Dashboard) tenantEnable(c *echo.Context) error { return d.setDisabled(c, false) }
+
+func (d *Dashboard) setDisabled(c *echo.Context, disabled bool) error {
+	id := c.Param("id")
+	f := formFrom(postForm(c), "reason")
+	if utf8.RuneCountInString(f.Get("reason")) > maxReasonLen {
+		f.Fail("reason", "must be at most "+strconv.Itoa(maxReasonLen)+" characters")
+		return d.renderTenant(c, id, http.StatusUnprocessableEntity, func(v *tenantView) { v.Disable = f })
+	}
+	_, err := d.store.SetDisabled(c.Request().Context(), budget.SetDisabledParams{
+		TenantID: id, Disabled: disabled, Reason: f.Get("reason"), Actor: actor(c),
+	})
+	if err != nil {
+		return err
+	}
+	if disabled {
+		return seeOther(c, tenantURL(id, "disabled"))
+	}
+	return seeOther(c, tenantURL(id, "enabled"))
+}
+
+// tenantAdjust credits (positive) or debits (negative) the token balance
+// with a reason, which the ledger keeps.
+func (d *Dashboard) tenantAdjust(c *echo.Context) error {
+	id := c.Param("id")
+	f := formFrom(postForm(c), "tokens", "reason")
+	n := f.SignedInt("tokens")
+	if f.OK() && n == 0 {
+		f.Fail("tokens", "must not be 0: a positive number credits, a negative one debits")
+	}
+	switch reason := f.Get("reason"); {
+	case reason == "":
+		f.Fail("reason", "is required: the ledger records why")
+	case utf8.RuneCountInString(reason) > maxReasonLen:
+		f.Fail("reason", "must be at most "+strconv.Itoa(maxReasonLen)+" characters")
+	}
+	if f.OK() {
+		_, err := d.store.Adjust(c.Request().Context(), budget.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
+		switch {
+		case errors.Is(err, budget.ErrBadAdjustment):
+			f.Fail("tokens", "is out of range (at most 1,000,000,000,000 either way, and the balance must stay representable)")
+		case err != nil:
+			return err
+		}
+	}
+	if !f.OK() {
+		return d.renderTenant(c, id, http.StatusUnprocessableEntity, func(v *tenantView) { v.Adjust = f })
+	}
+	return seeOther(c, tenantURL(id, "adjusted"))
+}
+
+// keyCreate makes a key and answers with the tenant page showing its
+// secret. That answer is the only place the secret ever appears: it is not
+// stored, logged, or put in a URL, and the page's script swaps the address
+// for the plain tenant page so that a reload shows it no more.
+func (d *Dashboard) keyCreate(c *echo.Context) error {
+	id := c.Param("id")
+	k, secret, err := apikey.CreateRecorded(c.Request().Context(), d.db, d.store, id, actor(c))
+	if errors.Is(err, apikey.ErrTenantNotFound) {
+		return budget.ErrTenantNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return d.renderTenant(c, id, http.StatusOK, func(v *tenantView) {
+		v.NewKey = &newKey{Secret: secret, Prefix: k.Prefix}
+		v.ReplaceURL = "/tenants/" + pathEscape(id)
+	})
+}
+
+func (d *Dashboard) keyRevoke(c *echo.Context) error {
+	id := c.Param("id")
+	err := apikey.RevokeRecorded(c.Request().Context(), d.db, d.store, id, c.Param("key"), actor(c))
+	if errors.Is(err, apikey.ErrNotFound) {
+		return pageErr(http.StatusNotFound, "This tenant has no such active key (it may have been revoked already).")
+	}
+	if err != nil {
+		return err
+	}
+	return seeOther(c, tenantURL(id, "revoked"))
+}

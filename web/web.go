@@ -1,0 +1,273 @@
+// Package web is tokengate's admin dashboard: server-rendered pages over the
+// budget, ledger, estimator and key packages, for the people who run the
+// service.
+//
+// Everything it serves is embedded in the binary (html/template pages, one
+// stylesheet, one small script, an icon), so the dashboard works offline and
+// its Content-Security-Policy can forbid every inline script and style and
+// every other origin. Charts and gauges are SVG drawn here, in Go; the
+// script only moves SVG attributes and text when it polls for live numbers.
+//
+// An admin logs in with an admin token (tga_...); the session lives in
+// Postgres (admintoken), so every replica serves it, and logging out or
+// revoking the token ends it everywhere. Each session has its own CSRF
+// token: every state change is a POST carrying it, checked in constant
+// time, so a form rendered for an ended session is useless.
+package web
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/api/attempt"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// Config configures a Dashboard. DB is required; nil or zero fields take
+// defaults.
+type Config struct {
+	// DB is the pool shared with the API: sessions, keys, ledger, models.
+	DB *pgxpool.Pool
+	// Store changes tenants. Defaults to a budget.Store on DB.
+	Store *budget.Store
+	// Estimator is the one the API estimates with, so that a model saved
+	// here applies in this replica at once (others follow within their
+	// refresh interval). Defaults to a new one on the seeded table.
+	Estimator *estimator.Estimator
+	// Logger receives the dashboard's own errors. Defaults to slog.Default().
+	Logger *slog.Logger
+	// SessionTTL is how long a login lasts. Defaults to 12 h.
+	SessionTTL time.Duration
+	// LoginFailuresPerMinute is how many failed logins one client address
+	// may make per minute (also the burst); past it the login answers 429
+	// without checking the token. Defaults to 10.
+	LoginFailuresPerMinute int
+}
+
+// Dashboard serves the admin pages. Build it with New and add its routes to
+// the API's router with Register.
+type Dashboard struct {
+	db     *pgxpool.Pool
+	store  *budget.Store
+	est    *estimator.Estimator
+	logger *slog.Logger
+	ttl    time.Duration
+
+	logins *attempt.Limiter
+	pages  map[string]*template.Template
+	static map[string]staticFile
+	origin *http.CrossOriginProtection
+}
+
+// New parses the embedded templates and returns a Dashboard.
+func New(cfg *Config) (*Dashboard, error) {
+	if cfg == nil || cfg.DB == nil {
+		return nil, errors.New("web: Config.DB is required")
+	}
+	d := &Dashboard{
+		db:     cfg.DB,
+		store:  cfg.Store,
+		est:    cfg.Estimator,
+		logger: cfg.Logger,
+		ttl:    cfg.SessionTTL,
+		origin: http.NewCrossOriginProtection(),
+	}
+	if d.store == nil {
+		d.store = budget.NewStore(cfg.DB)
+	}
+	if d.est == nil {
+		d.est = estimator.New(nil)
+	}
+	if d.logger == nil {
+		d.logger = slog.Default()
+	}
+	if d.ttl <= 0 {
+		d.ttl = 12 * time.Hour
+	}
+	perMinute := cfg.LoginFailuresPerMinute
+	if perMinute <= 0 {
+		perMinute = 10
+	}
+	d.logins = attempt.New(float64(perMinute)/60, perMinute)
+	var err error
+	if d.static, err = loadStatic(); err != nil {
+		return nil, err
+	}
+	if d.pages, err = d.parsePages(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Register adds the dashboard's routes to e. Each route carries the
+// dashboard's middleware itself, so nothing changes for the API's routes
+// (/v1, /healthz, /readyz, /metrics, /openapi.yaml).
+func (d *Dashboard) Register(e *echo.Echo) {
+	public := []echo.MiddlewareFunc{d.headers, d.htmlErrors}
+	page := append(public[:len(public):len(public)], d.requireSession)
+	change := append(public[:len(public):len(public)], d.sameOrigin, d.requireSession, d.checkCSRF)
+
+	e.GET("/static/:name", d.serveStatic, d.headers)
+
+	e.GET("/login", d.loginPage, public...)
+	e.POST("/login", d.login, append(public[:len(public):len(public)], d.sameOrigin)...)
+	e.POST("/logout", d.logout, change...)
+
+	e.GET("/", d.overview, page...)
+	e.POST("/tenants", d.tenantCreate, change...)
+	e.GET("/tenants/:id", d.tenantShow, page...)
+	e.POST("/tenants/:id/limits", d.tenantLimits, change...)
+	e.POST("/tenants/:id/disable", d.tenantDisable, change...)
+	e.POST("/tenants/:id/enable", d.tenantEnable, change...)
+	e.POST("/tenants/:id/adjust", d.tenantAdjust, change...)
+	e.POST("/tenants/:id/keys", d.keyCreate, change...)
+	e.POST("/tenants/:id/keys/:key/revoke", d.keyRevoke, change...)
+
+	e.GET("/models", d.models, page...)
+	e.POST("/models", d.modelSave, change...)
+
+	e.GET("/ledger", d.ledgerPage, page...)
+	e.GET("/ledger.csv", d.ledgerCSV, page...)
+
+	e.GET("/ui/overview.json", d.liveOverview, d.headers, d.requireSessionJSON)
+
+	// The address bar may hold a form's POST address (a refused form is
+	// answered there); opening it again goes back to the form's page.
+	e.GET("/logout", back("/"), public...)
+	e.GET("/tenants", back("/"), public...)
+	e.GET("/tenants/:id/:action", backToTenant, public...)
+	e.GET("/tenants/:id/keys/:key/revoke", backToTenant, public...)
+}
+
+func back(to string) echo.HandlerFunc {
+	return func(c *echo.Context) error { return seeOther(c, to) }
+}
+
+func backToTenant(c *echo.Context) error {
+	return seeOther(c, "/tenants/"+pathEscape(c.Param("id")))
+}
+
+// postForm returns the POST body's fields (parsed at most once; never the
+// query string's).
+func postForm(c *echo.Context) url.Values {
+	r := c.Request()
+	if r.PostForm == nil {
+		_ = r.ParseForm()
+	}
+	return r.PostForm
+}
+
+// csp allows nothing but this origin's files: no inline script or style
+// (so an injected tag or attribute does nothing), no plugins, no framing,
+// and forms post only here.
+const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+
+// headers sets the security headers on every dashboard response, before
+// the handler runs, so redirects and error pages carry them too.
+func (d *Dashboard) headers(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+// sameOrigin refuses cross-origin POSTs (by Sec-Fetch-Site or Origin), a
+// second lock besides the CSRF token and SameSite=Strict; it also covers
+// the login form, which has no session yet.
+func (d *Dashboard) sameOrigin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		if err := d.origin.Check(c.Request()); err != nil {
+			return pageErr(http.StatusForbidden, "This request came from another site, so it was refused.")
+		}
+		return next(c)
+	}
+}
+
+// statusError is an expected failure shown to the admin as an error page.
+type statusError struct {
+	status  int
+	message string
+}
+
+func (e *statusError) Error() string { return fmt.Sprintf("web: %d: %s", e.status, e.message) }
+
+func pageErr(status int, message string) error { return &statusError{status, message} }
+
+// htmlErrors renders the errors of dashboard handlers as HTML pages, so the
+// API's JSON error handler never answers a browser. Unexpected errors are
+// logged with the request id and shown without internals.
+func (d *Dashboard) htmlErrors(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		err := next(c)
+		if err == nil {
+			return nil
+		}
+		if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
+			d.logger.ErrorContext(c.Request().Context(), "dashboard response failed after it started",
+				"error", err.Error(), "path", c.Path(), "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+			return nil
+		}
+		status, message := http.StatusInternalServerError, "Something went wrong on the server. The error was logged."
+		var se *statusError
+		var he *echo.HTTPError
+		switch {
+		case errors.As(err, &se):
+			status, message = se.status, se.message
+		case errors.Is(err, budget.ErrTenantNotFound):
+			status, message = http.StatusNotFound, "There is no tenant with that id."
+		case errors.As(err, &he) && he.Code < 500:
+			status, message = he.Code, http.StatusText(he.Code)
+		default:
+			d.logger.ErrorContext(c.Request().Context(), "dashboard request failed",
+				"error", err.Error(), "method", c.Request().Method, "path", c.Path(),
+				"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		}
+		return d.render(c, status, "error.html", &errorView{
+			layout:  layout{Title: http.StatusText(status), Session: sessionOf(c)},
+			Status:  status,
+			Message: message,
+		})
+	}
+}
+
+type errorView struct {
+	layout
+	Status  int
+	Message string
+}
+
+// render executes a page into a buffer first, so a template error never
+// sends half a page.
+func (d *Dashboard) render(c *echo.Context, status int, name string, data any) error {
+	t, ok := d.pages[name]
+	if !ok {
+		return fmt.Errorf("web: no page %s", name)
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
+		return fmt.Errorf("web: render %s: %w", name, err)
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// seeOther answers a successful POST with a redirect to a GET, so reloading
+// the resulting page repeats nothing.
+func seeOther(c *echo.Context, to string) error {
+	return c.Redirect(http.StatusSeeOther, to)
+}
