@@ -656,7 +656,7 @@ func (s *Server) adminLedgerVerify(c *echo.Context) error {
 
 func (s *Server) adminDriftReport(c *echo.Context) error {
 	q := c.Request().URL.Query()
-	p := budget.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model")}
+	p := budget.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model"), ByModel: q.Get("by") == "model"}
 	f, err := ledgerFilter(c) // the same from/to parsing
 	if err != nil {
 		return err

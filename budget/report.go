@@ -9,8 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:embed sql/drift_report.sql
-var driftReportSQL string
+var (
+	//go:embed sql/drift_report.sql
+	driftReportSQL string
+	//go:embed sql/drift_report_by_model.sql
+	driftReportByModelSQL string
+)
 
 // DriftParams selects the admissions a drift report covers: those created
 // in [From, To), optionally of one tenant and one model.
@@ -18,6 +22,8 @@ type DriftParams struct {
 	TenantID string
 	Model    string
 	From, To time.Time
+	// ByModel merges tenants: one row per model, with TenantID "*".
+	ByModel bool
 }
 
 // DriftRow reconciles estimates with actual usage for one tenant and model.
@@ -50,7 +56,11 @@ func (s *Store) DriftReport(ctx context.Context, p DriftParams) ([]DriftRow, err
 	if p.To.IsZero() {
 		p.To = time.Now().Add(time.Hour)
 	}
-	rows, err := s.pool.Query(ctx, driftReportSQL, p.TenantID, p.Model, p.From, p.To)
+	query := driftReportSQL
+	if p.ByModel {
+		query = driftReportByModelSQL
+	}
+	rows, err := s.pool.Query(ctx, query, p.TenantID, p.Model, p.From, p.To)
 	if err != nil {
 		return nil, fmt.Errorf("budget: drift report: %w", err)
 	}

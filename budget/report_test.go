@@ -58,6 +58,10 @@ func TestDriftReport(t *testing.T) {
 	if err != nil || len(all) != 2 || all[1].TenantID != "globex" || all[1].Settled != 0 {
 		t.Fatalf("all tenants: %+v %v", all, err)
 	}
+	byModel, err := b.store.DriftReport(ctx, budget.DriftParams{From: time.Now().Add(-time.Hour), ByModel: true})
+	if err != nil || len(byModel) != 1 || byModel[0].TenantID != "*" || byModel[0].Admissions != 5 || byModel[0].Settled != 3 {
+		t.Fatalf("by model: %+v %v", byModel, err)
+	}
 	none, err := b.store.DriftReport(ctx, budget.DriftParams{From: time.Now().Add(time.Hour)})
 	if err != nil || len(none) != 0 {
 		t.Fatalf("future range: %+v %v", none, err)

@@ -26,6 +26,7 @@ type modelsView struct {
 	Form      *form
 	Editing   bool
 	Encodings []string
+	Drift     driftView
 }
 
 func (d *Dashboard) models(c *echo.Context) error {
@@ -57,7 +58,12 @@ func (d *Dashboard) renderModels(c *echo.Context, status int, f *form, editing b
 	for _, m := range estimator.DefaultTable().Models() {
 		seeded[m.Name] = true
 	}
+	drift, err := d.drift(c.Request().Context(), "")
+	if err != nil {
+		return err
+	}
 	v := &modelsView{
+		Drift:     drift,
 		layout:    layout{Title: "Models", Nav: "models", Session: sessionOf(c), Flash: flash(c)},
 		Form:      f,
 		Editing:   editing,

@@ -67,7 +67,7 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 	}
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {
-		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/"+name)
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html", "templates/drift.html", "templates/"+name)
 		if err != nil {
 			return nil, fmt.Errorf("web: parse %s: %w", name, err)
 		}

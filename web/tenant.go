@@ -33,6 +33,7 @@ type tenantView struct {
 	NewKey  *newKey
 	Entries entryTable
 	Chart   costChart
+	Drift   driftView
 }
 
 type newKey struct {
@@ -64,6 +65,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	drift, err := d.drift(ctx, id)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -75,6 +80,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Keys:    keys,
 		Entries: entryTable{Entries: entries},
 		Chart:   newCostChart(adms),
+		Drift:   drift,
 	}
 	if edit != nil {
 		edit(v)

@@ -65,10 +65,11 @@ func (c ledgerVerifyCmd) Run(ctx context.Context, g *globals) error {
 }
 
 type ledgerReportCmd struct {
-	Tenant string        `name:"tenant" help:"Only this tenant."`
-	Model  string        `name:"model" help:"Only this model."`
-	Since  time.Duration `name:"since" default:"24h" help:"Admissions created in this last span."`
-	JSON   bool          `name:"json" help:"Print the rows as JSON."`
+	Tenant  string        `name:"tenant" help:"Only this tenant."`
+	Model   string        `name:"model" help:"Only this model."`
+	Since   time.Duration `name:"since" default:"24h" help:"Admissions created in this last span."`
+	ByModel bool          `name:"by-model" help:"One row per model across tenants."`
+	JSON    bool          `name:"json" help:"Print the rows as JSON."`
 }
 
 func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
@@ -77,7 +78,7 @@ func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer pool.Close()
-	rows, err := budget.NewStore(pool).DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since)})
+	rows, err := budget.NewStore(pool).DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,78 @@
+package web
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// driftWindow is the span the pages' reconciliation reports cover.
+const driftWindow = 24 * time.Hour
+
+// driftView is the reconciliation report of the last day: per model, the
+// estimated against the actual cost as paired horizontal bars (SVG geometry
+// computed here, so no inline style), and the figures in a table.
+type driftView struct {
+	Rows          []driftRow
+	Width, Height int
+	Label, Right  int // where bars start and end in the viewBox
+}
+
+type driftRow struct {
+	Model                     string
+	Admissions, Settled       int64
+	EstIn, EstOut, ActIn, Act string
+	MeanErr, P95Err           string
+	Expired                   int64
+	Refunded, Extra           string
+	Y, TextY                  int
+	EstW, ActW                string
+	Over                      bool
+}
+
+func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+// newDrift lays out report rows, one bar pair per model.
+func newDrift(rows []budget.DriftRow) driftView {
+	v := driftView{Width: 960, Label: 220, Right: 940}
+	var top int64 = 1
+	for _, r := range rows {
+		top = max(top, r.EstimatedCost, r.ActualCost)
+	}
+	span := float64(v.Right - v.Label)
+	w := func(n int64) string { return strconv.FormatFloat(float64(n)*span/float64(top), 'f', 1, 64) }
+	for i, r := range rows {
+		mean := "—"
+		p95 := "—"
+		if r.Settled > 0 {
+			mean, p95 = percent(r.MeanRelativeError), percent(r.P95AbsRelativeErr)
+			if r.MeanRelativeError > 0 {
+				mean = "+" + mean
+			}
+		}
+		v.Rows = append(v.Rows, driftRow{
+			Model: r.Model, Admissions: r.Admissions, Settled: r.Settled, Expired: r.Expired,
+			EstIn: strconv.FormatInt(r.EstimatedInput, 10), EstOut: strconv.FormatInt(r.EstimatedOutput, 10),
+			ActIn: strconv.FormatInt(r.ActualInput, 10), Act: strconv.FormatInt(r.ActualOutput, 10),
+			MeanErr: mean, P95Err: p95,
+			Refunded: ledger.Tokens(r.RefundedMicro), Extra: ledger.Tokens(r.ExtraChargedMicro),
+			Y: 8 + i*36, TextY: 8 + i*36 + 20,
+			EstW: w(r.EstimatedCost), ActW: w(r.ActualCost), Over: r.ActualCost > r.EstimatedCost,
+		})
+	}
+	v.Height = 16 + len(rows)*36
+	return v
+}
+
+// drift reads the last day's reconciliation report: one tenant's models, or
+// (tenantID "") every model across tenants.
+func (d *Dashboard) drift(ctx context.Context, tenantID string) (driftView, error) {
+	rows, err := d.store.DriftReport(ctx, budget.DriftParams{TenantID: tenantID, From: time.Now().Add(-driftWindow), ByModel: tenantID == ""})
+	if err != nil {
+		return driftView{}, err
+	}
+	return newDrift(rows), nil
+}
