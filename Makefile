@@ -35,6 +35,15 @@ pg-image: ## Build the Postgres image from Debian packages (no registry); no-op 
 build: ## Build bin/tokengate.
 	go build -o bin/tokengate ./cmd/tokengate
 
+IMAGE ?= tc.local/tokengate:latest
+
+.PHONY: image
+image: ## Build $(IMAGE) FROM scratch with a static binary (CGO_ENABLED=0); no registry needed.
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$$tmp/tokengate" ./cmd/tokengate && \
+	cp integration/image/Dockerfile "$$tmp/" && \
+	docker build -q -t $(IMAGE) "$$tmp" >/dev/null && echo "image: built $(IMAGE)"
+
 .PHONY: db
 db: pg-image ## Start (or reuse) the named Postgres container for `make run`; data lives in a named volume.
 	@if [ -n "$$(docker ps -q --filter name=^/$(PG_CONTAINER)$$)" ]; then \
