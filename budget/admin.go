@@ -59,20 +59,20 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 	}
 
 	t.limits = l
-	t.tokens.capacityMicro, t.tokens.rateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
+	t.tokens.CapacityMicro, t.tokens.RateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
 	var cut int64
-	if t.tokens.balanceMicro > t.tokens.capacityMicro {
-		cut = t.tokens.capacityMicro - t.tokens.balanceMicro
-		t.tokens.balanceMicro = t.tokens.capacityMicro
+	if t.tokens.BalanceMicro > t.tokens.CapacityMicro {
+		cut = t.tokens.CapacityMicro - t.tokens.BalanceMicro
+		t.tokens.BalanceMicro = t.tokens.CapacityMicro
 	}
 	switch {
 	case l.RequestsCapacity == 0:
-		t.requests = bucket{}
+		t.requests = Bucket{}
 	case before.RequestsCapacity == 0:
-		t.requests = bucket{capacityMicro: l.RequestsCapacity * Micro, rateMicro: l.RequestsRateMicro, balanceMicro: l.RequestsCapacity * Micro, at: now}
+		t.requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro, At: now}
 	default:
-		t.requests.capacityMicro, t.requests.rateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
-		t.requests.balanceMicro = min(t.requests.balanceMicro, t.requests.capacityMicro)
+		t.requests.CapacityMicro, t.requests.RateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
+		t.requests.BalanceMicro = min(t.requests.BalanceMicro, t.requests.CapacityMicro)
 	}
 	switch {
 	case l.Period == PeriodNone:
@@ -89,7 +89,8 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 
 	b := &pgx.Batch{}
 	b.Queue(tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
-		l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds())
+		l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
+		string(l.OnStoreUnavailable))
 	t.queueUpdate(b)
 	ledger.QueueInsert(b, e)
 	if err := tx.finish(ctx, b); err != nil {
@@ -170,11 +171,11 @@ func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 	}
 	t.advance(now)
 	delta := p.Tokens * Micro
-	if delta > 0 && t.tokens.balanceMicro > math.MaxInt64-delta {
+	if delta > 0 && t.tokens.BalanceMicro > math.MaxInt64-delta {
 		tx.abort()
 		return Snapshot{}, ErrBadAdjustment
 	}
-	t.tokens.balanceMicro += delta
+	t.tokens.BalanceMicro += delta
 	e := t.entry(ledger.KindAdjust, now, actorOr(p.Actor, "admin"))
 	e.DeltaMicro = delta
 	e.Reason = reason

@@ -21,14 +21,34 @@ const DefaultMaxWait = 30 * time.Second
 type Limits struct {
 	TokensCapacity    int64 // burst size, in cost units
 	TokensRateMicro   int64 // refill, in micro cost units per second
-	RequestsCapacity  int64 // optional request bucket
+	RequestsCapacity  int64 // optional request Bucket
 	RequestsRateMicro int64
 	MaxConcurrent     int64 // optional cap on open reservations
 	PeriodBudget      int64 // optional hard cap per calendar period
 	Period            Period
 	ReservationTTL    time.Duration
 	MaxWait           time.Duration // longest max_wait_ms honoured
+	// OnStoreUnavailable is the tenant's failure policy; "" defers to the
+	// server's default. A model's own policy takes precedence.
+	OnStoreUnavailable Policy
 }
+
+// Policy says what a replica does with an admission when the store cannot
+// be reached.
+type Policy string
+
+// The failure policies.
+const (
+	PolicyDefault Policy = ""
+	// PolicyReject answers 503 store_unavailable with a Retry-After.
+	PolicyReject Policy = "reject"
+	// PolicyLocal admits against this replica's share of the tenant's
+	// bucket and replays the admissions into the store when it is back.
+	PolicyLocal Policy = "local"
+)
+
+// Valid reports whether p is a known policy (or the default).
+func (p Policy) Valid() bool { return p == PolicyDefault || p == PolicyReject || p == PolicyLocal }
 
 var tenantIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
@@ -77,6 +97,8 @@ func (l *Limits) Validate() error {
 		return &LimitError{"reservation_ttl", "must be between 1s and 168h"}
 	case l.MaxWait < 0 || l.MaxWait > 10*time.Minute:
 		return &LimitError{"max_wait", "must be between 0 and 10m"}
+	case !l.OnStoreUnavailable.Valid():
+		return &LimitError{"on_store_unavailable", `must be "reject", "local" or unset`}
 	}
 	return nil
 }

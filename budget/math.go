@@ -46,66 +46,68 @@ func mulDivCeil(a, b, d int64) int64 {
 	return int64(q)
 }
 
-// bucket is one refilling balance: tokens or requests, in micro-units.
-type bucket struct {
-	capacityMicro int64
-	rateMicro     int64 // micro-units per second
-	balanceMicro  int64
-	at            time.Time
+// Bucket is one refilling balance (tokens or requests) in micro-units. The
+// store keeps one per tenant in its row; a replica under the local failure
+// policy keeps its share in memory.
+type Bucket struct {
+	CapacityMicro int64
+	RateMicro     int64 // micro-units per second
+	BalanceMicro  int64
+	At            time.Time
 }
 
-// refill brings the bucket to now and returns what it added. Elapsed time is
+// Refill brings the bucket to now and returns what it added. Elapsed time is
 // clamped at zero and the timestamp never moves backwards, so a clock that
 // steps back can delay refill but never grant it twice. The balance never
 // rises above capacity by refill, and a balance already above capacity (the
 // capacity was lowered) is left alone.
-func (b *bucket) refill(now time.Time) int64 {
-	if !now.After(b.at) {
+func (b *Bucket) Refill(now time.Time) int64 {
+	if !now.After(b.At) {
 		return 0
 	}
-	elapsed := now.Sub(b.at).Microseconds()
-	b.at = now
-	if b.balanceMicro >= b.capacityMicro {
+	elapsed := now.Sub(b.At).Microseconds()
+	b.At = now
+	if b.BalanceMicro >= b.CapacityMicro {
 		return 0
 	}
-	add := mulDivFloor(b.rateMicro, elapsed, Micro)
-	if room := b.capacityMicro - b.balanceMicro; add > room {
+	add := mulDivFloor(b.RateMicro, elapsed, Micro)
+	if room := b.CapacityMicro - b.BalanceMicro; add > room {
 		add = room
 	}
-	b.balanceMicro += add
+	b.BalanceMicro += add
 	return add
 }
 
-// timeUntil returns how long the bucket needs to hold needMicro, exactly,
+// TimeUntil returns how long the bucket needs to hold needMicro, exactly,
 // rounded up to the microsecond.
-func (b *bucket) timeUntil(needMicro int64) time.Duration {
-	deficit := needMicro - b.balanceMicro
+func (b *Bucket) TimeUntil(needMicro int64) time.Duration {
+	deficit := needMicro - b.BalanceMicro
 	if deficit <= 0 {
 		return 0
 	}
-	us := mulDivCeil(deficit, Micro, b.rateMicro)
+	us := mulDivCeil(deficit, Micro, b.RateMicro)
 	if us > int64(math.MaxInt64/time.Microsecond) {
 		return time.Duration(math.MaxInt64)
 	}
 	return time.Duration(us) * time.Microsecond
 }
 
-// timeUntilFull is how long the bucket needs to refill to capacity.
-func (b *bucket) timeUntilFull() time.Duration { return b.timeUntil(b.capacityMicro) }
+// TimeUntilFull is how long the bucket needs to refill to capacity.
+func (b *Bucket) TimeUntilFull() time.Duration { return b.TimeUntil(b.CapacityMicro) }
 
-// refund adds amount (which may be negative: an extra charge) and returns
+// Refund adds amount (which may be negative: an extra charge) and returns
 // the effective change. A refund stops at capacity, or at the balance it
 // started from if that was already above capacity; a charge is applied in
 // full and may drive the balance negative.
-func (b *bucket) refund(amountMicro int64) int64 {
+func (b *Bucket) Refund(amountMicro int64) int64 {
 	if amountMicro <= 0 {
-		b.balanceMicro += amountMicro
+		b.BalanceMicro += amountMicro
 		return amountMicro
 	}
-	limit := max(b.capacityMicro, b.balanceMicro)
-	next := min(limit, b.balanceMicro+amountMicro)
-	applied := next - b.balanceMicro
-	b.balanceMicro = next
+	limit := max(b.CapacityMicro, b.BalanceMicro)
+	next := min(limit, b.BalanceMicro+amountMicro)
+	applied := next - b.BalanceMicro
+	b.BalanceMicro = next
 	return applied
 }
 

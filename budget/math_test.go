@@ -33,9 +33,9 @@ func TestBucketRefill(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := bucket{capacityMicro: tt.capacity, rateMicro: tt.rate, balanceMicro: tt.balance, at: tt.at}
-			if add := b.refill(tt.now); add != tt.wantAdd || b.balanceMicro != tt.wantBalance || !b.at.Equal(tt.wantAt) {
-				t.Fatalf("refill: add %d balance %d at %s; want %d %d %s", add, b.balanceMicro, b.at, tt.wantAdd, tt.wantBalance, tt.wantAt)
+			b := Bucket{CapacityMicro: tt.capacity, RateMicro: tt.rate, BalanceMicro: tt.balance, At: tt.at}
+			if add := b.Refill(tt.now); add != tt.wantAdd || b.BalanceMicro != tt.wantBalance || !b.At.Equal(tt.wantAt) {
+				t.Fatalf("refill: add %d balance %d at %s; want %d %d %s", add, b.BalanceMicro, b.At, tt.wantAdd, tt.wantBalance, tt.wantAt)
 			}
 		})
 	}
@@ -55,8 +55,8 @@ func TestBucketTimeUntil(t *testing.T) {
 		{"from debt", 10 * Micro, -10 * Micro, 10 * Micro, 2 * time.Second},
 	}
 	for _, tt := range tests {
-		b := bucket{capacityMicro: 100 * Micro, rateMicro: tt.rate, balanceMicro: tt.balance}
-		if got := b.timeUntil(tt.need); got != tt.want {
+		b := Bucket{CapacityMicro: 100 * Micro, RateMicro: tt.rate, BalanceMicro: tt.balance}
+		if got := b.TimeUntil(tt.need); got != tt.want {
 			t.Errorf("%s: timeUntil = %s, want %s", tt.name, got, tt.want)
 		}
 	}
@@ -79,9 +79,9 @@ func TestBucketRefund(t *testing.T) {
 		{"zero", 40, 0, 0, 40},
 	}
 	for _, tt := range tests {
-		b := bucket{capacityMicro: 100, balanceMicro: tt.balance}
-		if applied := b.refund(tt.amount); applied != tt.wantApplied || b.balanceMicro != tt.wantBal {
-			t.Errorf("%s: applied %d balance %d, want %d %d", tt.name, applied, b.balanceMicro, tt.wantApplied, tt.wantBal)
+		b := Bucket{CapacityMicro: 100, BalanceMicro: tt.balance}
+		if applied := b.Refund(tt.amount); applied != tt.wantApplied || b.BalanceMicro != tt.wantBal {
+			t.Errorf("%s: applied %d balance %d, want %d %d", tt.name, applied, b.BalanceMicro, tt.wantApplied, tt.wantBal)
 		}
 	}
 }

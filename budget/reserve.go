@@ -63,6 +63,16 @@ func (s *Store) Reserve(ctx context.Context, p ReserveParams) (*Reservation, err
 // returned error is for the whole batch (tenant missing, database); each
 // result carries its own decision.
 func (s *Store) ReserveBatch(ctx context.Context, tenantID string, ps []ReserveParams) ([]ReserveResult, error) {
+	var res []ReserveResult
+	err := retry(ctx, func() error {
+		var err error
+		res, err = s.reserveBatchOnce(ctx, tenantID, ps)
+		return err
+	})
+	return res, err
+}
+
+func (s *Store) reserveBatchOnce(ctx context.Context, tenantID string, ps []ReserveParams) ([]ReserveResult, error) {
 	type prior struct {
 		admissionID string
 		hash        []byte
@@ -148,9 +158,9 @@ func (s *Store) ReserveBatch(ctx context.Context, tenantID string, ps []ReserveP
 			CreatedAt: now,
 			ExpiresAt: now.Add(t.limits.ReservationTTL),
 		}
-		t.tokens.balanceMicro -= cost * Micro
-		if t.requests.capacityMicro > 0 {
-			t.requests.balanceMicro -= Micro
+		t.tokens.BalanceMicro -= cost * Micro
+		if t.requests.CapacityMicro > 0 {
+			t.requests.BalanceMicro -= Micro
 		}
 		t.open++
 		if t.limits.Period != PeriodNone {
@@ -229,11 +239,11 @@ func (t *tenant) admissible(cost int64, now time.Time) error {
 	if t.limits.PeriodBudget > 0 && cost > t.limits.PeriodBudget {
 		return &TooLargeError{Limit: LimitPeriodBudget, Cost: cost, Capacity: t.limits.PeriodBudget}
 	}
-	if need := cost * Micro; need > t.tokens.balanceMicro {
-		return &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(t.tokens.timeUntil(need))}
+	if need := cost * Micro; need > t.tokens.BalanceMicro {
+		return &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(t.tokens.TimeUntil(need))}
 	}
-	if t.requests.capacityMicro > 0 && t.requests.balanceMicro < Micro {
-		return &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(t.requests.timeUntil(Micro))}
+	if t.requests.CapacityMicro > 0 && t.requests.BalanceMicro < Micro {
+		return &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(t.requests.TimeUntil(Micro))}
 	}
 	if t.limits.MaxConcurrent > 0 && t.open >= t.limits.MaxConcurrent {
 		return &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint}

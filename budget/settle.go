@@ -65,6 +65,16 @@ func (s *Store) Release(ctx context.Context, p ReleaseParams) (*Settlement, erro
 // end is settle and release: one transaction holding the tenant row, then
 // the admission row.
 func (s *Store) end(ctx context.Context, tenantID, admissionID, actor string, how func(*Admission) (state State, in, out int64, usage bool)) (*Settlement, error) {
+	var st *Settlement
+	err := retry(ctx, func() error {
+		var err error
+		st, err = s.endOnce(ctx, tenantID, admissionID, actor, how)
+		return err
+	})
+	return st, err
+}
+
+func (s *Store) endOnce(ctx context.Context, tenantID, admissionID, actor string, how func(*Admission) (state State, in, out int64, usage bool)) (*Settlement, error) {
 	var a *Admission
 	tx, t, now, err := s.lockTenant(ctx, tenantID,
 		func(b *pgx.Batch) { b.Queue(admissionLockSQL, admissionID, tenantID) },
@@ -100,7 +110,7 @@ func (s *Store) end(ctx context.Context, tenantID, admissionID, actor string, ho
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
 	}
 	cost := a.Estimate.Cost
-	applied := t.tokens.refund((cost - actual) * Micro)
+	applied := t.tokens.Refund((cost - actual) * Micro)
 	if !late {
 		t.open--
 	}
@@ -132,7 +142,7 @@ func (s *Store) end(ctx context.Context, tenantID, admissionID, actor string, ho
 		a.ActualInput, a.ActualOutput = &in, &out
 	}
 	a.ActualCost = &actual
-	balance := t.tokens.balanceMicro
+	balance := t.tokens.BalanceMicro
 	a.EndDeltaMicro, a.EndBalanceMicro = &applied, &balance
 
 	b := &pgx.Batch{}
@@ -168,7 +178,7 @@ func (t *tenant) expire(b *pgx.Batch, overdue []*Admission, now time.Time) int {
 		t.seal(e)
 		ledger.QueueInsert(b, e)
 		a.State, a.EndedAt = StateExpired, &now
-		zero, balance := int64(0), t.tokens.balanceMicro
+		zero, balance := int64(0), t.tokens.BalanceMicro
 		a.EndDeltaMicro, a.EndBalanceMicro = &zero, &balance
 		queueAdmissionEnd(b, a)
 		n++

@@ -64,8 +64,8 @@ type tenant struct {
 	disabled bool
 	limits   Limits
 
-	tokens       bucket
-	requests     bucket // capacityMicro == 0 when no request bucket
+	tokens       Bucket
+	requests     Bucket // capacityMicro == 0 when no request Bucket
 	open         int64
 	periodStart  *time.Time
 	periodUsed   int64
@@ -83,10 +83,11 @@ func scanTenant(row pgx.Row) (*tenant, error) {
 		requestsAt               *time.Time
 		reqCap, reqRate, maxConc int64
 	)
+	var policy string
 	err := row.Scan(&t.id, &t.disabled,
 		&t.limits.TokensCapacity, &t.limits.TokensRateMicro, &reqCap, &reqRate,
-		&maxConc, &t.limits.PeriodBudget, &period, &ttlMS, &waitMS,
-		&t.tokens.balanceMicro, &t.tokens.at, &requestsMicro, &requestsAt, &t.open, &t.periodStart, &t.periodUsed,
+		&maxConc, &t.limits.PeriodBudget, &period, &ttlMS, &waitMS, &policy,
+		&t.tokens.BalanceMicro, &t.tokens.At, &requestsMicro, &requestsAt, &t.open, &t.periodStart, &t.periodUsed,
 		&t.head.Seq, &t.head.Hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrTenantNotFound
@@ -96,14 +97,15 @@ func scanTenant(row pgx.Row) (*tenant, error) {
 	}
 	t.limits.RequestsCapacity, t.limits.RequestsRateMicro, t.limits.MaxConcurrent = reqCap, reqRate, maxConc
 	t.limits.Period = Period(period)
+	t.limits.OnStoreUnavailable = Policy(policy)
 	t.limits.ReservationTTL = time.Duration(ttlMS) * time.Millisecond
 	t.limits.MaxWait = time.Duration(waitMS) * time.Millisecond
-	t.tokens.capacityMicro = t.limits.TokensCapacity * Micro
-	t.tokens.rateMicro = t.limits.TokensRateMicro
+	t.tokens.CapacityMicro = t.limits.TokensCapacity * Micro
+	t.tokens.RateMicro = t.limits.TokensRateMicro
 	if reqCap > 0 {
-		t.requests = bucket{capacityMicro: reqCap * Micro, rateMicro: reqRate, balanceMicro: reqCap * Micro}
+		t.requests = Bucket{CapacityMicro: reqCap * Micro, RateMicro: reqRate, BalanceMicro: reqCap * Micro}
 		if requestsMicro != nil && requestsAt != nil {
-			t.requests.balanceMicro, t.requests.at = *requestsMicro, *requestsAt
+			t.requests.BalanceMicro, t.requests.At = *requestsMicro, *requestsAt
 		}
 	}
 	return &t, nil
@@ -113,12 +115,12 @@ func scanTenant(row pgx.Row) (*tenant, error) {
 // period window. The token refill is held in pendingFill until an entry
 // records it.
 func (t *tenant) advance(now time.Time) {
-	t.pendingFill += t.tokens.refill(now)
-	if t.requests.capacityMicro > 0 {
-		if t.requests.at.IsZero() {
-			t.requests.at = now
+	t.pendingFill += t.tokens.Refill(now)
+	if t.requests.CapacityMicro > 0 {
+		if t.requests.At.IsZero() {
+			t.requests.At = now
 		}
-		t.requests.refill(now)
+		t.requests.Refill(now)
 	}
 	if t.limits.Period != PeriodNone {
 		start := t.limits.Period.start(now)
@@ -146,7 +148,7 @@ func (t *tenant) entry(kind ledger.Kind, now time.Time, actor string) *ledger.En
 
 // seal completes e with the balances after the change and chains it.
 func (t *tenant) seal(e *ledger.Entry) {
-	e.BalanceMicro = t.tokens.balanceMicro
+	e.BalanceMicro = t.tokens.BalanceMicro
 	e.PeriodStart = t.periodStart
 	e.PeriodUsed = t.periodUsed
 	t.head = t.head.Seal(e)
@@ -156,10 +158,10 @@ func (t *tenant) seal(e *ledger.Entry) {
 func (t *tenant) queueUpdate(b *pgx.Batch) {
 	var reqMicro *int64
 	var reqAt *time.Time
-	if t.requests.capacityMicro > 0 {
-		reqMicro, reqAt = &t.requests.balanceMicro, &t.requests.at
+	if t.requests.CapacityMicro > 0 {
+		reqMicro, reqAt = &t.requests.BalanceMicro, &t.requests.At
 	}
-	b.Queue(tenantUpdateBalancesSQL, t.id, t.tokens.balanceMicro, t.tokens.at, reqMicro, reqAt,
+	b.Queue(tenantUpdateBalancesSQL, t.id, t.tokens.BalanceMicro, t.tokens.At, reqMicro, reqAt,
 		t.open, t.periodStart, t.periodUsed, t.head.Seq, t.head.Hash)
 }
 
@@ -205,15 +207,15 @@ func (t *tenant) snapshot(now time.Time) Snapshot {
 		At:               now,
 		Limits:           t.limits,
 		Disabled:         t.disabled,
-		TokensMicro:      t.tokens.balanceMicro,
-		TokensFullIn:     roundUpMS(t.tokens.timeUntilFull()),
+		TokensMicro:      t.tokens.BalanceMicro,
+		TokensFullIn:     roundUpMS(t.tokens.TimeUntilFull()),
 		OpenReservations: t.open,
 		PeriodUsed:       t.periodUsed,
 		LedgerSeq:        t.head.Seq,
 	}
-	if t.requests.capacityMicro > 0 {
-		s.RequestsMicro = t.requests.balanceMicro
-		s.RequestsFullIn = roundUpMS(t.requests.timeUntilFull())
+	if t.requests.CapacityMicro > 0 {
+		s.RequestsMicro = t.requests.BalanceMicro
+		s.RequestsFullIn = roundUpMS(t.requests.TimeUntilFull())
 	}
 	if t.limits.Period != PeriodNone && t.periodStart != nil {
 		s.PeriodStart = *t.periodStart
@@ -236,7 +238,7 @@ type lockedTx struct {
 func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx.Batch), readExtra func(pgx.BatchResults) error) (*lockedTx, *tenant, time.Time, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, time.Time{}, fmt.Errorf("budget: acquire: %w", err)
+		return nil, nil, time.Time{}, classify(fmt.Errorf("budget: acquire: %w", err), true, false)
 	}
 	tx := &lockedTx{conn: conn, open: true}
 	b := &pgx.Batch{}
@@ -271,7 +273,7 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 	}
 	if err != nil {
 		tx.abort()
-		return nil, nil, time.Time{}, err
+		return nil, nil, time.Time{}, classify(err, false, false)
 	}
 	return tx, t, now, nil
 }
@@ -303,7 +305,7 @@ func (tx *lockedTx) finish(ctx context.Context, writes *pgx.Batch) error {
 	}
 	if err != nil {
 		tx.abort()
-		return fmt.Errorf("budget: write: %w", err)
+		return classify(fmt.Errorf("budget: write: %w", err), false, true)
 	}
 	tx.open = false
 	tx.conn.Release()

@@ -167,7 +167,7 @@ func TestRefillByMovingTimeBack(t *testing.T) {
 	}
 
 	// The ledger recorded each refill exactly: 300 s at 1/s (plus the
-	// milliseconds the test itself took), then exactly what filled the bucket
+	// milliseconds the test itself took), then exactly what filled the Bucket
 	// to capacity.
 	rows, err := b.pool.Query(ctx, `SELECT refill_micro, balance_micro - delta_micro FROM ledger_entries WHERE tenant_id = 'acme' ORDER BY seq`)
 	if err != nil {

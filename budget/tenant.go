@@ -30,6 +30,7 @@ type limitsDetail struct {
 	Period              string `json:"period,omitempty"`
 	ReservationTTLMilli int64  `json:"reservation_ttl_ms"`
 	MaxWaitMilli        int64  `json:"max_wait_ms"`
+	OnStoreUnavailable  string `json:"on_store_unavailable,omitempty"`
 }
 
 func detailOf(l Limits) limitsDetail {
@@ -42,6 +43,7 @@ func detailOf(l Limits) limitsDetail {
 		Period:              string(l.Period),
 		ReservationTTLMilli: l.ReservationTTL.Milliseconds(),
 		MaxWaitMilli:        l.MaxWait.Milliseconds(),
+		OnStoreUnavailable:  string(l.OnStoreUnavailable),
 	}
 	if l.RequestsRateMicro > 0 {
 		d.RequestsPerSecond = FormatRate(l.RequestsRateMicro)
@@ -75,20 +77,20 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 			return err
 		}
 		t := &tenant{id: p.ID, limits: l}
-		t.tokens = bucket{capacityMicro: l.TokensCapacity * Micro, rateMicro: l.TokensRateMicro, at: now}
+		t.tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
 		var reqMicro *int64
 		var reqAt *time.Time
 		if l.RequestsCapacity > 0 {
-			t.requests = bucket{capacityMicro: l.RequestsCapacity * Micro, rateMicro: l.RequestsRateMicro,
-				balanceMicro: l.RequestsCapacity * Micro, at: now}
-			reqMicro, reqAt = &t.requests.balanceMicro, &now
+			t.requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro,
+				BalanceMicro: l.RequestsCapacity * Micro, At: now}
+			reqMicro, reqAt = &t.requests.BalanceMicro, &now
 		}
 		t.advance(now)
 		// The starting balance is the first entry's delta, so that the
 		// ledger alone sums to every later balance.
-		t.tokens.balanceMicro = t.tokens.capacityMicro
+		t.tokens.BalanceMicro = t.tokens.CapacityMicro
 		e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "cli"))
-		e.DeltaMicro = t.tokens.capacityMicro
+		e.DeltaMicro = t.tokens.CapacityMicro
 		e.Reason = "created"
 		e.Detail = string(detail)
 		t.seal(e)
@@ -96,7 +98,7 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		var seq int64
 		err := tx.QueryRow(ctx, tenantInsertSQL, p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
 			l.RequestsRateMicro, l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(),
-			l.MaxWait.Milliseconds(), t.tokens.balanceMicro, now, reqMicro, reqAt).Scan(&seq)
+			l.MaxWait.Milliseconds(), t.tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable)).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrTenantExists
 		}
@@ -128,24 +130,35 @@ func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (Snapshot, 
 	b := &pgx.Batch{}
 	b.Queue(tenantGetSQL, tenantID)
 	b.Queue(clockSQL)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	t, err := scanTenant(br.QueryRow())
-	if err != nil {
-		return Snapshot{}, err
-	}
-	var now time.Time
-	if err := br.QueryRow().Scan(&now); err != nil {
-		return Snapshot{}, fmt.Errorf("budget: clock: %w", err)
-	}
-	t.advance(now)
-	return t.snapshot(now), nil
+	var snap Snapshot
+	err := retry(ctx, func() error {
+		br := s.pool.SendBatch(ctx, b)
+		defer br.Close()
+		t, err := scanTenant(br.QueryRow())
+		if err != nil {
+			return classify(err, false, false)
+		}
+		var now time.Time
+		if err := br.QueryRow().Scan(&now); err != nil {
+			return classify(fmt.Errorf("budget: clock: %w", err), false, false)
+		}
+		t.advance(now)
+		snap = t.snapshot(now)
+		return nil
+	})
+	return snap, err
 }
 
 // AdmissionGet returns one of a tenant's admissions. It returns
 // ErrAdmissionNotFound, also when the id belongs to another tenant.
 func (s *Store) AdmissionGet(ctx context.Context, tenantID, admissionID string) (*Admission, error) {
-	return scanAdmission(s.pool.QueryRow(ctx, admissionGetSQL, admissionID, tenantID))
+	var a *Admission
+	err := retry(ctx, func() error {
+		var err error
+		a, err = scanAdmission(s.pool.QueryRow(ctx, admissionGetSQL, admissionID, tenantID))
+		return classify(err, false, false)
+	})
+	return a, err
 }
 
 // AdmissionRecent returns a tenant's latest admissions, newest first (the

@@ -1,0 +1,82 @@
+package budget
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+//go:embed sql/admission_exists.sql
+var admissionExistsSQL string
+
+// ReplayReserveParams is an admission a replica made on its own while the
+// store was unreachable (the local failure policy).
+type ReplayReserveParams struct {
+	AdmissionID string
+	TenantID    string
+	Estimate    estimator.Estimate
+	CreatedAt   time.Time // the replica's clock when it admitted
+	ExpiresAt   time.Time
+	Replica     string
+}
+
+// ReplayReserve writes a local admission into the store: the admission row
+// and a reserve entry debiting its estimate, under the tenant lock like any
+// decision. The caller already admitted it, so no limit is checked: the
+// balance may go negative, and refill pays the debt back. It is idempotent
+// by admission id, so a replay interrupted by a crash can run again from
+// the start without debiting twice. It reports whether it wrote anything.
+func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool, error) {
+	var wrote bool
+	err := retry(ctx, func() error {
+		var exists int
+		tx, t, now, err := s.lockTenant(ctx, p.TenantID,
+			func(b *pgx.Batch) { b.Queue(admissionExistsSQL, p.AdmissionID) },
+			func(br pgx.BatchResults) error { return br.QueryRow().Scan(&exists) })
+		if err != nil {
+			return err
+		}
+		if exists > 0 {
+			tx.abort()
+			wrote = false
+			return nil
+		}
+		t.advance(now)
+		cost := p.Estimate.Cost
+		t.tokens.BalanceMicro -= cost * Micro
+		if t.requests.CapacityMicro > 0 {
+			t.requests.BalanceMicro -= Micro
+		}
+		t.open++
+		if t.limits.Period != PeriodNone {
+			t.periodUsed += cost
+		}
+		e := t.entry(ledger.KindReserve, now, "replica:"+p.Replica)
+		e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model
+		e.Estimate = &cost
+		e.DeltaMicro = -cost * Micro
+		e.Reason = "admitted locally during a store outage at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
+		t.seal(e)
+		b := &pgx.Batch{}
+		t.queueUpdate(b)
+		ledger.QueueInsert(b, e)
+		est := p.Estimate
+		b.Queue(admissionInsertSQL, p.AdmissionID, p.TenantID, est.Model, est.InputTokens, est.OutputTokens, est.Cost,
+			est.Approximate, est.InputWeightMicro, est.OutputWeightMicro, p.CreatedAt, p.ExpiresAt)
+		if err := tx.finish(ctx, b); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("budget: replay %s: %w", p.AdmissionID, err)
+	}
+	return wrote, nil
+}

@@ -1,0 +1,1 @@
+SELECT count(*) FROM admissions WHERE id = $1

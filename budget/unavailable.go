@@ -1,0 +1,118 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+var (
+	// ErrUnavailable: the store could not be reached, and the decision was
+	// certainly not made (nothing was committed). A failure policy may
+	// decide instead.
+	ErrUnavailable = errors.New("budget: store unavailable")
+	// ErrOutcomeUnknown wraps ErrUnavailable when the connection failed
+	// after COMMIT was sent: the decision may or may not have been made. It
+	// must not be decided again elsewhere (that could debit twice); the
+	// caller retries with an Idempotency-Key instead.
+	ErrOutcomeUnknown = fmt.Errorf("%w: the outcome of the commit is unknown", ErrUnavailable)
+	// ErrBusy: no database connection became free before the request's
+	// deadline. The store is up but saturated.
+	ErrBusy = errors.New("budget: store busy")
+)
+
+// errRetry marks failures after which the whole decision can safely run
+// again: serialization failures, deadlocks, and errors that happened before
+// anything reached the server.
+type errRetry struct{ err error }
+
+func (e errRetry) Error() string { return e.err.Error() }
+func (e errRetry) Unwrap() error { return e.err }
+
+// classify turns a driver error met at phase into the package's errors.
+// committing says whether COMMIT may have been sent.
+func classify(err error, acquiring, committing bool) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "40001" || pgErr.Code == "40P01": // serialization failure, deadlock
+			return errRetry{err}
+		case pgErr.Code[:2] == "08", pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "53300":
+			// connection exception, admin/crash shutdown, cannot connect now, too many connections
+			if committing {
+				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			}
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return err // an SQL error: a bug or a constraint, not an outage
+	}
+	if acquiring && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %v", ErrBusy, err)
+	}
+	if errors.Is(err, context.Canceled) {
+		return err // the caller went away
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case !committing && pgconn.SafeToRetry(err):
+		return errRetry{fmt.Errorf("%w: %v", ErrUnavailable, err)}
+	case errors.As(err, &connectErr), errors.As(err, &netErr), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err),
+		isClosedConn(err):
+		if committing && !pgconn.SafeToRetry(err) {
+			return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+		}
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
+
+func isClosedConn(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if s := e.Error(); s == "conn closed" || s == "closed pool" {
+			return true
+		}
+	}
+	return false
+}
+
+// maxAttempts bounds how often a decision runs when it meets retryable
+// failures; backoff doubles from 5 ms with jitter (about 75 ms in all).
+const maxAttempts = 4
+
+// retry runs fn until it succeeds, fails for good, or has run maxAttempts
+// times. A decision that failed retryably changed nothing (its transaction
+// rolled back), so running it again cannot debit twice.
+func retry(ctx context.Context, fn func() error) error {
+	backoff := 5 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		var r errRetry
+		if !errors.As(err, &r) {
+			return err
+		}
+		if attempt == maxAttempts {
+			if errors.Is(r.err, ErrUnavailable) {
+				return r.err
+			}
+			return fmt.Errorf("%w: gave up after %d attempts: %v", ErrUnavailable, attempt, r.err)
+		}
+		sleep := backoff + rand.N(backoff)
+		backoff *= 2
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+		case <-time.After(sleep):
+		}
+	}
+}
