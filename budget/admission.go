@@ -67,6 +67,11 @@ func queueAdmissionEnd(b *pgx.Batch, a *Admission) {
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
+// NewAdmissionID is newAdmissionID for replicas that admit without the
+// store (the local failure policy): their ids must never collide with the
+// store's.
+func NewAdmissionID(now time.Time) string { return newAdmissionID(now) }
+
 // newAdmissionID returns "adm_" and 26 characters: 48 bits of milliseconds
 // (so ids sort by creation, keeping the index append-mostly) and 80 random
 // bits.

@@ -58,6 +58,10 @@ func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool}
 }
 
+// Pool is the store's pool, for reads of tables other packages own (the
+// ledger) in tests and tools.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
 // tenant is a tenant row: limits, balances and the ledger chain head.
 type tenant struct {
 	id       string

@@ -35,6 +35,11 @@ type Model struct {
 	// PartTokens is the default count for one non-text content part (image,
 	// audio, file) when the caller gives no input_tokens.
 	PartTokens int64
+	// OnStoreUnavailable is what a replica does with this model's
+	// requests when the store is unreachable: "reject", "local", or ""
+	// for the tenant's (or the server's) policy. A cheap model can keep
+	// serving while a costly one stops.
+	OnStoreUnavailable string
 }
 
 // validate reports what is wrong with m, if anything.
@@ -57,6 +62,8 @@ func (m Model) validate() error {
 		return bad("context_window", "must be between 1 and %d", maxTokenField)
 	case m.PartTokens <= 0 || m.PartTokens > maxTokenField:
 		return bad("part_tokens", "must be between 1 and %d", maxTokenField)
+	case m.OnStoreUnavailable != "" && m.OnStoreUnavailable != "reject" && m.OnStoreUnavailable != "local":
+		return bad("on_store_unavailable", `must be "reject", "local" or unset`)
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func ModelList(ctx context.Context, db DB) ([]StoredModel, error) {
 	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredModel, error) {
 		var m StoredModel
 		err := r.Scan(&m.Name, &m.Encoding, &m.InputWeightMicro, &m.OutputWeightMicro, &m.DefaultOutputTokens,
-			&m.ContextWindow, &m.PartTokens, &m.UpdatedAt, &m.UpdatedBy)
+			&m.ContextWindow, &m.PartTokens, &m.OnStoreUnavailable, &m.UpdatedAt, &m.UpdatedBy)
 		return m, err
 	})
 	if err != nil {
@@ -60,7 +60,7 @@ func ModelUpsert(ctx context.Context, db DB, m Model, actor string) error {
 		return err
 	}
 	_, err := db.Exec(ctx, modelUpsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
-		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor)
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable)
 	if err != nil {
 		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
 	}

@@ -1,0 +1,241 @@
+package outage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// Local decides admissions while the store is unreachable, against this
+// replica's share of each tenant's limits: capacity, refill, request bucket
+// and concurrency cap divided by Replicas. A share starts from the replica's
+// share of the last balance it saw, never more than its share of capacity.
+// Every decision is journaled in Spool before it is answered.
+//
+// The overshoot bound: during an outage of length T, all replicas together
+// admit at most (balance they last saw) + refill x T, which exceeds what the
+// store would have allowed by at most what other replicas spent since this
+// one last saw the balance: one tenant capacity in the worst case, provided
+// Replicas is the number of replicas actually running. Period budgets are
+// not enforced locally (no replica knows what the others spent in the
+// period); the token bucket still bounds spending.
+type Local struct {
+	Replicas int
+	Replica  string
+	Spool    *Spool
+	Logger   *slog.Logger
+	// NowFunc is the clock; tests freeze it. Defaults to time.Now.
+	NowFunc func() time.Time
+
+	mu     sync.Mutex
+	shares map[string]*share
+}
+
+type share struct {
+	limits   budget.Limits
+	tokens   budget.Bucket
+	requests budget.Bucket
+	maxOpen  int64
+	open     map[string]estimator.Estimate // admissions made here and not yet ended
+}
+
+func (l *Local) now() time.Time {
+	if l.NowFunc != nil {
+		return l.NowFunc()
+	}
+	return time.Now()
+}
+
+func (l *Local) divide(n int64) int64 {
+	return n / int64(max(1, l.Replicas))
+}
+
+func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
+	if l.shares == nil {
+		l.shares = map[string]*share{}
+	}
+	if sh, ok := l.shares[snap.TenantID]; ok {
+		return sh
+	}
+	lim := snap.Limits
+	sh := &share{limits: lim, open: map[string]estimator.Estimate{}}
+	sh.tokens = budget.Bucket{CapacityMicro: l.divide(lim.TokensCapacity * budget.Micro), RateMicro: l.divide(lim.TokensRateMicro), At: now}
+	sh.tokens.BalanceMicro = min(sh.tokens.CapacityMicro, max(0, l.divide(snap.TokensMicro)))
+	if lim.RequestsCapacity > 0 {
+		sh.requests = budget.Bucket{CapacityMicro: l.divide(lim.RequestsCapacity * budget.Micro), RateMicro: l.divide(lim.RequestsRateMicro), At: now}
+		sh.requests.BalanceMicro = min(sh.requests.CapacityMicro, max(0, l.divide(snap.RequestsMicro)))
+	}
+	if lim.MaxConcurrent > 0 {
+		sh.maxOpen = max(1, l.divide(lim.MaxConcurrent))
+	}
+	l.shares[snap.TenantID] = sh
+	return sh
+}
+
+func (sh *share) snapshot(tenantID string, now time.Time) budget.Snapshot {
+	return budget.Snapshot{
+		TenantID: tenantID, At: now, Limits: sh.limits,
+		TokensMicro: sh.tokens.BalanceMicro, TokensFullIn: sh.tokens.TimeUntilFull(),
+		RequestsMicro: sh.requests.BalanceMicro, RequestsFullIn: sh.requests.TimeUntilFull(),
+		OpenReservations: int64(len(sh.open)),
+	}
+}
+
+// Reserve admits est for the tenant of snap (the last snapshot this replica
+// saw of it) against this replica's share, or refuses it like the store
+// would: *budget.TooLargeError, or *budget.RejectedError naming the limit.
+// An admission is in the spool before Reserve returns it.
+func (l *Local) Reserve(snap budget.Snapshot, est estimator.Estimate, actor string) (*budget.Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if snap.Limits.TokensCapacity > 0 && est.Cost > snap.Limits.TokensCapacity {
+		return nil, &budget.TooLargeError{Limit: budget.LimitTokens, Cost: est.Cost, Capacity: snap.Limits.TokensCapacity}
+	}
+	sh := l.shareOf(snap, now)
+	sh.tokens.Refill(now)
+	if sh.requests.CapacityMicro > 0 {
+		sh.requests.Refill(now)
+	}
+	reject := func(limit budget.Limit, after time.Duration) error {
+		return &budget.RejectedError{Limit: limit, RetryAfter: after.Round(time.Millisecond) + time.Millisecond, Snapshot: sh.snapshot(snap.TenantID, now)}
+	}
+	need := est.Cost * budget.Micro
+	switch {
+	case need > sh.tokens.CapacityMicro:
+		// Bigger than this replica's share: another replica, or the store
+		// once back, may admit it.
+		return nil, reject(budget.LimitTokens, time.Second)
+	case need > sh.tokens.BalanceMicro:
+		return nil, reject(budget.LimitTokens, sh.tokens.TimeUntil(need))
+	case sh.requests.CapacityMicro > 0 && sh.requests.BalanceMicro < budget.Micro:
+		return nil, reject(budget.LimitRequests, sh.requests.TimeUntil(budget.Micro))
+	case sh.maxOpen > 0 && int64(len(sh.open)) >= sh.maxOpen:
+		return nil, reject(budget.LimitConcurrency, budget.ConcurrencyRetryHint)
+	}
+	ttl := snap.Limits.ReservationTTL
+	if ttl <= 0 {
+		ttl = budget.DefaultReservationTTL
+	}
+	id := budget.NewAdmissionID(now)
+	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &est, CreatedAt: now,
+		ExpiresAt: now.Add(ttl), Actor: actor}
+	if err := l.Spool.Append(rec); err != nil {
+		return nil, err // not journaled: not admitted
+	}
+	sh.tokens.BalanceMicro -= need
+	if sh.requests.CapacityMicro > 0 {
+		sh.requests.BalanceMicro -= budget.Micro
+	}
+	sh.open[id] = est
+	return &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: rec.ExpiresAt,
+		Snapshot: sh.snapshot(snap.TenantID, now)}, nil
+}
+
+// End journals a settle (usage set) or a release of any admission, to be
+// applied when the store is back. An admission made here also gives its
+// refund (or extra charge) back to the local share at once.
+func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, actor string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rec := Record{Kind: KindRelease, AdmissionID: admissionID, TenantID: tenantID, CreatedAt: l.now(), Actor: actor}
+	if settle {
+		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, in, out
+	}
+	if err := l.Spool.Append(rec); err != nil {
+		return err
+	}
+	if sh, ok := l.shares[tenantID]; ok {
+		if est, mine := sh.open[admissionID]; mine {
+			actual := int64(0)
+			if settle {
+				actual = estimator.Cost(in, out, est.InputWeightMicro, est.OutputWeightMicro)
+			}
+			sh.tokens.Refund((est.Cost - actual) * budget.Micro)
+			delete(sh.open, admissionID)
+		}
+	}
+	return nil
+}
+
+// Store is what a replay needs from the store.
+type Store interface {
+	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
+	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
+	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
+}
+
+// ReplayReport says what a replay did.
+type ReplayReport struct {
+	Records, Reserved, Ended, Skipped int
+}
+
+// Replay applies the spool to the store, in order, then empties it and
+// forgets the local shares. It stops at the first record the store cannot
+// take for an outage (the next replay resumes: what was applied is
+// recognised and not applied twice).
+func (l *Local) Replay(ctx context.Context, store Store) (ReplayReport, error) {
+	var rep ReplayReport
+	records, err := l.Spool.Records()
+	if err != nil {
+		return rep, err
+	}
+	rep.Records = len(records)
+	for i, r := range records {
+		switch r.Kind {
+		case KindReserve:
+			if r.Estimate == nil {
+				return rep, fmt.Errorf("outage: record %d: a reserve without an estimate", i+1)
+			}
+			wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
+				Estimate: *r.Estimate, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Replica: l.Replica})
+			if err != nil {
+				return rep, err
+			}
+			if wrote {
+				rep.Reserved++
+			} else {
+				rep.Skipped++
+			}
+		case KindSettle, KindRelease:
+			var st *budget.Settlement
+			var err error
+			if r.Kind == KindSettle {
+				st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID,
+					InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Actor: r.Actor})
+			} else {
+				st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, Actor: r.Actor})
+			}
+			switch {
+			case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound):
+				// Settled otherwise meanwhile, or never existed: the store's
+				// answer stands; the record has nothing left to apply.
+				if l.Logger != nil {
+					l.Logger.Warn("spooled settle or release not applied", "admission", r.AdmissionID, "tenant", r.TenantID, "error", err.Error())
+				}
+				rep.Skipped++
+			case err != nil:
+				return rep, err
+			case st.Replayed:
+				rep.Skipped++
+			default:
+				rep.Ended++
+			}
+		default:
+			return rep, fmt.Errorf("outage: record %d: unknown kind %q", i+1, r.Kind)
+		}
+	}
+	if err := l.Spool.Truncate(len(records)); err != nil {
+		return rep, err
+	}
+	l.mu.Lock()
+	l.shares = nil
+	l.mu.Unlock()
+	return rep, nil
+}
