@@ -51,7 +51,7 @@ db: pg-image ## Start (or reuse) the named Postgres container for `make run`; da
 	elif [ -n "$$(docker ps -aq --filter name=^/$(PG_CONTAINER)$$)" ]; then \
 		docker start $(PG_CONTAINER) >/dev/null && echo "db: $(PG_CONTAINER) restarted"; \
 	else \
-		docker run -d --name $(PG_CONTAINER) -v $(PG_VOLUME):/var/lib/postgresql/data \
+		docker run -d --name $(PG_CONTAINER) --shm-size=1g -v $(PG_VOLUME):/var/lib/postgresql/data \
 			-p 127.0.0.1:$(PG_PORT):5432 -e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=$(PG_PASSWORD) \
 			-e POSTGRES_DB=tokengate $(PG_IMAGE) >/dev/null && echo "db: $(PG_CONTAINER) started"; \
 	fi
@@ -94,4 +94,4 @@ demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=ke
 
 .PHONY: bench-ledger
 bench-ledger: pg-image ## Load 10M ledger rows with generate_series; time a query, exports and a full verification (about 15 min).
-	TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench BenchmarkLedgerScale -benchtime 1x -timeout 90m -v ./ledger/ 2>&1 | grep -Ev '^(20[0-9][0-9]/|  [A-Z])'
+	set -o pipefail; TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench BenchmarkLedgerScale -benchtime 1x -timeout 90m -v ./ledger/ 2>&1 | grep -Ev '^(20[0-9][0-9]/|  [A-Z])'

@@ -86,15 +86,16 @@ func decodeStrict(c *echo.Context, v any) error {
 // limitsPatch is a partial set of limits: absent fields keep their value,
 // null clears an optional limit. Rates are decimals, as numbers or strings.
 type limitsPatch struct {
-	TokensCapacity    *int64          `json:"tokens_capacity"`
-	TokensPerSecond   json.RawMessage `json:"tokens_per_second"`
-	RequestsCapacity  json.RawMessage `json:"requests_capacity"`
-	RequestsPerSecond json.RawMessage `json:"requests_per_second"`
-	MaxConcurrent     json.RawMessage `json:"max_concurrent"`
-	PeriodBudget      json.RawMessage `json:"period_budget"`
-	Period            json.RawMessage `json:"period"`
-	ReservationTTLMS  *int64          `json:"reservation_ttl_ms"`
-	MaxWaitMS         *int64          `json:"max_wait_ms"`
+	TokensCapacity     *int64          `json:"tokens_capacity"`
+	TokensPerSecond    json.RawMessage `json:"tokens_per_second"`
+	RequestsCapacity   json.RawMessage `json:"requests_capacity"`
+	RequestsPerSecond  json.RawMessage `json:"requests_per_second"`
+	MaxConcurrent      json.RawMessage `json:"max_concurrent"`
+	PeriodBudget       json.RawMessage `json:"period_budget"`
+	Period             json.RawMessage `json:"period"`
+	ReservationTTLMS   *int64          `json:"reservation_ttl_ms"`
+	MaxWaitMS          *int64          `json:"max_wait_ms"`
+	OnStoreUnavailable json.RawMessage `json:"on_store_unavailable"`
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
@@ -170,6 +171,16 @@ func (p *limitsPatch) apply(l *budget.Limits) error {
 			return invalid("max_wait_ms", "must be between 1 and 600000 (callers that do not send max_wait_ms never wait)")
 		}
 		l.MaxWait = time.Duration(*p.MaxWaitMS) * time.Millisecond
+	}
+	if p.OnStoreUnavailable != nil {
+		var policy *string
+		if err := json.Unmarshal(p.OnStoreUnavailable, &policy); err != nil {
+			return invalid("on_store_unavailable", `must be "reject", "local" or null`)
+		}
+		l.OnStoreUnavailable = budget.PolicyDefault
+		if policy != nil {
+			l.OnStoreUnavailable = budget.Policy(*policy)
+		}
 	}
 	if p.ReservationTTLMS != nil && *p.ReservationTTLMS < 1 {
 		return invalid("reservation_ttl_ms", "must be between 1000 and 604800000")
@@ -339,6 +350,7 @@ type modelJSON struct {
 	DefaultOutputTokens int64       `json:"default_output_tokens"`
 	ContextWindow       int64       `json:"context_window"`
 	PartTokens          int64       `json:"part_tokens"`
+	OnStoreUnavailable  string      `json:"on_store_unavailable,omitempty"`
 	Source              string      `json:"source"` // "seed" or "stored"
 	UpdatedAt           *time.Time  `json:"updated_at,omitempty"`
 	UpdatedBy           string      `json:"updated_by,omitempty"`
@@ -361,7 +373,7 @@ func (s *Server) adminModelList(c *echo.Context) error {
 	for _, m := range table.Models() {
 		j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
 			OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
-			ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, Source: "seed"}
+			ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable, Source: "seed"}
 		if st, ok := byName[m.Name]; ok {
 			j.Source, j.UpdatedAt, j.UpdatedBy = "stored", &st.UpdatedAt, st.UpdatedBy
 		}
@@ -378,6 +390,7 @@ type modelPatch struct {
 	DefaultOutputTokens *int64          `json:"default_output_tokens"`
 	ContextWindow       *int64          `json:"context_window"`
 	PartTokens          *int64          `json:"part_tokens"`
+	OnStoreUnavailable  *string         `json:"on_store_unavailable"`
 }
 
 func (p *modelPatch) apply(m *estimator.Model) error {
@@ -399,6 +412,9 @@ func (p *modelPatch) apply(m *estimator.Model) error {
 	if p.PartTokens != nil {
 		m.PartTokens = *p.PartTokens
 	}
+	if p.OnStoreUnavailable != nil {
+		m.OnStoreUnavailable = *p.OnStoreUnavailable
+	}
 	return nil
 }
 
@@ -416,7 +432,7 @@ func (s *Server) saveModel(c *echo.Context, m estimator.Model, status int) error
 	s.estimator.SetTable(table)
 	return c.JSON(status, modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
 		OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
-		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, Source: "stored", UpdatedBy: actorOf(c)})
+		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable, Source: "stored", UpdatedBy: actorOf(c)})
 }
 
 func (s *Server) adminModelCreate(c *echo.Context) error {

@@ -133,7 +133,10 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		TenantID: tenantID, Estimate: est,
 		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c),
 	}
-	r, err := s.reserveWaiting(c.Request().Context(), p, time.Duration(req.MaxWaitMS())*time.Millisecond)
+	r, local, err := s.decide(c.Request().Context(), p, time.Duration(req.MaxWaitMS())*time.Millisecond, "key:"+keyOf(c))
+	if local {
+		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
+	}
 	if err != nil {
 		var rej *budget.RejectedError
 		var tl *budget.TooLargeError
@@ -324,7 +327,16 @@ func (s *Server) endAdmission(c *echo.Context, kind string, end func(context.Con
 	if err != nil {
 		return err
 	}
-	st, err := end(c.Request().Context(), body)
+	if s.storeDown() {
+		return s.endDuringOutage(c, kind == "settle", body)
+	}
+	sctx, cancel := s.storeContext(c.Request().Context())
+	st, err := end(sctx, body)
+	cancel()
+	if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
+		s.markDown(err)
+		return s.endDuringOutage(c, kind == "settle", body)
+	}
 	if err != nil {
 		return err
 	}
@@ -369,15 +381,16 @@ type budgetJSON struct {
 	Tenant   string `json:"tenant"`
 	Disabled bool   `json:"disabled"`
 	Limits   struct {
-		TokensCapacity    int64        `json:"tokens_capacity"`
-		TokensPerSecond   json.Number  `json:"tokens_per_second"`
-		RequestsCapacity  *int64       `json:"requests_capacity"`
-		RequestsPerSecond *json.Number `json:"requests_per_second"`
-		MaxConcurrent     *int64       `json:"max_concurrent"`
-		PeriodBudget      *int64       `json:"period_budget"`
-		Period            *string      `json:"period"`
-		ReservationTTLMS  int64        `json:"reservation_ttl_ms"`
-		MaxWaitMS         int64        `json:"max_wait_ms"`
+		TokensCapacity     int64        `json:"tokens_capacity"`
+		TokensPerSecond    json.Number  `json:"tokens_per_second"`
+		RequestsCapacity   *int64       `json:"requests_capacity"`
+		RequestsPerSecond  *json.Number `json:"requests_per_second"`
+		MaxConcurrent      *int64       `json:"max_concurrent"`
+		PeriodBudget       *int64       `json:"period_budget"`
+		Period             *string      `json:"period"`
+		ReservationTTLMS   int64        `json:"reservation_ttl_ms"`
+		MaxWaitMS          int64        `json:"max_wait_ms"`
+		OnStoreUnavailable *string      `json:"on_store_unavailable"`
 	} `json:"limits"`
 	Balances struct {
 		Tokens           json.Number  `json:"tokens"`
@@ -410,6 +423,10 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 	out.Limits.TokensPerSecond = json.Number(budget.FormatRate(l.TokensRateMicro))
 	out.Limits.ReservationTTLMS = l.ReservationTTL.Milliseconds()
 	out.Limits.MaxWaitMS = l.MaxWait.Milliseconds()
+	if l.OnStoreUnavailable != budget.PolicyDefault {
+		policy := string(l.OnStoreUnavailable)
+		out.Limits.OnStoreUnavailable = &policy
+	}
 	out.Balances.Tokens = json.Number(formatMicro(snap.TokensMicro))
 	out.Balances.TokensFullInMS = snap.TokensFullIn.Milliseconds()
 	out.Balances.OpenReservations = snap.OpenReservations
@@ -467,7 +484,15 @@ func (s *Server) ensureRateHeaders(c *echo.Context) {
 	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
 		return
 	}
-	snap, err := s.budget.TenantSnapshot(c.Request().Context(), tenantID)
+	if s.storeDown() {
+		if snap, ok := s.lastSnapshot(tenantID); ok {
+			s.setRateHeaders(c, snap)
+		}
+		return
+	}
+	sctx, cancel := s.storeContext(c.Request().Context())
+	defer cancel()
+	snap, err := s.budget.TenantSnapshot(sctx, tenantID)
 	if err == nil {
 		s.setRateHeaders(c, snap)
 	}

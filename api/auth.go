@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
 )
 
 const (
@@ -46,10 +49,24 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			s.authLimiter.Fail(ip)
 			return apikey.ErrInvalid
 		}
-		tenantID, keyID, err := apikey.Authenticate(c.Request().Context(), s.db, key)
-		if err != nil {
+		actx, cancel := s.storeContext(c.Request().Context())
+		tenantID, keyID, err := apikey.Authenticate(actx, s.db, key)
+		cancel()
+		switch {
+		case errors.Is(err, apikey.ErrInvalid), errors.Is(err, apikey.ErrTenantDisabled):
 			s.authLimiter.Fail(ip)
 			return err
+		case err != nil:
+			// The store did not answer: a key this replica checked lately
+			// is still good, so the failure policy can decide.
+			cached, ok := s.cachedAuth(key)
+			if !ok {
+				s.markDown(err)
+				return fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
+			}
+			tenantID, keyID = cached.tenantID, cached.keyID
+		default:
+			s.rememberAuth(key, tenantID, keyID)
 		}
 		c.Set(ctxTenant, tenantID)
 		c.Set(ctxKeyID, keyID)

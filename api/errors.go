@@ -86,6 +86,18 @@ func httpError(err error) *Error {
 			Message: "this Idempotency-Key was used in the last 24 h for a different request"}
 	case errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, apikey.ErrTenantDisabled):
 		return &Error{Status: http.StatusForbidden, Type: "tenant_disabled", Message: "the tenant is disabled"}
+	case errors.Is(err, budget.ErrOutcomeUnknown):
+		ms := int64(1000)
+		return &Error{Status: http.StatusServiceUnavailable, Type: "store_outcome_unknown", RetryAfterMS: &ms,
+			Message: "the store failed while committing: the admission may or may not have been made; retry with the same Idempotency-Key to find out without a second debit"}
+	case errors.Is(err, budget.ErrUnavailable):
+		ms := int64(1000)
+		return &Error{Status: http.StatusServiceUnavailable, Type: "store_unavailable", RetryAfterMS: &ms,
+			Message: "the quota store is unreachable and this request's failure policy is reject"}
+	case errors.Is(err, budget.ErrBusy):
+		ms := int64(1000)
+		return &Error{Status: http.StatusServiceUnavailable, Type: "store_busy", RetryAfterMS: &ms,
+			Message: "no database connection became free in time"}
 	case errors.Is(err, apikey.ErrInvalid):
 		return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid API key"}
 	case errors.As(err, &he):

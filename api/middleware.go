@@ -115,6 +115,7 @@ func (s *Server) metricsHandler() http.Handler {
 }
 
 type admissionMetrics struct {
+	storeUp    prometheus.Gauge
 	admissions *prometheus.CounterVec
 	latency    prometheus.Histogram
 	deltas     *prometheus.HistogramVec
@@ -122,6 +123,10 @@ type admissionMetrics struct {
 
 func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 	m := &admissionMetrics{
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokengate_store_up",
+			Help: "1 while this replica reaches the store, 0 while it decides by the failure policy.",
+		}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
 			Help: "Admission decisions by outcome (admitted, rejected, too_large, replayed, invalid, cancelled, error) and the limit that refused.",
@@ -137,7 +142,8 @@ func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 			Buckets: []float64{-10000, -1000, -100, -10, 0, 10, 100, 1000, 10000, 100000},
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.admissions, m.latency, m.deltas)
+	m.storeUp.Set(1)
+	reg.MustRegister(m.storeUp, m.admissions, m.latency, m.deltas)
 	return m
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokengate/tokengate/api/attempt"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 )
@@ -40,6 +41,7 @@ type Budget interface {
 	TenantList(ctx context.Context) ([]budget.Snapshot, error)
 	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
 	RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error
+	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
 	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
 }
 
@@ -76,6 +78,13 @@ type Config struct {
 	AuthFailureBurst      int
 	// Rejections tallies rejections for the dashboard; nil counts none.
 	Rejections *budget.Rejections
+	// OnStoreUnavailable is the default failure policy (a tenant's and a
+	// model's own come first). Default reject.
+	OnStoreUnavailable budget.Policy
+	// Local decides under the local policy; nil makes local act as reject.
+	Local *outage.Local
+	// StoreTimeout bounds each call to the store. Default 3 s.
+	StoreTimeout time.Duration
 }
 
 // Server is one tokengate replica's HTTP server.
@@ -98,6 +107,8 @@ type Server struct {
 	// tokens answer at once instead of holding up a graceful shutdown.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
+
+	store storeState
 
 	touchMu    sync.Mutex
 	touched    map[string]time.Time
@@ -140,6 +151,9 @@ func New(cfg *Config) (*Server, error) {
 	}
 	if c.AuthFailureBurst <= 0 {
 		c.AuthFailureBurst = 20
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = 3 * time.Second
 	}
 	migrator, err := migrations.New(c.DB, c.Logger)
 	if err != nil {

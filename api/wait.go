@@ -89,7 +89,9 @@ func (s *Server) reserveWaiting(ctx context.Context, p budget.ReserveParams, max
 		if maxWait > 0 {
 			wake = s.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
 		}
-		r, err := s.budget.Reserve(ctx, p)
+		sctx, cancel := s.storeContext(ctx)
+		r, err := s.budget.Reserve(sctx, p)
+		cancel()
 		var rej *budget.RejectedError
 		if maxWait <= 0 || !errors.As(err, &rej) {
 			return r, err

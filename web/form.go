@@ -147,21 +147,22 @@ func (f *form) Duration(name string) time.Duration {
 // limitFields are the fields of the tenant forms; their names are the
 // budget.LimitError field names, so a refusal lands next to its field.
 var limitFields = []string{"tokens_capacity", "tokens_per_second", "requests_capacity", "requests_per_second",
-	"max_concurrent", "period_budget", "period", "reservation_ttl", "max_wait"}
+	"max_concurrent", "period_budget", "period", "reservation_ttl", "max_wait", "on_store_unavailable"}
 
 // limits reads the limit fields and validates them with budget's own
 // rules.
 func (f *form) limits() budget.Limits {
 	l := budget.Limits{
-		TokensCapacity:    f.Int("tokens_capacity", true),
-		TokensRateMicro:   f.Decimal("tokens_per_second", true),
-		RequestsCapacity:  f.Int("requests_capacity", false),
-		RequestsRateMicro: f.Decimal("requests_per_second", false),
-		MaxConcurrent:     f.Int("max_concurrent", false),
-		PeriodBudget:      f.Int("period_budget", false),
-		Period:            budget.Period(f.Get("period")),
-		ReservationTTL:    f.Duration("reservation_ttl"),
-		MaxWait:           f.Duration("max_wait"),
+		TokensCapacity:     f.Int("tokens_capacity", true),
+		TokensRateMicro:    f.Decimal("tokens_per_second", true),
+		RequestsCapacity:   f.Int("requests_capacity", false),
+		RequestsRateMicro:  f.Decimal("requests_per_second", false),
+		MaxConcurrent:      f.Int("max_concurrent", false),
+		PeriodBudget:       f.Int("period_budget", false),
+		Period:             budget.Period(f.Get("period")),
+		ReservationTTL:     f.Duration("reservation_ttl"),
+		MaxWait:            f.Duration("max_wait"),
+		OnStoreUnavailable: budget.Policy(f.Get("on_store_unavailable")),
 	}
 	if !f.OK() {
 		return l
@@ -199,13 +200,14 @@ func limitsForm(l budget.Limits) *form {
 	f.Set("period", string(l.Period))
 	f.Set("reservation_ttl", fmtDuration(l.ReservationTTL))
 	f.Set("max_wait", fmtDuration(l.MaxWait))
+	f.Set("on_store_unavailable", string(l.OnStoreUnavailable))
 	return f
 }
 
 // modelFields are the model form's fields, named like the
 // estimator.InvalidError fields of estimator.Model.Validate.
 var modelFields = []string{"name", "encoding", "input_weight", "output_weight", "default_output_tokens",
-	"context_window", "part_tokens"}
+	"context_window", "part_tokens", "on_store_unavailable"}
 
 // model reads a model; weights are decimals (0.25, 4) turned into micro
 // units exactly.
@@ -218,6 +220,7 @@ func (f *form) model() estimator.Model {
 		DefaultOutputTokens: f.Int("default_output_tokens", true),
 		ContextWindow:       f.Int("context_window", true),
 		PartTokens:          f.Int("part_tokens", true),
+		OnStoreUnavailable:  f.Get("on_store_unavailable"),
 	}
 	if m.Name == "" {
 		f.Fail("name", "is required")
@@ -234,5 +237,6 @@ func modelForm(m estimator.Model) *form {
 	f.Set("default_output_tokens", strconv.FormatInt(m.DefaultOutputTokens, 10))
 	f.Set("context_window", strconv.FormatInt(m.ContextWindow, 10))
 	f.Set("part_tokens", strconv.FormatInt(m.PartTokens, 10))
+	f.Set("on_store_unavailable", m.OnStoreUnavailable)
 	return f
 }

@@ -35,6 +35,9 @@ type Local struct {
 
 	mu     sync.Mutex
 	shares map[string]*share
+	// idempotent holds this outage's admissions by tenant and
+	// Idempotency-Key, so a retry to this replica is not admitted twice.
+	idempotent map[[2]string]*budget.Reservation
 }
 
 type share struct {
@@ -91,10 +94,17 @@ func (sh *share) snapshot(tenantID string, now time.Time) budget.Snapshot {
 // saw of it) against this replica's share, or refuses it like the store
 // would: *budget.TooLargeError, or *budget.RejectedError naming the limit.
 // An admission is in the spool before Reserve returns it.
-func (l *Local) Reserve(snap budget.Snapshot, est estimator.Estimate, actor string) (*budget.Reservation, error) {
+func (l *Local) Reserve(snap budget.Snapshot, est estimator.Estimate, actor, idempotencyKey string) (*budget.Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	if idempotencyKey != "" {
+		if r, ok := l.idempotent[[2]string{snap.TenantID, idempotencyKey}]; ok {
+			c := *r
+			c.Replayed = true
+			return &c, nil
+		}
+	}
 	if snap.Limits.TokensCapacity > 0 && est.Cost > snap.Limits.TokensCapacity {
 		return nil, &budget.TooLargeError{Limit: budget.LimitTokens, Cost: est.Cost, Capacity: snap.Limits.TokensCapacity}
 	}
@@ -134,8 +144,15 @@ func (l *Local) Reserve(snap budget.Snapshot, est estimator.Estimate, actor stri
 		sh.requests.BalanceMicro -= budget.Micro
 	}
 	sh.open[id] = est
-	return &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: rec.ExpiresAt,
-		Snapshot: sh.snapshot(snap.TenantID, now)}, nil
+	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: rec.ExpiresAt,
+		Snapshot: sh.snapshot(snap.TenantID, now)}
+	if idempotencyKey != "" {
+		if l.idempotent == nil {
+			l.idempotent = map[[2]string]*budget.Reservation{}
+		}
+		l.idempotent[[2]string{snap.TenantID, idempotencyKey}] = r
+	}
+	return r, nil
 }
 
 // End journals a settle (usage set) or a release of any admission, to be
@@ -235,7 +252,7 @@ func (l *Local) Replay(ctx context.Context, store Store) (ReplayReport, error) {
 		return rep, err
 	}
 	l.mu.Lock()
-	l.shares = nil
+	l.shares, l.idempotent = nil, nil
 	l.mu.Unlock()
 	return rep, nil
 }

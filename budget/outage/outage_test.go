@@ -53,33 +53,33 @@ func TestLocalAdmitsItsShareThenRefills(t *testing.T) {
 	t.Parallel()
 	l := budget.Limits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro, MaxConcurrent: 4}
 	b := setup(t, l, 2) // this replica's share: 50 tokens, 5/s, 2 open
-	if _, err := b.local.Reserve(b.snap, est(30), "key:k"); err != nil {
+	if _, err := b.local.Reserve(b.snap, est(30), "key:k", ""); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.local.Reserve(b.snap, est(30), "key:k")
+	_, err := b.local.Reserve(b.snap, est(30), "key:k", "")
 	var rej *budget.RejectedError
 	if !errors.As(err, &rej) || rej.Limit != budget.LimitTokens || rej.RetryAfter < 2*time.Second || rej.RetryAfter > 2100*time.Millisecond {
 		t.Fatalf("over the share: %v", err)
 	}
 	b.now = b.now.Add(2 * time.Second) // 10 more tokens: exactly 30
-	r2, err := b.local.Reserve(b.snap, est(30), "key:k")
+	r2, err := b.local.Reserve(b.snap, est(30), "key:k", "")
 	if err != nil {
 		t.Fatalf("after refill: %v", err)
 	}
 	// The concurrency share is 2: a third open reservation is refused.
 	b.now = b.now.Add(time.Hour)
-	if _, err := b.local.Reserve(b.snap, est(1), "key:k"); !errors.As(err, &rej) || rej.Limit != budget.LimitConcurrency {
+	if _, err := b.local.Reserve(b.snap, est(1), "key:k", ""); !errors.As(err, &rej) || rej.Limit != budget.LimitConcurrency {
 		t.Fatalf("third open reservation: %v", err)
 	}
 	if err := b.local.End("acme", r2.AdmissionID, true, 5, 5, "key:k"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.local.Reserve(b.snap, est(1), "key:k"); err != nil {
+	if _, err := b.local.Reserve(b.snap, est(1), "key:k", ""); err != nil {
 		t.Fatalf("after a settle freed a slot: %v", err)
 	}
 	// Too large for the tenant at all: the same answer as the store's.
 	var tl *budget.TooLargeError
-	if _, err := b.local.Reserve(b.snap, est(101), "key:k"); !errors.As(err, &tl) {
+	if _, err := b.local.Reserve(b.snap, est(101), "key:k", ""); !errors.As(err, &tl) {
 		t.Fatalf("too large: %v", err)
 	}
 	recs, err := b.local.Spool.Records()
@@ -107,7 +107,7 @@ func TestReplayIsExactlyOnceAcrossInterruptions(t *testing.T) {
 	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
 	var ids []string
 	for range 6 {
-		r, err := b.local.Reserve(b.snap, est(10), "key:k")
+		r, err := b.local.Reserve(b.snap, est(10), "key:k", "")
 		if err != nil {
 			t.Fatal(err)
 		}

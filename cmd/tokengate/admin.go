@@ -116,17 +116,18 @@ func (tenantListCmd) Run(ctx context.Context, g *globals) error {
 
 // tenantUpdateCmd changes the limits it is given and keeps the others.
 type tenantUpdateCmd struct {
-	ID                string         `arg:"" help:"Tenant id."`
-	TokensCapacity    *int64         `name:"tokens-capacity" help:"Token bucket size."`
-	TokensPerSecond   *string        `name:"tokens-per-second" help:"Token refill rate per second."`
-	RequestsCapacity  *int64         `name:"requests-capacity" help:"Request bucket size (0 removes the request bucket)."`
-	RequestsPerSecond *string        `name:"requests-per-second" help:"Request refill rate per second."`
-	MaxConcurrent     *int64         `name:"max-concurrent" help:"Cap on open reservations (0 removes it)."`
-	PeriodBudget      *int64         `name:"period-budget" help:"Budget per period (0 removes it)."`
-	Period            *string        `name:"period" enum:"day,month," help:"day or month."`
-	ReservationTTL    *time.Duration `name:"reservation-ttl" help:"How long reservations stay open."`
-	MaxWait           *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured."`
-	Actor             string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
+	ID                 string         `arg:"" help:"Tenant id."`
+	TokensCapacity     *int64         `name:"tokens-capacity" help:"Token bucket size."`
+	TokensPerSecond    *string        `name:"tokens-per-second" help:"Token refill rate per second."`
+	RequestsCapacity   *int64         `name:"requests-capacity" help:"Request bucket size (0 removes the request bucket)."`
+	RequestsPerSecond  *string        `name:"requests-per-second" help:"Request refill rate per second."`
+	MaxConcurrent      *int64         `name:"max-concurrent" help:"Cap on open reservations (0 removes it)."`
+	PeriodBudget       *int64         `name:"period-budget" help:"Budget per period (0 removes it)."`
+	Period             *string        `name:"period" enum:"day,month," help:"day or month."`
+	ReservationTTL     *time.Duration `name:"reservation-ttl" help:"How long reservations stay open."`
+	MaxWait            *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured."`
+	OnStoreUnavailable *string        `name:"on-store-unavailable" enum:"reject,local,default," help:"Failure policy when the store is unreachable (default: the server's)."`
+	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
 }
 
 func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
@@ -181,6 +182,9 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	}
 	if c.MaxWait != nil {
 		l.MaxWait = *c.MaxWait
+	}
+	if c.OnStoreUnavailable != nil {
+		l.OnStoreUnavailable = budget.Policy(strings.TrimSuffix(*c.OnStoreUnavailable, "default"))
 	}
 	snap, err := store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Limits: l, Actor: c.Actor})
 	if err != nil {
@@ -311,14 +315,15 @@ func (modelListCmd) Run(ctx context.Context, g *globals) error {
 }
 
 type modelSetCmd struct {
-	Name          string  `arg:"" help:"Model name, e.g. gpt-5 (dated variants like gpt-5-2026-01-01 map to it)."`
-	Encoding      *string `name:"encoding" enum:"o200k_base,cl100k_base," help:"Tokenizer encoding."`
-	InputWeight   *string `name:"input-weight" help:"Cost per input token (decimal)."`
-	OutputWeight  *string `name:"output-weight" help:"Cost per output token (decimal)."`
-	OutputCap     *int64  `name:"output-cap" help:"Output tokens reserved when a request names none; the largest accepted."`
-	ContextWindow *int64  `name:"context-window" help:"Context window in tokens."`
-	PartTokens    *int64  `name:"part-tokens" help:"Tokens for one image/audio/file part without input_tokens."`
-	Actor         string  `name:"actor" default:"cli" help:"Recorded as who changed the model."`
+	Name               string  `arg:"" help:"Model name, e.g. gpt-5 (dated variants like gpt-5-2026-01-01 map to it)."`
+	Encoding           *string `name:"encoding" enum:"o200k_base,cl100k_base," help:"Tokenizer encoding."`
+	InputWeight        *string `name:"input-weight" help:"Cost per input token (decimal)."`
+	OutputWeight       *string `name:"output-weight" help:"Cost per output token (decimal)."`
+	OutputCap          *int64  `name:"output-cap" help:"Output tokens reserved when a request names none; the largest accepted."`
+	ContextWindow      *int64  `name:"context-window" help:"Context window in tokens."`
+	PartTokens         *int64  `name:"part-tokens" help:"Tokens for one image/audio/file part without input_tokens."`
+	OnStoreUnavailable *string `name:"on-store-unavailable" enum:"reject,local,default," help:"Failure policy of this model's requests when the store is unreachable."`
+	Actor              string  `name:"actor" default:"cli" help:"Recorded as who changed the model."`
 }
 
 func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
@@ -354,6 +359,9 @@ func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
 		if f.v != nil {
 			*f.dst = *f.v
 		}
+	}
+	if c.OnStoreUnavailable != nil {
+		m.OnStoreUnavailable = strings.TrimSuffix(*c.OnStoreUnavailable, "default")
 	}
 	if err := estimator.ModelUpsert(ctx, pool, m, c.Actor); err != nil {
 		var inv *estimator.InvalidError

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 	"github.com/tokengate/tokengate/web"
@@ -98,6 +99,11 @@ func (g *globals) pool(ctx context.Context, logger *slog.Logger, maxConns int32)
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 2*time.Second {
+		// A black-holed database must not hold a request until the OS
+		// gives up on the connection.
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
@@ -153,15 +159,20 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 }
 
 type serveCmd struct {
-	Addr            string        `name:"addr" env:"TOKENGATE_ADDR" default:":8080" help:"Address to listen on."`
-	Migrate         bool          `name:"migrate" env:"TOKENGATE_MIGRATE" help:"Apply pending migrations before serving instead of refusing to start."`
-	BodyLimit       int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"4194304" help:"Largest accepted request body, in bytes."`
-	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
-	MaxConns        int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
-	SweepInterval   time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
-	MaxWaiters      int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
-	WatchInterval   time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
-	ModelRefresh    time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
+	Addr               string        `name:"addr" env:"TOKENGATE_ADDR" default:":8080" help:"Address to listen on."`
+	Migrate            bool          `name:"migrate" env:"TOKENGATE_MIGRATE" help:"Apply pending migrations before serving instead of refusing to start."`
+	BodyLimit          int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"4194304" help:"Largest accepted request body, in bytes."`
+	ShutdownTimeout    time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
+	MaxConns           int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
+	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
+	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
+	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
+	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
+	ReplicaID          string        `name:"replica-id" env:"TOKENGATE_REPLICA_ID" help:"This replica's name in the ledger and its spool file (default: the host name)."`
+	SpoolDir           string        `name:"spool-dir" env:"TOKENGATE_SPOOL_DIR" help:"Directory of the durable spool of local decisions; without it the local policy acts as reject."`
+	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"3s" help:"Longest wait for Postgres per decision before the failure policy applies."`
+	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
+	ModelRefresh       time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
@@ -187,15 +198,22 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	rejections := budget.NewRejections(pool)
+	local, err := s.local(logger)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(&api.Config{
-		DB:              pool,
-		Logger:          logger,
-		BodyLimit:       s.BodyLimit,
-		ShutdownTimeout: s.ShutdownTimeout,
-		Budget:          store,
-		Estimator:       est,
-		MaxWaiters:      s.MaxWaiters,
-		Rejections:      rejections,
+		DB:                 pool,
+		Logger:             logger,
+		BodyLimit:          s.BodyLimit,
+		ShutdownTimeout:    s.ShutdownTimeout,
+		Budget:             store,
+		Estimator:          est,
+		MaxWaiters:         s.MaxWaiters,
+		Rejections:         rejections,
+		OnStoreUnavailable: budget.Policy(s.OnStoreUnavailable),
+		Local:              local,
+		StoreTimeout:       s.StoreTimeout,
 	})
 	if err != nil {
 		return err
@@ -221,6 +239,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		Help: "Tenants whose stored balance or chain head disagreed with their ledger at the last check (should be 0).",
 	}, func() float64 { return float64(watch.Violations()) }))
 	bg.Go(func() { watch.Run(bgCtx) })
+	bg.Go(func() { srv.RunRecovery(bgCtx, 500*time.Millisecond) })
 	defer func() { stopBackground(); bg.Wait() }()
 
 	ln, err := net.Listen("tcp", s.Addr)
@@ -229,6 +248,29 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 	fmt.Fprintf(g.stderr, "tokengate listening on %s\n", displayURL(ln.Addr()))
 	return srv.Serve(ctx, ln)
+}
+
+// local opens the spool of the local failure policy, when configured.
+func (s serveCmd) local(logger *slog.Logger) (*outage.Local, error) {
+	if s.SpoolDir == "" {
+		if s.OnStoreUnavailable == string(budget.PolicyLocal) {
+			logger.Warn("--on-store-unavailable=local needs --spool-dir; the local policy acts as reject")
+		}
+		return nil, nil
+	}
+	id := s.ReplicaID
+	if id == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("replica id: %w", err)
+		}
+		id = host
+	}
+	spool, err := outage.OpenSpool(s.SpoolDir, id)
+	if err != nil {
+		return nil, err
+	}
+	return &outage.Local{Replicas: max(1, s.Replicas), Replica: id, Spool: spool, Logger: logger}, nil
 }
 
 func checkMigrations(ctx context.Context, pool *pgxpool.Pool) error {

@@ -22,28 +22,30 @@ type tenantCmd struct {
 }
 
 type tenantCreateCmd struct {
-	ID                string        `arg:"" help:"Tenant id: 1-63 of a-z 0-9 _ . - ."`
-	TokensCapacity    int64         `name:"tokens-capacity" required:"" help:"Token bucket size (burst), in cost units."`
-	TokensPerSecond   string        `name:"tokens-per-second" required:"" help:"Token refill rate per second (decimal, up to 6 places)."`
-	RequestsCapacity  int64         `name:"requests-capacity" help:"Optional request bucket size."`
-	RequestsPerSecond string        `name:"requests-per-second" help:"Request refill rate per second (with --requests-capacity)."`
-	MaxConcurrent     int64         `name:"max-concurrent" help:"Optional cap on open reservations."`
-	PeriodBudget      int64         `name:"period-budget" help:"Optional hard cap per calendar period (UTC)."`
-	Period            string        `name:"period" enum:"day,month," default:"" help:"Period of --period-budget: day or month."`
-	ReservationTTL    time.Duration `name:"reservation-ttl" default:"10m" help:"How long a reservation stays open before it expires."`
-	MaxWait           time.Duration `name:"max-wait" default:"30s" help:"Longest max_wait_ms honoured for this tenant."`
-	IfNotExists       bool          `name:"if-not-exists" help:"Succeed without change when the tenant exists."`
+	ID                 string        `arg:"" help:"Tenant id: 1-63 of a-z 0-9 _ . - ."`
+	TokensCapacity     int64         `name:"tokens-capacity" required:"" help:"Token bucket size (burst), in cost units."`
+	TokensPerSecond    string        `name:"tokens-per-second" required:"" help:"Token refill rate per second (decimal, up to 6 places)."`
+	RequestsCapacity   int64         `name:"requests-capacity" help:"Optional request bucket size."`
+	RequestsPerSecond  string        `name:"requests-per-second" help:"Request refill rate per second (with --requests-capacity)."`
+	MaxConcurrent      int64         `name:"max-concurrent" help:"Optional cap on open reservations."`
+	PeriodBudget       int64         `name:"period-budget" help:"Optional hard cap per calendar period (UTC)."`
+	Period             string        `name:"period" enum:"day,month," default:"" help:"Period of --period-budget: day or month."`
+	ReservationTTL     time.Duration `name:"reservation-ttl" default:"10m" help:"How long a reservation stays open before it expires."`
+	MaxWait            time.Duration `name:"max-wait" default:"30s" help:"Longest max_wait_ms honoured for this tenant."`
+	OnStoreUnavailable string        `name:"on-store-unavailable" enum:"reject,local," default:"" help:"Failure policy when the store is unreachable (default: the server's)."`
+	IfNotExists        bool          `name:"if-not-exists" help:"Succeed without change when the tenant exists."`
 }
 
 func (c tenantCreateCmd) limits() (budget.Limits, error) {
 	l := budget.Limits{
-		TokensCapacity:   c.TokensCapacity,
-		RequestsCapacity: c.RequestsCapacity,
-		MaxConcurrent:    c.MaxConcurrent,
-		PeriodBudget:     c.PeriodBudget,
-		Period:           budget.Period(c.Period),
-		ReservationTTL:   c.ReservationTTL,
-		MaxWait:          c.MaxWait,
+		TokensCapacity:     c.TokensCapacity,
+		RequestsCapacity:   c.RequestsCapacity,
+		MaxConcurrent:      c.MaxConcurrent,
+		PeriodBudget:       c.PeriodBudget,
+		Period:             budget.Period(c.Period),
+		ReservationTTL:     c.ReservationTTL,
+		MaxWait:            c.MaxWait,
+		OnStoreUnavailable: budget.Policy(c.OnStoreUnavailable),
 	}
 	var err error
 	if l.TokensRateMicro, err = budget.ParseRate(c.TokensPerSecond); err != nil {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	dockercontainer "github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
@@ -100,6 +101,9 @@ func start() error {
 			args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off")
 		}
 		ctr, err := tcpostgres.Run(ctx, image,
+			// Parallel queries share memory through /dev/shm, which Docker
+			// sizes at 64 MB by default: too little for large sorts.
+			testcontainers.WithHostConfigModifier(func(hc *dockercontainer.HostConfig) { hc.ShmSize = 1 << 30 }),
 			tcpostgres.WithDatabase("postgres"),
 			tcpostgres.WithUsername("postgres"),
 			tcpostgres.WithPassword("postgres"),
