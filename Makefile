@@ -77,6 +77,10 @@ db-reset: ## Remove the `make run` Postgres container and its volume.
 test: pg-image ## Run unit and integration tests with -race against real Postgres.
 	go test -race -count=1 -timeout 15m $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-cluster
+test-cluster: pg-image image ## Replicas as containers on one network: aggregate quota, Postgres paused and restarted, a replica killed.
+	go test -tags cluster -race -count=1 -timeout 20m -v $(GO_TEST_FLAGS) ./integration/cluster/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)'; exit $${PIPESTATUS[0]}
+
 .PHONY: lint
 lint: ## go vet, staticcheck and gofmt.
 	go vet ./...

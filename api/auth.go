@@ -49,9 +49,13 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			s.authLimiter.Fail(ip)
 			return apikey.ErrInvalid
 		}
-		actx, cancel := s.storeContext(c.Request().Context())
-		tenantID, keyID, err := apikey.Authenticate(actx, s.db, key)
-		cancel()
+		var tenantID, keyID string
+		err := budget.ErrUnavailable
+		if !s.storeDown() { // while it is down, do not wait on it for every request
+			actx, cancel := s.storeContext(c.Request().Context())
+			tenantID, keyID, err = apikey.Authenticate(actx, s.db, key)
+			cancel()
+		}
 		switch {
 		case errors.Is(err, apikey.ErrInvalid), errors.Is(err, apikey.ErrTenantDisabled):
 			s.authLimiter.Fail(ip)

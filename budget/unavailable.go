@@ -55,13 +55,17 @@ func classify(err error, acquiring, committing bool) error {
 		}
 		return err // an SQL error: a bug or a constraint, not an outage
 	}
+	var connectErr *pgconn.ConnectError
+	if acquiring && errors.As(err, &connectErr) {
+		// A new connection could not be made: the store, not the pool.
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	if acquiring && errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err // the caller went away
 	}
-	var connectErr *pgconn.ConnectError
 	var netErr net.Error
 	switch {
 	case !committing && pgconn.SafeToRetry(err):

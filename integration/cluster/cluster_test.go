@@ -1,0 +1,293 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	dockercontainer "github.com/moby/moby/api/types/container"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	"github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget"
+)
+
+var ctx = context.Background()
+
+func TestMain(m *testing.M) {
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+	if _, err := os.Stat("/.dockerenv"); err == nil && os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
+		_ = os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "localhost")
+	}
+	os.Exit(m.Run())
+}
+
+func image(env, fallback string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return fallback
+}
+
+// cluster is one Postgres and some tokengate replicas on their own network.
+type cluster struct {
+	t        *testing.T
+	net      *testcontainers.DockerNetwork
+	pg       *tcpostgres.PostgresContainer
+	pool     *pgxpool.Pool // the test's own connection, through the mapped port
+	store    *budget.Store
+	replicas []*replica
+	env      map[string]string
+}
+
+type replica struct {
+	name string
+	ctr  testcontainers.Container
+	url  string
+}
+
+// newCluster starts Postgres and n replicas. env adds to every replica's
+// environment.
+func newCluster(t *testing.T, n int, env map[string]string) *cluster {
+	t.Helper()
+	nw, err := network.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nw.Remove(ctx) })
+	pg, err := tcpostgres.Run(ctx, image("PG_IMAGE", "tc.local/postgres:15-bookworm"),
+		tcpostgres.WithDatabase("tokengate"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies(),
+		network.WithNetwork([]string{"pg"}, nw),
+		testcontainers.WithHostConfigModifier(func(hc *dockercontainer.HostConfig) { hc.ShmSize = 256 << 20 }),
+	)
+	testcontainers.CleanupContainer(t, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, net: nw, pg: pg, env: env}
+	for i := range n {
+		c.addReplica(fmt.Sprintf("replica-%d", i+1), i == 0)
+	}
+	dsn, err := pg.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.pool, err = pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.pool.Close)
+	c.store = budget.NewStore(c.pool)
+	return c
+}
+
+func (c *cluster) addReplica(name string, migrate bool) *replica {
+	c.t.Helper()
+	env := map[string]string{
+		"TOKENGATE_DATABASE_URL": "postgres://postgres:postgres@pg:5432/tokengate?sslmode=disable&connect_timeout=2",
+		"TOKENGATE_REPLICA_ID":   name,
+		"TOKENGATE_LOG_LEVEL":    "warn",
+		"TOKENGATE_DB_WAIT":      "60s",
+	}
+	for k, v := range c.env {
+		env[k] = v
+	}
+	cmd := []string{"serve"}
+	if migrate {
+		cmd = append(cmd, "--migrate")
+	}
+	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image:        image("TOKENGATE_IMAGE", "tc.local/tokengate:latest"),
+			Name:         "",
+			Env:          env,
+			Cmd:          cmd,
+			ExposedPorts: []string{"8080/tcp"},
+			Networks:     []string{c.net.Name},
+			Tmpfs:        map[string]string{"/spool": "rw,mode=1777"},
+			WaitingFor:   wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(90 * time.Second),
+		},
+		Started: true,
+	})
+	testcontainers.CleanupContainer(c.t, ctr)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	host, err := ctr.Host(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	port, err := ctr.MappedPort(ctx, "8080/tcp")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r := &replica{name: name, ctr: ctr, url: fmt.Sprintf("http://%s:%s", host, port.Port())}
+	c.replicas = append(c.replicas, r)
+	return r
+}
+
+// tenant creates a tenant in the shared database and returns a key.
+func (c *cluster) tenant(id string, l budget.Limits) string {
+	c.t.Helper()
+	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
+		c.t.Fatal(err)
+	}
+	_, key, err := apikey.Create(ctx, c.pool, id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return key
+}
+
+func docker(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		t.Fatalf("docker %v: %v: %s", args, err, out)
+	}
+}
+
+var client = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+type answer struct {
+	code    int
+	id      string
+	limit   string
+	typ     string
+	local   bool
+	cost    int64
+	replica string
+}
+
+func admit(url, key, idemKey string, maxTokens int) answer {
+	body := fmt.Sprintf(`{"model":"gpt-4o-mini","prompt":"hello","max_tokens":%d}`, maxTokens)
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/admissions", bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+key)
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return answer{code: 0, typ: err.Error()}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var v struct {
+		ID       string `json:"id"`
+		Estimate struct {
+			Cost int64 `json:"cost"`
+		} `json:"estimate"`
+		Error struct {
+			Type  string `json:"type"`
+			Limit string `json:"limit"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	return answer{code: resp.StatusCode, id: v.ID, limit: v.Error.Limit, typ: v.Error.Type,
+		local: resp.Header.Get("X-Tokengate-Decided-By") == "local", cost: v.Estimate.Cost}
+}
+
+// ledgerReserves counts reserve entries per admission id.
+func (c *cluster) ledgerReserves(tenant string) map[string]int {
+	c.t.Helper()
+	rows, err := c.pool.Query(ctx, `SELECT admission_id FROM ledger_entries WHERE tenant_id = $1 AND kind = 'reserve'`, tenant)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			c.t.Fatal(err)
+		}
+		out[id]++
+	}
+	return out
+}
+
+func (c *cluster) audit() {
+	c.t.Helper()
+	res, err := c.store.Audit(ctx, "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, r := range res {
+		if !r.OK {
+			c.t.Fatalf("ledger audit: %+v", r)
+		}
+	}
+}
+
+// load runs workers against the replicas, round-robin, until stop closes,
+// and returns every answer.
+func load(replicas []*replica, key string, workers int, maxTokens int, stop <-chan struct{}) []answer {
+	var mu sync.Mutex
+	var out []answer
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := replicas[(w+i)%len(replicas)]
+				a := admit(r.url, key, "", maxTokens)
+				a.replica = r.name
+				mu.Lock()
+				out = append(out, a)
+				mu.Unlock()
+				if a.code != http.StatusCreated {
+					time.Sleep(5 * time.Millisecond) // a client's small backoff
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func metric(url, name string) string {
+	resp, err := client.Get(url + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return strings.TrimPrefix(line, name+" ")
+		}
+	}
+	return ""
+}
