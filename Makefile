@@ -41,7 +41,7 @@ IMAGE ?= tc.local/tokengate:latest
 image: ## Build $(IMAGE) FROM scratch with a static binary (CGO_ENABLED=0); no registry needed.
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$$tmp/tokengate" ./cmd/tokengate && \
-	cp integration/image/Dockerfile "$$tmp/" && \
+	cp integration/image/Dockerfile "$$tmp/" && mkdir "$$tmp/spool" && \
 	docker build -q -t $(IMAGE) "$$tmp" >/dev/null && echo "image: built $(IMAGE)"
 
 .PHONY: db
@@ -76,6 +76,16 @@ db-reset: ## Remove the `make run` Postgres container and its volume.
 .PHONY: test
 test: pg-image ## Run unit and integration tests with -race against real Postgres.
 	go test -race -count=1 -timeout 15m $(GO_TEST_FLAGS) ./...
+
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+.PHONY: run-cluster
+run-cluster: pg-image image ## Postgres and three replicas (ports 8081-8083) with compose, in the foreground.
+	$(COMPOSE) -f integration/cluster/compose.yaml -p tokengate-cluster up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the run-cluster topology and remove its volumes.
+	$(COMPOSE) -f integration/cluster/compose.yaml -p tokengate-cluster down -v
 
 .PHONY: test-cluster
 test-cluster: pg-image image ## Replicas as containers on one network: aggregate quota, Postgres paused and restarted, a replica killed.
