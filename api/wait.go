@@ -42,13 +42,6 @@ func (w *waitQueues) leave(tenantID string) {
 	}
 }
 
-// waiters returns how many callers of tenantID are waiting.
-func (w *waitQueues) waiters(tenantID string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.waiting[tenantID]
-}
-
 // wakeup returns a channel closed at the tenant's next wake.
 func (w *waitQueues) wakeup(tenantID string) <-chan struct{} {
 	w.mu.Lock()

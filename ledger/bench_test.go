@@ -135,7 +135,7 @@ func BenchmarkLedgerScale(b *testing.B) {
 			}
 			for _, r := range res {
 				if !r.OK {
-					b.Fatal(fmt.Sprintf("%+v", r))
+					b.Fatalf("%+v", r)
 				}
 			}
 		}

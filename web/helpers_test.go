@@ -130,7 +130,6 @@ type client struct {
 	t       *testing.T
 	b       *testBundle
 	ip      string
-	tls     bool
 	session *http.Cookie
 }
 

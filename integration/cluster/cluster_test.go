@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,19 +274,4 @@ func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func metric(url, name string) string {
-	resp, err := client.Get(url + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, name+" ") {
-			return strings.TrimPrefix(line, name+" ")
-		}
-	}
-	return ""
 }
