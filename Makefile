@@ -92,9 +92,11 @@ test-cluster: pg-image image ## Replicas as containers on one network: aggregate
 	go test -tags cluster -race -count=1 -timeout 20m -v $(GO_TEST_FLAGS) ./integration/cluster/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)'; exit $${PIPESTATUS[0]}
 
 .PHONY: lint
-lint: ## go vet, staticcheck and gofmt.
+lint: ## go vet, staticcheck and gofmt (the cluster tests too).
 	go vet ./...
+	go vet -tags cluster ./integration/cluster/
 	go tool staticcheck ./...
+	go tool staticcheck -tags cluster ./integration/cluster/
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench

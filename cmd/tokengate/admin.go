@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,37 +26,31 @@ type adminTokenCreateCmd struct {
 }
 
 func (c adminTokenCreateCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	tok, secret, err := admintoken.Create(ctx, pool, c.Name)
-	if err != nil {
-		return err
-	}
-	printSecret(g.stdout, g.stderr, secret, fmt.Sprintf("admin token %s (%s), shown once; only its hash is stored:", tok.ID, tok.Name))
-	return nil
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		tok, secret, err := admintoken.Create(ctx, pool, c.Name)
+		if err != nil {
+			return err
+		}
+		printSecret(g.stdout, g.stderr, secret, fmt.Sprintf("admin token %s (%s), shown once; only its hash is stored:", tok.ID, tok.Name))
+		return nil
+	})
 }
 
 type adminTokenListCmd struct{}
 
 func (adminTokenListCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	tokens, err := admintoken.List(ctx, pool)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
-	for _, t := range tokens {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, stamp(&t.CreatedAt), stamp(t.LastUsedAt), stamp(t.RevokedAt))
-	}
-	return w.Flush()
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		tokens, err := admintoken.List(ctx, pool)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tNAME\tCREATED\tLAST USED\tREVOKED")
+		for _, t := range tokens {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, stamp(&t.CreatedAt), stamp(t.LastUsedAt), stamp(t.RevokedAt))
+		}
+		return w.Flush()
+	})
 }
 
 type adminTokenRevokeCmd struct {
@@ -63,16 +58,13 @@ type adminTokenRevokeCmd struct {
 }
 
 func (c adminTokenRevokeCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := admintoken.Revoke(ctx, pool, c.ID); err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "revoked admin token %s\n", c.ID)
-	return nil
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		if err := admintoken.Revoke(ctx, pool, c.ID); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "revoked admin token %s\n", c.ID)
+		return nil
+	})
 }
 
 func stamp(t *time.Time) string {
@@ -85,33 +77,30 @@ func stamp(t *time.Time) string {
 type tenantListCmd struct{}
 
 func (tenantListCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	snaps, err := budget.NewStore(pool).TenantList(ctx)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TENANT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT")
-	for _, s := range snaps {
-		state := "active"
-		if s.Disabled {
-			state = "disabled"
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		snaps, err := budget.NewStore(pool).TenantList(ctx)
+		if err != nil {
+			return err
 		}
-		req, period := "-", "-"
-		if s.Limits.RequestsCapacity > 0 {
-			req = fmt.Sprintf("%d/%d", s.Requests(), s.Limits.RequestsCapacity)
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TENANT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT")
+		for _, s := range snaps {
+			state := "active"
+			if s.Disabled {
+				state = "disabled"
+			}
+			req, period := "-", "-"
+			if s.Limits.RequestsCapacity > 0 {
+				req = fmt.Sprintf("%d/%d", s.Requests(), s.Limits.RequestsCapacity)
+			}
+			if s.Limits.PeriodBudget > 0 {
+				period = fmt.Sprintf("%d/%d per %s", s.PeriodRemaining(), s.Limits.PeriodBudget, s.Limits.Period)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", s.TenantID, state, s.Tokens(), s.Limits.TokensCapacity,
+				budget.FormatRate(s.Limits.TokensRateMicro), req, s.OpenReservations, period)
 		}
-		if s.Limits.PeriodBudget > 0 {
-			period = fmt.Sprintf("%d/%d per %s", s.PeriodRemaining(), s.Limits.PeriodBudget, s.Limits.Period)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", s.TenantID, state, s.Tokens(), s.Limits.TokensCapacity,
-			budget.FormatRate(s.Limits.TokensRateMicro), req, s.OpenReservations, period)
-	}
-	return w.Flush()
+		return w.Flush()
+	})
 }
 
 // tenantUpdateCmd changes the limits it is given and keeps the others.
@@ -131,68 +120,65 @@ type tenantUpdateCmd struct {
 }
 
 func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	store := budget.NewStore(pool)
-	cur, err := store.TenantSnapshot(ctx, c.ID)
-	if err != nil {
-		return err
-	}
-	l := cur.Limits
-	set := func(dst *int64, v *int64) {
-		if v != nil {
-			*dst = *v
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		store := budget.NewStore(pool)
+		cur, err := store.TenantSnapshot(ctx, c.ID)
+		if err != nil {
+			return err
 		}
-	}
-	rate := func(dst *int64, v *string, flag string) error {
-		if v == nil {
+		l := cur.Limits
+		set := func(dst *int64, v *int64) {
+			if v != nil {
+				*dst = *v
+			}
+		}
+		rate := func(dst *int64, v *string, flag string) error {
+			if v == nil {
+				return nil
+			}
+			r, err := budget.ParseRate(*v)
+			if err != nil {
+				return fmt.Errorf("--%s: %w", flag, err)
+			}
+			*dst = r
 			return nil
 		}
-		r, err := budget.ParseRate(*v)
-		if err != nil {
-			return fmt.Errorf("--%s: %w", flag, err)
+		set(&l.TokensCapacity, c.TokensCapacity)
+		set(&l.RequestsCapacity, c.RequestsCapacity)
+		set(&l.MaxConcurrent, c.MaxConcurrent)
+		set(&l.PeriodBudget, c.PeriodBudget)
+		if err := rate(&l.TokensRateMicro, c.TokensPerSecond, "tokens-per-second"); err != nil {
+			return err
 		}
-		*dst = r
+		if err := rate(&l.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second"); err != nil {
+			return err
+		}
+		if c.RequestsCapacity != nil && *c.RequestsCapacity == 0 {
+			l.RequestsRateMicro = 0
+		}
+		if c.Period != nil {
+			l.Period = budget.Period(*c.Period)
+		}
+		if c.PeriodBudget != nil && *c.PeriodBudget == 0 {
+			l.Period = budget.PeriodNone
+		}
+		if c.ReservationTTL != nil {
+			l.ReservationTTL = *c.ReservationTTL
+		}
+		if c.MaxWait != nil {
+			l.MaxWait = *c.MaxWait
+		}
+		if c.OnStoreUnavailable != nil {
+			l.OnStoreUnavailable = budget.Policy(strings.TrimSuffix(*c.OnStoreUnavailable, "default"))
+		}
+		snap, err := store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Limits: l, Actor: c.Actor})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
+			snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
 		return nil
-	}
-	set(&l.TokensCapacity, c.TokensCapacity)
-	set(&l.RequestsCapacity, c.RequestsCapacity)
-	set(&l.MaxConcurrent, c.MaxConcurrent)
-	set(&l.PeriodBudget, c.PeriodBudget)
-	if err := rate(&l.TokensRateMicro, c.TokensPerSecond, "tokens-per-second"); err != nil {
-		return err
-	}
-	if err := rate(&l.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second"); err != nil {
-		return err
-	}
-	if c.RequestsCapacity != nil && *c.RequestsCapacity == 0 {
-		l.RequestsRateMicro = 0
-	}
-	if c.Period != nil {
-		l.Period = budget.Period(*c.Period)
-	}
-	if c.PeriodBudget != nil && *c.PeriodBudget == 0 {
-		l.Period = budget.PeriodNone
-	}
-	if c.ReservationTTL != nil {
-		l.ReservationTTL = *c.ReservationTTL
-	}
-	if c.MaxWait != nil {
-		l.MaxWait = *c.MaxWait
-	}
-	if c.OnStoreUnavailable != nil {
-		l.OnStoreUnavailable = budget.Policy(strings.TrimSuffix(*c.OnStoreUnavailable, "default"))
-	}
-	snap, err := store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Limits: l, Actor: c.Actor})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
-		snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
-	return nil
+	})
 }
 
 type tenantDisableCmd struct {
@@ -210,17 +196,14 @@ func (c tenantEnableCmd) Run(ctx context.Context, g *globals) error {
 }
 
 func (c tenantDisableCmd) set(ctx context.Context, g *globals, disabled bool) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	_, err = budget.NewStore(pool).SetDisabled(ctx, budget.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "tenant %s %s\n", c.ID, map[bool]string{true: "disabled", false: "enabled"}[disabled])
-	return nil
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		_, err := budget.NewStore(pool).SetDisabled(ctx, budget.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "tenant %s %s\n", c.ID, map[bool]string{true: "disabled", false: "enabled"}[disabled])
+		return nil
+	})
 }
 
 type tenantAdjustCmd struct {
@@ -231,17 +214,14 @@ type tenantAdjustCmd struct {
 }
 
 func (c tenantAdjustCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	snap, err := budget.NewStore(pool).Adjust(ctx, budget.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "tenant %s now holds %d tokens\n", c.ID, snap.Tokens())
-	return nil
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		snap, err := budget.NewStore(pool).Adjust(ctx, budget.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "tenant %s now holds %d tokens\n", c.ID, snap.Tokens())
+		return nil
+	})
 }
 
 type keyListCmd struct {
@@ -249,24 +229,21 @@ type keyListCmd struct {
 }
 
 func (c keyListCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if _, err := budget.NewStore(pool).TenantSnapshot(ctx, c.Tenant); err != nil {
-		return err
-	}
-	keys, err := apikey.List(ctx, pool, c.Tenant)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s\t%s...\t%s\t%s\t%s\n", k.ID, k.Prefix, stamp(&k.CreatedAt), stamp(k.LastUsedAt), stamp(k.RevokedAt))
-	}
-	return w.Flush()
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		if _, err := budget.NewStore(pool).TenantSnapshot(ctx, c.Tenant); err != nil {
+			return err
+		}
+		keys, err := apikey.List(ctx, pool, c.Tenant)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "ID\tPREFIX\tCREATED\tLAST USED\tREVOKED")
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s\t%s...\t%s\t%s\t%s\n", k.ID, k.Prefix, stamp(&k.CreatedAt), stamp(k.LastUsedAt), stamp(k.RevokedAt))
+		}
+		return w.Flush()
+	})
 }
 
 type keyRevokeCmd struct {
@@ -276,16 +253,13 @@ type keyRevokeCmd struct {
 }
 
 func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := apikey.RevokeRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)
-	return nil
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		if err := apikey.RevokeRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)
+		return nil
+	})
 }
 
 type modelCmd struct {
@@ -296,22 +270,19 @@ type modelCmd struct {
 type modelListCmd struct{}
 
 func (modelListCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	table, err := estimator.LoadTable(ctx, pool)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "MODEL\tENCODING\tIN WEIGHT\tOUT WEIGHT\tOUTPUT CAP\tCONTEXT\tPER PART")
-	for _, m := range table.Models() {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", m.Name, m.Encoding, budget.FormatRate(m.InputWeightMicro),
-			budget.FormatRate(m.OutputWeightMicro), m.DefaultOutputTokens, m.ContextWindow, m.PartTokens)
-	}
-	return w.Flush()
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		table, err := estimator.LoadTable(ctx, pool)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "MODEL\tENCODING\tIN WEIGHT\tOUT WEIGHT\tOUTPUT CAP\tCONTEXT\tPER PART")
+		for _, m := range table.Models() {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", m.Name, m.Encoding, budget.FormatRate(m.InputWeightMicro),
+				budget.FormatRate(m.OutputWeightMicro), m.DefaultOutputTokens, m.ContextWindow, m.PartTokens)
+		}
+		return w.Flush()
+	})
 }
 
 type modelSetCmd struct {
@@ -327,49 +298,46 @@ type modelSetCmd struct {
 }
 
 func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	table, err := estimator.LoadTable(ctx, pool)
-	if err != nil {
-		return err
-	}
-	m, ok := table.Get(c.Name)
-	if !ok {
-		m = estimator.Model{Name: c.Name, Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
-			OutputWeightMicro: estimator.WeightOne, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}
-	}
-	if c.Encoding != nil && *c.Encoding != "" {
-		m.Encoding = *c.Encoding
-	}
-	for _, w := range []struct {
-		v    *string
-		dst  *int64
-		flag string
-	}{{c.InputWeight, &m.InputWeightMicro, "input-weight"}, {c.OutputWeight, &m.OutputWeightMicro, "output-weight"}} {
-		if w.v != nil {
-			if *w.dst, err = budget.ParseRate(*w.v); err != nil {
-				return fmt.Errorf("--%s: %w", w.flag, err)
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		table, err := estimator.LoadTable(ctx, pool)
+		if err != nil {
+			return err
+		}
+		m, ok := table.Get(c.Name)
+		if !ok {
+			m = estimator.Model{Name: c.Name, Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
+				OutputWeightMicro: estimator.WeightOne, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}
+		}
+		if c.Encoding != nil && *c.Encoding != "" {
+			m.Encoding = *c.Encoding
+		}
+		for _, w := range []struct {
+			v    *string
+			dst  *int64
+			flag string
+		}{{c.InputWeight, &m.InputWeightMicro, "input-weight"}, {c.OutputWeight, &m.OutputWeightMicro, "output-weight"}} {
+			if w.v != nil {
+				if *w.dst, err = budget.ParseRate(*w.v); err != nil {
+					return fmt.Errorf("--%s: %w", w.flag, err)
+				}
 			}
 		}
-	}
-	for _, f := range []struct{ v, dst *int64 }{{c.OutputCap, &m.DefaultOutputTokens}, {c.ContextWindow, &m.ContextWindow}, {c.PartTokens, &m.PartTokens}} {
-		if f.v != nil {
-			*f.dst = *f.v
+		for _, f := range []struct{ v, dst *int64 }{{c.OutputCap, &m.DefaultOutputTokens}, {c.ContextWindow, &m.ContextWindow}, {c.PartTokens, &m.PartTokens}} {
+			if f.v != nil {
+				*f.dst = *f.v
+			}
 		}
-	}
-	if c.OnStoreUnavailable != nil {
-		m.OnStoreUnavailable = strings.TrimSuffix(*c.OnStoreUnavailable, "default")
-	}
-	if err := estimator.ModelUpsert(ctx, pool, m, c.Actor); err != nil {
-		var inv *estimator.InvalidError
-		if errors.As(err, &inv) {
-			return fmt.Errorf("--%s: %s", strings.ReplaceAll(inv.Field, "_", "-"), inv.Reason)
+		if c.OnStoreUnavailable != nil {
+			m.OnStoreUnavailable = strings.TrimSuffix(*c.OnStoreUnavailable, "default")
 		}
-		return err
-	}
-	fmt.Fprintf(g.stderr, "model %s stored; replicas apply it within their refresh interval\n", m.Name)
-	return nil
+		if err := estimator.ModelUpsert(ctx, pool, m, c.Actor); err != nil {
+			var inv *estimator.InvalidError
+			if errors.As(err, &inv) {
+				return fmt.Errorf("--%s: %s", strings.ReplaceAll(inv.Field, "_", "-"), inv.Reason)
+			}
+			return err
+		}
+		fmt.Fprintf(g.stderr, "model %s stored; replicas apply it within their refresh interval\n", m.Name)
+		return nil
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"text/tabwriter"
 	"time"
 
@@ -27,41 +28,38 @@ type ledgerVerifyCmd struct {
 }
 
 func (c ledgerVerifyCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	results, err := budget.NewStore(pool).Audit(ctx, c.Tenant)
-	if err != nil {
-		return err
-	}
-	ok := true
-	for _, r := range results {
-		ok = ok && r.OK
-	}
-	if c.JSON {
-		if err := json.NewEncoder(g.stdout).Encode(map[string]any{"ok": ok, "tenants": results}); err != nil {
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		results, err := budget.NewStore(pool).Audit(ctx, c.Tenant)
+		if err != nil {
 			return err
 		}
-	} else {
-		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "TENANT\tENTRIES\tBALANCE\tRESULT")
+		ok := true
 		for _, r := range results {
-			verdict := "ok"
-			if !r.OK {
-				verdict = fmt.Sprintf("BROKEN at entry %d: %s", r.BrokenSeq, r.Problem)
+			ok = ok && r.OK
+		}
+		if c.JSON {
+			if err := json.NewEncoder(g.stdout).Encode(map[string]any{"ok": ok, "tenants": results}); err != nil {
+				return err
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", r.TenantID, r.Entries, ledger.Tokens(r.BalanceMicro), verdict)
+		} else {
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TENANT\tENTRIES\tBALANCE\tRESULT")
+			for _, r := range results {
+				verdict := "ok"
+				if !r.OK {
+					verdict = fmt.Sprintf("BROKEN at entry %d: %s", r.BrokenSeq, r.Problem)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", r.TenantID, r.Entries, ledger.Tokens(r.BalanceMicro), verdict)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
 		}
-		if err := w.Flush(); err != nil {
-			return err
+		if !ok {
+			return errVerifyFailed
 		}
-	}
-	if !ok {
-		return errVerifyFailed
-	}
-	return nil
+		return nil
+	})
 }
 
 type ledgerReportCmd struct {
@@ -73,24 +71,21 @@ type ledgerReportCmd struct {
 }
 
 func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	rows, err := budget.NewStore(pool).DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return json.NewEncoder(g.stdout).Encode(rows)
-	}
-	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "TENANT\tMODEL\tADMISSIONS\tEST IN\tEST OUT\tACT IN\tACT OUT\tMEAN ERR\tP95 |ERR|\tEXPIRED\tREFUNDED\tEXTRA")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
-			r.EstimatedInput, r.EstimatedOutput, r.ActualInput, r.ActualOutput, 100*r.MeanRelativeError, 100*r.P95AbsRelativeErr,
-			r.Expired, ledger.Tokens(r.RefundedMicro), ledger.Tokens(r.ExtraChargedMicro))
-	}
-	return w.Flush()
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		rows, err := budget.NewStore(pool).DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
+		if err != nil {
+			return err
+		}
+		if c.JSON {
+			return json.NewEncoder(g.stdout).Encode(rows)
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TENANT\tMODEL\tADMISSIONS\tEST IN\tEST OUT\tACT IN\tACT OUT\tMEAN ERR\tP95 |ERR|\tEXPIRED\tREFUNDED\tEXTRA")
+		for _, r := range rows {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
+				r.EstimatedInput, r.EstimatedOutput, r.ActualInput, r.ActualOutput, 100*r.MeanRelativeError, 100*r.P95AbsRelativeErr,
+				r.Expired, ledger.Tokens(r.RefundedMicro), ledger.Tokens(r.ExtraChargedMicro))
+		}
+		return w.Flush()
+	})
 }

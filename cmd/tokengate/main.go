@@ -299,3 +299,14 @@ func displayURL(addr net.Addr) string {
 	}
 	return "http://" + tcp.String()
 }
+
+// withPool runs fn with a small pool on the database, for the one-shot
+// commands.
+func (g *globals) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"io"
 	"time"
 
@@ -64,21 +65,18 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	snap, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: c.ID, Limits: l, Actor: "cli"})
-	if errors.Is(err, budget.ErrTenantExists) && c.IfNotExists {
-		fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		snap, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: c.ID, Limits: l, Actor: "cli"})
+		if errors.Is(err, budget.ErrTenantExists) && c.IfNotExists {
+			fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, "created tenant %s: %d tokens, refilling %s/s\n", snap.TenantID, snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
 		return nil
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, "created tenant %s: %d tokens, refilling %s/s\n", snap.TenantID, snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
-	return nil
+	})
 }
 
 type keyCmd struct {
@@ -93,17 +91,14 @@ type keyCreateCmd struct {
 }
 
 func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	k, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.Actor)
-	if err != nil {
-		return err
-	}
-	printSecret(g.stdout, g.stderr, secret, fmt.Sprintf("API key %s for tenant %s (shown once; only its hash is stored):", k.ID, k.TenantID))
-	return nil
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		k, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.Actor)
+		if err != nil {
+			return err
+		}
+		printSecret(g.stdout, g.stderr, secret, fmt.Sprintf("API key %s for tenant %s (shown once; only its hash is stored):", k.ID, k.TenantID))
+		return nil
+	})
 }
 
 // printSecret writes the secret alone on its own stdout line, and the
@@ -120,56 +115,53 @@ type demoCmd struct {
 }
 
 func (c demoCmd) Run(ctx context.Context, g *globals) error {
-	pool, err := g.pool(ctx, g.logger(), 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	host := c.Addr
-	if len(host) > 0 && host[0] == ':' {
-		host = "localhost" + host
-	}
-	tokens, err := admintoken.List(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if len(tokens) == 0 {
-		_, secret, err := admintoken.Create(ctx, pool, "demo-admin")
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		host := c.Addr
+		if len(host) > 0 && host[0] == ':' {
+			host = "localhost" + host
+		}
+		tokens, err := admintoken.List(ctx, pool)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stderr, "demo: the dashboard is at http://%s/ ; log in with this admin token, shown once:\n", host)
+		if len(tokens) == 0 {
+			_, secret, err := admintoken.Create(ctx, pool, "demo-admin")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "demo: the dashboard is at http://%s/ ; log in with this admin token, shown once:\n", host)
+			fmt.Fprintln(g.stdout, secret)
+		}
+		var tenants int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenants").Scan(&tenants); err != nil {
+			return err
+		}
+		if tenants > 0 {
+			fmt.Fprintln(g.stderr, "demo: tenants exist; a new key: bin/tokengate key create demo ; a new admin token: bin/tokengate admin-token create NAME")
+			return nil
+		}
+		l := budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * budget.Micro, RequestsCapacity: 600,
+			RequestsRateMicro: 10 * budget.Micro, MaxConcurrent: 50}
+		if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
+			return err
+		}
+		_, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), "demo", "demo")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stderr, `demo: created tenant "demo" (100000 tokens, 1000/s; 600 requests, 10/s; 50 concurrent).
+	demo: its API key, shown once:
+	`)
 		fmt.Fprintln(g.stdout, secret)
-	}
-	var tenants int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenants").Scan(&tenants); err != nil {
-		return err
-	}
-	if tenants > 0 {
-		fmt.Fprintln(g.stderr, "demo: tenants exist; a new key: bin/tokengate key create demo ; a new admin token: bin/tokengate admin-token create NAME")
+		fmt.Fprintf(g.stderr, `demo: try it (TG_KEY is the key above):
+	  export TG_KEY=<the key above>
+	  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions \
+	    -d '{"model":"gpt-4o","messages":[{"role":"user","content":"Hello!"}],"max_tokens":100}'
+	  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions/ADMISSION_ID/settle \
+	    -d '{"usage":{"prompt_tokens":9,"completion_tokens":12}}'
+	  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/budget
+	demo: throttle it and watch the dashboard: make demo-traffic TG_KEY=$TG_KEY
+	`, host, host, host)
 		return nil
-	}
-	l := budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * budget.Micro, RequestsCapacity: 600,
-		RequestsRateMicro: 10 * budget.Micro, MaxConcurrent: 50}
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
-		return err
-	}
-	_, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), "demo", "demo")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stderr, `demo: created tenant "demo" (100000 tokens, 1000/s; 600 requests, 10/s; 50 concurrent).
-demo: its API key, shown once:
-`)
-	fmt.Fprintln(g.stdout, secret)
-	fmt.Fprintf(g.stderr, `demo: try it (TG_KEY is the key above):
-  export TG_KEY=<the key above>
-  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions \
-    -d '{"model":"gpt-4o","messages":[{"role":"user","content":"Hello!"}],"max_tokens":100}'
-  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/admissions/ADMISSION_ID/settle \
-    -d '{"usage":{"prompt_tokens":9,"completion_tokens":12}}'
-  curl -s -H "Authorization: Bearer $TG_KEY" http://%s/v1/budget
-demo: throttle it and watch the dashboard: make demo-traffic TG_KEY=$TG_KEY
-`, host, host, host)
-	return nil
+	})
 }
