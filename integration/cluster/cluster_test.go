@@ -121,14 +121,20 @@ func (c *cluster) addReplica(name string, migrate bool) *replica {
 			Cmd:          cmd,
 			ExposedPorts: []string{"8080/tcp"},
 			Networks:     []string{c.net.Name},
-			Tmpfs:        map[string]string{"/spool": "rw,mode=1777"},
 			WaitingFor:   wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(90 * time.Second),
 		},
 		Started: true,
 	})
 	testcontainers.CleanupContainer(c.t, ctr)
 	if err != nil {
-		c.t.Fatalf("start %s: %v", name, err)
+		logs := ""
+		if ctr != nil {
+			if rc, lerr := ctr.Logs(ctx); lerr == nil {
+				raw, _ := io.ReadAll(rc)
+				logs = string(raw)
+			}
+		}
+		c.t.Fatalf("start %s: %v\n%s", name, err, logs)
 	}
 	host, err := ctr.Host(ctx)
 	if err != nil {
