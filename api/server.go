@@ -28,6 +28,7 @@ import (
 // Budget is what the API needs from the budget package.
 type Budget interface {
 	Reserve(ctx context.Context, p budget.ReserveParams) (*budget.Reservation, error)
+	ReserveBatch(ctx context.Context, tenantID string, ps []budget.ReserveParams) ([]budget.ReserveResult, error)
 	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
 	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
 	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
@@ -108,7 +109,8 @@ type Server struct {
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 
-	store storeState
+	store  storeState
+	gather *gather
 
 	touchMu    sync.Mutex
 	touched    map[string]time.Time
@@ -173,6 +175,7 @@ func New(cfg *Config) (*Server, error) {
 		touched:     map[string]time.Time{},
 		stopping:    make(chan struct{}),
 	}
+	s.gather = newGather(c.Budget, c.StoreTimeout)
 	s.metrics = newHTTPMetrics(c.Registry)
 	s.admissions = newAdmissionMetrics(c.Registry)
 

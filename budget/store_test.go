@@ -502,3 +502,41 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	}
 	b.verify(t, "acme")
 }
+
+func TestReserveBatchDecidesInOrderUnderOneLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "0.001"))
+	p := func(cost int64, key string) budget.ReserveParams {
+		r := reserve(cost)
+		r.TenantID, r.IdempotencyKey, r.RequestHash = "acme", key, []byte("h"+key)
+		return r
+	}
+	res, err := b.store.ReserveBatch(ctx, "acme", []budget.ReserveParams{
+		p(30, ""), p(30, ""), p(50, ""), p(10, "k"), p(10, "k"), p(200, ""), p(20, ""),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rej *budget.RejectedError
+	var tl *budget.TooLargeError
+	switch {
+	case res[0].Err != nil || res[1].Err != nil:
+		t.Fatalf("the first two fit: %v %v", res[0].Err, res[1].Err)
+	case !errors.As(res[2].Err, &rej) || rej.Limit != budget.LimitTokens:
+		t.Fatalf("50 after 60 of 100: %v", res[2].Err)
+	case res[3].Err != nil || res[4].Err != nil || res[4].Reservation.AdmissionID != res[3].Reservation.AdmissionID || !res[4].Reservation.Replayed:
+		t.Fatalf("the same key twice in one batch: %+v %+v", res[3], res[4])
+	case !errors.As(res[5].Err, &tl):
+		t.Fatalf("200 of 100: %v", res[5].Err)
+	case res[6].Err != nil || res[6].Reservation.Snapshot.Tokens() != 10:
+		t.Fatalf("the last 20: %+v", res[6])
+	}
+	// Rejections carry the balances after the whole batch.
+	if rej.Snapshot.Tokens() != 10 {
+		t.Fatalf("rejection snapshot holds %d tokens", rej.Snapshot.Tokens())
+	}
+	if tally := b.verify(t, "acme"); tally.Entries != 1+4 {
+		t.Fatalf("%d ledger entries, want the creation and 4 reserves", tally.Entries)
+	}
+}
