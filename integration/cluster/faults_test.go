@@ -47,6 +47,9 @@ func TestPostgresPausedUnderEachPolicy(t *testing.T) {
 			switch {
 			case a.code == http.StatusServiceUnavailable && a.typ == "store_outcome_unknown":
 				unknown++
+			case a.code == http.StatusServiceUnavailable && a.typ == "store_busy":
+				// As Postgres comes back, connections the pool began during the
+				// pause are still timing out: a clear 503, and nothing written.
 			case a.code == http.StatusCreated:
 				ok++
 				ids = append(ids, a.id)
