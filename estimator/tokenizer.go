@@ -313,31 +313,22 @@ func initClasses() {
 	})
 }
 
+// classTables are the Unicode categories the split patterns test, with
+// their bits.
+var classTables = []struct {
+	table *unicode.RangeTable
+	bit   uint16
+}{
+	{unicode.Lu, cLu}, {unicode.Ll, cLl}, {unicode.Lt, cLt}, {unicode.Lm, cLm},
+	{unicode.Lo, cLo}, {unicode.L, cL}, {unicode.M, cM}, {unicode.N, cN},
+}
+
 func computeClass(r rune) uint16 {
 	var c uint16
-	if unicode.Is(unicode.Lu, r) {
-		c |= cLu
-	}
-	if unicode.Is(unicode.Ll, r) {
-		c |= cLl
-	}
-	if unicode.Is(unicode.Lt, r) {
-		c |= cLt
-	}
-	if unicode.Is(unicode.Lm, r) {
-		c |= cLm
-	}
-	if unicode.Is(unicode.Lo, r) {
-		c |= cLo
-	}
-	if unicode.Is(unicode.L, r) {
-		c |= cL
-	}
-	if unicode.Is(unicode.M, r) {
-		c |= cM
-	}
-	if unicode.Is(unicode.N, r) {
-		c |= cN
+	for _, t := range classTables {
+		if unicode.Is(t.table, r) {
+			c |= t.bit
+		}
 	}
 	if unicode.IsSpace(r) {
 		c |= cS
