@@ -31,6 +31,22 @@ pg-image: ## Build the Postgres image from Debian packages (no registry); no-op 
 		docker pull $(PG_IMAGE); \
 	fi
 
+# The dashboard tests drive a real browser: Debian's chromium, headless, with
+# a font so that pages render legible text. Installed with apt when missing.
+CHROMIUM_PACKAGES ?= chromium fonts-dejavu-core
+
+.PHONY: chromium
+chromium: ## Install Debian's chromium (for the dashboard's browser tests) with apt; no-op if present.
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || command -v google-chrome >/dev/null 2>&1; then \
+		echo "chromium: present"; \
+	else \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo="sudo"; \
+		echo "chromium: installing $(CHROMIUM_PACKAGES) with apt (about a minute, once)"; \
+		$$sudo apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $(CHROMIUM_PACKAGES) >/dev/null && \
+		echo "chromium: installed $$(command -v chromium || command -v chromium-browser)"; \
+	fi
+
 .PHONY: build
 build: ## Build bin/tokengate.
 	go build -o bin/tokengate ./cmd/tokengate
@@ -74,7 +90,7 @@ db-reset: ## Remove the `make run` Postgres container and its volume.
 	-docker volume rm $(PG_VOLUME)
 
 .PHONY: test
-test: pg-image ## Run unit and integration tests with -race against real Postgres.
+test: pg-image chromium ## Run unit and integration tests with -race against real Postgres and a real browser.
 	go test -race -count=1 -timeout 15m $(GO_TEST_FLAGS) ./...
 
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
