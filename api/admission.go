@@ -307,7 +307,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		return s.budget.Settle(ctx, budget.SettleParams{
+		return s.pipeline.Settle(ctx, budget.SettleParams{
 			TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c),
 		})
 	})
@@ -315,7 +315,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 
 func (s *Server) releaseAdmission(c *echo.Context) error {
 	return s.endAdmission(c, "release", func(ctx context.Context, _ []byte) (*budget.Settlement, error) {
-		return s.budget.Release(ctx, budget.ReleaseParams{TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c)})
+		return s.pipeline.Release(ctx, budget.ReleaseParams{TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c)})
 	})
 }
 
@@ -330,9 +330,7 @@ func (s *Server) endAdmission(c *echo.Context, kind string, end func(context.Con
 	if s.storeDown() {
 		return s.endDuringOutage(c, kind == "settle", body)
 	}
-	sctx, cancel := s.storeContext(c.Request().Context())
-	st, err := end(sctx, body)
-	cancel()
+	st, err := end(c.Request().Context(), body)
 	if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
 		s.markDown(err)
 		return s.endDuringOutage(c, kind == "settle", body)

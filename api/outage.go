@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
@@ -125,10 +123,6 @@ func (s *Server) decide(ctx context.Context, p budget.ReserveParams, maxWait tim
 		if errors.As(err, &rej) {
 			s.rememberSnapshot(rej.Snapshot)
 		}
-		if errors.Is(err, budget.ErrBusy) && !s.storeAnswers(ctx) {
-			// No connection came free because the store hangs them all.
-			err = fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
-		}
 		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
 			return nil, false, err
 		}
@@ -145,19 +139,6 @@ func (s *Server) decide(ctx context.Context, p budget.ReserveParams, maxWait tim
 	}
 	r, lerr := s.cfg.Local.Reserve(snap, p.Estimate, actor, p.IdempotencyKey)
 	return r, true, lerr
-}
-
-// storeAnswers tells a saturated pool from a hung store: it pings the store
-// on a connection of its own, outside the pool, within 500 ms.
-func (s *Server) storeAnswers(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, s.db.Config().ConnConfig.Copy())
-	if err != nil {
-		return false
-	}
-	defer conn.Close(context.Background())
-	return conn.Ping(ctx) == nil
 }
 
 // RunRecovery checks the store every interval while it is marked down or

@@ -28,7 +28,7 @@ import (
 // Budget is what the API needs from the budget package.
 type Budget interface {
 	Reserve(ctx context.Context, p budget.ReserveParams) (*budget.Reservation, error)
-	ReserveBatch(ctx context.Context, tenantID string, ps []budget.ReserveParams) ([]budget.ReserveResult, error)
+	Decide(ctx context.Context, tenantID string, ops []budget.Op) ([]budget.OpResult, error)
 	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
 	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
 	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
@@ -84,7 +84,8 @@ type Config struct {
 	OnStoreUnavailable budget.Policy
 	// Local decides under the local policy; nil makes local act as reject.
 	Local *outage.Local
-	// StoreTimeout bounds each call to the store. Default 3 s.
+	// StoreTimeout bounds how long a decision waits for its turn in this
+	// replica, and then each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
 }
 
@@ -109,8 +110,8 @@ type Server struct {
 	stopping     chan struct{}
 	stoppingOnce sync.Once
 
-	store  storeState
-	gather *gather
+	store    storeState
+	pipeline *budget.Pipeline
 
 	touchMu    sync.Mutex
 	touched    map[string]time.Time
@@ -175,7 +176,7 @@ func New(cfg *Config) (*Server, error) {
 		touched:     map[string]time.Time{},
 		stopping:    make(chan struct{}),
 	}
-	s.gather = newGather(c.Budget, c.StoreTimeout)
+	s.pipeline = budget.NewPipeline(c.Budget, &budget.PipelineConfig{Timeout: c.StoreTimeout})
 	s.metrics = newHTTPMetrics(c.Registry)
 	s.admissions = newAdmissionMetrics(c.Registry)
 

@@ -82,7 +82,7 @@ func (s *Server) reserveWaiting(ctx context.Context, p budget.ReserveParams, max
 		if maxWait > 0 {
 			wake = s.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
 		}
-		r, err := s.gather.reserve(ctx, p)
+		r, err := s.pipeline.Reserve(ctx, p)
 		var rej *budget.RejectedError
 		if maxWait <= 0 || !errors.As(err, &rej) {
 			return r, err

@@ -31,5 +31,11 @@
 // tenant row; read the clock (and idempotency keys or the admission)], then
 // [the writes; COMMIT]. The lock is held from the first batch's lock to the
 // COMMIT, and no estimation or other work happens while it is held. Several
-// requests of one tenant can be decided under one lock (ReserveBatch).
+// requests of one tenant (reserves, settles, releases) are decided under one
+// lock (Decide); a replica queues them per tenant in a Pipeline.
+//
+// Busy is not down. A request that ran out of time while the store kept
+// answering (other round trips, or a ping outside the pool) waited its turn
+// and is ErrBusy; only a store that answers nothing is ErrUnavailable, the
+// condition under which a failure policy may decide instead.
 package budget

@@ -5,6 +5,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,11 +53,86 @@ var (
 // for concurrent use, and any number of replicas may share one database.
 type Store struct {
 	pool *pgxpool.Pool
+
+	// answered is when the store last answered a round trip of a decision
+	// (unix nanoseconds). A request that ran out of time while the store
+	// kept answering others waited its turn; it is not an outage.
+	answered atomic.Int64
+
+	pingMu sync.Mutex
+	pingAt time.Time // the last ping outside the pool, and its outcome
+	pingOK bool
 }
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool}
+}
+
+// noteAnswer records that the store just answered a round trip.
+func (s *Store) noteAnswer() { s.answered.Store(time.Now().UnixNano()) }
+
+// AnsweredSince reports whether the store answered any decision's round
+// trip after t.
+func (s *Store) AnsweredSince(t time.Time) bool { return s.answered.Load() > t.UnixNano() }
+
+// Answering tells a store that is merely busy from one that does not
+// answer: true if it answered any decision's round trip after since, else
+// whether a ping on a connection of its own (outside the pool, which may be
+// exhausted) succeeds within a second. Concurrent callers share one ping.
+func (s *Store) Answering(ctx context.Context, since time.Time) bool {
+	if s.AnsweredSince(since) {
+		return true
+	}
+	s.pingMu.Lock()
+	defer s.pingMu.Unlock()
+	if s.AnsweredSince(since) || (s.pingOK && s.pingAt.After(since)) {
+		return true // answered while this caller waited for the ping
+	}
+	if !s.pingAt.IsZero() && s.pingAt.After(since) {
+		return false // a ping since this request began found it silent
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	ok := func() bool {
+		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return false
+		}
+		defer conn.Close(context.Background())
+		return conn.Ping(ctx) == nil
+	}()
+	s.pingAt, s.pingOK = time.Now(), ok
+	if ok {
+		s.noteAnswer()
+	}
+	return ok
+}
+
+// classify is the package's classify, told by the store's liveness: a
+// request that timed out before COMMIT while the store answered others, or
+// a ping, waited its turn too long (ErrBusy); nothing of it was committed.
+// Only a store that answers nothing is ErrUnavailable.
+func (s *Store) classify(ctx context.Context, err error, acquiring, committing bool, since time.Time) error {
+	c := classify(err, acquiring, committing)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		s.noteAnswer() // an SQL error is an answer
+	}
+	timedOut := pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)
+	switch {
+	case !timedOut || errors.Is(c, ErrOutcomeUnknown):
+		return c
+	case errors.Is(c, ErrBusy), errors.Is(c, ErrUnavailable):
+		if s.Answering(ctx, since) {
+			if errors.Is(c, ErrBusy) {
+				return c
+			}
+			return fmt.Errorf("%w: waited its turn too long; the store answers: %v", ErrBusy, err)
+		}
+		return fmt.Errorf("%w: the store answered nothing for %s: %v", ErrUnavailable, time.Since(since).Round(time.Millisecond), err)
+	}
+	return c
 }
 
 // Pool is the store's pool, for reads of tables other packages own (the
@@ -231,8 +308,13 @@ func (t *tenant) snapshot(now time.Time) Snapshot {
 // lockedTx is one decision's transaction on one connection, holding the
 // tenant row lock from its first batch to its COMMIT.
 type lockedTx struct {
-	conn *pgxpool.Conn
-	open bool
+	store *Store
+	conn  *pgxpool.Conn
+	open  bool
+	// allowance is how long the lock phase was allowed (the caller's
+	// deadline when it began); the write phase gets as long again.
+	allowance time.Duration
+	since     time.Time
 }
 
 // lockTenant acquires a connection, begins a transaction and locks the
@@ -240,11 +322,16 @@ type lockedTx struct {
 // caller's extra reads, all in one round trip. The caller must call finish
 // or abort.
 func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx.Batch), readExtra func(pgx.BatchResults) error) (*lockedTx, *tenant, time.Time, error) {
+	start := time.Now()
+	var allowance time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		allowance = dl.Sub(start)
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, nil, time.Time{}, classify(fmt.Errorf("budget: acquire: %w", err), true, false)
+		return nil, nil, time.Time{}, s.classify(ctx, fmt.Errorf("budget: acquire: %w", err), true, false, start)
 	}
-	tx := &lockedTx{conn: conn, open: true}
+	tx := &lockedTx{store: s, conn: conn, open: true, allowance: allowance, since: start}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(tenantLockSQL, tenantID)
@@ -277,18 +364,29 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 	}
 	if err != nil {
 		tx.abort()
-		return nil, nil, time.Time{}, classify(err, false, false)
+		return nil, nil, time.Time{}, s.classify(ctx, err, false, false, start)
 	}
+	s.noteAnswer()
 	return tx, t, now, nil
 }
 
 // finish sends the writes and COMMIT in one round trip and releases the
 // connection. With no writes it only rolls back, which releases the lock
 // without a WAL flush.
+//
+// Once the lock is held and the decision made, giving up because the
+// caller's time ran out helps no one: the work is done, and abandoning it
+// mid-commit turns a decision into an unknown outcome. So the write phase
+// ignores ctx's deadline and gets as long as the lock phase was allowed.
 func (tx *lockedTx) finish(ctx context.Context, writes *pgx.Batch) error {
 	if writes == nil || writes.Len() == 0 {
 		tx.abort()
 		return nil
+	}
+	if tx.allowance > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), tx.allowance)
+		defer cancel()
 	}
 	writes.Queue("COMMIT")
 	br := tx.conn.SendBatch(ctx, writes)
@@ -309,8 +407,9 @@ func (tx *lockedTx) finish(ctx context.Context, writes *pgx.Batch) error {
 	}
 	if err != nil {
 		tx.abort()
-		return classify(fmt.Errorf("budget: write: %w", err), false, true)
+		return tx.store.classify(ctx, fmt.Errorf("budget: write: %w", err), false, true, tx.since)
 	}
+	tx.store.noteAnswer()
 	tx.open = false
 	tx.conn.Release()
 	tx.conn = nil

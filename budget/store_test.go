@@ -503,16 +503,16 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	b.verify(t, "acme")
 }
 
-func TestReserveBatchDecidesInOrderUnderOneLock(t *testing.T) {
+func TestDecideReservesInOrderUnderOneLock(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.tenant(t, "acme", limits(100, "0.001"))
-	p := func(cost int64, key string) budget.ReserveParams {
+	p := func(cost int64, key string) budget.Op {
 		r := reserve(cost)
 		r.TenantID, r.IdempotencyKey, r.RequestHash = "acme", key, []byte("h"+key)
-		return r
+		return budget.Op{Reserve: &r}
 	}
-	res, err := b.store.ReserveBatch(ctx, "acme", []budget.ReserveParams{
+	res, err := b.store.Decide(ctx, "acme", []budget.Op{
 		p(30, ""), p(30, ""), p(50, ""), p(10, "k"), p(10, "k"), p(200, ""), p(20, ""),
 	})
 	if err != nil {
@@ -540,3 +540,67 @@ func TestReserveBatchDecidesInOrderUnderOneLock(t *testing.T) {
 		t.Fatalf("%d ledger entries, want the creation and 4 reserves", tally.Entries)
 	}
 }
+
+// TestDecideMixesReservesSettlesAndReleases: one batch settles, releases,
+// reserves with the balance those left, replays a repeated settle, refuses
+// conflicting and unknown ones, and writes one entry per change.
+func TestDecideMixesReservesSettlesAndReleases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "0.001"))
+	first, err := b.store.Decide(ctx, "acme", []budget.Op{{Reserve: ptr(reserveFor("acme", 40))}, {Reserve: ptr(reserveFor("acme", 40))}})
+	if err != nil || first[0].Err != nil || first[1].Err != nil {
+		t.Fatalf("%v %+v", err, first)
+	}
+	a1, a2 := first[0].Reservation.AdmissionID, first[1].Reservation.AdmissionID
+	settle := func(id string, in, out int64) budget.Op {
+		return budget.Op{Settle: &budget.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: in, OutputTokens: out}}
+	}
+	res, err := b.store.Decide(ctx, "acme", []budget.Op{
+		{Reserve: ptr(reserveFor("acme", 50))}, // 0: 20 left: refused
+		settle(a1, 5, 5),                       // 1: refunds 30: 50 left
+		{Reserve: ptr(reserveFor("acme", 50))}, // 2: fits now: 0 left
+		settle(a1, 5, 5),                       // 3: the same settle again: replayed
+		settle(a1, 6, 5),                       // 4: different usage: conflict
+		{Release: &budget.ReleaseParams{TenantID: "acme", AdmissionID: a2}},      // 5: refunds 40
+		{Release: &budget.ReleaseParams{TenantID: "acme", AdmissionID: "adm_x"}}, // 6: unknown
+		settle(a2, 1, 1), // 7: settled after release: conflict
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rej *budget.RejectedError
+	switch {
+	case !errors.As(res[0].Err, &rej) || rej.Limit != budget.LimitTokens:
+		t.Fatalf("50 of 20: %+v", res[0])
+	case res[1].Err != nil || res[1].Settlement.DeltaMicro != 30*budget.Micro || res[1].Settlement.Replayed:
+		t.Fatalf("settle: %+v", res[1])
+	case res[2].Err != nil || res[2].Reservation.Snapshot.Tokens() != 0:
+		t.Fatalf("the reserve after the refund: %+v", res[2])
+	case res[3].Err != nil || !res[3].Settlement.Replayed || res[3].Settlement.DeltaMicro != 30*budget.Micro:
+		t.Fatalf("repeated settle: %+v", res[3])
+	case !errors.Is(res[4].Err, budget.ErrConflict):
+		t.Fatalf("conflicting settle: %+v", res[4])
+	case res[5].Err != nil || res[5].Settlement.DeltaMicro != 40*budget.Micro || res[5].Settlement.Snapshot.Tokens() != 40:
+		t.Fatalf("release: %+v", res[5])
+	case !errors.Is(res[6].Err, budget.ErrAdmissionNotFound):
+		t.Fatalf("unknown admission: %+v", res[6])
+	case !errors.Is(res[7].Err, budget.ErrConflict):
+		t.Fatalf("settle after release: %+v", res[7])
+	}
+	a, err := b.store.AdmissionGet(ctx, "acme", a1)
+	if err != nil || a.State != budget.StateSettled || *a.ActualCost != 10 {
+		t.Fatalf("%v %+v", err, a)
+	}
+	if tally := b.verify(t, "acme"); tally.Entries != 1+2+3 || tally.BalanceMicro/budget.Micro != 40 {
+		t.Fatalf("%d entries, balance %d: want creation, 2 reserves, then settle, reserve, release; 40 tokens", tally.Entries, tally.BalanceMicro)
+	}
+}
+
+func reserveFor(tenantID string, cost int64) budget.ReserveParams {
+	r := reserve(cost)
+	r.TenantID = tenantID
+	return r
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -211,6 +211,15 @@ func shareOneAllowance(t *testing.T) {
 	key := c.tenant(t, "acme", capacity, fmt.Sprint(rate))
 
 	var admitted, rejected, settled, released atomic.Int64
+	var slowest atomic.Int64 // nanoseconds: the longest answer any caller waited for
+	timed := func(url, key, body string) (int, []byte) {
+		t0 := time.Now()
+		code, resp := post(t, url, key, body)
+		d := int64(time.Since(t0))
+		for cur := slowest.Load(); d > cur && !slowest.CompareAndSwap(cur, d); cur = slowest.Load() {
+		}
+		return code, resp
+	}
 	var failMu sync.Mutex
 	failures := map[string]int{} // "admission 503 store_busy" -> count
 	fail := func(what string, code int, body []byte) {
@@ -230,7 +239,7 @@ func shareOneAllowance(t *testing.T) {
 			for i := range 6 {
 				maxTokens := 20 + (g*37+i*101)%480
 				body := fmt.Sprintf(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"request %d of worker %d"}],"max_tokens":%d}`, i, g, maxTokens)
-				code, resp := post(t, url+"/v1/admissions", key, body)
+				code, resp := timed(url+"/v1/admissions", key, body)
 				switch code {
 				case http.StatusCreated:
 					admitted.Add(1)
@@ -248,12 +257,12 @@ func shareOneAllowance(t *testing.T) {
 				what, counter := "settle", &settled
 				switch (g + i) % 3 {
 				case 0: // used less than estimated
-					code, resp = post(t, other+"/v1/admissions/"+a.ID+"/settle", key, fmt.Sprintf(`{"usage":{"prompt_tokens":12,"completion_tokens":%d}}`, maxTokens/3))
+					code, resp = timed(other+"/v1/admissions/"+a.ID+"/settle", key, fmt.Sprintf(`{"usage":{"prompt_tokens":12,"completion_tokens":%d}}`, maxTokens/3))
 				case 1: // used more: an extra charge
-					code, resp = post(t, other+"/v1/admissions/"+a.ID+"/settle", key, fmt.Sprintf(`{"usage":{"prompt_tokens":40,"completion_tokens":%d}}`, maxTokens+30))
+					code, resp = timed(other+"/v1/admissions/"+a.ID+"/settle", key, fmt.Sprintf(`{"usage":{"prompt_tokens":40,"completion_tokens":%d}}`, maxTokens+30))
 				case 2:
 					what, counter = "release", &released
-					code, resp = post(t, other+"/v1/admissions/"+a.ID+"/release", key, "")
+					code, resp = timed(other+"/v1/admissions/"+a.ID+"/release", key, "")
 				}
 				if code != http.StatusOK {
 					fail(what, code, resp)
@@ -291,8 +300,9 @@ func shareOneAllowance(t *testing.T) {
 	if rejected.Load() == 0 {
 		t.Fatal("demand never exceeded the allowance; the test proves nothing")
 	}
-	t.Logf("%d admitted (%d tokens), %d rejected, %d settled, %d released; load took %s",
-		admitted.Load(), f.reservedCost, rejected.Load(), settled.Load(), released.Load(), took.Round(time.Millisecond))
+	t.Logf("%d admitted (%d tokens), %d rejected, %d settled, %d released; load took %s, slowest answer %s",
+		admitted.Load(), f.reservedCost, rejected.Load(), settled.Load(), released.Load(), took.Round(time.Millisecond),
+		time.Duration(slowest.Load()).Round(time.Millisecond))
 }
 
 // TestReplicasExactBoundWithoutSettles: with no settles, what two replicas

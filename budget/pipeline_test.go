@@ -1,0 +1,253 @@
+package budget_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+// TestPipelineConcurrentMixExactBound: 200 callers over two replicas'
+// pipelines reserve, settle and release one tenant's budget. Every balance
+// recomputes from the ledger, nothing is spent twice, every reservation
+// ends, and the pipelines decided many requests per transaction (entries of
+// one transaction share its database time).
+func TestPipelineConcurrentMixExactBound(t *testing.T) {
+	t.Parallel()
+	b, stores := replicas(t)
+	b.tenant(t, "acme", limits(3000, "100"))
+	pipes := []*budget.Pipeline{budget.NewPipeline(stores[0], nil), budget.NewPipeline(stores[1], nil)}
+
+	var admitted, rejectedN, ended, refunds atomic.Int64
+	hammer(stores, func(g int, _ *budget.Store) {
+		for i := range 6 {
+			p := pipes[(g+i)%2] // a settle often reaches the other replica
+			cost := int64(10 + (g*7+i*13)%90)
+			r, err := p.Reserve(ctx, reserveFor("acme", cost))
+			switch {
+			case errors.Is(err, budget.ErrRejected):
+				rejectedN.Add(1)
+				continue
+			case err != nil:
+				t.Error(err)
+				return
+			}
+			admitted.Add(cost)
+			other := pipes[(g+i+1)%2]
+			var st *budget.Settlement
+			if (g+i)%3 == 0 {
+				st, err = other.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})
+			} else {
+				st, err = other.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID,
+					InputTokens: int64(g % 30), OutputTokens: int64((g * i) % 120)})
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ended.Add(1)
+			if st.DeltaMicro > 0 {
+				refunds.Add(st.DeltaMicro)
+			}
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	sum := sums(t, b, "acme")
+	b.verify(t, "acme")
+	if sum.admittedCost != admitted.Load() || sum.entries != 1+sum.admitted+ended.Load() {
+		t.Fatalf("ledger: %d reserves costing %d in %d entries; callers saw %d tokens admitted and %d ended",
+			sum.admitted, sum.admittedCost, sum.entries, admitted.Load(), ended.Load())
+	}
+	if sum.minReserveBalance < 0 {
+		t.Fatalf("a reserve left the balance at %d", sum.minReserveBalance)
+	}
+	if bound := 3000*budget.Micro + 100*sum.elapsedMicro + refunds.Load(); sum.admittedCost*budget.Micro > bound {
+		t.Fatalf("admitted %d tokens > capacity + refill x elapsed + refunds (%d micro)", sum.admittedCost, bound)
+	}
+	if sum.finalOpen != 0 {
+		t.Fatalf("%d reservations left open", sum.finalOpen)
+	}
+	if rejectedN.Load() == 0 {
+		t.Fatal("demand never exceeded the bucket; the test proves nothing")
+	}
+	var txs int64
+	if err := b.pool.QueryRow(ctx, `SELECT count(DISTINCT created_at) FROM ledger_entries WHERE tenant_id = 'acme' AND kind <> 'tenant'`).Scan(&txs); err != nil {
+		t.Fatal(err)
+	}
+	if changes := sum.entries - 1; txs*2 > changes {
+		t.Fatalf("%d changes took %d transactions: the pipelines did not batch", changes, txs)
+	}
+	t.Logf("%d changes in %d transactions; %d rejected", sum.entries-1, txs, rejectedN.Load())
+}
+
+// TestPipelineWaitingIsBoundedAndNotAnOutage: while another session holds
+// the tenant's row (a long admin transaction, another replica stalled),
+// requests wait at most the pipeline's timeout for their turn and are
+// answered ErrBusy, not ErrUnavailable: the store answers. None of them is
+// decided, and once the row is free the pipeline decides again.
+func TestPipelineWaitingIsBoundedAndNotAnOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1000, "1"))
+	pipe := budget.NewPipeline(b.store, &budget.PipelineConfig{Timeout: 300 * time.Millisecond})
+
+	hold, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM tenants WHERE id = 'acme' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = pipe.Reserve(ctx, reserveFor("acme", 10)) })
+	}
+	wg.Wait()
+	took := time.Since(start)
+	_ = hold.Rollback(ctx)
+	for i, err := range errs {
+		if !errors.Is(err, budget.ErrBusy) || errors.Is(err, budget.ErrUnavailable) {
+			t.Fatalf("request %d: %v; want ErrBusy alone", i, err)
+		}
+	}
+	// The timeout, plus the ping outside the pool that tells busy from down.
+	if took > 300*time.Millisecond+1500*time.Millisecond {
+		t.Fatalf("waiting took %s with a 300 ms timeout", took)
+	}
+	if s := b.state(t, "acme"); s.entries != 1 {
+		t.Fatalf("%d ledger entries: a request that was answered busy was decided", s.entries)
+	}
+	if _, err := pipe.Reserve(ctx, reserveFor("acme", 10)); err != nil {
+		t.Fatalf("after the row is free: %v", err)
+	}
+}
+
+// TestPipelineHungStoreIsUnavailable: when Postgres stops answering (its
+// host paused, the network black-holed), the request in flight and those
+// queued behind it are answered ErrUnavailable within about the timeout,
+// so the failure policy applies.
+func TestPipelineHungStoreIsUnavailable(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	direct := budget.NewStore(pgtest.Pool(t, dbURL, nil))
+	if _, err := direct.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: limits(1000, "1")}); err != nil {
+		t.Fatal(err)
+	}
+	fp := newFreezeProxy(t, dbURL)
+	store := budget.NewStore(pgtest.Pool(t, fp.url, func(c *pgxpool.Config) { c.ConnConfig.ConnectTimeout = time.Second }))
+	t.Cleanup(fp.close) // before the pool closes: its connections then fail at once
+	pipe := budget.NewPipeline(store, &budget.PipelineConfig{Timeout: 400 * time.Millisecond})
+	if _, err := pipe.Reserve(ctx, reserveFor("acme", 10)); err != nil {
+		t.Fatal(err)
+	}
+	fp.freeze()
+	time.Sleep(50 * time.Millisecond) // let the last answer age past the requests below
+	start := time.Now()
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = pipe.Reserve(ctx, reserveFor("acme", 10)) })
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, err := range errs {
+		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+			t.Fatalf("request %d: %v; want ErrUnavailable", i, err)
+		}
+	}
+	if took > 400*time.Millisecond+2*time.Second {
+		t.Fatalf("answering took %s", took)
+	}
+}
+
+// freezeProxy passes TCP between a pool and Postgres until freeze, after
+// which it stops passing bytes and holds new connections open unanswered:
+// what a paused host looks like from the client.
+type freezeProxy struct {
+	url    string
+	frozen atomic.Bool
+	close  func()
+}
+
+func newFreezeProxy(t *testing.T, dbURL string) *freezeProxy {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	u.Host = ln.Addr().String()
+	fp := &freezeProxy{url: u.String()}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			if fp.frozen.Load() {
+				continue // accepted, never answered
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, up)
+			mu.Unlock()
+			go fp.pipe(up, c)
+			go fp.pipe(c, up)
+		}
+	}()
+	fp.close = func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	t.Cleanup(fp.close)
+	return fp
+}
+
+func (fp *freezeProxy) freeze() { fp.frozen.Store(true) }
+
+// pipe copies src to dst while the proxy is not frozen; once frozen, what
+// arrives is read and dropped, as a paused peer's kernel would buffer it.
+func (fp *freezeProxy) pipe(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !fp.frozen.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
