@@ -25,7 +25,7 @@ const ctxAdmin = "tokengate.admin"
 // draw on the same per-address limiter as tenant auth.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		ip := c.RealIP()
+		ip := adminBucket(c.RealIP())
 		if !s.authLimiter.Allow(ip) {
 			return s.authThrottled()
 		}

@@ -133,7 +133,7 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		TenantID: tenantID, Estimate: est,
 		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c),
 	}
-	r, local, err := s.decide(c.Request().Context(), p, time.Duration(req.MaxWaitMS())*time.Millisecond, "key:"+keyOf(c))
+	r, local, err := s.decide(c.Request().Context(), p, time.Duration(req.MaxWaitMS())*time.Millisecond)
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}

@@ -431,12 +431,22 @@ func TestAuthentication(t *testing.T) {
 	if res := b.call(t, key, http.MethodGet, "/v1/budget", ""); res.Code != http.StatusOK {
 		t.Fatalf("valid key: %d %s", res.Code, res.Body)
 	}
-	// The fifth failure spends the address's burst; the sixth attempt is
-	// refused before any lookup.
+	// Three malformed keys above; the fifth spends the address's burst of
+	// malformed keys, and the sixth is refused before anything else.
+	b.call(t, "tg_nope", http.MethodGet, "/v1/budget", "")
 	b.call(t, "tg_nope", http.MethodGet, "/v1/budget", "")
 	res := b.call(t, "tg_nope", http.MethodGet, "/v1/budget", "")
 	if res.Code != http.StatusTooManyRequests || !strings.Contains(res.Body.String(), `"limit":"auth"`) || res.Header().Get("Retry-After") == "" {
 		t.Fatalf("after 5 failures: %d %s", res.Code, res.Body)
+	}
+	// Wrong secrets of one key spend that key's bucket from this address.
+	for range 4 {
+		if res := b.call(t, wrong, http.MethodGet, "/v1/budget", ""); res.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong secret: %d %s", res.Code, res.Body)
+		}
+	}
+	if res := b.call(t, wrong, http.MethodGet, "/v1/budget", ""); res.Code != http.StatusTooManyRequests {
+		t.Fatalf("sixth wrong secret: %d %s", res.Code, res.Body)
 	}
 	// Revoked keys are refused.
 	b2 := setupAPI(t, nil)

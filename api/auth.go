@@ -35,31 +35,72 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// requireTenant authenticates a tenant API key. Traffic without a valid key
-// draws on a per-IP limiter before any database lookup, so unauthenticated
-// floods and key guessing cannot exhaust the service.
+// The failed-authentication limiter's buckets. Only guesses spend, and each
+// kind of guess spends its own bucket, so that behind a gateway (one address
+// for every tenant) one client's bad key cannot lock the others out:
+//   - a missing or malformed key spends its address's "malformed" bucket
+//     (it costs no lookup; the bucket only tells a broken client to back
+//     off);
+//   - a well-formed key whose id does not exist spends its address's
+//     "unknown" bucket, checked only for ids this replica does not know to
+//     exist, so an id flood cannot lock out keys in use;
+//   - a wrong secret spends the bucket of that key id from that address.
+//     Once spent, a presented key is compared in memory with the stored
+//     hash this replica learned from the failed lookups (no lookup at all):
+//     the holder of the right secret goes on, guesses get 429. So guessing
+//     one key's secret locks out neither its holder nor any other key;
+//   - a revoked key or a disabled tenant's key is not a guess (only the
+//     holder of the secret gets that far) and spends nothing.
+func malformedBucket(addr string) string  { return "malformed|" + addr }
+func unknownBucket(addr string) string    { return "unknown|" + addr }
+func keyBucket(addr, keyID string) string { return "key|" + addr + "|" + keyID }
+func adminBucket(addr string) string      { return "admin|" + addr }
+
+// requireTenant authenticates a tenant API key. Failed authentication
+// draws on the limiter above before any database lookup, so floods and key
+// guessing cannot exhaust the service. The client address is the TCP peer,
+// or, from a trusted proxy (Config.TrustedProxies), the nearest untrusted
+// address in X-Forwarded-For.
 func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		ip := c.RealIP()
-		if !s.authLimiter.Allow(ip) {
-			return s.authThrottled()
-		}
+		addr := c.RealIP()
 		key := bearer(c.Request())
-		if key == "" {
-			s.authLimiter.Fail(ip)
+		id, secret, wellFormed := apikey.Parse(apikey.Prefix, key)
+		if !wellFormed {
+			if !s.authLimiter.Allow(malformedBucket(addr)) {
+				return s.authThrottled()
+			}
+			s.authLimiter.Fail(malformedBucket(addr))
 			return apikey.ErrInvalid
+		}
+		stored, known := s.knownKey(id)
+		switch {
+		case !known && !s.authLimiter.Allow(unknownBucket(addr)):
+			return s.authThrottled()
+		case !s.authLimiter.Allow(keyBucket(addr, id)) && !(known && apikey.Equal(stored, secret)):
+			return s.authThrottled()
 		}
 		var tenantID, keyID string
 		err := budget.ErrUnavailable
 		if !s.storeDown() { // while it is down, do not wait on it for every request
 			actx, cancel := s.storeContext(c.Request().Context())
-			tenantID, keyID, err = apikey.Authenticate(actx, s.db, key)
+			var checked apikey.Checked
+			checked, err = apikey.Check(actx, s.db, key)
 			cancel()
+			tenantID, keyID = checked.TenantID, checked.KeyID
+			if checked.SecretHash != nil {
+				s.rememberKey(id, checked.SecretHash)
+			}
 		}
 		switch {
-		case errors.Is(err, apikey.ErrInvalid), errors.Is(err, apikey.ErrTenantDisabled):
-			s.authLimiter.Fail(ip)
+		case errors.Is(err, apikey.ErrUnknownKey):
+			s.authLimiter.Fail(unknownBucket(addr))
 			return err
+		case errors.Is(err, apikey.ErrWrongSecret):
+			s.authLimiter.Fail(keyBucket(addr, id))
+			return err
+		case errors.Is(err, apikey.ErrInvalid), errors.Is(err, apikey.ErrTenantDisabled):
+			return err // revoked, or its tenant disabled: not a guess
 		case err != nil:
 			// The store did not answer: a key this replica checked lately
 			// is still good, so the failure policy can decide.

@@ -32,5 +32,9 @@ func (s *Server) readyz(c *echo.Context) error {
 		}
 		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready", Message: msg}
 	}
+	if msg := s.store.replayErr.Load(); msg != nil {
+		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready",
+			Message: "decisions made during the store outage could not be replayed yet: " + *msg}
+	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -116,6 +116,7 @@ func (s *Server) metricsHandler() http.Handler {
 
 type admissionMetrics struct {
 	storeUp    prometheus.Gauge
+	replayFail prometheus.Counter
 	admissions *prometheus.CounterVec
 	latency    prometheus.Histogram
 	deltas     *prometheus.HistogramVec
@@ -126,6 +127,10 @@ func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tokengate_store_up",
 			Help: "1 while this replica reaches the store, 0 while it decides by the failure policy.",
+		}),
+		replayFail: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokengate_spool_replay_failures_total",
+			Help: "Replays of the local-policy spool that stopped before the end (the store went away again, or could not take a record); /readyz fails until one succeeds.",
 		}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
@@ -143,7 +148,7 @@ func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 		}, []string{"kind"}),
 	}
 	m.storeUp.Set(1)
-	reg.MustRegister(m.storeUp, m.admissions, m.latency, m.deltas)
+	reg.MustRegister(m.storeUp, m.replayFail, m.admissions, m.latency, m.deltas)
 	return m
 }
 

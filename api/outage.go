@@ -26,7 +26,12 @@ type storeState struct {
 	// tenants its keys belong to, and each tenant's last snapshot.
 	authMu sync.Mutex
 	auth   map[[32]byte]cachedAuth
-	snaps  sync.Map // tenant id -> budget.Snapshot
+	known  map[string]knownKey // key ids this replica looked up, with their stored secret hash
+	snaps  sync.Map            // tenant id -> budget.Snapshot
+
+	// replayErr is the last spool replay's failure, nil once one succeeds:
+	// /readyz fails while decisions made without the store are not in it.
+	replayErr atomic.Pointer[string]
 }
 
 type cachedAuth struct {
@@ -60,6 +65,34 @@ func (s *Server) rememberAuth(key, tenantID, keyID string) {
 		s.store.auth = map[[32]byte]cachedAuth{}
 	}
 	s.store.auth[h] = cachedAuth{tenantID: tenantID, keyID: keyID, at: time.Now()}
+}
+
+type knownKey struct {
+	secretHash []byte
+	at         time.Time
+}
+
+// rememberKey records that a key with this id exists, and its stored
+// secret hash, for the failed-authentication limiter.
+func (s *Server) rememberKey(id string, secretHash []byte) {
+	s.store.authMu.Lock()
+	defer s.store.authMu.Unlock()
+	if s.store.known == nil || len(s.store.known) > 100_000 {
+		s.store.known = map[string]knownKey{}
+	}
+	s.store.known[id] = knownKey{secretHash: secretHash, at: time.Now()}
+}
+
+// knownKey returns the stored secret hash of a key id this replica looked
+// up within authCacheTTL.
+func (s *Server) knownKey(id string) ([]byte, bool) {
+	s.store.authMu.Lock()
+	defer s.store.authMu.Unlock()
+	k, ok := s.store.known[id]
+	if !ok || time.Since(k.at) > authCacheTTL {
+		return nil, false
+	}
+	return k.secretHash, true
 }
 
 func (s *Server) cachedAuth(key string) (cachedAuth, bool) {
@@ -110,7 +143,7 @@ func (s *Server) storeContext(ctx context.Context) (context.Context, context.Can
 
 // decide reserves through the store, or, when the store is unreachable and
 // the request's policy is local, against this replica's share.
-func (s *Server) decide(ctx context.Context, p budget.ReserveParams, maxWait time.Duration, actor string) (*budget.Reservation, bool, error) {
+func (s *Server) decide(ctx context.Context, p budget.ReserveParams, maxWait time.Duration) (*budget.Reservation, bool, error) {
 	var err error
 	if !s.storeDown() {
 		var r *budget.Reservation
@@ -137,7 +170,7 @@ func (s *Server) decide(ctx context.Context, p budget.ReserveParams, maxWait tim
 	if !ok {
 		return nil, false, err // this replica never saw the tenant: it has no limits to apply
 	}
-	r, lerr := s.cfg.Local.Reserve(snap, p.Estimate, actor, p.IdempotencyKey)
+	r, lerr := s.cfg.Local.Reserve(snap, p)
 	return r, true, lerr
 }
 
@@ -177,11 +210,16 @@ func (s *Server) RunRecovery(ctx context.Context, interval time.Duration) {
 			rep, err := s.cfg.Local.Replay(rctx, s.budget)
 			cancel()
 			if err != nil {
-				s.logger.Warn("replaying decisions made during the outage", "error", err.Error(), "applied", rep.Reserved+rep.Ended)
+				msg := err.Error()
+				s.store.replayErr.Store(&msg)
+				s.admissions.replayFail.Inc()
+				s.logger.Error("replaying decisions made during the outage failed; retrying", "error", msg, "applied", rep.Reserved+rep.Ended,
+					"spool", s.cfg.Local.Spool.Path())
 				continue
 			}
+			s.store.replayErr.Store(nil)
 			s.logger.Info("replayed decisions made during the outage", "records", rep.Records, "admissions", rep.Reserved,
-				"settles_and_releases", rep.Ended, "already_applied", rep.Skipped)
+				"settles_and_releases", rep.Ended, "already_applied", rep.Skipped, "rejected", rep.Rejected)
 		}
 		if s.store.down.CompareAndSwap(true, false) {
 			s.logger.Info("store reachable again", "down_for", time.Since(time.Unix(0, s.store.since.Load())).Round(time.Millisecond).String())

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -88,7 +89,7 @@ type outageBundle struct {
 }
 
 // setupOutage runs a replica whose pool reaches Postgres through a proxy.
-func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model) *outageBundle {
+func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model, opts ...func(*api.Config)) *outageBundle {
 	t.Helper()
 	dbURL := pgtest.URL(t)
 	direct := pgtest.Pool(t, dbURL, nil)
@@ -116,8 +117,12 @@ func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model) *
 		}
 		est.SetTable(table)
 	}
-	srv, err := api.New(&api.Config{DB: pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry(),
-		Estimator: est, OnStoreUnavailable: policy, Local: local, StoreTimeout: time.Second})
+	cfg := &api.Config{DB: pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry(),
+		Estimator: est, OnStoreUnavailable: policy, Local: local, StoreTimeout: time.Second}
+	for _, o := range opts {
+		o(cfg)
+	}
+	srv, err := api.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +227,10 @@ func TestStoreUnavailableLocalPolicyReplaysExactlyOnce(t *testing.T) {
 	if k1.Code != 201 || k2.Code != 201 || k1.Body.String() != k2.Body.String() {
 		t.Fatalf("idempotent retry during the outage:\n%s\n%s", k1.Body, k2.Body)
 	}
+	// The key with another request is refused during the outage too.
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(2, "y"), "Idempotency-Key", "k-1"); r.Code != http.StatusConflict {
+		t.Fatalf("key reused for another request during the outage: %d %s", r.Code, r.Body)
+	}
 
 	b.proxy.restore()
 	b.waitStoreUp(t)
@@ -240,6 +249,19 @@ func TestStoreUnavailableLocalPolicyReplaysExactlyOnce(t *testing.T) {
 	}
 	if len(entries) != 1+8+1 {
 		t.Fatalf("%d reserve entries, want 10", len(entries))
+	}
+	// A retry of the keyed request after the outage returns the local
+	// admission, without a second debit.
+	tokensBefore, _ := b.balance(t, "acme")
+	k3 := b.call(t, key, http.MethodPost, "/v1/admissions", chat(1, "y"), "Idempotency-Key", "k-1")
+	var first, again admitted
+	k1.json(&first)
+	k3.json(&again)
+	if k3.Code != http.StatusCreated || again.ID != first.ID || k3.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after the replay: %d %s; want admission %s replayed", k3.Code, k3.Body, first.ID)
+	}
+	if tokensAfter, _ := b.balance(t, "acme"); tokensAfter != tokensBefore {
+		t.Fatalf("the retry after the replay debited: %d -> %d", tokensBefore, tokensAfter)
 	}
 	a, err := b.store.AdmissionGet(ctx, "acme", local[0])
 	if err != nil || a.State != budget.StateSettled || *a.ActualCost != 28 {
@@ -282,5 +304,70 @@ func TestFailurePolicyPerModel(t *testing.T) {
 	var reserves int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE kind = 'reserve'`).Scan(&reserves); err != nil || reserves != 2 {
 		t.Fatalf("%d reserves (%v), want 2", reserves, err)
+	}
+}
+
+// flakyReplay makes the first replays of a spool fail as if the store went
+// away again each time.
+type flakyReplay struct {
+	*budget.Store
+	failures atomic.Int64
+}
+
+func (f *flakyReplay) ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error) {
+	if f.failures.Add(-1) >= 0 {
+		return false, fmt.Errorf("%w: injected", budget.ErrUnavailable)
+	}
+	return f.Store.ReplayReserve(ctx, p)
+}
+
+// TestReplayFailureIsAMetricAndNotReady: while the spool cannot be replayed
+// into a store that answers pings, /readyz says so and the failures are
+// counted; once a replay succeeds the replica is ready again.
+func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
+	t.Parallel()
+	flaky := &flakyReplay{}
+	b := setupOutage(t, budget.PolicyLocal, nil, func(c *api.Config) {
+		flaky.Store = budget.NewStore(c.DB)
+		flaky.failures.Store(1 << 30) // fail until told otherwise
+		c.Budget = flaky
+	})
+	key := b.tenant(t, "acme", lim(2_000, "1"))
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x")); r.Code != http.StatusCreated {
+		t.Fatal(r.Body)
+	}
+	b.proxy.cut()
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x")); r.Code != http.StatusCreated {
+		t.Fatalf("local admission: %d %s", r.Code, r.Body)
+	}
+	b.proxy.restore()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := b.call(t, "", http.MethodGet, "/readyz", "")
+		m := b.call(t, "", http.MethodGet, "/metrics", "")
+		if r.Code == http.StatusServiceUnavailable && strings.Contains(r.Body.String(), "could not be replayed") &&
+			!strings.Contains(m.Body.String(), "\ntokengate_spool_replay_failures_total 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no readiness signal of the failing replay: %d %s", r.Code, r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	flaky.failures.Store(0)
+	b.waitStoreUp(t)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		r := b.call(t, "", http.MethodGet, "/readyz", "")
+		if r.Code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still not ready after a successful replay: %d %s", r.Code, r.Body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, seq := b.balance(t, "acme"); seq != 3 {
+		t.Fatalf("%d ledger entries; want creation and two reserves", seq)
 	}
 }

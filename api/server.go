@@ -84,6 +84,13 @@ type Config struct {
 	OnStoreUnavailable budget.Policy
 	// Local decides under the local policy; nil makes local act as reject.
 	Local *outage.Local
+	// TrustedProxies are the addresses of proxies and gateways in front of
+	// the replica (CIDR ranges). From them, the client address used by the
+	// failed-authentication limiter is the nearest address in
+	// X-Forwarded-For that is not a trusted proxy. Empty: the TCP peer is
+	// the client, and X-Forwarded-For is ignored (a client cannot pick its
+	// own address to escape the limiter).
+	TrustedProxies []*net.IPNet
 	// StoreTimeout bounds how long a decision waits for its turn in this
 	// replica, and then each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
@@ -179,8 +186,33 @@ func New(cfg *Config) (*Server, error) {
 	s.pipeline = budget.NewPipeline(c.Budget, &budget.PipelineConfig{Timeout: c.StoreTimeout})
 	s.metrics = newHTTPMetrics(c.Registry)
 	s.admissions = newAdmissionMetrics(c.Registry)
+	if c.Local != nil {
+		spool := c.Local.Spool
+		c.Registry.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "tokengate_spool_rejected_records_total",
+				Help: "Spool lines that could not be replayed (a torn tail cut off at start, an unreadable line, a record the store refused for good), kept in the spool's .rejected file.",
+			}, func() float64 { return float64(spool.Rejected()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tokengate_spool_bytes",
+				Help: "Bytes of decisions made without the store that are waiting to be replayed into it.",
+			}, func() float64 { n, _ := spool.Len(); return float64(n) }),
+		)
+		if n := spool.TornBytes(); n > 0 {
+			c.Logger.Error("SPOOL TORN TAIL: the last record of the spool was cut short by a crash before it was answered; it was cut off and kept in the rejected file",
+				"bytes", n, "file", spool.RejectedPath())
+		}
+	}
 
 	e := echo.NewWithConfig(echo.Config{Logger: c.Logger})
+	e.IPExtractor = echo.ExtractIPDirect()
+	if len(c.TrustedProxies) > 0 {
+		opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+		for _, n := range c.TrustedProxies {
+			opts = append(opts, echo.TrustIPRange(n))
+		}
+		e.IPExtractor = echo.ExtractIPFromXFFHeader(opts...)
+	}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(
 		middleware.RequestID(),

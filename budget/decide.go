@@ -192,6 +192,25 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 	return results, nil
 }
 
+// EncodeReservation is how an admission is stored for its Idempotency-Key:
+// what a retry within 24 h gets back. The local failure policy stores its
+// admissions the same way, so their replay can write the key.
+func EncodeReservation(r *Reservation) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("budget: encode reservation: %w", err)
+	}
+	return b, nil
+}
+
+func decodeReservation(b []byte) (*Reservation, error) {
+	var r Reservation
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("budget: stored idempotent response: %w", err)
+	}
+	return &r, nil
+}
+
 // isDecision tells a request's own outcome (refused, unknown admission,
 // conflict) from a failure of the whole batch.
 func isDecision(err error) bool {
@@ -214,12 +233,12 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 			if !bytes.Equal(pr.hash, p.RequestHash) {
 				return nil, ErrIdempotencyMismatch
 			}
-			var r Reservation
-			if err := json.Unmarshal(pr.response, &r); err != nil {
-				return nil, fmt.Errorf("budget: stored idempotent response: %w", err)
+			r, err := decodeReservation(pr.response)
+			if err != nil {
+				return nil, err
 			}
 			r.Replayed = true
-			return &r, nil
+			return r, nil
 		}
 	}
 	if t.disabled {
@@ -259,9 +278,9 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	d.rows.Queue(admissionInsertSQL, a.ID, a.TenantID, est.Model, est.InputTokens, est.OutputTokens, est.Cost,
 		est.Approximate, est.InputWeightMicro, est.OutputWeightMicro, a.CreatedAt, a.ExpiresAt)
 	if p.IdempotencyKey != "" {
-		stored, err := json.Marshal(r)
+		stored, err := EncodeReservation(r)
 		if err != nil {
-			return nil, fmt.Errorf("budget: encode reservation: %w", err)
+			return nil, err
 		}
 		d.rows.Queue(idempotencyPutSQL, t.id, p.IdempotencyKey, a.ID, p.RequestHash, stored, now)
 		d.fresh[p.IdempotencyKey] = &freshKey{hash: p.RequestHash, r: r}

@@ -12,8 +12,12 @@ import (
 	"github.com/tokengate/tokengate/ledger"
 )
 
-//go:embed sql/admission_exists.sql
-var admissionExistsSQL string
+var (
+	//go:embed sql/admission_exists.sql
+	admissionExistsSQL string
+	//go:embed sql/idempotency_put_replay.sql
+	idempotencyPutReplaySQL string
+)
 
 // ReplayReserveParams is an admission a replica made on its own while the
 // store was unreachable (the local failure policy).
@@ -24,6 +28,13 @@ type ReplayReserveParams struct {
 	CreatedAt   time.Time // the replica's clock when it admitted
 	ExpiresAt   time.Time
 	Replica     string
+	// IdempotencyKey, RequestHash and Response (EncodeReservation of the
+	// admission as answered) are set when the admission had a key: the
+	// replay writes the key with the admission, so a retry after the outage
+	// gets the original admission instead of a second debit.
+	IdempotencyKey string
+	RequestHash    []byte
+	Response       []byte
 }
 
 // ReplayReserve writes a local admission into the store: the admission row
@@ -69,6 +80,11 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		est := p.Estimate
 		b.Queue(admissionInsertSQL, p.AdmissionID, p.TenantID, est.Model, est.InputTokens, est.OutputTokens, est.Cost,
 			est.Approximate, est.InputWeightMicro, est.OutputWeightMicro, p.CreatedAt, p.ExpiresAt)
+		if p.IdempotencyKey != "" {
+			// In the same transaction: the admission and its key land
+			// together or not at all.
+			b.Queue(idempotencyPutReplaySQL, p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, p.CreatedAt)
+		}
 		if err := tx.finish(ctx, b); err != nil {
 			return err
 		}

@@ -60,7 +60,8 @@ type Store struct {
 	answered atomic.Int64
 
 	pingMu sync.Mutex
-	pingAt time.Time // the last ping outside the pool, and its outcome
+	probe  *pgx.Conn // outside the pool, for Answering
+	pingAt time.Time // the last ping, and its outcome
 	pingOK bool
 }
 
@@ -78,8 +79,10 @@ func (s *Store) AnsweredSince(t time.Time) bool { return s.answered.Load() > t.U
 
 // Answering tells a store that is merely busy from one that does not
 // answer: true if it answered any decision's round trip after since, else
-// whether a ping on a connection of its own (outside the pool, which may be
-// exhausted) succeeds within a second. Concurrent callers share one ping.
+// whether a ping succeeds within a second on the store's probe connection,
+// one of its own outside the pool (which may be exhausted), kept open so
+// that the check costs one round trip, not a connection set-up that CPU
+// contention can stretch. Concurrent callers share one ping.
 func (s *Store) Answering(ctx context.Context, since time.Time) bool {
 	if s.AnsweredSince(since) {
 		return true
@@ -92,21 +95,46 @@ func (s *Store) Answering(ctx context.Context, since time.Time) bool {
 	if !s.pingAt.IsZero() && s.pingAt.After(since) {
 		return false // a ping since this request began found it silent
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	defer cancel()
-	ok := func() bool {
-		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-		if err != nil {
-			return false
-		}
-		defer conn.Close(context.Background())
-		return conn.Ping(ctx) == nil
-	}()
+	ok := s.ping(context.WithoutCancel(ctx))
 	s.pingAt, s.pingOK = time.Now(), ok
 	if ok {
 		s.noteAnswer()
 	}
 	return ok
+}
+
+// ping pings on the probe connection, opening it first if need be. The
+// caller holds pingMu.
+func (s *Store) ping(ctx context.Context) bool {
+	if s.probe == nil || s.probe.IsClosed() {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.ConnectConfig(cctx, s.pool.Config().ConnConfig.Copy())
+		cancel()
+		if err != nil {
+			return false
+		}
+		s.probe = conn
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := s.probe.Ping(pctx); err != nil {
+		_ = s.probe.Close(context.Background())
+		s.probe = nil
+		return false
+	}
+	return true
+}
+
+// Close closes the probe connection. The pool belongs to the caller.
+func (s *Store) Close() {
+	s.pingMu.Lock()
+	defer s.pingMu.Unlock()
+	if s.probe != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.probe.Close(ctx)
+		cancel()
+		s.probe = nil
+	}
 }
 
 // classify is the package's classify, told by the store's liveness: a

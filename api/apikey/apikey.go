@@ -48,8 +48,15 @@ const (
 // Errors.
 var (
 	// ErrInvalid: the presented key is malformed, unknown, wrong or revoked.
-	// Callers must not tell these apart to the client.
+	// Callers must not tell these apart to the client; the errors below
+	// wrap it so that a limiter can (only guesses should spend).
 	ErrInvalid = errors.New("apikey: invalid key")
+	// ErrUnknownKey wraps ErrInvalid: well formed, but no key has that id.
+	ErrUnknownKey = fmt.Errorf("%w: no key has that id", ErrInvalid)
+	// ErrWrongSecret wraps ErrInvalid: the id exists, the secret is wrong.
+	ErrWrongSecret = fmt.Errorf("%w: wrong secret", ErrInvalid)
+	// ErrRevoked wraps ErrInvalid: the right secret of a revoked key.
+	ErrRevoked = fmt.Errorf("%w: revoked", ErrInvalid)
 	// ErrTenantDisabled: the key is valid but its tenant is disabled.
 	ErrTenantDisabled = errors.New("apikey: tenant disabled")
 	// ErrNotFound: no such key for that tenant.
@@ -139,29 +146,51 @@ func Parse(prefix, presented string) (id, secret string, ok bool) {
 }
 
 // Authenticate returns the tenant and key id of a presented key. It returns
-// ErrInvalid for anything but a valid, unrevoked key, and ErrTenantDisabled
-// when the key is valid but its tenant is disabled.
+// ErrInvalid (malformed), ErrUnknownKey, ErrWrongSecret or ErrRevoked (all
+// wrapping ErrInvalid) for anything but a valid, unrevoked key, and
+// ErrTenantDisabled when the key is valid but its tenant is disabled.
 func Authenticate(ctx context.Context, db DB, presented string) (tenantID, keyID string, err error) {
+	c, err := Check(ctx, db, presented)
+	return c.TenantID, c.KeyID, err
+}
+
+// Checked is what Check learned of a presented key.
+type Checked struct {
+	TenantID, KeyID string
+	// SecretHash is the stored hash of the key's secret, set whenever a key
+	// with the presented id exists (whatever the error). A limiter may keep
+	// it to recognise the key's holder without a lookup while others guess
+	// that key's secret. It is not secret: a leak of it reveals no key.
+	SecretHash []byte
+}
+
+// Check is Authenticate, also returning the stored secret hash. The secret
+// is compared before revocation is looked at, so only the holder of a
+// revoked key learns that it is revoked.
+func Check(ctx context.Context, db DB, presented string) (Checked, error) {
 	id, secret, ok := Parse(Prefix, presented)
 	if !ok {
-		return "", "", ErrInvalid
+		return Checked{}, ErrInvalid
 	}
-	var stored []byte
+	var c Checked
 	var revoked, disabled bool
-	err = db.QueryRow(ctx, keyAuthSQL, id).Scan(&tenantID, &stored, &revoked, &disabled)
+	err := db.QueryRow(ctx, keyAuthSQL, id).Scan(&c.TenantID, &c.SecretHash, &revoked, &disabled)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", ErrInvalid
+		return Checked{}, ErrUnknownKey
 	}
 	if err != nil {
-		return "", "", fmt.Errorf("apikey: authenticate: %w", err)
+		return Checked{}, fmt.Errorf("apikey: authenticate: %w", err)
 	}
-	if !Equal(stored, secret) || revoked {
-		return "", "", ErrInvalid
+	c.KeyID = id
+	switch {
+	case !Equal(c.SecretHash, secret):
+		return Checked{KeyID: id, SecretHash: c.SecretHash}, ErrWrongSecret
+	case revoked:
+		return Checked{KeyID: id, SecretHash: c.SecretHash}, ErrRevoked
+	case disabled:
+		return Checked{KeyID: id, SecretHash: c.SecretHash}, ErrTenantDisabled
 	}
-	if disabled {
-		return "", "", ErrTenantDisabled
-	}
-	return tenantID, id, nil
+	return c, nil
 }
 
 // List returns a tenant's keys, oldest first.

@@ -1,6 +1,7 @@
 package outage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,12 @@ type Local struct {
 	shares map[string]*share
 	// idempotent holds this outage's admissions by tenant and
 	// Idempotency-Key, so a retry to this replica is not admitted twice.
-	idempotent map[[2]string]*budget.Reservation
+	idempotent map[[2]string]idempotent
+}
+
+type idempotent struct {
+	hash []byte
+	r    *budget.Reservation
 }
 
 type share struct {
@@ -90,17 +96,23 @@ func (sh *share) snapshot(tenantID string, now time.Time) budget.Snapshot {
 	}
 }
 
-// Reserve admits est for the tenant of snap (the last snapshot this replica
+// Reserve admits p for the tenant of snap (the last snapshot this replica
 // saw of it) against this replica's share, or refuses it like the store
 // would: *budget.TooLargeError, or *budget.RejectedError naming the limit.
-// An admission is in the spool before Reserve returns it.
-func (l *Local) Reserve(snap budget.Snapshot, est estimator.Estimate, actor, idempotencyKey string) (*budget.Reservation, error) {
+// A retry with p's Idempotency-Key returns the admission made in this
+// outage, or budget.ErrIdempotencyMismatch if its request differs. An
+// admission is in the spool, with its key, before Reserve returns it.
+func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if idempotencyKey != "" {
-		if r, ok := l.idempotent[[2]string{snap.TenantID, idempotencyKey}]; ok {
-			c := *r
+	est, actor := p.Estimate, p.Actor
+	if p.IdempotencyKey != "" {
+		if prior, ok := l.idempotent[[2]string{snap.TenantID, p.IdempotencyKey}]; ok {
+			if !bytes.Equal(prior.hash, p.RequestHash) {
+				return nil, budget.ErrIdempotencyMismatch
+			}
+			c := *prior.r
 			c.Replayed = true
 			return &c, nil
 		}
@@ -134,23 +146,35 @@ func (l *Local) Reserve(snap budget.Snapshot, est estimator.Estimate, actor, ide
 		ttl = budget.DefaultReservationTTL
 	}
 	id := budget.NewAdmissionID(now)
-	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &est, CreatedAt: now,
-		ExpiresAt: now.Add(ttl), Actor: actor}
-	if err := l.Spool.Append(rec); err != nil {
-		return nil, err // not journaled: not admitted
+	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	debit := func(sign int64) {
+		sh.tokens.BalanceMicro -= sign * need
+		if sh.requests.CapacityMicro > 0 {
+			sh.requests.BalanceMicro -= sign * budget.Micro
+		}
 	}
-	sh.tokens.BalanceMicro -= need
-	if sh.requests.CapacityMicro > 0 {
-		sh.requests.BalanceMicro -= budget.Micro
+	debit(1)
+	r.Snapshot = sh.snapshot(snap.TenantID, now)
+	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &est, CreatedAt: now,
+		ExpiresAt: r.ExpiresAt, Actor: actor}
+	if p.IdempotencyKey != "" {
+		response, err := budget.EncodeReservation(r)
+		if err != nil {
+			debit(-1)
+			return nil, err
+		}
+		rec.IdempotencyKey, rec.RequestHash, rec.Response = p.IdempotencyKey, p.RequestHash, response
+	}
+	if err := l.Spool.Append(rec); err != nil {
+		debit(-1) // not journaled: not admitted
+		return nil, err
 	}
 	sh.open[id] = est
-	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: rec.ExpiresAt,
-		Snapshot: sh.snapshot(snap.TenantID, now)}
-	if idempotencyKey != "" {
+	if p.IdempotencyKey != "" {
 		if l.idempotent == nil {
-			l.idempotent = map[[2]string]*budget.Reservation{}
+			l.idempotent = map[[2]string]idempotent{}
 		}
-		l.idempotent[[2]string{snap.TenantID, idempotencyKey}] = r
+		l.idempotent[[2]string{snap.TenantID, p.IdempotencyKey}] = idempotent{hash: p.RequestHash, r: r}
 	}
 	return r, nil
 }
@@ -191,68 +215,98 @@ type Store interface {
 // ReplayReport says what a replay did.
 type ReplayReport struct {
 	Records, Reserved, Ended, Skipped int
+	// Rejected lines could not be read, or were refused by the store for
+	// good (not for an outage): they are in the spool's rejected file.
+	Rejected int
 }
 
-// Replay applies the spool to the store, in order, then empties it and
-// forgets the local shares. It stops at the first record the store cannot
-// take for an outage (the next replay resumes: what was applied is
-// recognised and not applied twice).
+// Replay applies the spool to the store, in order, then discards what it
+// applied and forgets the local shares. It stops at the first record the
+// store cannot take because it is unavailable or busy (the next replay
+// resumes from the start: what was applied is recognised and not applied
+// twice). A line that cannot be read, or that the store refuses for good,
+// is moved to the rejected file, logged, and never blocks the lines after
+// it.
 func (l *Local) Replay(ctx context.Context, store Store) (ReplayReport, error) {
 	var rep ReplayReport
-	records, err := l.Spool.Records()
+	lines, size, err := l.Spool.Lines()
 	if err != nil {
 		return rep, err
 	}
-	rep.Records = len(records)
-	for i, r := range records {
-		switch r.Kind {
-		case KindReserve:
-			if r.Estimate == nil {
-				return rep, fmt.Errorf("outage: record %d: a reserve without an estimate", i+1)
-			}
-			wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
-				Estimate: *r.Estimate, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Replica: l.Replica})
-			if err != nil {
-				return rep, err
-			}
-			if wrote {
-				rep.Reserved++
-			} else {
-				rep.Skipped++
-			}
-		case KindSettle, KindRelease:
-			var st *budget.Settlement
-			var err error
-			if r.Kind == KindSettle {
-				st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID,
-					InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Actor: r.Actor})
-			} else {
-				st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, Actor: r.Actor})
-			}
-			switch {
-			case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound):
-				// Settled otherwise meanwhile, or never existed: the store's
-				// answer stands; the record has nothing left to apply.
-				if l.Logger != nil {
-					l.Logger.Warn("spooled settle or release not applied", "admission", r.AdmissionID, "tenant", r.TenantID, "error", err.Error())
-				}
-				rep.Skipped++
-			case err != nil:
-				return rep, err
-			case st.Replayed:
-				rep.Skipped++
-			default:
-				rep.Ended++
-			}
+	rep.Records = len(lines)
+	for i, line := range lines {
+		err := line.Err
+		if err == nil {
+			err = l.apply(ctx, store, line.Record, &rep)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy), ctx.Err() != nil:
+			return rep, err // the store is away again: resume later
 		default:
-			return rep, fmt.Errorf("outage: record %d: unknown kind %q", i+1, r.Kind)
+			if rerr := l.Spool.reject(line.Raw, err.Error()); rerr != nil {
+				return rep, rerr
+			}
+			rep.Rejected++
+			if l.Logger != nil {
+				l.Logger.Error("SPOOL RECORD REJECTED: a decision made during the outage cannot be replayed; it is kept in the rejected file",
+					"line", i+1, "error", err.Error(), "file", l.Spool.RejectedPath())
+			}
 		}
 	}
-	if err := l.Spool.Truncate(len(records)); err != nil {
+	if err := l.Spool.Discard(size); err != nil {
 		return rep, err
 	}
 	l.mu.Lock()
 	l.shares, l.idempotent = nil, nil
 	l.mu.Unlock()
 	return rep, nil
+}
+
+// apply replays one record.
+func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayReport) error {
+	switch r.Kind {
+	case KindReserve:
+		if r.Estimate == nil {
+			return errors.New("outage: a reserve without an estimate")
+		}
+		wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
+			Estimate: *r.Estimate, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Replica: l.Replica,
+			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response})
+		if err != nil {
+			return err
+		}
+		if wrote {
+			rep.Reserved++
+		} else {
+			rep.Skipped++
+		}
+		return nil
+	case KindSettle, KindRelease:
+		var st *budget.Settlement
+		var err error
+		if r.Kind == KindSettle {
+			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID,
+				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Actor: r.Actor})
+		} else {
+			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, Actor: r.Actor})
+		}
+		switch {
+		case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound):
+			// Settled otherwise meanwhile, or never existed: the store's
+			// answer stands; the record has nothing left to apply.
+			if l.Logger != nil {
+				l.Logger.Warn("spooled settle or release not applied", "admission", r.AdmissionID, "tenant", r.TenantID, "error", err.Error())
+			}
+			rep.Skipped++
+		case err != nil:
+			return err
+		case st.Replayed:
+			rep.Skipped++
+		default:
+			rep.Ended++
+		}
+		return nil
+	}
+	return fmt.Errorf("outage: unknown record kind %q", r.Kind)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,15 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var ctx = context.Background()
+
+// rp is a request to reserve est, with an Idempotency-Key when key is set.
+func rp(e estimator.Estimate, key string) budget.ReserveParams {
+	p := budget.ReserveParams{TenantID: "acme", Estimate: e, Actor: "key:k", IdempotencyKey: key}
+	if key != "" {
+		p.RequestHash = []byte("hash of " + key)
+	}
+	return p
+}
 
 func est(cost int64) estimator.Estimate {
 	return estimator.Estimate{Model: "gpt-4o", InputTokens: cost / 2, OutputTokens: cost - cost/2, Cost: cost,
@@ -53,33 +64,33 @@ func TestLocalAdmitsItsShareThenRefills(t *testing.T) {
 	t.Parallel()
 	l := budget.Limits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro, MaxConcurrent: 4}
 	b := setup(t, l, 2) // this replica's share: 50 tokens, 5/s, 2 open
-	if _, err := b.local.Reserve(b.snap, est(30), "key:k", ""); err != nil {
+	if _, err := b.local.Reserve(b.snap, rp(est(30), "")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.local.Reserve(b.snap, est(30), "key:k", "")
+	_, err := b.local.Reserve(b.snap, rp(est(30), ""))
 	var rej *budget.RejectedError
 	if !errors.As(err, &rej) || rej.Limit != budget.LimitTokens || rej.RetryAfter < 2*time.Second || rej.RetryAfter > 2100*time.Millisecond {
 		t.Fatalf("over the share: %v", err)
 	}
 	b.now = b.now.Add(2 * time.Second) // 10 more tokens: exactly 30
-	r2, err := b.local.Reserve(b.snap, est(30), "key:k", "")
+	r2, err := b.local.Reserve(b.snap, rp(est(30), ""))
 	if err != nil {
 		t.Fatalf("after refill: %v", err)
 	}
 	// The concurrency share is 2: a third open reservation is refused.
 	b.now = b.now.Add(time.Hour)
-	if _, err := b.local.Reserve(b.snap, est(1), "key:k", ""); !errors.As(err, &rej) || rej.Limit != budget.LimitConcurrency {
+	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); !errors.As(err, &rej) || rej.Limit != budget.LimitConcurrency {
 		t.Fatalf("third open reservation: %v", err)
 	}
 	if err := b.local.End("acme", r2.AdmissionID, true, 5, 5, "key:k"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.local.Reserve(b.snap, est(1), "key:k", ""); err != nil {
+	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); err != nil {
 		t.Fatalf("after a settle freed a slot: %v", err)
 	}
 	// Too large for the tenant at all: the same answer as the store's.
 	var tl *budget.TooLargeError
-	if _, err := b.local.Reserve(b.snap, est(101), "key:k", ""); !errors.As(err, &tl) {
+	if _, err := b.local.Reserve(b.snap, rp(est(101), "")); !errors.As(err, &tl) {
 		t.Fatalf("too large: %v", err)
 	}
 	recs, err := b.local.Spool.Records()
@@ -107,7 +118,7 @@ func TestReplayIsExactlyOnceAcrossInterruptions(t *testing.T) {
 	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
 	var ids []string
 	for range 6 {
-		r, err := b.local.Reserve(b.snap, est(10), "key:k", "")
+		r, err := b.local.Reserve(b.snap, rp(est(10), ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,4 +217,152 @@ func TestSpoolIgnoresATornLastLine(t *testing.T) {
 func poolOf(t *testing.T, b *bundle) ledger.Querier {
 	t.Helper()
 	return b.store.Pool()
+}
+
+// TestRetryAfterReplayIsNotCharged: an admission made during an outage with
+// an Idempotency-Key is replayed with its key, so a retry after the outage
+// returns it (same id) without a second debit, and a different request
+// under that key is refused.
+func TestRetryAfterReplayIsNotCharged(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	r, err := b.local.Reserve(b.snap, rp(est(100), "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.local.Replay(ctx, b.store); err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil || before.Tokens() != 900 {
+		t.Fatalf("after replay: %d tokens (%v)", before.Tokens(), err)
+	}
+	retry, err := b.store.Reserve(ctx, rp(est(100), "k1"))
+	if err != nil || retry.AdmissionID != r.AdmissionID || !retry.Replayed {
+		t.Fatalf("retry after replay: %+v %v; want admission %s replayed", retry, err, r.AdmissionID)
+	}
+	other := rp(est(100), "k1")
+	other.RequestHash = []byte("another request")
+	if _, err := b.store.Reserve(ctx, other); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+		t.Fatalf("another request under the key: %v", err)
+	}
+	after, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil || after.Tokens() != 900 || after.OpenReservations != 1 {
+		t.Fatalf("the retry debited again: %d tokens, %d open (%v)", after.Tokens(), after.OpenReservations, err)
+	}
+}
+
+// TestLocalIdempotencyChecksTheRequest: during an outage, a retry with the
+// same key and request gets the same admission; the key with another
+// request is refused, as the store would.
+func TestLocalIdempotencyChecksTheRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	r, err := b.local.Reserve(b.snap, rp(est(100), "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.local.Reserve(b.snap, rp(est(100), "k1"))
+	if err != nil || again.AdmissionID != r.AdmissionID || !again.Replayed {
+		t.Fatalf("same key, same request: %+v %v", again, err)
+	}
+	other := rp(est(100), "k1")
+	other.RequestHash = []byte("another request")
+	if _, err := b.local.Reserve(b.snap, other); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+		t.Fatalf("same key, another request: %v", err)
+	}
+	if recs, _ := b.local.Spool.Records(); len(recs) != 1 {
+		t.Fatalf("%d spool records; want the one admission", len(recs))
+	}
+}
+
+// TestTornTailThenRestartLosesNothing: a crash mid-append leaves a torn last
+// line; the replica restarts (OpenSpool) and admits more. The torn bytes go
+// to the rejected file, and every answered admission, before and after the
+// restart, reaches the ledger.
+func TestTornTailThenRestartLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	first, err := b.local.Reserve(b.snap, rp(est(10), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(b.local.Spool.Path(), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString(`{"kind":"reserve","admission_id":"adm_torn","tenant_id":"ac`) // the crash
+	f.Close()
+	_ = b.local.Spool.Close()
+
+	spool, err := outage.OpenSpool(filepath.Dir(b.local.Spool.Path()), "r1") // the restart
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = spool.Close() })
+	if spool.TornBytes() == 0 {
+		t.Fatal("the torn tail was not noticed")
+	}
+	local := &outage.Local{Replicas: 1, Replica: "r1", Spool: spool}
+	second, err := local.Reserve(b.snap, rp(est(20), "k2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := local.Replay(ctx, b.store)
+	if err != nil || rep.Reserved != 2 || rep.Rejected != 0 {
+		t.Fatalf("replay after the restart: %+v %v", rep, err)
+	}
+	for _, id := range []string{first.AdmissionID, second.AdmissionID} {
+		if _, err := b.store.AdmissionGet(ctx, "acme", id); err != nil {
+			t.Fatalf("admission %s lost: %v", id, err)
+		}
+	}
+	rejected, err := os.ReadFile(spool.RejectedPath())
+	if err != nil || !strings.Contains(string(rejected), "adm_torn") || !strings.Contains(string(rejected), "torn tail") {
+		t.Fatalf("rejected file: %q %v", rejected, err)
+	}
+	if n, _ := spool.Len(); n != 0 {
+		t.Fatalf("%d bytes left in the spool after a full replay", n)
+	}
+}
+
+// TestUnreadableLineNeverBlocksTheRest: a line that cannot be parsed, and a
+// record the store refuses for good, are moved to the rejected file; the
+// records after them are replayed, and the spool is emptied.
+func TestUnreadableLineNeverBlocksTheRest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	if _, err := b.local.Reserve(b.snap, rp(est(10), "")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(b.local.Spool.Path(), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("this is not a record\n")
+	f.Close()
+	// A reserve for a tenant the store does not know: refused for good.
+	ghost := b.snap
+	ghost.TenantID = "ghost"
+	if _, err := b.local.Reserve(ghost, rp(est(10), "")); err != nil {
+		t.Fatal(err)
+	}
+	last, err := b.local.Reserve(b.snap, rp(est(30), ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := b.local.Replay(ctx, b.store)
+	if err != nil || rep.Reserved != 2 || rep.Rejected != 2 || rep.Records != 4 {
+		t.Fatalf("replay: %+v %v", rep, err)
+	}
+	if _, err := b.store.AdmissionGet(ctx, "acme", last.AdmissionID); err != nil {
+		t.Fatalf("the record after the bad ones was not replayed: %v", err)
+	}
+	if n, _ := b.local.Spool.Len(); n != 0 || b.local.Spool.Rejected() != 2 {
+		t.Fatalf("spool holds %d bytes, %d rejected", n, b.local.Spool.Rejected())
+	}
+	rejected, _ := os.ReadFile(b.local.Spool.RejectedPath())
+	if lines := strings.Count(string(rejected), "\n"); lines != 2 || !strings.Contains(string(rejected), "this is not a record") {
+		t.Fatalf("rejected file: %q", rejected)
+	}
 }

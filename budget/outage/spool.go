@@ -12,14 +12,14 @@
 package outage
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokengate/tokengate/estimator"
@@ -35,7 +35,8 @@ const (
 	KindRelease Kind = "release"
 )
 
-// Record is one decision made without the store.
+// Record is one decision made without the store. It is the spool's on-disk
+// format: every field is tagged, and a field may be added but never renamed.
 type Record struct {
 	Kind         Kind                `json:"kind"`
 	AdmissionID  string              `json:"admission_id"`
@@ -46,32 +47,121 @@ type Record struct {
 	InputTokens  int64               `json:"input_tokens,omitempty"`
 	OutputTokens int64               `json:"output_tokens,omitempty"`
 	Actor        string              `json:"actor,omitempty"`
+	// IdempotencyKey and RequestHash are the admission's Idempotency-Key
+	// and request fingerprint; Response is the admission as it was
+	// answered. The replay writes them to the store with the admission, so
+	// that a retry after the outage returns it instead of debiting again.
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	RequestHash    []byte          `json:"request_hash,omitempty"`
+	Response       json.RawMessage `json:"response,omitempty"`
 }
 
 // Spool is an append-only journal file, synced to disk on every append: a
 // frontend that was told "admitted" can rely on the admission reaching the
 // ledger even if this replica crashes the next instant.
+//
+// Crash guarantees: a record is one line, written with one write and synced
+// before its decision is answered. A crash mid-write can only leave a last
+// line without its newline, whose decision was never answered; OpenSpool
+// cuts such a torn tail off (keeping its bytes in the rejected file), so
+// records appended after a restart are never glued to it. A line that
+// cannot be read for any other reason is moved to the rejected file with
+// the reason, loudly, and never blocks the records after it.
 type Spool struct {
 	mu   sync.Mutex
 	path string
 	f    *os.File
+
+	tornBytes int64        // cut off the tail at open
+	rejected  atomic.Int64 // lines moved to the rejected file
 }
 
-// OpenSpool opens (or creates) the spool of replica in dir.
+// OpenSpool opens (or creates) the spool of replica in dir. A torn last
+// line (a crash mid-append) is cut off and kept in the rejected file; see
+// TornBytes.
 func OpenSpool(dir, replica string) (*Spool, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("outage: spool dir: %w", err)
 	}
 	path := filepath.Join(dir, replica+".spool")
+	s := &Spool{path: path}
+	if err := s.cutTornTail(); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("outage: open spool: %w", err)
 	}
-	return &Spool{path: path, f: f}, nil
+	s.f = f
+	return s, nil
+}
+
+// cutTornTail truncates the spool after its last complete line.
+func (s *Spool) cutTornTail() error {
+	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("outage: open spool: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Errorf("outage: read spool: %w", err)
+	}
+	keep := int64(bytes.LastIndexByte(data, '\n') + 1)
+	if keep == int64(len(data)) {
+		return nil
+	}
+	if err := s.reject(data[keep:], "torn tail: a crash cut this record short before it was answered"); err != nil {
+		return err
+	}
+	if err := f.Truncate(keep); err != nil {
+		return fmt.Errorf("outage: cut the torn tail: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("outage: cut the torn tail: %w", err)
+	}
+	s.tornBytes = int64(len(data)) - keep
+	return nil
 }
 
 // Path is the spool file's path.
 func (s *Spool) Path() string { return s.path }
+
+// RejectedPath is where lines that cannot be replayed are kept, one JSON
+// object each ({"at","reason","line"}), for an operator to inspect.
+func (s *Spool) RejectedPath() string { return s.path + ".rejected" }
+
+// TornBytes is how many bytes of a torn last line OpenSpool cut off.
+func (s *Spool) TornBytes() int64 { return s.tornBytes }
+
+// Rejected counts the lines moved to the rejected file since the spool was
+// opened (the torn tail included).
+func (s *Spool) Rejected() int64 { return s.rejected.Load() }
+
+// reject appends line to the rejected file with its reason, synced.
+func (s *Spool) reject(line []byte, reason string) error {
+	entry, err := json.Marshal(struct {
+		At     time.Time `json:"at"`
+		Reason string    `json:"reason"`
+		Line   string    `json:"line"`
+	}{time.Now().UTC(), reason, string(bytes.TrimRight(line, "\n"))})
+	if err != nil {
+		return fmt.Errorf("outage: reject: %w", err)
+	}
+	f, err := os.OpenFile(s.RejectedPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("outage: reject: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Write(append(entry, '\n')); err != nil {
+		return fmt.Errorf("outage: reject: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("outage: reject: %w", err)
+	}
+	s.rejected.Add(1)
+	return nil
+}
 
 // Append writes r and syncs it to disk before returning.
 func (s *Spool) Append(r Record) error {
@@ -91,40 +181,57 @@ func (s *Spool) Append(r Record) error {
 	return nil
 }
 
-// Records reads every record, in order. A final line cut short by a crash
-// mid-write is ignored: its decision was never answered.
-func (s *Spool) Records() ([]Record, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.records()
+// Line is one line of the spool: its record, or why it cannot be read.
+type Line struct {
+	Raw    []byte
+	Record Record
+	Err    error
 }
 
-func (s *Spool) records() ([]Record, error) {
-	f, err := os.Open(s.path)
+// Lines reads every complete line, in order, and the spool's size at that
+// moment (for Discard). A last line without its newline is still being
+// written, or was torn by a crash: it is not returned.
+func (s *Spool) Lines() ([]Line, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data, err := os.ReadFile(s.path)
 	if err != nil {
-		return nil, fmt.Errorf("outage: read spool: %w", err)
+		return nil, 0, fmt.Errorf("outage: read spool: %w", err)
 	}
-	defer f.Close()
+	end := bytes.LastIndexByte(data, '\n') + 1
+	var out []Line
+	for rest := data[:end]; len(rest) > 0; {
+		i := bytes.IndexByte(rest, '\n')
+		raw := rest[:i+1]
+		rest = rest[i+1:]
+		l := Line{Raw: raw}
+		if err := json.Unmarshal(raw, &l.Record); err != nil {
+			l.Err = fmt.Errorf("outage: spool record %d: %w", len(out)+1, err)
+		}
+		out = append(out, l)
+	}
+	return out, int64(end), nil
+}
+
+// Records reads every record that can be read, in order.
+func (s *Spool) Records() ([]Record, error) {
+	lines, _, err := s.Lines()
+	if err != nil {
+		return nil, err
+	}
 	var out []Record
-	rd := bufio.NewReader(f)
-	for {
-		line, err := rd.ReadBytes('\n')
-		if errors.Is(err, io.EOF) {
-			return out, nil // a partial last line (no newline) is dropped
+	for _, l := range lines {
+		if l.Err == nil {
+			out = append(out, l.Record)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("outage: read spool: %w", err)
-		}
-		var r Record
-		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, fmt.Errorf("outage: spool record %d: %w", len(out)+1, err)
-		}
-		out = append(out, r)
 	}
+	return out, nil
 }
 
 // Len reports how many bytes the spool holds (0: nothing to replay).
 func (s *Spool) Len() (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	st, err := s.f.Stat()
 	if err != nil {
 		return 0, err
@@ -132,36 +239,34 @@ func (s *Spool) Len() (int64, error) {
 	return st.Size(), nil
 }
 
-// Truncate empties the spool, after every record reached the store, and
-// syncs the emptiness. If n records were read for the replay and more were
-// appended since, those are kept.
-func (s *Spool) Truncate(n int) error {
+// Discard removes the first n bytes (what Lines returned, once every line
+// reached the store or the rejected file) and syncs; lines appended since
+// are kept. The spool is replaced by a rename, so a crash leaves either the
+// old spool or the new one, never a mix.
+func (s *Spool) Discard(n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, err := s.records()
+	data, err := os.ReadFile(s.path)
 	if err != nil {
-		return err
+		return fmt.Errorf("outage: discard: %w", err)
 	}
-	rest := all[min(n, len(all)):]
+	rest := data[min(n, int64(len(data))):]
 	tmp := s.path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("outage: truncate: %w", err)
+		return fmt.Errorf("outage: discard: %w", err)
 	}
-	for _, r := range rest {
-		line, _ := json.Marshal(r)
-		if _, err := f.Write(append(line, '\n')); err != nil {
-			f.Close()
-			return fmt.Errorf("outage: truncate: %w", err)
-		}
+	if _, err := f.Write(rest); err != nil {
+		f.Close()
+		return fmt.Errorf("outage: discard: %w", err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("outage: truncate: %w", err)
+		return fmt.Errorf("outage: discard: %w", err)
 	}
 	f.Close()
 	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("outage: truncate: %w", err)
+		return fmt.Errorf("outage: discard: %w", err)
 	}
 	if d, err := os.Open(filepath.Dir(s.path)); err == nil {
 		_ = d.Sync() // make the rename durable

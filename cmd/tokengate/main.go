@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -170,6 +171,7 @@ type serveCmd struct {
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
 	ReplicaID          string        `name:"replica-id" env:"TOKENGATE_REPLICA_ID" help:"This replica's name in the ledger and its spool file (default: the host name)."`
 	SpoolDir           string        `name:"spool-dir" env:"TOKENGATE_SPOOL_DIR" help:"Directory of the durable spool of local decisions; without it the local policy acts as reject."`
+	TrustedProxies     []string      `name:"trusted-proxies" env:"TOKENGATE_TRUSTED_PROXIES" sep:"," help:"Proxies and gateways in front of this replica (CIDRs or addresses, comma-separated): from them, the client address is taken from X-Forwarded-For."`
 	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"3s" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
 	ModelRefresh       time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
@@ -192,6 +194,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 
 	store := budget.NewStore(pool)
+	defer store.Close()
 	est := estimator.New(nil)
 	refresh := &estimator.Refresh{Estimator: est, DB: pool, Logger: logger}
 	if err := refresh.Once(ctx); err != nil {
@@ -201,6 +204,10 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	local, err := s.local(logger)
 	if err != nil {
 		return err
+	}
+	proxies, err := parseCIDRs(s.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	srv, err := api.New(&api.Config{
 		DB:                 pool,
@@ -214,6 +221,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		OnStoreUnavailable: budget.Policy(s.OnStoreUnavailable),
 		Local:              local,
 		StoreTimeout:       s.StoreTimeout,
+		TrustedProxies:     proxies,
 	})
 	if err != nil {
 		return err
@@ -271,6 +279,35 @@ func (s serveCmd) local(logger *slog.Logger) (*outage.Local, error) {
 		return nil, err
 	}
 	return &outage.Local{Replicas: max(1, s.Replicas), Replica: id, Spool: spool, Logger: logger}, nil
+}
+
+// parseCIDRs parses CIDR ranges; a bare address is a range of one.
+func parseCIDRs(list []string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, item := range list {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			ip := net.ParseIP(item)
+			if ip == nil {
+				return nil, fmt.Errorf("%q is not an address or a CIDR range", item)
+			}
+			bits := 128
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(item)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an address or a CIDR range", item)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func checkMigrations(ctx context.Context, pool *pgxpool.Pool) error {
