@@ -316,7 +316,7 @@ func (s *Server) adminKeyList(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyCreate(c *echo.Context) error {
-	k, secret, err := apikey.CreateRecorded(c.Request().Context(), s.db, s.budget, c.Param("id"), actorOf(c))
+	k, secret, err := apikey.CreateRecorded(c.Request().Context(), s.budget, c.Param("id"), actorOf(c))
 	if errors.Is(err, apikey.ErrTenantNotFound) {
 		return budget.ErrTenantNotFound
 	}
@@ -332,7 +332,7 @@ func (s *Server) adminKeyCreate(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyRevoke(c *echo.Context) error {
-	err := apikey.RevokeRecorded(c.Request().Context(), s.db, s.budget, c.Param("id"), c.Param("key"), actorOf(c))
+	err := apikey.RevokeRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), actorOf(c))
 	if errors.Is(err, apikey.ErrNotFound) {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked key for this tenant"}
 	}
@@ -420,9 +420,16 @@ func (p *modelPatch) apply(m *estimator.Model) error {
 
 // saveModel stores a model and applies the new table in this replica at
 // once; other replicas pick it up at their next refresh.
-func (s *Server) saveModel(c *echo.Context, m estimator.Model, status int) error {
+// saveModel stores m, as a new model (create: the database refuses a name
+// taken, even by another replica a moment ago) or over the stored one, and
+// reloads this replica's table at once.
+func (s *Server) saveModel(c *echo.Context, m estimator.Model, create bool) error {
 	ctx := c.Request().Context()
-	if err := estimator.ModelUpsert(ctx, s.db, m, actorOf(c)); err != nil {
+	save, status := estimator.ModelUpsert, http.StatusOK
+	if create {
+		save, status = estimator.ModelInsert, http.StatusCreated
+	}
+	if err := save(ctx, s.db, m, actorOf(c)); err != nil {
 		return err
 	}
 	table, err := estimator.LoadTable(ctx, s.db)
@@ -451,7 +458,7 @@ func (s *Server) adminModelCreate(c *echo.Context) error {
 	if err := in.apply(&m); err != nil {
 		return err
 	}
-	return s.saveModel(c, m, http.StatusCreated)
+	return s.saveModel(c, m, true)
 }
 
 func (s *Server) adminModelUpdate(c *echo.Context) error {
@@ -469,7 +476,7 @@ func (s *Server) adminModelUpdate(c *echo.Context) error {
 	if err := in.apply(&m); err != nil {
 		return err
 	}
-	return s.saveModel(c, m, http.StatusOK)
+	return s.saveModel(c, m, false)
 }
 
 // ledgerFilter reads the ledger filters of a query string.

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -393,4 +395,63 @@ func TestAdminLedgerPagingAndExport(t *testing.T) {
 func pgtestPool(t *testing.T, b *apiBundle) *pgxpool.Pool {
 	t.Helper()
 	return pgtest.Pool(t, b.pool.Config().ConnString(), nil)
+}
+
+// TestConcurrentModelCreateOneWins: admins create one model name at once
+// through two replicas, whose in-memory tables cannot know of each other's
+// creation. The database decides: exactly one create answers 201, every
+// other 409, and the stored model is the one that was answered 201.
+func TestConcurrentModelCreateOneWins(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	token := b.admin(t, "alice")
+	other, err := api.New(&api.Config{DB: b.pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	replicas := []http.Handler{b.srv, other}
+
+	const n = 16
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			body := fmt.Sprintf(`{"name":"race-llm","output_weight":%d}`, i+1)
+			req := httptest.NewRequest(http.MethodPost, "/v1/admin/models", strings.NewReader(body))
+			req.RemoteAddr = "192.0.2.10:5555"
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			replicas[i%2].ServeHTTP(rec, req)
+			codes[i] = rec.Code
+		})
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, code := range codes {
+		switch code {
+		case http.StatusCreated:
+			if winner >= 0 {
+				t.Fatalf("two creates of one name answered 201: %v", codes)
+			}
+			winner = i
+		case http.StatusConflict:
+		default:
+			t.Fatalf("create %d: %d", i, code)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no create won: %v", codes)
+	}
+	stored, err := estimator.ModelList(ctx, b.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 1 || stored[0].OutputWeightMicro != int64(winner+1)*estimator.WeightOne {
+		t.Fatalf("stored %+v; the 201 went to output weight %d", stored, winner+1)
+	}
 }

@@ -81,6 +81,8 @@ func httpError(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
 	case errors.Is(err, budget.ErrConflict):
 		return &Error{Status: http.StatusConflict, Type: "conflict", Message: "the admission was already settled with different usage, or released"}
+	case errors.Is(err, estimator.ErrModelExists):
+		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "name", Message: "a model with this name exists; PATCH /v1/admin/models/{name} changes it"}
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		return &Error{Status: http.StatusConflict, Type: "idempotency_conflict", Field: "Idempotency-Key",
 			Message: "this Idempotency-Key was used in the last 24 h for a different request"}

@@ -41,7 +41,7 @@ type Budget interface {
 	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
 	TenantList(ctx context.Context) ([]budget.Snapshot, error)
 	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
-	RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error
+	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
 	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
 	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
 }
@@ -178,7 +178,7 @@ func New(cfg *Config) (*Server, error) {
 
 		estimator:   c.Estimator,
 		budget:      c.Budget,
-		waiters:     newWaitQueues(c.MaxWaiters),
+		waiters:     newWaitQueues(c.MaxWaiters, c.Registry),
 		authLimiter: attempt.New(c.AuthFailuresPerSecond, c.AuthFailureBurst),
 		touched:     map[string]time.Time{},
 		stopping:    make(chan struct{}),

@@ -299,11 +299,19 @@ func TestShutdownEndsWaitingCallers(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	time.Sleep(300 * time.Millisecond) // time to reach the wait
-	select {
-	case code := <-got:
-		t.Fatalf("the caller was answered (%d) instead of waiting", code)
-	default:
+	// The caller must be waiting (the gauge says so) before shutdown
+	// begins; answered instead, it fails the test.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.call(t, "", http.MethodGet, "/metrics", "").Body.String(), "\ntokengate_waiting_callers 1\n") {
+		select {
+		case code := <-got:
+			t.Fatalf("the caller was answered (%d) instead of waiting", code)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the caller never reached the wait")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	start := time.Now()
 	cancel()

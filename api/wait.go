@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tokengate/tokengate/budget"
 )
 
@@ -15,12 +17,18 @@ import (
 type waitQueues struct {
 	mu      sync.Mutex
 	max     int
+	gauge   prometheus.Gauge // callers waiting now, in every tenant
 	waiting map[string]int
 	wakeups map[string]chan struct{}
 }
 
-func newWaitQueues(max int) *waitQueues {
-	return &waitQueues{max: max, waiting: map[string]int{}, wakeups: map[string]chan struct{}{}}
+func newWaitQueues(max int, reg prometheus.Registerer) *waitQueues {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tokengate_waiting_callers",
+		Help: "Callers of this replica waiting for tokens (max_wait_ms) right now.",
+	})
+	reg.MustRegister(g)
+	return &waitQueues{max: max, gauge: g, waiting: map[string]int{}, wakeups: map[string]chan struct{}{}}
 }
 
 func (w *waitQueues) enter(tenantID string) bool {
@@ -30,12 +38,14 @@ func (w *waitQueues) enter(tenantID string) bool {
 		return false
 	}
 	w.waiting[tenantID]++
+	w.gauge.Inc()
 	return true
 }
 
 func (w *waitQueues) leave(tenantID string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.gauge.Dec()
 	if w.waiting[tenantID]--; w.waiting[tenantID] <= 0 {
 		delete(w.waiting, tenantID)
 		delete(w.wakeups, tenantID)

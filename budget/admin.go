@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -219,22 +220,41 @@ func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
 	return snaps, nil
 }
 
-// RecordKeyEvent appends a tenant entry for a key created or revoked
-// ("created" or "revoked"), so that who gave or took a tenant's access is in
-// the tenant's ledger with everything else. It returns ErrTenantNotFound.
-func (s *Store) RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error {
-	tx, t, now, err := s.lockTenant(ctx, tenantID, nil, nil)
+// KeyEventParams is a key created or revoked, and the write that does it.
+type KeyEventParams struct {
+	TenantID string
+	Event    string // "created" or "revoked"
+	KeyID    string
+	Actor    string
+	// WriteFunc writes the key row (insert or revoke) on the transaction's
+	// connection, under the tenant's lock; its error aborts everything.
+	WriteFunc func(ctx context.Context, conn *pgxpool.Conn) error
+}
+
+// RecordKeyEvent makes a key change and appends its tenant entry in one
+// transaction, so that who gave or took a tenant's access is in the
+// tenant's ledger with everything else, and no key row exists or changes
+// without its entry (nor the reverse), whatever crashes. It returns
+// ErrTenantNotFound, or WriteFunc's error.
+func (s *Store) RecordKeyEvent(ctx context.Context, p KeyEventParams) error {
+	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
 		return err
 	}
+	if p.WriteFunc != nil {
+		if err := p.WriteFunc(ctx, tx.conn); err != nil {
+			tx.abort()
+			return err
+		}
+	}
 	t.advance(now)
-	detail, err := json.Marshal(map[string]string{"event": "key_" + event, "key_id": keyID})
+	detail, err := json.Marshal(map[string]string{"event": "key_" + p.Event, "key_id": p.KeyID})
 	if err != nil {
 		tx.abort()
 		return err
 	}
-	e := t.entry(ledger.KindTenant, now, actorOr(actor, "admin"))
-	e.Reason = "key " + event + ": " + keyID
+	e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "admin"))
+	e.Reason = "key " + p.Event + ": " + p.KeyID
 	e.Detail = string(detail)
 	t.seal(e)
 	b := &pgx.Batch{}

@@ -3,6 +3,7 @@ package estimator
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,6 +17,8 @@ var (
 	modelListSQL string
 	//go:embed sql/model_upsert.sql
 	modelUpsertSQL string
+	//go:embed sql/model_insert.sql
+	modelInsertSQL string
 	//go:embed sql/model_version.sql
 	modelVersionSQL string
 )
@@ -61,6 +64,30 @@ func ModelUpsert(ctx context.Context, db DB, m Model, actor string) error {
 	}
 	_, err := db.Exec(ctx, modelUpsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
 		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable)
+	if err != nil {
+		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// ErrModelExists: ModelInsert found the name taken in the database.
+var ErrModelExists = errors.New("estimator: a model with this name is stored already")
+
+// ModelInsert stores a new model. It returns ErrModelExists when a model of
+// that name is stored already: the database's own uniqueness decides, so
+// two replicas creating one name at once cannot both succeed (one would
+// silently overwrite the other). It returns an *InvalidError naming the bad
+// field.
+func ModelInsert(ctx context.Context, db DB, m Model, actor string) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, modelInsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+		return ErrModelExists
+	}
 	if err != nil {
 		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
 	}

@@ -173,7 +173,7 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 // for the plain tenant page so that a reload shows it no more.
 func (d *Dashboard) keyCreate(c *echo.Context) error {
 	id := c.Param("id")
-	k, secret, err := apikey.CreateRecorded(c.Request().Context(), d.db, d.store, id, actor(c))
+	k, secret, err := apikey.CreateRecorded(c.Request().Context(), d.store, id, actor(c))
 	if errors.Is(err, apikey.ErrTenantNotFound) {
 		return budget.ErrTenantNotFound
 	}
@@ -188,7 +188,7 @@ func (d *Dashboard) keyCreate(c *echo.Context) error {
 
 func (d *Dashboard) keyRevoke(c *echo.Context) error {
 	id := c.Param("id")
-	err := apikey.RevokeRecorded(c.Request().Context(), d.db, d.store, id, c.Param("key"), actor(c))
+	err := apikey.RevokeRecorded(c.Request().Context(), d.store, id, c.Param("key"), actor(c))
 	if errors.Is(err, apikey.ErrNotFound) {
 		return pageErr(http.StatusNotFound, "This tenant has no such active key (it may have been revoked already).")
 	}

@@ -22,6 +22,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget"
 )
 
 var (
@@ -233,35 +236,42 @@ func Touch(ctx context.Context, db DB, keyID string) error {
 	return nil
 }
 
-// Recorder writes a key's creation or revocation to its tenant's ledger.
-// *budget.Store is one.
+// Recorder makes a key change and its tenant ledger entry in one
+// transaction. *budget.Store is one.
 type Recorder interface {
-	RecordKeyEvent(ctx context.Context, tenantID, event, keyID, actor string) error
+	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
 }
 
-// CreateRecorded creates a key and records who created it in the tenant's
-// ledger. If the record cannot be written the key is revoked again, so no
-// key exists that the ledger does not mention.
-func CreateRecorded(ctx context.Context, db DB, rec Recorder, tenantID, actor string) (Key, string, error) {
-	k, secret, err := Create(ctx, db, tenantID)
+// CreateRecorded creates a key for tenantID and records who created it in
+// the tenant's ledger, in one transaction: a key exists exactly when its
+// entry does. It returns the key with its secret, or ErrTenantNotFound.
+func CreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string) (Key, string, error) {
+	id, secret, full := Generate(Prefix)
+	k := Key{ID: id, TenantID: tenantID, Prefix: Prefix + id + "_"}
+	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "created", KeyID: id, Actor: actor,
+		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
+			if err := conn.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt); err != nil {
+				return fmt.Errorf("apikey: create: %w", err)
+			}
+			return nil
+		}})
+	if errors.Is(err, budget.ErrTenantNotFound) {
+		return Key{}, "", ErrTenantNotFound
+	}
 	if err != nil {
 		return Key{}, "", err
 	}
-	if err := rec.RecordKeyEvent(ctx, tenantID, "created", k.ID, actor); err != nil {
-		_ = Revoke(context.WithoutCancel(ctx), db, tenantID, k.ID)
-		return Key{}, "", fmt.Errorf("apikey: record creation: %w", err)
-	}
-	return k, secret, nil
+	return k, full, nil
 }
 
 // RevokeRecorded revokes a key and records who revoked it in the tenant's
-// ledger. It returns ErrNotFound.
-func RevokeRecorded(ctx context.Context, db DB, rec Recorder, tenantID, keyID, actor string) error {
-	if err := Revoke(ctx, db, tenantID, keyID); err != nil {
-		return err
+// ledger, in one transaction. It returns ErrNotFound (also when the tenant
+// does not exist).
+func RevokeRecorded(ctx context.Context, rec Recorder, tenantID, keyID, actor string) error {
+	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "revoked", KeyID: keyID, Actor: actor,
+		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error { return Revoke(ctx, conn, tenantID, keyID) }})
+	if errors.Is(err, budget.ErrTenantNotFound) {
+		return ErrNotFound
 	}
-	if err := rec.RecordKeyEvent(ctx, tenantID, "revoked", keyID, actor); err != nil {
-		return fmt.Errorf("apikey: record revocation (the key is revoked): %w", err)
-	}
-	return nil
+	return err
 }

@@ -109,3 +109,50 @@ func TestDisabledTenantKey(t *testing.T) {
 		t.Fatalf("disabled tenant: %v", err)
 	}
 }
+
+// TestKeyChangesAreAtomicWithTheirLedgerEntry: when the ledger entry of a
+// key creation or revocation cannot be written (a trigger refuses it here;
+// a crash or a lost connection in life), the key change is not made either:
+// both are one transaction.
+func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	k, _, err := apikey.CreateRecorded(ctx, store, "acme", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		CREATE FUNCTION refuse_key_entries() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'the ledger is refusing key entries'; END $$;
+		CREATE TRIGGER refuse_key_entries BEFORE INSERT ON ledger_entries
+		FOR EACH ROW WHEN (NEW.reason LIKE 'key %') EXECUTE FUNCTION refuse_key_entries();`); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := apikey.CreateRecorded(ctx, store, "acme", "alice"); err == nil {
+		t.Fatal("a key was created without its ledger entry")
+	}
+	if err := apikey.RevokeRecorded(ctx, store, "acme", k.ID, "alice"); err == nil {
+		t.Fatal("a key was revoked without its ledger entry")
+	}
+	var keys, revoked, entries int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(revoked_at) FROM api_keys WHERE tenant_id = 'acme'`).Scan(&keys, &revoked); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE tenant_id = 'acme' AND reason LIKE 'key %'`).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 1 || revoked != 0 || entries != 1 {
+		t.Fatalf("%d keys (%d revoked) and %d key entries; want the first key, unrevoked, and its one entry", keys, revoked, entries)
+	}
+	// Unknown tenants and keys.
+	if _, _, err := apikey.CreateRecorded(ctx, store, "nobody", "alice"); !errors.Is(err, apikey.ErrTenantNotFound) {
+		t.Fatalf("create for no tenant: %v", err)
+	}
+	if err := apikey.RevokeRecorded(ctx, store, "acme", "nosuchkey000", "alice"); !errors.Is(err, apikey.ErrNotFound) {
+		t.Fatalf("revoke of no key: %v", err)
+	}
+}

@@ -254,7 +254,7 @@ type keyRevokeCmd struct {
 
 func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if err := apikey.RevokeRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
+		if err := apikey.RevokeRecorded(ctx, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)

@@ -92,7 +92,7 @@ type keyCreateCmd struct {
 
 func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		k, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), c.Tenant, c.Actor)
+		k, secret, err := apikey.CreateRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Actor)
 		if err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 		if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 			return err
 		}
-		_, secret, err := apikey.CreateRecorded(ctx, pool, budget.NewStore(pool), "demo", "demo")
+		_, secret, err := apikey.CreateRecorded(ctx, budget.NewStore(pool), "demo", "demo")
 		if err != nil {
 			return err
 		}
