@@ -11,9 +11,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/admintoken"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -29,9 +28,9 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if !s.authLimiter.Allow(ip) {
 			return s.authThrottled()
 		}
-		tok, err := admintoken.Authenticate(c.Request().Context(), s.db, bearer(c.Request()))
+		tok, err := credential.AdminTokenAuthenticate(c.Request().Context(), s.db, bearer(c.Request()))
 		if err != nil {
-			if errors.Is(err, admintoken.ErrInvalid) {
+			if errors.Is(err, credential.ErrAdminInvalid) {
 				s.authLimiter.Fail(ip)
 				return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid admin token"}
 			}
@@ -45,7 +44,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 
 // actorOf is the admin token's name, recorded as the actor of every change.
 func actorOf(c *echo.Context) string {
-	tok, _ := c.Get(ctxAdmin).(admintoken.Token)
+	tok, _ := c.Get(ctxAdmin).(credential.AdminToken)
 	return "admin:" + tok.Name
 }
 
@@ -53,7 +52,7 @@ func (s *Server) touchAdmin(id string) {
 	s.touchThrottled("admin:"+id, func() error {
 		ctx, cancel := s.backgroundContext(5 * time.Second)
 		defer cancel()
-		return admintoken.Touch(ctx, s.db, id)
+		return credential.AdminTokenTouch(ctx, s.db, id)
 	})
 }
 
@@ -308,7 +307,7 @@ func (s *Server) adminKeyList(c *echo.Context) error {
 	if err := s.tenantMustExist(c); err != nil {
 		return err
 	}
-	keys, err := apikey.List(c.Request().Context(), s.db, c.Param("id"))
+	keys, err := credential.KeyList(c.Request().Context(), s.db, c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -316,8 +315,8 @@ func (s *Server) adminKeyList(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyCreate(c *echo.Context) error {
-	k, secret, err := apikey.CreateRecorded(c.Request().Context(), s.budget, c.Param("id"), actorOf(c))
-	if errors.Is(err, apikey.ErrTenantNotFound) {
+	k, secret, err := credential.KeyCreateRecorded(c.Request().Context(), s.budget, c.Param("id"), actorOf(c))
+	if errors.Is(err, credential.ErrTenantNotFound) {
 		return budget.ErrTenantNotFound
 	}
 	if err != nil {
@@ -325,15 +324,15 @@ func (s *Server) adminKeyCreate(c *echo.Context) error {
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.JSON(http.StatusCreated, struct {
-		apikey.Key
+		credential.Key
 		Secret string `json:"secret"`
 		Note   string `json:"note"`
 	}{k, secret, "the secret is shown once; only its SHA-256 is stored"})
 }
 
 func (s *Server) adminKeyRevoke(c *echo.Context) error {
-	err := apikey.RevokeRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), actorOf(c))
-	if errors.Is(err, apikey.ErrNotFound) {
+	err := credential.KeyRevokeRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), actorOf(c))
+	if errors.Is(err, credential.ErrKeyNotFound) {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked key for this tenant"}
 	}
 	if err != nil {
@@ -699,7 +698,7 @@ func (s *Server) adminDriftReport(c *echo.Context) error {
 }
 
 func (s *Server) adminTokenList(c *echo.Context) error {
-	tokens, err := admintoken.List(c.Request().Context(), s.db)
+	tokens, err := credential.AdminTokenList(c.Request().Context(), s.db)
 	if err != nil {
 		return err
 	}
@@ -707,8 +706,8 @@ func (s *Server) adminTokenList(c *echo.Context) error {
 }
 
 func (s *Server) adminTokenRevoke(c *echo.Context) error {
-	err := admintoken.Revoke(c.Request().Context(), s.db, c.Param("id"))
-	if errors.Is(err, admintoken.ErrNotFound) {
+	err := credential.AdminTokenRevoke(c.Request().Context(), s.db, c.Param("id"))
+	if errors.Is(err, credential.ErrAdminNotFound) {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked admin token"}
 	}
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/api/admintoken"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -25,7 +25,7 @@ import (
 // admin returns an admin token for the bundle's database.
 func (b *apiBundle) admin(t *testing.T, name string) string {
 	t.Helper()
-	_, secret, err := admintoken.Create(ctx, b.pool, name)
+	_, secret, err := credential.AdminTokenCreate(ctx, b.pool, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestAdminAuth(t *testing.T) {
 	}
 	// Revoked tokens are refused, and listing shows the revocation.
 	var list struct {
-		Tokens []admintoken.Token `json:"tokens"`
+		Tokens []credential.AdminToken `json:"tokens"`
 	}
 	b.adminCall(t, token, http.MethodGet, "/v1/admin/tokens", nil).json(&list)
 	other := b.admin(t, "temp")

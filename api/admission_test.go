@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -57,7 +57,7 @@ func (b *apiBundle) tenant(t *testing.T, id string, l budget.Limits) string {
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
-	_, secret, err := apikey.Create(ctx, b.pool, id)
+	_, secret, err := credential.KeyCreate(ctx, b.pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestAuthentication(t *testing.T) {
 	b2 := setupAPI(t, nil)
 	key2 := b2.tenant(t, "globex", lim(1000, "1"))
 	id := strings.Split(strings.TrimPrefix(key2, "tg_"), "_")[0]
-	if err := apikey.Revoke(ctx, b2.pool, "globex", id); err != nil {
+	if err := credential.KeyRevoke(ctx, b2.pool, "globex", id); err != nil {
 		t.Fatal(err)
 	}
 	if res := b2.call(t, key2, http.MethodGet, "/v1/budget", ""); res.Code != http.StatusUnauthorized {
@@ -509,7 +509,7 @@ func TestWaitQueueIsBounded(t *testing.T) {
 	b := setupAPI(t, func(c *api.Config) { c.MaxWaiters = 1 })
 	l := lim(100, "0.5")
 	b.tenant(t, "acme", l)
-	_, key, err := apikey.Create(ctx, b.pool, "acme")
+	_, key, err := credential.KeyCreate(ctx, b.pool, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 )
 
 const (
@@ -65,27 +65,27 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		addr := c.RealIP()
 		key := bearer(c.Request())
-		id, secret, wellFormed := apikey.Parse(apikey.Prefix, key)
+		id, secret, wellFormed := credential.Parse(credential.KeyPrefix, key)
 		if !wellFormed {
 			if !s.authLimiter.Allow(malformedBucket(addr)) {
 				return s.authThrottled()
 			}
 			s.authLimiter.Fail(malformedBucket(addr))
-			return apikey.ErrInvalid
+			return credential.ErrKeyInvalid
 		}
 		stored, known := s.knownKey(id)
 		switch {
 		case !known && !s.authLimiter.Allow(unknownBucket(addr)):
 			return s.authThrottled()
-		case !s.authLimiter.Allow(keyBucket(addr, id)) && !(known && apikey.Equal(stored, secret)):
+		case !s.authLimiter.Allow(keyBucket(addr, id)) && !(known && credential.Equal(stored, secret)):
 			return s.authThrottled()
 		}
 		var tenantID, keyID string
 		err := budget.ErrUnavailable
 		if !s.storeDown() { // while it is down, do not wait on it for every request
 			actx, cancel := s.storeContext(c.Request().Context())
-			var checked apikey.Checked
-			checked, err = apikey.Check(actx, s.db, key)
+			var checked credential.KeyChecked
+			checked, err = credential.KeyCheck(actx, s.db, key)
 			cancel()
 			tenantID, keyID = checked.TenantID, checked.KeyID
 			if checked.SecretHash != nil {
@@ -93,13 +93,13 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		switch {
-		case errors.Is(err, apikey.ErrUnknownKey):
+		case errors.Is(err, credential.ErrKeyUnknown):
 			s.authLimiter.Fail(unknownBucket(addr))
 			return err
-		case errors.Is(err, apikey.ErrWrongSecret):
+		case errors.Is(err, credential.ErrKeyWrongSecret):
 			s.authLimiter.Fail(keyBucket(addr, id))
 			return err
-		case errors.Is(err, apikey.ErrInvalid), errors.Is(err, apikey.ErrTenantDisabled):
+		case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, credential.ErrTenantDisabled):
 			return err // revoked, or its tenant disabled: not a guess
 		case err != nil:
 			// The store did not answer: a key this replica checked lately
@@ -131,7 +131,7 @@ func (s *Server) touchKey(keyID string) {
 	s.touchThrottled("key:"+keyID, func() error {
 		ctx, cancel := s.backgroundContext(5 * time.Second)
 		defer cancel()
-		return apikey.Touch(ctx, s.db, keyID)
+		return credential.KeyTouch(ctx, s.db, keyID)
 	})
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 )
 
 // keyID is the id part of a tg_<id>_<secret> key.
@@ -36,7 +36,7 @@ func TestBadKeysBehindAGatewayLockOutNoOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := b.tenant(t, "revoked", lim(1000, "1"))
-	if err := apikey.Revoke(ctx, b.pool, "revoked", keyID(revoked)); err != nil {
+	if err := credential.KeyRevoke(ctx, b.pool, "revoked", keyID(revoked)); err != nil {
 		t.Fatal(err)
 	}
 	victim := b.tenant(t, "victim", lim(1000, "1"))
@@ -74,7 +74,7 @@ func TestBadKeysBehindAGatewayLockOutNoOne(t *testing.T) {
 	// Unknown key ids: throttled too, after their own burst.
 	throttled = 0
 	for i := range 50 {
-		unknown := apikey.Prefix + strings.Repeat(string(rune('a'+i%26)), 12) + "_" + strings.Repeat("a", 52)
+		unknown := credential.KeyPrefix + strings.Repeat(string(rune('a'+i%26)), 12) + "_" + strings.Repeat("a", 52)
 		switch r := b.call(t, unknown, http.MethodGet, "/v1/budget", ""); r.Code {
 		case http.StatusTooManyRequests:
 			throttled++

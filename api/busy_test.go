@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -32,7 +32,7 @@ func TestPoolExhaustedAnswers503ThenLeaksNothing(t *testing.T) {
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: lim(1000, "1")}); err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := apikey.Create(ctx, setupPool, "acme")
+	_, key, err := credential.KeyCreate(ctx, setupPool, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

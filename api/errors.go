@@ -7,8 +7,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -86,7 +86,7 @@ func httpError(err error) *Error {
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		return &Error{Status: http.StatusConflict, Type: "idempotency_conflict", Field: "Idempotency-Key",
 			Message: "this Idempotency-Key was used in the last 24 h for a different request"}
-	case errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, apikey.ErrTenantDisabled):
+	case errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, credential.ErrTenantDisabled):
 		return &Error{Status: http.StatusForbidden, Type: "tenant_disabled", Message: "the tenant is disabled"}
 	case errors.Is(err, budget.ErrOutcomeUnknown):
 		ms := int64(1000)
@@ -100,7 +100,7 @@ func httpError(err error) *Error {
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_busy", RetryAfterMS: &ms,
 			Message: "no database connection became free in time"}
-	case errors.Is(err, apikey.ErrInvalid):
+	case errors.Is(err, credential.ErrKeyInvalid):
 		return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid API key"}
 	case errors.As(err, &he):
 		return fromStatus(he.Code, he.Message)

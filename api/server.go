@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/tokengate/tokengate/api/attempt"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
@@ -110,7 +110,7 @@ type Server struct {
 	budget      Budget
 	admissions  *admissionMetrics
 	waiters     *waitQueues
-	authLimiter *attempt.Limiter
+	authLimiter *credential.Limiter
 
 	// stopping closes when Serve's context ends, so callers waiting for
 	// tokens answer at once instead of holding up a graceful shutdown.
@@ -179,7 +179,7 @@ func New(cfg *Config) (*Server, error) {
 		estimator:   c.Estimator,
 		budget:      c.Budget,
 		waiters:     newWaitQueues(c.MaxWaiters, c.Registry),
-		authLimiter: attempt.New(c.AuthFailuresPerSecond, c.AuthFailureBurst),
+		authLimiter: credential.NewLimiter(c.AuthFailuresPerSecond, c.AuthFailureBurst),
 		touched:     map[string]time.Time{},
 		stopping:    make(chan struct{}),
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -75,7 +75,7 @@ func (c *cluster) tenant(t *testing.T, id string, capacity int64, perSecond stri
 	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate}}); err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := apikey.Create(ctx, c.pool, id)
+	_, key, err := credential.KeyCreate(ctx, c.pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}

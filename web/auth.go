@@ -10,8 +10,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/admintoken"
-	"github.com/tokengate/tokengate/api/apikey"
+	"github.com/tokengate/tokengate/budget/credential"
 )
 
 // sessionCookie holds the session's random secret; the database stores
@@ -22,20 +21,20 @@ const ctxSession = "web.session"
 
 // sessionOf returns the session that requireSession found, or nil on the
 // public pages.
-func sessionOf(c *echo.Context) *admintoken.Session {
-	s, _ := c.Get(ctxSession).(*admintoken.Session)
+func sessionOf(c *echo.Context) *credential.Session {
+	s, _ := c.Get(ctxSession).(*credential.Session)
 	return s
 }
 
 // lookup returns the request's live session. It returns
-// admintoken.ErrInvalid when there is none (no cookie, logged out,
+// credential.ErrAdminInvalid when there is none (no cookie, logged out,
 // expired, or its token revoked).
-func (d *Dashboard) lookup(c *echo.Context) (*admintoken.Session, error) {
+func (d *Dashboard) lookup(c *echo.Context) (*credential.Session, error) {
 	ck, err := c.Cookie(sessionCookie)
 	if err != nil {
-		return nil, admintoken.ErrInvalid
+		return nil, credential.ErrAdminInvalid
 	}
-	s, err := admintoken.SessionGet(c.Request().Context(), d.db, ck.Value)
+	s, err := credential.SessionGet(c.Request().Context(), d.db, ck.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +46,7 @@ func (d *Dashboard) lookup(c *echo.Context) (*admintoken.Session, error) {
 func (d *Dashboard) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		s, err := d.lookup(c)
-		if errors.Is(err, admintoken.ErrInvalid) {
+		if errors.Is(err, credential.ErrAdminInvalid) {
 			to := "/login"
 			if r := c.Request(); r.Method == http.MethodGet && r.URL.Path != "/" {
 				to += "?next=" + url.QueryEscape(r.URL.RequestURI())
@@ -67,7 +66,7 @@ func (d *Dashboard) requireSession(next echo.HandlerFunc) echo.HandlerFunc {
 func (d *Dashboard) requireSessionJSON(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		s, err := d.lookup(c)
-		if errors.Is(err, admintoken.ErrInvalid) {
+		if errors.Is(err, credential.ErrAdminInvalid) {
 			return c.JSON(http.StatusUnauthorized, jsonError{Error: jsonErrorBody{Type: "unauthorized", Message: "log in again"}})
 		}
 		if err != nil {
@@ -135,11 +134,11 @@ func (d *Dashboard) login(c *echo.Context) error {
 		return d.render(c, http.StatusTooManyRequests, "login.html", v)
 	}
 	presented := strings.TrimSpace(c.Request().PostFormValue("token"))
-	tok, err := admintoken.Authenticate(c.Request().Context(), d.db, presented)
-	if errors.Is(err, admintoken.ErrInvalid) {
+	tok, err := credential.AdminTokenAuthenticate(c.Request().Context(), d.db, presented)
+	if errors.Is(err, credential.ErrAdminInvalid) {
 		d.logins.Fail(ip)
 		v.Message = "That admin token is not valid, or it was revoked."
-		if strings.HasPrefix(presented, apikey.Prefix) {
+		if strings.HasPrefix(presented, credential.KeyPrefix) {
 			v.Message = "That is a tenant API key (tg_…). The dashboard takes an admin token (tga_…)."
 		}
 		return d.render(c, http.StatusUnauthorized, "login.html", v)
@@ -147,11 +146,11 @@ func (d *Dashboard) login(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cookie, s, err := admintoken.SessionCreate(c.Request().Context(), d.db, tok, d.ttl)
+	cookie, s, err := credential.SessionCreate(c.Request().Context(), d.db, tok, d.ttl)
 	if err != nil {
 		return err
 	}
-	if err := admintoken.Touch(c.Request().Context(), d.db, tok.ID); err != nil {
+	if err := credential.AdminTokenTouch(c.Request().Context(), d.db, tok.ID); err != nil {
 		d.logger.WarnContext(c.Request().Context(), "record admin token use", "token_id", tok.ID, "error", err.Error())
 	}
 	c.SetCookie(&http.Cookie{
@@ -170,7 +169,7 @@ func (d *Dashboard) login(c *echo.Context) error {
 // and its CSRF token stop working at once.
 func (d *Dashboard) logout(c *echo.Context) error {
 	if ck, err := c.Cookie(sessionCookie); err == nil {
-		if err := admintoken.SessionDelete(c.Request().Context(), d.db, ck.Value); err != nil {
+		if err := credential.SessionDelete(c.Request().Context(), d.db, ck.Value); err != nil {
 			return err
 		}
 	}

@@ -18,9 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/api/admintoken"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/web"
@@ -58,7 +57,7 @@ type testBundle struct {
 	rejections  *budget.Rejections
 	srv         *api.Server
 	logs        *syncBuffer
-	admin       admintoken.Token
+	admin       credential.AdminToken
 	adminSecret string
 }
 
@@ -95,7 +94,7 @@ func setup(t *testing.T, configure func(*web.Config)) *testBundle {
 	}
 	dash.Register(srv.Echo())
 	b.srv = srv
-	b.admin, b.adminSecret, err = admintoken.Create(ctx, pool, "oncall")
+	b.admin, b.adminSecret, err = credential.AdminTokenCreate(ctx, pool, "oncall")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +107,7 @@ func (b *testBundle) tenant(t *testing.T, id string, l budget.Limits) string {
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	_, secret, err := apikey.Create(ctx, b.pool, id)
+	_, secret, err := credential.KeyCreate(ctx, b.pool, id)
 	if err != nil {
 		t.Fatal(err)
 	}

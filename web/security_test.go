@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api/admintoken"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/web"
 )
 
@@ -67,11 +67,11 @@ func TestLoginRefusesTenantKeysAndBadTokens(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(cfg *web.Config) { cfg.LoginFailuresPerMinute = 100 })
 	tenantKey := b.tenant(t, "acme", limits(1000, "1"))
-	revoked, revokedSecret, err := admintoken.Create(ctx, b.pool, "former")
+	revoked, revokedSecret, err := credential.AdminTokenCreate(ctx, b.pool, "former")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admintoken.Revoke(ctx, b.pool, revoked.ID); err != nil {
+	if err := credential.AdminTokenRevoke(ctx, b.pool, revoked.ID); err != nil {
 		t.Fatal(err)
 	}
 	// Right shape and id, wrong secret.
@@ -120,7 +120,7 @@ func TestRevokingTheTokenEndsItsSessions(t *testing.T) {
 	if rec := c.get("/"); rec.Code != http.StatusOK {
 		t.Fatalf("GET / while logged in: %d", rec.Code)
 	}
-	if err := admintoken.Revoke(ctx, b.pool, b.admin.ID); err != nil {
+	if err := credential.AdminTokenRevoke(ctx, b.pool, b.admin.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, cl := range []*client{c, other} {
@@ -320,7 +320,7 @@ func TestTemplatesEscapeUserText(t *testing.T) {
 	b := setup(t, nil)
 	const evil = `<script>alert(1)</script>`
 	const escaped = `&lt;script&gt;alert(1)&lt;/script&gt;`
-	_, secret, err := admintoken.Create(ctx, b.pool, evil)
+	_, secret, err := credential.AdminTokenCreate(ctx, b.pool, evil)
 	if err != nil {
 		t.Fatal(err)
 	}

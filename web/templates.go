@@ -17,8 +17,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/admintoken"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -35,7 +35,7 @@ var (
 type layout struct {
 	Title   string
 	Nav     string // the active section: overview, models, ledger
-	Session *admintoken.Session
+	Session *credential.Session
 	// Flash is a fixed message chosen by a ?done= code, never text from
 	// the request.
 	Flash string

@@ -8,8 +8,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -27,7 +27,7 @@ type tenantView struct {
 	Limits  *form
 	Adjust  *form
 	Disable *form
-	Keys    []apikey.Key
+	Keys    []credential.Key
 	// NewKey is set only on the answer to the POST that created the key:
 	// the one time its secret is shown.
 	NewKey  *newKey
@@ -53,7 +53,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
-	keys, err := apikey.List(ctx, d.db, id)
+	keys, err := credential.KeyList(ctx, d.db, id)
 	if err != nil {
 		return err
 	}
@@ -173,8 +173,8 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 // for the plain tenant page so that a reload shows it no more.
 func (d *Dashboard) keyCreate(c *echo.Context) error {
 	id := c.Param("id")
-	k, secret, err := apikey.CreateRecorded(c.Request().Context(), d.store, id, actor(c))
-	if errors.Is(err, apikey.ErrTenantNotFound) {
+	k, secret, err := credential.KeyCreateRecorded(c.Request().Context(), d.store, id, actor(c))
+	if errors.Is(err, credential.ErrTenantNotFound) {
 		return budget.ErrTenantNotFound
 	}
 	if err != nil {
@@ -188,8 +188,8 @@ func (d *Dashboard) keyCreate(c *echo.Context) error {
 
 func (d *Dashboard) keyRevoke(c *echo.Context) error {
 	id := c.Param("id")
-	err := apikey.RevokeRecorded(c.Request().Context(), d.store, id, c.Param("key"), actor(c))
-	if errors.Is(err, apikey.ErrNotFound) {
+	err := credential.KeyRevokeRecorded(c.Request().Context(), d.store, id, c.Param("key"), actor(c))
+	if errors.Is(err, credential.ErrKeyNotFound) {
 		return pageErr(http.StatusNotFound, "This tenant has no such active key (it may have been revoked already).")
 	}
 	if err != nil {

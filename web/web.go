@@ -9,7 +9,7 @@
 // script only moves SVG attributes and text when it polls for live numbers.
 //
 // An admin logs in with an admin token (tga_...); the session lives in
-// Postgres (admintoken), so every replica serves it, and logging out or
+// Postgres (credential), so every replica serves it, and logging out or
 // revoking the token ends it everywhere. Each session has its own CSRF
 // token: every state change is a POST carrying it, checked in constant
 // time, so a form rendered for an ended session is useless.
@@ -28,8 +28,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/api/attempt"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -63,7 +63,7 @@ type Dashboard struct {
 	logger *slog.Logger
 	ttl    time.Duration
 
-	logins *attempt.Limiter
+	logins *credential.Limiter
 	pages  map[string]*template.Template
 	static map[string]staticFile
 	origin *http.CrossOriginProtection
@@ -98,7 +98,7 @@ func New(cfg *Config) (*Dashboard, error) {
 	if perMinute <= 0 {
 		perMinute = 10
 	}
-	d.logins = attempt.New(float64(perMinute)/60, perMinute)
+	d.logins = credential.NewLimiter(float64(perMinute)/60, perMinute)
 	var err error
 	if d.static, err = loadStatic(); err != nil {
 		return nil, err

@@ -9,9 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tokengate/tokengate/api/admintoken"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -27,7 +26,7 @@ type adminTokenCreateCmd struct {
 
 func (c adminTokenCreateCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		tok, secret, err := admintoken.Create(ctx, pool, c.Name)
+		tok, secret, err := credential.AdminTokenCreate(ctx, pool, c.Name)
 		if err != nil {
 			return err
 		}
@@ -40,7 +39,7 @@ type adminTokenListCmd struct{}
 
 func (adminTokenListCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		tokens, err := admintoken.List(ctx, pool)
+		tokens, err := credential.AdminTokenList(ctx, pool)
 		if err != nil {
 			return err
 		}
@@ -59,7 +58,7 @@ type adminTokenRevokeCmd struct {
 
 func (c adminTokenRevokeCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if err := admintoken.Revoke(ctx, pool, c.ID); err != nil {
+		if err := credential.AdminTokenRevoke(ctx, pool, c.ID); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "revoked admin token %s\n", c.ID)
@@ -233,7 +232,7 @@ func (c keyListCmd) Run(ctx context.Context, g *globals) error {
 		if _, err := budget.NewStore(pool).TenantSnapshot(ctx, c.Tenant); err != nil {
 			return err
 		}
-		keys, err := apikey.List(ctx, pool, c.Tenant)
+		keys, err := credential.KeyList(ctx, pool, c.Tenant)
 		if err != nil {
 			return err
 		}
@@ -254,7 +253,7 @@ type keyRevokeCmd struct {
 
 func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if err := apikey.RevokeRecorded(ctx, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
+		if err := credential.KeyRevokeRecorded(ctx, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)

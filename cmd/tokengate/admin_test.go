@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api/admintoken"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -32,7 +32,7 @@ func TestAdminCommands(t *testing.T) {
 	if !strings.HasPrefix(secret, "tga_") || strings.Contains(notes, secret) {
 		t.Fatalf("admin token printed as %q / %q", out, notes)
 	}
-	tok, err := admintoken.Authenticate(ctx, pool, secret)
+	tok, err := credential.AdminTokenAuthenticate(ctx, pool, secret)
 	if err != nil || tok.Name != "alice" {
 		t.Fatalf("printed token does not authenticate: %v", err)
 	}
@@ -40,7 +40,7 @@ func TestAdminCommands(t *testing.T) {
 		t.Fatalf("list: %s", out)
 	}
 	must("admin-token", "revoke", tok.ID)
-	if _, err := admintoken.Authenticate(ctx, pool, secret); err == nil {
+	if _, err := credential.AdminTokenAuthenticate(ctx, pool, secret); err == nil {
 		t.Fatal("revoked token still works")
 	}
 

@@ -8,9 +8,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/tokengate/tokengate/api/admintoken"
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 )
 
 type tenantCmd struct {
@@ -92,7 +91,7 @@ type keyCreateCmd struct {
 
 func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		k, secret, err := apikey.CreateRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Actor)
+		k, secret, err := credential.KeyCreateRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Actor)
 		if err != nil {
 			return err
 		}
@@ -120,12 +119,12 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 		if len(host) > 0 && host[0] == ':' {
 			host = "localhost" + host
 		}
-		tokens, err := admintoken.List(ctx, pool)
+		tokens, err := credential.AdminTokenList(ctx, pool)
 		if err != nil {
 			return err
 		}
 		if len(tokens) == 0 {
-			_, secret, err := admintoken.Create(ctx, pool, "demo-admin")
+			_, secret, err := credential.AdminTokenCreate(ctx, pool, "demo-admin")
 			if err != nil {
 				return err
 			}
@@ -145,7 +144,7 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 		if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 			return err
 		}
-		_, secret, err := apikey.CreateRecorded(ctx, budget.NewStore(pool), "demo", "demo")
+		_, secret, err := credential.KeyCreateRecorded(ctx, budget.NewStore(pool), "demo", "demo")
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -67,7 +67,7 @@ func TestTenantAndKeyCreate(t *testing.T) {
 	if strings.Contains(notes, lines[0]) {
 		t.Fatal("the secret was printed twice")
 	}
-	if tenant, _, err := apikey.Authenticate(context.Background(), pool, lines[0]); err != nil || tenant != "acme" {
+	if tenant, _, err := credential.KeyAuthenticate(context.Background(), pool, lines[0]); err != nil || tenant != "acme" {
 		t.Fatalf("the printed key does not authenticate: %q %v", tenant, err)
 	}
 	if _, _, err := cli2(t, "key", "create", "nobody", "--database-url", url); err == nil {

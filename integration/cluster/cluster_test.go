@@ -22,8 +22,8 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 )
 
 var ctx = context.Background()
@@ -155,7 +155,7 @@ func (c *cluster) tenant(id string, l budget.Limits) string {
 	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		c.t.Fatal(err)
 	}
-	_, key, err := apikey.Create(ctx, c.pool, id)
+	_, key, err := credential.KeyCreate(ctx, c.pool, id)
 	if err != nil {
 		c.t.Fatal(err)
 	}

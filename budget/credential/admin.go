@@ -1,4 +1,6 @@
-// Package admintoken owns the credentials of administrators: admin tokens
+package credential
+
+// The credentials of administrators: admin tokens
 // (tga_<id>_<secret>, stored as SHA-256 like tenant keys) for the admin API
 // and the CLI, and the dashboard's sessions, which every replica shares.
 //
@@ -6,7 +8,6 @@
 // secret of which only the hash is stored, and each session has its own CSRF
 // token, so that logging out (or revoking the token) makes both the cookie
 // and every form rendered for it useless.
-package admintoken
 
 import (
 	"context"
@@ -20,8 +21,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/tokengate/tokengate/api/apikey"
 )
 
 var (
@@ -45,33 +44,26 @@ var (
 	sessionDeleteTokenSQL string
 )
 
-// Prefix starts every admin token; tenant keys start with tg_, so neither
+// AdminPrefix starts every admin token; tenant keys start with tg_, so neither
 // can be mistaken for the other.
-const Prefix = "tga_"
+const AdminPrefix = "tga_"
 
 // Errors.
 var (
-	// ErrInvalid: the token or session is malformed, unknown, wrong,
+	// ErrAdminInvalid: the token or session is malformed, unknown, wrong,
 	// expired or revoked.
-	ErrInvalid = errors.New("admintoken: invalid credential")
-	// ErrNotFound: no such unrevoked token.
-	ErrNotFound = errors.New("admintoken: not found")
-	// ErrNameTaken: an unrevoked token already has that name.
-	ErrNameTaken = errors.New("admintoken: name taken")
-	// ErrBadName: names are 1 to 64 printable characters.
-	ErrBadName = errors.New("admintoken: name must be 1 to 64 printable characters")
+	ErrAdminInvalid = errors.New("credential: invalid credential")
+	// ErrAdminNotFound: no such unrevoked token.
+	ErrAdminNotFound = errors.New("credential: not found")
+	// ErrAdminNameTaken: an unrevoked token already has that name.
+	ErrAdminNameTaken = errors.New("credential: name taken")
+	// ErrAdminBadName: names are 1 to 64 printable characters.
+	ErrAdminBadName = errors.New("credential: name must be 1 to 64 printable characters")
 )
 
-// DB is what the functions need: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Token describes an admin token; it never holds the secret. Its Name is
+// AdminToken describes an admin token; it never holds the secret. Its Name is
 // the actor recorded in the ledger for the admin's changes.
-type Token struct {
+type AdminToken struct {
 	ID         string     `json:"id"`
 	Name       string     `json:"name"`
 	CreatedAt  time.Time  `json:"created_at"`
@@ -91,88 +83,88 @@ func validName(name string) bool {
 	return true
 }
 
-// Create makes a token and returns it with its secret (the full token),
-// which is not stored and cannot be recovered. It returns ErrBadName or
-// ErrNameTaken.
-func Create(ctx context.Context, db DB, name string) (Token, string, error) {
+// AdminTokenCreate makes a token and returns it with its secret (the full token),
+// which is not stored and cannot be recovered. It returns ErrAdminBadName or
+// ErrAdminNameTaken.
+func AdminTokenCreate(ctx context.Context, db DB, name string) (AdminToken, string, error) {
 	name = strings.TrimSpace(name)
 	if !validName(name) {
-		return Token{}, "", ErrBadName
+		return AdminToken{}, "", ErrAdminBadName
 	}
-	id, secret, full := apikey.Generate(Prefix)
-	t := Token{ID: id, Name: name}
-	err := db.QueryRow(ctx, tokenInsertSQL, id, name, apikey.HashSecret(secret)).Scan(&t.CreatedAt)
+	id, secret, full := Generate(AdminPrefix)
+	t := AdminToken{ID: id, Name: name}
+	err := db.QueryRow(ctx, tokenInsertSQL, id, name, HashSecret(secret)).Scan(&t.CreatedAt)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return Token{}, "", ErrNameTaken
+		return AdminToken{}, "", ErrAdminNameTaken
 	}
 	if err != nil {
-		return Token{}, "", fmt.Errorf("admintoken: create: %w", err)
+		return AdminToken{}, "", fmt.Errorf("credential: create: %w", err)
 	}
 	return t, full, nil
 }
 
-// Authenticate returns the token a presented secret belongs to. It returns
-// ErrInvalid for anything but a valid, unrevoked admin token.
-func Authenticate(ctx context.Context, db DB, presented string) (Token, error) {
-	id, secret, ok := apikey.Parse(Prefix, presented)
+// AdminTokenAuthenticate returns the token a presented secret belongs to. It returns
+// ErrAdminInvalid for anything but a valid, unrevoked admin token.
+func AdminTokenAuthenticate(ctx context.Context, db DB, presented string) (AdminToken, error) {
+	id, secret, ok := Parse(AdminPrefix, presented)
 	if !ok {
-		return Token{}, ErrInvalid
+		return AdminToken{}, ErrAdminInvalid
 	}
-	var t Token
+	var t AdminToken
 	var stored []byte
 	var revoked bool
 	err := db.QueryRow(ctx, tokenAuthSQL, id).Scan(&t.ID, &t.Name, &stored, &revoked)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Token{}, ErrInvalid
+		return AdminToken{}, ErrAdminInvalid
 	}
 	if err != nil {
-		return Token{}, fmt.Errorf("admintoken: authenticate: %w", err)
+		return AdminToken{}, fmt.Errorf("credential: authenticate: %w", err)
 	}
-	if !apikey.Equal(stored, secret) || revoked {
-		return Token{}, ErrInvalid
+	if !Equal(stored, secret) || revoked {
+		return AdminToken{}, ErrAdminInvalid
 	}
 	return t, nil
 }
 
-// List returns every token, revoked ones included, oldest first.
-func List(ctx context.Context, db DB) ([]Token, error) {
+// AdminTokenList returns every token, revoked ones included, oldest first.
+func AdminTokenList(ctx context.Context, db DB) ([]AdminToken, error) {
 	rows, err := db.Query(ctx, tokenListSQL)
 	if err != nil {
-		return nil, fmt.Errorf("admintoken: list: %w", err)
+		return nil, fmt.Errorf("credential: list: %w", err)
 	}
-	tokens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Token, error) {
-		var t Token
+	tokens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AdminToken, error) {
+		var t AdminToken
 		err := r.Scan(&t.ID, &t.Name, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
 		return t, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("admintoken: list: %w", err)
+		return nil, fmt.Errorf("credential: list: %w", err)
 	}
 	return tokens, nil
 }
 
-// Revoke revokes a token and ends its sessions. It returns ErrNotFound when
+// AdminTokenRevoke revokes a token and ends its sessions. It returns ErrAdminNotFound when
 // there is no such unrevoked token. (A session's lookup also checks that its
 // token is not revoked, so no session outlives the revocation.)
-func Revoke(ctx context.Context, db DB, id string) error {
+func AdminTokenRevoke(ctx context.Context, db DB, id string) error {
 	tag, err := db.Exec(ctx, tokenRevokeSQL, id)
 	if err != nil {
-		return fmt.Errorf("admintoken: revoke: %w", err)
+		return fmt.Errorf("credential: revoke: %w", err)
 	}
 	if tag.RowsAffected() != 1 {
-		return ErrNotFound
+		return ErrAdminNotFound
 	}
 	if _, err := db.Exec(ctx, sessionDeleteTokenSQL, id); err != nil {
-		return fmt.Errorf("admintoken: end sessions: %w", err)
+		return fmt.Errorf("credential: end sessions: %w", err)
 	}
 	return nil
 }
 
-// Touch records that a token was used now; callers throttle it.
-func Touch(ctx context.Context, db DB, id string) error {
+// AdminTokenTouch records that a token was used now; callers throttle it.
+func AdminTokenTouch(ctx context.Context, db DB, id string) error {
 	if _, err := db.Exec(ctx, tokenTouchSQL, id); err != nil {
-		return fmt.Errorf("admintoken: touch: %w", err)
+		return fmt.Errorf("credential: touch: %w", err)
 	}
 	return nil
 }
@@ -193,43 +185,43 @@ func random(n int) string {
 
 // SessionCreate starts a session for a token and returns the cookie value
 // (shown to the browser only) and the session.
-func SessionCreate(ctx context.Context, db DB, t Token, ttl time.Duration) (string, Session, error) {
+func SessionCreate(ctx context.Context, db DB, t AdminToken, ttl time.Duration) (string, Session, error) {
 	// Logging in also purges expired sessions (and the no-op cookie hash
 	// below matches nothing), so they do not pile up.
 	if _, err := db.Exec(ctx, sessionDeleteSQL, []byte{}); err != nil {
-		return "", Session{}, fmt.Errorf("admintoken: purge sessions: %w", err)
+		return "", Session{}, fmt.Errorf("credential: purge sessions: %w", err)
 	}
 	cookie := random(32)
 	s := Session{TokenID: t.ID, TokenName: t.Name, CSRF: random(32)}
-	err := db.QueryRow(ctx, sessionInsertSQL, apikey.HashSecret(cookie), t.ID, s.CSRF, ttl.Seconds()).Scan(&s.ExpiresAt)
+	err := db.QueryRow(ctx, sessionInsertSQL, HashSecret(cookie), t.ID, s.CSRF, ttl.Seconds()).Scan(&s.ExpiresAt)
 	if err != nil {
-		return "", Session{}, fmt.Errorf("admintoken: session: %w", err)
+		return "", Session{}, fmt.Errorf("credential: session: %w", err)
 	}
 	return cookie, s, nil
 }
 
 // SessionGet returns the live session of a cookie value. It returns
-// ErrInvalid when the session is unknown, expired, logged out, or its token
+// ErrAdminInvalid when the session is unknown, expired, logged out, or its token
 // was revoked.
 func SessionGet(ctx context.Context, db DB, cookie string) (Session, error) {
 	if cookie == "" || len(cookie) > 128 {
-		return Session{}, ErrInvalid
+		return Session{}, ErrAdminInvalid
 	}
 	var s Session
-	err := db.QueryRow(ctx, sessionGetSQL, apikey.HashSecret(cookie)).Scan(&s.TokenID, &s.TokenName, &s.CSRF, &s.ExpiresAt)
+	err := db.QueryRow(ctx, sessionGetSQL, HashSecret(cookie)).Scan(&s.TokenID, &s.TokenName, &s.CSRF, &s.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Session{}, ErrInvalid
+		return Session{}, ErrAdminInvalid
 	}
 	if err != nil {
-		return Session{}, fmt.Errorf("admintoken: session: %w", err)
+		return Session{}, fmt.Errorf("credential: session: %w", err)
 	}
 	return s, nil
 }
 
 // SessionDelete ends a session (logout), and purges expired ones.
 func SessionDelete(ctx context.Context, db DB, cookie string) error {
-	if _, err := db.Exec(ctx, sessionDeleteSQL, apikey.HashSecret(cookie)); err != nil {
-		return fmt.Errorf("admintoken: logout: %w", err)
+	if _, err := db.Exec(ctx, sessionDeleteSQL, HashSecret(cookie)); err != nil {
+		return fmt.Errorf("credential: logout: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package apikey_test
+package credential_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api/apikey"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -25,7 +25,7 @@ func TestKeyLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	k, secret, err := apikey.Create(ctx, pool, "acme")
+	k, secret, err := credential.KeyCreate(ctx, pool, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestKeyLifecycle(t *testing.T) {
 		t.Fatalf("the secret is stored in clear (%v)", err)
 	}
 
-	tenant, keyID, err := apikey.Authenticate(ctx, pool, secret)
+	tenant, keyID, err := credential.KeyAuthenticate(ctx, pool, secret)
 	if err != nil || tenant != "acme" || keyID != k.ID {
 		t.Fatalf("Authenticate = %q %q %v", tenant, keyID, err)
 	}
@@ -58,35 +58,35 @@ func TestKeyLifecycle(t *testing.T) {
 		return s[:len(s)-1] + "a"
 	}
 	for _, bad := range []string{"", "tg_", secret + "x", strings.ToUpper(secret), flip(secret), "tg_" + strings.Repeat("a", 12) + "_" + strings.Repeat("a", 52)} {
-		if _, _, err := apikey.Authenticate(ctx, pool, bad); !errors.Is(err, apikey.ErrInvalid) {
+		if _, _, err := credential.KeyAuthenticate(ctx, pool, bad); !errors.Is(err, credential.ErrKeyInvalid) {
 			t.Errorf("Authenticate(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
 
 	// Keys are listed without their secret, and revocation is per tenant.
-	keys, err := apikey.List(ctx, pool, "acme")
+	keys, err := credential.KeyList(ctx, pool, "acme")
 	if err != nil || len(keys) != 1 || keys[0].ID != k.ID || keys[0].RevokedAt != nil {
 		t.Fatalf("List = %+v %v", keys, err)
 	}
-	if err := apikey.Revoke(ctx, pool, "globex", k.ID); !errors.Is(err, apikey.ErrNotFound) {
+	if err := credential.KeyRevoke(ctx, pool, "globex", k.ID); !errors.Is(err, credential.ErrKeyNotFound) {
 		t.Fatalf("another tenant revoked the key: %v", err)
 	}
-	if err := apikey.Revoke(ctx, pool, "acme", k.ID); err != nil {
+	if err := credential.KeyRevoke(ctx, pool, "acme", k.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := apikey.Authenticate(ctx, pool, secret); !errors.Is(err, apikey.ErrInvalid) {
+	if _, _, err := credential.KeyAuthenticate(ctx, pool, secret); !errors.Is(err, credential.ErrKeyInvalid) {
 		t.Fatalf("revoked key: %v", err)
 	}
-	if err := apikey.Revoke(ctx, pool, "acme", k.ID); !errors.Is(err, apikey.ErrNotFound) {
+	if err := credential.KeyRevoke(ctx, pool, "acme", k.ID); !errors.Is(err, credential.ErrKeyNotFound) {
 		t.Fatalf("second revoke: %v", err)
 	}
-	if _, _, err := apikey.Create(ctx, pool, "nobody"); !errors.Is(err, apikey.ErrTenantNotFound) {
+	if _, _, err := credential.KeyCreate(ctx, pool, "nobody"); !errors.Is(err, credential.ErrTenantNotFound) {
 		t.Fatalf("key for a missing tenant: %v", err)
 	}
-	if err := apikey.Touch(ctx, pool, k.ID); err != nil {
+	if err := credential.KeyTouch(ctx, pool, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	keys, _ = apikey.List(ctx, pool, "acme")
+	keys, _ = credential.KeyList(ctx, pool, "acme")
 	if keys[0].LastUsedAt == nil {
 		t.Fatal("Touch did not record the use")
 	}
@@ -98,14 +98,14 @@ func TestDisabledTenantKey(t *testing.T) {
 	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	_, secret, err := apikey.Create(ctx, pool, "acme")
+	_, secret, err := credential.KeyCreate(ctx, pool, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE tenants SET disabled_at = now() WHERE id = 'acme'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := apikey.Authenticate(ctx, pool, secret); !errors.Is(err, apikey.ErrTenantDisabled) {
+	if _, _, err := credential.KeyAuthenticate(ctx, pool, secret); !errors.Is(err, credential.ErrTenantDisabled) {
 		t.Fatalf("disabled tenant: %v", err)
 	}
 }
@@ -121,7 +121,7 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	k, _, err := apikey.CreateRecorded(ctx, store, "acme", "alice")
+	k, _, err := credential.KeyCreateRecorded(ctx, store, "acme", "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,10 +132,10 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 		FOR EACH ROW WHEN (NEW.reason LIKE 'key %') EXECUTE FUNCTION refuse_key_entries();`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := apikey.CreateRecorded(ctx, store, "acme", "alice"); err == nil {
+	if _, _, err := credential.KeyCreateRecorded(ctx, store, "acme", "alice"); err == nil {
 		t.Fatal("a key was created without its ledger entry")
 	}
-	if err := apikey.RevokeRecorded(ctx, store, "acme", k.ID, "alice"); err == nil {
+	if err := credential.KeyRevokeRecorded(ctx, store, "acme", k.ID, "alice"); err == nil {
 		t.Fatal("a key was revoked without its ledger entry")
 	}
 	var keys, revoked, entries int
@@ -149,10 +149,10 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 		t.Fatalf("%d keys (%d revoked) and %d key entries; want the first key, unrevoked, and its one entry", keys, revoked, entries)
 	}
 	// Unknown tenants and keys.
-	if _, _, err := apikey.CreateRecorded(ctx, store, "nobody", "alice"); !errors.Is(err, apikey.ErrTenantNotFound) {
+	if _, _, err := credential.KeyCreateRecorded(ctx, store, "nobody", "alice"); !errors.Is(err, credential.ErrTenantNotFound) {
 		t.Fatalf("create for no tenant: %v", err)
 	}
-	if err := apikey.RevokeRecorded(ctx, store, "acme", "nosuchkey000", "alice"); !errors.Is(err, apikey.ErrNotFound) {
+	if err := credential.KeyRevokeRecorded(ctx, store, "acme", "nosuchkey000", "alice"); !errors.Is(err, credential.ErrKeyNotFound) {
 		t.Fatalf("revoke of no key: %v", err)
 	}
 }

@@ -1,8 +1,8 @@
-// Package attempt limits failed authentication attempts per client address:
-// unauthenticated and failed-auth traffic to the API, and failed dashboard
-// logins. Only failures spend; an address checks it has one left before any
+// Limiting failed authentication. Only failures spend; a bucket (an
+// address, or an address and a key id) checks it has one left before any
 // database lookup, so guessing keys or tokens cannot exhaust the service.
-package attempt
+
+package credential
 
 import (
 	"math"
@@ -28,8 +28,8 @@ type entry struct {
 	seen time.Time
 }
 
-// New returns a limiter allowing burst failures, refilled at perSecond.
-func New(perSecond float64, burst int) *Limiter {
+// NewLimiter returns a limiter allowing burst failures, refilled at perSecond.
+func NewLimiter(perSecond float64, burst int) *Limiter {
 	return &Limiter{perSec: rate.Limit(perSecond), burst: burst, clients: map[string]*entry{}}
 }
 

@@ -1,0 +1,208 @@
+package credential
+
+// Tenant API keys: tg_<id>_<secret>, in the shared format of token.go.
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget"
+)
+
+var (
+	//go:embed sql/key_insert.sql
+	keyInsertSQL string
+	//go:embed sql/key_auth.sql
+	keyAuthSQL string
+	//go:embed sql/key_list.sql
+	keyListSQL string
+	//go:embed sql/key_revoke.sql
+	keyRevokeSQL string
+	//go:embed sql/key_touch.sql
+	keyTouchSQL string
+)
+
+// KeyPrefix starts every tenant key, so that scanners can spot leaked keys.
+const KeyPrefix = "tg_"
+
+// Errors.
+var (
+	// ErrKeyInvalid: the presented key is malformed, unknown, wrong or revoked.
+	// Callers must not tell these apart to the client; the errors below
+	// wrap it so that a limiter can (only guesses should spend).
+	ErrKeyInvalid = errors.New("credential: invalid key")
+	// ErrKeyUnknown wraps ErrKeyInvalid: well formed, but no key has that id.
+	ErrKeyUnknown = fmt.Errorf("%w: no key has that id", ErrKeyInvalid)
+	// ErrKeyWrongSecret wraps ErrKeyInvalid: the id exists, the secret is wrong.
+	ErrKeyWrongSecret = fmt.Errorf("%w: wrong secret", ErrKeyInvalid)
+	// ErrKeyRevoked wraps ErrKeyInvalid: the right secret of a revoked key.
+	ErrKeyRevoked = fmt.Errorf("%w: revoked", ErrKeyInvalid)
+	// ErrTenantDisabled: the key is valid but its tenant is disabled.
+	ErrTenantDisabled = errors.New("credential: tenant disabled")
+	// ErrKeyNotFound: no such key for that tenant.
+	ErrKeyNotFound = errors.New("credential: key not found")
+	// ErrTenantNotFound: Create named a tenant that does not exist.
+	ErrTenantNotFound = errors.New("credential: tenant not found")
+)
+
+// Key describes a stored key; it never holds the secret.
+type Key struct {
+	ID         string     `json:"id"`
+	TenantID   string     `json:"tenant_id"`
+	Prefix     string     `json:"prefix"` // tg_<id>_, how the key starts
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+// KeyCreate makes a key for tenantID and returns it with its secret, the full
+// key string, which is not stored and cannot be recovered. It returns
+// ErrTenantNotFound.
+func KeyCreate(ctx context.Context, db DB, tenantID string) (Key, string, error) {
+	id, secret, full := Generate(KeyPrefix)
+	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_"}
+	err := db.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+		return Key{}, "", ErrTenantNotFound
+	}
+	if err != nil {
+		return Key{}, "", fmt.Errorf("credential: create: %w", err)
+	}
+	return k, full, nil
+}
+
+// KeyAuthenticate returns the tenant and key id of a presented key. It returns
+// ErrKeyInvalid (malformed), ErrKeyUnknown, ErrKeyWrongSecret or ErrKeyRevoked (all
+// wrapping ErrKeyInvalid) for anything but a valid, unrevoked key, and
+// ErrTenantDisabled when the key is valid but its tenant is disabled.
+func KeyAuthenticate(ctx context.Context, db DB, presented string) (tenantID, keyID string, err error) {
+	c, err := KeyCheck(ctx, db, presented)
+	return c.TenantID, c.KeyID, err
+}
+
+// KeyChecked is what Check learned of a presented key.
+type KeyChecked struct {
+	TenantID, KeyID string
+	// SecretHash is the stored hash of the key's secret, set whenever a key
+	// with the presented id exists (whatever the error). A limiter may keep
+	// it to recognise the key's holder without a lookup while others guess
+	// that key's secret. It is not secret: a leak of it reveals no key.
+	SecretHash []byte
+}
+
+// KeyCheck is KeyAuthenticate, also returning the stored secret hash. The secret
+// is compared before revocation is looked at, so only the holder of a
+// revoked key learns that it is revoked.
+func KeyCheck(ctx context.Context, db DB, presented string) (KeyChecked, error) {
+	id, secret, ok := Parse(KeyPrefix, presented)
+	if !ok {
+		return KeyChecked{}, ErrKeyInvalid
+	}
+	var c KeyChecked
+	var revoked, disabled bool
+	err := db.QueryRow(ctx, keyAuthSQL, id).Scan(&c.TenantID, &c.SecretHash, &revoked, &disabled)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KeyChecked{}, ErrKeyUnknown
+	}
+	if err != nil {
+		return KeyChecked{}, fmt.Errorf("credential: authenticate: %w", err)
+	}
+	c.KeyID = id
+	switch {
+	case !Equal(c.SecretHash, secret):
+		return KeyChecked{KeyID: id, SecretHash: c.SecretHash}, ErrKeyWrongSecret
+	case revoked:
+		return KeyChecked{KeyID: id, SecretHash: c.SecretHash}, ErrKeyRevoked
+	case disabled:
+		return KeyChecked{KeyID: id, SecretHash: c.SecretHash}, ErrTenantDisabled
+	}
+	return c, nil
+}
+
+// KeyList returns a tenant's keys, oldest first.
+func KeyList(ctx context.Context, db DB, tenantID string) ([]Key, error) {
+	rows, err := db.Query(ctx, keyListSQL, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("credential: list: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
+		var k Key
+		err := r.Scan(&k.ID, &k.TenantID, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt)
+		k.Prefix = KeyPrefix + k.ID + "_"
+		return k, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("credential: list: %w", err)
+	}
+	return keys, nil
+}
+
+// KeyRevoke revokes one of a tenant's keys. It returns ErrKeyNotFound when the
+// tenant has no such unrevoked key.
+func KeyRevoke(ctx context.Context, db DB, tenantID, keyID string) error {
+	tag, err := db.Exec(ctx, keyRevokeSQL, keyID, tenantID)
+	if err != nil {
+		return fmt.Errorf("credential: revoke: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return ErrKeyNotFound
+	}
+	return nil
+}
+
+// KeyTouch records that a key was used now. Callers throttle it (once a
+// minute per key is plenty) so the hot path does not write per request.
+func KeyTouch(ctx context.Context, db DB, keyID string) error {
+	if _, err := db.Exec(ctx, keyTouchSQL, keyID); err != nil {
+		return fmt.Errorf("credential: touch: %w", err)
+	}
+	return nil
+}
+
+// Recorder makes a key change and its tenant ledger entry in one
+// transaction. *budget.Store is one.
+type Recorder interface {
+	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
+}
+
+// KeyCreateRecorded creates a key for tenantID and records who created it in
+// the tenant's ledger, in one transaction: a key exists exactly when its
+// entry does. It returns the key with its secret, or ErrTenantNotFound.
+func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string) (Key, string, error) {
+	id, secret, full := Generate(KeyPrefix)
+	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_"}
+	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "created", KeyID: id, Actor: actor,
+		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
+			if err := conn.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt); err != nil {
+				return fmt.Errorf("credential: create: %w", err)
+			}
+			return nil
+		}})
+	if errors.Is(err, budget.ErrTenantNotFound) {
+		return Key{}, "", ErrTenantNotFound
+	}
+	if err != nil {
+		return Key{}, "", err
+	}
+	return k, full, nil
+}
+
+// KeyRevokeRecorded revokes a key and records who revoked it in the tenant's
+// ledger, in one transaction. It returns ErrKeyNotFound (also when the tenant
+// does not exist).
+func KeyRevokeRecorded(ctx context.Context, rec Recorder, tenantID, keyID, actor string) error {
+	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "revoked", KeyID: keyID, Actor: actor,
+		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error { return KeyRevoke(ctx, conn, tenantID, keyID) }})
+	if errors.Is(err, budget.ErrTenantNotFound) {
+		return ErrKeyNotFound
+	}
+	return err
+}
