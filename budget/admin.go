@@ -49,7 +49,7 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 		return Snapshot{}, err
 	}
 	t.advance(now)
-	before := t.limits
+	before := t.Limits
 	detail, err := json.Marshal(struct {
 		Before limitsDetail `json:"before"`
 		After  limitsDetail `json:"after"`
@@ -59,28 +59,28 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 		return Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
 	}
 
-	t.limits = l
-	t.tokens.CapacityMicro, t.tokens.RateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
+	t.Limits = l
+	t.Tokens.CapacityMicro, t.Tokens.RateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
 	var cut int64
-	if t.tokens.BalanceMicro > t.tokens.CapacityMicro {
-		cut = t.tokens.CapacityMicro - t.tokens.BalanceMicro
-		t.tokens.BalanceMicro = t.tokens.CapacityMicro
+	if t.Tokens.BalanceMicro > t.Tokens.CapacityMicro {
+		cut = t.Tokens.CapacityMicro - t.Tokens.BalanceMicro
+		t.Tokens.BalanceMicro = t.Tokens.CapacityMicro
 	}
 	switch {
 	case l.RequestsCapacity == 0:
-		t.requests = Bucket{}
+		t.Requests = Bucket{}
 	case before.RequestsCapacity == 0:
-		t.requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro, At: now}
+		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro, At: now}
 	default:
-		t.requests.CapacityMicro, t.requests.RateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
-		t.requests.BalanceMicro = min(t.requests.BalanceMicro, t.requests.CapacityMicro)
+		t.Requests.CapacityMicro, t.Requests.RateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
+		t.Requests.BalanceMicro = min(t.Requests.BalanceMicro, t.Requests.CapacityMicro)
 	}
 	switch {
 	case l.Period == PeriodNone:
-		t.periodStart, t.periodUsed = nil, 0
+		t.PeriodStart, t.PeriodUsed = nil, 0
 	case l.Period != before.Period:
 		start := l.Period.start(now)
-		t.periodStart, t.periodUsed = &start, 0
+		t.PeriodStart, t.PeriodUsed = &start, 0
 	}
 
 	e := t.entry(ledger.KindLimits, now, actorOr(p.Actor, "admin"))
@@ -172,11 +172,11 @@ func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 	}
 	t.advance(now)
 	delta := p.Tokens * Micro
-	if delta > 0 && t.tokens.BalanceMicro > math.MaxInt64-delta {
+	if delta > 0 && t.Tokens.BalanceMicro > math.MaxInt64-delta {
 		tx.abort()
 		return Snapshot{}, ErrBadAdjustment
 	}
-	t.tokens.BalanceMicro += delta
+	t.Tokens.BalanceMicro += delta
 	e := t.entry(ledger.KindAdjust, now, actorOr(p.Actor, "admin"))
 	e.DeltaMicro = delta
 	e.Reason = reason
@@ -206,16 +206,15 @@ func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("budget: list tenants: %w", err)
 	}
-	snaps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Snapshot, error) {
-		t, err := scanTenant(r)
-		if err != nil {
-			return Snapshot{}, err
-		}
-		t.advance(now)
-		return t.snapshot(now), nil
-	})
+	trs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[tenantRow])
 	if err != nil {
 		return nil, fmt.Errorf("budget: list tenants: %w", err)
+	}
+	snaps := make([]Snapshot, len(trs))
+	for i, r := range trs {
+		t := r.tenant()
+		t.advance(now)
+		snaps[i] = t.snapshot(now)
 	}
 	return snaps, nil
 }

@@ -245,7 +245,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		return nil, ErrTenantDisabled
 	}
 	cost := p.Estimate.Cost
-	if err := t.admissible(cost, now); err != nil {
+	if err := Decide(t.TenantState, cost, now); err != nil {
 		return nil, err
 	}
 
@@ -255,16 +255,9 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		State:     StateReserved,
 		Estimate:  p.Estimate,
 		CreatedAt: now,
-		ExpiresAt: now.Add(t.limits.ReservationTTL),
+		ExpiresAt: now.Add(t.Limits.ReservationTTL),
 	}
-	t.tokens.BalanceMicro -= cost * Micro
-	if t.requests.CapacityMicro > 0 {
-		t.requests.BalanceMicro -= Micro
-	}
-	t.open++
-	if t.limits.Period != PeriodNone {
-		t.periodUsed += cost
-	}
+	t.Debit(cost)
 
 	e := t.entry(ledger.KindReserve, now, actorOr(p.Actor, "api"))
 	e.AdmissionID, e.Model = a.ID, a.Estimate.Model
@@ -318,20 +311,7 @@ func (d *decision) end(admissionID, actor string, target State, in, out int64, u
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
 	}
 	cost := a.Estimate.Cost
-	applied := t.tokens.Refund((cost - actual) * Micro)
-	if !late {
-		t.open--
-	}
-	// The period window: an extra charge always counts against the current
-	// window; a refund only returns what was taken from it, so a
-	// reservation from a previous window refunds nothing here.
-	if diff := actual - cost; t.limits.Period == PeriodNone {
-		// no period budget: nothing to count
-	} else if diff > 0 {
-		t.periodUsed += diff
-	} else if t.periodStart != nil && !a.CreatedAt.Before(*t.periodStart) {
-		t.periodUsed = max(0, t.periodUsed+diff)
-	}
+	applied := t.End(cost, actual, a.CreatedAt, late)
 
 	kind := ledger.KindSettle
 	if target == StateReleased {
@@ -352,7 +332,7 @@ func (d *decision) end(admissionID, actor string, target State, in, out int64, u
 		ended.ActualInput, ended.ActualOutput = &in, &out
 	}
 	ended.ActualCost = &actual
-	balance := t.tokens.BalanceMicro
+	balance := t.Tokens.BalanceMicro
 	ended.EndDeltaMicro, ended.EndBalanceMicro = &applied, &balance
 	d.adms[admissionID] = &ended
 	queueAdmissionEnd(d.rows, &ended)

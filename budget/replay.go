@@ -60,14 +60,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		}
 		t.advance(now)
 		cost := p.Estimate.Cost
-		t.tokens.BalanceMicro -= cost * Micro
-		if t.requests.CapacityMicro > 0 {
-			t.requests.BalanceMicro -= Micro
-		}
-		t.open++
-		if t.limits.Period != PeriodNone {
-			t.periodUsed += cost
-		}
+		t.Debit(cost)
 		e := t.entry(ledger.KindReserve, now, "replica:"+p.Replica)
 		e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model
 		e.Estimate = &cost

@@ -57,33 +57,3 @@ func actorOr(actor, fallback string) string {
 	}
 	return actor
 }
-
-// admissible checks every configured limit, in the documented order, for a
-// request of cost at now (balances already advanced). It returns nil, a
-// *TooLargeError or a *RejectedError; it changes nothing.
-func (t *tenant) admissible(cost int64, now time.Time) error {
-	if cost > t.limits.TokensCapacity {
-		return &TooLargeError{Limit: LimitTokens, Cost: cost, Capacity: t.limits.TokensCapacity}
-	}
-	if t.limits.PeriodBudget > 0 && cost > t.limits.PeriodBudget {
-		return &TooLargeError{Limit: LimitPeriodBudget, Cost: cost, Capacity: t.limits.PeriodBudget}
-	}
-	if need := cost * Micro; need > t.tokens.BalanceMicro {
-		return &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(t.tokens.TimeUntil(need))}
-	}
-	if t.requests.CapacityMicro > 0 && t.requests.BalanceMicro < Micro {
-		return &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(t.requests.TimeUntil(Micro))}
-	}
-	if t.limits.MaxConcurrent > 0 && t.open >= t.limits.MaxConcurrent {
-		return &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint}
-	}
-	if t.limits.PeriodBudget > 0 && t.periodUsed+cost > t.limits.PeriodBudget {
-		return &RejectedError{Limit: LimitPeriodBudget, RetryAfter: roundUpMS(t.limits.Period.next(*t.periodStart).Sub(now))}
-	}
-	return nil
-}
-
-// ConcurrencyRetryHint is the Retry-After given when the concurrency limit
-// refuses a request: a slot frees when some reservation is settled,
-// released or expires, which no clock can predict.
-const ConcurrencyRetryHint = time.Second

@@ -75,14 +75,14 @@ func (t *tenant) expire(b *pgx.Batch, overdue []*Admission, now time.Time) int {
 		if a.ExpiresAt.After(now) || a.State != StateReserved {
 			continue // locked by the query but not yet due at the locked clock
 		}
-		t.open = max(0, t.open-1)
+		t.Expire()
 		e := t.entry(ledger.KindExpire, now, "sweeper")
 		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
 		e.Estimate = &a.Estimate.Cost
 		t.seal(e)
 		ledger.QueueInsert(b, e)
 		a.State, a.EndedAt = StateExpired, &now
-		zero, balance := int64(0), t.tokens.BalanceMicro
+		zero, balance := int64(0), t.Tokens.BalanceMicro
 		a.EndDeltaMicro, a.EndBalanceMicro = &zero, &balance
 		queueAdmissionEnd(b, a)
 		n++

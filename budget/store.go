@@ -12,8 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tokengate/tokengate/ledger"
 )
 
 var (
@@ -167,172 +165,6 @@ func (s *Store) classify(ctx context.Context, err error, acquiring, committing b
 // ledger) in tests and tools.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// tenant is a tenant row: limits, balances and the ledger chain head.
-type tenant struct {
-	id       string
-	disabled bool
-	limits   Limits
-
-	tokens       Bucket
-	requests     Bucket // capacityMicro == 0 when no request Bucket
-	open         int64
-	periodStart  *time.Time
-	periodUsed   int64
-	head         ledger.Head
-	pendingFill  int64 // token refill not yet attributed to a ledger entry
-	periodRolled bool
-}
-
-func scanTenant(row pgx.Row) (*tenant, error) {
-	var (
-		t                        tenant
-		ttlMS, waitMS            int64
-		period                   string
-		requestsMicro            *int64
-		requestsAt               *time.Time
-		reqCap, reqRate, maxConc int64
-	)
-	var policy string
-	err := row.Scan(&t.id, &t.disabled,
-		&t.limits.TokensCapacity, &t.limits.TokensRateMicro, &reqCap, &reqRate,
-		&maxConc, &t.limits.PeriodBudget, &period, &ttlMS, &waitMS, &policy,
-		&t.tokens.BalanceMicro, &t.tokens.At, &requestsMicro, &requestsAt, &t.open, &t.periodStart, &t.periodUsed,
-		&t.head.Seq, &t.head.Hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrTenantNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("budget: scan tenant: %w", err)
-	}
-	t.limits.RequestsCapacity, t.limits.RequestsRateMicro, t.limits.MaxConcurrent = reqCap, reqRate, maxConc
-	t.limits.Period = Period(period)
-	t.limits.OnStoreUnavailable = Policy(policy)
-	t.limits.ReservationTTL = time.Duration(ttlMS) * time.Millisecond
-	t.limits.MaxWait = time.Duration(waitMS) * time.Millisecond
-	t.tokens.CapacityMicro = t.limits.TokensCapacity * Micro
-	t.tokens.RateMicro = t.limits.TokensRateMicro
-	if reqCap > 0 {
-		t.requests = Bucket{CapacityMicro: reqCap * Micro, RateMicro: reqRate, BalanceMicro: reqCap * Micro}
-		if requestsMicro != nil && requestsAt != nil {
-			t.requests.BalanceMicro, t.requests.At = *requestsMicro, *requestsAt
-		}
-	}
-	return &t, nil
-}
-
-// advance brings every balance to now: token and request refill, and the
-// period window. The token refill is held in pendingFill until an entry
-// records it.
-func (t *tenant) advance(now time.Time) {
-	t.pendingFill += t.tokens.Refill(now)
-	if t.requests.CapacityMicro > 0 {
-		if t.requests.At.IsZero() {
-			t.requests.At = now
-		}
-		t.requests.Refill(now)
-	}
-	if t.limits.Period != PeriodNone {
-		start := t.limits.Period.start(now)
-		if t.periodStart == nil || start.After(*t.periodStart) {
-			t.periodStart = &start
-			t.periodUsed = 0
-			t.periodRolled = true
-		}
-	}
-}
-
-// entry starts a ledger entry for a change at now, attributing any pending
-// refill to it. The caller fills the kind-specific fields and calls seal.
-func (t *tenant) entry(kind ledger.Kind, now time.Time, actor string) *ledger.Entry {
-	e := &ledger.Entry{
-		TenantID:    t.id,
-		Kind:        kind,
-		CreatedAt:   now,
-		RefillMicro: t.pendingFill,
-		Actor:       actor,
-	}
-	t.pendingFill = 0
-	return e
-}
-
-// seal completes e with the balances after the change and chains it.
-func (t *tenant) seal(e *ledger.Entry) {
-	e.BalanceMicro = t.tokens.BalanceMicro
-	e.PeriodStart = t.periodStart
-	e.PeriodUsed = t.periodUsed
-	t.head = t.head.Seal(e)
-}
-
-// queueUpdate queues the write of the tenant's balances and chain head.
-func (t *tenant) queueUpdate(b *pgx.Batch) {
-	var reqMicro *int64
-	var reqAt *time.Time
-	if t.requests.CapacityMicro > 0 {
-		reqMicro, reqAt = &t.requests.BalanceMicro, &t.requests.At
-	}
-	b.Queue(tenantUpdateBalancesSQL, t.id, t.tokens.BalanceMicro, t.tokens.At, reqMicro, reqAt,
-		t.open, t.periodStart, t.periodUsed, t.head.Seq, t.head.Hash)
-}
-
-// Snapshot is a tenant's limits and balances at one instant, for the
-// response headers and the budget endpoint.
-type Snapshot struct {
-	TenantID         string
-	At               time.Time
-	Limits           Limits
-	Disabled         bool
-	TokensMicro      int64
-	TokensFullIn     time.Duration
-	RequestsMicro    int64 // meaningful when Limits.RequestsCapacity > 0
-	RequestsFullIn   time.Duration
-	OpenReservations int64
-	PeriodStart      time.Time // zero without a period budget
-	PeriodEnd        time.Time
-	PeriodUsed       int64
-	LedgerSeq        int64
-}
-
-// Tokens is the token balance in whole tokens, rounded down (negative while
-// the tenant is in debt).
-func (s Snapshot) Tokens() int64 { return floorDiv(s.TokensMicro, Micro) }
-
-// Requests is the request balance in whole requests, rounded down.
-func (s Snapshot) Requests() int64 { return floorDiv(s.RequestsMicro, Micro) }
-
-// PeriodRemaining is what the period budget has left, never below zero.
-func (s Snapshot) PeriodRemaining() int64 { return max(0, s.Limits.PeriodBudget-s.PeriodUsed) }
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
-
-func (t *tenant) snapshot(now time.Time) Snapshot {
-	s := Snapshot{
-		TenantID:         t.id,
-		At:               now,
-		Limits:           t.limits,
-		Disabled:         t.disabled,
-		TokensMicro:      t.tokens.BalanceMicro,
-		TokensFullIn:     roundUpMS(t.tokens.TimeUntilFull()),
-		OpenReservations: t.open,
-		PeriodUsed:       t.periodUsed,
-		LedgerSeq:        t.head.Seq,
-	}
-	if t.requests.CapacityMicro > 0 {
-		s.RequestsMicro = t.requests.BalanceMicro
-		s.RequestsFullIn = roundUpMS(t.requests.TimeUntilFull())
-	}
-	if t.limits.Period != PeriodNone && t.periodStart != nil {
-		s.PeriodStart = *t.periodStart
-		s.PeriodEnd = t.limits.Period.next(*t.periodStart)
-	}
-	return s
-}
-
 // lockedTx is one decision's transaction on one connection, holding the
 // tenant row lock from its first batch to its COMMIT.
 type lockedTx struct {
@@ -372,7 +204,7 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 		if _, err := br.Exec(); err != nil {
 			return nil, time.Time{}, fmt.Errorf("budget: begin: %w", err)
 		}
-		t, err := scanTenant(br.QueryRow())
+		t, err := scanTenant(br.Query())
 		if err != nil {
 			return nil, time.Time{}, err
 		}

@@ -76,21 +76,21 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		if err := tx.QueryRow(ctx, clockSQL).Scan(&now); err != nil {
 			return err
 		}
-		t := &tenant{id: p.ID, limits: l}
-		t.tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
+		t := &tenant{id: p.ID, TenantState: TenantState{Limits: l}}
+		t.Tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
 		var reqMicro *int64
 		var reqAt *time.Time
 		if l.RequestsCapacity > 0 {
-			t.requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro,
+			t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro,
 				BalanceMicro: l.RequestsCapacity * Micro, At: now}
-			reqMicro, reqAt = &t.requests.BalanceMicro, &now
+			reqMicro, reqAt = &t.Requests.BalanceMicro, &now
 		}
 		t.advance(now)
 		// The starting balance is the first entry's delta, so that the
 		// ledger alone sums to every later balance.
-		t.tokens.BalanceMicro = t.tokens.CapacityMicro
+		t.Tokens.BalanceMicro = t.Tokens.CapacityMicro
 		e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "cli"))
-		e.DeltaMicro = t.tokens.CapacityMicro
+		e.DeltaMicro = t.Tokens.CapacityMicro
 		e.Reason = "created"
 		e.Detail = string(detail)
 		t.seal(e)
@@ -98,7 +98,7 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		var seq int64
 		err := tx.QueryRow(ctx, tenantInsertSQL, p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
 			l.RequestsRateMicro, l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(),
-			l.MaxWait.Milliseconds(), t.tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable)).Scan(&seq)
+			l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable)).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrTenantExists
 		}
@@ -134,7 +134,7 @@ func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (Snapshot, 
 	err := retry(ctx, func() error {
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
-		t, err := scanTenant(br.QueryRow())
+		t, err := scanTenant(br.Query())
 		if err != nil {
 			return classify(err, false, false)
 		}

@@ -46,12 +46,17 @@ type idempotent struct {
 	r    *budget.Reservation
 }
 
+// share is this replica's share of one tenant: the tenant's state with its
+// limits divided by Replicas, decided with budget.Decide like the store's.
 type share struct {
-	limits   budget.Limits
-	tokens   budget.Bucket
-	requests budget.Bucket
-	maxOpen  int64
-	open     map[string]estimator.Estimate // admissions made here and not yet ended
+	tenant budget.Limits // the tenant's own limits, shown in snapshots
+	state  budget.TenantState
+	open   map[string]opened // admissions made here and not yet ended
+}
+
+type opened struct {
+	est estimator.Estimate
+	at  time.Time
 }
 
 func (l *Local) now() time.Time {
@@ -73,35 +78,41 @@ func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
 		return sh
 	}
 	lim := snap.Limits
-	sh := &share{limits: lim, open: map[string]estimator.Estimate{}}
-	sh.tokens = budget.Bucket{CapacityMicro: l.divide(lim.TokensCapacity * budget.Micro), RateMicro: l.divide(lim.TokensRateMicro), At: now}
-	sh.tokens.BalanceMicro = min(sh.tokens.CapacityMicro, max(0, l.divide(snap.TokensMicro)))
+	// Period budgets are not enforced locally: no replica knows what the
+	// others spend in the period.
+	mine := budget.Limits{TokensCapacity: l.divide(lim.TokensCapacity*budget.Micro) / budget.Micro,
+		TokensRateMicro: l.divide(lim.TokensRateMicro), ReservationTTL: lim.ReservationTTL}
+	sh := &share{tenant: lim, open: map[string]opened{}}
+	sh.state.Tokens = budget.Bucket{CapacityMicro: l.divide(lim.TokensCapacity * budget.Micro), RateMicro: mine.TokensRateMicro, At: now}
+	sh.state.Tokens.BalanceMicro = min(sh.state.Tokens.CapacityMicro, max(0, l.divide(snap.TokensMicro)))
 	if lim.RequestsCapacity > 0 {
-		sh.requests = budget.Bucket{CapacityMicro: l.divide(lim.RequestsCapacity * budget.Micro), RateMicro: l.divide(lim.RequestsRateMicro), At: now}
-		sh.requests.BalanceMicro = min(sh.requests.CapacityMicro, max(0, l.divide(snap.RequestsMicro)))
+		mine.RequestsCapacity, mine.RequestsRateMicro = max(1, l.divide(lim.RequestsCapacity)), l.divide(lim.RequestsRateMicro)
+		sh.state.Requests = budget.Bucket{CapacityMicro: l.divide(lim.RequestsCapacity * budget.Micro), RateMicro: mine.RequestsRateMicro, At: now}
+		sh.state.Requests.BalanceMicro = min(sh.state.Requests.CapacityMicro, max(0, l.divide(snap.RequestsMicro)))
 	}
 	if lim.MaxConcurrent > 0 {
-		sh.maxOpen = max(1, l.divide(lim.MaxConcurrent))
+		mine.MaxConcurrent = max(1, l.divide(lim.MaxConcurrent))
 	}
+	sh.state.Limits = mine
 	l.shares[snap.TenantID] = sh
 	return sh
 }
 
 func (sh *share) snapshot(tenantID string, now time.Time) budget.Snapshot {
-	return budget.Snapshot{
-		TenantID: tenantID, At: now, Limits: sh.limits,
-		TokensMicro: sh.tokens.BalanceMicro, TokensFullIn: sh.tokens.TimeUntilFull(),
-		RequestsMicro: sh.requests.BalanceMicro, RequestsFullIn: sh.requests.TimeUntilFull(),
-		OpenReservations: int64(len(sh.open)),
-	}
+	s := sh.state.Snapshot(tenantID, now)
+	s.Limits = sh.tenant
+	return s
 }
 
 // Reserve admits p for the tenant of snap (the last snapshot this replica
 // saw of it) against this replica's share, or refuses it like the store
-// would: *budget.TooLargeError, or *budget.RejectedError naming the limit.
-// A retry with p's Idempotency-Key returns the admission made in this
-// outage, or budget.ErrIdempotencyMismatch if its request differs. An
-// admission is in the spool, with its key, before Reserve returns it.
+// would, with budget.Decide: *budget.TooLargeError, or
+// *budget.RejectedError naming the limit. A request larger than the share
+// but not than the tenant is refused by the tokens limit with a 1 s hint:
+// another replica, or the store once back, may admit it. A retry with p's
+// Idempotency-Key returns the admission made in this outage, or
+// budget.ErrIdempotencyMismatch if its request differs. An admission is in
+// the spool, with its key, before Reserve returns it.
 func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -121,25 +132,18 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 		return nil, &budget.TooLargeError{Limit: budget.LimitTokens, Cost: est.Cost, Capacity: snap.Limits.TokensCapacity}
 	}
 	sh := l.shareOf(snap, now)
-	sh.tokens.Refill(now)
-	if sh.requests.CapacityMicro > 0 {
-		sh.requests.Refill(now)
-	}
-	reject := func(limit budget.Limit, after time.Duration) error {
-		return &budget.RejectedError{Limit: limit, RetryAfter: after.Round(time.Millisecond) + time.Millisecond, Snapshot: sh.snapshot(snap.TenantID, now)}
-	}
-	need := est.Cost * budget.Micro
-	switch {
-	case need > sh.tokens.CapacityMicro:
-		// Bigger than this replica's share: another replica, or the store
-		// once back, may admit it.
-		return nil, reject(budget.LimitTokens, time.Second)
-	case need > sh.tokens.BalanceMicro:
-		return nil, reject(budget.LimitTokens, sh.tokens.TimeUntil(need))
-	case sh.requests.CapacityMicro > 0 && sh.requests.BalanceMicro < budget.Micro:
-		return nil, reject(budget.LimitRequests, sh.requests.TimeUntil(budget.Micro))
-	case sh.maxOpen > 0 && int64(len(sh.open)) >= sh.maxOpen:
-		return nil, reject(budget.LimitConcurrency, budget.ConcurrencyRetryHint)
+	sh.state.Advance(now)
+	if err := budget.Decide(sh.state, est.Cost, now); err != nil {
+		var tl *budget.TooLargeError
+		var rej *budget.RejectedError
+		switch {
+		case errors.As(err, &tl):
+			rej = &budget.RejectedError{Limit: budget.LimitTokens, RetryAfter: time.Second}
+		case !errors.As(err, &rej):
+			return nil, err
+		}
+		rej.Snapshot = sh.snapshot(snap.TenantID, now)
+		return nil, rej
 	}
 	ttl := snap.Limits.ReservationTTL
 	if ttl <= 0 {
@@ -147,29 +151,23 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	}
 	id := budget.NewAdmissionID(now)
 	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-	debit := func(sign int64) {
-		sh.tokens.BalanceMicro -= sign * need
-		if sh.requests.CapacityMicro > 0 {
-			sh.requests.BalanceMicro -= sign * budget.Micro
-		}
-	}
-	debit(1)
+	sh.state.Debit(est.Cost)
 	r.Snapshot = sh.snapshot(snap.TenantID, now)
 	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &est, CreatedAt: now,
 		ExpiresAt: r.ExpiresAt, Actor: actor}
 	if p.IdempotencyKey != "" {
 		response, err := budget.EncodeReservation(r)
 		if err != nil {
-			debit(-1)
+			sh.state.Undebit(est.Cost)
 			return nil, err
 		}
 		rec.IdempotencyKey, rec.RequestHash, rec.Response = p.IdempotencyKey, p.RequestHash, response
 	}
 	if err := l.Spool.Append(rec); err != nil {
-		debit(-1) // not journaled: not admitted
+		sh.state.Undebit(est.Cost) // not journaled: not admitted
 		return nil, err
 	}
-	sh.open[id] = est
+	sh.open[id] = opened{est: est, at: now}
 	if p.IdempotencyKey != "" {
 		if l.idempotent == nil {
 			l.idempotent = map[[2]string]idempotent{}
@@ -193,12 +191,12 @@ func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, ac
 		return err
 	}
 	if sh, ok := l.shares[tenantID]; ok {
-		if est, mine := sh.open[admissionID]; mine {
+		if o, mine := sh.open[admissionID]; mine {
 			actual := int64(0)
 			if settle {
-				actual = estimator.Cost(in, out, est.InputWeightMicro, est.OutputWeightMicro)
+				actual = estimator.Cost(in, out, o.est.InputWeightMicro, o.est.OutputWeightMicro)
 			}
-			sh.tokens.Refund((est.Cost - actual) * budget.Micro)
+			sh.state.End(o.est.Cost, actual, o.at, false)
 			delete(sh.open, admissionID)
 		}
 	}

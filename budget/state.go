@@ -1,0 +1,190 @@
+package budget
+
+import "time"
+
+// TenantState is what one decision reads and changes: a tenant's limits and
+// balances, advanced to the decision's time. The store keeps it in the
+// tenant's row; a replica under the local failure policy keeps its share of
+// it in memory. Both decide with Decide and take an admission with Debit,
+// replay debits with Debit, and every settle, release and expiry ends with
+// End, so each rule is written once.
+type TenantState struct {
+	Limits   Limits
+	Tokens   Bucket
+	Requests Bucket // CapacityMicro == 0: no request bucket
+	// Open counts reservations not yet settled, released or expired.
+	Open int64
+	// PeriodStart is the window PeriodUsed counts (nil before the first
+	// decision of a tenant with a period budget).
+	PeriodStart *time.Time
+	PeriodUsed  int64
+}
+
+// Advance brings every balance to now: token and request refill, and the
+// period window. It returns the token refill it added, and whether a new
+// period began.
+func (s *TenantState) Advance(now time.Time) (refill int64, rolled bool) {
+	refill = s.Tokens.Refill(now)
+	if s.Requests.CapacityMicro > 0 {
+		if s.Requests.At.IsZero() {
+			s.Requests.At = now
+		}
+		s.Requests.Refill(now)
+	}
+	if s.Limits.Period != PeriodNone {
+		start := s.Limits.Period.start(now)
+		if s.PeriodStart == nil || start.After(*s.PeriodStart) {
+			s.PeriodStart = &start
+			s.PeriodUsed = 0
+			rolled = true
+		}
+	}
+	return refill, rolled
+}
+
+// Decide is the admission decision: whether a request costing cost fits s
+// at now (s advanced to now). It returns nil; a *TooLargeError when the cost
+// exceeds a capacity, so the request can never fit; or a *RejectedError
+// naming the first limit that refuses it, in the order tokens, requests,
+// concurrency, period_budget, with the exact time until it could fit
+// (rounded up to the millisecond). It changes nothing: a refusal consumes
+// nothing.
+func Decide(s TenantState, cost int64, now time.Time) error {
+	l := s.Limits
+	if cost > l.TokensCapacity {
+		return &TooLargeError{Limit: LimitTokens, Cost: cost, Capacity: l.TokensCapacity}
+	}
+	if l.PeriodBudget > 0 && cost > l.PeriodBudget {
+		return &TooLargeError{Limit: LimitPeriodBudget, Cost: cost, Capacity: l.PeriodBudget}
+	}
+	if need := cost * Micro; need > s.Tokens.BalanceMicro {
+		return &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(s.Tokens.TimeUntil(need))}
+	}
+	if s.Requests.CapacityMicro > 0 && s.Requests.BalanceMicro < Micro {
+		return &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(s.Requests.TimeUntil(Micro))}
+	}
+	if l.MaxConcurrent > 0 && s.Open >= l.MaxConcurrent {
+		return &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint}
+	}
+	if l.PeriodBudget > 0 && s.PeriodStart != nil && s.PeriodUsed+cost > l.PeriodBudget {
+		return &RejectedError{Limit: LimitPeriodBudget, RetryAfter: roundUpMS(l.Period.next(*s.PeriodStart).Sub(now))}
+	}
+	return nil
+}
+
+// ConcurrencyRetryHint is the Retry-After given when the concurrency limit
+// refuses a request: a slot frees when some reservation is settled,
+// released or expires, which no clock can predict.
+const ConcurrencyRetryHint = time.Second
+
+// Debit takes an admitted request from s: its cost from the tokens and the
+// period, one request, one open slot. The balance may go negative only
+// through replay of decisions made without the store.
+func (s *TenantState) Debit(cost int64) {
+	s.Tokens.BalanceMicro -= cost * Micro
+	if s.Requests.CapacityMicro > 0 {
+		s.Requests.BalanceMicro -= Micro
+	}
+	s.Open++
+	if s.Limits.Period != PeriodNone {
+		s.PeriodUsed += cost
+	}
+}
+
+// Undebit gives back a Debit that was never made durable (a local decision
+// its journal refused).
+func (s *TenantState) Undebit(cost int64) {
+	s.Tokens.BalanceMicro += cost * Micro
+	if s.Requests.CapacityMicro > 0 {
+		s.Requests.BalanceMicro += Micro
+	}
+	s.Open--
+	if s.Limits.Period != PeriodNone {
+		s.PeriodUsed -= cost
+	}
+}
+
+// End reconciles an admission that reserved estimate at createdAt with
+// what it actually cost (0 for a release): it refunds estimate - actual,
+// capped at capacity, or charges the excess, which may drive the balance
+// negative, and frees the open slot unless expiry freed it already (late).
+// The period window: an extra charge always counts against the current
+// window; a refund only returns what was taken from it, so a reservation
+// from a previous window refunds nothing there. It returns the effective
+// change of the token balance.
+func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool) int64 {
+	applied := s.Tokens.Refund((estimate - actual) * Micro)
+	if !late {
+		s.Open--
+	}
+	if diff := actual - estimate; s.Limits.Period == PeriodNone {
+		// no period budget: nothing to count
+	} else if diff > 0 {
+		s.PeriodUsed += diff
+	} else if s.PeriodStart != nil && !createdAt.Before(*s.PeriodStart) {
+		s.PeriodUsed = max(0, s.PeriodUsed+diff)
+	}
+	return applied
+}
+
+// Expire ends an overdue reservation: it stays charged at its estimate and
+// frees its open slot.
+func (s *TenantState) Expire() { s.Open = max(0, s.Open-1) }
+
+// Snapshot is a tenant's limits and balances at one instant, for the
+// response headers and the budget endpoint.
+type Snapshot struct {
+	TenantID         string
+	At               time.Time
+	Limits           Limits
+	Disabled         bool
+	TokensMicro      int64
+	TokensFullIn     time.Duration
+	RequestsMicro    int64 // meaningful when Limits.RequestsCapacity > 0
+	RequestsFullIn   time.Duration
+	OpenReservations int64
+	PeriodStart      time.Time // zero without a period budget
+	PeriodEnd        time.Time
+	PeriodUsed       int64
+	LedgerSeq        int64
+}
+
+// Snapshot renders s at now for tenantID.
+func (s TenantState) Snapshot(tenantID string, now time.Time) Snapshot {
+	snap := Snapshot{
+		TenantID:         tenantID,
+		At:               now,
+		Limits:           s.Limits,
+		TokensMicro:      s.Tokens.BalanceMicro,
+		TokensFullIn:     roundUpMS(s.Tokens.TimeUntilFull()),
+		OpenReservations: s.Open,
+		PeriodUsed:       s.PeriodUsed,
+	}
+	if s.Requests.CapacityMicro > 0 {
+		snap.RequestsMicro = s.Requests.BalanceMicro
+		snap.RequestsFullIn = roundUpMS(s.Requests.TimeUntilFull())
+	}
+	if s.Limits.Period != PeriodNone && s.PeriodStart != nil {
+		snap.PeriodStart = *s.PeriodStart
+		snap.PeriodEnd = s.Limits.Period.next(*s.PeriodStart)
+	}
+	return snap
+}
+
+// Tokens is the token balance in whole tokens, rounded down (negative while
+// the tenant is in debt).
+func (s Snapshot) Tokens() int64 { return floorDiv(s.TokensMicro, Micro) }
+
+// Requests is the request balance in whole requests, rounded down.
+func (s Snapshot) Requests() int64 { return floorDiv(s.RequestsMicro, Micro) }
+
+// PeriodRemaining is what the period budget has left, never below zero.
+func (s Snapshot) PeriodRemaining() int64 { return max(0, s.Limits.PeriodBudget-s.PeriodUsed) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,154 @@
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// tenantRow is a row of tenants, as every query of it reads it
+// (SELECT * FROM tenants ...), scanned by column name.
+type tenantRow struct {
+	ID                 string     `db:"id"`
+	DisabledAt         *time.Time `db:"disabled_at"`
+	CreatedAt          time.Time  `db:"created_at"`
+	TokensCapacity     int64      `db:"tokens_capacity"`
+	TokensRateMicro    int64      `db:"tokens_rate_micro"`
+	RequestsCapacity   *int64     `db:"requests_capacity"`
+	RequestsRateMicro  *int64     `db:"requests_rate_micro"`
+	MaxConcurrent      *int64     `db:"max_concurrent"`
+	PeriodBudget       *int64     `db:"period_budget"`
+	Period             *string    `db:"period"`
+	ReservationTTLMS   int64      `db:"reservation_ttl_ms"`
+	TokensMicro        int64      `db:"tokens_micro"`
+	TokensAt           time.Time  `db:"tokens_at"`
+	RequestsMicro      *int64     `db:"requests_micro"`
+	RequestsAt         *time.Time `db:"requests_at"`
+	OpenReservations   int64      `db:"open_reservations"`
+	PeriodStart        *time.Time `db:"period_start"`
+	PeriodUsed         int64      `db:"period_used"`
+	LedgerSeq          int64      `db:"ledger_seq"`
+	LedgerHash         []byte     `db:"ledger_hash"`
+	MaxWaitMS          int64      `db:"max_wait_ms"`
+	OnStoreUnavailable *string    `db:"on_store_unavailable"`
+}
+
+// tenant is a tenant as a decision holds it: its TenantState, and the ledger
+// chain head that its entries extend.
+type tenant struct {
+	TenantState
+	id           string
+	disabled     bool
+	head         ledger.Head
+	pendingFill  int64 // token refill not yet attributed to a ledger entry
+	periodRolled bool
+}
+
+func deref0[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func (r *tenantRow) tenant() *tenant {
+	l := Limits{
+		TokensCapacity:     r.TokensCapacity,
+		TokensRateMicro:    r.TokensRateMicro,
+		RequestsCapacity:   deref0(r.RequestsCapacity),
+		RequestsRateMicro:  deref0(r.RequestsRateMicro),
+		MaxConcurrent:      deref0(r.MaxConcurrent),
+		PeriodBudget:       deref0(r.PeriodBudget),
+		Period:             Period(deref0(r.Period)),
+		ReservationTTL:     time.Duration(r.ReservationTTLMS) * time.Millisecond,
+		MaxWait:            time.Duration(r.MaxWaitMS) * time.Millisecond,
+		OnStoreUnavailable: Policy(deref0(r.OnStoreUnavailable)),
+	}
+	t := &tenant{
+		id:       r.ID,
+		disabled: r.DisabledAt != nil,
+		head:     ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
+		TenantState: TenantState{
+			Limits:      l,
+			Tokens:      Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},
+			Open:        r.OpenReservations,
+			PeriodStart: r.PeriodStart,
+			PeriodUsed:  r.PeriodUsed,
+		},
+	}
+	if l.RequestsCapacity > 0 {
+		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro}
+		if r.RequestsMicro != nil && r.RequestsAt != nil {
+			t.Requests.BalanceMicro, t.Requests.At = *r.RequestsMicro, *r.RequestsAt
+		}
+	}
+	return t
+}
+
+// scanTenant reads one tenant row. It returns ErrTenantNotFound.
+func scanTenant(rows pgx.Rows, err error) (*tenant, error) {
+	if err != nil {
+		return nil, err
+	}
+	r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[tenantRow])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrTenantNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("budget: scan tenant: %w", err)
+	}
+	return r.tenant(), nil
+}
+
+// advance brings every balance to now (TenantState.Advance); the token refill is
+// held in pendingFill until an entry records it.
+func (t *tenant) advance(now time.Time) {
+	refill, rolled := t.Advance(now)
+	t.pendingFill += refill
+	t.periodRolled = t.periodRolled || rolled
+}
+
+// entry starts a ledger entry for a change at now, attributing any pending
+// refill to it. The caller fills the kind-specific fields and calls seal.
+func (t *tenant) entry(kind ledger.Kind, now time.Time, actor string) *ledger.Entry {
+	e := &ledger.Entry{
+		TenantID:    t.id,
+		Kind:        kind,
+		CreatedAt:   now,
+		RefillMicro: t.pendingFill,
+		Actor:       actor,
+	}
+	t.pendingFill = 0
+	return e
+}
+
+// seal completes e with the balances after the change and chains it.
+func (t *tenant) seal(e *ledger.Entry) {
+	e.BalanceMicro = t.Tokens.BalanceMicro
+	e.PeriodStart = t.PeriodStart
+	e.PeriodUsed = t.PeriodUsed
+	t.head = t.head.Seal(e)
+}
+
+// queueUpdate queues the write of the tenant's balances and chain head.
+func (t *tenant) queueUpdate(b *pgx.Batch) {
+	var reqMicro *int64
+	var reqAt *time.Time
+	if t.Requests.CapacityMicro > 0 {
+		reqMicro, reqAt = &t.Requests.BalanceMicro, &t.Requests.At
+	}
+	b.Queue(tenantUpdateBalancesSQL, t.id, t.Tokens.BalanceMicro, t.Tokens.At, reqMicro, reqAt,
+		t.Open, t.PeriodStart, t.PeriodUsed, t.head.Seq, t.head.Hash)
+}
+
+func (t *tenant) snapshot(now time.Time) Snapshot {
+	s := t.TenantState.Snapshot(t.id, now)
+	s.Disabled = t.disabled
+	s.LedgerSeq = t.head.Seq
+	return s
+}
