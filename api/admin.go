@@ -24,20 +24,14 @@ const ctxAdmin = "tokengate.admin"
 // draw on the same per-address limiter as tenant auth.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		ip := adminBucket(c.RealIP())
-		if !s.authLimiter.Allow(ip) {
-			return s.authThrottled()
+		tok, err := s.guard.Admin(c.Request().Context(), c.RealIP(), bearer(c.Request()))
+		if errors.Is(err, credential.ErrAdminInvalid) {
+			return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid admin token"}
 		}
-		tok, err := credential.AdminTokenAuthenticate(c.Request().Context(), s.db, bearer(c.Request()))
 		if err != nil {
-			if errors.Is(err, credential.ErrAdminInvalid) {
-				s.authLimiter.Fail(ip)
-				return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid admin token"}
-			}
 			return err
 		}
 		c.Set(ctxAdmin, tok)
-		s.touchAdmin(tok.ID)
 		return next(c)
 	}
 }
@@ -46,14 +40,6 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 func actorOf(c *echo.Context) string {
 	tok, _ := c.Get(ctxAdmin).(credential.AdminToken)
 	return "admin:" + tok.Name
-}
-
-func (s *Server) touchAdmin(id string) {
-	s.touchThrottled("admin:"+id, func() error {
-		ctx, cancel := s.backgroundContext(5 * time.Second)
-		defer cancel()
-		return credential.AdminTokenTouch(ctx, s.db, id)
-	})
 }
 
 // decodeStrict decodes an admin request body, refusing unknown fields so a

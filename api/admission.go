@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -133,7 +133,7 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		TenantID: tenantID, Estimate: est,
 		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c),
 	}
-	r, local, err := s.decide(c.Request().Context(), p, time.Duration(req.MaxWaitMS())*time.Millisecond)
+	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond})
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
@@ -302,45 +302,45 @@ func jsonKind(k string) string {
 }
 
 func (s *Server) settleAdmission(c *echo.Context) error {
-	return s.endAdmission(c, "settle", func(ctx context.Context, body []byte) (*budget.Settlement, error) {
-		in, out, err := parseUsage(body)
-		if err != nil {
-			return nil, err
-		}
-		return s.pipeline.Settle(ctx, budget.SettleParams{
-			TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c),
-		})
-	})
-}
-
-func (s *Server) releaseAdmission(c *echo.Context) error {
-	return s.endAdmission(c, "release", func(ctx context.Context, _ []byte) (*budget.Settlement, error) {
-		return s.pipeline.Release(ctx, budget.ReleaseParams{TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c)})
-	})
-}
-
-// endAdmission runs a settle or release and answers with its result. A
-// reservation that ended here frees capacity, so the tenant's waiters in
-// this replica are woken.
-func (s *Server) endAdmission(c *echo.Context, kind string, end func(context.Context, []byte) (*budget.Settlement, error)) error {
 	body, err := readBody(c)
 	if err != nil {
 		return err
 	}
-	if s.storeDown() {
-		return s.endDuringOutage(c, kind == "settle", body)
-	}
-	st, err := end(c.Request().Context(), body)
-	if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
-		s.markDown(err)
-		return s.endDuringOutage(c, kind == "settle", body)
-	}
+	in, out, err := parseUsage(body)
 	if err != nil {
 		return err
 	}
+	st, journaled, err := s.admitter.Settle(c.Request().Context(), budget.SettleParams{
+		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c),
+	})
+	return s.ended(c, "settle", st, journaled, err)
+}
+
+func (s *Server) releaseAdmission(c *echo.Context) error {
+	if _, err := readBody(c); err != nil {
+		return err
+	}
+	st, journaled, err := s.admitter.Release(c.Request().Context(), budget.ReleaseParams{
+		TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c),
+	})
+	return s.ended(c, "release", st, journaled, err)
+}
+
+// ended answers a settle or release: its result, or 202 when the store is
+// unreachable and it was journaled (the accounting is kept, the balance is
+// not known yet).
+func (s *Server) ended(c *echo.Context, kind string, st *budget.Settlement, journaled bool, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case journaled:
+		return c.JSON(http.StatusAccepted, map[string]string{
+			"id": c.Param("id"), "state": "pending",
+			"message": "the store is unreachable; this " + kind + " is journaled and applied when it is back",
+		})
+	}
 	if !st.Replayed {
 		s.admissions.settled(kind, st)
-		s.waiters.wake(tenantOf(c))
 	}
 	return s.respond(c, http.StatusOK, endedOf(st), &st.Snapshot)
 }
@@ -482,16 +482,7 @@ func (s *Server) ensureRateHeaders(c *echo.Context) {
 	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
 		return
 	}
-	if s.storeDown() {
-		if snap, ok := s.lastSnapshot(tenantID); ok {
-			s.setRateHeaders(c, snap)
-		}
-		return
-	}
-	sctx, cancel := s.storeContext(c.Request().Context())
-	defer cancel()
-	snap, err := s.budget.TenantSnapshot(sctx, tenantID)
-	if err == nil {
+	if snap, err := s.admitter.Snapshot(c.Request().Context(), tenantID); err == nil {
 		s.setRateHeaders(c, snap)
 	}
 }

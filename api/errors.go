@@ -55,16 +55,21 @@ func invalid(field, message string) *Error {
 // whose body reveals nothing of the cause.
 func httpError(err error) *Error {
 	var (
-		apiErr   *Error
-		rej      *budget.RejectedError
-		tooLarge *budget.TooLargeError
-		inv      *estimator.InvalidError
-		limErr   *budget.LimitError
-		he       *echo.HTTPError
+		apiErr    *Error
+		rej       *budget.RejectedError
+		tooLarge  *budget.TooLargeError
+		inv       *estimator.InvalidError
+		limErr    *budget.LimitError
+		he        *echo.HTTPError
+		throttled *credential.ThrottledError
 	)
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
+	case errors.As(err, &throttled):
+		ms := max(1000, throttled.RetryAfter.Milliseconds())
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: "auth",
+			Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
 	case errors.As(err, &rej):
 		ms := rej.RetryAfter.Milliseconds()
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit),

@@ -32,9 +32,8 @@ func (s *Server) readyz(c *echo.Context) error {
 		}
 		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready", Message: msg}
 	}
-	if msg := s.store.replayErr.Load(); msg != nil {
-		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready",
-			Message: "decisions made during the store outage could not be replayed yet: " + *msg}
+	if err := s.admitter.Ready(); err != nil {
+		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready", Message: err.Error()}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

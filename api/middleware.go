@@ -115,8 +115,6 @@ func (s *Server) metricsHandler() http.Handler {
 }
 
 type admissionMetrics struct {
-	storeUp    prometheus.Gauge
-	replayFail prometheus.Counter
 	admissions *prometheus.CounterVec
 	latency    prometheus.Histogram
 	deltas     *prometheus.HistogramVec
@@ -124,14 +122,6 @@ type admissionMetrics struct {
 
 func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 	m := &admissionMetrics{
-		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "tokengate_store_up",
-			Help: "1 while this replica reaches the store, 0 while it decides by the failure policy.",
-		}),
-		replayFail: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tokengate_spool_replay_failures_total",
-			Help: "Replays of the local-policy spool that stopped before the end (the store went away again, or could not take a record); /readyz fails until one succeeds.",
-		}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
 			Help: "Admission decisions by outcome (admitted, rejected, too_large, replayed, invalid, cancelled, error) and the limit that refused.",
@@ -147,8 +137,7 @@ func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
 			Buckets: []float64{-10000, -1000, -100, -10, 0, 10, 100, 1000, 10000, 100000},
 		}, []string{"kind"}),
 	}
-	m.storeUp.Set(1)
-	reg.MustRegister(m.storeUp, m.replayFail, m.admissions, m.latency, m.deltas)
+	reg.MustRegister(m.admissions, m.latency, m.deltas)
 	return m
 }
 

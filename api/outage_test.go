@@ -129,7 +129,16 @@ func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model, o
 	t.Cleanup(func() { _ = srv.Close() })
 	recCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); srv.RunRecovery(recCtx, 50*time.Millisecond) }()
+	go func() {
+		defer close(done)
+		for recCtx.Err() == nil {
+			srv.Admitter().RecoverOnce(recCtx)
+			select {
+			case <-recCtx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
 	b := &outageBundle{apiBundle: &apiBundle{pool: direct, srv: srv, store: budget.NewStore(direct)}, proxy: p, local: local, est: est}
 	b.stop = func() { cancel(); <-done }
 	t.Cleanup(b.stop)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
@@ -106,23 +106,11 @@ type Server struct {
 	metrics  *httpMetrics
 	cfg      Config
 
-	estimator   *estimator.Estimator
-	budget      Budget
-	admissions  *admissionMetrics
-	waiters     *waitQueues
-	authLimiter *credential.Limiter
-
-	// stopping closes when Serve's context ends, so callers waiting for
-	// tokens answer at once instead of holding up a graceful shutdown.
-	stopping     chan struct{}
-	stoppingOnce sync.Once
-
-	store    storeState
-	pipeline *budget.Pipeline
-
-	touchMu    sync.Mutex
-	touched    map[string]time.Time
-	background sync.WaitGroup
+	estimator  *estimator.Estimator
+	budget     Budget
+	admissions *admissionMetrics
+	admitter   *admission.Admitter
+	guard      *credential.Guard
 }
 
 // New builds the router and its middleware. It does not listen; see Serve.
@@ -176,33 +164,21 @@ func New(cfg *Config) (*Server, error) {
 		migrator: migrator,
 		cfg:      c,
 
-		estimator:   c.Estimator,
-		budget:      c.Budget,
-		waiters:     newWaitQueues(c.MaxWaiters, c.Registry),
-		authLimiter: credential.NewLimiter(c.AuthFailuresPerSecond, c.AuthFailureBurst),
-		touched:     map[string]time.Time{},
-		stopping:    make(chan struct{}),
+		estimator: c.Estimator,
+		budget:    c.Budget,
 	}
-	s.pipeline = budget.NewPipeline(c.Budget, &budget.PipelineConfig{Timeout: c.StoreTimeout})
 	s.metrics = newHTTPMetrics(c.Registry)
 	s.admissions = newAdmissionMetrics(c.Registry)
-	if c.Local != nil {
-		spool := c.Local.Spool
-		c.Registry.MustRegister(
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Name: "tokengate_spool_rejected_records_total",
-				Help: "Spool lines that could not be replayed (a torn tail cut off at start, an unreadable line, a record the store refused for good), kept in the spool's .rejected file.",
-			}, func() float64 { return float64(spool.Rejected()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "tokengate_spool_bytes",
-				Help: "Bytes of decisions made without the store that are waiting to be replayed into it.",
-			}, func() float64 { n, _ := spool.Len(); return float64(n) }),
-		)
-		if n := spool.TornBytes(); n > 0 {
-			c.Logger.Error("SPOOL TORN TAIL: the last record of the spool was cut short by a crash before it was answered; it was cut off and kept in the rejected file",
-				"bytes", n, "file", spool.RejectedPath())
-		}
-	}
+	s.admitter = admission.New(admission.Config{
+		Store: c.Budget, Pool: c.DB, Local: c.Local, DefaultPolicy: c.OnStoreUnavailable,
+		ModelPolicyFunc: func(family string) budget.Policy {
+			m, _ := c.Estimator.Table().Get(family)
+			return budget.Policy(m.OnStoreUnavailable)
+		},
+		StoreTimeout: c.StoreTimeout, MaxWaiters: c.MaxWaiters, Logger: c.Logger, Registerer: c.Registry,
+	})
+	s.guard = credential.NewGuard(credential.GuardConfig{DB: c.DB, Health: s.admitter,
+		FailuresPerSecond: c.AuthFailuresPerSecond, Burst: c.AuthFailureBurst, LookupTimeout: c.StoreTimeout, Logger: c.Logger})
 
 	e := echo.NewWithConfig(echo.Config{Logger: c.Logger})
 	e.IPExtractor = echo.ExtractIPDirect()
@@ -265,10 +241,6 @@ func (s *Server) routes() {
 	admin.DELETE("/tokens/:id", s.adminTokenRevoke)
 }
 
-func (s *Server) backgroundContext(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
-}
-
 // Registry is where the server's metrics are registered; callers add
 // theirs (the ledger watch, say) to be served at /metrics too.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
@@ -298,7 +270,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		},
 	}
 	s.logger.Info("serving", "address", ln.Addr().String())
-	stop := context.AfterFunc(ctx, func() { s.stoppingOnce.Do(func() { close(s.stopping) }) })
+	stop := context.AfterFunc(ctx, s.admitter.Stop) // callers waiting for tokens answer at once
 	defer stop()
 	err := sc.Start(ctx, s.echo)
 	s.logger.Info("stopped serving", "address", ln.Addr().String())
@@ -308,6 +280,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Close waits for background writes and releases what New opened. The pool
 // belongs to the caller.
 func (s *Server) Close() error {
-	s.background.Wait()
+	s.guard.Close()
 	return s.migrator.Close()
 }
+
+// Admitter is the replica's admission layer: its recovery loop is the
+// caller's to run (Admitter.RecoverOnce, every 500 ms), and other faces of
+// the replica (gateways) admit through it too.
+func (s *Server) Admitter() *admission.Admitter { return s.admitter }
+
+// Guard authenticates the replica's callers, for other faces to share.
+func (s *Server) Guard() *credential.Guard { return s.guard }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -119,9 +118,8 @@ func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, erro
 // A mismatch is logged as an error on every run until it is resolved and
 // counted in Violations.
 type Watch struct {
-	Store    *Store
-	Interval time.Duration
-	Logger   *slog.Logger
+	Store  *Store
+	Logger *slog.Logger
 
 	mu         sync.Mutex
 	tallies    map[string]ledger.Tally
@@ -176,30 +174,16 @@ func (w *Watch) Violations() int {
 	return len(w.violations)
 }
 
-// Run checks every Interval until ctx ends.
-func (w *Watch) Run(ctx context.Context) {
-	interval := w.Interval
-	if interval <= 0 {
-		interval = 30 * time.Second
+// Check runs Once and logs every violation loudly; the serve command runs
+// it every Interval.
+func (w *Watch) Check(ctx context.Context) error {
+	bad, err := w.Once(ctx)
+	if err != nil {
+		return fmt.Errorf("ledger invariant watch: %w", err)
 	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		bad, err := w.Once(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.Logger.Warn("ledger invariant watch could not run", "error", err.Error())
-			}
-			continue
-		}
-		for _, r := range bad {
-			w.Logger.Error("LEDGER INVARIANT VIOLATED: the tenant's stored balance or chain disagrees with its ledger",
-				"tenant", r.TenantID, "entry", r.BrokenSeq, "problem", r.Problem)
-		}
+	for _, r := range bad {
+		w.Logger.Error("LEDGER INVARIANT VIOLATED: the tenant's stored balance or chain disagrees with its ledger",
+			"tenant", r.TenantID, "entry", r.BrokenSeq, "problem", r.Problem)
 	}
+	return nil
 }

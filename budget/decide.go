@@ -3,7 +3,6 @@ package budget
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -192,25 +191,6 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 	return results, nil
 }
 
-// EncodeReservation is how an admission is stored for its Idempotency-Key:
-// what a retry within 24 h gets back. The local failure policy stores its
-// admissions the same way, so their replay can write the key.
-func EncodeReservation(r *Reservation) ([]byte, error) {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("budget: encode reservation: %w", err)
-	}
-	return b, nil
-}
-
-func decodeReservation(b []byte) (*Reservation, error) {
-	var r Reservation
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("budget: stored idempotent response: %w", err)
-	}
-	return &r, nil
-}
-
 // isDecision tells a request's own outcome (refused, unknown admission,
 // conflict) from a failure of the whole batch.
 func isDecision(err error) bool {
@@ -233,7 +213,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 			if !bytes.Equal(pr.hash, p.RequestHash) {
 				return nil, ErrIdempotencyMismatch
 			}
-			r, err := decodeReservation(pr.response)
+			r, err := DecodeReservation(pr.response)
 			if err != nil {
 				return nil, err
 			}

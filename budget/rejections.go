@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -75,32 +74,16 @@ func (r *Rejections) Flush(ctx context.Context) error {
 	return nil
 }
 
-// Run flushes every interval until ctx ends, then once more, and purges
-// tallies older than a day.
-func (r *Rejections) Run(ctx context.Context, interval time.Duration, logger *slog.Logger) {
-	if interval <= 0 {
-		interval = 5 * time.Second
+// Tick flushes the tallies and purges those older than a day; the serve
+// command runs it every few seconds, and Flush once more at shutdown.
+func (r *Rejections) Tick(ctx context.Context) error {
+	if err := r.Flush(ctx); err != nil {
+		return err
 	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := r.Flush(fctx); err != nil {
-				logger.Warn("flush rejection tallies", "error", err.Error())
-			}
-			cancel()
-			return
-		case <-ticker.C:
-		}
-		if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
-			logger.Warn("flush rejection tallies", "error", err.Error())
-		}
-		if _, err := r.pool.Exec(ctx, rejectionsPurgeSQL); err != nil && ctx.Err() == nil {
-			logger.Warn("purge rejection tallies", "error", err.Error())
-		}
+	if _, err := r.pool.Exec(ctx, rejectionsPurgeSQL); err != nil {
+		return fmt.Errorf("budget: purge rejection tallies: %w", err)
 	}
+	return nil
 }
 
 // RejectionCount is the number of rejections of one tenant by one limit in

@@ -3,8 +3,6 @@ package budget
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -78,42 +76,6 @@ func (s *Store) sweepTenant(ctx context.Context, tenantID string) (int, error) {
 		total += n
 		if len(overdue) < sweepBatch {
 			return total, nil
-		}
-	}
-}
-
-// Sweeper runs SweepOnce every Interval until its context ends.
-type Sweeper struct {
-	Store    *Store
-	Interval time.Duration
-	Logger   *slog.Logger
-}
-
-// Run sweeps until ctx ends. Errors are logged, not fatal: the next tick
-// tries again.
-func (w *Sweeper) Run(ctx context.Context) {
-	interval := w.Interval
-	if interval <= 0 {
-		interval = 5 * time.Second
-	}
-	logger := w.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		n, err := w.Store.SweepOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			logger.Error("expiry sweep failed", "error", err.Error())
-		}
-		if n > 0 {
-			logger.Info("expired reservations", "count", n)
 		}
 	}
 }

@@ -13,9 +13,6 @@ type Estimate struct {
 	Model string
 	// Family is the table entry used, or [UnknownFamily].
 	Family string
-	// OnStoreUnavailable is the model's failure policy ("" defers to the
-	// tenant's).
-	OnStoreUnavailable string `json:",omitempty"`
 	// InputTokens is the input count: exact tiktoken counts plus the
 	// message/tool framing, raised to the caller's input_tokens if larger.
 	InputTokens int64
@@ -185,15 +182,14 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	out = satMul(satMul(out, max(r.n, 1)), batch)
 
 	return Estimate{
-		Model:              r.model,
-		Family:             m.Name,
-		OnStoreUnavailable: m.OnStoreUnavailable,
-		InputTokens:        in,
-		OutputTokens:       out,
-		Cost:               Cost(in, out, m.InputWeightMicro, m.OutputWeightMicro),
-		Approximate:        approx,
-		InputWeightMicro:   m.InputWeightMicro,
-		OutputWeightMicro:  m.OutputWeightMicro,
+		Model:             r.model,
+		Family:            m.Name,
+		InputTokens:       in,
+		OutputTokens:      out,
+		Cost:              Cost(in, out, m.InputWeightMicro, m.OutputWeightMicro),
+		Approximate:       approx,
+		InputWeightMicro:  m.InputWeightMicro,
+		OutputWeightMicro: m.OutputWeightMicro,
 	}, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,7 +112,6 @@ func LoadTable(ctx context.Context, db DB) (*Table, error) {
 type Refresh struct {
 	Estimator *Estimator
 	DB        DB
-	Logger    *slog.Logger
 
 	count   int64
 	updated time.Time
@@ -139,23 +137,4 @@ func (r *Refresh) Once(ctx context.Context) error {
 		r.updated = time.Unix(0, 0)
 	}
 	return nil
-}
-
-// Run calls Once every interval until ctx ends.
-func (r *Refresh) Run(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = 5 * time.Second
-	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
-		if err := r.Once(ctx); err != nil && ctx.Err() == nil && r.Logger != nil {
-			r.Logger.Warn("refresh model table", "error", err.Error())
-		}
-	}
 }

@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
@@ -196,7 +196,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	store := budget.NewStore(pool)
 	defer store.Close()
 	est := estimator.New(nil)
-	refresh := &estimator.Refresh{Estimator: est, DB: pool, Logger: logger}
+	refresh := &estimator.Refresh{Estimator: est, DB: pool}
 	if err := refresh.Once(ctx); err != nil {
 		return err
 	}
@@ -233,22 +233,41 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 	dash.Register(srv.Echo())
 
-	// Background work of every replica: expiring reservations, picking up
-	// model edits, and adding rejection tallies to the database. It stops
-	// after the server has drained.
-	bgCtx, stopBackground := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	bg.Go(func() { (&budget.Sweeper{Store: store, Interval: s.SweepInterval, Logger: logger}).Run(bgCtx) })
-	bg.Go(func() { refresh.Run(bgCtx, s.ModelRefresh) })
-	bg.Go(func() { rejections.Run(bgCtx, 5*time.Second, logger) })
-	watch := &budget.Watch{Store: store, Interval: s.WatchInterval, Logger: logger}
+	watch := &budget.Watch{Store: store, Logger: logger}
 	srv.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tokengate_ledger_invariant_violations",
 		Help: "Tenants whose stored balance or chain head disagreed with their ledger at the last check (should be 0).",
 	}, func() float64 { return float64(watch.Violations()) }))
-	bg.Go(func() { watch.Run(bgCtx) })
-	bg.Go(func() { srv.RunRecovery(bgCtx, 500*time.Millisecond) })
-	defer func() { stopBackground(); bg.Wait() }()
+
+	// Background work of every replica, each on its own period: expiring
+	// reservations, picking up model edits, adding rejection tallies to the
+	// database, watching the ledger's invariants, and recovering from store
+	// outages. It stops after the server has drained.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var bg errgroup.Group
+	periodic := func(d time.Duration, what string, fn func(context.Context) error) {
+		bg.Go(func() error { every(bgCtx, d, logger, what, fn); return nil })
+	}
+	periodic(s.SweepInterval, "expiry sweep", func(ctx context.Context) error {
+		n, err := store.SweepOnce(ctx)
+		if n > 0 {
+			logger.Info("expired reservations", "count", n)
+		}
+		return err
+	})
+	periodic(s.ModelRefresh, "model refresh", refresh.Once)
+	periodic(5*time.Second, "rejection tallies", rejections.Tick)
+	periodic(s.WatchInterval, "ledger invariant watch", watch.Check)
+	periodic(500*time.Millisecond, "store recovery", func(ctx context.Context) error { srv.Admitter().RecoverOnce(ctx); return nil })
+	defer func() {
+		stopBackground()
+		_ = bg.Wait()
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := rejections.Flush(fctx); err != nil { // the last tallies
+			logger.Warn("flush rejection tallies", "error", err.Error())
+		}
+	}()
 
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
@@ -308,6 +327,27 @@ func parseCIDRs(list []string) ([]*net.IPNet, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// every runs fn every d until ctx ends. An error is logged and the next
+// tick tries again: background work of a replica never stops it.
+func every(ctx context.Context, d time.Duration, logger *slog.Logger, what string, fn func(context.Context) error) {
+	if d <= 0 {
+		logger.Warn(what+" is off: its interval is not positive", "interval", d.String())
+		return
+	}
+	ticker := time.NewTicker(d)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			logger.Warn(what+" failed", "error", err.Error())
+		}
+	}
 }
 
 func checkMigrations(ctx context.Context, pool *pgxpool.Pool) error {

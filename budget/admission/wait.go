@@ -1,4 +1,4 @@
-package api
+package admission
 
 import (
 	"context"
@@ -79,20 +79,20 @@ func (w *waitQueues) wake(tenantID string) {
 // number of waiters per tenant is bounded; waiting ends when the caller
 // disconnects (ctx) or its wait runs out, and the last rejection is then
 // returned. Waiting holds no lock and no connection.
-func (s *Server) reserveWaiting(ctx context.Context, p budget.ReserveParams, maxWait time.Duration) (*budget.Reservation, error) {
+func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, maxWait time.Duration) (*budget.Reservation, error) {
 	start := time.Now()
 	entered := false
 	defer func() {
 		if entered {
-			s.waiters.leave(p.TenantID)
+			a.waiters.leave(p.TenantID)
 		}
 	}()
 	for {
 		var wake <-chan struct{}
 		if maxWait > 0 {
-			wake = s.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
+			wake = a.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
 		}
-		r, err := s.pipeline.Reserve(ctx, p)
+		r, err := a.pipeline.Reserve(ctx, p)
 		var rej *budget.RejectedError
 		if maxWait <= 0 || !errors.As(err, &rej) {
 			return r, err
@@ -107,7 +107,7 @@ func (s *Server) reserveWaiting(ctx context.Context, p budget.ReserveParams, max
 			return nil, err
 		}
 		if !entered {
-			if !s.waiters.enter(p.TenantID) {
+			if !a.waiters.enter(p.TenantID) {
 				return nil, err
 			}
 			entered = true
@@ -117,7 +117,7 @@ func (s *Server) reserveWaiting(ctx context.Context, p budget.ReserveParams, max
 		case <-ctx.Done():
 			timer.Stop()
 			return nil, err
-		case <-s.stopping:
+		case <-a.stopping:
 			timer.Stop()
 			return nil, err
 		case <-wake:

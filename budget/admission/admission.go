@@ -1,0 +1,342 @@
+// Package admission is how a replica admits, whatever face the request came
+// through (the HTTP API, a gateway's rate limit service, a proxy): it picks
+// the failure policy of each request, decides through the replica's
+// budget.Pipeline, lets a caller wait for tokens, and when the store does
+// not answer, fails over to the local policy (budget/outage) and replays
+// what was decided without the store once it is back.
+//
+// It may import budget, budget/outage and estimator, never a face.
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/outage"
+)
+
+// Store is what the admission layer needs of the store: deciding batches
+// (and telling busy from down, which *budget.Store does), and applying what
+// was decided without it.
+type Store interface {
+	budget.Decider
+	outage.Store
+	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+}
+
+// Config configures an Admitter. Zero fields take defaults; Store is
+// required.
+type Config struct {
+	Store Store
+	// Pool is the replica's pool: dropped when the store is found down (its
+	// connections are likely dead too) and pinged by the recovery loop.
+	Pool *pgxpool.Pool
+	// Local decides under the local policy; nil makes local act as reject.
+	Local *outage.Local
+	// DefaultPolicy applies when neither the model nor the tenant has one.
+	// Default reject.
+	DefaultPolicy budget.Policy
+	// ModelPolicyFunc returns a model family's failure policy ("" for
+	// none). Nil: models have none.
+	ModelPolicyFunc func(family string) budget.Policy
+	// StoreTimeout bounds how long a decision waits for its turn, and then
+	// each of its transaction's round trips. Default 3 s.
+	StoreTimeout time.Duration
+	// MaxWaiters bounds, per tenant, the callers waiting for tokens.
+	// Default 64.
+	MaxWaiters int
+	Logger     *slog.Logger
+	// Registerer receives the layer's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Admitter admits the requests of one replica. It is safe for concurrent
+// use.
+type Admitter struct {
+	cfg      Config
+	pipeline *budget.Pipeline
+	waiters  *waitQueues
+	logger   *slog.Logger
+
+	down  atomic.Bool
+	since atomic.Int64 // unix nanoseconds of the first failure
+	snaps sync.Map     // tenant id -> the last budget.Snapshot seen
+
+	// replayErr is the last spool replay's failure, nil once one succeeds:
+	// Ready fails while decisions made without the store are not in it.
+	replayErr atomic.Pointer[string]
+
+	stopping chan struct{}
+	stopOnce sync.Once
+
+	storeUp    prometheus.Gauge
+	replayFail prometheus.Counter
+}
+
+// New returns an Admitter.
+func New(cfg Config) *Admitter {
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = 3 * time.Second
+	}
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = 64
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry() // unserved
+	}
+	a := &Admitter{
+		cfg:      cfg,
+		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout}),
+		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
+		logger:   cfg.Logger,
+		stopping: make(chan struct{}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tokengate_store_up",
+			Help: "1 while this replica reaches the store, 0 while it decides by the failure policy.",
+		}),
+		replayFail: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tokengate_spool_replay_failures_total",
+			Help: "Replays of the local-policy spool that stopped before the end (the store went away again, or could not take a record); /readyz fails until one succeeds.",
+		}),
+	}
+	a.storeUp.Set(1)
+	reg.MustRegister(a.storeUp, a.replayFail)
+	if cfg.Local != nil {
+		spool := cfg.Local.Spool
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "tokengate_spool_rejected_records_total",
+				Help: "Spool lines that could not be replayed (a torn tail cut off at start, an unreadable line, a record the store refused for good), kept in the spool's .rejected file.",
+			}, func() float64 { return float64(spool.Rejected()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tokengate_spool_bytes",
+				Help: "Bytes of decisions made without the store that are waiting to be replayed into it.",
+			}, func() float64 { n, _ := spool.Len(); return float64(n) }),
+		)
+		if n := spool.TornBytes(); n > 0 {
+			a.logger.Error("SPOOL TORN TAIL: the last record of the spool was cut short by a crash before it was answered; it was cut off and kept in the rejected file",
+				"bytes", n, "file", spool.RejectedPath())
+		}
+	}
+	return a
+}
+
+// Stop ends every wait for tokens at once (each waiter gets its last
+// rejection), so that a graceful shutdown is not held up by them.
+func (a *Admitter) Stop() { a.stopOnce.Do(func() { close(a.stopping) }) }
+
+// Down reports whether this replica treats the store as unreachable: it
+// then decides by the failure policy without waiting on the store.
+func (a *Admitter) Down() bool { return a.down.Load() }
+
+// MarkDown records that the store did not answer. Requests stop trying it
+// (each try would wait for a timeout) until the recovery loop reaches it.
+func (a *Admitter) MarkDown(err error) {
+	if a.down.CompareAndSwap(false, true) {
+		a.since.Store(time.Now().UnixNano())
+		a.logger.Error("store unavailable: deciding by the failure policy until it is back", "error", err.Error())
+		a.storeUp.Set(0)
+		if a.cfg.Pool != nil {
+			// The pool's connections are likely dead too; drop them so none
+			// is handed out once the store is back.
+			a.cfg.Pool.Reset()
+		}
+	}
+}
+
+func (a *Admitter) remember(snap budget.Snapshot) {
+	if snap.TenantID != "" {
+		a.snaps.Store(snap.TenantID, snap)
+	}
+}
+
+// LastSnapshot is the last snapshot of a tenant this replica saw.
+func (a *Admitter) LastSnapshot(tenantID string) (budget.Snapshot, bool) {
+	v, ok := a.snaps.Load(tenantID)
+	if !ok {
+		return budget.Snapshot{}, false
+	}
+	return v.(budget.Snapshot), true
+}
+
+// Snapshot is a tenant's limits and balances now; while the store is down,
+// the last this replica saw (ok false if it saw none).
+func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (budget.Snapshot, error) {
+	if a.Down() {
+		if snap, ok := a.LastSnapshot(tenantID); ok {
+			return snap, nil
+		}
+		return budget.Snapshot{}, budget.ErrUnavailable
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
+	defer cancel()
+	snap, err := a.cfg.Store.TenantSnapshot(ctx, tenantID)
+	if err == nil {
+		a.remember(snap)
+	}
+	return snap, err
+}
+
+// policy resolves the failure policy of a request: the model's, else the
+// tenant's, else the replica's default.
+func (a *Admitter) policy(family, tenantID string) budget.Policy {
+	if a.cfg.ModelPolicyFunc != nil {
+		if p := a.cfg.ModelPolicyFunc(family); p != budget.PolicyDefault {
+			return p
+		}
+	}
+	if snap, ok := a.LastSnapshot(tenantID); ok && snap.Limits.OnStoreUnavailable != budget.PolicyDefault {
+		return snap.Limits.OnStoreUnavailable
+	}
+	if a.cfg.DefaultPolicy != budget.PolicyDefault {
+		return a.cfg.DefaultPolicy
+	}
+	return budget.PolicyReject
+}
+
+// Request is one admission to decide.
+type Request struct {
+	budget.ReserveParams
+	// MaxWait is how long the caller will wait for tokens instead of a
+	// rejection (capped by the tenant's max_wait).
+	MaxWait time.Duration
+}
+
+// Reserve decides a request through the store, or, when the store does not
+// answer and the request's policy is local, against this replica's share
+// (local is then true). It returns what budget.Store.Reserve returns, and
+// budget.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
+func (a *Admitter) Reserve(ctx context.Context, req Request) (r *budget.Reservation, local bool, err error) {
+	p := req.ReserveParams
+	if !a.Down() {
+		r, err = a.reserveWaiting(ctx, p, req.MaxWait)
+		if err == nil {
+			a.remember(r.Snapshot)
+			return r, false, nil
+		}
+		var rej *budget.RejectedError
+		if errors.As(err, &rej) {
+			a.remember(rej.Snapshot)
+		}
+		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+			return nil, false, err
+		}
+		a.MarkDown(err)
+	} else {
+		err = budget.ErrUnavailable
+	}
+	if a.policy(p.Estimate.Family, p.TenantID) != budget.PolicyLocal || a.cfg.Local == nil {
+		return nil, false, err
+	}
+	snap, ok := a.LastSnapshot(p.TenantID)
+	if !ok {
+		return nil, false, err // this replica never saw the tenant: it has no limits to apply
+	}
+	r, err = a.cfg.Local.Reserve(snap, p)
+	return r, true, err
+}
+
+// Settle reconciles an admission (budget.Store.Settle). While the store is
+// down, the settle is journaled for the recovery loop and journaled is
+// true: the accounting is kept, the balance is not known yet.
+func (a *Admitter) Settle(ctx context.Context, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
+	return a.end(ctx, p.TenantID, p.AdmissionID, true, p.InputTokens, p.OutputTokens, p.Actor,
+		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) })
+}
+
+// Release refunds an admission whose request never ran, like Settle.
+func (a *Admitter) Release(ctx context.Context, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
+	return a.end(ctx, p.TenantID, p.AdmissionID, false, 0, 0, p.Actor,
+		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) })
+}
+
+func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle bool, in, out int64, actor string,
+	decide func() (*budget.Settlement, error)) (*budget.Settlement, bool, error) {
+	if !a.Down() {
+		st, err := decide()
+		if err == nil {
+			a.remember(st.Snapshot)
+			if !st.Replayed {
+				a.waiters.wake(tenantID) // a slot or tokens came free
+			}
+			return st, false, nil
+		}
+		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+			return nil, false, err
+		}
+		a.MarkDown(err)
+	}
+	if a.cfg.Local == nil {
+		return nil, false, budget.ErrUnavailable
+	}
+	if err := a.cfg.Local.End(tenantID, admissionID, settle, in, out, actor); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
+}
+
+// Ready reports why this replica should not get traffic: nil when its
+// spool of decisions made without the store is replayed (or empty).
+func (a *Admitter) Ready() error {
+	if msg := a.replayErr.Load(); msg != nil {
+		return fmt.Errorf("decisions made during the store outage could not be replayed yet: %s", *msg)
+	}
+	return nil
+}
+
+// RecoverOnce is one turn of the recovery loop, which every replica runs
+// (every 500 ms): while the store is marked down or the spool holds
+// decisions made without it, it pings the store; once the store answers,
+// it replays the spool and lets requests use the store again.
+func (a *Admitter) RecoverOnce(ctx context.Context) {
+	pending := false
+	if a.cfg.Local != nil {
+		if n, err := a.cfg.Local.Spool.Len(); err == nil && n > 0 {
+			pending = true
+		}
+	}
+	if !a.Down() && !pending {
+		return
+	}
+	if a.cfg.Pool != nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := a.cfg.Pool.Ping(pctx)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+	if pending {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		rep, err := a.cfg.Local.Replay(rctx, a.cfg.Store)
+		cancel()
+		if err != nil {
+			msg := err.Error()
+			a.replayErr.Store(&msg)
+			a.replayFail.Inc()
+			a.logger.Error("replaying decisions made during the outage failed; retrying", "error", msg, "applied", rep.Reserved+rep.Ended,
+				"spool", a.cfg.Local.Spool.Path())
+			return
+		}
+		a.replayErr.Store(nil)
+		a.logger.Info("replayed decisions made during the outage", "records", rep.Records, "admissions", rep.Reserved,
+			"settles_and_releases", rep.Ended, "already_applied", rep.Skipped, "rejected", rep.Rejected)
+	}
+	if a.down.CompareAndSwap(true, false) {
+		a.logger.Info("store reachable again", "down_for", time.Since(time.Unix(0, a.since.Load())).Round(time.Millisecond).String())
+		a.storeUp.Set(1)
+	}
+}
