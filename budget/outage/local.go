@@ -153,7 +153,8 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	sh.state.Debit(est.Cost)
 	r.Snapshot = sh.snapshot(snap.TenantID, now)
-	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &est, CreatedAt: now,
+	stored := budget.StoreEstimate(est)
+	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &stored, CreatedAt: now,
 		ExpiresAt: r.ExpiresAt, Actor: actor}
 	if p.IdempotencyKey != "" {
 		response, err := budget.EncodeReservation(r)
@@ -269,7 +270,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 			return errors.New("outage: a reserve without an estimate")
 		}
 		wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
-			Estimate: *r.Estimate, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Replica: l.Replica,
+			Estimate: r.Estimate.Estimate(), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Replica: l.Replica,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response})
 		if err != nil {
 			return err

@@ -22,7 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/budget"
 )
 
 // Kind of a spool record.
@@ -38,15 +38,15 @@ const (
 // Record is one decision made without the store. It is the spool's on-disk
 // format: every field is tagged, and a field may be added but never renamed.
 type Record struct {
-	Kind         Kind                `json:"kind"`
-	AdmissionID  string              `json:"admission_id"`
-	TenantID     string              `json:"tenant_id"`
-	Estimate     *estimator.Estimate `json:"estimate,omitempty"`
-	CreatedAt    time.Time           `json:"created_at"`
-	ExpiresAt    time.Time           `json:"expires_at,omitzero"`
-	InputTokens  int64               `json:"input_tokens,omitempty"`
-	OutputTokens int64               `json:"output_tokens,omitempty"`
-	Actor        string              `json:"actor,omitempty"`
+	Kind         Kind                   `json:"kind"`
+	AdmissionID  string                 `json:"admission_id"`
+	TenantID     string                 `json:"tenant_id"`
+	Estimate     *budget.StoredEstimate `json:"estimate,omitempty"`
+	CreatedAt    time.Time              `json:"created_at"`
+	ExpiresAt    time.Time              `json:"expires_at,omitzero"`
+	InputTokens  int64                  `json:"input_tokens,omitempty"`
+	OutputTokens int64                  `json:"output_tokens,omitempty"`
+	Actor        string                 `json:"actor,omitempty"`
 	// IdempotencyKey and RequestHash are the admission's Idempotency-Key
 	// and request fingerprint; Response is the admission as it was
 	// answered. The replay writes them to the store with the admission, so

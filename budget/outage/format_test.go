@@ -1,0 +1,60 @@
+package outage_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/outage"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestSpoolRecordFormat pins the spool's line format: records spooled by a
+// replica must replay after an upgrade, so a change here must stay
+// readable (add fields; never rename one).
+func TestSpoolRecordFormat(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
+	est := budget.StoredEstimate{Model: "gpt-4o", Family: "gpt-4o", InputTokens: 9, OutputTokens: 100, Cost: 109,
+		InputWeightMicro: 1_000_000, OutputWeightMicro: 1_000_000}
+	records := []outage.Record{
+		{Kind: outage.KindReserve, AdmissionID: "adm_a", TenantID: "acme", Estimate: &est, CreatedAt: at, ExpiresAt: at.Add(10 * time.Minute),
+			Actor: "key:abc", IdempotencyKey: "k-1", RequestHash: []byte{1, 2, 3}, Response: json.RawMessage(`{"admission_id":"adm_a"}`)},
+		{Kind: outage.KindSettle, AdmissionID: "adm_a", TenantID: "acme", CreatedAt: at, InputTokens: 9, OutputTokens: 20, Actor: "key:abc"},
+		{Kind: outage.KindRelease, AdmissionID: "adm_b", TenantID: "acme", CreatedAt: at, Actor: "key:abc"},
+	}
+	var got bytes.Buffer
+	for _, r := range records {
+		line, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(append(line, '\n'))
+	}
+	path := filepath.Join("testdata", "spool_records.jsonl")
+	if *update {
+		if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("the spool's record format changed:\ngot:\n%s\nwant:\n%s", got.Bytes(), want)
+	}
+	for i, line := range bytes.Split(bytes.TrimSpace(want), []byte("\n")) {
+		var r outage.Record
+		if err := json.Unmarshal(line, &r); err != nil || !reflect.DeepEqual(r, records[i]) {
+			t.Fatalf("line %d reads back as %+v (%v)", i+1, r, err)
+		}
+	}
+}
