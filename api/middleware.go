@@ -1,10 +1,8 @@
 package api
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime"
 	"strconv"
 	"time"
 
@@ -45,28 +43,6 @@ func (s *Server) requestLogger() echo.MiddlewareFunc {
 			return nil
 		},
 	})
-}
-
-// recoverJSON turns a panic into an error that the error handler renders as
-// a JSON 500; the stack goes to the log, never to the client.
-func recoverJSON() echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c *echo.Context) (err error) {
-			defer func() {
-				r := recover()
-				if r == nil {
-					return
-				}
-				if r == http.ErrAbortHandler {
-					panic(r)
-				}
-				stack := make([]byte, 8<<10)
-				stack = stack[:runtime.Stack(stack, false)]
-				err = fmt.Errorf("panic: %v\n%s", r, stack)
-			}()
-			return next(c)
-		}
-	}
 }
 
 type httpMetrics struct {

@@ -194,7 +194,9 @@ func New(cfg *Config) (*Server, error) {
 		middleware.RequestID(),
 		s.requestLogger(),
 		s.metrics.middleware(),
-		recoverJSON(),
+		// A panic becomes an error: the error handler logs it with its stack
+		// and answers a JSON 500 with no internals.
+		middleware.RecoverWithConfig(middleware.RecoverConfig{StackSize: 8 << 10, DisableStackAll: true}),
 		middleware.BodyLimit(c.BodyLimit),
 	)
 	s.echo = e

@@ -194,7 +194,7 @@ func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 // database's clock now, without locking or writing.
 func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
 	b := &pgx.Batch{}
-	b.Queue(clockSQL)
+	b.Queue(clockSQL, s.clock())
 	b.Queue(tenantListSQL)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()

@@ -43,21 +43,68 @@ type Admission struct {
 	EndBalanceMicro *int64 // balance right after it
 }
 
-func scanAdmission(row pgx.Row) (*Admission, error) {
-	var a Admission
-	var state string
-	e := &a.Estimate
-	err := row.Scan(&a.ID, &a.TenantID, &state, &e.Model, &e.InputTokens, &e.OutputTokens, &e.Cost, &e.Approximate,
-		&e.InputWeightMicro, &e.OutputWeightMicro, &a.CreatedAt, &a.ExpiresAt,
-		&a.EndedAt, &a.Late, &a.ActualInput, &a.ActualOutput, &a.ActualCost, &a.EndDeltaMicro, &a.EndBalanceMicro)
+// admissionRow is a row of admissions, as every query of it reads it
+// (SELECT * FROM admissions ...), scanned by column name.
+type admissionRow struct {
+	ID                string     `db:"id"`
+	TenantID          string     `db:"tenant_id"`
+	State             string     `db:"state"`
+	Model             string     `db:"model"`
+	InputTokens       int64      `db:"input_tokens"`
+	OutputTokens      int64      `db:"output_tokens"`
+	Cost              int64      `db:"cost"`
+	Approximate       bool       `db:"approximate"`
+	InputWeightMicro  int64      `db:"input_weight_micro"`
+	OutputWeightMicro int64      `db:"output_weight_micro"`
+	CreatedAt         time.Time  `db:"created_at"`
+	ExpiresAt         time.Time  `db:"expires_at"`
+	EndedAt           *time.Time `db:"ended_at"`
+	Late              bool       `db:"late"`
+	ActualInput       *int64     `db:"actual_input"`
+	ActualOutput      *int64     `db:"actual_output"`
+	ActualCost        *int64     `db:"actual_cost"`
+	EndDeltaMicro     *int64     `db:"end_delta_micro"`
+	EndBalanceMicro   *int64     `db:"end_balance_micro"`
+}
+
+func (r *admissionRow) admission() *Admission {
+	return &Admission{ID: r.ID, TenantID: r.TenantID, State: State(r.State),
+		Estimate: estimator.Estimate{Model: r.Model, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Cost: r.Cost,
+			Approximate: r.Approximate, InputWeightMicro: r.InputWeightMicro, OutputWeightMicro: r.OutputWeightMicro},
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, Late: r.Late,
+		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
+		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro}
+}
+
+// scanAdmission reads one admission row. It returns ErrAdmissionNotFound.
+func scanAdmission(rows pgx.Rows, err error) (*Admission, error) {
+	if err != nil {
+		return nil, err
+	}
+	r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[admissionRow])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrAdmissionNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("budget: scan admission: %w", err)
 	}
-	a.State = State(state)
-	return &a, nil
+	return r.admission(), nil
+}
+
+// scanAdmissions reads admission rows.
+func scanAdmissions(rows pgx.Rows, err error) ([]*Admission, error) {
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[admissionRow])
+	if err != nil {
+		return nil, fmt.Errorf("budget: scan admissions: %w", err)
+	}
+	out := make([]*Admission, len(rs))
+	for i, r := range rs {
+		out[i] = r.admission()
+	}
+	return out, nil
 }
 
 func queueAdmissionEnd(b *pgx.Batch, a *Admission) {

@@ -107,7 +107,7 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 		func(b *pgx.Batch) {
 			for _, op := range ops {
 				if op.Reserve != nil && op.Reserve.IdempotencyKey != "" {
-					b.Queue(idempotencyGetSQL, tenantID, op.Reserve.IdempotencyKey)
+					b.Queue(idempotencyGetSQL, tenantID, op.Reserve.IdempotencyKey, s.clock())
 				}
 			}
 			// Lock order: the tenant row (held), then its admission rows.
@@ -131,7 +131,7 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 				priors[i] = &pr
 			}
 			for _, id := range admIDs {
-				a, err := scanAdmission(br.QueryRow())
+				a, err := scanAdmission(br.Query())
 				if errors.Is(err, ErrAdmissionNotFound) {
 					continue
 				}

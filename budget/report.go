@@ -28,21 +28,21 @@ type DriftParams struct {
 
 // DriftRow reconciles estimates with actual usage for one tenant and model.
 type DriftRow struct {
-	TenantID          string  `json:"tenant_id"`
-	Model             string  `json:"model"`
-	Admissions        int64   `json:"admissions"`
-	EstimatedInput    int64   `json:"estimated_input_tokens"`
-	EstimatedOutput   int64   `json:"estimated_output_tokens"`
-	EstimatedCost     int64   `json:"estimated_cost"`
-	ActualInput       int64   `json:"actual_input_tokens"`
-	ActualOutput      int64   `json:"actual_output_tokens"`
-	ActualCost        int64   `json:"actual_cost"`
-	Settled           int64   `json:"settled"`
-	Expired           int64   `json:"expired"`
-	MeanRelativeError float64 `json:"mean_relative_error"`
-	P95AbsRelativeErr float64 `json:"p95_abs_relative_error"`
-	RefundedMicro     int64   `json:"refunded_micro"`
-	ExtraChargedMicro int64   `json:"extra_charged_micro"`
+	TenantID          string  `json:"tenant_id" db:"tenant_id"`
+	Model             string  `json:"model" db:"model"`
+	Admissions        int64   `json:"admissions" db:"admissions"`
+	EstimatedInput    int64   `json:"estimated_input_tokens" db:"estimated_input_tokens"`
+	EstimatedOutput   int64   `json:"estimated_output_tokens" db:"estimated_output_tokens"`
+	EstimatedCost     int64   `json:"estimated_cost" db:"estimated_cost"`
+	ActualInput       int64   `json:"actual_input_tokens" db:"actual_input_tokens"`
+	ActualOutput      int64   `json:"actual_output_tokens" db:"actual_output_tokens"`
+	ActualCost        int64   `json:"actual_cost" db:"actual_cost"`
+	Settled           int64   `json:"settled" db:"settled"`
+	Expired           int64   `json:"expired" db:"expired"`
+	MeanRelativeError float64 `json:"mean_relative_error" db:"mean_relative_error"`
+	P95AbsRelativeErr float64 `json:"p95_abs_relative_error" db:"p95_abs_relative_error"`
+	RefundedMicro     int64   `json:"refunded_micro" db:"refunded_micro"`
+	ExtraChargedMicro int64   `json:"extra_charged_micro" db:"extra_charged_micro"`
 }
 
 // DriftReport reconciles estimates against actual usage per tenant and
@@ -64,13 +64,7 @@ func (s *Store) DriftReport(ctx context.Context, p DriftParams) ([]DriftRow, err
 	if err != nil {
 		return nil, fmt.Errorf("budget: drift report: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DriftRow, error) {
-		var d DriftRow
-		err := r.Scan(&d.TenantID, &d.Model, &d.Admissions, &d.EstimatedInput, &d.EstimatedOutput, &d.EstimatedCost,
-			&d.ActualInput, &d.ActualOutput, &d.ActualCost, &d.Settled, &d.Expired, &d.MeanRelativeError,
-			&d.P95AbsRelativeErr, &d.RefundedMicro, &d.ExtraChargedMicro)
-		return d, err
-	})
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByName[DriftRow])
 	if err != nil {
 		return nil, fmt.Errorf("budget: drift report: %w", err)
 	}

@@ -50,7 +50,8 @@ var (
 // Store decides admissions against the tenants' rows in Postgres. It is safe
 // for concurrent use, and any number of replicas may share one database.
 type Store struct {
-	pool *pgxpool.Pool
+	pool    *pgxpool.Pool
+	nowFunc func() time.Time // nil: the database's clock
 
 	// answered is when the store last answered a round trip of a decision
 	// (unix nanoseconds). A request that ran out of time while the store
@@ -66,6 +67,25 @@ type Store struct {
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
 	return &Store{pool: pool}
+}
+
+// WithClock makes the store decide at now() instead of the database's
+// clock_timestamp(), and returns it. Tests freeze time with it instead of
+// accepting ranges; production stores never set it, so that every replica
+// decides on the one database clock.
+func (s *Store) WithClock(now func() time.Time) *Store {
+	s.nowFunc = now
+	return s
+}
+
+// clock is the override passed to every query that reads the time ($n in
+// coalesce($n::timestamptz, clock_timestamp())): nil unless WithClock.
+func (s *Store) clock() *time.Time {
+	if s.nowFunc == nil {
+		return nil
+	}
+	t := s.nowFunc()
+	return &t
 }
 
 // noteAnswer records that the store just answered a round trip.
@@ -195,7 +215,7 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(tenantLockSQL, tenantID)
-	b.Queue(clockSQL)
+	b.Queue(clockSQL, s.clock())
 	if extra != nil {
 		extra(b)
 	}

@@ -3,6 +3,7 @@ package budget_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,26 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{pool: pool, store: budget.NewStore(pool)}
 }
 
+// frozen is a clock that moves only when a test says so.
+type frozen struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (f *frozen) Now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
+
+func (f *frozen) Advance(d time.Duration) { f.mu.Lock(); defer f.mu.Unlock(); f.now = f.now.Add(d) }
+
+// setupFrozen is setup with the store deciding on a frozen clock instead of
+// the database's, so that figures are exact.
+func setupFrozen(t *testing.T) (*testBundle, *frozen) {
+	t.Helper()
+	b := setup(t)
+	clock := &frozen{now: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)}
+	b.store.WithClock(clock.Now)
+	return b, clock
+}
+
 var ctx = context.Background()
 
 func (b *testBundle) tenant(t *testing.T, id string, l budget.Limits) {
@@ -46,6 +67,9 @@ func (b *testBundle) rewind(t *testing.T, id string, d time.Duration) {
 		t.Fatal(err)
 	}
 }
+
+// fst is the error of a (value, error) pair.
+func fst[T any](_ T, err error) error { return err }
 
 func reserve(cost int64) budget.ReserveParams {
 	return budget.ReserveParams{Estimate: estimator.Estimate{Model: "gpt-4o", InputTokens: cost / 2, OutputTokens: cost - cost/2, Cost: cost,
@@ -147,28 +171,27 @@ func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
 	b.verify(t, "acme")
 }
 
-func TestRefillByMovingTimeBack(t *testing.T) {
+func TestRefillOverAFrozenClock(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, clock := setupFrozen(t)
 	b.tenant(t, "acme", limits(1000, "1"))
 	b.mustReserve(t, "acme", 1000)
 	if _, err := b.reserve(t, "acme", 1); err == nil {
 		t.Fatal("empty bucket admitted")
 	}
-	b.rewind(t, "acme", 300*time.Second) // 300 tokens
+	clock.Advance(300 * time.Second) // 300 tokens
 	r := b.mustReserve(t, "acme", 250)
-	if got := r.Snapshot.Tokens(); got < 50 || got > 52 {
-		t.Fatalf("after 300 s at 1/s and a 250 debit: %d tokens, want 50 (and the second or two the test took)", got)
+	if got := r.Snapshot.TokensMicro; got != 50*budget.Micro {
+		t.Fatalf("after 300 s at 1/s and a 250 debit: %d micro-tokens, want exactly 50 tokens", got)
 	}
-	b.rewind(t, "acme", time.Hour) // far more than capacity
+	clock.Advance(time.Hour) // far more than capacity
 	r = b.mustReserve(t, "acme", 1)
 	if got := r.Snapshot.Tokens(); got != 999 {
 		t.Fatalf("refill must stop at capacity: %d tokens, want 999", got)
 	}
 
-	// The ledger recorded each refill exactly: 300 s at 1/s (plus the
-	// milliseconds the test itself took), then exactly what filled the Bucket
-	// to capacity.
+	// The ledger recorded each refill exactly: 300 s at 1/s, then exactly
+	// what filled the bucket to capacity.
 	rows, err := b.pool.Query(ctx, `SELECT refill_micro, balance_micro - delta_micro FROM ledger_entries WHERE tenant_id = 'acme' ORDER BY seq`)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +205,7 @@ func TestRefillByMovingTimeBack(t *testing.T) {
 		}
 		refills, before = append(refills, refill), append(before, beforeDelta)
 	}
-	if len(refills) != 4 || refills[2] < 300*budget.Micro || refills[2] > 303*budget.Micro || before[3] != 1000*budget.Micro {
+	if len(refills) != 4 || refills[1] != 0 || refills[2] != 300*budget.Micro || refills[3] != 950*budget.Micro || before[3] != 1000*budget.Micro {
 		t.Fatalf("recorded refills %v, balances before each debit %v", refills, before)
 	}
 	b.verify(t, "acme")
@@ -190,7 +213,7 @@ func TestRefillByMovingTimeBack(t *testing.T) {
 
 func TestRequestBucket(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, clock := setupFrozen(t)
 	l := limits(1_000_000, "1000")
 	l.RequestsCapacity, l.RequestsRateMicro = 3, budget.Micro/60 // 3 burst, 1 per minute
 	b.tenant(t, "acme", l)
@@ -199,10 +222,15 @@ func TestRequestBucket(t *testing.T) {
 	}
 	_, err := b.reserve(t, "acme", 1)
 	rej := rejected(t, err, budget.LimitRequests)
-	if rej.RetryAfter < 59*time.Second || rej.RetryAfter > 60*time.Second {
-		t.Fatalf("retry after %s, want just under 60 s", rej.RetryAfter)
+	// 1/60 per second is 16 666 micro-requests a second: one request
+	// refills in ceil(1e12 / 16666) = 60 002 401 us, answered rounded up
+	// to the millisecond.
+	if rej.RetryAfter != 60003*time.Millisecond {
+		t.Fatalf("retry after %s, want exactly 60.003 s", rej.RetryAfter)
 	}
-	b.rewind(t, "acme", time.Minute)
+	clock.Advance(60_002_400 * time.Microsecond)
+	rejected(t, fst(b.reserve(t, "acme", 1)), budget.LimitRequests)
+	clock.Advance(time.Microsecond)
 	r := b.mustReserve(t, "acme", 1)
 	if r.Snapshot.Requests() != 0 {
 		t.Fatalf("requests left %d, want 0", r.Snapshot.Requests())

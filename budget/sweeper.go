@@ -15,7 +15,7 @@ import (
 func (s *Store) SweepOnce(ctx context.Context) (int, error) {
 	total := 0
 	for {
-		rows, err := s.pool.Query(ctx, admissionExpiredTenantsSQL, 100)
+		rows, err := s.pool.Query(ctx, admissionExpiredTenantsSQL, 100, s.clock())
 		if err != nil {
 			return total, fmt.Errorf("budget: sweep: %w", err)
 		}
@@ -49,13 +49,10 @@ func (s *Store) sweepTenant(ctx context.Context, tenantID string) (int, error) {
 	for {
 		var overdue []*Admission
 		tx, t, now, err := s.lockTenant(ctx, tenantID,
-			func(b *pgx.Batch) { b.Queue(admissionExpiredLockSQL, tenantID, sweepBatch) },
+			func(b *pgx.Batch) { b.Queue(admissionExpiredLockSQL, tenantID, sweepBatch, s.clock()) },
 			func(br pgx.BatchResults) error {
-				rows, err := br.Query()
-				if err != nil {
-					return err
-				}
-				overdue, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Admission, error) { return scanAdmission(r) })
+				var err error
+				overdue, err = scanAdmissions(br.Query())
 				return err
 			})
 		if err != nil {

@@ -73,7 +73,7 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 	var snap Snapshot
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var now time.Time
-		if err := tx.QueryRow(ctx, clockSQL).Scan(&now); err != nil {
+		if err := tx.QueryRow(ctx, clockSQL, s.clock()).Scan(&now); err != nil {
 			return err
 		}
 		t := &tenant{id: p.ID, TenantState: TenantState{Limits: l}}
@@ -129,7 +129,7 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (Snapshot, error) {
 	b := &pgx.Batch{}
 	b.Queue(tenantGetSQL, tenantID)
-	b.Queue(clockSQL)
+	b.Queue(clockSQL, s.clock())
 	var snap Snapshot
 	err := retry(ctx, func() error {
 		br := s.pool.SendBatch(ctx, b)
@@ -155,7 +155,7 @@ func (s *Store) AdmissionGet(ctx context.Context, tenantID, admissionID string) 
 	var a *Admission
 	err := retry(ctx, func() error {
 		var err error
-		a, err = scanAdmission(s.pool.QueryRow(ctx, admissionGetSQL, admissionID, tenantID))
+		a, err = scanAdmission(s.pool.Query(ctx, admissionGetSQL, admissionID, tenantID))
 		return classify(err, false, false)
 	})
 	return a, err
@@ -164,11 +164,7 @@ func (s *Store) AdmissionGet(ctx context.Context, tenantID, admissionID string) 
 // AdmissionRecent returns a tenant's latest admissions, newest first (the
 // dashboard's estimate-versus-actual chart).
 func (s *Store) AdmissionRecent(ctx context.Context, tenantID string, limit int) ([]*Admission, error) {
-	rows, err := s.pool.Query(ctx, admissionRecentSQL, tenantID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("budget: recent admissions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*Admission, error) { return scanAdmission(r) })
+	out, err := scanAdmissions(s.pool.Query(ctx, admissionRecentSQL, tenantID, limit))
 	if err != nil {
 		return nil, fmt.Errorf("budget: recent admissions: %w", err)
 	}

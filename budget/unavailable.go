@@ -9,7 +9,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 var (
@@ -44,10 +46,10 @@ func classify(err error, acquiring, committing bool) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
-		case pgErr.Code == "40001" || pgErr.Code == "40P01": // serialization failure, deadlock
+		case pgErr.Code == pgerrcode.SerializationFailure || pgErr.Code == pgerrcode.DeadlockDetected:
 			return errRetry{err}
-		case pgErr.Code[:2] == "08", pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "53300":
-			// connection exception, admin/crash shutdown, cannot connect now, too many connections
+		case pgerrcode.IsConnectionException(pgErr.Code), pgErr.Code == pgerrcode.AdminShutdown, pgErr.Code == pgerrcode.CrashShutdown,
+			pgErr.Code == pgerrcode.CannotConnectNow, pgErr.Code == pgerrcode.TooManyConnections:
 			if committing {
 				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 			}
@@ -82,12 +84,7 @@ func classify(err error, acquiring, committing bool) error {
 }
 
 func isClosedConn(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if s := e.Error(); s == "conn closed" || s == "closed pool" {
-			return true
-		}
-	}
-	return false
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }
 
 // maxAttempts bounds how often a decision runs when it meets retryable

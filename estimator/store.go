@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -37,20 +38,43 @@ type StoredModel struct {
 	UpdatedBy string
 }
 
+// modelRow is a row of models (SELECT * FROM models), scanned by column
+// name.
+type modelRow struct {
+	Name                string    `db:"name"`
+	Encoding            string    `db:"encoding"`
+	InputWeightMicro    int64     `db:"input_weight_micro"`
+	OutputWeightMicro   int64     `db:"output_weight_micro"`
+	DefaultOutputTokens int64     `db:"default_output_tokens"`
+	ContextWindow       int64     `db:"context_window"`
+	PartTokens          int64     `db:"part_tokens"`
+	UpdatedAt           time.Time `db:"updated_at"`
+	UpdatedBy           string    `db:"updated_by"`
+	OnStoreUnavailable  *string   `db:"on_store_unavailable"`
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
 // ModelList returns the stored models, by name.
 func ModelList(ctx context.Context, db DB) ([]StoredModel, error) {
 	rows, err := db.Query(ctx, modelListSQL)
 	if err != nil {
 		return nil, fmt.Errorf("estimator: list models: %w", err)
 	}
-	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredModel, error) {
-		var m StoredModel
-		err := r.Scan(&m.Name, &m.Encoding, &m.InputWeightMicro, &m.OutputWeightMicro, &m.DefaultOutputTokens,
-			&m.ContextWindow, &m.PartTokens, &m.OnStoreUnavailable, &m.UpdatedAt, &m.UpdatedBy)
-		return m, err
-	})
+	rs, err := pgx.CollectRows(rows, pgx.RowToStructByName[modelRow])
 	if err != nil {
 		return nil, fmt.Errorf("estimator: list models: %w", err)
+	}
+	ms := make([]StoredModel, len(rs))
+	for i, r := range rs {
+		ms[i] = StoredModel{Model: Model{Name: r.Name, Encoding: r.Encoding, InputWeightMicro: r.InputWeightMicro,
+			OutputWeightMicro: r.OutputWeightMicro, DefaultOutputTokens: r.DefaultOutputTokens, ContextWindow: r.ContextWindow,
+			PartTokens: r.PartTokens, OnStoreUnavailable: deref(r.OnStoreUnavailable)}, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 	}
 	return ms, nil
 }
@@ -84,7 +108,7 @@ func ModelInsert(ctx context.Context, db DB, m Model, actor string) error {
 	_, err := db.Exec(ctx, modelInsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
 		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 		return ErrModelExists
 	}
 	if err != nil {

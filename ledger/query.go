@@ -104,14 +104,46 @@ func (f Filter) args() []any {
 	return []any{pgx.QueryExecModeExec, f.TenantID, string(f.Kind), f.Model, f.AdmissionID, f.Actor, opt(f.From), opt(f.To), at, tenant, seq, limit}
 }
 
+// entryRow is a row of ledger_entries, as every query of it reads it
+// (SELECT * FROM ledger_entries ...), scanned by column name.
+type entryRow struct {
+	TenantID     string     `db:"tenant_id"`
+	Seq          int64      `db:"seq"`
+	Kind         string     `db:"kind"`
+	CreatedAt    time.Time  `db:"created_at"`
+	AdmissionID  *string    `db:"admission_id"`
+	Model        *string    `db:"model"`
+	Estimate     *int64     `db:"estimate"`
+	Actual       *int64     `db:"actual"`
+	RefillMicro  int64      `db:"refill_micro"`
+	DeltaMicro   int64      `db:"delta_micro"`
+	BalanceMicro int64      `db:"balance_micro"`
+	PeriodStart  *time.Time `db:"period_start"`
+	PeriodUsed   int64      `db:"period_used"`
+	Late         bool       `db:"late"`
+	Actor        string     `db:"actor"`
+	Reason       *string    `db:"reason"`
+	Detail       *string    `db:"detail"`
+	PrevHash     []byte     `db:"prev_hash"`
+	Hash         []byte     `db:"hash"`
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
 func scanEntry(row pgx.CollectableRow) (Entry, error) {
-	var e Entry
-	var kind string
-	err := row.Scan(&e.TenantID, &e.Seq, &kind, &e.CreatedAt, &e.AdmissionID, &e.Model, &e.Estimate, &e.Actual,
-		&e.RefillMicro, &e.DeltaMicro, &e.BalanceMicro, &e.PeriodStart, &e.PeriodUsed, &e.Late,
-		&e.Actor, &e.Reason, &e.Detail, &e.PrevHash, &e.Hash)
-	e.Kind = Kind(kind)
-	return e, err
+	r, err := pgx.RowToStructByName[entryRow](row)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{TenantID: r.TenantID, Seq: r.Seq, Kind: Kind(r.Kind), CreatedAt: r.CreatedAt, AdmissionID: str(r.AdmissionID),
+		Model: str(r.Model), Estimate: r.Estimate, Actual: r.Actual, RefillMicro: r.RefillMicro, DeltaMicro: r.DeltaMicro,
+		BalanceMicro: r.BalanceMicro, PeriodStart: r.PeriodStart, PeriodUsed: r.PeriodUsed, Late: r.Late, Actor: r.Actor,
+		Reason: str(r.Reason), Detail: str(r.Detail), PrevHash: r.PrevHash, Hash: r.Hash}, nil
 }
 
 func (f Filter) sql() string {

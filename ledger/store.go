@@ -36,15 +36,7 @@ func EntryList(ctx context.Context, q Querier, tenantID string, afterSeq int64, 
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list %s: %w", tenantID, err)
 	}
-	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
-		var e Entry
-		var kind string
-		err := row.Scan(&e.TenantID, &e.Seq, &kind, &e.CreatedAt, &e.AdmissionID, &e.Model, &e.Estimate, &e.Actual,
-			&e.RefillMicro, &e.DeltaMicro, &e.BalanceMicro, &e.PeriodStart, &e.PeriodUsed, &e.Late,
-			&e.Actor, &e.Reason, &e.Detail, &e.PrevHash, &e.Hash)
-		e.Kind = Kind(kind)
-		return e, err
-	})
+	entries, err := pgx.CollectRows(rows, scanEntry)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list %s: %w", tenantID, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -64,11 +65,11 @@ var (
 // AdminToken describes an admin token; it never holds the secret. Its Name is
 // the actor recorded in the ledger for the admin's changes.
 type AdminToken struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	CreatedAt  time.Time  `json:"created_at"`
-	LastUsedAt *time.Time `json:"last_used_at"`
-	RevokedAt  *time.Time `json:"revoked_at"`
+	ID         string     `json:"id" db:"id"`
+	Name       string     `json:"name" db:"name"`
+	CreatedAt  time.Time  `json:"created_at" db:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at" db:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at" db:"revoked_at"`
 }
 
 func validName(name string) bool {
@@ -95,7 +96,7 @@ func AdminTokenCreate(ctx context.Context, db DB, name string) (AdminToken, stri
 	t := AdminToken{ID: id, Name: name}
 	err := db.QueryRow(ctx, tokenInsertSQL, id, name, HashSecret(secret)).Scan(&t.CreatedAt)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 		return AdminToken{}, "", ErrAdminNameTaken
 	}
 	if err != nil {
@@ -133,11 +134,7 @@ func AdminTokenList(ctx context.Context, db DB) ([]AdminToken, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential: list: %w", err)
 	}
-	tokens, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AdminToken, error) {
-		var t AdminToken
-		err := r.Scan(&t.ID, &t.Name, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt)
-		return t, err
-	})
+	tokens, err := pgx.CollectRows(rows, pgx.RowToStructByName[AdminToken])
 	if err != nil {
 		return nil, fmt.Errorf("credential: list: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,12 +55,12 @@ var (
 
 // Key describes a stored key; it never holds the secret.
 type Key struct {
-	ID         string     `json:"id"`
-	TenantID   string     `json:"tenant_id"`
-	Prefix     string     `json:"prefix"` // tg_<id>_, how the key starts
-	CreatedAt  time.Time  `json:"created_at"`
-	LastUsedAt *time.Time `json:"last_used_at"`
-	RevokedAt  *time.Time `json:"revoked_at"`
+	ID         string     `json:"id" db:"id"`
+	TenantID   string     `json:"tenant_id" db:"tenant_id"`
+	Prefix     string     `json:"prefix" db:"-"` // tg_<id>_, how the key starts
+	CreatedAt  time.Time  `json:"created_at" db:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at" db:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at" db:"revoked_at"`
 }
 
 // KeyCreate makes a key for tenantID and returns it with its secret, the full
@@ -70,7 +71,7 @@ func KeyCreate(ctx context.Context, db DB, tenantID string) (Key, string, error)
 	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_"}
 	err := db.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ForeignKeyViolation {
 		return Key{}, "", ErrTenantNotFound
 	}
 	if err != nil {
@@ -133,14 +134,12 @@ func KeyList(ctx context.Context, db DB, tenantID string) ([]Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential: list: %w", err)
 	}
-	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Key, error) {
-		var k Key
-		err := r.Scan(&k.ID, &k.TenantID, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt)
-		k.Prefix = KeyPrefix + k.ID + "_"
-		return k, err
-	})
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByNameLax[Key])
 	if err != nil {
 		return nil, fmt.Errorf("credential: list: %w", err)
+	}
+	for i := range keys {
+		keys[i].Prefix = KeyPrefix + keys[i].ID + "_"
 	}
 	return keys, nil
 }

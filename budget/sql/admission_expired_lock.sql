@@ -1,8 +1,5 @@
-SELECT id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
-       input_weight_micro, output_weight_micro, created_at, expires_at,
-       ended_at, late, actual_input, actual_output, actual_cost, end_delta_micro, end_balance_micro
-FROM admissions
-WHERE tenant_id = $1 AND state = 'reserved' AND expires_at <= clock_timestamp()
+SELECT * FROM admissions
+WHERE tenant_id = $1 AND state = 'reserved' AND expires_at <= coalesce($3::timestamptz, clock_timestamp())
 ORDER BY expires_at
 LIMIT $2
 FOR UPDATE SKIP LOCKED

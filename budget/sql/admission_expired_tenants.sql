@@ -1,4 +1,4 @@
 SELECT DISTINCT tenant_id
 FROM admissions
-WHERE state = 'reserved' AND expires_at <= clock_timestamp()
+WHERE state = 'reserved' AND expires_at <= coalesce($2::timestamptz, clock_timestamp())
 LIMIT $1

@@ -1,5 +1,1 @@
-SELECT id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
-       input_weight_micro, output_weight_micro, created_at, expires_at,
-       ended_at, late, actual_input, actual_output, actual_cost, end_delta_micro, end_balance_micro
-FROM admissions
-WHERE id = $1 AND tenant_id = $2
+SELECT * FROM admissions WHERE id = $1 AND tenant_id = $2

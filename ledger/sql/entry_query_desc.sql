@@ -1,7 +1,4 @@
-SELECT tenant_id, seq, kind, created_at, coalesce(admission_id, ''), coalesce(model, ''), estimate, actual,
-       refill_micro, delta_micro, balance_micro, period_start, period_used, late,
-       actor, coalesce(reason, ''), coalesce(detail, ''), prev_hash, hash
-FROM ledger_entries
+SELECT * FROM ledger_entries
 WHERE ($1 = '' OR tenant_id = $1)
   AND ($2 = '' OR kind = $2)
   AND ($3 = '' OR model = $3)

@@ -1,0 +1,73 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
+)
+
+func (s *Server) tenantMustExist(c *echo.Context) error {
+	_, err := s.budget.TenantSnapshot(c.Request().Context(), c.Param("id"))
+	return err
+}
+
+func (s *Server) adminKeyList(c *echo.Context) error {
+	if err := s.tenantMustExist(c); err != nil {
+		return err
+	}
+	keys, err := credential.KeyList(c.Request().Context(), s.db, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"keys": keys})
+}
+
+func (s *Server) adminKeyCreate(c *echo.Context) error {
+	k, secret, err := credential.KeyCreateRecorded(c.Request().Context(), s.budget, c.Param("id"), actorOf(c))
+	if errors.Is(err, credential.ErrTenantNotFound) {
+		return budget.ErrTenantNotFound
+	}
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusCreated, struct {
+		credential.Key
+		Secret string `json:"secret"`
+		Note   string `json:"note"`
+	}{k, secret, "the secret is shown once; only its SHA-256 is stored"})
+}
+
+func (s *Server) adminKeyRevoke(c *echo.Context) error {
+	err := credential.KeyRevokeRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), actorOf(c))
+	if errors.Is(err, credential.ErrKeyNotFound) {
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked key for this tenant"}
+	}
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) adminTokenList(c *echo.Context) error {
+	tokens, err := credential.AdminTokenList(c.Request().Context(), s.db)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"tokens": tokens})
+}
+
+func (s *Server) adminTokenRevoke(c *echo.Context) error {
+	err := credential.AdminTokenRevoke(c.Request().Context(), s.db, c.Param("id"))
+	if errors.Is(err, credential.ErrAdminNotFound) {
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked admin token"}
+	}
+	if err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

@@ -1,0 +1,149 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+type modelJSON struct {
+	Name                string      `json:"name"`
+	Encoding            string      `json:"encoding"`
+	InputWeight         json.Number `json:"input_weight"`
+	OutputWeight        json.Number `json:"output_weight"`
+	DefaultOutputTokens int64       `json:"default_output_tokens"`
+	ContextWindow       int64       `json:"context_window"`
+	PartTokens          int64       `json:"part_tokens"`
+	OnStoreUnavailable  string      `json:"on_store_unavailable,omitempty"`
+	Source              string      `json:"source"` // "seed" or "stored"
+	UpdatedAt           *time.Time  `json:"updated_at,omitempty"`
+	UpdatedBy           string      `json:"updated_by,omitempty"`
+}
+
+func (s *Server) adminModelList(c *echo.Context) error {
+	stored, err := estimator.ModelList(c.Request().Context(), s.db)
+	if err != nil {
+		return err
+	}
+	byName := map[string]estimator.StoredModel{}
+	for _, m := range stored {
+		byName[m.Name] = m
+	}
+	table, err := estimator.LoadTable(c.Request().Context(), s.db)
+	if err != nil {
+		return err
+	}
+	var out []modelJSON
+	for _, m := range table.Models() {
+		j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
+			OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
+			ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable, Source: "seed"}
+		if st, ok := byName[m.Name]; ok {
+			j.Source, j.UpdatedAt, j.UpdatedBy = "stored", &st.UpdatedAt, st.UpdatedBy
+		}
+		out = append(out, j)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"models": out})
+}
+
+type modelPatch struct {
+	Name                *string         `json:"name"`
+	Encoding            *string         `json:"encoding"`
+	InputWeight         json.RawMessage `json:"input_weight"`
+	OutputWeight        json.RawMessage `json:"output_weight"`
+	DefaultOutputTokens *int64          `json:"default_output_tokens"`
+	ContextWindow       *int64          `json:"context_window"`
+	PartTokens          *int64          `json:"part_tokens"`
+	OnStoreUnavailable  *string         `json:"on_store_unavailable"`
+}
+
+func (p *modelPatch) apply(m *estimator.Model) error {
+	if p.Encoding != nil {
+		m.Encoding = *p.Encoding
+	}
+	if err := rateField(p.InputWeight, "input_weight", &m.InputWeightMicro); err != nil {
+		return err
+	}
+	if err := rateField(p.OutputWeight, "output_weight", &m.OutputWeightMicro); err != nil {
+		return err
+	}
+	if p.DefaultOutputTokens != nil {
+		m.DefaultOutputTokens = *p.DefaultOutputTokens
+	}
+	if p.ContextWindow != nil {
+		m.ContextWindow = *p.ContextWindow
+	}
+	if p.PartTokens != nil {
+		m.PartTokens = *p.PartTokens
+	}
+	if p.OnStoreUnavailable != nil {
+		m.OnStoreUnavailable = *p.OnStoreUnavailable
+	}
+	return nil
+}
+
+// saveModel stores a model and applies the new table in this replica at
+// once; other replicas pick it up at their next refresh.
+// saveModel stores m, as a new model (create: the database refuses a name
+// taken, even by another replica a moment ago) or over the stored one, and
+// reloads this replica's table at once.
+func (s *Server) saveModel(c *echo.Context, m estimator.Model, create bool) error {
+	ctx := c.Request().Context()
+	save, status := estimator.ModelUpsert, http.StatusOK
+	if create {
+		save, status = estimator.ModelInsert, http.StatusCreated
+	}
+	if err := save(ctx, s.db, m, actorOf(c)); err != nil {
+		return err
+	}
+	table, err := estimator.LoadTable(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	s.estimator.SetTable(table)
+	return c.JSON(status, modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
+		OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
+		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable, Source: "stored", UpdatedBy: actorOf(c)})
+}
+
+func (s *Server) adminModelCreate(c *echo.Context) error {
+	var in modelPatch
+	if err := decodeStrict(c, &in); err != nil {
+		return err
+	}
+	if in.Name == nil {
+		return invalid("name", "required")
+	}
+	if _, exists := s.estimator.Table().Get(*in.Name); exists {
+		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "name", Message: "a model with this name exists; PATCH /v1/admin/models/{name} changes it"}
+	}
+	m := estimator.Model{Name: *in.Name, Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
+		OutputWeightMicro: estimator.WeightOne, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}
+	if err := in.apply(&m); err != nil {
+		return err
+	}
+	return s.saveModel(c, m, true)
+}
+
+func (s *Server) adminModelUpdate(c *echo.Context) error {
+	var in modelPatch
+	if err := decodeStrict(c, &in); err != nil {
+		return err
+	}
+	m, exists := s.estimator.Table().Get(c.Param("name"))
+	if !exists {
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such model; POST /v1/admin/models creates one"}
+	}
+	if in.Name != nil && *in.Name != m.Name {
+		return invalid("name", "a model cannot be renamed")
+	}
+	if err := in.apply(&m); err != nil {
+		return err
+	}
+	return s.saveModel(c, m, false)
+}

@@ -1,0 +1,144 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget"
+)
+
+type budgetJSON struct {
+	Tenant   string `json:"tenant"`
+	Disabled bool   `json:"disabled"`
+	Limits   struct {
+		TokensCapacity     int64        `json:"tokens_capacity"`
+		TokensPerSecond    json.Number  `json:"tokens_per_second"`
+		RequestsCapacity   *int64       `json:"requests_capacity"`
+		RequestsPerSecond  *json.Number `json:"requests_per_second"`
+		MaxConcurrent      *int64       `json:"max_concurrent"`
+		PeriodBudget       *int64       `json:"period_budget"`
+		Period             *string      `json:"period"`
+		ReservationTTLMS   int64        `json:"reservation_ttl_ms"`
+		MaxWaitMS          int64        `json:"max_wait_ms"`
+		OnStoreUnavailable *string      `json:"on_store_unavailable"`
+	} `json:"limits"`
+	Balances struct {
+		Tokens           json.Number  `json:"tokens"`
+		TokensFullInMS   int64        `json:"tokens_full_in_ms"`
+		Requests         *json.Number `json:"requests"`
+		OpenReservations int64        `json:"open_reservations"`
+		PeriodUsed       *int64       `json:"period_used"`
+		PeriodRemaining  *int64       `json:"period_remaining"`
+		PeriodStart      *time.Time   `json:"period_start"`
+		PeriodEnd        *time.Time   `json:"period_end"`
+	} `json:"balances"`
+	At time.Time `json:"at"`
+}
+
+func (s *Server) getBudget(c *echo.Context) error {
+	snap, err := s.budget.TenantSnapshot(c.Request().Context(), tenantOf(c))
+	if err != nil {
+		return err
+	}
+	return s.respond(c, http.StatusOK, budgetOf(snap), &snap)
+}
+
+// budgetOf renders a tenant's limits and balances, for the tenant itself
+// (GET /v1/budget) and for admins.
+func budgetOf(snap budget.Snapshot) budgetJSON {
+	var out budgetJSON
+	l := snap.Limits
+	out.Tenant, out.At, out.Disabled = snap.TenantID, snap.At, snap.Disabled
+	out.Limits.TokensCapacity = l.TokensCapacity
+	out.Limits.TokensPerSecond = json.Number(budget.FormatRate(l.TokensRateMicro))
+	out.Limits.ReservationTTLMS = l.ReservationTTL.Milliseconds()
+	out.Limits.MaxWaitMS = l.MaxWait.Milliseconds()
+	if l.OnStoreUnavailable != budget.PolicyDefault {
+		policy := string(l.OnStoreUnavailable)
+		out.Limits.OnStoreUnavailable = &policy
+	}
+	out.Balances.Tokens = json.Number(formatMicro(snap.TokensMicro))
+	out.Balances.TokensFullInMS = snap.TokensFullIn.Milliseconds()
+	out.Balances.OpenReservations = snap.OpenReservations
+	if l.RequestsCapacity > 0 {
+		rate := json.Number(budget.FormatRate(l.RequestsRateMicro))
+		req := json.Number(formatMicro(snap.RequestsMicro))
+		out.Limits.RequestsCapacity, out.Limits.RequestsPerSecond = &l.RequestsCapacity, &rate
+		out.Balances.Requests = &req
+	}
+	if l.MaxConcurrent > 0 {
+		out.Limits.MaxConcurrent = &l.MaxConcurrent
+	}
+	if l.PeriodBudget > 0 {
+		period := string(l.Period)
+		remaining := snap.PeriodRemaining()
+		out.Limits.PeriodBudget, out.Limits.Period = &l.PeriodBudget, &period
+		out.Balances.PeriodUsed, out.Balances.PeriodRemaining = &snap.PeriodUsed, &remaining
+		out.Balances.PeriodStart, out.Balances.PeriodEnd = &snap.PeriodStart, &snap.PeriodEnd
+	}
+	return out
+}
+
+// respond writes a JSON body with the tenant's rate-limit headers, reading
+// a snapshot when the handler has none.
+func (s *Server) respond(c *echo.Context, status int, body any, snap *budget.Snapshot) error {
+	if snap != nil {
+		s.setRateHeaders(c, *snap)
+	} else {
+		s.ensureRateHeaders(c)
+	}
+	return c.JSON(status, body)
+}
+
+// setRateHeaders sets the X-RateLimit-* headers every tenant response
+// carries, with OpenAI's names and formats.
+func (s *Server) setRateHeaders(c *echo.Context, snap budget.Snapshot) {
+	h := c.Response().Header()
+	h.Set("X-RateLimit-Limit-Tokens", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
+	h.Set("X-RateLimit-Remaining-Tokens", strconv.FormatInt(max(0, snap.Tokens()), 10))
+	h.Set("X-RateLimit-Reset-Tokens", snap.TokensFullIn.String())
+	if snap.Limits.RequestsCapacity > 0 {
+		h.Set("X-RateLimit-Limit-Requests", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
+		h.Set("X-RateLimit-Remaining-Requests", strconv.FormatInt(max(0, snap.Requests()), 10))
+		h.Set("X-RateLimit-Reset-Requests", snap.RequestsFullIn.String())
+	}
+}
+
+// ensureRateHeaders sets the headers from a fresh snapshot unless the
+// handler already did; it is best effort and never fails the response.
+func (s *Server) ensureRateHeaders(c *echo.Context) {
+	tenantID := tenantOf(c)
+	if tenantID == "" || c.Response().Header().Get("X-RateLimit-Limit-Tokens") != "" {
+		return
+	}
+	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {
+		return
+	}
+	if snap, err := s.admitter.Snapshot(c.Request().Context(), tenantID); err == nil {
+		s.setRateHeaders(c, snap)
+	}
+}
+
+// withRateHeaders makes sure error responses of tenant routes carry the
+// rate-limit headers too.
+func (s *Server) withRateHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		err := next(c)
+		if err != nil {
+			s.ensureRateHeaders(c)
+		}
+		return err
+	}
+}
+
+// formatMicro renders micro-units as an exact decimal number.
+func formatMicro(v int64) string {
+	if v < 0 {
+		return "-" + budget.FormatRate(-v)
+	}
+	return budget.FormatRate(v)
+}
