@@ -1,6 +1,3 @@
-// Package api is tokengate's HTTP surface: the Echo router, its middleware,
-// the frontend and admin endpoints, and the single error handler that turns
-// package sentinels into HTTP statuses.
 package api
 
 import (

@@ -38,4 +38,7 @@
 // answering (other round trips, or a ping outside the pool) waited its turn
 // and is ErrBusy; only a store that answers nothing is ErrUnavailable, the
 // condition under which a failure policy may decide instead.
+//
+// It may import estimator and ledger, never a face; the packages below it
+// (admission, credential, outage) build on it.
 package budget

@@ -22,4 +22,6 @@
 // Tokenization uses the ranks embedded by tiktoken-go-loader, loaded once
 // per process per encoding on first use, and a linear-time splitter and
 // merger checked token for token against tiktoken-go in the tests.
+//
+// It imports none of the module's packages: every other package may use it.
 package estimator

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/integration/loadgen"
+	"github.com/tokengate/tokengate/cmd/tokengate/loadgen"
 )
 
 // TestLoadgenAgreesWithTheLedger runs the load generator for two seconds

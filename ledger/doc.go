@@ -18,4 +18,7 @@
 // head (seq, hash) on the tenant row, seals each new entry from it with
 // Head.Seal, and queues the insert with QueueInsert. Appending needs no read.
 // The database rejects UPDATE, DELETE and TRUNCATE on the table (a trigger).
+//
+// It imports none of the module's packages: budget writes its entries in the
+// decision's own transaction.
 package ledger

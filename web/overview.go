@@ -12,7 +12,6 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/ledger"
 )
 
 // sparkMinutes is how far back the per-minute sparklines reach.
@@ -164,64 +163,25 @@ func openGauge(open, maxOpen int64) gauge {
 // limitOrder breaks ties of Why in the order limits are checked.
 var limitOrder = []budget.Limit{budget.LimitTokens, budget.LimitRequests, budget.LimitConcurrency, budget.LimitPeriodBudget}
 
-// tenantRows builds the rows of snaps with their admitted (ledger reserve
-// entries) and rejected (flushed tallies, every replica) counts per
-// minute, throttled tenants first. The current minute is the database's,
-// taken from the snapshots.
+// tenantRows builds the rows of snaps with their activity per minute
+// (budget.Store.Activity), throttled tenants first. The current minute is
+// the database's, taken from the snapshots.
 func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]*tenantRow, error) {
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	window := sparkMinutes * time.Minute
-	admitted, err := ledger.KindCounts(ctx, d.db, ledger.KindReserve, window)
+	activity, err := d.store.Activity(ctx, snaps[0].At, sparkMinutes)
 	if err != nil {
 		return nil, err
 	}
-	rejected, err := d.store.RejectionsSince(ctx, window)
-	if err != nil {
-		return nil, err
-	}
-	now := snaps[0].At.Truncate(time.Minute)
-	ago := func(minute time.Time) int {
-		i := int(now.Sub(minute.Truncate(time.Minute)) / time.Minute)
-		if i < 0 {
-			i = 0 // a tally a moment ahead of this snapshot's clock
-		}
-		return i
-	}
-	type counts struct {
-		admitted, rejected [sparkMinutes]int64
-		byLimit            map[budget.Limit]int64
-	}
-	per := map[string]*counts{}
-	get := func(id string) *counts {
-		c, ok := per[id]
-		if !ok {
-			c = &counts{byLimit: map[budget.Limit]int64{}}
-			per[id] = c
-		}
-		return c
-	}
-	for _, m := range admitted {
-		if i := ago(m.Minute); i < sparkMinutes {
-			get(m.TenantID).admitted[i] += m.Count
-		}
-	}
-	for _, r := range rejected {
-		i := ago(r.Minute)
-		if i >= sparkMinutes {
-			continue
-		}
-		c := get(r.TenantID)
-		c.rejected[i] += r.Count
-		if i <= 1 {
-			c.byLimit[r.Limit] += r.Count
-		}
-	}
+	idle := &budget.Activity{Admitted: make([]int64, sparkMinutes), Rejected: make([]int64, sparkMinutes)}
 
 	rows := make([]*tenantRow, 0, len(snaps))
 	for _, s := range snaps {
-		c := get(s.TenantID)
+		c, ok := activity[s.TenantID]
+		if !ok {
+			c = idle
+		}
 		l := s.Limits
 		r := &tenantRow{
 			ID:           s.TenantID,
@@ -230,11 +190,11 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 			Requests:     gauge{Name: "requests", Pct: "0", Level: "ok"},
 			Period:       gauge{Name: "period", Pct: "0", Level: "ok"},
 			Open:         openGauge(s.OpenReservations, l.MaxConcurrent),
-			Admitted:     c.admitted[0],
-			AdmittedPrev: c.admitted[1],
-			Rejected:     c.rejected[0],
-			RejectedPrev: c.rejected[1],
-			Spark:        [2]spark{sparkOf("admitted", c.admitted), sparkOf("rejected", c.rejected)},
+			Admitted:     c.Admitted[0],
+			AdmittedPrev: c.Admitted[1],
+			Rejected:     c.Rejected[0],
+			RejectedPrev: c.Rejected[1],
+			Spark:        [2]spark{sparkOf("admitted", c.Admitted), sparkOf("rejected", c.Rejected)},
 		}
 		if l.RequestsCapacity > 0 {
 			r.Requests = balanceGauge("requests", s.Requests(), l.RequestsCapacity)
@@ -245,7 +205,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		var detail []string
 		var best int64
 		for _, lim := range limitOrder {
-			if n := c.byLimit[lim]; n > 0 {
+			if n := c.ByLimit[lim]; n > 0 {
 				detail = append(detail, string(lim)+" "+groupDigits(n))
 				if n > best {
 					best, r.Why = n, string(lim)
@@ -284,7 +244,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 
 // sparkOf lays out counts (index 0 is the current minute) as bars, oldest
 // on the left, scaled to the largest.
-func sparkOf(name string, counts [sparkMinutes]int64) spark {
+func sparkOf(name string, counts []int64) spark {
 	var top int64
 	for _, n := range counts {
 		top = max(top, n)

@@ -1,14 +1,3 @@
-// Package outage is what a replica does while it cannot reach the store,
-// under the local failure policy: it admits against its share of each
-// tenant's bucket (capacity and refill divided by the replica count),
-// journals every decision in a durable local spool, and replays the spool
-// into the store, exactly once, when the store is back.
-//
-// Exactly once: a replayed admission keeps the id the replica gave it, and
-// the store writes it only if no admission has that id (budget.ReplayReserve);
-// settles and releases are idempotent in the store already. So a replay that
-// a crash interrupts simply runs again from the start, and the spool is
-// emptied only after every record is in the store.
 package outage
 
 import (

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tokengate/tokengate/integration/loadgen"
+	"github.com/tokengate/tokengate/cmd/tokengate/loadgen"
 )
 
 // loadgenCmd drives a running tokengate like a gateway does. It needs no

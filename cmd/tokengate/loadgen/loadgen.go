@@ -1,7 +1,3 @@
-// Package loadgen drives a tokengate server over HTTP the way a gateway
-// does: admit, then settle (or release) with the usage the model reported.
-// It measures what a frontend sees (throughput, latency percentiles,
-// rejections by limit) and is used for benchmarks and for demo traffic.
 package loadgen
 
 import (

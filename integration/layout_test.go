@@ -1,0 +1,118 @@
+package integration_test
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/tokengate/tokengate"
+
+// layout is the architecture as a rule: which of the module's packages each
+// package's non-test code may import. The domain (estimator, ledger, budget
+// and the packages below it) imports no face; the faces (api, web) import
+// the domain and never each other; cmd wires everything; nothing but tests
+// imports the test harness. A package missing here fails the test, so a new
+// package must take its place in the layout deliberately.
+var layout = map[string][]string{
+	// The database edge and the leaves of the domain.
+	"migrations": nil,
+	"estimator":  nil,
+	"ledger":     nil,
+	// The domain.
+	"budget":            {"estimator", "ledger"},
+	"budget/credential": {"budget"},
+	"budget/outage":     {"budget", "estimator"},
+	"budget/admission":  {"budget", "budget/outage", "estimator"},
+	// The faces.
+	"api": {"budget", "budget/admission", "budget/credential", "budget/outage", "estimator", "ledger", "migrations"},
+	"web": {"budget", "budget/credential", "estimator", "ledger"},
+	// The wiring and the tools.
+	"cmd/tokengate": {"api", "web", "budget", "budget/admission", "budget/credential", "budget/outage", "estimator",
+		"ledger", "migrations", "cmd/tokengate/loadgen"},
+	"cmd/tokengate/loadgen": nil,
+	// The test harness, for tests only.
+	"integration/pgtest": {"migrations"},
+}
+
+// faces may not import one another. (The dashboard's own tests run a whole
+// replica, API and dashboard on one router as the serve command mounts
+// them, to check that neither's middleware leaks onto the other: tests are
+// where faces meet.)
+var faces = []string{"api", "web"}
+
+// TestLayout checks every import between the module's packages against
+// the layout, and that no file outside tests imports the test harness.
+func TestLayout(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	seen := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		pkg := filepath.ToSlash(rel)
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		test := strings.HasSuffix(path, "_test.go")
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			dep, ok := strings.CutPrefix(p, module+"/")
+			if !ok {
+				continue
+			}
+			if test || pkg == "integration" || strings.HasPrefix(pkg, "integration/cluster") {
+				continue // tests may use the harness and anything they exercise
+			}
+			if slices.Contains(faces, pkg) && slices.Contains(faces, dep) && pkg != dep {
+				t.Errorf("%s: the face %s imports the face %s", filepath.Join(rel, filepath.Base(path)), pkg, dep)
+			}
+			seen[pkg] = true
+			allowed, known := layout[pkg]
+			switch {
+			case !known:
+				t.Errorf("%s: package %s has no place in the layout (integration/layout_test.go)", path, pkg)
+			case !slices.Contains(allowed, dep):
+				t.Errorf("%s: %s may not import %s (it may import %v)", filepath.Join(rel, filepath.Base(path)), pkg, dep, allowed)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rule is only as good as its coverage: the domain's packages must
+	// all have been read.
+	var read []string
+	for p := range seen {
+		read = append(read, p)
+	}
+	sort.Strings(read)
+	for _, must := range []string{"budget", "budget/admission", "budget/credential", "budget/outage", "api", "web", "cmd/tokengate"} {
+		if !seen[must] {
+			t.Errorf("no import of %s was checked (read %v)", must, read)
+		}
+	}
+}

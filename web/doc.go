@@ -1,0 +1,20 @@
+// Package web is tokengate's admin dashboard: server-rendered pages over the
+// budget, ledger, estimator and key packages, for the people who run the
+// service.
+//
+// Everything it serves is embedded in the binary (html/template pages, one
+// stylesheet, one small script, an icon), so the dashboard works offline and
+// its Content-Security-Policy can forbid every inline script and style and
+// every other origin. Charts and gauges are SVG drawn here, in Go; the
+// script only moves SVG attributes and text when it polls for live numbers.
+//
+// An admin logs in with an admin token (tga_...); the session lives in
+// Postgres (credential), so every replica serves it, and logging out or
+// revoking the token ends it everywhere. Each session has its own CSRF
+// token: every state change is a POST carrying it, checked in constant
+// time, so a form rendered for an ended session is useless.
+//
+// It is a face: it may import the domain (budget, budget/credential,
+// estimator, ledger), never another face (api); the serve command mounts it
+// on the API's router.
+package web
