@@ -88,13 +88,12 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 	e.Detail = string(detail)
 	t.seal(e)
 
-	b := &pgx.Batch{}
-	b.Queue(tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
+	w := &writes{}
+	w.statement(1, tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
 		l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
 		string(l.OnStoreUnavailable))
-	t.queueUpdate(b)
-	ledger.QueueInsert(b, e)
-	if err := tx.finish(ctx, b); err != nil {
+	w.entry(t, e)
+	if err := tx.commit(ctx, w); err != nil {
 		return Snapshot{}, err
 	}
 	return t.snapshot(now), nil
@@ -135,11 +134,10 @@ func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (Snapshot,
 	e.Reason = strings.TrimSuffix(e.Reason, ":")
 	e.Detail = `{"event":"` + event + `"}`
 	t.seal(e)
-	b := &pgx.Batch{}
-	b.Queue(tenantSetDisabledSQL, t.id, at)
-	t.queueUpdate(b)
-	ledger.QueueInsert(b, e)
-	if err := tx.finish(ctx, b); err != nil {
+	w := &writes{}
+	w.statement(1, tenantSetDisabledSQL, t.id, at)
+	w.entry(t, e)
+	if err := tx.commit(ctx, w); err != nil {
 		return Snapshot{}, err
 	}
 	return t.snapshot(now), nil
@@ -181,10 +179,9 @@ func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 	e.DeltaMicro = delta
 	e.Reason = reason
 	t.seal(e)
-	b := &pgx.Batch{}
-	t.queueUpdate(b)
-	ledger.QueueInsert(b, e)
-	if err := tx.finish(ctx, b); err != nil {
+	w := &writes{}
+	w.entry(t, e)
+	if err := tx.commit(ctx, w); err != nil {
 		return Snapshot{}, err
 	}
 	return t.snapshot(now), nil
@@ -256,8 +253,7 @@ func (s *Store) RecordKeyEvent(ctx context.Context, p KeyEventParams) error {
 	e.Reason = "key " + p.Event + ": " + p.KeyID
 	e.Detail = string(detail)
 	t.seal(e)
-	b := &pgx.Batch{}
-	t.queueUpdate(b)
-	ledger.QueueInsert(b, e)
-	return tx.finish(ctx, b)
+	w := &writes{}
+	w.entry(t, e)
+	return tx.commit(ctx, w)
 }

@@ -107,11 +107,6 @@ func scanAdmissions(rows pgx.Rows, err error) ([]*Admission, error) {
 	return out, nil
 }
 
-func queueAdmissionEnd(b *pgx.Batch, a *Admission) {
-	b.Queue(admissionEndSQL, a.ID, string(a.State), a.EndedAt, a.Late, a.ActualInput, a.ActualOutput, a.ActualCost,
-		a.EndDeltaMicro, a.EndBalanceMicro)
-}
-
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
 // NewAdmissionID is newAdmissionID for replicas that admit without the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,22 +43,83 @@ type OpResult struct {
 	Err         error
 }
 
+// Item is one request of a batch: an Op for a tenant.
+type Item struct {
+	TenantID string
+	Op       Op
+}
+
 // Decide decides several requests of one tenant (reserves, settles and
 // releases, in any mix) under one row lock and one commit, in order: each
-// sees the balances the earlier ones left. A tenant's row takes about
-// 1 / (lock hold time) transactions a second, so deciding what queued up
-// while the previous transaction ran is what lets one hot tenant go faster
-// than its row's commit rate. The returned error is for the whole batch
-// (ErrTenantNotFound, ErrBusy, ErrUnavailable, ErrOutcomeUnknown); each
-// result carries its own decision.
+// sees the balances the earlier ones left. It is DecideBatch for one tenant.
 func (s *Store) Decide(ctx context.Context, tenantID string, ops []Op) ([]OpResult, error) {
+	items := make([]Item, len(ops))
+	for i, op := range ops {
+		items[i] = Item{TenantID: tenantID, Op: op}
+	}
+	return s.DecideBatch(ctx, items)
+}
+
+// DecideBatch decides the requests of any tenants in one transaction: it
+// locks every tenant row involved in one statement, in id order (so
+// replicas whose batches overlap cannot deadlock), applies each tenant's
+// requests first in, first out, each seeing the balances the previous one
+// left, writes everything with one multi-row statement per table, and
+// commits once. A tenant's row takes about 1 / (lock hold time)
+// transactions a second, and a commit costs a WAL flush: deciding whatever
+// queued while the previous transaction ran is what lets tokengate go
+// faster than either.
+//
+// One tenant's refusal, missing row, conflict or bad write never fails
+// another's request: refusals are results, and if the batch's writes fail
+// for a reason other than the store (an SQL error), each tenant's requests
+// are decided again in a transaction of its own, so that only the tenant
+// at fault fails. The returned error is for the whole batch (ErrBusy,
+// ErrUnavailable, ErrOutcomeUnknown); each result carries its own decision.
+func (s *Store) DecideBatch(ctx context.Context, items []Item) ([]OpResult, error) {
 	var res []OpResult
 	err := retry(ctx, func() error {
 		var err error
-		res, err = s.decideOnce(ctx, tenantID, ops)
+		res, err = s.decideOnce(ctx, items)
 		return err
 	})
-	return res, err
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBusy) || ctx.Err() != nil {
+		return res, err
+	}
+	tenants := map[string][]int{}
+	var order []string
+	for i, it := range items {
+		if _, ok := tenants[it.TenantID]; !ok {
+			order = append(order, it.TenantID)
+		}
+		tenants[it.TenantID] = append(tenants[it.TenantID], i)
+	}
+	if len(order) == 1 {
+		return nil, err
+	}
+	// Isolate the failure: each tenant on its own.
+	res = make([]OpResult, len(items))
+	for _, id := range order {
+		idx := tenants[id]
+		sub := make([]Item, len(idx))
+		for j, i := range idx {
+			sub[j] = items[i]
+		}
+		var part []OpResult
+		perr := retry(ctx, func() error {
+			var err error
+			part, err = s.decideOnce(ctx, sub)
+			return err
+		})
+		for j, i := range idx {
+			if perr != nil {
+				res[i] = OpResult{Err: perr}
+			} else {
+				res[i] = part[j]
+			}
+		}
+	}
+	return res, nil
 }
 
 // decideOne is Decide for one request, with its error as the error.
@@ -76,15 +138,14 @@ type prior struct {
 	response    []byte
 }
 
-// decision is one batch being decided under the tenant's lock: the tenant
-// as the batch has left it so far, and the writes queued.
+// decision is one tenant's part of a batch being decided under the locks:
+// the tenant as the batch has left it so far, and the batch's writes.
 type decision struct {
-	t       *tenant
-	now     time.Time
-	entries []*ledger.Entry
-	rows    *pgx.Batch            // admission inserts and ends, idempotency keys, in order
-	adms    map[string]*Admission // admissions named by settles and releases, as the batch left them
-	fresh   map[string]*freshKey  // idempotency keys admitted in this batch
+	t     *tenant
+	now   time.Time
+	w     *writes
+	adms  map[string]*Admission // admissions named by settles and releases, as the batch left them
+	fresh map[string]*freshKey  // idempotency keys admitted in this batch
 }
 
 type freshKey struct {
@@ -92,53 +153,61 @@ type freshKey struct {
 	r    *Reservation
 }
 
-func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]OpResult, error) {
-	priors := make([]*prior, len(ops))
-	var admIDs []string
-	seen := map[string]bool{}
-	for _, op := range ops {
-		if id := op.admissionID(); id != "" && !seen[id] {
-			seen[id] = true
+func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error) {
+	var ids, admIDs, keyTenants, keys []string
+	seenT, seenA, seenK := map[string]bool{}, map[string]bool{}, map[[2]string]bool{}
+	for _, it := range items {
+		if !seenT[it.TenantID] {
+			seenT[it.TenantID] = true
+			ids = append(ids, it.TenantID)
+		}
+		if id := it.Op.admissionID(); id != "" && !seenA[id] {
+			seenA[id] = true
 			admIDs = append(admIDs, id)
 		}
+		if r := it.Op.Reserve; r != nil && r.IdempotencyKey != "" && !seenK[[2]string{it.TenantID, r.IdempotencyKey}] {
+			seenK[[2]string{it.TenantID, r.IdempotencyKey}] = true
+			keyTenants, keys = append(keyTenants, it.TenantID), append(keys, r.IdempotencyKey)
+		}
 	}
-	adms := make(map[string]*Admission, len(admIDs))
-	tx, t, now, err := s.lockTenant(ctx, tenantID,
+	sort.Strings(ids)
+	sort.Strings(admIDs)
+	priors := map[[2]string]*prior{}
+	adms := map[string]*Admission{}
+	tx, ts, now, err := s.lockTenants(ctx, ids,
 		func(b *pgx.Batch) {
-			for _, op := range ops {
-				if op.Reserve != nil && op.Reserve.IdempotencyKey != "" {
-					b.Queue(idempotencyGetSQL, tenantID, op.Reserve.IdempotencyKey, s.clock())
-				}
+			if len(keys) > 0 {
+				b.Queue(idempotencyGetSQL, keyTenants, keys, s.clock())
 			}
-			// Lock order: the tenant row (held), then its admission rows.
-			for _, id := range admIDs {
-				b.Queue(admissionLockSQL, id, tenantID)
+			if len(admIDs) > 0 {
+				b.Queue(admissionLockSQL, admIDs)
 			}
 		},
 		func(br pgx.BatchResults) error {
-			for i, op := range ops {
-				if op.Reserve == nil || op.Reserve.IdempotencyKey == "" {
-					continue
-				}
-				var pr prior
-				err := br.QueryRow().Scan(&pr.admissionID, &pr.hash, &pr.response)
-				if errors.Is(err, pgx.ErrNoRows) {
-					continue
-				}
+			if len(keys) > 0 {
+				rows, err := br.Query()
 				if err != nil {
-					return fmt.Errorf("budget: idempotency key: %w", err)
+					return fmt.Errorf("budget: idempotency keys: %w", err)
 				}
-				priors[i] = &pr
+				var tenantID, key string
+				var pr prior
+				_, err = pgx.ForEachRow(rows, []any{&tenantID, &key, &pr.admissionID, &pr.hash, &pr.response}, func() error {
+					p := pr
+					priors[[2]string{tenantID, key}] = &p
+					return nil
+				})
+				if err != nil {
+					return fmt.Errorf("budget: idempotency keys: %w", err)
+				}
 			}
-			for _, id := range admIDs {
-				a, err := scanAdmission(br.Query())
-				if errors.Is(err, ErrAdmissionNotFound) {
-					continue
-				}
+			if len(admIDs) > 0 {
+				as, err := scanAdmissions(br.Query())
 				if err != nil {
 					return err
 				}
-				adms[id] = a
+				for _, a := range as {
+					adms[a.ID] = a
+				}
 			}
 			return nil
 		})
@@ -146,19 +215,31 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 		return nil, err
 	}
 
-	t.advance(now)
-	d := &decision{t: t, now: now, rows: &pgx.Batch{}, adms: adms, fresh: map[string]*freshKey{}}
-	results := make([]OpResult, len(ops))
-	for i, op := range ops {
+	w := &writes{}
+	decisions := map[string]*decision{}
+	results := make([]OpResult, len(items))
+	for i, it := range items {
+		t, ok := ts[it.TenantID]
+		if !ok {
+			results[i].Err = ErrTenantNotFound
+			continue
+		}
+		d := decisions[it.TenantID]
+		if d == nil {
+			t.advance(now)
+			d = &decision{t: t, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
+			decisions[it.TenantID] = d
+		}
+		op := it.Op
 		switch {
 		case op.Reserve != nil:
-			results[i].Reservation, results[i].Err = d.reserve(*op.Reserve, priors[i])
+			results[i].Reservation, results[i].Err = d.reserve(*op.Reserve, priors[[2]string{it.TenantID, op.Reserve.IdempotencyKey}])
 		case op.Settle != nil:
 			p := op.Settle
-			results[i].Settlement, results[i].Err = d.end(p.AdmissionID, p.Actor, StateSettled, p.InputTokens, p.OutputTokens, true)
+			results[i].Settlement, results[i].Err = d.end(adms, p.AdmissionID, p.Actor, StateSettled, p.InputTokens, p.OutputTokens, true)
 		case op.Release != nil:
 			p := op.Release
-			results[i].Settlement, results[i].Err = d.end(p.AdmissionID, p.Actor, StateReleased, 0, 0, false)
+			results[i].Settlement, results[i].Err = d.end(adms, p.AdmissionID, p.Actor, StateReleased, 0, 0, false)
 		default:
 			results[i].Err = errors.New("budget: an Op with nothing to decide")
 		}
@@ -168,24 +249,14 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 		}
 	}
 	// Rejections carry the balances as they stand after the whole batch.
-	for i := range results {
+	for i, it := range items {
 		var rej *RejectedError
 		if errors.As(results[i].Err, &rej) {
-			rej.Snapshot = t.snapshot(now)
+			rej.Snapshot = ts[it.TenantID].snapshot(now)
 		}
 	}
-	if len(d.entries) == 0 {
-		tx.abort() // nothing changed: nothing to write, not even the refill
-		return results, nil
-	}
-	// The tenant row first, then the ledger, then the rows the entries name.
-	writes := &pgx.Batch{}
-	t.queueUpdate(writes)
-	for _, e := range d.entries {
-		ledger.QueueInsert(writes, e)
-	}
-	writes.QueuedQueries = append(writes.QueuedQueries, d.rows.QueuedQueries...)
-	if err := tx.finish(ctx, writes); err != nil {
+	// Nothing changed: nothing is written, not even the refill.
+	if err := tx.commit(ctx, w); err != nil {
 		return nil, err
 	}
 	return results, nil
@@ -195,7 +266,8 @@ func (s *Store) decideOnce(ctx context.Context, tenantID string, ops []Op) ([]Op
 // conflict) from a failure of the whole batch.
 func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
-		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict)
+		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
+		errors.Is(err, ErrTenantNotFound)
 }
 
 // reserve decides one admission: an idempotent retry returns the original,
@@ -244,18 +316,16 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	e.Estimate = &cost
 	e.DeltaMicro = -cost * Micro
 	t.seal(e)
-	d.entries = append(d.entries, e)
+	d.w.entry(t, e)
+	d.w.inserted = append(d.w.inserted, a)
 
 	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now)}
-	est := &a.Estimate
-	d.rows.Queue(admissionInsertSQL, a.ID, a.TenantID, est.Model, est.InputTokens, est.OutputTokens, est.Cost,
-		est.Approximate, est.InputWeightMicro, est.OutputWeightMicro, a.CreatedAt, a.ExpiresAt)
 	if p.IdempotencyKey != "" {
 		stored, err := EncodeReservation(r)
 		if err != nil {
 			return nil, err
 		}
-		d.rows.Queue(idempotencyPutSQL, t.id, p.IdempotencyKey, a.ID, p.RequestHash, stored, now)
+		d.w.keys = append(d.w.keys, keyPut{tenantID: t.id, key: p.IdempotencyKey, admissionID: a.ID, hash: p.RequestHash, response: stored, at: now})
 		d.fresh[p.IdempotencyKey] = &freshKey{hash: p.RequestHash, r: r}
 	}
 	return r, nil
@@ -266,11 +336,15 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 // concurrency slot and appends the entry. Ending it again the same way
 // returns the original answer; another way is ErrConflict. A settle of an
 // expired admission still reconciles, marked late.
-func (d *decision) end(admissionID, actor string, target State, in, out int64, usage bool) (*Settlement, error) {
+func (d *decision) end(locked map[string]*Admission, admissionID, actor string, target State, in, out int64, usage bool) (*Settlement, error) {
 	t, now := d.t, d.now
 	a, ok := d.adms[admissionID]
 	if !ok {
-		return nil, ErrAdmissionNotFound
+		// As locked, unless it belongs to another tenant (then it is not
+		// this caller's to see).
+		if a, ok = locked[admissionID]; !ok || a.TenantID != t.id {
+			return nil, ErrAdmissionNotFound
+		}
 	}
 	switch a.State {
 	case StateSettled, StateReleased:
@@ -303,7 +377,7 @@ func (d *decision) end(admissionID, actor string, target State, in, out int64, u
 	e.Actual = &actual
 	e.DeltaMicro = applied
 	t.seal(e)
-	d.entries = append(d.entries, e)
+	d.w.entry(t, e)
 
 	ended := *a
 	ended.State, ended.Late = target, late
@@ -315,6 +389,6 @@ func (d *decision) end(admissionID, actor string, target State, in, out int64, u
 	balance := t.Tokens.BalanceMicro
 	ended.EndDeltaMicro, ended.EndBalanceMicro = &applied, &balance
 	d.adms[admissionID] = &ended
-	queueAdmissionEnd(d.rows, &ended)
+	d.w.ended = append(d.w.ended, &ended)
 	return &Settlement{Admission: &ended, DeltaMicro: applied, BalanceMicro: balance, Snapshot: t.snapshot(now)}, nil
 }

@@ -67,18 +67,18 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		e.DeltaMicro = -cost * Micro
 		e.Reason = "admitted locally during a store outage at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
 		t.seal(e)
-		b := &pgx.Batch{}
-		t.queueUpdate(b)
-		ledger.QueueInsert(b, e)
-		est := p.Estimate
-		b.Queue(admissionInsertSQL, p.AdmissionID, p.TenantID, est.Model, est.InputTokens, est.OutputTokens, est.Cost,
-			est.Approximate, est.InputWeightMicro, est.OutputWeightMicro, p.CreatedAt, p.ExpiresAt)
+		w := &writes{}
+		w.entry(t, e)
+		w.inserted = append(w.inserted, &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
+			Estimate: p.Estimate, CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt})
 		if p.IdempotencyKey != "" {
 			// In the same transaction: the admission and its key land
-			// together or not at all.
-			b.Queue(idempotencyPutReplaySQL, p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, p.CreatedAt)
+			// together or not at all. (A live key of the same request,
+			// decided by the store before the outage, is kept.)
+			w.after = append(w.after, write{sql: idempotencyPutReplaySQL, expect: -1,
+				args: []any{p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, p.CreatedAt}})
 		}
-		if err := tx.finish(ctx, b); err != nil {
+		if err := tx.commit(ctx, w); err != nil {
 			return err
 		}
 		wrote = true

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -69,7 +67,7 @@ func deref(p *int64) int64 {
 // expireLocked expires the tenant's overdue reservations that lockTenant's
 // extra read returned. Each stays charged at its estimate (delta 0), frees
 // its concurrency slot and gets an expire entry.
-func (t *tenant) expire(b *pgx.Batch, overdue []*Admission, now time.Time) int {
+func (t *tenant) expire(w *writes, overdue []*Admission, now time.Time) int {
 	n := 0
 	for _, a := range overdue {
 		if a.ExpiresAt.After(now) || a.State != StateReserved {
@@ -80,11 +78,11 @@ func (t *tenant) expire(b *pgx.Batch, overdue []*Admission, now time.Time) int {
 		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
 		e.Estimate = &a.Estimate.Cost
 		t.seal(e)
-		ledger.QueueInsert(b, e)
+		w.entry(t, e)
 		a.State, a.EndedAt = StateExpired, &now
 		zero, balance := int64(0), t.Tokens.BalanceMicro
 		a.EndDeltaMicro, a.EndBalanceMicro = &zero, &balance
-		queueAdmissionEnd(b, a)
+		w.ended = append(w.ended, a)
 		n++
 	}
 	return n

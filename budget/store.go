@@ -21,12 +21,8 @@ var (
 	tenantGetSQL string
 	//go:embed sql/clock.sql
 	clockSQL string
-	//go:embed sql/tenant_update_balances.sql
-	tenantUpdateBalancesSQL string
 	//go:embed sql/tenant_insert.sql
 	tenantInsertSQL string
-	//go:embed sql/admission_insert.sql
-	admissionInsertSQL string
 	//go:embed sql/admission_lock.sql
 	admissionLockSQL string
 	//go:embed sql/admission_get.sql
@@ -37,12 +33,8 @@ var (
 	admissionExpiredTenantsSQL string
 	//go:embed sql/admission_recent.sql
 	admissionRecentSQL string
-	//go:embed sql/admission_end.sql
-	admissionEndSQL string
 	//go:embed sql/idempotency_get.sql
 	idempotencyGetSQL string
-	//go:embed sql/idempotency_put.sql
-	idempotencyPutSQL string
 	//go:embed sql/idempotency_purge.sql
 	idempotencyPurgeSQL string
 )
@@ -197,11 +189,12 @@ type lockedTx struct {
 	since     time.Time
 }
 
-// lockTenant acquires a connection, begins a transaction and locks the
-// tenant row; after the lock it reads the database clock and runs the
-// caller's extra reads, all in one round trip. The caller must call finish
-// or abort.
-func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx.Batch), readExtra func(pgx.BatchResults) error) (*lockedTx, *tenant, time.Time, error) {
+// lockTenants acquires a connection, begins a transaction and locks the
+// tenants' rows (ids sorted, without duplicates), all in one statement in id
+// order; after the locks it reads the database clock and runs the caller's
+// extra reads, all in one round trip. Tenants that do not exist are absent
+// from the map. The caller must call commit or abort.
+func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.Batch), readExtra func(pgx.BatchResults) error) (*lockedTx, map[string]*tenant, time.Time, error) {
 	start := time.Now()
 	var allowance time.Duration
 	if dl, ok := ctx.Deadline(); ok {
@@ -214,17 +207,17 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 	tx := &lockedTx{store: s, conn: conn, open: true, allowance: allowance, since: start}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(tenantLockSQL, tenantID)
+	b.Queue(tenantLockSQL, ids)
 	b.Queue(clockSQL, s.clock())
 	if extra != nil {
 		extra(b)
 	}
 	br := conn.SendBatch(ctx, b)
-	t, now, err := func() (*tenant, time.Time, error) {
+	ts, now, err := func() (map[string]*tenant, time.Time, error) {
 		if _, err := br.Exec(); err != nil {
 			return nil, time.Time{}, fmt.Errorf("budget: begin: %w", err)
 		}
-		t, err := scanTenant(br.Query())
+		ts, err := scanTenants(br.Query())
 		if err != nil {
 			return nil, time.Time{}, err
 		}
@@ -237,7 +230,7 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 				return nil, time.Time{}, err
 			}
 		}
-		return t, now, nil
+		return ts, now, nil
 	}()
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("budget: lock batch: %w", cerr)
@@ -247,53 +240,21 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 		return nil, nil, time.Time{}, s.classify(ctx, err, false, false, start)
 	}
 	s.noteAnswer()
-	return tx, t, now, nil
+	return tx, ts, now, nil
 }
 
-// finish sends the writes and COMMIT in one round trip and releases the
-// connection. With no writes it only rolls back, which releases the lock
-// without a WAL flush.
-//
-// Once the lock is held and the decision made, giving up because the
-// caller's time ran out helps no one: the work is done, and abandoning it
-// mid-commit turns a decision into an unknown outcome. So the write phase
-// ignores ctx's deadline and gets as long as the lock phase was allowed.
-func (tx *lockedTx) finish(ctx context.Context, writes *pgx.Batch) error {
-	if writes == nil || writes.Len() == 0 {
-		tx.abort()
-		return nil
-	}
-	if tx.allowance > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), tx.allowance)
-		defer cancel()
-	}
-	writes.Queue("COMMIT")
-	br := tx.conn.SendBatch(ctx, writes)
-	var err error
-	for range writes.Len() {
-		var tag pgconn.CommandTag
-		tag, err = br.Exec()
-		if err != nil {
-			break
-		}
-		if tag.Update() && tag.RowsAffected() != 1 {
-			err = errors.New("update matched no row")
-			break
-		}
-	}
-	if cerr := br.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+// lockTenant is lockTenants for one tenant. It returns ErrTenantNotFound.
+func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx.Batch), readExtra func(pgx.BatchResults) error) (*lockedTx, *tenant, time.Time, error) {
+	tx, ts, now, err := s.lockTenants(ctx, []string{tenantID}, extra, readExtra)
 	if err != nil {
-		tx.abort()
-		return tx.store.classify(ctx, fmt.Errorf("budget: write: %w", err), false, true, tx.since)
+		return nil, nil, time.Time{}, err
 	}
-	tx.store.noteAnswer()
-	tx.open = false
-	tx.conn.Release()
-	tx.conn = nil
-	return nil
+	t, ok := ts[tenantID]
+	if !ok {
+		tx.abort()
+		return nil, nil, time.Time{}, ErrTenantNotFound
+	}
+	return tx, t, now, nil
 }
 
 // abort rolls back and releases the connection. If the rollback cannot be

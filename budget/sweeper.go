@@ -59,15 +59,9 @@ func (s *Store) sweepTenant(ctx context.Context, tenantID string) (int, error) {
 			return total, fmt.Errorf("budget: sweep %s: %w", tenantID, err)
 		}
 		t.advance(now)
-		b := &pgx.Batch{}
-		n := t.expire(b, overdue, now)
-		if n > 0 {
-			first := &pgx.Batch{}
-			t.queueUpdate(first)
-			first.QueuedQueries = append(first.QueuedQueries, b.QueuedQueries...)
-			b = first
-		}
-		if err := tx.finish(ctx, b); err != nil {
+		w := &writes{}
+		n := t.expire(w, overdue, now)
+		if err := tx.commit(ctx, w); err != nil {
 			return total, err
 		}
 		total += n

@@ -105,9 +105,9 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		if err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
-		t.queueUpdate(b)
-		ledger.QueueInsert(b, e)
+		w := &writes{}
+		w.entry(t, e)
+		b, _ := w.batch()
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

@@ -90,6 +90,22 @@ func (r *tenantRow) tenant() *tenant {
 	return t
 }
 
+// scanTenants reads tenant rows, by id.
+func scanTenants(rows pgx.Rows, err error) (map[string]*tenant, error) {
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[tenantRow])
+	if err != nil {
+		return nil, fmt.Errorf("budget: scan tenants: %w", err)
+	}
+	out := make(map[string]*tenant, len(rs))
+	for _, r := range rs {
+		out[r.ID] = r.tenant()
+	}
+	return out, nil
+}
+
 // scanTenant reads one tenant row. It returns ErrTenantNotFound.
 func scanTenant(rows pgx.Rows, err error) (*tenant, error) {
 	if err != nil {
@@ -133,17 +149,6 @@ func (t *tenant) seal(e *ledger.Entry) {
 	e.PeriodStart = t.PeriodStart
 	e.PeriodUsed = t.PeriodUsed
 	t.head = t.head.Seal(e)
-}
-
-// queueUpdate queues the write of the tenant's balances and chain head.
-func (t *tenant) queueUpdate(b *pgx.Batch) {
-	var reqMicro *int64
-	var reqAt *time.Time
-	if t.Requests.CapacityMicro > 0 {
-		reqMicro, reqAt = &t.Requests.BalanceMicro, &t.Requests.At
-	}
-	b.Queue(tenantUpdateBalancesSQL, t.id, t.Tokens.BalanceMicro, t.Tokens.At, reqMicro, reqAt,
-		t.Open, t.PeriodStart, t.PeriodUsed, t.head.Seq, t.head.Hash)
 }
 
 func (t *tenant) snapshot(now time.Time) Snapshot {

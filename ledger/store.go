@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -20,13 +21,35 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// QueueInsert queues the insert of a sealed entry on b, which the caller
-// sends inside the transaction that changes the balance.
-func QueueInsert(b *pgx.Batch, e *Entry) {
-	b.Queue(entryInsertSQL,
-		e.TenantID, e.Seq, string(e.Kind), e.CreatedAt, e.AdmissionID, e.Model, e.Estimate, e.Actual,
-		e.RefillMicro, e.DeltaMicro, e.BalanceMicro, e.PeriodStart, e.PeriodUsed, e.Late,
-		e.Actor, e.Reason, e.Detail, e.PrevHash, e.Hash)
+// QueueInsert queues the insert of sealed entries on b, as one statement,
+// which the caller sends inside the transaction that changes the balances.
+// Empty strings (no admission, model, reason or detail) are stored as NULL.
+func QueueInsert(b *pgx.Batch, entries ...*Entry) {
+	n := len(entries)
+	var (
+		tenant, kind, actor               = make([]string, n), make([]string, n), make([]string, n)
+		admission, model, reason, detail  = make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		seq, refill, delta, balance, used = make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		estimate, actual                  = make([]*int64, n), make([]*int64, n)
+		at                                = make([]time.Time, n)
+		periodStart                       = make([]*time.Time, n)
+		late                              = make([]bool, n)
+		prev, hash                        = make([][]byte, n), make([][]byte, n)
+	)
+	orNull := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	for i, e := range entries {
+		tenant[i], seq[i], kind[i], at[i] = e.TenantID, e.Seq, string(e.Kind), e.CreatedAt
+		admission[i], model[i], estimate[i], actual[i] = orNull(e.AdmissionID), orNull(e.Model), e.Estimate, e.Actual
+		refill[i], delta[i], balance[i], periodStart[i], used[i], late[i] = e.RefillMicro, e.DeltaMicro, e.BalanceMicro, e.PeriodStart, e.PeriodUsed, e.Late
+		actor[i], reason[i], detail[i], prev[i], hash[i] = e.Actor, orNull(e.Reason), orNull(e.Detail), e.PrevHash, e.Hash
+	}
+	b.Queue(entryInsertSQL, tenant, seq, kind, at, admission, model, estimate, actual,
+		refill, delta, balance, periodStart, used, late, actor, reason, detail, prev, hash)
 }
 
 // EntryList returns up to limit entries of a tenant with seq > afterSeq, in

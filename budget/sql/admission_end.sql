@@ -1,4 +1,9 @@
-UPDATE admissions
-SET state = $2, ended_at = $3, late = $4, actual_input = $5, actual_output = $6, actual_cost = $7,
-    end_delta_micro = $8, end_balance_micro = $9
-WHERE id = $1
+-- The admissions a batch settles, releases or expires.
+UPDATE admissions a
+SET state = u.state, ended_at = u.ended_at, late = u.late, actual_input = u.actual_input,
+    actual_output = u.actual_output, actual_cost = u.actual_cost, end_delta_micro = u.end_delta_micro,
+    end_balance_micro = u.end_balance_micro
+FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::boolean[], $5::bigint[], $6::bigint[], $7::bigint[],
+            $8::bigint[], $9::bigint[])
+     AS u (id, state, ended_at, late, actual_input, actual_output, actual_cost, end_delta_micro, end_balance_micro)
+WHERE a.id = u.id

@@ -1,4 +1,11 @@
+-- The admissions a batch makes, one array element per admission.
 INSERT INTO admissions (
     id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
     input_weight_micro, output_weight_micro, created_at, expires_at
-) VALUES ($1, $2, 'reserved', $3, $4, $5, $6, $7, $8, $9, $10, $11)
+)
+SELECT u.id, u.tenant_id, 'reserved', u.model, u.input_tokens, u.output_tokens, u.cost, u.approximate,
+       u.input_weight_micro, u.output_weight_micro, u.created_at, u.expires_at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::boolean[],
+            $8::bigint[], $9::bigint[], $10::timestamptz[], $11::timestamptz[])
+     AS u (id, tenant_id, model, input_tokens, output_tokens, cost, approximate,
+           input_weight_micro, output_weight_micro, created_at, expires_at)
