@@ -119,6 +119,10 @@ lint: ## go vet, staticcheck and gofmt (the cluster tests too).
 bench: pg-image ## Benchmarks: estimator, and the reserve path against Postgres with durable commits.
 	TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench . -benchtime 3s -count 1 ./estimator/ ./integration/
 
+.PHONY: bench-compare
+bench-compare: pg-image build ## tokengate over HTTP against pgbench's one-statement admission, on one durable Postgres, in one run (BENCH_SECONDS=15).
+	integration/bench/compare.sh
+
 .PHONY: demo-traffic
 demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.
 	@test -n "$(TG_KEY)" || { echo "set TG_KEY to the demo key make run printed (or: bin/tokengate key create demo)"; exit 1; }

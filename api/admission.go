@@ -131,7 +131,7 @@ func (s *Server) createAdmission(c *echo.Context) error {
 	hash := sha256.Sum256(body)
 	p := budget.ReserveParams{
 		TenantID: tenantID, Estimate: est,
-		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c),
+		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
 	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond})
 	if local {
@@ -311,7 +311,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 		return err
 	}
 	st, journaled, err := s.admitter.Settle(c.Request().Context(), budget.SettleParams{
-		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c),
+		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
 }
@@ -321,7 +321,7 @@ func (s *Server) releaseAdmission(c *echo.Context) error {
 		return err
 	}
 	st, journaled, err := s.admitter.Release(c.Request().Context(), budget.ReleaseParams{
-		TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c),
+		TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "release", st, journaled, err)
 }

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget/credential"
 )
 
 const (
@@ -35,8 +38,19 @@ func bearer(r *http.Request) string {
 // (Config.TrustedProxies), the nearest untrusted address in
 // X-Forwarded-For.
 func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
+	return s.authenticate(next, s.guard.Tenant)
+}
+
+// requireTenantForDecision is requireTenant for the routes whose decision
+// checks the key in its own transaction (KeyID in the params): a key this
+// replica verified lately needs no lookup of its own.
+func (s *Server) requireTenantForDecision(next echo.HandlerFunc) echo.HandlerFunc {
+	return s.authenticate(next, s.guard.TenantDeferred)
+}
+
+func (s *Server) authenticate(next echo.HandlerFunc, check func(ctx context.Context, addr, key string) (credential.Principal, error)) echo.HandlerFunc {
 	return func(c *echo.Context) error {
-		p, err := s.guard.Tenant(c.Request().Context(), c.RealIP(), bearer(c.Request()))
+		p, err := check(c.Request().Context(), c.RealIP(), bearer(c.Request()))
 		if err != nil {
 			return err
 		}

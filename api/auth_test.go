@@ -135,3 +135,51 @@ func TestTrustedProxyGivesTheClientAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestRevocationIsSeenAtOnceWithoutALookup: admissions, settles and releases
+// authenticate a key this replica verified lately from memory, and their
+// decision checks in its own transaction that the key is live and the
+// tenant enabled. So a key revoked (or a tenant disabled) elsewhere is
+// refused by the very next request, with nothing debited.
+func TestRevocationIsSeenAtOnceWithoutALookup(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	key := b.tenant(t, "acme", lim(10_000, "1"))
+	other := b.tenant(t, "globex", lim(10_000, "1"))
+	r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x"))
+	if r.Code != http.StatusCreated {
+		t.Fatal(r.Body)
+	}
+	var a admitted
+	r.json(&a)
+	if err := credential.KeyRevoke(ctx, b.pool, "acme", keyID(key)); err != nil {
+		t.Fatal(err)
+	}
+	_, seq := b.balance(t, "acme")
+	for _, call := range []struct{ path, body string }{
+		{"/v1/admissions", chat(10, "x")},
+		{"/v1/admissions/" + a.ID + "/settle", `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`},
+		{"/v1/admissions/" + a.ID + "/release", ""},
+	} {
+		if r := b.call(t, key, http.MethodPost, call.path, call.body); r.Code != http.StatusUnauthorized || r.Header().Get("WWW-Authenticate") == "" {
+			t.Fatalf("%s with a revoked key: %d %s", call.path, r.Code, r.Body)
+		}
+	}
+	if _, after := b.balance(t, "acme"); after != seq {
+		t.Fatalf("a revoked key's request changed the ledger: seq %d -> %d", seq, after)
+	}
+
+	r = b.call(t, other, http.MethodPost, "/v1/admissions", chat(10, "x"))
+	if r.Code != http.StatusCreated {
+		t.Fatal(r.Body)
+	}
+	r.json(&a)
+	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "globex", Disabled: true, Reason: "unpaid"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/admissions", "/v1/admissions/" + a.ID + "/release"} {
+		if r := b.call(t, other, http.MethodPost, path, chat(10, "x")); r.Code != http.StatusForbidden {
+			t.Fatalf("%s of a disabled tenant: %d %s", path, r.Code, r.Body)
+		}
+	}
+}

@@ -105,7 +105,7 @@ func httpError(err error) *Error {
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_busy", RetryAfterMS: &ms,
 			Message: "no database connection became free in time"}
-	case errors.Is(err, credential.ErrKeyInvalid):
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
 		return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid API key"}
 	case errors.As(err, &he):
 		return fromStatus(he.Code, he.Message)

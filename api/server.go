@@ -25,7 +25,7 @@ import (
 // Budget is what the API needs from the budget package.
 type Budget interface {
 	Reserve(ctx context.Context, p budget.ReserveParams) (*budget.Reservation, error)
-	Decide(ctx context.Context, tenantID string, ops []budget.Op) ([]budget.OpResult, error)
+	DecideBatch(ctx context.Context, items []budget.Item) ([]budget.OpResult, error)
 	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
 	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
 	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
@@ -88,6 +88,9 @@ type Config struct {
 	// the client, and X-Forwarded-For is ignored (a client cannot pick its
 	// own address to escape the limiter).
 	TrustedProxies []*net.IPNet
+	// Pipelines is how many decision transactions the replica keeps in
+	// flight at once. Default 2.
+	Pipelines int
 	// StoreTimeout bounds how long a decision waits for its turn in this
 	// replica, and then each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
@@ -172,7 +175,7 @@ func New(cfg *Config) (*Server, error) {
 			m, _ := c.Estimator.Table().Get(family)
 			return budget.Policy(m.OnStoreUnavailable)
 		},
-		StoreTimeout: c.StoreTimeout, MaxWaiters: c.MaxWaiters, Logger: c.Logger, Registerer: c.Registry,
+		StoreTimeout: c.StoreTimeout, MaxWaiters: c.MaxWaiters, Pipelines: c.Pipelines, Logger: c.Logger, Registerer: c.Registry,
 	})
 	s.guard = credential.NewGuard(credential.GuardConfig{DB: c.DB, Health: s.admitter,
 		FailuresPerSecond: c.AuthFailuresPerSecond, Burst: c.AuthFailureBurst, LookupTimeout: c.StoreTimeout, Logger: c.Logger})
@@ -209,11 +212,14 @@ func (s *Server) routes() {
 		return c.Blob(http.StatusOK, "application/yaml", OpenAPI)
 	})
 
+	// Admissions, settles and releases check the caller's key in their
+	// decision's transaction; the other tenant routes look it up.
+	decided := s.echo.Group("/v1", s.requireTenantForDecision, s.withRateHeaders)
+	decided.POST("/admissions", s.createAdmission)
+	decided.POST("/admissions/:id/settle", s.settleAdmission)
+	decided.POST("/admissions/:id/release", s.releaseAdmission)
 	v1 := s.echo.Group("/v1", s.requireTenant, s.withRateHeaders)
-	v1.POST("/admissions", s.createAdmission)
 	v1.GET("/admissions/:id", s.getAdmission)
-	v1.POST("/admissions/:id/settle", s.settleAdmission)
-	v1.POST("/admissions/:id/release", s.releaseAdmission)
 	v1.GET("/budget", s.getBudget)
 	v1.POST("/estimate", s.postEstimate)
 	v1.GET("/ledger", s.tenantLedger)

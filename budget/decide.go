@@ -22,6 +22,19 @@ type Op struct {
 	Release *ReleaseParams
 }
 
+// keyID is the tenant key the request came with ("" for none).
+func (op Op) keyID() string {
+	switch {
+	case op.Reserve != nil:
+		return op.Reserve.KeyID
+	case op.Settle != nil:
+		return op.Settle.KeyID
+	case op.Release != nil:
+		return op.Release.KeyID
+	}
+	return ""
+}
+
 // admissionID is the admission a settle or release names ("" for a reserve).
 func (op Op) admissionID() string {
 	switch {
@@ -154,9 +167,13 @@ type freshKey struct {
 }
 
 func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error) {
-	var ids, admIDs, keyTenants, keys []string
-	seenT, seenA, seenK := map[string]bool{}, map[string]bool{}, map[[2]string]bool{}
+	var ids, admIDs, keyTenants, keys, keyIDs []string
+	seenT, seenA, seenK, seenC := map[string]bool{}, map[string]bool{}, map[[2]string]bool{}, map[string]bool{}
 	for _, it := range items {
+		if id := it.Op.keyID(); id != "" && !seenC[id] {
+			seenC[id] = true
+			keyIDs = append(keyIDs, id)
+		}
 		if !seenT[it.TenantID] {
 			seenT[it.TenantID] = true
 			ids = append(ids, it.TenantID)
@@ -174,8 +191,12 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	sort.Strings(admIDs)
 	priors := map[[2]string]*prior{}
 	adms := map[string]*Admission{}
+	liveKeys := map[string]string{} // unrevoked key id -> its tenant
 	tx, ts, now, err := s.lockTenants(ctx, ids,
 		func(b *pgx.Batch) {
+			if len(keyIDs) > 0 {
+				b.Queue(keyLiveSQL, keyIDs)
+			}
 			if len(keys) > 0 {
 				b.Queue(idempotencyGetSQL, keyTenants, keys, s.clock())
 			}
@@ -184,6 +205,19 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			}
 		},
 		func(br pgx.BatchResults) error {
+			if len(keyIDs) > 0 {
+				rows, err := br.Query()
+				if err != nil {
+					return fmt.Errorf("budget: keys: %w", err)
+				}
+				var id, tenantID string
+				if _, err := pgx.ForEachRow(rows, []any{&id, &tenantID}, func() error {
+					liveKeys[id] = tenantID
+					return nil
+				}); err != nil {
+					return fmt.Errorf("budget: keys: %w", err)
+				}
+			}
 			if len(keys) > 0 {
 				rows, err := br.Query()
 				if err != nil {
@@ -231,6 +265,16 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			decisions[it.TenantID] = d
 		}
 		op := it.Op
+		if k := op.keyID(); k != "" {
+			switch {
+			case liveKeys[k] != it.TenantID:
+				results[i].Err = ErrKeyRevoked
+				continue
+			case t.disabled:
+				results[i].Err = ErrTenantDisabled // as authenticating the key would have said
+				continue
+			}
+		}
 		switch {
 		case op.Reserve != nil:
 			results[i].Reservation, results[i].Err = d.reserve(*op.Reserve, priors[[2]string{it.TenantID, op.Reserve.IdempotencyKey}])
@@ -267,7 +311,7 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrTenantNotFound)
+		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked)
 }
 
 // reserve decides one admission: an idempotent retry returns the original,

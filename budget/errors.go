@@ -28,6 +28,9 @@ var (
 	// ErrIdempotencyMismatch: an Idempotency-Key was reused for a different
 	// request within 24 h.
 	ErrIdempotencyMismatch = errors.New("budget: idempotency key reused with a different request")
+	// ErrKeyRevoked: the tenant key a request came with was revoked (found
+	// by the decision's own transaction).
+	ErrKeyRevoked = errors.New("budget: the request's key is revoked")
 	// ErrInvalidLimits is wrapped by *LimitError.
 	ErrInvalidLimits = errors.New("budget: invalid limits")
 )

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 )
 
-// Decider decides a batch of one tenant's requests; *Store is one.
+// Decider decides a batch of requests of any tenants; *Store is one.
 type Decider interface {
-	Decide(ctx context.Context, tenantID string, ops []Op) ([]OpResult, error)
+	DecideBatch(ctx context.Context, items []Item) ([]OpResult, error)
 }
 
 // answerer is a Decider that can tell whether the store answers at all
@@ -25,54 +26,60 @@ type PipelineConfig struct {
 	// Timeout bounds how long a request waits for its turn, and then how
 	// long each of its transaction's two round trips may take. Default 3 s.
 	Timeout time.Duration
-	// MaxBatch bounds how many requests one transaction decides. Default 128.
-	MaxBatch int
-	// MaxQueue bounds how many requests of one tenant may wait in this
-	// replica; past it a request is refused at once with ErrBusy.
-	// Default 4096.
+	// MaxBatch and MaxBatchBytes bound one transaction: how many requests
+	// it decides, and about how many bytes they send. Default 512 and 1 MiB.
+	MaxBatch      int
+	MaxBatchBytes int
+	// MaxQueue bounds how many requests may wait in one shard; past it a
+	// request is refused at once with ErrQueueFull. Default 16384.
 	MaxQueue int
+	// Shards is how many transactions the pipeline keeps in flight at
+	// once, each for its own share of the tenants (by a hash of the id).
+	// Default 4.
+	Shards int
 }
 
-// Pipeline is how a replica decides: it queues each tenant's reserves,
-// settles and releases, and keeps one transaction per tenant in flight.
-// While it runs, new requests queue; the next transaction decides all of
-// them (up to MaxBatch), in arrival order, under one row lock and one
-// commit (Store.Decide).
+// Pipeline is how a replica decides: requests of every tenant queue, and
+// each shard keeps one transaction in flight. While it runs, new requests
+// queue; the next transaction decides everything queued (up to MaxBatch),
+// whatever the tenants, in arrival order, under one statement's row locks
+// and one commit (Store.DecideBatch).
 //
-// Why: a tenant's row takes about 1 / (lock hold time) transactions a
-// second, and the hold time is round trips plus the time a Postgres backend
-// and a Go goroutine wait to be scheduled, which grows with CPU contention.
-// When every settle ran in a transaction of its own, 200 callers of one
-// tenant queued 24 connections on one row lock, and under contention the
-// queue outgrew the store timeout. Batching makes the number of
-// transactions shrink as load grows, and a tenant never holds more than one
-// connection of the replica, so other tenants are not starved of
-// connections.
+// Why: a commit costs a WAL flush and a tenant's row takes about
+// 1 / (lock hold time) transactions a second, and the hold time is round
+// trips plus the time a Postgres backend and a Go goroutine wait to be
+// scheduled, which grows with CPU contention. Batching makes the number of
+// transactions shrink as load grows, instead of the queue on a row lock,
+// and a shard never holds more than one of the replica's connections.
 //
-// Waiting is bounded and fair: requests of a tenant are decided first in,
-// first out; tenants take connections from the pool in the order they ask
-// (pgxpool's semaphore is FIFO); a request that waited Timeout without its
-// batch starting is answered ErrBusy ("waited its turn too long"), or
-// ErrUnavailable if the store answers nothing at all, and is never decided. A request whose batch began hears that batch's outcome, whatever
-// its caller's context does meanwhile: the ledger may hold it.
+// Waiting is bounded and fair: a tenant always maps to one shard, whose
+// queue is first in, first out, so each tenant's requests are decided in
+// arrival order; shards take connections from the pool in the order they
+// ask (pgxpool's semaphore is FIFO); a request that waited Timeout without
+// its batch starting is answered ErrBusy ("waited its turn too long"), or
+// ErrUnavailable if the store answers nothing at all, and is never decided.
+// A request whose batch began hears that batch's outcome, whatever its
+// caller's context does meanwhile: the ledger may hold it.
 type Pipeline struct {
 	decider  Decider
 	timeout  time.Duration
 	maxBatch int
+	maxBytes int
 	maxQueue int
-
-	mu     sync.Mutex
-	queues map[string]*pipeQueue // a tenant present here has a drainer running
+	shards   []*shard
 }
 
-type pipeQueue struct {
-	calls []*pipeCall
+type shard struct {
+	mu      sync.Mutex
+	calls   []*pipeCall
+	running bool
 }
 
 type pipeCall struct {
-	op   Op
-	done chan OpResult // buffered: the drainer never blocks on it
-	// Guarded by Pipeline.mu.
+	item  Item
+	bytes int
+	done  chan OpResult // buffered: the drainer never blocks on it
+	// Guarded by the shard's mutex.
 	taken, abandoned bool
 }
 
@@ -86,55 +93,81 @@ func NewPipeline(d Decider, cfg *PipelineConfig) *Pipeline {
 		c.Timeout = 3 * time.Second
 	}
 	if c.MaxBatch <= 0 {
-		c.MaxBatch = 128
+		c.MaxBatch = 512
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 1 << 20
 	}
 	if c.MaxQueue <= 0 {
-		c.MaxQueue = 4096
+		c.MaxQueue = 16384
 	}
-	return &Pipeline{decider: d, timeout: c.Timeout, maxBatch: c.MaxBatch, maxQueue: c.MaxQueue, queues: map[string]*pipeQueue{}}
+	if c.Shards <= 0 {
+		c.Shards = 4
+	}
+	p := &Pipeline{decider: d, timeout: c.Timeout, maxBatch: c.MaxBatch, maxBytes: c.MaxBatchBytes, maxQueue: c.MaxQueue}
+	for range c.Shards {
+		p.shards = append(p.shards, &shard{})
+	}
+	return p
 }
 
 // Reserve is Store.Reserve through the pipeline.
 func (p *Pipeline) Reserve(ctx context.Context, rp ReserveParams) (*Reservation, error) {
-	r := p.do(ctx, rp.TenantID, Op{Reserve: &rp})
+	r := p.do(ctx, Item{TenantID: rp.TenantID, Op: Op{Reserve: &rp}})
 	return r.Reservation, r.Err
 }
 
 // Settle is Store.Settle through the pipeline.
 func (p *Pipeline) Settle(ctx context.Context, sp SettleParams) (*Settlement, error) {
-	r := p.do(ctx, sp.TenantID, Op{Settle: &sp})
+	r := p.do(ctx, Item{TenantID: sp.TenantID, Op: Op{Settle: &sp}})
 	return r.Settlement, r.Err
 }
 
 // Release is Store.Release through the pipeline.
 func (p *Pipeline) Release(ctx context.Context, rp ReleaseParams) (*Settlement, error) {
-	r := p.do(ctx, rp.TenantID, Op{Release: &rp})
+	r := p.do(ctx, Item{TenantID: rp.TenantID, Op: Op{Release: &rp}})
 	return r.Settlement, r.Err
 }
 
-// ErrQueueFull wraps ErrBusy when a tenant's queue in this replica is full.
-var ErrQueueFull = fmt.Errorf("%w: the tenant's queue in this replica is full", ErrBusy)
+// ErrQueueFull wraps ErrBusy when a shard's queue in this replica is full.
+var ErrQueueFull = fmt.Errorf("%w: the replica's decision queue is full", ErrBusy)
 
-// do queues op and waits for its decision, or for its turn to run out.
-func (p *Pipeline) do(ctx context.Context, tenantID string, op Op) OpResult {
+func (p *Pipeline) shardOf(tenantID string) *shard {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenantID))
+	return p.shards[h.Sum32()%uint32(len(p.shards))]
+}
+
+// size estimates the bytes a request sends in its transaction.
+func size(it Item) int {
+	n := 160 + len(it.TenantID)
+	if r := it.Op.Reserve; r != nil {
+		n += 120 + len(r.Estimate.Model) + len(r.Actor)
+		if r.IdempotencyKey != "" {
+			n += 900 + len(r.IdempotencyKey) + len(r.RequestHash) // the stored answer
+		}
+	}
+	return n
+}
+
+// do queues an item and waits for its decision, or for its turn to run out.
+func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	if err := ctx.Err(); err != nil {
 		return OpResult{Err: err}
 	}
-	c := &pipeCall{op: op, done: make(chan OpResult, 1)}
-	p.mu.Lock()
-	q, running := p.queues[tenantID]
-	if !running {
-		q = &pipeQueue{}
-		p.queues[tenantID] = q
-	}
-	if len(q.calls) >= p.maxQueue {
-		p.mu.Unlock()
+	c := &pipeCall{item: it, bytes: size(it), done: make(chan OpResult, 1)}
+	sh := p.shardOf(it.TenantID)
+	sh.mu.Lock()
+	if len(sh.calls) >= p.maxQueue {
+		sh.mu.Unlock()
 		return OpResult{Err: ErrQueueFull}
 	}
-	q.calls = append(q.calls, c)
-	p.mu.Unlock()
-	if !running {
-		go p.drain(tenantID, q)
+	sh.calls = append(sh.calls, c)
+	start := !sh.running
+	sh.running = true
+	sh.mu.Unlock()
+	if start {
+		go p.drain(sh)
 	}
 
 	queued := time.Now()
@@ -148,17 +181,17 @@ func (p *Pipeline) do(ctx context.Context, tenantID string, op Op) OpResult {
 		timedOut = true
 	case <-ctx.Done():
 	}
-	p.mu.Lock()
+	sh.mu.Lock()
 	if c.taken {
-		p.mu.Unlock()
+		sh.mu.Unlock()
 		return <-c.done // its transaction is running: its outcome is the ledger's
 	}
 	c.abandoned = true // before anything slow: no batch may take it now
-	p.mu.Unlock()
+	sh.mu.Unlock()
 	if !timedOut {
 		return OpResult{Err: ctx.Err()}
 	}
-	err := fmt.Errorf("%w: waited its turn %s and the tenant's earlier requests were still being decided", ErrBusy, p.timeout)
+	err := fmt.Errorf("%w: waited its turn %s while earlier requests were being decided", ErrBusy, p.timeout)
 	if a, ok := p.decider.(answerer); ok && !a.Answering(ctx, queued) {
 		// The batch ahead is stuck because the store hangs.
 		err = fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -166,15 +199,15 @@ func (p *Pipeline) do(ctx context.Context, tenantID string, op Op) OpResult {
 	return OpResult{Err: err}
 }
 
-// drain decides the tenant's queued requests, batch after batch, until the
+// drain decides the shard's queued requests, batch after batch, until the
 // queue is empty.
-func (p *Pipeline) drain(tenantID string, q *pipeQueue) {
+func (p *Pipeline) drain(sh *shard) {
 	for {
-		p.mu.Lock()
-		batch := make([]*pipeCall, 0, min(len(q.calls), p.maxBatch))
-		n := 0
-		for _, c := range q.calls {
-			if len(batch) == p.maxBatch {
+		sh.mu.Lock()
+		var batch []*pipeCall
+		n, bytes := 0, 0
+		for _, c := range sh.calls {
+			if len(batch) == p.maxBatch || (len(batch) > 0 && bytes+c.bytes > p.maxBytes) {
 				break
 			}
 			n++
@@ -183,24 +216,26 @@ func (p *Pipeline) drain(tenantID string, q *pipeQueue) {
 			}
 			c.taken = true
 			batch = append(batch, c)
+			bytes += c.bytes
 		}
-		q.calls = q.calls[n:]
-		if len(batch) == 0 && len(q.calls) == 0 {
-			delete(p.queues, tenantID)
-			p.mu.Unlock()
+		sh.calls = sh.calls[n:]
+		if len(batch) == 0 && len(sh.calls) == 0 {
+			sh.running = false
+			sh.calls = nil
+			sh.mu.Unlock()
 			return
 		}
-		p.mu.Unlock()
+		sh.mu.Unlock()
 		if len(batch) == 0 {
 			continue
 		}
 
-		ops := make([]Op, len(batch))
+		items := make([]Item, len(batch))
 		for i, c := range batch {
-			ops[i] = c.op
+			items[i] = c.item
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-		results, err := p.decider.Decide(ctx, tenantID, ops)
+		results, err := p.decider.DecideBatch(ctx, items)
 		cancel()
 		for i, c := range batch {
 			switch {

@@ -18,6 +18,10 @@ type ReserveParams struct {
 	IdempotencyKey string
 	RequestHash    []byte
 	Actor          string
+	// KeyID is the tenant key the request came with, if any: the decision
+	// checks in its own transaction that it is not revoked (ErrKeyRevoked),
+	// so that authenticating a request needs no query of its own.
+	KeyID string
 }
 
 // Reservation is an admitted request: the admission and the tenant's

@@ -14,6 +14,7 @@ type SettleParams struct {
 	InputTokens  int64
 	OutputTokens int64
 	Actor        string
+	KeyID        string // as ReserveParams.KeyID; the tenant must not be disabled either
 }
 
 // Settlement is the reconciliation of one admission.
@@ -46,6 +47,7 @@ type ReleaseParams struct {
 	TenantID    string
 	AdmissionID string
 	Actor       string
+	KeyID       string // as SettleParams.KeyID
 }
 
 // Release refunds an admission's whole estimate (capped at capacity): the

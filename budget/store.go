@@ -33,6 +33,8 @@ var (
 	admissionExpiredTenantsSQL string
 	//go:embed sql/admission_recent.sql
 	admissionRecentSQL string
+	//go:embed sql/key_live.sql
+	keyLiveSQL string
 	//go:embed sql/idempotency_get.sql
 	idempotencyGetSQL string
 	//go:embed sql/idempotency_purge.sql

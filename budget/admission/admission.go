@@ -46,7 +46,10 @@ type Config struct {
 	// MaxWaiters bounds, per tenant, the callers waiting for tokens.
 	// Default 64.
 	MaxWaiters int
-	Logger     *slog.Logger
+	// Pipelines is how many decision transactions the replica keeps in
+	// flight at once (budget.PipelineConfig.Shards). Default 2.
+	Pipelines int
+	Logger    *slog.Logger
 	// Registerer receives the layer's metrics. Nil registers none.
 	Registerer prometheus.Registerer
 }
@@ -82,6 +85,9 @@ func New(cfg Config) *Admitter {
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = 64
 	}
+	if cfg.Pipelines <= 0 {
+		cfg.Pipelines = 2
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -91,7 +97,7 @@ func New(cfg Config) *Admitter {
 	}
 	a := &Admitter{
 		cfg:      cfg,
-		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout}),
+		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
 		logger:   cfg.Logger,
 		stopping: make(chan struct{}),

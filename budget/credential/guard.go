@@ -175,6 +175,22 @@ func (g *Guard) Tenant(ctx context.Context, addr, presented string) (Principal, 
 	return p, nil
 }
 
+// TenantDeferred is Tenant for requests whose decision checks the key
+// itself (budget.ReserveParams.KeyID and the like): a key whose secret this
+// replica verified within AuthCacheTTL is answered from memory, with no
+// lookup, because what could have changed since (revocation, the tenant
+// disabled) is checked in the decision's own transaction. A key's id, its
+// secret's hash and its tenant never change. Other keys go through Tenant.
+func (g *Guard) TenantDeferred(ctx context.Context, addr, presented string) (Principal, error) {
+	if g.health == nil || !g.health.Down() {
+		if p, ok := g.cached(presented); ok {
+			g.touch("key:"+p.KeyID, func(ctx context.Context) error { return KeyTouch(ctx, g.db, p.KeyID) })
+			return p, nil
+		}
+	}
+	return g.Tenant(ctx, addr, presented)
+}
+
 // Admin authenticates a presented admin token from addr. It returns
 // ErrAdminInvalid or a *ThrottledError.
 func (g *Guard) Admin(ctx context.Context, addr, presented string) (AdminToken, error) {

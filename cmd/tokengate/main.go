@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -166,6 +168,7 @@ type serveCmd struct {
 	ShutdownTimeout    time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
 	MaxConns           int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
+	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"2" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
 	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
@@ -174,6 +177,7 @@ type serveCmd struct {
 	TrustedProxies     []string      `name:"trusted-proxies" env:"TOKENGATE_TRUSTED_PROXIES" sep:"," help:"Proxies and gateways in front of this replica (CIDRs or addresses, comma-separated): from them, the client address is taken from X-Forwarded-For."`
 	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"3s" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
+	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	ModelRefresh       time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
 
@@ -222,6 +226,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		Local:              local,
 		StoreTimeout:       s.StoreTimeout,
 		TrustedProxies:     proxies,
+		Pipelines:          s.Pipelines,
 	})
 	if err != nil {
 		return err
@@ -268,6 +273,14 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 			logger.Warn("flush rejection tallies", "error", err.Error())
 		}
 	}()
+
+	if s.PprofAddr != "" {
+		stopProfiler, err := serveProfiler(s.PprofAddr, logger)
+		if err != nil {
+			return err
+		}
+		defer stopProfiler()
+	}
 
 	ln, err := net.Listen("tcp", s.Addr)
 	if err != nil {
@@ -327,6 +340,25 @@ func parseCIDRs(list []string) ([]*net.IPNet, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// serveProfiler serves net/http/pprof on addr, on a listener and mux of its
+// own (never the API's), and returns how to stop it.
+func serveProfiler(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--pprof-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	logger.Warn("serving the profiler", "address", ln.Addr().String())
+	return func() { _ = hs.Close() }, nil
 }
 
 // every runs fn every d until ctx ends. An error is logged and the next

@@ -17,6 +17,7 @@ import (
 // Config says what load to generate.
 type Config struct {
 	URL         string        // base URL, e.g. http://localhost:8080
+	URLs        []string      // several replicas: workers take them round-robin (URL is then ignored)
 	Keys        []string      // tenant keys; workers take them round-robin
 	Concurrency int           // workers, each with one request in flight
 	Duration    time.Duration // how long to run
@@ -29,20 +30,23 @@ type Config struct {
 
 // Report is what the load saw.
 type Report struct {
-	Duration        time.Duration
-	Requests        int
-	Admitted        int
-	Rejected        map[string]int // by limit
-	Errors          int
-	Settled         int
-	AdmitLatency    Percentiles
-	SettleLatency   Percentiles
-	AdmitsPerSecond float64
+	Duration        time.Duration  `json:"duration_ns"`
+	Requests        int            `json:"requests"`
+	Admitted        int            `json:"admitted"`
+	Rejected        map[string]int `json:"rejected"` // by limit
+	Errors          int            `json:"errors"`
+	Settled         int            `json:"settled"`
+	AdmitLatency    Percentiles    `json:"admit_latency"`
+	SettleLatency   Percentiles    `json:"settle_latency"`
+	AdmitsPerSecond float64        `json:"admits_per_second"`
 }
 
 // Percentiles of a latency distribution.
 type Percentiles struct {
-	P50, P90, P99, Max time.Duration
+	P50 time.Duration `json:"p50_ns"`
+	P90 time.Duration `json:"p90_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	Max time.Duration `json:"max_ns"`
 }
 
 func percentiles(d []time.Duration) Percentiles {
@@ -76,7 +80,11 @@ type sample struct {
 
 // Run generates load until cfg.Duration passes or ctx ends.
 func Run(ctx context.Context, cfg Config) (Report, error) {
-	if cfg.URL == "" || len(cfg.Keys) == 0 {
+	urls := cfg.URLs
+	if len(urls) == 0 && cfg.URL != "" {
+		urls = []string{cfg.URL}
+	}
+	if len(urls) == 0 || len(cfg.Keys) == 0 {
 		return Report{}, fmt.Errorf("loadgen: a URL and at least one key are required")
 	}
 	if cfg.Concurrency <= 0 {
@@ -90,7 +98,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	client := cfg.Client
 	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency}}
+		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxIdleConns: cfg.Concurrency * len(urls)}}
 	}
 	// The duration ends the starting of requests, not the requests in
 	// flight: a request cut off mid-way may still have been admitted, and
@@ -111,7 +119,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range cfg.Concurrency {
-		key := cfg.Keys[w%len(cfg.Keys)]
+		key, url := cfg.Keys[w%len(cfg.Keys)], urls[w%len(urls)]
 		wg.Go(func() {
 			for stop.Err() == nil {
 				if tick != nil {
@@ -121,7 +129,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					case <-tick:
 					}
 				}
-				samples <- one(ctx, client, cfg.URL, key, body, settleBody, cfg.Settle)
+				samples <- one(ctx, client, url, key, body, settleBody, cfg.Settle)
 			}
 		})
 	}

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# compare.sh: tokengate against Postgres's own ceiling, in one run, on one
+# durable Postgres (fsync on, synchronous_commit on), with the same number of
+# clients. pgbench runs the cheapest possible admission (one UPDATE ..
+# RETURNING and a ledger INSERT, one statement and one commit per
+# admission); tokengate is driven over HTTP by its load generator. Each pair
+# is printed with its ratio and both p99s, and the CPU each side used per
+# admission.
+#
+#   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  PG_IMAGE  TOKENGATE (bin/tokengate)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+secs="${BENCH_SECONDS:-15}"
+clients="${BENCH_CLIENTS:-32}"
+image="${PG_IMAGE:-tc.local/postgres:15-bookworm}"
+bin="${TOKENGATE:-bin/tokengate}"
+pg=tokengate-bench-pg
+port=55433
+url="postgres://tokengate:bench@localhost:$port/tokengate?sslmode=disable"
+work="$(mktemp -d /tmp/bench.XXXXXX)"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	docker rm -f "$pg" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+say() { printf '%s\n' "$*" >&2; }
+
+docker rm -f "$pg" >/dev/null 2>&1 || true
+docker run -d --name "$pg" --shm-size=1g -p 127.0.0.1:$port:5432 \
+	-e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=bench -e POSTGRES_DB=tokengate \
+	"$image" -c max_connections=300 >/dev/null
+for _ in $(seq 60); do docker exec "$pg" pg_isready -U tokengate -d tokengate >/dev/null 2>&1 && break; sleep 1; done
+sleep 2
+cgroup="/sys/fs/cgroup/cpuacct/docker/$(docker inspect -f '{{.Id}}' "$pg")/cpuacct.usage"
+pg_cpu_ns() { cat "$cgroup" 2>/dev/null || echo 0; }
+proc_cpu_ns() { # the CPU of processes, in ns (utime + stime)
+	local total=0
+	for p in "$@"; do
+		read -r -a f < "/proc/$p/stat"
+		total=$((total + (f[13] + f[14]) * 1000000000 / $(getconf CLK_TCK)))
+	done
+	echo "$total"
+}
+p99_us() { sort -n | awk '{a[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print a[i]}'; }
+
+docker exec -i "$pg" psql -q -U tokengate -d tokengate < integration/bench/pgbench_schema.sql
+docker cp integration/bench/admission.pgbench "$pg":/tmp/admission.pgbench >/dev/null
+
+# pgbench: per-admission ceilings, one hot tenant and 64 tenants.
+pgbench() { # tenants -> "tps p99_ms pg_cpu_us_per_admission"
+	docker exec "$pg" sh -c 'rm -f /tmp/pgb_log*' 
+	local c0; c0=$(pg_cpu_ns)
+	local out
+	out=$(docker exec -w /tmp "$pg" pgbench -U tokengate -d tokengate -n -c "$clients" -j 2 -T "$secs" \
+		-f /tmp/admission.pgbench -D tenants="$1" -l --log-prefix=/tmp/pgb_log 2>&1)
+	local c1; c1=$(pg_cpu_ns)
+	local tps; tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+	local n; n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+	local p99; p99=$(docker exec "$pg" sh -c 'cat /tmp/pgb_log*' | awk '{print $3}' | p99_us)
+	echo "$tps $(awk -v u="$p99" 'BEGIN{printf "%.1f", u/1000}') $(( (c1 - c0) / 1000 / n ))"
+}
+say "pgbench: $clients clients, ${secs}s each"
+read -r pg_hot_tps pg_hot_p99 pg_hot_cpu <<<"$(pgbench 1)"
+read -r pg_spread_tps pg_spread_p99 pg_spread_cpu <<<"$(pgbench 64)"
+
+# tokengate: tenants whose limits never refuse, so that what is measured
+# is the cost of deciding.
+export TOKENGATE_DATABASE_URL="$url"
+"$bin" migrate --wait 30s 2>/dev/null
+mk() { "$bin" tenant create "$1" --tokens-capacity 1000000000000 --tokens-per-second 1000000000 >/dev/null && "$bin" key create "$1" 2>/dev/null; }
+hot_key=$(mk hot)
+spread_keys=()
+for i in $(seq -w 1 64); do spread_keys+=(--key "$(mk "t$i")"); done
+
+serve() { # port [flags] -> pid
+	local p="$1"; shift
+	"$bin" serve --addr "127.0.0.1:$p" --log-level error ${BENCH_SERVE_FLAGS:-} "$@" >"$work/serve-$p.log" 2>&1 &
+	echo $!
+}
+ready() { # no curl on a bare machine: HTTP/1.0 over bash's /dev/tcp
+	{ exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+	printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3
+	local status; read -r _ status _ <&3; exec 3<&-
+	[ "$status" = 200 ]
+}
+wait_ready() { for _ in $(seq 100); do ready "$1" && return; sleep 0.1; done; cat "$work/serve-$1.log" >&2; exit 1; }
+run() { # label pids... -- loadgen flags -> "adm/s p99_ms server_cpu_us pg_cpu_us rss_mb"
+	local label="$1"; shift
+	local sp=(); while [ "$1" != "--" ]; do sp+=("$1"); shift; done; shift
+	local c0 s0; c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "${sp[@]}")
+	local js; js=$("$bin" loadgen --json --concurrency "$clients" --duration "${secs}s" "$@")
+	local c1 s1; c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "${sp[@]}")
+	local rss=0; for p in "${sp[@]}"; do rss=$(( rss + $(awk '/VmHWM/ {print $2}' "/proc/$p/status") )); done
+	local adm rate p99 errs
+	adm=$(sed -n 's/.*"admitted":\([0-9]*\).*/\1/p' <<<"$js")
+	rate=$(sed -n 's/.*"admits_per_second":\([0-9.e+]*\).*/\1/p' <<<"$js")
+	p99=$(sed -n 's/.*"admit_latency":{[^}]*"p99_ns":\([0-9]*\).*/\1/p' <<<"$js")
+	errs=$(sed -n 's/.*"errors":\([0-9]*\).*/\1/p' <<<"$js")
+	[ "$errs" = 0 ] || say "$label: $errs errors"
+	echo "$(awk -v r="$rate" 'BEGIN{printf "%.0f", r}') $(awk -v p="$p99" 'BEGIN{printf "%.1f", p/1e6}') $(( (s1 - s0) / 1000 / adm )) $(( (c1 - c0) / 1000 / adm )) $(( rss / 1024 ))"
+}
+
+say "tokengate: one replica"
+s1=$(serve 18080); pids+=("$s1"); wait_ready 18080
+read -r tg_hot tg_hot_p99 tg_hot_cpu tg_hot_pg tg_hot_rss <<<"$(run hot "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --no-settle)"
+read -r tg_spread tg_spread_p99 tg_spread_cpu tg_spread_pg tg_spread_rss <<<"$(run spread "$s1" -- --url http://127.0.0.1:18080 "${spread_keys[@]}" --no-settle)"
+read -r tg_settle tg_settle_p99 tg_settle_cpu tg_settle_pg tg_settle_rss <<<"$(run settle "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --settle)"
+kill "$s1"; wait "$s1" 2>/dev/null || true; pids=()
+
+say "tokengate: four replicas"
+four=(); urls=()
+for p in 18081 18082 18083 18084; do
+	pid=$(serve $p --max-conns 8 --replica-id "r$p"); pids+=("$pid"); four+=("$pid"); urls+=(--url "http://127.0.0.1:$p")
+done
+for p in 18081 18082 18083 18084; do wait_ready $p; done
+read -r r4_hot r4_hot_p99 r4_hot_cpu r4_hot_pg r4_hot_rss <<<"$(run hot4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --no-settle)"
+read -r r4_spread r4_spread_p99 r4_spread_cpu r4_spread_pg r4_spread_rss <<<"$(run spread4 "${four[@]}" -- "${urls[@]}" "${spread_keys[@]}" --no-settle)"
+read -r r4_settle r4_settle_p99 r4_settle_cpu r4_settle_pg r4_settle_rss <<<"$(run settle4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --settle)"
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; }
+cat <<TABLE
+
+$clients clients, ${secs} s per run, durable commits; $(nproc) cores shared by Postgres, tokengate and the load.
+CPU is microseconds per admission (tokengate's server processes; the Postgres container).
+
+| load | tokengate admissions/s (p99) | pgbench per-admission ceiling (p99) | ratio | tokengate CPU us/adm | Postgres CPU us/adm (pgbench's) | peak RSS |
+|---|---|---|---|---|---|---|
+| one hot tenant, admit only | $tg_hot ($tg_hot_p99 ms) | $pg_hot_tps ($pg_hot_p99 ms) | $(ratio "$tg_hot" "$pg_hot_tps") | $tg_hot_cpu | $tg_hot_pg ($pg_hot_cpu) | $tg_hot_rss MB |
+| 64 tenants, admit only | $tg_spread ($tg_spread_p99 ms) | $pg_spread_tps ($pg_spread_p99 ms) | $(ratio "$tg_spread" "$pg_spread_tps") | $tg_spread_cpu | $tg_spread_pg ($pg_spread_cpu) | $tg_spread_rss MB |
+| one hot tenant, admit + settle | $tg_settle ($tg_settle_p99 ms) | $pg_hot_tps ($pg_hot_p99 ms) | $(ratio "$tg_settle" "$pg_hot_tps") | $tg_settle_cpu | $tg_settle_pg | $tg_settle_rss MB |
+| 4 replicas, one hot tenant, admit only | $r4_hot ($r4_hot_p99 ms) | $pg_hot_tps | $(ratio "$r4_hot" "$pg_hot_tps") | $r4_hot_cpu | $r4_hot_pg | $r4_hot_rss MB (4) |
+| 4 replicas, 64 tenants, admit only | $r4_spread ($r4_spread_p99 ms) | $pg_spread_tps | $(ratio "$r4_spread" "$pg_spread_tps") | $r4_spread_cpu | $r4_spread_pg | $r4_spread_rss MB (4) |
+| 4 replicas, one hot tenant, admit + settle | $r4_settle ($r4_settle_p99 ms) | $pg_hot_tps | $(ratio "$r4_settle" "$pg_hot_tps") | $r4_settle_cpu | $r4_settle_pg | $r4_settle_rss MB (4) |
+TABLE
