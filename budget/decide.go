@@ -341,7 +341,9 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		return nil, ErrTenantDisabled
 	}
 	cost := p.Estimate.Cost
-	if err := Decide(t.TenantState, cost, now); err != nil {
+	st := t.TenantState
+	st.Tokens.BalanceMicro -= max(0, p.HoldbackMicro) // callers queued ahead are served first
+	if err := Decide(st, cost, now); err != nil {
 		return nil, err
 	}
 

@@ -22,6 +22,11 @@ type ReserveParams struct {
 	// checks in its own transaction that it is not revoked (ErrKeyRevoked),
 	// so that authenticating a request needs no query of its own.
 	KeyID string
+	// HoldbackMicro is what the decision must leave in the token bucket:
+	// what callers queued ahead of this one in its replica wait for, so
+	// that a large request waiting for refill is not starved by smaller
+	// ones behind it (budget/admission sets it).
+	HoldbackMicro int64
 }
 
 // Reservation is an admitted request: the admission and the tenant's

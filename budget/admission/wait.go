@@ -11,16 +11,26 @@ import (
 	"github.com/tokengate/tokengate/budget"
 )
 
-// waitQueues bounds how many callers of one tenant may wait for tokens at
-// once in this replica, and wakes waiters for a concurrency slot when a
-// reservation of that tenant ends here.
+// waitQueues holds, per tenant, the callers of this replica waiting for
+// tokens (max_wait_ms), first in, first out: each needs its cost, and a
+// decision for anyone behind them must leave what they need in the bucket.
+// So a large request waiting for refill is served before smaller ones that
+// arrive after it, instead of being starved by them. The queue is bounded
+// per tenant; a reservation ending here, or a waiter leaving, wakes the
+// tenant's waiters.
 type waitQueues struct {
 	mu      sync.Mutex
 	max     int
 	gauge   prometheus.Gauge // callers waiting now, in every tenant
-	waiting map[string]int
-	wakeups map[string]chan struct{}
+	tenants map[string]*tenantWaiters
 }
+
+type tenantWaiters struct {
+	queue []*waiter
+	wake  chan struct{}
+}
+
+type waiter struct{ needMicro int64 }
 
 func newWaitQueues(max int, reg prometheus.Registerer) *waitQueues {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -28,27 +38,72 @@ func newWaitQueues(max int, reg prometheus.Registerer) *waitQueues {
 		Help: "Callers of this replica waiting for tokens (max_wait_ms) right now.",
 	})
 	reg.MustRegister(g)
-	return &waitQueues{max: max, gauge: g, waiting: map[string]int{}, wakeups: map[string]chan struct{}{}}
+	return &waitQueues{max: max, gauge: g, tenants: map[string]*tenantWaiters{}}
 }
 
-func (w *waitQueues) enter(tenantID string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.waiting[tenantID] >= w.max {
-		return false
+func (w *waitQueues) of(tenantID string) *tenantWaiters {
+	tw, ok := w.tenants[tenantID]
+	if !ok {
+		tw = &tenantWaiters{wake: make(chan struct{})}
+		w.tenants[tenantID] = tw
 	}
-	w.waiting[tenantID]++
-	w.gauge.Inc()
-	return true
+	return tw
 }
 
-func (w *waitQueues) leave(tenantID string) {
+// ahead is what the callers queued before me need (all of them for a
+// caller not queued: it comes after everyone waiting).
+func (w *waitQueues) ahead(tenantID string, me *waiter) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.gauge.Dec()
-	if w.waiting[tenantID]--; w.waiting[tenantID] <= 0 {
-		delete(w.waiting, tenantID)
-		delete(w.wakeups, tenantID)
+	tw, ok := w.tenants[tenantID]
+	if !ok {
+		return 0
+	}
+	var sum int64
+	for _, q := range tw.queue {
+		if q == me {
+			break
+		}
+		sum += q.needMicro
+	}
+	return sum
+}
+
+// enter queues a caller needing needMicro, or refuses when the tenant's
+// queue is full.
+func (w *waitQueues) enter(tenantID string, needMicro int64) (*waiter, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw := w.of(tenantID)
+	if len(tw.queue) >= w.max {
+		return nil, false
+	}
+	me := &waiter{needMicro: needMicro}
+	tw.queue = append(tw.queue, me)
+	w.gauge.Inc()
+	return me, true
+}
+
+// leave takes a caller out of the queue (admitted, or given up) and wakes
+// the others: what it held back is free for them.
+func (w *waitQueues) leave(tenantID string, me *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tw, ok := w.tenants[tenantID]
+	if !ok {
+		return
+	}
+	for i, q := range tw.queue {
+		if q == me {
+			tw.queue = append(tw.queue[:i], tw.queue[i+1:]...)
+			w.gauge.Dec()
+			break
+		}
+	}
+	close(tw.wake)
+	tw.wake = make(chan struct{})
+	if len(tw.queue) == 0 {
+		delete(w.tenants, tenantID)
 	}
 }
 
@@ -56,20 +111,16 @@ func (w *waitQueues) leave(tenantID string) {
 func (w *waitQueues) wakeup(tenantID string) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ch, ok := w.wakeups[tenantID]
-	if !ok {
-		ch = make(chan struct{})
-		w.wakeups[tenantID] = ch
-	}
-	return ch
+	return w.of(tenantID).wake
 }
 
+// wake wakes the tenant's waiters: a reservation ended here.
 func (w *waitQueues) wake(tenantID string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ch, ok := w.wakeups[tenantID]; ok {
-		close(ch)
-		delete(w.wakeups, tenantID)
+	if tw, ok := w.tenants[tenantID]; ok {
+		close(tw.wake)
+		tw.wake = make(chan struct{})
 	}
 }
 
@@ -81,10 +132,10 @@ func (w *waitQueues) wake(tenantID string) {
 // returned. Waiting holds no lock and no connection.
 func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, maxWait time.Duration) (*budget.Reservation, error) {
 	start := time.Now()
-	entered := false
+	var me *waiter
 	defer func() {
-		if entered {
-			a.waiters.leave(p.TenantID)
+		if me != nil {
+			a.waiters.leave(p.TenantID, me)
 		}
 	}()
 	for {
@@ -92,6 +143,7 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 		if maxWait > 0 {
 			wake = a.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
 		}
+		p.HoldbackMicro = a.waiters.ahead(p.TenantID, me)
 		r, err := a.pipeline.Reserve(ctx, p)
 		var rej *budget.RejectedError
 		if maxWait <= 0 || !errors.As(err, &rej) {
@@ -106,11 +158,11 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 		if left <= 0 || pause > left {
 			return nil, err
 		}
-		if !entered {
-			if !a.waiters.enter(p.TenantID) {
+		if me == nil {
+			var ok bool
+			if me, ok = a.waiters.enter(p.TenantID, p.Estimate.Cost*budget.Micro); !ok {
 				return nil, err
 			}
-			entered = true
 		}
 		timer := time.NewTimer(pause)
 		select {

@@ -1,0 +1,103 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var ctx = context.Background()
+
+func request(tenant string, cost int64, wait time.Duration) admission.Request {
+	return admission.Request{MaxWait: wait, ReserveParams: budget.ReserveParams{TenantID: tenant, Estimate: estimator.Estimate{
+		Model: "gpt-4o", InputTokens: cost / 2, OutputTokens: cost - cost/2, Cost: cost,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}}
+}
+
+// TestLargeRequestIsNotStarvedBySmallOnes: a tenant's bucket is empty; a
+// large request waits for refill; a stream of small requests arrives behind
+// it from eight callers, some waiting, some not. The large one is admitted
+// as soon as refill covers it (the small ones behind it leave it what it
+// waits for), and the small ones share what is left.
+func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	const capacity, rate = 100, 50 // tokens, tokens a second
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme",
+		Limits: budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate * budget.Micro, MaxWait: 10 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	a := admission.New(admission.Config{Store: store, Pool: pool})
+	if _, _, err := a.Reserve(ctx, request("acme", capacity, 0)); err != nil { // empty the bucket
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	var small, smallWaiting atomic.Int64
+	var wg sync.WaitGroup
+	largeStart := time.Now()
+	largeDone := make(chan error, 1)
+	go func() {
+		_, _, err := a.Reserve(ctx, request("acme", 60, 8*time.Second))
+		largeDone <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the large request is first in line
+	for g := range 8 {
+		wg.Go(func() {
+			wait := time.Duration(0)
+			if g%2 == 0 {
+				wait = 5 * time.Second
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _, err := a.Reserve(ctx, request("acme", 5, wait))
+				switch {
+				case err == nil:
+					small.Add(1)
+					if wait > 0 {
+						smallWaiting.Add(1)
+					}
+				case errors.Is(err, budget.ErrRejected):
+					time.Sleep(5 * time.Millisecond)
+				default:
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	var largeErr error
+	select {
+	case largeErr = <-largeDone:
+	case <-time.After(6 * time.Second):
+		largeErr = errors.New("still waiting after 6 s")
+	}
+	took := time.Since(largeStart)
+	close(stop)
+	wg.Wait()
+	// 60 tokens at 50 a second: 1.2 s of refill, with room for a slow
+	// machine, but far less than the small stream would allow if it could
+	// take the refill first (it asks for 8 x 5 tokens every few ms).
+	if largeErr != nil || took > 3*time.Second {
+		t.Fatalf("the large request: %v after %s (the small ones got %d)", largeErr, took, small.Load())
+	}
+	t.Logf("the large request was admitted after %s; %d small ones (%d that waited) shared the rest", took.Round(time.Millisecond), small.Load(), smallWaiting.Load())
+	if small.Load() == 0 {
+		t.Fatal("no small request was admitted: the stream was not competing")
+	}
+}
