@@ -1,13 +1,21 @@
 package integration_test
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -88,6 +96,38 @@ func BenchmarkReserveParallelManyTenants(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			reserveOnce(b, est, store, ids[next.Add(1)%int64(len(ids))])
+		}
+	})
+}
+
+// BenchmarkAdmissionHTTPParallel is the whole server side of one admission,
+// in process: the request through every middleware, authentication,
+// estimation, the pipeline's batched transaction, and the JSON answer. Its
+// allocations per operation are the server's per admission.
+func BenchmarkAdmissionHTTPParallel(b *testing.B) {
+	store, ids := benchStore(b, 1)
+	srv, err := api.New(&api.Config{DB: store.Pool(), Budget: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Close() })
+	_, key, err := credential.KeyCreate(ctx, store.Pool(), ids[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/admissions", bytes.NewReader(benchBody))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, req)
+			if rec.Code != http.StatusCreated {
+				b.Fatalf("%d %s", rec.Code, rec.Body)
+			}
 		}
 	})
 }

@@ -62,7 +62,7 @@ pgbench() { # tenants -> "tps p99_ms pg_cpu_us_per_admission"
 	local tps; tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
 	local n; n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
 	local p99; p99=$(docker exec "$pg" sh -c 'cat /tmp/pgb_log*' | awk '{print $3}' | p99_us)
-	echo "$tps $(awk -v u="$p99" 'BEGIN{printf "%.1f", u/1000}') $(( (c1 - c0) / 1000 / n ))"
+	echo "$(awk -v t="$tps" 'BEGIN{printf "%.0f", t}') $(awk -v u="$p99" 'BEGIN{printf "%.1f", u/1000}') $(( (c1 - c0) / 1000 / n ))"
 }
 say "pgbench: $clients clients, ${secs}s each"
 read -r pg_hot_tps pg_hot_p99 pg_hot_cpu <<<"$(pgbench 1)"
@@ -89,11 +89,14 @@ ready() { # no curl on a bare machine: HTTP/1.0 over bash's /dev/tcp
 	[ "$status" = 200 ]
 }
 wait_ready() { for _ in $(seq 100); do ready "$1" && return; sleep 0.1; done; cat "$work/serve-$1.log" >&2; exit 1; }
-run() { # label pids... -- loadgen flags -> "adm/s p99_ms server_cpu_us pg_cpu_us rss_mb"
+secs_of() { awk '{split($0, p, "m"); sub("s", "", p[2]); print p[1] * 60 + p[2]}' <<<"$1"; }
+run() { # label pids... -- loadgen flags -> "adm/s p99_ms server_cpu_us pg_cpu_us rss_mb loadgen_cpu_us"
 	local label="$1"; shift
 	local sp=(); while [ "$1" != "--" ]; do sp+=("$1"); shift; done; shift
 	local c0 s0; c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "${sp[@]}")
-	local js; js=$("$bin" loadgen --json --concurrency "$clients" --duration "${secs}s" "$@")
+	( "$bin" loadgen --json --concurrency "$clients" --duration "${secs}s" "$@" >"$work/load.json"; times >"$work/load.times" )
+	local js; js=$(cat "$work/load.json")
+	local lu ls; read -r lu ls < <(sed -n 2p "$work/load.times")
 	local c1 s1; c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "${sp[@]}")
 	local rss=0; for p in "${sp[@]}"; do rss=$(( rss + $(awk '/VmHWM/ {print $2}' "/proc/$p/status") )); done
 	local adm rate p99 errs
@@ -102,14 +105,15 @@ run() { # label pids... -- loadgen flags -> "adm/s p99_ms server_cpu_us pg_cpu_u
 	p99=$(sed -n 's/.*"admit_latency":{[^}]*"p99_ns":\([0-9]*\).*/\1/p' <<<"$js")
 	errs=$(sed -n 's/.*"errors":\([0-9]*\).*/\1/p' <<<"$js")
 	[ "$errs" = 0 ] || say "$label: $errs errors"
-	echo "$(awk -v r="$rate" 'BEGIN{printf "%.0f", r}') $(awk -v p="$p99" 'BEGIN{printf "%.1f", p/1e6}') $(( (s1 - s0) / 1000 / adm )) $(( (c1 - c0) / 1000 / adm )) $(( rss / 1024 ))"
+	local lcpu; lcpu=$(awk -v u="$(secs_of "$lu")" -v s="$(secs_of "$ls")" -v n="$adm" 'BEGIN{printf "%d", (u + s) * 1e6 / n}')
+	echo "$(awk -v r="$rate" 'BEGIN{printf "%.0f", r}') $(awk -v p="$p99" 'BEGIN{printf "%.1f", p/1e6}') $(( (s1 - s0) / 1000 / adm )) $(( (c1 - c0) / 1000 / adm )) $(( rss / 1024 )) $lcpu"
 }
 
 say "tokengate: one replica"
 s1=$(serve 18080); pids+=("$s1"); wait_ready 18080
-read -r tg_hot tg_hot_p99 tg_hot_cpu tg_hot_pg tg_hot_rss <<<"$(run hot "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --no-settle)"
-read -r tg_spread tg_spread_p99 tg_spread_cpu tg_spread_pg tg_spread_rss <<<"$(run spread "$s1" -- --url http://127.0.0.1:18080 "${spread_keys[@]}" --no-settle)"
-read -r tg_settle tg_settle_p99 tg_settle_cpu tg_settle_pg tg_settle_rss <<<"$(run settle "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --settle)"
+read -r tg_hot tg_hot_p99 tg_hot_cpu tg_hot_pg tg_hot_rss tg_hot_lg <<<"$(run hot "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --no-settle)"
+read -r tg_spread tg_spread_p99 tg_spread_cpu tg_spread_pg tg_spread_rss tg_spread_lg <<<"$(run spread "$s1" -- --url http://127.0.0.1:18080 "${spread_keys[@]}" --no-settle)"
+read -r tg_settle tg_settle_p99 tg_settle_cpu tg_settle_pg tg_settle_rss tg_settle_lg <<<"$(run settle "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --settle)"
 kill "$s1"; wait "$s1" 2>/dev/null || true; pids=()
 
 say "tokengate: four replicas"
@@ -118,22 +122,22 @@ for p in 18081 18082 18083 18084; do
 	pid=$(serve $p --max-conns 8 --replica-id "r$p"); pids+=("$pid"); four+=("$pid"); urls+=(--url "http://127.0.0.1:$p")
 done
 for p in 18081 18082 18083 18084; do wait_ready $p; done
-read -r r4_hot r4_hot_p99 r4_hot_cpu r4_hot_pg r4_hot_rss <<<"$(run hot4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --no-settle)"
-read -r r4_spread r4_spread_p99 r4_spread_cpu r4_spread_pg r4_spread_rss <<<"$(run spread4 "${four[@]}" -- "${urls[@]}" "${spread_keys[@]}" --no-settle)"
-read -r r4_settle r4_settle_p99 r4_settle_cpu r4_settle_pg r4_settle_rss <<<"$(run settle4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --settle)"
+read -r r4_hot r4_hot_p99 r4_hot_cpu r4_hot_pg r4_hot_rss r4_hot_lg <<<"$(run hot4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --no-settle)"
+read -r r4_spread r4_spread_p99 r4_spread_cpu r4_spread_pg r4_spread_rss r4_spread_lg <<<"$(run spread4 "${four[@]}" -- "${urls[@]}" "${spread_keys[@]}" --no-settle)"
+read -r r4_settle r4_settle_p99 r4_settle_cpu r4_settle_pg r4_settle_rss r4_settle_lg <<<"$(run settle4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --settle)"
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; }
 cat <<TABLE
 
 $clients clients, ${secs} s per run, durable commits; $(nproc) cores shared by Postgres, tokengate and the load.
-CPU is microseconds per admission (tokengate's server processes; the Postgres container).
+CPU is microseconds per admission: tokengate's server processes, the Postgres container (pgbench's own in brackets), the load generator.
 
-| load | tokengate admissions/s (p99) | pgbench per-admission ceiling (p99) | ratio | tokengate CPU us/adm | Postgres CPU us/adm (pgbench's) | peak RSS |
-|---|---|---|---|---|---|---|
-| one hot tenant, admit only | $tg_hot ($tg_hot_p99 ms) | $pg_hot_tps ($pg_hot_p99 ms) | $(ratio "$tg_hot" "$pg_hot_tps") | $tg_hot_cpu | $tg_hot_pg ($pg_hot_cpu) | $tg_hot_rss MB |
-| 64 tenants, admit only | $tg_spread ($tg_spread_p99 ms) | $pg_spread_tps ($pg_spread_p99 ms) | $(ratio "$tg_spread" "$pg_spread_tps") | $tg_spread_cpu | $tg_spread_pg ($pg_spread_cpu) | $tg_spread_rss MB |
-| one hot tenant, admit + settle | $tg_settle ($tg_settle_p99 ms) | $pg_hot_tps ($pg_hot_p99 ms) | $(ratio "$tg_settle" "$pg_hot_tps") | $tg_settle_cpu | $tg_settle_pg | $tg_settle_rss MB |
-| 4 replicas, one hot tenant, admit only | $r4_hot ($r4_hot_p99 ms) | $pg_hot_tps | $(ratio "$r4_hot" "$pg_hot_tps") | $r4_hot_cpu | $r4_hot_pg | $r4_hot_rss MB (4) |
-| 4 replicas, 64 tenants, admit only | $r4_spread ($r4_spread_p99 ms) | $pg_spread_tps | $(ratio "$r4_spread" "$pg_spread_tps") | $r4_spread_cpu | $r4_spread_pg | $r4_spread_rss MB (4) |
-| 4 replicas, one hot tenant, admit + settle | $r4_settle ($r4_settle_p99 ms) | $pg_hot_tps | $(ratio "$r4_settle" "$pg_hot_tps") | $r4_settle_cpu | $r4_settle_pg | $r4_settle_rss MB (4) |
+| load | tokengate admissions/s (p99) | pgbench per-admission ceiling (p99) | ratio | tokengate CPU us/adm | Postgres CPU us/adm (pgbench's) | load generator CPU us/adm | peak RSS |
+|---|---|---|---|---|---|---|---|
+| one hot tenant, admit only | $tg_hot ($tg_hot_p99 ms) | $pg_hot_tps ($pg_hot_p99 ms) | $(ratio "$tg_hot" "$pg_hot_tps") | $tg_hot_cpu | $tg_hot_pg ($pg_hot_cpu) | $tg_hot_lg | $tg_hot_rss MB |
+| 64 tenants, admit only | $tg_spread ($tg_spread_p99 ms) | $pg_spread_tps ($pg_spread_p99 ms) | $(ratio "$tg_spread" "$pg_spread_tps") | $tg_spread_cpu | $tg_spread_pg ($pg_spread_cpu) | $tg_spread_lg | $tg_spread_rss MB |
+| one hot tenant, admit + settle | $tg_settle ($tg_settle_p99 ms) | $pg_hot_tps ($pg_hot_p99 ms) | $(ratio "$tg_settle" "$pg_hot_tps") | $tg_settle_cpu | $tg_settle_pg | $tg_settle_lg | $tg_settle_rss MB |
+| 4 replicas, one hot tenant, admit only | $r4_hot ($r4_hot_p99 ms) | $pg_hot_tps | $(ratio "$r4_hot" "$pg_hot_tps") | $r4_hot_cpu | $r4_hot_pg | $r4_hot_lg | $r4_hot_rss MB (4) |
+| 4 replicas, 64 tenants, admit only | $r4_spread ($r4_spread_p99 ms) | $pg_spread_tps | $(ratio "$r4_spread" "$pg_spread_tps") | $r4_spread_cpu | $r4_spread_pg | $r4_spread_lg | $r4_spread_rss MB (4) |
+| 4 replicas, one hot tenant, admit + settle | $r4_settle ($r4_settle_p99 ms) | $pg_hot_tps | $(ratio "$r4_settle" "$pg_hot_tps") | $r4_settle_cpu | $r4_settle_pg | $r4_settle_lg | $r4_settle_rss MB (4) |
 TABLE
