@@ -72,7 +72,7 @@ read -r pg_spread_tps pg_spread_p99 pg_spread_cpu <<<"$(pgbench 64)"
 # is the cost of deciding.
 export TOKENGATE_DATABASE_URL="$url"
 "$bin" migrate --wait 30s 2>/dev/null
-mk() { "$bin" tenant create "$1" --tokens-capacity 1000000000000 --tokens-per-second 1000000000 >/dev/null && "$bin" key create "$1" 2>/dev/null; }
+mk() { "$bin" tenant create "$1" --tokens-capacity 1000000000000 --tokens-per-second 1000000000 >/dev/null 2>&1 && "$bin" key create "$1" 2>/dev/null; }
 hot_key=$(mk hot)
 spread_keys=()
 for i in $(seq -w 1 64); do spread_keys+=(--key "$(mk "t$i")"); done
