@@ -26,6 +26,7 @@ import (
 type Budget interface {
 	Reserve(ctx context.Context, p budget.ReserveParams) (*budget.Reservation, error)
 	DecideBatch(ctx context.Context, items []budget.Item) ([]budget.OpResult, error)
+	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
 	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
 	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
 	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)

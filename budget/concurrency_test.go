@@ -295,7 +295,20 @@ func TestConcurrentSettlesKeepLedgerExact(t *testing.T) {
 // exactly once, and the slots all come back.
 func TestConcurrentSweepersExpireEachOnce(t *testing.T) {
 	t.Parallel()
+	for _, through := range []string{"own transactions", "pipelines"} {
+		t.Run(through, func(t *testing.T) {
+			t.Parallel()
+			sweepersExpireEachOnce(t, through == "pipelines")
+		})
+	}
+}
+
+// sweepersExpireEachOnce: four sweepers (in their own transactions, or
+// decided through each replica's pipeline with its other requests) and 60
+// settles race over 240 overdue reservations.
+func sweepersExpireEachOnce(t *testing.T, pipelined bool) {
 	b, stores := replicas(t)
+	pipes := []*budget.Pipeline{budget.NewPipeline(stores[0], nil), budget.NewPipeline(stores[1], nil)}
 	l := limits(1_000_000, "1000")
 	l.MaxConcurrent = 300
 	b.tenant(t, "acme", l)
@@ -313,7 +326,11 @@ func TestConcurrentSweepersExpireEachOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
-			n, err := stores[w%2].SweepOnce(ctx)
+			var expire budget.ExpireFunc
+			if pipelined {
+				expire = pipes[w%2].Expire
+			}
+			n, err := stores[w%2].SweepOnce(ctx, expire)
 			if err != nil {
 				t.Error(err)
 			}
@@ -323,7 +340,13 @@ func TestConcurrentSweepersExpireEachOnce(t *testing.T) {
 	for i, id := range ids[:60] {
 		wg.Go(func() {
 			tenant, adm, _ := strings.Cut(id, "/")
-			_, err := stores[i%2].Settle(ctx, budget.SettleParams{TenantID: tenant, AdmissionID: adm, InputTokens: 1, OutputTokens: 1})
+			p := budget.SettleParams{TenantID: tenant, AdmissionID: adm, InputTokens: 1, OutputTokens: 1}
+			var err error
+			if pipelined {
+				_, err = pipes[i%2].Settle(ctx, p)
+			} else {
+				_, err = stores[i%2].Settle(ctx, p)
+			}
 			if err != nil {
 				t.Error(err)
 				return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -20,6 +21,14 @@ type Op struct {
 	Reserve *ReserveParams
 	Settle  *SettleParams
 	Release *ReleaseParams
+	Expire  *ExpireParams
+}
+
+// ExpireParams asks for a tenant's overdue reservations to be expired (at
+// most sweepBatch of them): each stays charged at its estimate, frees its
+// concurrency slot and gets an expire entry.
+type ExpireParams struct {
+	TenantID string
 }
 
 // keyID is the tenant key the request came with ("" for none).
@@ -53,6 +62,7 @@ func (op Op) admissionID() string {
 type OpResult struct {
 	Reservation *Reservation
 	Settlement  *Settlement
+	Expired     int // for an Expire: how many reservations it expired
 	Err         error
 }
 
@@ -167,9 +177,12 @@ type freshKey struct {
 }
 
 func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error) {
-	var ids, admIDs, keyTenants, keys, keyIDs []string
+	var ids, admIDs, keyTenants, keys, keyIDs, expiring []string
 	seenT, seenA, seenK, seenC := map[string]bool{}, map[string]bool{}, map[[2]string]bool{}, map[string]bool{}
 	for _, it := range items {
+		if it.Op.Expire != nil && !slices.Contains(expiring, it.TenantID) {
+			expiring = append(expiring, it.TenantID)
+		}
 		if id := it.Op.keyID(); id != "" && !seenC[id] {
 			seenC[id] = true
 			keyIDs = append(keyIDs, id)
@@ -189,9 +202,11 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	}
 	sort.Strings(ids)
 	sort.Strings(admIDs)
+	sort.Strings(expiring)
 	priors := map[[2]string]*prior{}
 	adms := map[string]*Admission{}
 	liveKeys := map[string]string{} // unrevoked key id -> its tenant
+	overdue := map[string][]*Admission{}
 	tx, ts, now, err := s.lockTenants(ctx, ids,
 		func(b *pgx.Batch) {
 			if len(keyIDs) > 0 {
@@ -202,6 +217,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			}
 			if len(admIDs) > 0 {
 				b.Queue(admissionLockSQL, admIDs)
+			}
+			if len(expiring) > 0 {
+				b.Queue(admissionExpiredLockSQL, expiring, sweepBatch, s.clock())
 			}
 		},
 		func(br pgx.BatchResults) error {
@@ -241,6 +259,15 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 				}
 				for _, a := range as {
 					adms[a.ID] = a
+				}
+			}
+			if len(expiring) > 0 {
+				as, err := scanAdmissions(br.Query())
+				if err != nil {
+					return err
+				}
+				for _, a := range as {
+					overdue[a.TenantID] = append(overdue[a.TenantID], a)
 				}
 			}
 			return nil
@@ -284,6 +311,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 		case op.Release != nil:
 			p := op.Release
 			results[i].Settlement, results[i].Err = d.end(adms, p.AdmissionID, p.Actor, StateReleased, 0, 0, false)
+		case op.Expire != nil:
+			results[i].Expired = d.expire(overdue[it.TenantID])
+			overdue[it.TenantID] = nil // a second Expire in the batch finds them done
 		default:
 			results[i].Err = errors.New("budget: an Op with nothing to decide")
 		}

@@ -129,6 +129,13 @@ func (p *Pipeline) Release(ctx context.Context, rp ReleaseParams) (*Settlement, 
 	return r.Settlement, r.Err
 }
 
+// Expire is Store.Expire through the pipeline: the expiry is decided in a
+// batch with the tenant's other requests, under the same locks.
+func (p *Pipeline) Expire(ctx context.Context, tenantID string) (int, error) {
+	r := p.do(ctx, Item{TenantID: tenantID, Op: Op{Expire: &ExpireParams{TenantID: tenantID}}})
+	return r.Expired, r.Err
+}
+
 // ErrQueueFull wraps ErrBusy when a shard's queue in this replica is full.
 var ErrQueueFull = fmt.Errorf("%w: the replica's decision queue is full", ErrBusy)
 

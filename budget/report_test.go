@@ -29,7 +29,7 @@ func TestDriftReport(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE admissions SET expires_at = clock_timestamp() - interval '1 s' WHERE id = $1`, r4.AdmissionID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.store.SweepOnce(ctx); err != nil || n != 1 {
+	if n, err := b.store.SweepOnce(ctx, nil); err != nil || n != 1 {
 		t.Fatalf("sweep: %d %v", n, err)
 	}
 	settle(r4, 10, 10) // late; actual 20: +50 %, 10 refunded

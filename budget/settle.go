@@ -2,7 +2,6 @@ package budget
 
 import (
 	"context"
-	"time"
 
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -66,25 +65,34 @@ func deref(p *int64) int64 {
 	return *p
 }
 
-// expireLocked expires the tenant's overdue reservations that lockTenant's
-// extra read returned. Each stays charged at its estimate (delta 0), frees
-// its concurrency slot and gets an expire entry.
-func (t *tenant) expire(w *writes, overdue []*Admission, now time.Time) int {
+// expire expires the tenant's overdue reservations that the batch locked:
+// each stays charged at its estimate (delta 0), frees its concurrency slot
+// and gets an expire entry. One this batch already settled or released is
+// left alone; one it expires, a later settle in the batch finds expired (and
+// reconciles late).
+func (d *decision) expire(overdue []*Admission) int {
+	t, now := d.t, d.now
 	n := 0
-	for _, a := range overdue {
+	for _, locked := range overdue {
+		a := locked
+		if ended, ok := d.adms[a.ID]; ok {
+			a = ended
+		}
 		if a.ExpiresAt.After(now) || a.State != StateReserved {
-			continue // locked by the query but not yet due at the locked clock
+			continue // locked by the query but not yet due at the locked clock, or ended meanwhile
 		}
 		t.Expire()
 		e := t.entry(ledger.KindExpire, now, "sweeper")
 		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
 		e.Estimate = &a.Estimate.Cost
 		t.seal(e)
-		w.entry(t, e)
-		a.State, a.EndedAt = StateExpired, &now
+		d.w.entry(t, e)
+		expired := *a
+		expired.State, expired.EndedAt = StateExpired, &now
 		zero, balance := int64(0), t.Tokens.BalanceMicro
-		a.EndDeltaMicro, a.EndBalanceMicro = &zero, &balance
-		w.ended = append(w.ended, a)
+		expired.EndDeltaMicro, expired.EndBalanceMicro = &zero, &balance
+		d.adms[a.ID] = &expired
+		d.w.ended = append(d.w.ended, &expired)
 		n++
 	}
 	return n

@@ -458,13 +458,13 @@ func TestExpiryBySweeperAndLateSettle(t *testing.T) {
 	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, budget.ErrRejected) {
 		t.Fatal("slot should be taken")
 	}
-	if n, err := b.store.SweepOnce(ctx); err != nil || n != 0 {
+	if n, err := b.store.SweepOnce(ctx, nil); err != nil || n != 0 {
 		t.Fatalf("sweep before expiry expired %d (%v)", n, err)
 	}
 	if _, err := b.pool.Exec(ctx, `UPDATE admissions SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, r.AdmissionID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.store.SweepOnce(ctx); err != nil || n != 1 {
+	if n, err := b.store.SweepOnce(ctx, nil); err != nil || n != 1 {
 		t.Fatalf("sweep expired %d (%v), want 1", n, err)
 	}
 	a, err := b.store.AdmissionGet(ctx, "acme", r.AdmissionID)

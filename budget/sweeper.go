@@ -7,12 +7,20 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// ExpireFunc expires a tenant's overdue reservations (at most sweepBatch at
+// a time) and says how many: Store.Expire, or a Pipeline's, which decides
+// the expiry in a batch with the tenant's other requests.
+type ExpireFunc func(ctx context.Context, tenantID string) (int, error)
+
 // SweepOnce expires every reservation whose expires_at has passed, tenant by
-// tenant, and purges idempotency keys older than 24 h. Every replica may run
-// it at once: each tenant is swept under its row lock, and overdue
-// admissions are taken FOR UPDATE SKIP LOCKED. It returns how many
-// reservations it expired.
-func (s *Store) SweepOnce(ctx context.Context) (int, error) {
+// tenant, through expire (nil: Store.Expire), and purges idempotency keys
+// older than 24 h. Every replica may run it at once: each tenant's expiry
+// holds its row lock, and overdue admissions are taken FOR UPDATE SKIP
+// LOCKED. It returns how many reservations it expired.
+func (s *Store) SweepOnce(ctx context.Context, expire ExpireFunc) (int, error) {
+	if expire == nil {
+		expire = s.Expire
+	}
 	total := 0
 	for {
 		rows, err := s.pool.Query(ctx, admissionExpiredTenantsSQL, 100, s.clock())
@@ -25,11 +33,16 @@ func (s *Store) SweepOnce(ctx context.Context) (int, error) {
 		}
 		progress := 0
 		for _, id := range tenants {
-			n, err := s.sweepTenant(ctx, id)
-			if err != nil {
-				return total, err
+			for {
+				n, err := expire(ctx, id)
+				if err != nil {
+					return total, fmt.Errorf("budget: sweep %s: %w", id, err)
+				}
+				progress += n
+				if n < sweepBatch {
+					break
+				}
 			}
-			progress += n
 		}
 		total += progress
 		if len(tenants) < 100 || progress == 0 {
@@ -42,31 +55,13 @@ func (s *Store) SweepOnce(ctx context.Context) (int, error) {
 	return total, nil
 }
 
+// sweepBatch bounds how many reservations of a tenant one transaction
+// expires.
 const sweepBatch = 500
 
-func (s *Store) sweepTenant(ctx context.Context, tenantID string) (int, error) {
-	total := 0
-	for {
-		var overdue []*Admission
-		tx, t, now, err := s.lockTenant(ctx, tenantID,
-			func(b *pgx.Batch) { b.Queue(admissionExpiredLockSQL, tenantID, sweepBatch, s.clock()) },
-			func(br pgx.BatchResults) error {
-				var err error
-				overdue, err = scanAdmissions(br.Query())
-				return err
-			})
-		if err != nil {
-			return total, fmt.Errorf("budget: sweep %s: %w", tenantID, err)
-		}
-		t.advance(now)
-		w := &writes{}
-		n := t.expire(w, overdue, now)
-		if err := tx.commit(ctx, w); err != nil {
-			return total, err
-		}
-		total += n
-		if len(overdue) < sweepBatch {
-			return total, nil
-		}
-	}
+// Expire expires up to sweepBatch of a tenant's overdue reservations in a
+// transaction of its own, and says how many.
+func (s *Store) Expire(ctx context.Context, tenantID string) (int, error) {
+	r, err := s.decideOne(ctx, tenantID, Op{Expire: &ExpireParams{TenantID: tenantID}})
+	return r.Expired, err
 }

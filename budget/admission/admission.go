@@ -23,6 +23,7 @@ type Store interface {
 	budget.Decider
 	outage.Store
 	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
 }
 
 // Config configures an Admitter. Zero fields take defaults; Store is
@@ -284,6 +285,16 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 		return nil, false, err
 	}
 	return nil, true, nil
+}
+
+// SweepOnce expires every overdue reservation, each tenant's expiry decided
+// through the pipeline with that tenant's other requests. While the store
+// is down it does nothing: expiry can wait for the store.
+func (a *Admitter) SweepOnce(ctx context.Context) (int, error) {
+	if a.Down() {
+		return 0, nil
+	}
+	return a.cfg.Store.SweepOnce(ctx, a.pipeline.Expire)
 }
 
 // Ready reports why this replica should not get traffic: nil when its

@@ -254,7 +254,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		bg.Go(func() error { every(bgCtx, d, logger, what, fn); return nil })
 	}
 	periodic(s.SweepInterval, "expiry sweep", func(ctx context.Context) error {
-		n, err := store.SweepOnce(ctx)
+		n, err := srv.Admitter().SweepOnce(ctx)
 		if n > 0 {
 			logger.Info("expired reservations", "count", n)
 		}
