@@ -199,3 +199,43 @@ func TestFourReplicasOverlappingTenants(t *testing.T) {
 		t.Fatal("demand never exceeded the buckets; the test proves nothing")
 	}
 }
+
+// TestExpiryAndSettleOfOneAdmissionInOneBatch: a batch that expires a
+// tenant's overdue reservations and settles one of them writes the
+// admission once, as it ends up: settled late after the expiry, or settled
+// (and not expired) when the settle comes first.
+func TestExpiryAndSettleOfOneAdmissionInOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1000, "1"))
+	a1, a2 := b.mustReserve(t, "acme", 10), b.mustReserve(t, "acme", 10)
+	if _, err := b.pool.Exec(ctx, `UPDATE admissions SET expires_at = clock_timestamp() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	settle := func(id string) budget.Item {
+		return budget.Item{TenantID: "acme", Op: budget.Op{Settle: &budget.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: 1, OutputTokens: 1}}}
+	}
+	expire := budget.Item{TenantID: "acme", Op: budget.Op{Expire: &budget.ExpireParams{TenantID: "acme"}}}
+	res, err := b.store.DecideBatch(ctx, []budget.Item{settle(a1.AdmissionID), expire, settle(a2.AdmissionID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[2].Err != nil || res[1].Expired != 1 {
+		t.Fatalf("%+v", res)
+	}
+	first, err := b.store.AdmissionGet(ctx, "acme", a1.AdmissionID)
+	if err != nil || first.State != budget.StateSettled || first.Late {
+		t.Fatalf("settled before the expiry: %+v %v", first, err)
+	}
+	second, err := b.store.AdmissionGet(ctx, "acme", a2.AdmissionID)
+	if err != nil || second.State != budget.StateSettled || !second.Late {
+		t.Fatalf("expired, then settled late: %+v %v", second, err)
+	}
+	if tally := b.verify(t, "acme"); tally.Entries != 1+2+3 {
+		t.Fatalf("%d entries: want creation, 2 reserves, settle, expire, late settle", tally.Entries)
+	}
+	var open int64
+	if err := b.pool.QueryRow(ctx, `SELECT open_reservations FROM tenants WHERE id = 'acme'`).Scan(&open); err != nil || open != 0 {
+		t.Fatalf("%d slots open (%v)", open, err)
+	}
+}

@@ -465,6 +465,6 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	balance := t.Tokens.BalanceMicro
 	ended.EndDeltaMicro, ended.EndBalanceMicro = &applied, &balance
 	d.adms[admissionID] = &ended
-	d.w.ended = append(d.w.ended, &ended)
+	d.w.end(&ended)
 	return &Settlement{Admission: &ended, DeltaMicro: applied, BalanceMicro: balance, Snapshot: t.snapshot(now)}, nil
 }

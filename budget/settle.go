@@ -92,7 +92,7 @@ func (d *decision) expire(overdue []*Admission) int {
 		zero, balance := int64(0), t.Tokens.BalanceMicro
 		expired.EndDeltaMicro, expired.EndBalanceMicro = &zero, &balance
 		d.adms[a.ID] = &expired
-		d.w.ended = append(d.w.ended, &expired)
+		d.w.end(&expired)
 		n++
 	}
 	return n

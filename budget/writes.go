@@ -60,6 +60,19 @@ func (w *writes) changed(t *tenant) {
 	w.tenants = append(w.tenants, t)
 }
 
+// end records an admission's new end state. An admission ended twice in
+// one batch (expired, then settled late) is written once, as it ends up:
+// the statement updates each row once.
+func (w *writes) end(a *Admission) {
+	for i, e := range w.ended {
+		if e.ID == a.ID {
+			w.ended[i] = a
+			return
+		}
+	}
+	w.ended = append(w.ended, a)
+}
+
 // entry records a sealed entry of t, and that t changed.
 func (w *writes) entry(t *tenant, e *ledger.Entry) {
 	w.changed(t)
