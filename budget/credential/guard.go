@@ -115,6 +115,7 @@ func malformedBucket(addr string) string  { return "malformed|" + addr }
 func unknownBucket(addr string) string    { return "unknown|" + addr }
 func keyBucket(addr, keyID string) string { return "key|" + addr + "|" + keyID }
 func adminBucket(addr string) string      { return "admin|" + addr }
+func gatewayBucket(addr string) string    { return "gateway|" + addr }
 
 func (g *Guard) throttled() error { return &ThrottledError{RetryAfter: g.limiter.RetryAfter()} }
 
@@ -189,6 +190,22 @@ func (g *Guard) TenantDeferred(ctx context.Context, addr, presented string) (Pri
 		}
 	}
 	return g.Tenant(ctx, addr, presented)
+}
+
+// Gateway authenticates a presented gateway credential from addr (looked
+// up on every call: a revocation applies at once). It returns
+// ErrGatewayInvalid or a *ThrottledError.
+func (g *Guard) Gateway(ctx context.Context, addr, presented string) (Gateway, error) {
+	if !g.limiter.Allow(gatewayBucket(addr)) {
+		return Gateway{}, g.throttled()
+	}
+	lctx, cancel := context.WithTimeout(ctx, g.timeout)
+	gw, err := GatewayAuthenticate(lctx, g.db, presented)
+	cancel()
+	if errors.Is(err, ErrGatewayInvalid) {
+		g.limiter.Fail(gatewayBucket(addr))
+	}
+	return gw, err
 }
 
 // Admin authenticates a presented admin token from addr. It returns

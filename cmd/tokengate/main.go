@@ -19,11 +19,14 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 
 	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/api/rls"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
@@ -51,6 +54,7 @@ type cli struct {
 	Model      modelCmd      `cmd:"" help:"Manage the model table."`
 	Ledger     ledgerCmd     `cmd:"" help:"Verify and report on the ledger."`
 	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
+	Gateway    gatewayCmd    `cmd:"" help:"Manage gateway credentials (the rate limit service, serve --rls-addr)."`
 	Loadgen    loadgenCmd    `cmd:"" help:"Drive a running tokengate like a gateway and report throughput and latency."`
 	Demo       demoCmd       `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
 }
@@ -177,6 +181,7 @@ type serveCmd struct {
 	TrustedProxies     []string      `name:"trusted-proxies" env:"TOKENGATE_TRUSTED_PROXIES" sep:"," help:"Proxies and gateways in front of this replica (CIDRs or addresses, comma-separated): from them, the client address is taken from X-Forwarded-For."`
 	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"3s" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
+	RLSAddr            string        `name:"rls-addr" env:"TOKENGATE_RLS_ADDR" help:"Serve Envoy's rate limit service (gRPC) on this address, e.g. :8081. Off by default."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	ModelRefresh       time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
@@ -274,6 +279,22 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		}
 	}()
 
+	if s.RLSAddr != "" {
+		rlsLn, err := net.Listen("tcp", s.RLSAddr)
+		if err != nil {
+			return fmt.Errorf("--rls-addr %s: %w", s.RLSAddr, err)
+		}
+		gs := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(gs, rls.New(rls.Config{Admitter: srv.Admitter(), Store: store, Guard: srv.Guard(),
+			Estimator: est, Logger: logger, Registerer: srv.Registry()}))
+		go func() {
+			if err := gs.Serve(rlsLn); err != nil {
+				logger.Error("rate limit service stopped", "error", err.Error())
+			}
+		}()
+		defer gs.GracefulStop()
+		fmt.Fprintf(g.stderr, "tokengate rate limit service (gRPC) on %s\n", rlsLn.Addr())
+	}
 	if s.PprofAddr != "" {
 		stopProfiler, err := serveProfiler(s.PprofAddr, logger)
 		if err != nil {

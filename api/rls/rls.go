@@ -1,0 +1,390 @@
+// Package rls is tokengate's face for Envoy: the rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) that
+// Envoy's ratelimit filter, Envoy Gateway and Envoy AI Gateway call. A
+// call's descriptors name the tenant, the model and the request; its hits
+// are the cost. The first call of a request reserves, and the call Envoy
+// sends at stream end (a descriptor entry phase=response, with the actual
+// usage as hits) settles that reservation, so the gateway keeps every
+// guarantee of the HTTP API: one tenant-wide allowance whatever the number
+// of replicas, reservations that settle or expire, and a ledger entry for
+// each.
+//
+// It is a face: it may import the domain (budget and the packages below
+// it, estimator), never another face.
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// The descriptor entries a call may carry.
+const (
+	EntryTenant    = "tenant"     // required: the tenant asked for
+	EntryModel     = "model"      // the model (its failure policy applies)
+	EntryRequestID = "request_id" // ties the stream-end call to the reservation
+	EntryPhase     = "phase"      // "request" (default: reserve) or "response" (settle)
+)
+
+// maxHits bounds the cost of one descriptor.
+const maxHits = 1_000_000_000
+
+// Store is what the service needs of the store besides the admission layer.
+type Store interface {
+	AdmissionByKey(ctx context.Context, tenantID, key string) (*budget.Admission, error)
+}
+
+// Config configures a Server. Admitter, Store and Guard are required.
+type Config struct {
+	Admitter  *admission.Admitter
+	Store     Store
+	Guard     *credential.Guard
+	Estimator *estimator.Estimator // resolves model families (their failure policy); nil: none
+	Logger    *slog.Logger
+	// Registerer receives the service's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Server implements RateLimitServiceServer.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	cfg     Config
+	calls   *prometheus.CounterVec
+	refused *prometheus.CounterVec
+}
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg: cfg,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokengate_rls_calls_total",
+			Help: "ShouldRateLimit calls by phase (request, response) and outcome (ok, over_limit, error).",
+		}, []string{"phase", "outcome"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokengate_rls_refused_total",
+			Help: "ShouldRateLimit calls answered OVER_LIMIT without a decision: unauthenticated, or naming a tenant outside the gateway's scope.",
+		}, []string{"reason"}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.calls, s.refused)
+	}
+	return s
+}
+
+// Refused is the count of calls refused without a decision for reason
+// (unauthenticated, out_of_scope, throttled, tenant_unknown_or_disabled).
+func (s *Server) Refused(reason string) prometheus.Counter { return s.refused.WithLabelValues(reason) }
+
+// descriptor is one descriptor of a call, read.
+type descriptor struct {
+	tenant, model, requestID string
+	response                 bool
+	negative                 bool
+	hits                     int64
+}
+
+func parse(req *rlsv3.RateLimitRequest) ([]descriptor, error) {
+	if len(req.Descriptors) == 0 {
+		return nil, errors.New("a call needs at least one descriptor")
+	}
+	var out []descriptor
+	for i, d := range req.Descriptors {
+		var x descriptor
+		for _, e := range d.GetEntries() {
+			switch e.GetKey() {
+			case EntryTenant:
+				x.tenant = e.GetValue()
+			case EntryModel:
+				x.model = e.GetValue()
+			case EntryRequestID:
+				x.requestID = e.GetValue()
+			case EntryPhase:
+				switch e.GetValue() {
+				case "request":
+				case "response":
+					x.response = true
+				default:
+					return nil, errors.New("descriptor " + strconv.Itoa(i) + ": phase must be request or response")
+				}
+			}
+		}
+		if x.tenant == "" {
+			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": a " + EntryTenant + " entry is required")
+		}
+		if x.response && x.requestID == "" {
+			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": phase=response needs a " + EntryRequestID + " entry")
+		}
+		if len(x.requestID) > 200 || len(x.model) > 256 {
+			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": request_id or model too long")
+		}
+		// Hits: the descriptor's own, else the call's; an unset call
+		// value means 1, as for Envoy's own service.
+		x.hits = int64(req.GetHitsAddend())
+		if h := d.GetHitsAddend(); h != nil {
+			x.hits = int64(min(h.GetValue(), uint64(math.MaxInt64)))
+		} else if x.hits == 0 {
+			x.hits = 1
+		}
+		if x.hits > maxHits {
+			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": hits above 1000000000")
+		}
+		x.negative = d.GetIsNegativeHits()
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// gatewayOf authenticates the caller from its "authorization: Bearer
+// tgw_..." metadata.
+func (s *Server) gatewayOf(ctx context.Context) (credential.Gateway, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var presented string
+	for _, v := range md.Get("authorization") {
+		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+			presented = strings.TrimSpace(v[7:])
+		}
+	}
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+		if i := strings.LastIndexByte(addr, ':'); i > 0 {
+			addr = addr[:i]
+		}
+	}
+	return s.cfg.Guard.Gateway(ctx, addr, presented)
+}
+
+// ShouldRateLimit decides a gateway's call: OK (admitted, or settled) or
+// OVER_LIMIT (refused: nothing debited). A caller that is not an
+// authenticated gateway scoped to the tenant gets OVER_LIMIT with no
+// decision. A store failure is a gRPC Unavailable error, so Envoy applies
+// its failure_mode_deny.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	ds, err := parse(req)
+	if err != nil {
+		s.calls.WithLabelValues("request", "error").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	gw, err := s.gatewayOf(ctx)
+	var throttled *credential.ThrottledError
+	switch {
+	case errors.As(err, &throttled):
+		s.refused.WithLabelValues("throttled").Inc()
+		return overLimit(len(ds), throttled.RetryAfter), nil
+	case errors.Is(err, credential.ErrGatewayInvalid):
+		s.refused.WithLabelValues("unauthenticated").Inc()
+		return overLimit(len(ds), time.Second), nil
+	case err != nil:
+		return nil, status.Error(codes.Unavailable, "the store cannot authenticate the gateway now")
+	}
+	for _, d := range ds {
+		if !gw.May(d.tenant) {
+			s.refused.WithLabelValues("out_of_scope").Inc()
+			return overLimit(len(ds), time.Second), nil
+		}
+	}
+
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	var admitted []admittedAt // to release if a later descriptor is refused
+	var last *budget.Snapshot
+	for _, d := range ds {
+		phase := "request"
+		if d.response || d.negative {
+			phase = "response"
+		}
+		st, snap, rej, err := s.decide(ctx, gw, d)
+		var tl *budget.TooLargeError
+		switch {
+		case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
+			// Denied like a refusal, with nothing decided.
+			s.calls.WithLabelValues(phase, "over_limit").Inc()
+			s.refused.WithLabelValues("tenant_unknown_or_disabled").Inc()
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil))
+			continue
+		case errors.As(err, &tl), errors.Is(err, budget.ErrIdempotencyMismatch):
+			s.calls.WithLabelValues(phase, "error").Inc()
+			s.releaseAll(ctx, gw, admitted)
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		case err != nil:
+			s.calls.WithLabelValues(phase, "error").Inc()
+			s.releaseAll(ctx, gw, admitted)
+			return nil, status.Error(codes.Unavailable, err.Error())
+		case rej != nil:
+			s.calls.WithLabelValues(phase, "over_limit").Inc()
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		default:
+			s.calls.WithLabelValues(phase, "ok").Inc()
+			if st.admissionID != "" {
+				admitted = append(admitted, admittedAt{tenant: d.tenant, id: st.admissionID})
+			}
+		}
+		if snap != nil {
+			last = snap
+		}
+		resp.Statuses = append(resp.Statuses, statusOf(rej, snap))
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		// A refusal consumes nothing: what this call reserved for its other
+		// descriptors is released.
+		s.releaseAll(ctx, gw, admitted)
+	}
+	if last != nil {
+		resp.ResponseHeadersToAdd = headers(*last, resp)
+	}
+	return resp, nil
+}
+
+type admittedAt struct{ tenant, id string }
+
+type decided struct{ admissionID string }
+
+func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor) (decided, *budget.Snapshot, *budget.RejectedError, error) {
+	actor := "gateway:" + gw.Name
+	if d.response || d.negative {
+		// The stream-end call (or a refund): settle the request's
+		// reservation with what it actually used.
+		if d.requestID == "" {
+			return decided{}, nil, nil, nil // nothing names a reservation: nothing to correct
+		}
+		a, err := s.cfg.Store.AdmissionByKey(ctx, d.tenant, key(d.requestID))
+		if errors.Is(err, budget.ErrAdmissionNotFound) {
+			return decided{}, nil, nil, nil // its reservation was refused, or is older than 24 h
+		}
+		if err != nil {
+			return decided{}, nil, nil, err
+		}
+		actual := d.hits
+		if d.negative {
+			actual = max(0, a.Estimate.Cost-d.hits)
+		}
+		st, _, err := s.cfg.Admitter.Settle(ctx, budget.SettleParams{TenantID: d.tenant, AdmissionID: a.ID, InputTokens: actual, Actor: actor})
+		switch {
+		case errors.Is(err, budget.ErrConflict):
+			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
+		case err != nil:
+			return decided{}, nil, nil, err
+		}
+		if st == nil {
+			return decided{}, nil, nil, nil // journaled during an outage
+		}
+		return decided{}, &st.Snapshot, nil, nil
+	}
+	p := budget.ReserveParams{TenantID: d.tenant, Actor: actor,
+		Estimate: estimator.Estimate{Model: d.model, Family: s.family(d.model), InputTokens: d.hits, Cost: d.hits,
+			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
+	if d.requestID != "" {
+		// The request id keys the reservation: Envoy retrying the call
+		// gets the same one, and the stream-end call finds it.
+		h := sha256.Sum256([]byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10)))
+		p.IdempotencyKey, p.RequestHash = key(d.requestID), h[:]
+	}
+	r, _, err := s.cfg.Admitter.Reserve(ctx, admission.Request{ReserveParams: p})
+	var rej *budget.RejectedError
+	if errors.As(err, &rej) {
+		return decided{}, &rej.Snapshot, rej, nil
+	}
+	if err != nil {
+		return decided{}, nil, nil, err
+	}
+	return decided{admissionID: r.AdmissionID}, &r.Snapshot, nil, nil
+}
+
+func (s *Server) releaseAll(ctx context.Context, gw credential.Gateway, admitted []admittedAt) {
+	for _, a := range admitted {
+		if _, _, err := s.cfg.Admitter.Release(context.WithoutCancel(ctx), budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id,
+			Actor: "gateway:" + gw.Name}); err != nil {
+			s.cfg.Logger.Warn("release after a refused descriptor", "admission", a.id, "error", err.Error())
+		}
+	}
+}
+
+func (s *Server) family(model string) string {
+	if s.cfg.Estimator == nil || model == "" {
+		return model
+	}
+	if m, known := s.cfg.Estimator.Table().Lookup(model); known {
+		return m.Name
+	}
+	return model
+}
+
+// key is the Idempotency-Key under which a gateway's request is reserved.
+func key(requestID string) string { return "rls:" + requestID }
+
+func overLimit(n int, retry time.Duration) *rlsv3.RateLimitResponse {
+	r := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT}
+	for range n {
+		r.Statuses = append(r.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+			DurationUntilReset: durationpb.New(retry)})
+	}
+	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(int64(math.Ceil(retry.Seconds())), 10)}}
+	return r
+}
+
+func clamp32(v int64) uint32 { return uint32(max(0, min(v, math.MaxUint32))) }
+
+func statusOf(rej *budget.RejectedError, snap *budget.Snapshot) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if snap != nil {
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: "tokens", RequestsPerUnit: clamp32(snap.Limits.TokensCapacity),
+			Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
+		st.LimitRemaining = clamp32(snap.Tokens())
+		st.DurationUntilReset = durationpb.New(snap.TokensFullIn)
+	}
+	if rej != nil {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		st.DurationUntilReset = durationpb.New(rej.RetryAfter)
+	}
+	return st
+}
+
+// headers are the x-ratelimit headers of the HTTP API, for Envoy to add to
+// the response, and retry-after when refused.
+func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+	h := []*corev3.HeaderValue{
+		{Key: "x-ratelimit-limit-tokens", Value: strconv.FormatInt(snap.Limits.TokensCapacity, 10)},
+		{Key: "x-ratelimit-remaining-tokens", Value: strconv.FormatInt(max(0, snap.Tokens()), 10)},
+		{Key: "x-ratelimit-reset-tokens", Value: snap.TokensFullIn.String()},
+	}
+	if snap.Limits.RequestsCapacity > 0 {
+		h = append(h,
+			&corev3.HeaderValue{Key: "x-ratelimit-limit-requests", Value: strconv.FormatInt(snap.Limits.RequestsCapacity, 10)},
+			&corev3.HeaderValue{Key: "x-ratelimit-remaining-requests", Value: strconv.FormatInt(max(0, snap.Requests()), 10)},
+			&corev3.HeaderValue{Key: "x-ratelimit-reset-requests", Value: snap.RequestsFullIn.String()})
+	}
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		var longest time.Duration
+		for _, st := range resp.Statuses {
+			if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && st.DurationUntilReset != nil {
+				longest = max(longest, st.DurationUntilReset.AsDuration())
+			}
+		}
+		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(int64(math.Ceil(longest.Seconds())), 10)})
+	}
+	return h
+}

@@ -1,0 +1,1 @@
+SELECT * FROM gateway_credentials WHERE id = $1

@@ -1,0 +1,1 @@
+SELECT * FROM gateway_credentials ORDER BY created_at, id
