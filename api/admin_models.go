@@ -12,17 +12,18 @@ import (
 )
 
 type modelJSON struct {
-	Name                string      `json:"name"`
-	Encoding            string      `json:"encoding"`
-	InputWeight         json.Number `json:"input_weight"`
-	OutputWeight        json.Number `json:"output_weight"`
-	DefaultOutputTokens int64       `json:"default_output_tokens"`
-	ContextWindow       int64       `json:"context_window"`
-	PartTokens          int64       `json:"part_tokens"`
-	OnStoreUnavailable  string      `json:"on_store_unavailable,omitempty"`
-	Source              string      `json:"source"` // "seed" or "stored"
-	UpdatedAt           *time.Time  `json:"updated_at,omitempty"`
-	UpdatedBy           string      `json:"updated_by,omitempty"`
+	Name                string       `json:"name"`
+	Encoding            string       `json:"encoding"`
+	InputWeight         json.Number  `json:"input_weight"`
+	OutputWeight        json.Number  `json:"output_weight"`
+	DefaultOutputTokens int64        `json:"default_output_tokens"`
+	ContextWindow       int64        `json:"context_window"`
+	PartTokens          int64        `json:"part_tokens"`
+	CachedInputWeight   *json.Number `json:"cached_input_weight"` // null: as an input token
+	OnStoreUnavailable  string       `json:"on_store_unavailable,omitempty"`
+	Source              string       `json:"source"` // "seed" or "stored"
+	UpdatedAt           *time.Time   `json:"updated_at,omitempty"`
+	UpdatedBy           string       `json:"updated_by,omitempty"`
 }
 
 func (s *Server) adminModelList(c *echo.Context) error {
@@ -40,9 +41,8 @@ func (s *Server) adminModelList(c *echo.Context) error {
 	}
 	var out []modelJSON
 	for _, m := range table.Models() {
-		j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
-			OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
-			ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable, Source: "seed"}
+		j := modelOf(m)
+		j.Source = "seed"
 		if st, ok := byName[m.Name]; ok {
 			j.Source, j.UpdatedAt, j.UpdatedBy = "stored", &st.UpdatedAt, st.UpdatedBy
 		}
@@ -59,6 +59,7 @@ type modelPatch struct {
 	DefaultOutputTokens *int64          `json:"default_output_tokens"`
 	ContextWindow       *int64          `json:"context_window"`
 	PartTokens          *int64          `json:"part_tokens"`
+	CachedInputWeight   json.RawMessage `json:"cached_input_weight"` // null clears it
 	OnStoreUnavailable  *string         `json:"on_store_unavailable"`
 }
 
@@ -70,6 +71,11 @@ func (p *modelPatch) apply(m *estimator.Model) error {
 		return err
 	}
 	if err := rateField(p.OutputWeight, "output_weight", &m.OutputWeightMicro); err != nil {
+		return err
+	}
+	if isNull(p.CachedInputWeight) {
+		m.CachedInputWeightMicro = 0
+	} else if err := rateField(p.CachedInputWeight, "cached_input_weight", &m.CachedInputWeightMicro); err != nil {
 		return err
 	}
 	if p.DefaultOutputTokens != nil {
@@ -87,8 +93,6 @@ func (p *modelPatch) apply(m *estimator.Model) error {
 	return nil
 }
 
-// saveModel stores a model and applies the new table in this replica at
-// once; other replicas pick it up at their next refresh.
 // saveModel stores m, as a new model (create: the database refuses a name
 // taken, even by another replica a moment ago) or over the stored one, and
 // reloads this replica's table at once.
@@ -106,9 +110,20 @@ func (s *Server) saveModel(c *echo.Context, m estimator.Model, create bool) erro
 		return err
 	}
 	s.estimator.SetTable(table)
-	return c.JSON(status, modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
+	j := modelOf(m)
+	j.Source, j.UpdatedBy = "stored", actorOf(c)
+	return c.JSON(status, j)
+}
+
+func modelOf(m estimator.Model) modelJSON {
+	j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
 		OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
-		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable, Source: "stored", UpdatedBy: actorOf(c)})
+		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable}
+	if m.CachedInputWeightMicro > 0 {
+		w := json.Number(budget.FormatRate(m.CachedInputWeightMicro))
+		j.CachedInputWeight = &w
+	}
+	return j
 }
 
 func (s *Server) adminModelCreate(c *echo.Context) error {

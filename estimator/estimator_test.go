@@ -788,3 +788,26 @@ func ExampleEstimator_Estimate() {
 	// Output:
 	// {"Model":"gpt-4o-2024-08-06","Family":"gpt-4o","InputTokens":9,"OutputTokens":200,"Cost":209,"Approximate":false,"InputWeightMicro":1000000,"OutputWeightMicro":1000000}
 }
+
+// TestEffectiveInputOfCachedTokens: cached input tokens count at the
+// model's cached-input weight, as input tokens at its input weight, rounded
+// up; without a cached weight they count as any input token.
+func TestEffectiveInputOfCachedTokens(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		input, cached     int64
+		in, cachedW, want int64
+	}{
+		{1000, 800, estimator.WeightOne, 0, 1000},                       // no cached weight
+		{1000, 800, estimator.WeightOne, estimator.WeightOne / 10, 280}, // 200 + 80
+		{1000, 800, 2 * estimator.WeightOne, estimator.WeightOne, 600},  // 200 + 400
+		{1000, 3, estimator.WeightOne, estimator.WeightOne / 10, 998},   // 997 + ceil(0.3)
+		{1000, 5000, estimator.WeightOne, estimator.WeightOne / 2, 500}, // cached clamped to the input
+		{1000, -5, estimator.WeightOne, estimator.WeightOne / 2, 1000},  // nonsense ignored
+	} {
+		m := estimator.Model{InputWeightMicro: c.in, CachedInputWeightMicro: c.cachedW}
+		if got := m.EffectiveInput(c.input, c.cached); got != c.want {
+			t.Errorf("%d input, %d cached, weights %d/%d: %d, want %d", c.input, c.cached, c.in, c.cachedW, got, c.want)
+		}
+	}
+}

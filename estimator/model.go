@@ -25,7 +25,13 @@ type Model struct {
 	// ([WeightOne] is 1.0).
 	InputWeightMicro int64
 	// OutputWeightMicro is the cost of one output token in micro units.
+	// Reasoning tokens are output tokens (providers count them in the
+	// completion's output).
 	OutputWeightMicro int64
+	// CachedInputWeightMicro is the cost of one input token served from the
+	// provider's prompt cache, when the usage reports them (0: the same as
+	// InputWeightMicro).
+	CachedInputWeightMicro int64
 	// DefaultOutputTokens is reserved when a request names no output cap
 	// (clamped to the context left after the input), and is also the
 	// largest output cap a request may name.
@@ -56,6 +62,8 @@ func (m Model) validate() error {
 		return bad("input_weight", "must be between 0.000001 and 1000")
 	case m.OutputWeightMicro <= 0 || m.OutputWeightMicro > maxWeightMicro:
 		return bad("output_weight", "must be between 0.000001 and 1000")
+	case m.CachedInputWeightMicro < 0 || m.CachedInputWeightMicro > maxWeightMicro:
+		return bad("cached_input_weight", "must be between 0.000001 and 1000 (or unset)")
 	case m.DefaultOutputTokens <= 0 || m.DefaultOutputTokens > maxTokenField:
 		return bad("default_output_tokens", "must be between 1 and %d", maxTokenField)
 	case m.ContextWindow <= 0 || m.ContextWindow > maxTokenField:
@@ -167,6 +175,18 @@ func DefaultTable() *Table {
 	}
 	t.aliases = defaultAliases
 	return t
+}
+
+// EffectiveInput is the input tokens a usage of in tokens, cached of which
+// came from the provider's prompt cache, amounts to at this model's input
+// weight: the cached ones count at CachedInputWeightMicro, rounded up.
+func (m Model) EffectiveInput(in, cached int64) int64 {
+	cached = max(0, min(cached, in))
+	if m.CachedInputWeightMicro == 0 || m.InputWeightMicro == 0 || cached == 0 {
+		return in
+	}
+	scaled := (cached*m.CachedInputWeightMicro + m.InputWeightMicro - 1) / m.InputWeightMicro
+	return in - cached + scaled
 }
 
 // With returns a copy of t in which overrides replace the models of the same

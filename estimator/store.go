@@ -51,6 +51,14 @@ type modelRow struct {
 	UpdatedAt           time.Time `db:"updated_at"`
 	UpdatedBy           string    `db:"updated_by"`
 	OnStoreUnavailable  *string   `db:"on_store_unavailable"`
+	CachedInputWeight   *int64    `db:"cached_input_weight_micro"`
+}
+
+func deref0(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func deref(p *string) string {
@@ -74,7 +82,8 @@ func ModelList(ctx context.Context, db DB) ([]StoredModel, error) {
 	for i, r := range rs {
 		ms[i] = StoredModel{Model: Model{Name: r.Name, Encoding: r.Encoding, InputWeightMicro: r.InputWeightMicro,
 			OutputWeightMicro: r.OutputWeightMicro, DefaultOutputTokens: r.DefaultOutputTokens, ContextWindow: r.ContextWindow,
-			PartTokens: r.PartTokens, OnStoreUnavailable: deref(r.OnStoreUnavailable)}, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
+			PartTokens: r.PartTokens, OnStoreUnavailable: deref(r.OnStoreUnavailable), CachedInputWeightMicro: deref0(r.CachedInputWeight)},
+			UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 	}
 	return ms, nil
 }
@@ -86,7 +95,7 @@ func ModelUpsert(ctx context.Context, db DB, m Model, actor string) error {
 		return err
 	}
 	_, err := db.Exec(ctx, modelUpsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
-		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable)
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable, nullWeight(m.CachedInputWeightMicro))
 	if err != nil {
 		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
 	}
@@ -106,7 +115,7 @@ func ModelInsert(ctx context.Context, db DB, m Model, actor string) error {
 		return err
 	}
 	_, err := db.Exec(ctx, modelInsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
-		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable)
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable, nullWeight(m.CachedInputWeightMicro))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 		return ErrModelExists
@@ -115,6 +124,13 @@ func ModelInsert(ctx context.Context, db DB, m Model, actor string) error {
 		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
 	}
 	return nil
+}
+
+func nullWeight(w int64) *int64 {
+	if w == 0 {
+		return nil
+	}
+	return &w
 }
 
 // LoadTable returns the seeded table with the stored models applied.

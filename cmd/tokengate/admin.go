@@ -288,7 +288,8 @@ type modelSetCmd struct {
 	Name               string  `arg:"" help:"Model name, e.g. gpt-5 (dated variants like gpt-5-2026-01-01 map to it)."`
 	Encoding           *string `name:"encoding" enum:"o200k_base,cl100k_base," help:"Tokenizer encoding."`
 	InputWeight        *string `name:"input-weight" help:"Cost per input token (decimal)."`
-	OutputWeight       *string `name:"output-weight" help:"Cost per output token (decimal)."`
+	OutputWeight       *string `name:"output-weight" help:"Cost per output token (decimal); reasoning tokens are output tokens."`
+	CachedInputWeight  *string `name:"cached-input-weight" help:"Cost per input token served from the provider's prompt cache (decimal; 0: as an input token)."`
 	OutputCap          *int64  `name:"output-cap" help:"Output tokens reserved when a request names none; the largest accepted."`
 	ContextWindow      *int64  `name:"context-window" help:"Context window in tokens."`
 	PartTokens         *int64  `name:"part-tokens" help:"Tokens for one image/audio/file part without input_tokens."`
@@ -314,7 +315,8 @@ func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
 			v    *string
 			dst  *int64
 			flag string
-		}{{c.InputWeight, &m.InputWeightMicro, "input-weight"}, {c.OutputWeight, &m.OutputWeightMicro, "output-weight"}} {
+		}{{c.InputWeight, &m.InputWeightMicro, "input-weight"}, {c.OutputWeight, &m.OutputWeightMicro, "output-weight"},
+			{c.CachedInputWeight, &m.CachedInputWeightMicro, "cached-input-weight"}} {
 			if w.v != nil {
 				if *w.dst, err = budget.ParseRate(*w.v); err != nil {
 					return fmt.Errorf("--%s: %w", w.flag, err)

@@ -1,3 +1,3 @@
 INSERT INTO models (name, encoding, input_weight_micro, output_weight_micro, default_output_tokens, context_window,
-                    part_tokens, updated_by, on_store_unavailable)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''))
+                    part_tokens, updated_by, on_store_unavailable, cached_input_weight_micro)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), $10)
