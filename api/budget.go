@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -98,13 +97,8 @@ func (s *Server) respond(c *echo.Context, status int, body any, snap *budget.Sna
 // carries, with OpenAI's names and formats.
 func (s *Server) setRateHeaders(c *echo.Context, snap budget.Snapshot) {
 	h := c.Response().Header()
-	h.Set("X-RateLimit-Limit-Tokens", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
-	h.Set("X-RateLimit-Remaining-Tokens", strconv.FormatInt(max(0, snap.Tokens()), 10))
-	h.Set("X-RateLimit-Reset-Tokens", snap.TokensFullIn.String())
-	if snap.Limits.RequestsCapacity > 0 {
-		h.Set("X-RateLimit-Limit-Requests", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
-		h.Set("X-RateLimit-Remaining-Requests", strconv.FormatInt(max(0, snap.Requests()), 10))
-		h.Set("X-RateLimit-Reset-Requests", snap.RequestsFullIn.String())
+	for _, rh := range snap.RateHeaders() {
+		h.Set(rh.Name, rh.Value)
 	}
 }
 
@@ -112,7 +106,7 @@ func (s *Server) setRateHeaders(c *echo.Context, snap budget.Snapshot) {
 // handler already did; it is best effort and never fails the response.
 func (s *Server) ensureRateHeaders(c *echo.Context) {
 	tenantID := tenantOf(c)
-	if tenantID == "" || c.Response().Header().Get("X-RateLimit-Limit-Tokens") != "" {
+	if tenantID == "" || c.Response().Header().Get("X-Ratelimit-Limit-Tokens") != "" {
 		return
 	}
 	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {

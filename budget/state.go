@@ -1,6 +1,9 @@
 package budget
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // TenantState is what one decision reads and changes: a tenant's limits and
 // balances, advanced to the decision's time. The store keeps it in the
@@ -180,6 +183,28 @@ func (s Snapshot) Requests() int64 { return floorDiv(s.RequestsMicro, Micro) }
 
 // PeriodRemaining is what the period budget has left, never below zero.
 func (s Snapshot) PeriodRemaining() int64 { return max(0, s.Limits.PeriodBudget-s.PeriodUsed) }
+
+// Header is one response header.
+type Header struct{ Name, Value string }
+
+// RateHeaders are OpenAI's x-ratelimit headers for the snapshot (the
+// request ones only when the tenant has a request bucket). Every face
+// sends the same ones, so a client reads tokengate's answers alike
+// whichever way it came in.
+func (s Snapshot) RateHeaders() []Header {
+	h := []Header{
+		{"X-Ratelimit-Limit-Tokens", strconv.FormatInt(s.Limits.TokensCapacity, 10)},
+		{"X-Ratelimit-Remaining-Tokens", strconv.FormatInt(max(0, s.Tokens()), 10)},
+		{"X-Ratelimit-Reset-Tokens", s.TokensFullIn.String()},
+	}
+	if s.Limits.RequestsCapacity > 0 {
+		h = append(h,
+			Header{"X-Ratelimit-Limit-Requests", strconv.FormatInt(s.Limits.RequestsCapacity, 10)},
+			Header{"X-Ratelimit-Remaining-Requests", strconv.FormatInt(max(0, s.Requests()), 10)},
+			Header{"X-Ratelimit-Reset-Requests", s.RequestsFullIn.String()})
+	}
+	return h
+}
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

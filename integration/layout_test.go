@@ -31,11 +31,12 @@ var layout = map[string][]string{
 	"budget/outage":     {"budget", "estimator"},
 	"budget/admission":  {"budget", "budget/outage", "estimator"},
 	// The faces.
-	"api":     {"budget", "budget/admission", "budget/credential", "budget/outage", "estimator", "ledger", "migrations"},
-	"web":     {"budget", "budget/credential", "estimator", "ledger"},
-	"api/rls": {"budget", "budget/admission", "budget/credential", "estimator"},
+	"api":       {"budget", "budget/admission", "budget/credential", "budget/outage", "estimator", "ledger", "migrations"},
+	"web":       {"budget", "budget/credential", "estimator", "ledger"},
+	"api/rls":   {"budget", "budget/admission", "budget/credential", "estimator"},
+	"api/proxy": {"budget", "budget/admission", "budget/credential", "estimator"},
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/rls", "web", "budget", "budget/admission", "budget/credential", "budget/outage", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admission", "budget/credential", "budget/outage", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
@@ -46,7 +47,7 @@ var layout = map[string][]string{
 // replica, API and dashboard on one router as the serve command mounts
 // them, to check that neither's middleware leaks onto the other: tests are
 // where faces meet.)
-var faces = []string{"api", "api/rls", "web"}
+var faces = []string{"api", "api/proxy", "api/rls", "web"}
 
 // TestLayout checks every import between the module's packages against
 // the layout, and that no file outside tests imports the test harness.

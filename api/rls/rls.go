@@ -366,16 +366,9 @@ func statusOf(rej *budget.RejectedError, snap *budget.Snapshot) *rlsv3.RateLimit
 // headers are the x-ratelimit headers of the HTTP API, for Envoy to add to
 // the response, and retry-after when refused.
 func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
-	h := []*corev3.HeaderValue{
-		{Key: "x-ratelimit-limit-tokens", Value: strconv.FormatInt(snap.Limits.TokensCapacity, 10)},
-		{Key: "x-ratelimit-remaining-tokens", Value: strconv.FormatInt(max(0, snap.Tokens()), 10)},
-		{Key: "x-ratelimit-reset-tokens", Value: snap.TokensFullIn.String()},
-	}
-	if snap.Limits.RequestsCapacity > 0 {
-		h = append(h,
-			&corev3.HeaderValue{Key: "x-ratelimit-limit-requests", Value: strconv.FormatInt(snap.Limits.RequestsCapacity, 10)},
-			&corev3.HeaderValue{Key: "x-ratelimit-remaining-requests", Value: strconv.FormatInt(max(0, snap.Requests()), 10)},
-			&corev3.HeaderValue{Key: "x-ratelimit-reset-requests", Value: snap.RequestsFullIn.String()})
+	var h []*corev3.HeaderValue
+	for _, rh := range snap.RateHeaders() {
+		h = append(h, &corev3.HeaderValue{Key: strings.ToLower(rh.Name), Value: rh.Value})
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		var longest time.Duration

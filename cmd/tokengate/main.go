@@ -182,6 +182,9 @@ type serveCmd struct {
 	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"3s" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
 	RLSAddr            string        `name:"rls-addr" env:"TOKENGATE_RLS_ADDR" help:"Serve Envoy's rate limit service (gRPC) on this address, e.g. :8081. Off by default."`
+	ProxyAddr          string        `name:"proxy-addr" env:"TOKENGATE_PROXY_ADDR" help:"Serve the OpenAI-compatible proxy on this address, e.g. :8082 (needs --upstream). Off by default."`
+	Upstream           string        `name:"upstream" env:"TOKENGATE_UPSTREAM" help:"The proxy's provider base URL, e.g. https://api.openai.com."`
+	UpstreamKey        string        `name:"upstream-key" env:"TOKENGATE_UPSTREAM_KEY" help:"The proxy's bearer token for --upstream (tenants' keys never leave tokengate). Never logged."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	ModelRefresh       time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
@@ -294,6 +297,13 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		}()
 		defer gs.GracefulStop()
 		fmt.Fprintf(g.stderr, "tokengate rate limit service (gRPC) on %s\n", rlsLn.Addr())
+	}
+	if s.ProxyAddr != "" {
+		stopProxy, err := s.serveProxy(g, logger, srv, est)
+		if err != nil {
+			return err
+		}
+		defer stopProxy()
 	}
 	if s.PprofAddr != "" {
 		stopProfiler, err := serveProfiler(s.PprofAddr, logger)

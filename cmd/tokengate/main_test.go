@@ -88,3 +88,49 @@ func TestDatabaseUnreachableFailsAfterWait(t *testing.T) {
 		t.Fatalf("gave up after %s, want about the 1 s wait", took)
 	}
 }
+
+// TestServeWithTheProxy: --proxy-addr without --upstream is refused at
+// start; with it, the proxy answers on its address (an unknown key gets
+// OpenAI's 401 shape, so SDKs report it as an authentication error).
+func TestServeWithTheProxy(t *testing.T) {
+	t.Parallel()
+	url := pgtest.EmptyURL(t)
+	err := run(context.Background(), []string{"serve", "--database-url", url, "--migrate", "--addr", freeAddr(t), "--proxy-addr", freeAddr(t), "--log-level", "error"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--upstream") {
+		t.Fatalf("serve --proxy-addr without --upstream = %v, want a refusal naming --upstream", err)
+	}
+	g := &globals{DatabaseURL: url, LogLevel: "error", Wait: 5 * time.Second, stdout: io.Discard, stderr: io.Discard}
+	proxyAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serveCmd{Addr: freeAddr(t), Migrate: true, MaxConns: 4, ProxyAddr: proxyAddr, Upstream: "http://127.0.0.1:1",
+			ShutdownTimeout: 5 * time.Second}.Run(ctx, g)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+proxyAddr+"/v1/chat/completions", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer tg_nosuchkey_0000")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"error"`) {
+				t.Fatalf("proxy answered %d %s, want 401 with an OpenAI error", resp.StatusCode, body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy never answered (last: %v)", err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned early: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve after shutdown: %v", err)
+	}
+}

@@ -1,0 +1,421 @@
+// Package proxy is tokengate's OpenAI-compatible face (`tokengate serve
+// --proxy-addr :8082 --upstream URL`): OpenAI SDKs point their base URL at it and use a
+// tenant key as their API key. For each call of /v1/chat/completions,
+// /v1/responses or /v1/completions it authenticates the key, estimates and
+// admits the request, forwards it to the upstream with the upstream's own
+// key, and settles from the usage the upstream reports. A streamed answer
+// is relayed event by event; if the stream breaks or the client goes away,
+// the request is settled with the tokens streamed so far, counted exactly;
+// if the upstream fails before its first byte, the reservation is released.
+// No path leaves a reservation open.
+//
+// It is a face: it may import the domain (budget and the packages below
+// it, estimator), never another face.
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// kind is which OpenAI API a call is, for reading its usage and stream.
+type kind int
+
+const (
+	chatCompletions kind = iota
+	responses
+	completions
+)
+
+var kinds = map[string]kind{
+	"/v1/chat/completions": chatCompletions,
+	"/v1/responses":        responses,
+	"/v1/completions":      completions,
+}
+
+// Config configures a Proxy. Upstream, Admitter, Guard and Estimator are
+// required.
+type Config struct {
+	// Upstream is the provider's base URL (the path of each call is
+	// appended), e.g. https://api.openai.com.
+	Upstream *url.URL
+	// UpstreamKey is sent to the upstream as its bearer token; the tenant's
+	// key never leaves tokengate.
+	UpstreamKey string
+	Admitter    *admission.Admitter
+	Guard       *credential.Guard
+	Estimator   *estimator.Estimator
+	// Client calls the upstream. Default: no overall timeout (streams run
+	// long), 30 s to connect and to get the response headers.
+	Client *http.Client
+	// BodyLimit bounds a request body. Default 4 MiB.
+	BodyLimit int64
+	Logger    *slog.Logger
+	// Registerer receives the proxy's metrics. Nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Proxy is the OpenAI-compatible face.
+type Proxy struct {
+	cfg   Config
+	calls *prometheus.CounterVec
+}
+
+// New returns a Proxy.
+func New(cfg Config) *Proxy {
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ResponseHeaderTimeout: 30 * time.Second,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+		}}
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = 4 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	p := &Proxy{cfg: cfg, calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tokengate_proxy_calls_total",
+		Help: "Calls through the OpenAI-compatible proxy by outcome (settled, released, refused, invalid, upstream_error).",
+	}, []string{"outcome"})}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(p.calls)
+	}
+	return p
+}
+
+// ServeHTTP serves the three OpenAI endpoints.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	k, ok := kinds[r.URL.Path]
+	switch {
+	case !ok:
+		writeError(w, http.StatusNotFound, "not_found", "", "tokengate proxies /v1/chat/completions, /v1/responses and /v1/completions")
+		return
+	case r.Method != http.MethodPost:
+		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "", "use POST")
+		return
+	}
+	ctx := r.Context()
+	principal, err := p.cfg.Guard.TenantDeferred(ctx, clientAddr(r), bearer(r))
+	if err != nil {
+		p.calls.WithLabelValues("refused").Inc()
+		writeDomainError(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.BodyLimit))
+	if err != nil {
+		p.calls.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", "the request body is larger than the proxy accepts")
+		return
+	}
+	req, err := estimator.Parse(body)
+	var est estimator.Estimate
+	if err == nil {
+		est, err = p.cfg.Estimator.Estimate(req)
+	}
+	var inv *estimator.InvalidError
+	if errors.As(err, &inv) {
+		p.calls.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Field, inv.Reason)
+		return
+	}
+	if err != nil {
+		p.calls.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the request could not be read")
+		return
+	}
+	opts, err := readStreamOptions(body)
+	if err != nil {
+		p.calls.WithLabelValues("invalid").Inc()
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "stream_options", err.Error())
+		return
+	}
+	forward := body
+	stripUsage := false
+	if opts.stream && k != responses && !opts.includeUsage {
+		// Ask for the usage chunk to settle from, and keep it from a
+		// client that did not ask for it.
+		if forward, err = withIncludeUsage(body); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the request could not be read")
+			return
+		}
+		stripUsage = true
+	}
+	idem := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
+	if len(idem) > 255 {
+		idem = ""
+	}
+	hash := sha256.Sum256(body)
+	res, _, err := p.cfg.Admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
+		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
+			RequestHash: hash[:], Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
+	if err != nil {
+		p.calls.WithLabelValues("refused").Inc()
+		writeDomainError(w, err)
+		return
+	}
+	setRateHeaders(w.Header(), res.Snapshot)
+	w.Header().Set("X-Tokengate-Admission", res.AdmissionID)
+	if res.Replayed {
+		// A retry of a call that was admitted: its answer went to the first
+		// caller, and a second upstream call would run (and cost) again.
+		writeError(w, http.StatusConflict, "invalid_request_error", "Idempotency-Key",
+			"this Idempotency-Key was admitted already (admission "+res.AdmissionID+"); send a new key to call again")
+		return
+	}
+	c := &call{p: p, kind: k, principal: principal, admission: res, est: est, stripUsage: stripUsage}
+	c.forward(w, r, forward)
+}
+
+// call is one admitted request on its way to the upstream and back.
+type call struct {
+	p          *Proxy
+	kind       kind
+	principal  credential.Principal
+	admission  *budget.Reservation
+	est        estimator.Estimate
+	stripUsage bool
+}
+
+func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	target := c.p.cfg.Upstream.JoinPath(r.URL.Path)
+	target.RawQuery = r.URL.RawQuery
+	ureq, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target.String(), strings.NewReader(string(body)))
+	if err != nil {
+		c.release()
+		writeError(w, http.StatusBadGateway, "api_error", "", "the upstream request could not be built")
+		return
+	}
+	ureq.Header.Set("Content-Type", "application/json")
+	if a := r.Header.Get("Accept"); a != "" {
+		ureq.Header.Set("Accept", a)
+	}
+	if c.p.cfg.UpstreamKey != "" {
+		ureq.Header.Set("Authorization", "Bearer "+c.p.cfg.UpstreamKey)
+	}
+	resp, err := c.p.cfg.Client.Do(ureq)
+	if err != nil {
+		// Nothing reached the model (or nothing came back before the
+		// client left): nothing is charged.
+		c.release()
+		c.p.calls.WithLabelValues("upstream_error").Inc()
+		writeError(w, http.StatusBadGateway, "api_error", "", "the upstream did not answer")
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		// The upstream refused or failed before any output: released, and
+		// its answer relayed as it is.
+		c.release()
+		c.p.calls.WithLabelValues("upstream_error").Inc()
+		copyHeaders(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+		return
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		c.stream(w, resp)
+		return
+	}
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		// The answer broke off: no usage to settle from, and the model ran.
+		c.settle(c.est.InputTokens, c.est.OutputTokens, 0)
+		writeError(w, http.StatusBadGateway, "api_error", "", "the upstream's answer broke off")
+		return
+	}
+	u, ok := readUsage(c.kind, out)
+	if ok {
+		c.settle(u.input, u.output, u.cached)
+	} else {
+		c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+	}
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(out)
+}
+
+// settle reconciles the admission with what the call used, whatever
+// happened to the client meanwhile.
+func (c *call) settle(in, out, cached int64) {
+	m, _ := c.p.cfg.Estimator.Table().Lookup(c.est.Model)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := c.p.cfg.Admitter.Settle(ctx, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
+		InputTokens: m.EffectiveInput(in, cached), OutputTokens: out, Actor: "proxy:key:" + c.principal.KeyID})
+	if err != nil {
+		// It stays reserved and expires at its TTL, charged at its estimate.
+		c.p.cfg.Logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
+		return
+	}
+	c.p.calls.WithLabelValues("settled").Inc()
+}
+
+func (c *call) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := c.p.cfg.Admitter.Release(ctx, budget.ReleaseParams{TenantID: c.principal.TenantID,
+		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID}); err != nil {
+		c.p.cfg.Logger.Error("proxy release failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
+		return
+	}
+	c.p.calls.WithLabelValues("released").Inc()
+}
+
+func copyHeaders(dst, src http.Header) {
+	for k, vs := range src {
+		switch http.CanonicalHeaderKey(k) {
+		case "Content-Length", "Connection", "Transfer-Encoding", "Keep-Alive":
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, v)
+		}
+	}
+}
+
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// streamOptions is what the proxy must know of a request's streaming.
+type streamOptions struct{ stream, includeUsage bool }
+
+func readStreamOptions(body []byte) (streamOptions, error) {
+	var v struct {
+		Stream        *bool `json:"stream"`
+		StreamOptions *struct {
+			IncludeUsage *bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return streamOptions{}, errors.New("must be an object")
+	}
+	var o streamOptions
+	if v.Stream != nil {
+		o.stream = *v.Stream
+	}
+	if v.StreamOptions != nil && v.StreamOptions.IncludeUsage != nil {
+		o.includeUsage = *v.StreamOptions.IncludeUsage
+	}
+	return o, nil
+}
+
+// withIncludeUsage returns body with stream_options.include_usage set.
+func withIncludeUsage(body []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	so := map[string]json.RawMessage{}
+	if raw, ok := m["stream_options"]; ok && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &so); err != nil {
+			return nil, err
+		}
+	}
+	so["include_usage"] = json.RawMessage("true")
+	b, err := json.Marshal(so)
+	if err != nil {
+		return nil, err
+	}
+	m["stream_options"] = b
+	return json.Marshal(m)
+}
+
+// errorBody is OpenAI's error shape, which its SDKs read.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, typ, param, message string) {
+	var b errorBody
+	b.Error.Message, b.Error.Type = message, typ
+	if param != "" {
+		b.Error.Param = &param
+	}
+	code := typ
+	b.Error.Code = &code
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(b)
+}
+
+// writeDomainError answers a refusal of the domain in OpenAI's terms: a
+// 429 with retry-after and retry-after-ms (the SDKs' own retry honours
+// them) and the x-ratelimit headers.
+func writeDomainError(w http.ResponseWriter, err error) {
+	var rej *budget.RejectedError
+	var tl *budget.TooLargeError
+	var thr *credential.ThrottledError
+	switch {
+	case errors.As(err, &rej):
+		setRateHeaders(w.Header(), rej.Snapshot)
+		ms := rej.RetryAfter.Milliseconds()
+		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "",
+			"tokengate: rejected by the tenant's "+string(rej.Limit)+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
+	case errors.As(err, &thr):
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(thr.RetryAfter.Seconds()), 10))
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "too many failed authentications from this address")
+	case errors.As(err, &tl):
+		writeError(w, http.StatusBadRequest, "request_too_large", "", tl.Error())
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
+		writeError(w, http.StatusUnauthorized, "invalid_api_key", "", "incorrect tokengate key")
+	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
+		writeError(w, http.StatusForbidden, "permission_denied", "", "the tenant is disabled")
+	case errors.Is(err, budget.ErrIdempotencyMismatch):
+		writeError(w, http.StatusConflict, "invalid_request_error", "Idempotency-Key", "this Idempotency-Key was used for another request")
+	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "api_error", "", "tokengate cannot decide now: "+err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, "api_error", "", "internal error")
+	}
+}
+
+// setRateHeaders sets OpenAI's x-ratelimit headers from a snapshot.
+func setRateHeaders(h http.Header, snap budget.Snapshot) {
+	for _, rh := range snap.RateHeaders() {
+		h.Set(rh.Name, rh.Value)
+	}
+}

@@ -1,0 +1,502 @@
+package proxy_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/tokengate/tokengate/api/proxy"
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var ctx = context.Background()
+
+// upstream emulates OpenAI's wire format. Each call is answered by the
+// test's behaviour; what it received is kept.
+type upstream struct {
+	mu       sync.Mutex
+	bodies   []map[string]any
+	auth     []string
+	behave   func(w http.ResponseWriter, r *http.Request, body map[string]any)
+	received chan struct{}
+}
+
+func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	var body map[string]any
+	_ = json.Unmarshal(raw, &body)
+	u.mu.Lock()
+	u.bodies = append(u.bodies, body)
+	u.auth = append(u.auth, r.Header.Get("Authorization"))
+	u.mu.Unlock()
+	u.behave(w, r, body)
+}
+
+func (u *upstream) last() (map[string]any, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.bodies[len(u.bodies)-1], u.auth[len(u.auth)-1]
+}
+
+type bundle struct {
+	pool   *pgxpool.Pool
+	store  *budget.Store
+	up     *upstream
+	client openai.Client
+	key    string
+	est    *estimator.Estimator
+	base   string
+}
+
+// setup runs the proxy in front of an emulated upstream, with a tenant
+// whose key the OpenAI SDK uses as its API key.
+func setup(t *testing.T, limits budget.Limits) *bundle {
+	t.Helper()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := credential.KeyCreate(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := estimator.New(nil)
+	table, err := estimator.DefaultTable().With([]estimator.Model{{Name: "gpt-4o", Encoding: estimator.EncodingO200K,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne, CachedInputWeightMicro: estimator.WeightOne / 2,
+		DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est.SetTable(table)
+	up := &upstream{}
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+	upURL, _ := url.Parse(upSrv.URL)
+	a := admission.New(admission.Config{Store: store, Pool: pool})
+	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a})
+	t.Cleanup(guard.Close)
+	p := proxy.New(proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", Admitter: a, Guard: guard, Estimator: est})
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL}
+}
+
+func chatParams(max int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{Model: "gpt-4o", MaxTokens: openai.Int(max),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello to the platform team.")}}
+}
+
+// admissions returns the tenant's admissions, oldest first.
+func (b *bundle) admissions(t *testing.T) []*budget.Admission {
+	t.Helper()
+	as, err := b.store.AdmissionRecent(ctx, "acme", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, j := 0, len(as)-1; i < j; i, j = i+1, j-1 {
+		as[i], as[j] = as[j], as[i]
+	}
+	return as
+}
+
+func (b *bundle) verify(t *testing.T) {
+	t.Helper()
+	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range b.admissions(t) {
+		if a.State == budget.StateReserved {
+			t.Fatalf("admission %s left reserved", a.ID)
+		}
+	}
+}
+
+func writeSSE(w http.ResponseWriter, events ...string) {
+	for _, e := range events {
+		fmt.Fprintf(w, "data: %s\n\n", e)
+		w.(http.Flusher).Flush()
+	}
+}
+
+func chatChunk(text string) string {
+	return fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`, text)
+}
+
+const usageChunk = `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`
+
+// TestChatSettlesFromUsage: the SDK's call is admitted, forwarded with the
+// upstream's key (never the tenant's), and settled from the usage: cached
+// input at the model's cached weight, reasoning tokens as output.
+func TestChatSettlesFromUsage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, platform team!"},"finish_reason":"stop"}],
+			"usage":{"prompt_tokens":40,"completion_tokens":25,"total_tokens":65,"prompt_tokens_details":{"cached_tokens":30},"completion_tokens_details":{"reasoning_tokens":10}}}`)
+	}
+	resp, err := b.client.Chat.Completions.New(ctx, chatParams(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Choices[0].Message.Content != "Hello, platform team!" || resp.Usage.TotalTokens != 65 {
+		t.Fatalf("answer: %+v", resp)
+	}
+	if _, auth := b.up.last(); auth != "Bearer sk-upstream" {
+		t.Fatalf("the upstream got %q", auth)
+	}
+	as := b.admissions(t)
+	// 10 uncached + 30 cached at half weight = 25 input; 25 output.
+	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualInput != 25 || *as[0].ActualOutput != 25 || *as[0].ActualCost != 50 {
+		t.Fatalf("admission: %+v", as)
+	}
+	b.verify(t)
+}
+
+// TestStreamingChat: a stream without include_usage is asked for it
+// upstream, settled from it, and the client never sees that chunk; a
+// client that asked for it gets it.
+func TestStreamingChat(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		events := []string{chatChunk("Hello"), chatChunk(", platform"), chatChunk(" team!")}
+		if so, _ := body["stream_options"].(map[string]any); so["include_usage"] == true {
+			events = append(events, usageChunk)
+		}
+		writeSSE(w, append(events, "[DONE]")...)
+	}
+	for _, asked := range []bool{false, true} {
+		p := chatParams(100)
+		if asked {
+			p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		}
+		stream := b.client.Chat.Completions.NewStreaming(ctx, p)
+		var text strings.Builder
+		sawUsage := false
+		for stream.Next() {
+			ch := stream.Current()
+			for _, c := range ch.Choices {
+				text.WriteString(c.Delta.Content)
+			}
+			if ch.Usage.TotalTokens > 0 {
+				sawUsage = true
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if text.String() != "Hello, platform team!" || sawUsage != asked {
+			t.Fatalf("asked for usage %v: text %q, usage chunk seen %v", asked, text.String(), sawUsage)
+		}
+		if body, _ := b.up.last(); body["stream_options"].(map[string]any)["include_usage"] != true {
+			t.Fatalf("the upstream was not asked for usage: %v", body)
+		}
+	}
+	for _, a := range b.admissions(t) {
+		if a.State != budget.StateSettled || *a.ActualInput != 20 || *a.ActualOutput != 9 {
+			t.Fatalf("admission: %+v", a)
+		}
+	}
+	b.verify(t)
+}
+
+// streamedTokens is the count of the first n chunks' text.
+func streamedTokens(t *testing.T, chunks []string, n int) int64 {
+	t.Helper()
+	c, err := estimator.CountText(estimator.EncodingO200K, strings.Join(chunks[:n], ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(c)
+}
+
+// TestStreamBrokenOrAbandonedSettlesWhatWasStreamed: the upstream breaks
+// mid-stream (a 500 after three chunks), or the client goes away: the
+// request is settled with its input and exactly the tokens streamed so far.
+func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
+	t.Parallel()
+	chunks := []string{"The gateway ", "admits ", "requests ", "only when ", "the tenant's ", "bucket ", "allows them."}
+	t.Run("upstream breaks", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, c := range chunks[:3] {
+				writeSSE(w, chatChunk(c))
+			}
+			panic(http.ErrAbortHandler) // the connection drops mid-stream
+		}
+		stream := b.client.Chat.Completions.NewStreaming(ctx, chatParams(200))
+		for stream.Next() {
+		}
+		_ = stream.Err()
+		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		a := b.admissions(t)[0]
+		if *a.ActualOutput != streamedTokens(t, chunks, 3) || *a.ActualInput != a.Estimate.InputTokens {
+			t.Fatalf("settled %d in / %d out; want %d / %d", *a.ActualInput, *a.ActualOutput, a.Estimate.InputTokens, streamedTokens(t, chunks, 3))
+		}
+		b.verify(t)
+	})
+	t.Run("client leaves", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, c := range chunks {
+				select {
+				case <-r.Context().Done():
+					return
+				case <-time.After(60 * time.Millisecond):
+				}
+				writeSSE(w, chatChunk(c))
+			}
+			writeSSE(w, usageChunk, "[DONE]")
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		stream := b.client.Chat.Completions.NewStreaming(cctx, chatParams(200))
+		for n := 0; stream.Next(); n++ {
+			if n == 1 {
+				cancel() // after two chunks
+			}
+		}
+		cancel()
+		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		a := b.admissions(t)[0]
+		exact := false
+		for n := 2; n < len(chunks); n++ {
+			exact = exact || *a.ActualOutput == streamedTokens(t, chunks, n)
+		}
+		if !exact || *a.ActualInput != a.Estimate.InputTokens {
+			t.Fatalf("settled %d out: not the count of a prefix of at least two chunks", *a.ActualOutput)
+		}
+		b.verify(t)
+	})
+}
+
+// eventually waits for the tenant's one admission to satisfy ok.
+func (b *bundle) eventually(t *testing.T, ok func(*budget.Admission) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if as := b.admissions(t); len(as) == 1 && ok(as[0]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("admission: %+v", b.admissions(t))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestUpstreamFailsBeforeFirstByte: a 500 before any output is relayed to
+// the SDK as OpenAI's error, and the reservation is released: nothing is
+// charged.
+func TestUpstreamFailsBeforeFirstByte(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"error":{"message":"overloaded","type":"server_error","param":null,"code":null}}`)
+	}
+	_, err := b.client.Chat.Completions.New(ctx, chatParams(100))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("%v", err)
+	}
+	as := b.admissions(t)
+	if len(as) != 1 || as[0].State != budget.StateReleased {
+		t.Fatalf("admission: %+v", as)
+	}
+	snap, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil || snap.Tokens() != 100_000 {
+		t.Fatalf("balance %d (%v): a failed call was charged", snap.Tokens(), err)
+	}
+	b.verify(t)
+}
+
+// TestRefusalIsOpenAIs429AndTheSDKRetries: over the allowance the proxy
+// answers OpenAI's 429 with retry-after-ms and the x-ratelimit headers and
+// charges nothing; the SDK's own retry, honouring it, then succeeds.
+func TestRefusalIsOpenAIs429AndTheSDKRetries(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 200 * budget.Micro})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":100,"total_tokens":114}}`)
+	}
+	if _, err := b.client.Chat.Completions.New(ctx, chatParams(100)); err != nil { // about 114 of 150
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"Say hello to the platform team."}]}`))
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var body struct {
+		Error struct{ Type, Code, Message string } `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &body)
+	if resp.StatusCode != http.StatusTooManyRequests || body.Error.Code != "rate_limit_exceeded" || resp.Header.Get("Retry-After-Ms") == "" ||
+		resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Ratelimit-Remaining-Tokens") == "" {
+		t.Fatalf("%d %s %v", resp.StatusCode, raw, resp.Header)
+	}
+	retrying := openai.NewClient(option.WithBaseURL(b.base+"/v1/"), option.WithAPIKey(b.key), option.WithMaxRetries(3))
+	if _, err := retrying.Chat.Completions.New(ctx, chatParams(100)); err != nil {
+		t.Fatalf("the SDK's retry: %v", err)
+	}
+	if as := b.admissions(t); len(as) != 2 {
+		t.Fatalf("%d admissions; the refusal must not count", len(as))
+	}
+	b.verify(t)
+}
+
+// TestResponsesAndCompletions: the Responses API (plain and streamed, its
+// usage in response.completed) and legacy completions settle from their
+// usage like chat does.
+func TestResponsesAndCompletions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		switch {
+		case r.URL.Path == "/v1/completions":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":"cmpl","object":"text_completion","created":1,"model":"gpt-3.5-turbo-instruct","choices":[{"index":0,"text":"hi","finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`)
+		case body["stream"] == true:
+			w.Header().Set("Content-Type", "text/event-stream")
+			writeSSE(w,
+				`{"type":"response.output_text.delta","sequence_number":1,"item_id":"m1","output_index":0,"content_index":0,"delta":"Hello"}`,
+				`{"type":"response.completed","sequence_number":2,"response":{"id":"r1","object":"response","created_at":1,"status":"completed","model":"gpt-4o","output":[],"usage":{"input_tokens":12,"output_tokens":7,"total_tokens":19,"input_tokens_details":{"cached_tokens":0},"output_tokens_details":{"reasoning_tokens":3}}}}`)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"id":"r1","object":"response","created_at":1,"status":"completed","model":"gpt-4o","output":[{"type":"message","id":"m1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[]}]}],
+				"usage":{"input_tokens":12,"output_tokens":7,"total_tokens":19,"input_tokens_details":{"cached_tokens":4},"output_tokens_details":{"reasoning_tokens":3}}}`)
+		}
+	}
+	params := responses.ResponseNewParams{Model: "gpt-4o", MaxOutputTokens: openai.Int(50),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello.")}}
+	if _, err := b.client.Responses.New(ctx, params); err != nil {
+		t.Fatal(err)
+	}
+	stream := b.client.Responses.NewStreaming(ctx, params)
+	for stream.Next() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Completions.New(ctx, openai.CompletionNewParams{Model: "gpt-3.5-turbo-instruct", MaxTokens: openai.Int(10),
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Say hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	as := b.admissions(t)
+	want := [][2]int64{{8 + 2, 7}, {12, 7}, {3, 2}} // 4 cached of 12 at half weight; none cached; completions
+	if len(as) != 3 {
+		t.Fatalf("%d admissions", len(as))
+	}
+	for i, a := range as {
+		if a.State != budget.StateSettled || *a.ActualInput != want[i][0] || *a.ActualOutput != want[i][1] {
+			t.Fatalf("admission %d: %+v; want %v", i, a, want[i])
+		}
+	}
+	b.verify(t)
+}
+
+// TestBadCallsAreOpenAIErrorsAndChargeNothing: an unknown key is a 401,
+// bad input a 400 naming the field, a retry of an admitted call under the
+// same Idempotency-Key a 409 that never reaches the upstream twice; none
+// of them debits or writes the ledger beyond the one admitted call.
+func TestBadCallsAreOpenAIErrorsAndChargeNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}) // refills one token in 11 days: the balance is exact
+	var calls atomic.Int32
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":2,"total_tokens":16}}`)
+	}
+	wrong := openai.NewClient(option.WithBaseURL(b.base+"/v1/"), option.WithAPIKey("tg_nosuchkey_0000000000"), option.WithMaxRetries(0))
+	_, err := wrong.Chat.Completions.New(ctx, chatParams(100))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized || apiErr.Code != "invalid_api_key" {
+		t.Fatalf("unknown key: %v", err)
+	}
+	post := func(body, idem string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+b.key)
+		if idem != "" {
+			req.Header.Set("Idempotency-Key", idem)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	for _, bad := range []struct{ body, param string }{
+		{`{"model":"gpt-4o","messages":"hello"}`, `"param":"messages"`},
+		{`{"model":"gpt-4o","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, `"param":"max_tokens"`},
+		{`{"model":"gpt-4o","stream":true,"stream_options":7,"messages":[{"role":"user","content":"hi"}]}`, `"param":"stream_options"`},
+		{`not json`, `"invalid_request_error"`},
+	} {
+		if status, raw := post(bad.body, ""); status != http.StatusBadRequest || !strings.Contains(raw, bad.param) {
+			t.Fatalf("%s: %d %s, want 400 with %s", bad.body, status, raw, bad.param)
+		}
+	}
+	good := `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"Say hello to the platform team."}]}`
+	if status, raw := post(good, "call-1"); status != http.StatusOK {
+		t.Fatalf("first call: %d %s", status, raw)
+	}
+	if status, raw := post(good, "call-1"); status != http.StatusConflict || !strings.Contains(raw, "Idempotency-Key") {
+		t.Fatalf("retry under the same key: %d %s, want 409", status, raw)
+	}
+	if status, raw := post(strings.Replace(good, "hello", "goodbye", 1), "call-1"); status != http.StatusConflict {
+		t.Fatalf("another request under the same key: %d %s, want 409", status, raw)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the upstream was called %d times, want 1", n)
+	}
+	as := b.admissions(t)
+	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualCost != 16 {
+		t.Fatalf("admissions: %+v", as)
+	}
+	snap, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := 100_000 - snap.Tokens(); got != 16 {
+		t.Fatalf("the balance moved by %d, want the one call's 16", got)
+	}
+	b.verify(t)
+}

@@ -1,0 +1,210 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// usage is what a call used, as the upstream reports it: input (cached
+// included, with how many were cached) and output (reasoning included).
+type usage struct {
+	input, cached, output int64
+}
+
+// wireUsage reads the usage objects of the three APIs.
+type wireUsage struct {
+	PromptTokens        *int64 `json:"prompt_tokens"`
+	CompletionTokens    *int64 `json:"completion_tokens"`
+	InputTokens         *int64 `json:"input_tokens"`
+	OutputTokens        *int64 `json:"output_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+}
+
+func (w *wireUsage) usage() (usage, bool) {
+	if w == nil {
+		return usage{}, false
+	}
+	var u usage
+	switch {
+	case w.PromptTokens != nil && w.CompletionTokens != nil:
+		u.input, u.output = *w.PromptTokens, *w.CompletionTokens
+		if w.PromptTokensDetails != nil {
+			u.cached = w.PromptTokensDetails.CachedTokens
+		}
+	case w.InputTokens != nil && w.OutputTokens != nil:
+		u.input, u.output = *w.InputTokens, *w.OutputTokens
+		if w.InputTokensDetails != nil {
+			u.cached = w.InputTokensDetails.CachedTokens
+		}
+	default:
+		return usage{}, false
+	}
+	if u.input < 0 || u.output < 0 || u.input > 1_000_000_000 || u.output > 1_000_000_000 {
+		return usage{}, false
+	}
+	return u, true
+}
+
+// readUsage reads the usage of a whole (not streamed) answer.
+func readUsage(k kind, body []byte) (usage, bool) {
+	var v struct {
+		Usage *wireUsage `json:"usage"`
+	}
+	if json.Unmarshal(body, &v) != nil {
+		return usage{}, false
+	}
+	return v.Usage.usage()
+}
+
+// chunk is what the proxy reads of one streamed event.
+type chunk struct {
+	Type    string `json:"type"` // Responses API events
+	Delta   string `json:"delta"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+		Text string `json:"text"` // completions
+	} `json:"choices"`
+	Usage    *wireUsage `json:"usage"`
+	Response *struct {
+		Usage *wireUsage `json:"usage"`
+	} `json:"response"`
+}
+
+// stream relays an SSE answer event by event, collecting what it streamed
+// and the usage, and settles at its end: from the usage when the upstream
+// sent it, else (the stream broke, or the client left) from the tokens
+// streamed so far, counted with the model's encoding. A stream with usage
+// is settled before its terminal event ([DONE], response.completed) is
+// forwarded, so a client that saw its stream end sees the budget settled,
+// as it does after a whole answer: its next call is not refused for a
+// reservation the finished one still held.
+func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
+	copyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	var streamed strings.Builder // every output text delta, in order
+	var got *usage
+	clientGone, settled := false, false
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var event bytes.Buffer
+	var data bytes.Buffer
+	for {
+		line, err := rd.ReadBytes('\n')
+		if len(line) > 0 {
+			event.Write(line)
+			trimmed := bytes.TrimRight(line, "\r\n")
+			if d, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
+				data.Write(bytes.TrimPrefix(d, []byte(" ")))
+			}
+			if len(trimmed) == 0 { // the event is complete
+				forward := c.read(data.Bytes(), &streamed, &got)
+				if got != nil && !settled && c.terminal(data.Bytes()) {
+					c.settle(got.input, got.output, got.cached)
+					settled = true
+				}
+				if forward && !clientGone {
+					if _, werr := w.Write(event.Bytes()); werr != nil {
+						clientGone = true
+					} else if flusher != nil {
+						flusher.Flush()
+					}
+				}
+				event.Reset()
+				data.Reset()
+				if clientGone {
+					break // stop reading: the context's end cancels the upstream too
+				}
+			}
+		}
+		if err != nil {
+			if err != io.EOF || event.Len() > 0 {
+				clientGone = clientGone || resp.Request.Context().Err() != nil
+			}
+			break
+		}
+	}
+	if settled {
+		return
+	}
+	if got != nil {
+		c.settle(got.input, got.output, got.cached)
+		return
+	}
+	// The stream ended without its usage: it broke, or the client left.
+	// The prompt was read; the output is what was streamed.
+	out := int64(0)
+	if m, _ := c.p.cfg.Estimator.Table().Lookup(c.est.Model); m.Encoding != "" {
+		if n, err := estimator.CountText(m.Encoding, streamed.String()); err == nil {
+			out = int64(n)
+		}
+	}
+	c.settle(c.est.InputTokens, out, 0)
+}
+
+// terminal says whether an event's data ends the stream.
+func (c *call) terminal(data []byte) bool {
+	if c.kind != responses {
+		return bytes.Equal(data, []byte("[DONE]"))
+	}
+	var ev struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return false
+	}
+	return ev.Type == "response.completed" || ev.Type == "response.incomplete" || ev.Type == "response.failed"
+}
+
+// read takes one event's data: it adds its text to streamed, records its
+// usage, and says whether to forward it (not the usage chunk the proxy
+// asked for on its own).
+func (c *call) read(data []byte, streamed *strings.Builder, got **usage) bool {
+	if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
+		return true
+	}
+	var ch chunk
+	if json.Unmarshal(data, &ch) != nil {
+		return true
+	}
+	switch c.kind {
+	case responses:
+		if ch.Type == "response.output_text.delta" {
+			streamed.WriteString(ch.Delta)
+		}
+		if ch.Response != nil {
+			if u, ok := ch.Response.Usage.usage(); ok {
+				*got = &u
+			}
+		}
+		return true
+	default:
+		for _, choice := range ch.Choices {
+			streamed.WriteString(choice.Delta.Content)
+			streamed.WriteString(choice.Text)
+		}
+		if u, ok := ch.Usage.usage(); ok {
+			*got = &u
+			if c.stripUsage && len(ch.Choices) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/api/proxy"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// serveProxy starts the OpenAI-compatible proxy (serve --proxy-addr) on the
+// replica's own admission layer, so its calls share the replica's
+// pipelines, failure policies and spool with the HTTP API and the rate
+// limit service. The returned stop lets streams in flight finish, and
+// settle, for up to the shutdown timeout.
+func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, est *estimator.Estimator) (func(), error) {
+	upstream, err := url.Parse(s.Upstream)
+	if s.Upstream == "" || err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
+		return nil, fmt.Errorf("--proxy-addr needs --upstream, an http(s) URL (got %q)", s.Upstream)
+	}
+	ln, err := net.Listen("tcp", s.ProxyAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--proxy-addr %s: %w", s.ProxyAddr, err)
+	}
+	p := proxy.New(proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, Admitter: srv.Admitter(), Guard: srv.Guard(),
+		Estimator: est, BodyLimit: s.BodyLimit, Logger: logger, Registerer: srv.Registry()})
+	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("proxy stopped", "error", err.Error())
+		}
+	}()
+	fmt.Fprintf(g.stderr, "tokengate OpenAI-compatible proxy on %s, forwarding to %s\n", displayURL(ln.Addr()), upstream.Redacted())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			logger.Error("proxy shutdown did not finish in time", "error", err.Error())
+		}
+	}, nil
+}
