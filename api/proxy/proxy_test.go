@@ -36,11 +36,10 @@ var ctx = context.Background()
 // upstream emulates OpenAI's wire format. Each call is answered by the
 // test's behaviour; what it received is kept.
 type upstream struct {
-	mu       sync.Mutex
-	bodies   []map[string]any
-	auth     []string
-	behave   func(w http.ResponseWriter, r *http.Request, body map[string]any)
-	received chan struct{}
+	mu     sync.Mutex
+	bodies []map[string]any
+	auth   []string
+	behave func(w http.ResponseWriter, r *http.Request, body map[string]any)
 }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 
@@ -134,10 +133,7 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
 			}
 		}
 		if err != nil {
-			if err != io.EOF || event.Len() > 0 {
-				clientGone = clientGone || resp.Request.Context().Err() != nil
-			}
-			break
+			break // the stream ended, whole or broken: what was read settles below
 		}
 	}
 	if settled {
