@@ -262,6 +262,31 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 		}
 		b.verify(t)
 	})
+	t.Run("upstream sends an error event", func(t *testing.T) {
+		// OpenAI's own mid-stream failure: a 200 stream that carries an
+		// error event and ends without usage.
+		t.Parallel()
+		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, c := range chunks[:4] {
+				writeSSE(w, chatChunk(c))
+			}
+			writeSSE(w, `{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}`)
+		}
+		stream := b.client.Chat.Completions.NewStreaming(ctx, chatParams(200))
+		for stream.Next() {
+		}
+		if stream.Err() == nil {
+			t.Fatal("the SDK saw no error")
+		}
+		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		a := b.admissions(t)[0]
+		if *a.ActualOutput != streamedTokens(t, chunks, 4) || *a.ActualInput != a.Estimate.InputTokens {
+			t.Fatalf("settled %d in / %d out; want %d / %d", *a.ActualInput, *a.ActualOutput, a.Estimate.InputTokens, streamedTokens(t, chunks, 4))
+		}
+		b.verify(t)
+	})
 	t.Run("client leaves", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})

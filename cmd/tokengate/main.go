@@ -49,6 +49,7 @@ type cli struct {
 
 	Migrate    migrateCmd    `cmd:"" help:"Apply pending database migrations."`
 	Serve      serveCmd      `cmd:"" help:"Run the HTTP server."`
+	Proxy      proxyCmd      `cmd:"" help:"Serve with the OpenAI-compatible proxy on (--proxy-addr, default :8082): admit, forward to --upstream, settle from its usage."`
 	Tenant     tenantCmd     `cmd:"" help:"Manage tenants."`
 	Key        keyCmd        `cmd:"" help:"Manage tenant API keys."`
 	Model      modelCmd      `cmd:"" help:"Manage the model table."`

@@ -99,13 +99,17 @@ func TestServeWithTheProxy(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--upstream") {
 		t.Fatalf("serve --proxy-addr without --upstream = %v, want a refusal naming --upstream", err)
 	}
+	err = run(context.Background(), []string{"proxy", "--database-url", url, "--addr", freeAddr(t), "--log-level", "error"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--upstream") {
+		t.Fatalf("proxy without --upstream = %v, want a refusal naming --upstream", err)
+	}
 	g := &globals{DatabaseURL: url, LogLevel: "error", Wait: 5 * time.Second, stdout: io.Discard, stderr: io.Discard}
 	proxyAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serveCmd{Addr: freeAddr(t), Migrate: true, MaxConns: 4, ProxyAddr: proxyAddr, Upstream: "http://127.0.0.1:1",
-			ShutdownTimeout: 5 * time.Second}.Run(ctx, g)
+		done <- proxyCmd{serveCmd{Addr: freeAddr(t), Migrate: true, MaxConns: 4, ProxyAddr: proxyAddr, Upstream: "http://127.0.0.1:1",
+			ShutdownTimeout: 5 * time.Second}}.Run(ctx, g)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

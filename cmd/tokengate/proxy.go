@@ -46,3 +46,18 @@ func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, e
 		}
 	}, nil
 }
+
+// proxyCmd is `tokengate proxy --upstream URL`: a replica with the proxy
+// on (at :8082 unless --proxy-addr says otherwise). It is serve itself,
+// HTTP API and dashboard included, so the proxy's calls are decided,
+// journaled and shown exactly as every other admission.
+type proxyCmd struct {
+	serveCmd `embed:""`
+}
+
+func (c proxyCmd) Run(ctx context.Context, g *globals) error {
+	if c.ProxyAddr == "" {
+		c.ProxyAddr = ":8082"
+	}
+	return c.serveCmd.Run(ctx, g)
+}
