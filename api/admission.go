@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -223,25 +224,36 @@ func endedOf(st *budget.Settlement) endedJSON {
 	return out
 }
 
-// settleBody accepts OpenAI's usage names and the generic ones.
+// settleBody accepts OpenAI's usage names and the generic ones, and the
+// cached input tokens of either API's details.
 type settleBody struct {
 	Usage *struct {
-		PromptTokens     *int64 `json:"prompt_tokens"`
-		CompletionTokens *int64 `json:"completion_tokens"`
-		InputTokens      *int64 `json:"input_tokens"`
-		OutputTokens     *int64 `json:"output_tokens"`
+		PromptTokens        *int64         `json:"prompt_tokens"`
+		CompletionTokens    *int64         `json:"completion_tokens"`
+		InputTokens         *int64         `json:"input_tokens"`
+		OutputTokens        *int64         `json:"output_tokens"`
+		PromptTokensDetails *cachedDetails `json:"prompt_tokens_details"`
+		InputTokensDetails  *cachedDetails `json:"input_tokens_details"`
 	} `json:"usage"`
 }
 
+type cachedDetails struct {
+	CachedTokens *int64 `json:"cached_tokens"`
+}
+
+// settleUsage is a settle's usage: cached counts the input tokens the
+// provider served from its cache, part of in.
+type settleUsage struct{ in, out, cached int64 }
+
 const maxUsageTokens = 1_000_000_000
 
-func parseUsage(body []byte) (in, out int64, err error) {
+func parseUsage(body []byte) (u settleUsage, err error) {
 	var sb settleBody
 	if err := decodeJSON(body, &sb); err != nil {
-		return 0, 0, err
+		return u, err
 	}
 	if sb.Usage == nil {
-		return 0, 0, invalid("usage", "required: {\"usage\":{\"prompt_tokens\":N,\"completion_tokens\":N}}")
+		return u, invalid("usage", "required: {\"usage\":{\"prompt_tokens\":N,\"completion_tokens\":N}}")
 	}
 	pick := func(a, b *int64, aName, bName string) (int64, error) {
 		switch {
@@ -258,14 +270,26 @@ func parseUsage(body []byte) (in, out int64, err error) {
 		}
 		return *a, nil
 	}
-	u := sb.Usage
-	if in, err = pick(u.PromptTokens, u.InputTokens, "prompt_tokens", "input_tokens"); err != nil {
-		return 0, 0, err
+	w := sb.Usage
+	if u.in, err = pick(w.PromptTokens, w.InputTokens, "prompt_tokens", "input_tokens"); err != nil {
+		return u, err
 	}
-	if out, err = pick(u.CompletionTokens, u.OutputTokens, "completion_tokens", "output_tokens"); err != nil {
-		return 0, 0, err
+	if u.out, err = pick(w.CompletionTokens, w.OutputTokens, "completion_tokens", "output_tokens"); err != nil {
+		return u, err
 	}
-	return in, out, nil
+	for _, d := range []struct {
+		name    string
+		details *cachedDetails
+	}{{"prompt_tokens_details", w.PromptTokensDetails}, {"input_tokens_details", w.InputTokensDetails}} {
+		if d.details == nil || d.details.CachedTokens == nil {
+			continue
+		}
+		if c := *d.details.CachedTokens; c < 0 || c > u.in {
+			return u, invalid("usage."+d.name+".cached_tokens", "must be between 0 and the input tokens")
+		}
+		u.cached = *d.details.CachedTokens
+	}
+	return u, nil
 }
 
 // decodeJSON decodes a small JSON body, naming the field of a type error.
@@ -306,14 +330,39 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	in, out, err := parseUsage(body)
+	u, err := parseUsage(body)
+	if err != nil {
+		return err
+	}
+	in, err := s.effectiveInput(c.Request().Context(), tenantOf(c), c.Param("id"), u)
 	if err != nil {
 		return err
 	}
 	st, journaled, err := s.admitter.Settle(c.Request().Context(), budget.SettleParams{
-		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: out, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: u.out, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
+}
+
+// effectiveInput is the input a settle charges: cached input tokens count
+// at the admission's model's cached-input weight. Finding the model takes a
+// read, done only when the usage has cached tokens; if the store cannot
+// answer it, they count as any input token (the settle is still applied, or
+// journaled, and never overcharges by more than the discount).
+func (s *Server) effectiveInput(ctx context.Context, tenantID, admissionID string, u settleUsage) (int64, error) {
+	if u.cached == 0 || s.admitter.Down() {
+		return u.in, nil
+	}
+	a, err := s.budget.AdmissionGet(ctx, tenantID, admissionID)
+	switch {
+	case errors.Is(err, budget.ErrAdmissionNotFound):
+		return 0, err
+	case err != nil:
+		s.logger.Warn("cached input counted at the input weight: the admission's model could not be read", "admission", admissionID, "error", err.Error())
+		return u.in, nil
+	}
+	m, _ := s.estimator.Table().Lookup(a.Estimate.Model)
+	return m.EffectiveInput(u.in, u.cached), nil
 }
 
 func (s *Server) releaseAdmission(c *echo.Context) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -560,6 +561,53 @@ func TestAdmissionMetrics(t *testing.T) {
 	} {
 		if !strings.Contains(res.Body.String(), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestSettleCountsCachedInputAtItsWeight: a settle with OpenAI's
+// prompt_tokens_details (or the Responses API's input_tokens_details)
+// counts cached input tokens at the model's cached-input weight; a cached
+// count outside 0..input is a 400 naming it, and charges nothing.
+func TestSettleCountsCachedInputAtItsWeight(t *testing.T) {
+	t.Parallel()
+	est := estimator.New(nil)
+	table, err := estimator.DefaultTable().With([]estimator.Model{{Name: "gpt-4o", Encoding: estimator.EncodingO200K,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne, CachedInputWeightMicro: estimator.WeightOne / 2,
+		DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est.SetTable(table)
+	b := setupAPI(t, func(c *api.Config) { c.Estimator = est })
+	key := b.tenant(t, "acme", lim(100_000, "0.000001"))
+	for _, c := range []struct{ usage, field string }{
+		{`{"prompt_tokens":40,"completion_tokens":25,"prompt_tokens_details":{"cached_tokens":41}}`, "usage.prompt_tokens_details.cached_tokens"},
+		{`{"input_tokens":40,"output_tokens":25,"input_tokens_details":{"cached_tokens":-1}}`, "usage.input_tokens_details.cached_tokens"},
+		{`{"input_tokens":40,"output_tokens":25,"input_tokens_details":{"cached_tokens":"many"}}`, "usage.input_tokens_details.cached_tokens"},
+	} {
+		var a admitted
+		b.call(t, key, http.MethodPost, "/v1/admissions", chat(100, "hello")).json(&a)
+		before, seq := b.balance(t, "acme")
+		r := b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/settle", `{"usage":`+c.usage+`}`)
+		if r.Code != http.StatusBadRequest || r.errorBody().Error.Field != c.field {
+			t.Fatalf("%s: %d %s, want 400 naming %s", c.usage, r.Code, r.Body, c.field)
+		}
+		if after, seq2 := b.balance(t, "acme"); after != before || seq2 != seq {
+			t.Fatalf("%s: a bad settle moved the balance or the ledger", c.usage)
+		}
+		b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/release", "")
+	}
+	for _, usage := range []string{
+		`{"prompt_tokens":40,"completion_tokens":25,"prompt_tokens_details":{"cached_tokens":30}}`,
+		`{"input_tokens":40,"output_tokens":25,"input_tokens_details":{"cached_tokens":30}}`,
+	} {
+		var a admitted
+		b.call(t, key, http.MethodPost, "/v1/admissions", chat(100, "hello")).json(&a)
+		r := b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/settle", `{"usage":`+usage+`}`)
+		// 10 uncached + 30 cached at half weight = 25 input tokens; 25 output.
+		if r.Code != http.StatusOK || !strings.Contains(r.Body.String(), `"actual":{"input_tokens":25,"output_tokens":25,"cost":50}`) {
+			t.Fatalf("%s: %d %s", usage, r.Code, r.Body)
 		}
 	}
 }
