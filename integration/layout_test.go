@@ -35,6 +35,8 @@ var layout = map[string][]string{
 	"web":       {"budget", "budget/credential", "estimator", "ledger"},
 	"api/rls":   {"budget", "budget/admission", "budget/credential", "estimator"},
 	"api/proxy": {"budget", "budget/admission", "budget/credential", "estimator"},
+	// The Go client, which frontends vendor: none of tokengate's packages.
+	"api/client": nil,
 	// The wiring and the tools.
 	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admission", "budget/credential", "budget/outage", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
