@@ -119,6 +119,10 @@ lint: ## go vet, staticcheck and gofmt (the cluster tests too).
 bench: pg-image ## Benchmarks: estimator, and the reserve path against Postgres with durable commits.
 	TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench . -benchtime 3s -count 1 ./estimator/ ./integration/
 
+.PHONY: bench-proxy
+bench-proxy: pg-image ## The OpenAI-compatible proxy's added latency (p50/p99) over a fast emulated upstream, durable commits.
+	set -o pipefail; TOKENGATE_TEST_PG_DURABLE=1 go test -run '^$$' -bench BenchmarkProxyAddedLatency -benchtime 2000x -count 1 ./integration/ 2>&1 | grep -E '^(Benchmark|ok|FAIL|---)'
+
 .PHONY: bench-compare
 bench-compare: pg-image build ## tokengate over HTTP against pgbench's one-statement admission, on one durable Postgres, in one run (BENCH_SECONDS=15).
 	integration/bench/compare.sh
