@@ -206,21 +206,23 @@ func limitsForm(l budget.Limits) *form {
 
 // modelFields are the model form's fields, named like the
 // estimator.InvalidError fields of estimator.Model.Validate.
-var modelFields = []string{"name", "encoding", "input_weight", "output_weight", "default_output_tokens",
+var modelFields = []string{"name", "encoding", "input_weight", "output_weight", "cached_input_weight", "default_output_tokens",
 	"context_window", "part_tokens", "on_store_unavailable"}
 
 // model reads a model; weights are decimals (0.25, 4) turned into micro
 // units exactly.
 func (f *form) model() estimator.Model {
 	m := estimator.Model{
-		Name:                f.Get("name"),
-		Encoding:            f.Get("encoding"),
-		InputWeightMicro:    f.Decimal("input_weight", true),
-		OutputWeightMicro:   f.Decimal("output_weight", true),
-		DefaultOutputTokens: f.Int("default_output_tokens", true),
-		ContextWindow:       f.Int("context_window", true),
-		PartTokens:          f.Int("part_tokens", true),
-		OnStoreUnavailable:  f.Get("on_store_unavailable"),
+		Name:              f.Get("name"),
+		Encoding:          f.Get("encoding"),
+		InputWeightMicro:  f.Decimal("input_weight", true),
+		OutputWeightMicro: f.Decimal("output_weight", true),
+		// Blank: cached input tokens count as any input token.
+		CachedInputWeightMicro: f.Decimal("cached_input_weight", false),
+		DefaultOutputTokens:    f.Int("default_output_tokens", true),
+		ContextWindow:          f.Int("context_window", true),
+		PartTokens:             f.Int("part_tokens", true),
+		OnStoreUnavailable:     f.Get("on_store_unavailable"),
 	}
 	if m.Name == "" {
 		f.Fail("name", "is required")
@@ -234,6 +236,9 @@ func modelForm(m estimator.Model) *form {
 	f.Set("encoding", m.Encoding)
 	f.Set("input_weight", budget.FormatRate(m.InputWeightMicro))
 	f.Set("output_weight", budget.FormatRate(m.OutputWeightMicro))
+	if m.CachedInputWeightMicro > 0 {
+		f.Set("cached_input_weight", budget.FormatRate(m.CachedInputWeightMicro))
+	}
 	f.Set("default_output_tokens", strconv.FormatInt(m.DefaultOutputTokens, 10))
 	f.Set("context_window", strconv.FormatInt(m.ContextWindow, 10))
 	f.Set("part_tokens", strconv.FormatInt(m.PartTokens, 10))

@@ -436,6 +436,8 @@ func TestFormsNameTheBadField(t *testing.T) {
 			"default_output_tokens": {"10"}, "context_window": {"100"}, "part_tokens": {"1"}}, "input_weight: must be between"},
 		{"/models", url.Values{"name": {"m"}, "encoding": {"latin1"}, "input_weight": {"1"}, "output_weight": {"1"},
 			"default_output_tokens": {"10"}, "context_window": {"100"}, "part_tokens": {"1"}}, "encoding: unknown encoding"},
+		{"/models", url.Values{"name": {"m"}, "encoding": {"o200k_base"}, "input_weight": {"1"}, "output_weight": {"1"}, "cached_input_weight": {"cheap"},
+			"default_output_tokens": {"10"}, "context_window": {"100"}, "part_tokens": {"1"}}, "cached_input_weight: must be a decimal"},
 	} {
 		tc.form.Set("csrf", csrf)
 		rec := c.post(tc.path, tc.form)
@@ -553,7 +555,7 @@ func TestModelsSaveExactWeights(t *testing.T) {
 	}
 	// Override a seeded one.
 	rec = c.post("/models", url.Values{"csrf": {c.csrf("/models")}, "name": {"gpt-4o"}, "encoding": {"o200k_base"},
-		"input_weight": {"2.5"}, "output_weight": {"10"}, "default_output_tokens": {"16384"}, "context_window": {"128000"}, "part_tokens": {"765"}})
+		"input_weight": {"2.5"}, "output_weight": {"10"}, "cached_input_weight": {"1.25"}, "default_output_tokens": {"16384"}, "context_window": {"128000"}, "part_tokens": {"765"}})
 	if rec.Code != http.StatusSeeOther {
 		t.Fatalf("override: %d", rec.Code)
 	}
@@ -563,14 +565,19 @@ func TestModelsSaveExactWeights(t *testing.T) {
 		`<tr data-model="gpt-4o" class="origin-overridden">`,
 		`<tr data-model="gpt-4.1" class="origin-seeded">`,
 		`<td class="num">0.25</td>`,
+		`<td class="num">1.25</td>`,           // gpt-4o's cached input weight
+		`<span class="muted">as input</span>`, // acme-llm has none
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("models page lacks %s", want)
 		}
 	}
 	edit := c.get("/models?edit=gpt-4o").Body.String()
-	if !strings.Contains(edit, `name="input_weight" value="2.5"`) {
+	if !strings.Contains(edit, `name="input_weight" value="2.5"`) || !strings.Contains(edit, `name="cached_input_weight" value="1.25"`) {
 		t.Error("the edit form is not filled from the model")
+	}
+	if m, _ := b.est.Table().Lookup("gpt-4o"); m.CachedInputWeightMicro != 1_250_000 {
+		t.Errorf("cached input weight %d, want 1250000", m.CachedInputWeightMicro)
 	}
 }
 
