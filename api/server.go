@@ -295,5 +295,9 @@ func (s *Server) Close() error {
 // the replica (gateways) admit through it too.
 func (s *Server) Admitter() *admission.Admitter { return s.admitter }
 
+// ClientAddr is the address a request comes from, read as the API reads it
+// (through Config.TrustedProxies), for other HTTP faces to share.
+func (s *Server) ClientAddr(r *http.Request) string { return s.echo.IPExtractor(r) }
+
 // Guard authenticates the replica's callers, for other faces to share.
 func (s *Server) Guard() *credential.Guard { return s.guard }

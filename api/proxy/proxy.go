@@ -65,6 +65,11 @@ type Config struct {
 	// Client calls the upstream. Default: no overall timeout (streams run
 	// long), 30 s to connect and to get the response headers.
 	Client *http.Client
+	// ClientAddr is the address a call comes from, which failed
+	// authentications are limited by. Default: the connection's peer;
+	// behind a load balancer, pass the API's (api.Server.ClientAddr), which
+	// reads X-Forwarded-For from trusted proxies.
+	ClientAddr func(*http.Request) string
 	// BodyLimit bounds a request body. Default 4 MiB.
 	BodyLimit int64
 	Logger    *slog.Logger
@@ -92,6 +97,9 @@ func New(cfg Config) *Proxy {
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = 4 << 20
 	}
+	if cfg.ClientAddr == nil {
+		cfg.ClientAddr = peerAddr
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -117,7 +125,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	principal, err := p.cfg.Guard.TenantDeferred(ctx, clientAddr(r), bearer(r))
+	principal, err := p.cfg.Guard.TenantDeferred(ctx, p.cfg.ClientAddr(r), bearer(r))
 	if err != nil {
 		p.calls.WithLabelValues("refused").Inc()
 		writeDomainError(w, err)
@@ -304,7 +312,7 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-func clientAddr(r *http.Request) string {
+func peerAddr(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr

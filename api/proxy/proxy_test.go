@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,7 +21,9 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
@@ -523,4 +527,55 @@ func TestBadCallsAreOpenAIErrorsAndChargeNothing(t *testing.T) {
 		t.Fatalf("the balance moved by %d, want the one call's 16", got)
 	}
 	b.verify(t)
+}
+
+// TestBehindALoadBalancerGuessesAreLimitedPerClient: with the API's client
+// address (X-Forwarded-For from a trusted proxy), a client guessing a key's
+// secret through the proxy is throttled, and another client behind the
+// same load balancer is not.
+func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	_, lb, _ := net.ParseCIDR("127.0.0.0/8") // the test's connections
+	srv, err := api.New(&api.Config{DB: pool, Budget: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Registry: prometheus.NewRegistry(), TrustedProxies: []*net.IPNet{lb}, AuthFailuresPerSecond: 0.001, AuthFailureBurst: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}}); err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := credential.KeyCreate(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := key[:strings.LastIndex(key, "_")+1] + strings.Repeat("a", len(key)-strings.LastIndex(key, "_")-1)
+	upURL, _ := url.Parse("http://127.0.0.1:1")
+	px := httptest.NewServer(proxy.New(proxy.Config{Upstream: upURL, Admitter: srv.Admitter(), Guard: srv.Guard(),
+		ClientAddr: srv.ClientAddr, Estimator: estimator.New(nil)}))
+	defer px.Close()
+	guess := func(from string) int {
+		req, _ := http.NewRequest(http.MethodPost, px.URL+"/v1/chat/completions", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+wrong)
+		req.Header.Set("X-Forwarded-For", from)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 3 {
+		if code := guess("203.0.113.1"); code != http.StatusUnauthorized {
+			t.Fatalf("guess %d: %d", i, code)
+		}
+	}
+	if code := guess("203.0.113.1"); code != http.StatusTooManyRequests {
+		t.Fatalf("the guesser's fourth guess: %d, want 429", code)
+	}
+	if code := guess("198.51.100.7"); code != http.StatusUnauthorized {
+		t.Fatalf("another client behind the load balancer: %d, want 401 (not throttled)", code)
+	}
 }

@@ -30,7 +30,7 @@ func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, e
 		return nil, fmt.Errorf("--proxy-addr %s: %w", s.ProxyAddr, err)
 	}
 	p := proxy.New(proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, Admitter: srv.Admitter(), Guard: srv.Guard(),
-		Estimator: est, BodyLimit: s.BodyLimit, Logger: logger, Registerer: srv.Registry()})
+		ClientAddr: srv.ClientAddr, Estimator: est, BodyLimit: s.BodyLimit, Logger: logger, Registerer: srv.Registry()})
 	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
