@@ -79,6 +79,9 @@ type limitsPatch struct {
 	ReservationTTLMS   *int64          `json:"reservation_ttl_ms"`
 	MaxWaitMS          *int64          `json:"max_wait_ms"`
 	OnStoreUnavailable json.RawMessage `json:"on_store_unavailable"`
+	// Shadow lists the limits evaluated and counted but never enforced
+	// (null or [] enforces every limit).
+	Shadow *[]string `json:"shadow"`
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
@@ -165,6 +168,13 @@ func (p *limitsPatch) apply(l *budget.Limits) error {
 			l.OnStoreUnavailable = budget.Policy(*policy)
 		}
 	}
+	if p.Shadow != nil {
+		set, err := budget.ParseLimitSet("shadow", *p.Shadow)
+		if err != nil {
+			return err
+		}
+		l.Shadow = set
+	}
 	if p.ReservationTTLMS != nil && *p.ReservationTTLMS < 1 {
 		return invalid("reservation_ttl_ms", "must be between 1000 and 604800000")
 	}
@@ -185,7 +195,8 @@ func (s *Server) adminTenantList(c *echo.Context) error {
 
 func (s *Server) adminTenantCreate(c *echo.Context) error {
 	var in struct {
-		ID string `json:"id"`
+		ID     string `json:"id"`
+		Parent string `json:"parent"`
 		limitsPatch
 	}
 	if err := decodeStrict(c, &in); err != nil {
@@ -195,7 +206,7 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 	if err := in.apply(&l); err != nil {
 		return err
 	}
-	snap, err := s.budget.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Limits: l, Actor: actorOf(c)})
+	snap, err := s.budget.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
 	if errors.Is(err, budget.ErrTenantExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a tenant with this id exists"}
 	}
@@ -203,6 +214,32 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusCreated, budgetOf(snap))
+}
+
+// treeJSON is a tenant and the tenants nested below it, each with its
+// limits and balances.
+type treeJSON struct {
+	budgetJSON
+	Children []*treeJSON `json:"children"`
+}
+
+// adminTenantTree renders the budget tree that holds a tenant, from its
+// root: the organisation, its teams and their tenants, each with its own
+// gauges.
+func (s *Server) adminTenantTree(c *echo.Context) error {
+	roots, err := s.budget.TenantTree(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var render func(n *budget.TreeNode) *treeJSON
+	render = func(n *budget.TreeNode) *treeJSON {
+		out := &treeJSON{budgetJSON: budgetOf(n.Snapshot), Children: []*treeJSON{}}
+		for _, ch := range n.Children {
+			out.Children = append(out.Children, render(ch))
+		}
+		return out
+	}
+	return c.JSON(http.StatusOK, render(roots))
 }
 
 func (s *Server) adminTenantGet(c *echo.Context) error {

@@ -13,7 +13,11 @@ import (
 type budgetJSON struct {
 	Tenant   string `json:"tenant"`
 	Disabled bool   `json:"disabled"`
-	Limits   struct {
+	// Parent and Path place the tenant in its budget tree (Path: its
+	// ancestors, root first; every admission must fit each of them too).
+	Parent *string  `json:"parent"`
+	Path   []string `json:"path"`
+	Limits struct {
 		TokensCapacity     int64        `json:"tokens_capacity"`
 		TokensPerSecond    json.Number  `json:"tokens_per_second"`
 		RequestsCapacity   *int64       `json:"requests_capacity"`
@@ -24,6 +28,7 @@ type budgetJSON struct {
 		ReservationTTLMS   int64        `json:"reservation_ttl_ms"`
 		MaxWaitMS          int64        `json:"max_wait_ms"`
 		OnStoreUnavailable *string      `json:"on_store_unavailable"`
+		Shadow             []string     `json:"shadow"`
 	} `json:"limits"`
 	Balances struct {
 		Tokens           json.Number  `json:"tokens"`
@@ -52,6 +57,11 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 	var out budgetJSON
 	l := snap.Limits
 	out.Tenant, out.At, out.Disabled = snap.TenantID, snap.At, snap.Disabled
+	out.Path, out.Limits.Shadow = []string{}, l.Shadow.Strings()
+	if len(snap.Path) > 0 {
+		parent := snap.Parent()
+		out.Parent, out.Path = &parent, snap.Path
+	}
 	out.Limits.TokensCapacity = l.TokensCapacity
 	out.Limits.TokensPerSecond = json.Number(budget.FormatRate(l.TokensRateMicro))
 	out.Limits.ReservationTTLMS = l.ReservationTTL.Milliseconds()

@@ -17,11 +17,14 @@ import (
 // or a package sentinel that httpError maps to it; only the error handler
 // writes it.
 type Error struct {
-	Status       int    `json:"-"`
-	Type         string `json:"type"`
-	Message      string `json:"message"`
-	Field        string `json:"field,omitempty"`
-	Limit        string `json:"limit,omitempty"`
+	Status  int    `json:"-"`
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Limit   string `json:"limit,omitempty"`
+	// Level is the tenant whose limit refused: the caller's own, or an
+	// ancestor's when budgets nest.
+	Level        string `json:"level,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 }
 
@@ -72,10 +75,15 @@ func httpError(err error) *Error {
 			Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
 	case errors.As(err, &rej):
 		ms := rej.RetryAfter.Milliseconds()
-		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit),
-			Message: "rejected by the " + string(rej.Limit) + " limit; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
+		of := ""
+		if rej.Level != "" {
+			of = " of " + rej.Level
+		}
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level,
+			Message: "rejected by the " + string(rej.Limit) + " limit" + of + "; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
 	case errors.As(err, &tooLarge):
-		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Message: tooLarge.Error()}
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level,
+			Message: tooLarge.Error()}
 	case errors.As(err, &inv):
 		return invalid(inv.Field, inv.Reason)
 	case errors.As(err, &limErr):

@@ -38,6 +38,7 @@ type Budget interface {
 	SetDisabled(ctx context.Context, p budget.SetDisabledParams) (budget.Snapshot, error)
 	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
 	TenantList(ctx context.Context) ([]budget.Snapshot, error)
+	TenantTree(ctx context.Context, tenantID string) (*budget.TreeNode, error)
 	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
 	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
 	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
@@ -229,6 +230,7 @@ func (s *Server) routes() {
 	admin.GET("/tenants", s.adminTenantList)
 	admin.POST("/tenants", s.adminTenantCreate)
 	admin.GET("/tenants/:id", s.adminTenantGet)
+	admin.GET("/tenants/:id/tree", s.adminTenantTree)
 	admin.PATCH("/tenants/:id/limits", s.adminTenantLimits)
 	admin.POST("/tenants/:id/disable", s.adminTenantDisable)
 	admin.POST("/tenants/:id/enable", s.adminTenantEnable)

@@ -91,7 +91,7 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 	w := &writes{}
 	w.statement(1, tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
 		l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
-		string(l.OnStoreUnavailable))
+		string(l.OnStoreUnavailable), l.Shadow.Strings())
 	w.entry(t, e)
 	if err := tx.commit(ctx, w); err != nil {
 		return Snapshot{}, err
@@ -256,4 +256,37 @@ func (s *Store) RecordKeyEvent(ctx context.Context, p KeyEventParams) error {
 	w := &writes{}
 	w.entry(t, e)
 	return tx.commit(ctx, w)
+}
+
+// TreeNode is a tenant in its budget tree, with the tenants nested below it.
+type TreeNode struct {
+	Snapshot Snapshot
+	Children []*TreeNode
+}
+
+// TenantTree returns the whole budget tree that holds tenantID, from its
+// root, every level refilled to the database's clock now (read without
+// locks, like TenantList). It returns ErrTenantNotFound.
+func (s *Store) TenantTree(ctx context.Context, tenantID string) (*TreeNode, error) {
+	snaps, err := s.TenantList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes := map[string]*TreeNode{}
+	for _, snap := range snaps {
+		nodes[snap.TenantID] = &TreeNode{Snapshot: snap}
+	}
+	n, ok := nodes[tenantID]
+	if !ok {
+		return nil, ErrTenantNotFound
+	}
+	for _, snap := range snaps { // TenantList is in id order, so children are too
+		if p := snap.Parent(); p != "" && nodes[p] != nil {
+			nodes[p].Children = append(nodes[p].Children, nodes[snap.TenantID])
+		}
+	}
+	if len(n.Snapshot.Path) > 0 {
+		n = nodes[n.Snapshot.Path[0]]
+	}
+	return n, nil
 }

@@ -41,6 +41,9 @@ type Admission struct {
 	ActualCost      *int64
 	EndDeltaMicro   *int64 // effective change of the balance at settle or release
 	EndBalanceMicro *int64 // balance right after it
+	// Shadowed are the shadow limits that would have refused it, as
+	// "tenant:limit": its debit left them out, so its end does too.
+	Shadowed []string
 }
 
 // admissionRow is a row of admissions, as every query of it reads it
@@ -65,6 +68,7 @@ type admissionRow struct {
 	ActualCost        *int64     `db:"actual_cost"`
 	EndDeltaMicro     *int64     `db:"end_delta_micro"`
 	EndBalanceMicro   *int64     `db:"end_balance_micro"`
+	Shadowed          []string   `db:"shadowed"`
 }
 
 func (r *admissionRow) admission() *Admission {
@@ -73,7 +77,7 @@ func (r *admissionRow) admission() *Admission {
 			Approximate: r.Approximate, InputWeightMicro: r.InputWeightMicro, OutputWeightMicro: r.OutputWeightMicro},
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, Late: r.Late,
 		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
-		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro}
+		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed}
 }
 
 // scanAdmission reads one admission row. It returns ErrAdmissionNotFound.

@@ -165,6 +165,7 @@ type prior struct {
 // the tenant as the batch has left it so far, and the batch's writes.
 type decision struct {
 	t     *tenant
+	chain []*tenant // t's ancestors and t, root first
 	now   time.Time
 	w     *writes
 	adms  map[string]*Admission // admissions named by settles and releases, as the batch left them
@@ -278,6 +279,7 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 
 	w := &writes{}
 	decisions := map[string]*decision{}
+	advanced := map[*tenant]bool{} // an ancestor may be shared by several tenants of the batch
 	results := make([]OpResult, len(items))
 	for i, it := range items {
 		t, ok := ts[it.TenantID]
@@ -287,8 +289,18 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 		}
 		d := decisions[it.TenantID]
 		if d == nil {
-			t.advance(now)
-			d = &decision{t: t, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
+			chain, err := chainOf(ts, t)
+			if err != nil {
+				tx.abort()
+				return nil, err
+			}
+			for _, lv := range chain {
+				if !advanced[lv] {
+					advanced[lv] = true
+					lv.advance(now)
+				}
+			}
+			d = &decision{t: t, chain: chain, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
 			decisions[it.TenantID] = d
 		}
 		op := it.Op
@@ -297,7 +309,7 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			case liveKeys[k] != it.TenantID:
 				results[i].Err = ErrKeyRevoked
 				continue
-			case t.disabled:
+			case anyDisabled(d.chain):
 				results[i].Err = ErrTenantDisabled // as authenticating the key would have said
 				continue
 			}
@@ -322,11 +334,16 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			return nil, results[i].Err
 		}
 	}
-	// Rejections carry the balances as they stand after the whole batch.
+	// Rejections carry the balances as they stand after the whole batch,
+	// of the level whose limit refused.
 	for i, it := range items {
 		var rej *RejectedError
 		if errors.As(results[i].Err, &rej) {
-			rej.Snapshot = ts[it.TenantID].snapshot(now)
+			lv := ts[it.TenantID]
+			if l, ok := ts[rej.Level]; ok {
+				lv = l
+			}
+			rej.Snapshot = lv.snapshot(now)
 		}
 	}
 	// Nothing changed: nothing is written, not even the refill.
@@ -367,14 +384,13 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 			return r, nil
 		}
 	}
-	if t.disabled {
+	if anyDisabled(d.chain) {
 		return nil, ErrTenantDisabled
 	}
 	cost := p.Estimate.Cost
-	st := t.TenantState
-	st.Tokens.BalanceMicro -= max(0, p.HoldbackMicro) // callers queued ahead are served first
-	if err := Decide(st, cost, now); err != nil {
-		return nil, err
+	skips, shadow, refusal := decideLevels(d.chain, cost, p.HoldbackMicro, now)
+	if refusal != nil {
+		return nil, refusal
 	}
 
 	a := &Admission{
@@ -384,18 +400,24 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		Estimate:  p.Estimate,
 		CreatedAt: now,
 		ExpiresAt: now.Add(t.Limits.ReservationTTL),
+		Shadowed:  shadowedOf(d.chain, skips),
 	}
-	t.Debit(cost)
-
-	e := t.entry(ledger.KindReserve, now, actorOr(p.Actor, "api"))
-	e.AdmissionID, e.Model = a.ID, a.Estimate.Model
-	e.Estimate = &cost
-	e.DeltaMicro = -cost * Micro
-	t.seal(e)
-	d.w.entry(t, e)
+	// Every level is debited, each with its own entry in its own chain.
+	for i, lv := range d.chain {
+		lv.DebitExcept(cost, skips[i])
+		e := lv.entry(ledger.KindReserve, now, actorOr(p.Actor, "api"))
+		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
+		e.Estimate = &cost
+		if !skips[i].Has(LimitTokens) {
+			e.DeltaMicro = -cost * Micro
+		}
+		e.Reason = shadowReason(skips[i])
+		lv.seal(e)
+		d.w.entry(lv, e)
+	}
 	d.w.inserted = append(d.w.inserted, a)
 
-	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now)}
+	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow}
 	if p.IdempotencyKey != "" {
 		stored, err := EncodeReservation(r)
 		if err != nil {
@@ -441,19 +463,27 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
 	}
 	cost := a.Estimate.Cost
-	applied := t.End(cost, actual, a.CreatedAt, late)
-
 	kind := ledger.KindSettle
 	if target == StateReleased {
 		kind = ledger.KindRelease
 	}
-	e := t.entry(kind, now, actorOr(actor, "api"))
-	e.AdmissionID, e.Model, e.Late = a.ID, a.Estimate.Model, late
-	e.Estimate = &cost
-	e.Actual = &actual
-	e.DeltaMicro = applied
-	t.seal(e)
-	d.w.entry(t, e)
+	// Every level the admission debited is corrected, each in its own chain.
+	var applied int64
+	for _, lv := range d.chain {
+		skip := skipOf(a.Shadowed, lv.id)
+		delta := lv.EndExcept(cost, actual, a.CreatedAt, late, skip)
+		if lv == t {
+			applied = delta
+		}
+		e := lv.entry(kind, now, actorOr(actor, "api"))
+		e.AdmissionID, e.Model, e.Late = a.ID, a.Estimate.Model, late
+		e.Estimate = &cost
+		e.Actual = &actual
+		e.DeltaMicro = delta
+		e.Reason = shadowReason(skip)
+		lv.seal(e)
+		d.w.entry(lv, e)
+	}
 
 	ended := *a
 	ended.State, ended.Late = target, late

@@ -50,15 +50,23 @@ const (
 // succeed.
 type RejectedError struct {
 	Limit Limit
+	// Level is the tenant whose limit refused: the caller's own, or one of
+	// its ancestors when budgets nest ("" from a decision without a tree).
+	Level string
 	// RetryAfter is the exact time until the deficit refills (tokens,
 	// requests), until the next period (period_budget), or a hint
 	// (concurrency, which frees when some reservation ends). Zero with
 	// Never set means no retry can succeed without an admin change.
 	RetryAfter time.Duration
 	Snapshot   Snapshot
+	// Shadow are the shadow limits that would have refused it too.
+	Shadow []ShadowRefusal
 }
 
 func (e *RejectedError) Error() string {
+	if e.Level != "" {
+		return fmt.Sprintf("budget: rejected by the %s limit of %s; retry after %s", e.Limit, e.Level, e.RetryAfter)
+	}
 	return fmt.Sprintf("budget: rejected by the %s limit; retry after %s", e.Limit, e.RetryAfter)
 }
 
@@ -67,13 +75,19 @@ func (e *RejectedError) Unwrap() error { return ErrRejected }
 
 // TooLargeError says which capacity a request's cost exceeds.
 type TooLargeError struct {
-	Limit    Limit
+	Limit Limit
+	// Level is the tenant whose capacity it exceeds (see RejectedError).
+	Level    string
 	Cost     int64
 	Capacity int64
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("request cost %d exceeds the %s capacity of %d, so it can never be admitted", e.Cost, e.Limit, e.Capacity)
+	of := ""
+	if e.Level != "" {
+		of = " of " + e.Level
+	}
+	return fmt.Sprintf("request cost %d exceeds the %s capacity%s of %d, so it can never be admitted", e.Cost, e.Limit, of, e.Capacity)
 }
 
 // Unwrap makes errors.Is(err, ErrTooLarge) true.

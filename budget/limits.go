@@ -31,6 +31,68 @@ type Limits struct {
 	// OnStoreUnavailable is the tenant's failure policy; "" defers to the
 	// server's default. A model's own policy takes precedence.
 	OnStoreUnavailable Policy
+	// Shadow are the limits evaluated and counted on every decision but
+	// never refusing: a new limit is tried on real traffic before it is
+	// enforced.
+	Shadow LimitSet
+}
+
+// LimitSet is a set of a tenant's limits.
+type LimitSet uint8
+
+// AllLimits are the limits a tenant can have, in the order they are checked.
+var AllLimits = []Limit{LimitTokens, LimitRequests, LimitConcurrency, LimitPeriodBudget}
+
+func (l Limit) bit() LimitSet {
+	for i, x := range AllLimits {
+		if x == l {
+			return 1 << i
+		}
+	}
+	return 0
+}
+
+// Has reports whether l is in the set.
+func (s LimitSet) Has(l Limit) bool { return l.bit() != 0 && s&l.bit() != 0 }
+
+// With returns the set with l added.
+func (s LimitSet) With(l Limit) LimitSet { return s | l.bit() }
+
+// Limits lists the set's members in check order.
+func (s LimitSet) Limits() []Limit {
+	var out []Limit
+	for _, l := range AllLimits {
+		if s.Has(l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Strings lists the set's members as their names.
+func (s LimitSet) Strings() []string {
+	out := []string{}
+	for _, l := range s.Limits() {
+		out = append(out, string(l))
+	}
+	return out
+}
+
+// ParseLimitSet reads limit names ("tokens", "requests", "concurrency",
+// "period_budget"). It returns a *LimitError naming field.
+func ParseLimitSet(field string, names []string) (LimitSet, error) {
+	var s LimitSet
+	for _, n := range names {
+		l := Limit(strings.TrimSpace(n))
+		if l == "" {
+			continue
+		}
+		if l.bit() == 0 {
+			return 0, &LimitError{field, fmt.Sprintf("unknown limit %q: want tokens, requests, concurrency or period_budget", n)}
+		}
+		s = s.With(l)
+	}
+	return s, nil
 }
 
 // Policy says what a replica does with an admission when the store cannot
@@ -99,6 +161,12 @@ func (l *Limits) Validate() error {
 		return &LimitError{"max_wait", "must be between 0 and 10m"}
 	case !l.OnStoreUnavailable.Valid():
 		return &LimitError{"on_store_unavailable", `must be "reject", "local" or unset`}
+	case l.Shadow.Has(LimitRequests) && l.RequestsCapacity == 0:
+		return &LimitError{"shadow", "requests is not configured, so it cannot be a shadow limit"}
+	case l.Shadow.Has(LimitConcurrency) && l.MaxConcurrent == 0:
+		return &LimitError{"shadow", "concurrency is not configured, so it cannot be a shadow limit"}
+	case l.Shadow.Has(LimitPeriodBudget) && l.PeriodBudget == 0:
+		return &LimitError{"shadow", "period_budget is not configured, so it cannot be a shadow limit"}
 	}
 	return nil
 }

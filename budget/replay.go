@@ -47,28 +47,36 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 	var wrote bool
 	err := retry(ctx, func() error {
 		var exists int
-		tx, t, now, err := s.lockTenant(ctx, p.TenantID,
+		tx, ts, now, err := s.lockTenants(ctx, []string{p.TenantID},
 			func(b *pgx.Batch) { b.Queue(admissionExistsSQL, p.AdmissionID) },
 			func(br pgx.BatchResults) error { return br.QueryRow().Scan(&exists) })
 		if err != nil {
 			return err
 		}
-		if exists > 0 {
+		t, ok := ts[p.TenantID]
+		if !ok {
+			tx.abort()
+			return ErrTenantNotFound
+		}
+		chain, err := chainOf(ts, t)
+		if err != nil || exists > 0 {
 			tx.abort()
 			wrote = false
-			return nil
+			return err
 		}
-		t.advance(now)
 		cost := p.Estimate.Cost
-		t.Debit(cost)
-		e := t.entry(ledger.KindReserve, now, "replica:"+p.Replica)
-		e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model
-		e.Estimate = &cost
-		e.DeltaMicro = -cost * Micro
-		e.Reason = "admitted locally during a store outage at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
-		t.seal(e)
 		w := &writes{}
-		w.entry(t, e)
+		for _, lv := range chain { // every level, as a decision of the store would
+			lv.advance(now)
+			lv.Debit(cost)
+			e := lv.entry(ledger.KindReserve, now, "replica:"+p.Replica)
+			e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model
+			e.Estimate = &cost
+			e.DeltaMicro = -cost * Micro
+			e.Reason = "admitted locally during a store outage at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
+			lv.seal(e)
+			w.entry(lv, e)
+		}
 		w.inserted = append(w.inserted, &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
 			Estimate: p.Estimate, CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt})
 		if p.IdempotencyKey != "" {

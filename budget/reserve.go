@@ -37,6 +37,9 @@ type Reservation struct {
 	CreatedAt   time.Time          `json:"created_at"`
 	ExpiresAt   time.Time          `json:"expires_at"`
 	Snapshot    Snapshot           `json:"snapshot"`
+	// Shadow are the shadow limits that would have refused it (not kept
+	// for an idempotent replay, which is not a decision).
+	Shadow []ShadowRefusal `json:"-"`
 	// Replayed is true when an idempotent retry returned an earlier
 	// admission.
 	Replayed bool `json:"-"`

@@ -81,12 +81,16 @@ func (d *decision) expire(overdue []*Admission) int {
 		if a.ExpiresAt.After(now) || a.State != StateReserved {
 			continue // locked by the query but not yet due at the locked clock, or ended meanwhile
 		}
-		t.Expire()
-		e := t.entry(ledger.KindExpire, now, "sweeper")
-		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
-		e.Estimate = &a.Estimate.Cost
-		t.seal(e)
-		d.w.entry(t, e)
+		for _, lv := range d.chain {
+			skip := skipOf(a.Shadowed, lv.id)
+			lv.ExpireExcept(skip)
+			e := lv.entry(ledger.KindExpire, now, "sweeper")
+			e.AdmissionID, e.Model = a.ID, a.Estimate.Model
+			e.Estimate = &a.Estimate.Cost
+			e.Reason = shadowReason(skip)
+			lv.seal(e)
+			d.w.entry(lv, e)
+		}
 		expired := *a
 		expired.State, expired.EndedAt = StateExpired, &now
 		zero, balance := int64(0), t.Tokens.BalanceMicro

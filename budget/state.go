@@ -51,28 +51,53 @@ func (s *TenantState) Advance(now time.Time) (refill int64, rolled bool) {
 // naming the first limit that refuses it, in the order tokens, requests,
 // concurrency, period_budget, with the exact time until it could fit
 // (rounded up to the millisecond). It changes nothing: a refusal consumes
-// nothing.
+// nothing. Shadow limits are not exempt here: the store's decision, which
+// knows them, uses Refusals.
 func Decide(s TenantState, cost int64, now time.Time) error {
-	l := s.Limits
-	if cost > l.TokensCapacity {
-		return &TooLargeError{Limit: LimitTokens, Cost: cost, Capacity: l.TokensCapacity}
-	}
-	if l.PeriodBudget > 0 && cost > l.PeriodBudget {
-		return &TooLargeError{Limit: LimitPeriodBudget, Cost: cost, Capacity: l.PeriodBudget}
-	}
-	if need := cost * Micro; need > s.Tokens.BalanceMicro {
-		return &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(s.Tokens.TimeUntil(need))}
-	}
-	if s.Requests.CapacityMicro > 0 && s.Requests.BalanceMicro < Micro {
-		return &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(s.Requests.TimeUntil(Micro))}
-	}
-	if l.MaxConcurrent > 0 && s.Open >= l.MaxConcurrent {
-		return &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint}
-	}
-	if l.PeriodBudget > 0 && s.PeriodStart != nil && s.PeriodUsed+cost > l.PeriodBudget {
-		return &RejectedError{Limit: LimitPeriodBudget, RetryAfter: roundUpMS(l.Period.next(*s.PeriodStart).Sub(now))}
+	if r := Refusals(s, cost, now); len(r) > 0 {
+		return r[0]
 	}
 	return nil
+}
+
+// Refusals is every limit of s that refuses a request costing cost at now,
+// each a *TooLargeError or a *RejectedError: the too-large ones first, then
+// the rest in the order tokens, requests, concurrency, period_budget. A
+// decision needs them all to tell shadow limits (counted, never refusing)
+// from enforced ones.
+func Refusals(s TenantState, cost int64, now time.Time) []error {
+	l := s.Limits
+	var out []error
+	if cost > l.TokensCapacity {
+		out = append(out, &TooLargeError{Limit: LimitTokens, Cost: cost, Capacity: l.TokensCapacity})
+	}
+	if l.PeriodBudget > 0 && cost > l.PeriodBudget {
+		out = append(out, &TooLargeError{Limit: LimitPeriodBudget, Cost: cost, Capacity: l.PeriodBudget})
+	}
+	if need := cost * Micro; need > s.Tokens.BalanceMicro && cost <= l.TokensCapacity {
+		out = append(out, &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(s.Tokens.TimeUntil(need))})
+	}
+	if s.Requests.CapacityMicro > 0 && s.Requests.BalanceMicro < Micro {
+		out = append(out, &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(s.Requests.TimeUntil(Micro))})
+	}
+	if l.MaxConcurrent > 0 && s.Open >= l.MaxConcurrent {
+		out = append(out, &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint})
+	}
+	if l.PeriodBudget > 0 && cost <= l.PeriodBudget && s.PeriodStart != nil && s.PeriodUsed+cost > l.PeriodBudget {
+		out = append(out, &RejectedError{Limit: LimitPeriodBudget, RetryAfter: roundUpMS(l.Period.next(*s.PeriodStart).Sub(now))})
+	}
+	return out
+}
+
+// limitOf is the limit a refusal from Refusals names.
+func limitOf(err error) Limit {
+	switch e := err.(type) {
+	case *TooLargeError:
+		return e.Limit
+	case *RejectedError:
+		return e.Limit
+	}
+	return ""
 }
 
 // ConcurrencyRetryHint is the Retry-After given when the concurrency limit
@@ -83,13 +108,23 @@ const ConcurrencyRetryHint = time.Second
 // Debit takes an admitted request from s: its cost from the tokens and the
 // period, one request, one open slot. The balance may go negative only
 // through replay of decisions made without the store.
-func (s *TenantState) Debit(cost int64) {
-	s.Tokens.BalanceMicro -= cost * Micro
-	if s.Requests.CapacityMicro > 0 {
+func (s *TenantState) Debit(cost int64) { s.DebitExcept(cost, 0) }
+
+// DebitExcept is Debit, leaving out the limits in skip: shadow limits that
+// would have refused the request. A shadow limit's state is what it would
+// be if it were enforced, so that turning enforcement on changes nothing
+// but the answers, and its would-be refusals count what it would refuse.
+func (s *TenantState) DebitExcept(cost int64, skip LimitSet) {
+	if !skip.Has(LimitTokens) {
+		s.Tokens.BalanceMicro -= cost * Micro
+	}
+	if s.Requests.CapacityMicro > 0 && !skip.Has(LimitRequests) {
 		s.Requests.BalanceMicro -= Micro
 	}
-	s.Open++
-	if s.Limits.Period != PeriodNone {
+	if !skip.Has(LimitConcurrency) {
+		s.Open++
+	}
+	if s.Limits.Period != PeriodNone && !skip.Has(LimitPeriodBudget) {
 		s.PeriodUsed += cost
 	}
 }
@@ -116,11 +151,20 @@ func (s *TenantState) Undebit(cost int64) {
 // from a previous window refunds nothing there. It returns the effective
 // change of the token balance.
 func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool) int64 {
-	applied := s.Tokens.Refund((estimate - actual) * Micro)
-	if !late {
+	return s.EndExcept(estimate, actual, createdAt, late, 0)
+}
+
+// EndExcept is End for an admission whose debit left out the limits in
+// skip (DebitExcept): they get neither refund nor charge.
+func (s *TenantState) EndExcept(estimate, actual int64, createdAt time.Time, late bool, skip LimitSet) int64 {
+	var applied int64
+	if !skip.Has(LimitTokens) {
+		applied = s.Tokens.Refund((estimate - actual) * Micro)
+	}
+	if !late && !skip.Has(LimitConcurrency) {
 		s.Open--
 	}
-	if diff := actual - estimate; s.Limits.Period == PeriodNone {
+	if diff := actual - estimate; s.Limits.Period == PeriodNone || skip.Has(LimitPeriodBudget) {
 		// no period budget: nothing to count
 	} else if diff > 0 {
 		s.PeriodUsed += diff
@@ -132,12 +176,22 @@ func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool
 
 // Expire ends an overdue reservation: it stays charged at its estimate and
 // frees its open slot.
-func (s *TenantState) Expire() { s.Open = max(0, s.Open-1) }
+func (s *TenantState) Expire() { s.ExpireExcept(0) }
+
+// ExpireExcept is Expire for an admission whose debit left out skip.
+func (s *TenantState) ExpireExcept(skip LimitSet) {
+	if !skip.Has(LimitConcurrency) {
+		s.Open = max(0, s.Open-1)
+	}
+}
 
 // Snapshot is a tenant's limits and balances at one instant, for the
 // response headers and the budget endpoint.
 type Snapshot struct {
-	TenantID         string
+	TenantID string
+	// Path is the tenant's ancestors, root first (empty for a tenant
+	// without a parent): an admission must fit every one of them too.
+	Path             []string
 	At               time.Time
 	Limits           Limits
 	Disabled         bool
@@ -172,6 +226,14 @@ func (s TenantState) Snapshot(tenantID string, now time.Time) Snapshot {
 		snap.PeriodEnd = s.Limits.Period.next(*s.PeriodStart)
 	}
 	return snap
+}
+
+// Parent is the tenant's parent ("" for none).
+func (s Snapshot) Parent() string {
+	if len(s.Path) == 0 {
+		return ""
+	}
+	return s.Path[len(s.Path)-1]
 }
 
 // Tokens is the token balance in whole tokens, rounded down (negative while

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,21 +17,29 @@ import (
 type CreateTenantParams struct {
 	ID     string
 	Limits Limits
+	// Parent nests the tenant's budget in another tenant's ("" for none):
+	// every admission must then fit the parent's limits too, and those of
+	// its ancestors. It is fixed at creation.
+	Parent string
 	Actor  string
 }
 
+//go:embed sql/tenant_parent.sql
+var tenantParentSQL string
+
 // limitsDetail is how limits appear in a ledger entry's detail.
 type limitsDetail struct {
-	TokensCapacity      int64  `json:"tokens_capacity"`
-	TokensPerSecond     string `json:"tokens_per_second"`
-	RequestsCapacity    int64  `json:"requests_capacity,omitempty"`
-	RequestsPerSecond   string `json:"requests_per_second,omitempty"`
-	MaxConcurrent       int64  `json:"max_concurrent,omitempty"`
-	PeriodBudget        int64  `json:"period_budget,omitempty"`
-	Period              string `json:"period,omitempty"`
-	ReservationTTLMilli int64  `json:"reservation_ttl_ms"`
-	MaxWaitMilli        int64  `json:"max_wait_ms"`
-	OnStoreUnavailable  string `json:"on_store_unavailable,omitempty"`
+	TokensCapacity      int64    `json:"tokens_capacity"`
+	TokensPerSecond     string   `json:"tokens_per_second"`
+	RequestsCapacity    int64    `json:"requests_capacity,omitempty"`
+	RequestsPerSecond   string   `json:"requests_per_second,omitempty"`
+	MaxConcurrent       int64    `json:"max_concurrent,omitempty"`
+	PeriodBudget        int64    `json:"period_budget,omitempty"`
+	Period              string   `json:"period,omitempty"`
+	ReservationTTLMilli int64    `json:"reservation_ttl_ms"`
+	MaxWaitMilli        int64    `json:"max_wait_ms"`
+	OnStoreUnavailable  string   `json:"on_store_unavailable,omitempty"`
+	Shadow              []string `json:"shadow,omitempty"`
 }
 
 func detailOf(l Limits) limitsDetail {
@@ -44,6 +53,9 @@ func detailOf(l Limits) limitsDetail {
 		ReservationTTLMilli: l.ReservationTTL.Milliseconds(),
 		MaxWaitMilli:        l.MaxWait.Milliseconds(),
 		OnStoreUnavailable:  string(l.OnStoreUnavailable),
+	}
+	if l.Shadow != 0 {
+		d.Shadow = l.Shadow.Strings()
 	}
 	if l.RequestsRateMicro > 0 {
 		d.RequestsPerSecond = FormatRate(l.RequestsRateMicro)
@@ -62,10 +74,14 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 	if err := l.Validate(); err != nil {
 		return Snapshot{}, err
 	}
+	if p.Parent == p.ID {
+		return Snapshot{}, &LimitError{Field: "parent", Reason: "a tenant cannot be its own parent"}
+	}
 	detail, err := json.Marshal(struct {
 		Event  string       `json:"event"`
+		Parent string       `json:"parent,omitempty"`
 		Limits limitsDetail `json:"limits"`
-	}{"created", detailOf(l)})
+	}{"created", p.Parent, detailOf(l)})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
 	}
@@ -76,7 +92,22 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		if err := tx.QueryRow(ctx, clockSQL, s.clock()).Scan(&now); err != nil {
 			return err
 		}
-		t := &tenant{id: p.ID, TenantState: TenantState{Limits: l}}
+		path := []string{}
+		if p.Parent != "" {
+			// The parent's path is immutable, so no lock is needed to copy it.
+			err := tx.QueryRow(ctx, tenantParentSQL, p.Parent).Scan(&path)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return &LimitError{Field: "parent", Reason: fmt.Sprintf("no tenant has the id %q", p.Parent)}
+			}
+			if err != nil {
+				return err
+			}
+			path = append(path, p.Parent)
+			if len(path) >= MaxDepth {
+				return &LimitError{Field: "parent", Reason: fmt.Sprintf("budgets nest at most %d levels, and %s is already at level %d", MaxDepth, p.Parent, len(path))}
+			}
+		}
+		t := &tenant{id: p.ID, path: path, TenantState: TenantState{Limits: l}}
 		t.Tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
 		var reqMicro *int64
 		var reqAt *time.Time
@@ -98,7 +129,8 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		var seq int64
 		err := tx.QueryRow(ctx, tenantInsertSQL, p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
 			l.RequestsRateMicro, l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(),
-			l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable)).Scan(&seq)
+			l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable),
+			l.Shadow.Strings(), p.Parent, path).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrTenantExists
 		}
@@ -115,7 +147,8 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrTenantExists) {
+		var le *LimitError
+		if errors.Is(err, ErrTenantExists) || errors.As(err, &le) {
 			return Snapshot{}, err
 		}
 		return Snapshot{}, fmt.Errorf("budget: create tenant %s: %w", p.ID, err)

@@ -35,6 +35,10 @@ type tenantRow struct {
 	LedgerHash         []byte     `db:"ledger_hash"`
 	MaxWaitMS          int64      `db:"max_wait_ms"`
 	OnStoreUnavailable *string    `db:"on_store_unavailable"`
+	ParentID           *string    `db:"parent_id"`
+	Path               []string   `db:"path"`
+	Depth              int        `db:"depth"`
+	ShadowLimits       []string   `db:"shadow_limits"`
 }
 
 // tenant is a tenant as a decision holds it: its TenantState, and the ledger
@@ -42,6 +46,7 @@ type tenantRow struct {
 type tenant struct {
 	TenantState
 	id           string
+	path         []string // ancestors, root first (immutable)
 	disabled     bool
 	head         ledger.Head
 	pendingFill  int64 // token refill not yet attributed to a ledger entry
@@ -69,8 +74,11 @@ func (r *tenantRow) tenant() *tenant {
 		MaxWait:            time.Duration(r.MaxWaitMS) * time.Millisecond,
 		OnStoreUnavailable: Policy(deref0(r.OnStoreUnavailable)),
 	}
+	// The column only ever holds names ParseLimitSet accepted.
+	l.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
 	t := &tenant{
 		id:       r.ID,
+		path:     r.Path,
 		disabled: r.DisabledAt != nil,
 		head:     ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
 		TenantState: TenantState{
@@ -155,5 +163,6 @@ func (t *tenant) snapshot(now time.Time) Snapshot {
 	s := t.TenantState.Snapshot(t.id, now)
 	s.Disabled = t.disabled
 	s.LedgerSeq = t.head.Seq
+	s.Path = t.path
 	return s
 }

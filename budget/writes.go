@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -115,13 +116,14 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 	if n := len(w.inserted); n > 0 {
 		ids, tenants, models := make([]string, n), make([]string, n), make([]string, n)
 		in, out, cost, inW, outW := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		approx, created, expires := make([]bool, n), make([]time.Time, n), make([]time.Time, n)
+		approx, created, expires, shadowed := make([]bool, n), make([]time.Time, n), make([]time.Time, n), make([]string, n)
 		for i, a := range w.inserted {
 			e := a.Estimate
+			shadowed[i] = strings.Join(a.Shadowed, ",")
 			ids[i], tenants[i], models[i], created[i], expires[i] = a.ID, a.TenantID, e.Model, a.CreatedAt, a.ExpiresAt
 			in[i], out[i], cost[i], approx[i], inW[i], outW[i] = e.InputTokens, e.OutputTokens, e.Cost, e.Approximate, e.InputWeightMicro, e.OutputWeightMicro
 		}
-		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires)
+		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed)
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.ended); n > 0 {

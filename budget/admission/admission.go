@@ -244,6 +244,13 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (r *budget.Reservat
 	if !ok {
 		return nil, false, err // this replica never saw the tenant: it has no limits to apply
 	}
+	if len(snap.Path) > 0 {
+		// A nested budget: this replica's share of the tenant alone cannot
+		// bound what its organisation spends across every replica and
+		// sibling, and overspending a parent is the failure tokengate
+		// exists to prevent. The store decides, or no one does.
+		return nil, false, err
+	}
 	r, err = a.cfg.Local.Reserve(snap, p)
 	return r, true, err
 }

@@ -1,3 +1,10 @@
--- The tenants of a batch, locked in id order in one statement (LockRows
--- runs above the sort): replicas whose batches overlap cannot deadlock.
-SELECT * FROM tenants WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
+-- The tenants of a batch and all their ancestors (path is immutable, so it
+-- is read without a lock), locked in one statement root first: by depth,
+-- then id (LockRows runs above the sort). Every transaction takes its rows
+-- in this one global order, so replicas whose batches overlap anywhere in
+-- the tree cannot deadlock.
+SELECT * FROM tenants
+WHERE id = ANY($1::text[])
+   OR id = ANY (ARRAY(SELECT unnest(path) FROM tenants WHERE id = ANY($1::text[])))
+ORDER BY depth, id
+FOR UPDATE

@@ -1,0 +1,128 @@
+package budget
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// MaxDepth is how many levels budgets nest: an organisation, its teams,
+// their projects and the key-level tenants below them.
+const MaxDepth = 4
+
+// ShadowRefusal is a shadow limit that would have refused a request: the
+// tenant (level of the tree) whose limit it is, and the limit.
+type ShadowRefusal struct {
+	Level string `json:"level"`
+	Limit Limit  `json:"limit"`
+}
+
+// chainOf is t's ancestors and t, root first, from a batch's locked rows
+// (lockTenants locks every ancestor of the tenants it is given).
+func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
+	chain := make([]*tenant, 0, len(t.path)+1)
+	for _, id := range t.path {
+		a, ok := ts[id]
+		if !ok {
+			return nil, fmt.Errorf("budget: tenant %s: its ancestor %s was not locked", t.id, id)
+		}
+		chain = append(chain, a)
+	}
+	return append(chain, t), nil
+}
+
+// decideLevels is the admission decision over a tree: a request costing
+// cost must fit every level of chain (root first, the caller's tenant
+// last). A level's shadow limit that would refuse is recorded (shadow) and
+// left out of that level's debit (skips, one set per level of chain), but
+// refuses nothing. Of the enforced refusals, the one returned names its
+// level: a request too large for some level first (it can never fit),
+// else the refusal that lasts longest, since the request fits only when
+// every level does (nearest the caller's tenant on a tie). holdback is
+// taken from the caller's own tenant before deciding: callers queued ahead
+// of it there are served first.
+func decideLevels(chain []*tenant, cost, holdback int64, now time.Time) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
+	skips = make([]LimitSet, len(chain))
+	var tooLarge *TooLargeError
+	var rejected *RejectedError
+	for i := len(chain) - 1; i >= 0; i-- {
+		lv := chain[i]
+		st := lv.TenantState
+		if i == len(chain)-1 {
+			st.Tokens.BalanceMicro -= max(0, holdback)
+		}
+		for _, err := range Refusals(st, cost, now) {
+			lim := limitOf(err)
+			if lv.Limits.Shadow.Has(lim) {
+				if !skips[i].Has(lim) {
+					shadow = append(shadow, ShadowRefusal{Level: lv.id, Limit: lim})
+				}
+				skips[i] = skips[i].With(lim)
+				continue
+			}
+			switch e := err.(type) {
+			case *TooLargeError:
+				if tooLarge == nil {
+					e.Level = lv.id
+					tooLarge = e
+				}
+			case *RejectedError:
+				if rejected == nil || e.RetryAfter > rejected.RetryAfter {
+					e.Level = lv.id
+					rejected = e
+				}
+			}
+		}
+	}
+	switch {
+	case tooLarge != nil:
+		return skips, shadow, tooLarge
+	case rejected != nil:
+		rejected.Shadow = shadow
+		return skips, shadow, rejected
+	}
+	return skips, shadow, nil
+}
+
+// shadowedOf is how an admission records the limits its debit left out:
+// "tenant:limit" for each level's skipped limits.
+func shadowedOf(chain []*tenant, skips []LimitSet) []string {
+	var out []string
+	for i, s := range skips {
+		for _, l := range s.Limits() {
+			out = append(out, chain[i].id+":"+string(l))
+		}
+	}
+	return out
+}
+
+// skipOf reads back, for one level, what shadowedOf recorded.
+func skipOf(shadowed []string, level string) LimitSet {
+	var s LimitSet
+	for _, x := range shadowed {
+		if id, l, ok := strings.Cut(x, ":"); ok && id == level {
+			s = s.With(Limit(l))
+		}
+	}
+	return s
+}
+
+// anyDisabled reports whether some level of chain is disabled: a disabled
+// organisation admits nothing for any of its teams.
+func anyDisabled(chain []*tenant) bool {
+	for _, lv := range chain {
+		if lv.disabled {
+			return true
+		}
+	}
+	return false
+}
+
+// shadowReason is the ledger's note on an entry whose debit (or its
+// correction) left out shadow limits: an auditor sees why the delta is 0.
+func shadowReason(skip LimitSet) string {
+	if skip == 0 {
+		return ""
+	}
+	return "shadow limits that would have refused: " + strings.Join(skip.Strings(), ", ")
+}
