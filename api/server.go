@@ -178,6 +178,7 @@ func New(cfg *Config) (*Server, error) {
 			return budget.Policy(m.OnStoreUnavailable)
 		},
 		StoreTimeout: c.StoreTimeout, MaxWaiters: c.MaxWaiters, Pipelines: c.Pipelines, Logger: c.Logger, Registerer: c.Registry,
+		Rejections: c.Rejections,
 	})
 	s.guard = credential.NewGuard(credential.GuardConfig{DB: c.DB, Health: s.admitter,
 		FailuresPerSecond: c.AuthFailuresPerSecond, Burst: c.AuthFailureBurst, LookupTimeout: c.StoreTimeout, Logger: c.Logger})

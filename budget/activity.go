@@ -11,9 +11,12 @@ import (
 // replica: admissions (the ledger's reserve entries) and rejections (the
 // flushed tallies) per minute, index 0 being the current minute, and the
 // rejections of the current and previous minute by the limit that refused.
+// WouldRefuse counts, over the whole window, the requests each of the
+// tenant's shadow limits would have refused.
 type Activity struct {
 	Admitted, Rejected []int64
 	ByLimit            map[Limit]int64
+	WouldRefuse        map[Limit]int64
 }
 
 // Activity returns each active tenant's last `minutes` minutes as of now
@@ -37,7 +40,7 @@ func (s *Store) Activity(ctx context.Context, now time.Time, minutes int) (map[s
 	get := func(id string) *Activity {
 		a, ok := per[id]
 		if !ok {
-			a = &Activity{Admitted: make([]int64, minutes), Rejected: make([]int64, minutes), ByLimit: map[Limit]int64{}}
+			a = &Activity{Admitted: make([]int64, minutes), Rejected: make([]int64, minutes), ByLimit: map[Limit]int64{}, WouldRefuse: map[Limit]int64{}}
 			per[id] = a
 		}
 		return a
@@ -53,6 +56,10 @@ func (s *Store) Activity(ctx context.Context, now time.Time, minutes int) (map[s
 			continue
 		}
 		a := get(r.TenantID)
+		if r.Shadow {
+			a.WouldRefuse[r.Limit] += r.Count
+			continue
+		}
 		a.Rejected[i] += r.Count
 		if i <= 1 {
 			a.ByLimit[r.Limit] += r.Count

@@ -34,6 +34,7 @@ type rejectionKey struct {
 	tenant string
 	minute time.Time
 	limit  Limit
+	shadow bool // a shadow limit that would have refused (the request went on)
 }
 
 // NewRejections returns a tally that flushes to pool.
@@ -44,6 +45,15 @@ func NewRejections(pool *pgxpool.Pool) *Rejections {
 // Add counts one rejection, at the database time its decision was made.
 func (r *Rejections) Add(rej *RejectedError) {
 	k := rejectionKey{tenant: rej.Snapshot.TenantID, minute: rej.Snapshot.At.Truncate(time.Minute), limit: rej.Limit}
+	r.mu.Lock()
+	r.counts[k]++
+	r.mu.Unlock()
+}
+
+// AddShadow counts one request that the shadow limit l of tenant level
+// would have refused, at the database time of its decision.
+func (r *Rejections) AddShadow(level string, at time.Time, l Limit) {
+	k := rejectionKey{tenant: level, minute: at.Truncate(time.Minute), limit: l, shadow: true}
 	r.mu.Lock()
 	r.counts[k]++
 	r.mu.Unlock()
@@ -61,7 +71,7 @@ func (r *Rejections) Flush(ctx context.Context) error {
 	}
 	b := &pgx.Batch{}
 	for k, n := range pending {
-		b.Queue(rejectionsAddSQL, k.tenant, k.minute, string(k.limit), n)
+		b.Queue(rejectionsAddSQL, k.tenant, k.minute, string(k.limit), n, k.shadow)
 	}
 	if err := r.pool.SendBatch(ctx, b).Close(); err != nil {
 		r.mu.Lock()
@@ -87,11 +97,13 @@ func (r *Rejections) Tick(ctx context.Context) error {
 }
 
 // RejectionCount is the number of rejections of one tenant by one limit in
-// one minute, across all replicas.
+// one minute, across all replicas; with Shadow, the requests the shadow
+// limit would have refused.
 type RejectionCount struct {
 	TenantID string
 	Minute   time.Time
 	Limit    Limit
+	Shadow   bool
 	Count    int64
 }
 
@@ -105,7 +117,7 @@ func (s *Store) RejectionsSince(ctx context.Context, window time.Duration) ([]Re
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RejectionCount, error) {
 		var c RejectionCount
 		var limit string
-		err := r.Scan(&c.TenantID, &c.Minute, &limit, &c.Count)
+		err := r.Scan(&c.TenantID, &c.Minute, &limit, &c.Shadow, &c.Count)
 		c.Limit = Limit(limit)
 		return c, err
 	})

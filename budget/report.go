@@ -43,6 +43,9 @@ type DriftRow struct {
 	P95AbsRelativeErr float64 `json:"p95_abs_relative_error" db:"p95_abs_relative_error"`
 	RefundedMicro     int64   `json:"refunded_micro" db:"refunded_micro"`
 	ExtraChargedMicro int64   `json:"extra_charged_micro" db:"extra_charged_micro"`
+	// ShadowRefused counts the admissions a shadow limit (of the tenant or
+	// an ancestor) would have refused: what enforcing it would have cost.
+	ShadowRefused int64 `json:"shadow_refused" db:"shadow_refused"`
 }
 
 // DriftReport reconciles estimates against actual usage per tenant and

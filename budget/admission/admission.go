@@ -53,6 +53,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// Registerer receives the layer's metrics. Nil registers none.
 	Registerer prometheus.Registerer
+	// Rejections tallies, for the dashboard, what shadow limits would have
+	// refused. Nil tallies nothing (the metric still counts).
+	Rejections *budget.Rejections
 }
 
 // Admitter admits the requests of one replica. It is safe for concurrent
@@ -76,6 +79,7 @@ type Admitter struct {
 
 	storeUp    prometheus.Gauge
 	replayFail prometheus.Counter
+	shadow     *prometheus.CounterVec
 }
 
 // New returns an Admitter.
@@ -111,8 +115,12 @@ func New(cfg Config) *Admitter {
 			Help: "Replays of the local-policy spool that stopped before the end (the store went away again, or could not take a record); /readyz fails until one succeeds.",
 		}),
 	}
+	a.shadow = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tokengate_shadow_refusals_total",
+		Help: "Decisions a shadow limit would have refused (it refused nothing), by limit: what enforcing it would do.",
+	}, []string{"limit"})
 	a.storeUp.Set(1)
-	reg.MustRegister(a.storeUp, a.replayFail)
+	reg.MustRegister(a.storeUp, a.replayFail, a.shadow)
 	if cfg.Local != nil {
 		spool := cfg.Local.Spool
 		reg.MustRegister(
@@ -224,11 +232,15 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (r *budget.Reservat
 		r, err = a.reserveWaiting(ctx, p, req.MaxWait)
 		if err == nil {
 			a.remember(r.Snapshot)
+			if !r.Replayed {
+				a.recordShadow(r.Shadow, r.Snapshot.At)
+			}
 			return r, false, nil
 		}
 		var rej *budget.RejectedError
 		if errors.As(err, &rej) {
 			a.remember(rej.Snapshot)
+			a.recordShadow(rej.Shadow, rej.Snapshot.At)
 		}
 		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
 			return nil, false, err
@@ -253,6 +265,19 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (r *budget.Reservat
 	}
 	r, err = a.cfg.Local.Reserve(snap, p)
 	return r, true, err
+}
+
+// recordShadow counts what shadow limits would have refused of one
+// request, from the decision that answered it (a caller that waited is
+// counted once, like a rejection), so the count is what enforcing the
+// limits would have refused.
+func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
+	for _, sr := range shadow {
+		a.shadow.WithLabelValues(string(sr.Limit)).Inc()
+		if a.cfg.Rejections != nil {
+			a.cfg.Rejections.AddShadow(sr.Level, at, sr.Limit)
+		}
+	}
 }
 
 // Settle reconciles an admission (budget.Store.Settle). While the store is

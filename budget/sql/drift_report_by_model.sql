@@ -8,7 +8,8 @@ SELECT '*' AS tenant_id, model, count(*) AS admissions,
        coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY abs((cost - actual_cost)::float8 / greatest(actual_cost, 1)))
                 FILTER (WHERE state = 'settled'), 0) AS p95_abs_relative_error,
        coalesce(sum(end_delta_micro) FILTER (WHERE end_delta_micro > 0), 0) AS refunded_micro,
-       coalesce(-sum(end_delta_micro) FILTER (WHERE end_delta_micro < 0), 0) AS extra_charged_micro
+       coalesce(-sum(end_delta_micro) FILTER (WHERE end_delta_micro < 0), 0) AS extra_charged_micro,
+       count(*) FILTER (WHERE cardinality(shadowed) > 0) AS shadow_refused
 FROM admissions
 WHERE ($1 = '' OR tenant_id = $1)
   AND ($2 = '' OR model = $2)
