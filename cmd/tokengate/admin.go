@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,22 +83,68 @@ func (tenantListCmd) Run(ctx context.Context, g *globals) error {
 			return err
 		}
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "TENANT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT")
+		fmt.Fprintln(w, "TENANT\tPARENT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
 		for _, s := range snaps {
 			state := "active"
 			if s.Disabled {
 				state = "disabled"
 			}
-			req, period := "-", "-"
-			if s.Limits.RequestsCapacity > 0 {
-				req = fmt.Sprintf("%d/%d", s.Requests(), s.Limits.RequestsCapacity)
-			}
-			if s.Limits.PeriodBudget > 0 {
-				period = fmt.Sprintf("%d/%d per %s", s.PeriodRemaining(), s.Limits.PeriodBudget, s.Limits.Period)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", s.TenantID, state, s.Tokens(), s.Limits.TokensCapacity,
-				budget.FormatRate(s.Limits.TokensRateMicro), req, s.OpenReservations, period)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.TenantID, orDash(s.Parent()), state, levelColumns(s))
 		}
+		return w.Flush()
+	})
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// levelColumns are a tenant's balances against its limits, tab-separated:
+// tokens, capacity, rate, requests, open, period left, shadow limits.
+func levelColumns(s budget.Snapshot) string {
+	req, period := "-", "-"
+	if s.Limits.RequestsCapacity > 0 {
+		req = fmt.Sprintf("%d/%d", s.Requests(), s.Limits.RequestsCapacity)
+	}
+	if s.Limits.PeriodBudget > 0 {
+		period = fmt.Sprintf("%d/%d per %s", s.PeriodRemaining(), s.Limits.PeriodBudget, s.Limits.Period)
+	}
+	open := strconv.FormatInt(s.OpenReservations, 10)
+	if s.Limits.MaxConcurrent > 0 {
+		open += "/" + strconv.FormatInt(s.Limits.MaxConcurrent, 10)
+	}
+	return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s", s.Tokens(), s.Limits.TokensCapacity,
+		budget.FormatRate(s.Limits.TokensRateMicro), req, open, period, orDash(strings.Join(s.Limits.Shadow.Strings(), ",")))
+}
+
+// tenantTreeCmd prints the budget tree holding a tenant, indented by level.
+type tenantTreeCmd struct {
+	ID string `arg:"" help:"Any tenant of the tree."`
+}
+
+func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		root, err := budget.NewStore(pool).TenantTree(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TENANT\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
+		var walk func(n *budget.TreeNode, depth int)
+		walk = func(n *budget.TreeNode, depth int) {
+			name := strings.Repeat("  ", depth) + n.Snapshot.TenantID
+			if n.Snapshot.Disabled {
+				name += " (disabled)"
+			}
+			fmt.Fprintf(w, "%s\t%s\n", name, levelColumns(n.Snapshot))
+			for _, ch := range n.Children {
+				walk(ch, depth+1)
+			}
+		}
+		walk(root, 0)
 		return w.Flush()
 	})
 }
@@ -115,6 +162,7 @@ type tenantUpdateCmd struct {
 	ReservationTTL     *time.Duration `name:"reservation-ttl" help:"How long reservations stay open."`
 	MaxWait            *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured."`
 	OnStoreUnavailable *string        `name:"on-store-unavailable" enum:"reject,local,default," help:"Failure policy when the store is unreachable (default: the server's)."`
+	Shadow             *[]string      `name:"shadow" help:"The limits to evaluate without enforcing (replaces the set; --shadow= enforces every limit)."`
 	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
 }
 
@@ -169,6 +217,11 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 		}
 		if c.OnStoreUnavailable != nil {
 			l.OnStoreUnavailable = budget.Policy(strings.TrimSuffix(*c.OnStoreUnavailable, "default"))
+		}
+		if c.Shadow != nil {
+			if l.Shadow, err = budget.ParseLimitSet("shadow", *c.Shadow); err != nil {
+				return fmt.Errorf("--shadow: %w", err)
+			}
 		}
 		snap, err := store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Limits: l, Actor: c.Actor})
 		if err != nil {

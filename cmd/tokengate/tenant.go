@@ -19,6 +19,7 @@ type tenantCmd struct {
 	Disable tenantDisableCmd `cmd:"" help:"Disable a tenant: its requests answer 403."`
 	Enable  tenantEnableCmd  `cmd:"" help:"Enable a disabled tenant."`
 	Adjust  tenantAdjustCmd  `cmd:"" help:"Credit or debit a tenant's tokens, with a reason."`
+	Tree    tenantTreeCmd    `cmd:"" help:"Show the budget tree that holds a tenant, every level with its balances."`
 }
 
 type tenantCreateCmd struct {
@@ -34,6 +35,8 @@ type tenantCreateCmd struct {
 	MaxWait            time.Duration `name:"max-wait" default:"30s" help:"Longest max_wait_ms honoured for this tenant."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" enum:"reject,local," default:"" help:"Failure policy when the store is unreachable (default: the server's)."`
 	IfNotExists        bool          `name:"if-not-exists" help:"Succeed without change when the tenant exists."`
+	Parent             string        `name:"parent" help:"Nest this tenant's budget in another tenant's (up to 4 levels; fixed at creation): every admission must fit each level."`
+	Shadow             []string      `name:"shadow" help:"Limits to evaluate and count without enforcing (tokens, requests, concurrency, period_budget); repeat or comma-separate."`
 }
 
 func (c tenantCreateCmd) limits() (budget.Limits, error) {
@@ -48,6 +51,9 @@ func (c tenantCreateCmd) limits() (budget.Limits, error) {
 		OnStoreUnavailable: budget.Policy(c.OnStoreUnavailable),
 	}
 	var err error
+	if l.Shadow, err = budget.ParseLimitSet("shadow", c.Shadow); err != nil {
+		return l, fmt.Errorf("--shadow: %w", err)
+	}
 	if l.TokensRateMicro, err = budget.ParseRate(c.TokensPerSecond); err != nil {
 		return l, fmt.Errorf("--tokens-per-second: %w", err)
 	}
@@ -65,7 +71,7 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		snap, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: c.ID, Limits: l, Actor: "cli"})
+		snap, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: c.ID, Parent: c.Parent, Limits: l, Actor: "cli"})
 		if errors.Is(err, budget.ErrTenantExists) && c.IfNotExists {
 			fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
 			return nil

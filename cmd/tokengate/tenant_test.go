@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -97,5 +98,50 @@ func TestDemoSeedsOnlyAnEmptyDatabase(t *testing.T) {
 	out, _, err = cli2(t, "demo", "--database-url", url)
 	if err != nil || out != "" {
 		t.Fatalf("second demo: %q %v", out, err)
+	}
+}
+
+func TestTenantTreeAndShadowFromTheCLI(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	create := func(id string, extra ...string) error {
+		_, _, err := cli2(t, append([]string{"tenant", "create", id, "--database-url", url, "--tokens-capacity", "1000", "--tokens-per-second", "1"}, extra...)...)
+		return err
+	}
+	if err := create("org"); err != nil {
+		t.Fatal(err)
+	}
+	if err := create("team", "--parent", "org", "--max-concurrent", "5", "--shadow", "concurrency"); err != nil {
+		t.Fatal(err)
+	}
+	if err := create("key", "--parent", "team"); err != nil {
+		t.Fatal(err)
+	}
+	if err := create("orphan", "--parent", "nobody"); err == nil || !strings.Contains(err.Error(), "parent") {
+		t.Fatalf("an unknown parent: %v", err)
+	}
+	if err := create("x", "--shadow", "requests"); err == nil || !strings.Contains(err.Error(), "shadow") {
+		t.Fatalf("shadow of an unconfigured limit: %v", err)
+	}
+	out, _, err := cli2(t, "tenant", "tree", "key", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[1], "org ") || !strings.HasPrefix(lines[2], "  team ") ||
+		!strings.HasPrefix(lines[3], "    key ") || !strings.Contains(lines[2], "0/5") || !strings.HasSuffix(lines[2], "concurrency") {
+		t.Fatalf("tree:\n%s", out)
+	}
+	if _, _, err := cli2(t, "tenant", "update", "team", "--database-url", url, "--shadow="); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t, url, nil)
+	snap, err := budget.NewStore(pool).TenantSnapshot(context.Background(), "team")
+	if err != nil || snap.Limits.Shadow != 0 || snap.Parent() != "org" {
+		t.Fatalf("after --shadow=: %+v %v", snap, err)
+	}
+	out, _, _ = cli2(t, "tenant", "list", "--database-url", url)
+	if !strings.Contains(out, "PARENT") || !regexp.MustCompile(`(?m)^key\s+team\s+active\s`).MatchString(out) {
+		t.Fatalf("list:\n%s", out)
 	}
 }
