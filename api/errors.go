@@ -24,7 +24,10 @@ type Error struct {
 	Limit   string `json:"limit,omitempty"`
 	// Level is the tenant whose limit refused: the caller's own, or an
 	// ancestor's when budgets nest.
-	Level        string `json:"level,omitempty"`
+	Level string `json:"level,omitempty"`
+	// Model is the model whose own limits refused (input_tokens,
+	// output_tokens).
+	Model        string `json:"model,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 }
 
@@ -76,13 +79,16 @@ func httpError(err error) *Error {
 	case errors.As(err, &rej):
 		ms := rej.RetryAfter.Milliseconds()
 		of := ""
-		if rej.Level != "" {
-			of = " of " + rej.Level
+		if rej.Model != "" {
+			of = " for " + rej.Model
 		}
-		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level,
+		if rej.Level != "" {
+			of += " of " + rej.Level
+		}
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model,
 			Message: "rejected by the " + string(rej.Limit) + " limit" + of + "; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
 	case errors.As(err, &tooLarge):
-		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level,
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level, Model: tooLarge.Model,
 			Message: tooLarge.Error()}
 	case errors.As(err, &inv):
 		return invalid(inv.Field, inv.Reason)

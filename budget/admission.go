@@ -44,6 +44,11 @@ type Admission struct {
 	// Shadowed are the shadow limits that would have refused it, as
 	// "tenant:limit": its debit left them out, so its end does too.
 	Shadowed []string
+	// Family is the key of the model limits it was decided with, and
+	// ModelLevels the levels whose model buckets it debited: its end
+	// corrects exactly those.
+	Family      string
+	ModelLevels []string
 }
 
 // admissionRow is a row of admissions, as every query of it reads it
@@ -69,6 +74,8 @@ type admissionRow struct {
 	EndDeltaMicro     *int64     `db:"end_delta_micro"`
 	EndBalanceMicro   *int64     `db:"end_balance_micro"`
 	Shadowed          []string   `db:"shadowed"`
+	Family            *string    `db:"family"`
+	ModelLevels       []string   `db:"model_levels"`
 }
 
 func (r *admissionRow) admission() *Admission {
@@ -77,7 +84,8 @@ func (r *admissionRow) admission() *Admission {
 			Approximate: r.Approximate, InputWeightMicro: r.InputWeightMicro, OutputWeightMicro: r.OutputWeightMicro},
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, Late: r.Late,
 		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
-		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed}
+		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed,
+		Family: deref0(r.Family), ModelLevels: r.ModelLevels}
 }
 
 // scanAdmission reads one admission row. It returns ErrAdmissionNotFound.

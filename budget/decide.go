@@ -164,12 +164,13 @@ type prior struct {
 // decision is one tenant's part of a batch being decided under the locks:
 // the tenant as the batch has left it so far, and the batch's writes.
 type decision struct {
-	t     *tenant
-	chain []*tenant // t's ancestors and t, root first
-	now   time.Time
-	w     *writes
-	adms  map[string]*Admission // admissions named by settles and releases, as the batch left them
-	fresh map[string]*freshKey  // idempotency keys admitted in this batch
+	t      *tenant
+	chain  []*tenant                  // t's ancestors and t, root first
+	models map[[2]string]*modelBucket // the batch's model buckets, by tenant and model
+	now    time.Time
+	w      *writes
+	adms   map[string]*Admission // admissions named by settles and releases, as the batch left them
+	fresh  map[string]*freshKey  // idempotency keys admitted in this batch
 }
 
 type freshKey struct {
@@ -208,8 +209,10 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	adms := map[string]*Admission{}
 	liveKeys := map[string]string{} // unrevoked key id -> its tenant
 	overdue := map[string][]*Admission{}
+	var models map[[2]string]*modelBucket
 	tx, ts, now, err := s.lockTenants(ctx, ids,
 		func(b *pgx.Batch) {
+			b.Queue(modelLimitsLockSQL, ids)
 			if len(keyIDs) > 0 {
 				b.Queue(keyLiveSQL, keyIDs)
 			}
@@ -224,6 +227,10 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			}
 		},
 		func(br pgx.BatchResults) error {
+			var err error
+			if models, err = scanModelBuckets(br.Query()); err != nil {
+				return err
+			}
 			if len(keyIDs) > 0 {
 				rows, err := br.Query()
 				if err != nil {
@@ -277,6 +284,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 		return nil, err
 	}
 
+	for _, m := range models {
+		m.advance(now)
+	}
 	w := &writes{}
 	decisions := map[string]*decision{}
 	advanced := map[*tenant]bool{} // an ancestor may be shared by several tenants of the batch
@@ -300,7 +310,7 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 					lv.advance(now)
 				}
 			}
-			d = &decision{t: t, chain: chain, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
+			d = &decision{t: t, chain: chain, models: models, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
 			decisions[it.TenantID] = d
 		}
 		op := it.Op
@@ -388,7 +398,8 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		return nil, ErrTenantDisabled
 	}
 	cost := p.Estimate.Cost
-	skips, shadow, refusal := decideLevels(d.chain, cost, p.HoldbackMicro, now)
+	mkey := modelKey(p.Estimate)
+	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, p.HoldbackMicro, now, d.models)
 	if refusal != nil {
 		return nil, refusal
 	}
@@ -401,6 +412,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		CreatedAt: now,
 		ExpiresAt: now.Add(t.Limits.ReservationTTL),
 		Shadowed:  shadowedOf(d.chain, skips),
+		Family:    mkey,
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
@@ -410,6 +422,12 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		e.Estimate = &cost
 		if !skips[i].Has(LimitTokens) {
 			e.DeltaMicro = -cost * Micro
+		}
+		if m := d.models[[2]string{lv.id, mkey}]; m != nil {
+			m.debit(p.Estimate.InputTokens, p.Estimate.OutputTokens, skips[i])
+			d.w.model(m)
+			a.ModelLevels = append(a.ModelLevels, lv.id)
+			e.Detail = m.detail()
 		}
 		e.Reason = shadowReason(skips[i])
 		lv.seal(e)
@@ -480,6 +498,11 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		e.Estimate = &cost
 		e.Actual = &actual
 		e.DeltaMicro = delta
+		if m := d.models[[2]string{lv.id, a.Family}]; m != nil && slices.Contains(a.ModelLevels, lv.id) {
+			m.end(a.Estimate.InputTokens, a.Estimate.OutputTokens, in, out, skip)
+			d.w.model(m)
+			e.Detail = m.detail()
+		}
 		e.Reason = shadowReason(skip)
 		lv.seal(e)
 		d.w.entry(lv, e)

@@ -53,6 +53,8 @@ type RejectedError struct {
 	// Level is the tenant whose limit refused: the caller's own, or one of
 	// its ancestors when budgets nest ("" from a decision without a tree).
 	Level string
+	// Model is the model whose limits refused (input_tokens, output_tokens).
+	Model string
 	// RetryAfter is the exact time until the deficit refills (tokens,
 	// requests), until the next period (period_budget), or a hint
 	// (concurrency, which frees when some reservation ends). Zero with
@@ -77,17 +79,22 @@ func (e *RejectedError) Unwrap() error { return ErrRejected }
 type TooLargeError struct {
 	Limit Limit
 	// Level is the tenant whose capacity it exceeds (see RejectedError).
-	Level    string
+	Level string
+	// Model is the model whose limit it exceeds (input_tokens, output_tokens).
+	Model    string
 	Cost     int64
 	Capacity int64
 }
 
 func (e *TooLargeError) Error() string {
 	of := ""
-	if e.Level != "" {
-		of = " of " + e.Level
+	if e.Model != "" {
+		of = " for " + e.Model
 	}
-	return fmt.Sprintf("request cost %d exceeds the %s capacity%s of %d, so it can never be admitted", e.Cost, e.Limit, of, e.Capacity)
+	if e.Level != "" {
+		of += " at " + e.Level
+	}
+	return fmt.Sprintf("request cost %d exceeds the %s capacity (%d)%s, so it can never be admitted", e.Cost, e.Limit, e.Capacity, of)
 }
 
 // Unwrap makes errors.Is(err, ErrTooLarge) true.

@@ -49,6 +49,11 @@ func (l Limit) bit() LimitSet {
 			return 1 << i
 		}
 	}
+	for i, x := range ModelLimitNames {
+		if x == l {
+			return 1 << (len(AllLimits) + i)
+		}
+	}
 	return 0
 }
 
@@ -61,7 +66,7 @@ func (s LimitSet) With(l Limit) LimitSet { return s | l.bit() }
 // Limits lists the set's members in check order.
 func (s LimitSet) Limits() []Limit {
 	var out []Limit
-	for _, l := range AllLimits {
+	for _, l := range append(AllLimits[:len(AllLimits):len(AllLimits)], ModelLimitNames...) {
 		if s.Has(l) {
 			out = append(out, l)
 		}
@@ -79,7 +84,8 @@ func (s LimitSet) Strings() []string {
 }
 
 // ParseLimitSet reads limit names ("tokens", "requests", "concurrency",
-// "period_budget"). It returns a *LimitError naming field.
+// "period_budget", and a model's "input_tokens" and "output_tokens"). It
+// returns a *LimitError naming field.
 func ParseLimitSet(field string, names []string) (LimitSet, error) {
 	var s LimitSet
 	for _, n := range names {
@@ -88,7 +94,7 @@ func ParseLimitSet(field string, names []string) (LimitSet, error) {
 			continue
 		}
 		if l.bit() == 0 {
-			return 0, &LimitError{field, fmt.Sprintf("unknown limit %q: want tokens, requests, concurrency or period_budget", n)}
+			return 0, &LimitError{field, fmt.Sprintf("unknown limit %q: want tokens, requests, concurrency, period_budget (a tenant's) or input_tokens, output_tokens (a model's)", n)}
 		}
 		s = s.With(l)
 	}
@@ -161,6 +167,8 @@ func (l *Limits) Validate() error {
 		return &LimitError{"max_wait", "must be between 0 and 10m"}
 	case !l.OnStoreUnavailable.Valid():
 		return &LimitError{"on_store_unavailable", `must be "reject", "local" or unset`}
+	case l.Shadow.Has(LimitInputTokens) || l.Shadow.Has(LimitOutputTokens):
+		return &LimitError{"shadow", "input_tokens and output_tokens are a model's limits: set them shadow in the tenant's model limits"}
 	case l.Shadow.Has(LimitRequests) && l.RequestsCapacity == 0:
 		return &LimitError{"shadow", "requests is not configured, so it cannot be a shadow limit"}
 	case l.Shadow.Has(LimitConcurrency) && l.MaxConcurrent == 0:

@@ -2,6 +2,8 @@ package budget
 
 import (
 	"fmt"
+
+	"github.com/tokengate/tokengate/estimator"
 	"strings"
 	"time"
 )
@@ -41,19 +43,31 @@ func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
 // every level does (nearest the caller's tenant on a tie). holdback is
 // taken from the caller's own tenant before deciding: callers queued ahead
 // of it there are served first.
-func decideLevels(chain []*tenant, cost, holdback int64, now time.Time) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
+func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now time.Time, models map[[2]string]*modelBucket) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
 	skips = make([]LimitSet, len(chain))
 	var tooLarge *TooLargeError
 	var rejected *RejectedError
+	mkey := ""
+	if len(models) > 0 {
+		mkey = modelKey(est)
+	}
 	for i := len(chain) - 1; i >= 0; i-- {
 		lv := chain[i]
 		st := lv.TenantState
 		if i == len(chain)-1 {
 			st.Tokens.BalanceMicro -= max(0, holdback)
 		}
-		for _, err := range Refusals(st, cost, now) {
+		refusals := Refusals(st, est.Cost, now)
+		shadowSet := lv.Limits.Shadow
+		if m := models[[2]string{lv.id, mkey}]; m != nil {
+			// The model's own limits at this level: a shadow flag of the
+			// model's buckets is the model's, not the tenant's.
+			refusals = append(refusals, m.refusals(est.InputTokens, est.OutputTokens)...)
+			shadowSet |= m.Shadow
+		}
+		for _, err := range refusals {
 			lim := limitOf(err)
-			if lv.Limits.Shadow.Has(lim) {
+			if shadowSet.Has(lim) {
 				if !skips[i].Has(lim) {
 					shadow = append(shadow, ShadowRefusal{Level: lv.id, Limit: lim})
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type writes struct {
 	inserted []*Admission
 	ended    []*Admission
 	keys     []keyPut
+	models   []*modelBucket
 	extra    []write // statements of admin operations, before the rest
 	after    []write // statements that refer to the rows above, after them
 }
@@ -49,7 +51,9 @@ type write struct {
 	expect int64 // rows it must affect; -1: any
 }
 
-func (w *writes) empty() bool { return len(w.entries) == 0 && len(w.extra) == 0 && len(w.after) == 0 }
+func (w *writes) empty() bool {
+	return len(w.entries) == 0 && len(w.extra) == 0 && len(w.after) == 0 && len(w.models) == 0
+}
 
 // changed records that t's balances or chain head must be written.
 func (w *writes) changed(t *tenant) {
@@ -72,6 +76,13 @@ func (w *writes) end(a *Admission) {
 		}
 	}
 	w.ended = append(w.ended, a)
+}
+
+// model records that a model bucket changed.
+func (w *writes) model(m *modelBucket) {
+	if !slices.Contains(w.models, m) {
+		w.models = append(w.models, m)
+	}
 }
 
 // entry records a sealed entry of t, and that t changed.
@@ -109,6 +120,14 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		b.Queue(tenantUpdateSQL, ids, tokens, tokensAt, reqs, reqsAt, open, periodStart, used, seq, hash)
 		expect = append(expect, int64(n))
 	}
+	if n := len(w.models); n > 0 {
+		tenants, models, in, inAt, out, outAt := make([]string, n), make([]string, n), make([]int64, n), make([]time.Time, n), make([]int64, n), make([]time.Time, n)
+		for i, m := range w.models {
+			tenants[i], models[i], in[i], inAt[i], out[i], outAt[i] = m.tenantID, m.Model, m.In.BalanceMicro, m.In.At, m.Out.BalanceMicro, m.Out.At
+		}
+		b.Queue(modelLimitsUpdateSQL, tenants, models, in, inAt, out, outAt)
+		expect = append(expect, int64(n))
+	}
 	if len(w.entries) > 0 {
 		ledger.QueueInsert(b, w.entries...)
 		expect = append(expect, int64(len(w.entries)))
@@ -117,13 +136,14 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		ids, tenants, models := make([]string, n), make([]string, n), make([]string, n)
 		in, out, cost, inW, outW := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		approx, created, expires, shadowed := make([]bool, n), make([]time.Time, n), make([]time.Time, n), make([]string, n)
+		families, modelLevels := make([]string, n), make([]string, n)
 		for i, a := range w.inserted {
 			e := a.Estimate
-			shadowed[i] = strings.Join(a.Shadowed, ",")
+			shadowed[i], families[i], modelLevels[i] = strings.Join(a.Shadowed, ","), a.Family, strings.Join(a.ModelLevels, ",")
 			ids[i], tenants[i], models[i], created[i], expires[i] = a.ID, a.TenantID, e.Model, a.CreatedAt, a.ExpiresAt
 			in[i], out[i], cost[i], approx[i], inW[i], outW[i] = e.InputTokens, e.OutputTokens, e.Cost, e.Approximate, e.InputWeightMicro, e.OutputWeightMicro
 		}
-		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed)
+		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels)
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.ended); n > 0 {

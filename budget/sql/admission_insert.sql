@@ -1,14 +1,16 @@
 -- The admissions a batch makes, one array element per admission. shadowed
--- comes as one comma-separated text per admission (unnest flattens arrays
+-- and model_levels come as one comma-separated text per admission (unnest flattens arrays
 -- of arrays); tenant ids and limit names never hold a comma.
 INSERT INTO admissions (
     id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
-    input_weight_micro, output_weight_micro, created_at, expires_at, shadowed
+    input_weight_micro, output_weight_micro, created_at, expires_at, shadowed, family, model_levels
 )
 SELECT u.id, u.tenant_id, 'reserved', u.model, u.input_tokens, u.output_tokens, u.cost, u.approximate,
        u.input_weight_micro, u.output_weight_micro, u.created_at, u.expires_at,
-       coalesce(string_to_array(nullif(u.shadowed, ''), ','), '{}')
+       coalesce(string_to_array(nullif(u.shadowed, ''), ','), '{}'), nullif(u.family, ''),
+       coalesce(string_to_array(nullif(u.model_levels, ''), ','), '{}')
 FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::boolean[],
-            $8::bigint[], $9::bigint[], $10::timestamptz[], $11::timestamptz[], $12::text[])
+            $8::bigint[], $9::bigint[], $10::timestamptz[], $11::timestamptz[], $12::text[],
+            $13::text[], $14::text[])
      AS u (id, tenant_id, model, input_tokens, output_tokens, cost, approximate,
-           input_weight_micro, output_weight_micro, created_at, expires_at, shadowed)
+           input_weight_micro, output_weight_micro, created_at, expires_at, shadowed, family, model_levels)

@@ -1,0 +1,362 @@
+package budget
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+var (
+	//go:embed sql/model_limits_lock.sql
+	modelLimitsLockSQL string
+	//go:embed sql/model_limits_update.sql
+	modelLimitsUpdateSQL string
+	//go:embed sql/model_limits_upsert.sql
+	modelLimitsUpsertSQL string
+	//go:embed sql/model_limits_delete.sql
+	modelLimitsDeleteSQL string
+	//go:embed sql/model_limits_list.sql
+	modelLimitsListSQL string
+)
+
+// The limits of a tenant's per-model buckets.
+const (
+	LimitInputTokens  Limit = "input_tokens"
+	LimitOutputTokens Limit = "output_tokens"
+)
+
+// ModelLimitNames are the limits a tenant's model can have.
+var ModelLimitNames = []Limit{LimitInputTokens, LimitOutputTokens}
+
+// ErrModelLimitsNotFound: the tenant has no limits for that model.
+var ErrModelLimitsNotFound = errors.New("budget: the tenant has no limits for that model")
+
+// ModelLimits are a tenant's own limits for one model (a model table entry,
+// so dated variants share them): an input token bucket and an output token
+// bucket, in raw tokens, as providers state ITPM and OTPM. Either may be
+// unset (capacity 0). They combine with the tenant-wide limits, and with
+// the same model's limits at every ancestor: all must allow.
+type ModelLimits struct {
+	Model           string
+	InputCapacity   int64
+	InputRateMicro  int64
+	OutputCapacity  int64
+	OutputRateMicro int64
+	// Shadow are those of input_tokens and output_tokens that are
+	// evaluated and counted but never refuse.
+	Shadow LimitSet
+}
+
+// Validate returns a *LimitError naming the first invalid field.
+func (m ModelLimits) Validate() error {
+	rate := func(capacity, r int64, field string) error {
+		if capacity < 0 || capacity > maxAmount {
+			return &LimitError{field + "_capacity", fmt.Sprintf("must be between 1 and %d, or 0 for none", int64(maxAmount))}
+		}
+		if r < 0 || r > maxAmount*Micro/1000 || (capacity == 0) != (r == 0) {
+			return &LimitError{field + "_per_second", field + "_capacity and " + field + "_per_second are set together, and the rate is at most 1e9"}
+		}
+		return nil
+	}
+	switch {
+	case m.Model == "" || len(m.Model) > 200:
+		return &LimitError{"model", "must be 1 to 200 characters"}
+	case m.InputCapacity == 0 && m.OutputCapacity == 0:
+		return &LimitError{"input_tokens_capacity", "set an input or an output bucket (or both)"}
+	}
+	if err := rate(m.InputCapacity, m.InputRateMicro, "input_tokens"); err != nil {
+		return err
+	}
+	if err := rate(m.OutputCapacity, m.OutputRateMicro, "output_tokens"); err != nil {
+		return err
+	}
+	for _, l := range m.Shadow.Limits() {
+		if l != LimitInputTokens && l != LimitOutputTokens {
+			return &LimitError{"shadow", "a model's shadow limits are input_tokens and output_tokens"}
+		}
+	}
+	if m.Shadow.Has(LimitInputTokens) && m.InputCapacity == 0 || m.Shadow.Has(LimitOutputTokens) && m.OutputCapacity == 0 {
+		return &LimitError{"shadow", "a shadow limit must be configured"}
+	}
+	return nil
+}
+
+// modelKey is what model limits are keyed by for an estimate: its model
+// table entry, or the requested name for a model the table does not know.
+func modelKey(e estimator.Estimate) string {
+	if e.Family == "" || e.Family == estimator.UnknownFamily {
+		return e.Model
+	}
+	return e.Family
+}
+
+// modelBucket is one tenant's buckets for one model, as a decision holds
+// them under the tenant's lock.
+type modelBucket struct {
+	tenantID string
+	ModelLimits
+	In, Out Bucket
+	changed bool
+}
+
+type modelRow struct {
+	TenantID        string    `db:"tenant_id"`
+	Model           string    `db:"model"`
+	InputCapacity   *int64    `db:"input_capacity"`
+	InputRateMicro  *int64    `db:"input_rate_micro"`
+	OutputCapacity  *int64    `db:"output_capacity"`
+	OutputRateMicro *int64    `db:"output_rate_micro"`
+	InputMicro      int64     `db:"input_micro"`
+	InputAt         time.Time `db:"input_at"`
+	OutputMicro     int64     `db:"output_micro"`
+	OutputAt        time.Time `db:"output_at"`
+	ShadowLimits    []string  `db:"shadow_limits"`
+}
+
+func (r *modelRow) bucket() *modelBucket {
+	m := &modelBucket{tenantID: r.TenantID, ModelLimits: ModelLimits{Model: r.Model,
+		InputCapacity: deref0(r.InputCapacity), InputRateMicro: deref0(r.InputRateMicro),
+		OutputCapacity: deref0(r.OutputCapacity), OutputRateMicro: deref0(r.OutputRateMicro)}}
+	m.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
+	m.In = Bucket{CapacityMicro: m.InputCapacity * Micro, RateMicro: m.InputRateMicro, BalanceMicro: r.InputMicro, At: r.InputAt}
+	m.Out = Bucket{CapacityMicro: m.OutputCapacity * Micro, RateMicro: m.OutputRateMicro, BalanceMicro: r.OutputMicro, At: r.OutputAt}
+	return m
+}
+
+func scanModelBuckets(rows pgx.Rows, err error) (map[[2]string]*modelBucket, error) {
+	if err != nil {
+		return nil, err
+	}
+	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[modelRow])
+	if err != nil {
+		return nil, fmt.Errorf("budget: scan model limits: %w", err)
+	}
+	out := make(map[[2]string]*modelBucket, len(rs))
+	for _, r := range rs {
+		out[[2]string{r.TenantID, r.Model}] = r.bucket()
+	}
+	return out, nil
+}
+
+func (m *modelBucket) advance(now time.Time) {
+	if m.InputCapacity > 0 {
+		m.In.Refill(now)
+	}
+	if m.OutputCapacity > 0 {
+		m.Out.Refill(now)
+	}
+}
+
+// refusals is Refusals for the model's buckets: an input count and a
+// reserved output that exceed a capacity can never fit; otherwise each
+// bucket must hold its count.
+func (m *modelBucket) refusals(in, out int64) []error {
+	var errs []error
+	check := func(l Limit, capacity int64, b *Bucket, n int64) {
+		switch {
+		case capacity == 0:
+		case n > capacity:
+			errs = append(errs, &TooLargeError{Limit: l, Model: m.Model, Cost: n, Capacity: capacity})
+		case n*Micro > b.BalanceMicro:
+			errs = append(errs, &RejectedError{Limit: l, Model: m.Model, RetryAfter: roundUpMS(b.TimeUntil(n * Micro))})
+		}
+	}
+	check(LimitInputTokens, m.InputCapacity, &m.In, in)
+	check(LimitOutputTokens, m.OutputCapacity, &m.Out, out)
+	return errs
+}
+
+// debit takes the input count and the reserved output, but not from a
+// shadow limit that would have refused them.
+func (m *modelBucket) debit(in, out int64, skip LimitSet) {
+	if m.InputCapacity > 0 && !skip.Has(LimitInputTokens) {
+		m.In.BalanceMicro -= in * Micro
+	}
+	if m.OutputCapacity > 0 && !skip.Has(LimitOutputTokens) {
+		m.Out.BalanceMicro -= out * Micro
+	}
+	m.changed = true
+}
+
+// end corrects a debit to what was used (0 and 0 for a release): the
+// difference is refunded (capped at capacity) or charged.
+func (m *modelBucket) end(estIn, estOut, in, out int64, skip LimitSet) {
+	if m.InputCapacity > 0 && !skip.Has(LimitInputTokens) {
+		m.In.Refund((estIn - in) * Micro)
+	}
+	if m.OutputCapacity > 0 && !skip.Has(LimitOutputTokens) {
+		m.Out.Refund((estOut - out) * Micro)
+	}
+	m.changed = true
+}
+
+// detail is how an entry that changed the buckets records them, so that
+// an auditor sees each model bucket's balance after every change.
+func (m *modelBucket) detail() string {
+	return fmt.Sprintf(`{"model_limits":%q,"input_micro":%d,"output_micro":%d}`, m.Model, m.In.BalanceMicro, m.Out.BalanceMicro)
+}
+
+// ModelSnapshot is a tenant's model limits and their balances at one instant.
+type ModelSnapshot struct {
+	TenantID    string
+	Limits      ModelLimits
+	InputMicro  int64 // meaningful when Limits.InputCapacity > 0
+	OutputMicro int64
+	At          time.Time
+}
+
+func (m *modelBucket) snapshot(now time.Time) ModelSnapshot {
+	return ModelSnapshot{TenantID: m.tenantID, Limits: m.ModelLimits, InputMicro: m.In.BalanceMicro, OutputMicro: m.Out.BalanceMicro, At: now}
+}
+
+type modelLimitsDetail struct {
+	InputCapacity   int64    `json:"input_tokens_capacity,omitempty"`
+	InputPerSecond  string   `json:"input_tokens_per_second,omitempty"`
+	OutputCapacity  int64    `json:"output_tokens_capacity,omitempty"`
+	OutputPerSecond string   `json:"output_tokens_per_second,omitempty"`
+	Shadow          []string `json:"shadow,omitempty"`
+}
+
+func modelDetailOf(m *ModelLimits) *modelLimitsDetail {
+	if m == nil {
+		return nil
+	}
+	d := &modelLimitsDetail{InputCapacity: m.InputCapacity, OutputCapacity: m.OutputCapacity}
+	if m.InputRateMicro > 0 {
+		d.InputPerSecond = FormatRate(m.InputRateMicro)
+	}
+	if m.OutputRateMicro > 0 {
+		d.OutputPerSecond = FormatRate(m.OutputRateMicro)
+	}
+	if m.Shadow != 0 {
+		d.Shadow = m.Shadow.Strings()
+	}
+	return d
+}
+
+// SetModelLimitsParams sets (creates or replaces) a tenant's limits for a
+// model.
+type SetModelLimitsParams struct {
+	TenantID string
+	Limits   ModelLimits
+	Actor    string
+}
+
+// SetModelLimits sets a tenant's limits for one model under the tenant's
+// row lock, so the next admission in every replica decides with them, and
+// appends a limits entry with the model's limits before and after. A new
+// bucket starts full; a kept one is refilled to now at the old rate and cut
+// to a lowered capacity. It returns a *LimitError or ErrTenantNotFound.
+func (s *Store) SetModelLimits(ctx context.Context, p SetModelLimitsParams) (ModelSnapshot, error) {
+	if err := p.Limits.Validate(); err != nil {
+		return ModelSnapshot{}, err
+	}
+	return s.changeModelLimits(ctx, p.TenantID, p.Limits.Model, &p.Limits, p.Actor)
+}
+
+// RemoveModelLimits removes a tenant's limits for a model, with a limits
+// entry. It returns ErrModelLimitsNotFound or ErrTenantNotFound.
+func (s *Store) RemoveModelLimits(ctx context.Context, tenantID, model, actor string) error {
+	_, err := s.changeModelLimits(ctx, tenantID, model, nil, actor)
+	return err
+}
+
+func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l *ModelLimits, actor string) (ModelSnapshot, error) {
+	var cur map[[2]string]*modelBucket
+	tx, t, now, err := s.lockTenant(ctx, tenantID,
+		func(b *pgx.Batch) { b.Queue(modelLimitsLockSQL, []string{tenantID}) },
+		func(br pgx.BatchResults) error {
+			var err error
+			cur, err = scanModelBuckets(br.Query())
+			return err
+		})
+	if err != nil {
+		return ModelSnapshot{}, err
+	}
+	t.advance(now)
+	old := cur[[2]string{tenantID, model}]
+	if old == nil && l == nil {
+		tx.abort()
+		return ModelSnapshot{}, ErrModelLimitsNotFound
+	}
+	var before *ModelLimits
+	if old != nil {
+		old.advance(now)
+		before = &old.ModelLimits
+	}
+	detail, err := json.Marshal(struct {
+		Model  string             `json:"model"`
+		Before *modelLimitsDetail `json:"before"`
+		After  *modelLimitsDetail `json:"after"`
+	}{model, modelDetailOf(before), modelDetailOf(l)})
+	if err != nil {
+		tx.abort()
+		return ModelSnapshot{}, fmt.Errorf("budget: encode model limits: %w", err)
+	}
+	w := &writes{}
+	var snap ModelSnapshot
+	if l == nil {
+		w.statement(1, modelLimitsDeleteSQL, tenantID, model)
+	} else {
+		m := &modelBucket{tenantID: tenantID, ModelLimits: *l}
+		m.In = Bucket{CapacityMicro: l.InputCapacity * Micro, RateMicro: l.InputRateMicro, BalanceMicro: l.InputCapacity * Micro, At: now}
+		m.Out = Bucket{CapacityMicro: l.OutputCapacity * Micro, RateMicro: l.OutputRateMicro, BalanceMicro: l.OutputCapacity * Micro, At: now}
+		if old != nil { // keep what was spent, within the new capacity
+			if old.InputCapacity > 0 && l.InputCapacity > 0 {
+				m.In.BalanceMicro = min(old.In.BalanceMicro, m.In.CapacityMicro)
+			}
+			if old.OutputCapacity > 0 && l.OutputCapacity > 0 {
+				m.Out.BalanceMicro = min(old.Out.BalanceMicro, m.Out.CapacityMicro)
+			}
+		}
+		w.statement(1, modelLimitsUpsertSQL, tenantID, model, l.InputCapacity, l.InputRateMicro, l.OutputCapacity,
+			l.OutputRateMicro, m.In.BalanceMicro, m.Out.BalanceMicro, now, l.Shadow.Strings())
+		snap = m.snapshot(now)
+	}
+	e := t.entry(ledger.KindLimits, now, actorOr(actor, "admin"))
+	e.Reason = "model limits: " + model
+	e.Detail = string(detail)
+	t.seal(e)
+	w.entry(t, e)
+	if err := tx.commit(ctx, w); err != nil {
+		return ModelSnapshot{}, err
+	}
+	return snap, nil
+}
+
+// ModelLimitsList returns a tenant's model limits with their balances
+// refilled to the database's clock now, without locking.
+func (s *Store) ModelLimitsList(ctx context.Context, tenantID string) ([]ModelSnapshot, error) {
+	b := &pgx.Batch{}
+	b.Queue(clockSQL, s.clock())
+	b.Queue(modelLimitsListSQL, tenantID)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var now time.Time
+	if err := br.QueryRow().Scan(&now); err != nil {
+		return nil, fmt.Errorf("budget: clock: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("budget: model limits: %w", err)
+	}
+	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[modelRow])
+	if err != nil {
+		return nil, fmt.Errorf("budget: model limits: %w", err)
+	}
+	out := make([]ModelSnapshot, len(rs))
+	for i, r := range rs {
+		m := r.bucket()
+		m.advance(now)
+		out[i] = m.snapshot(now)
+	}
+	return out, nil
+}
