@@ -318,3 +318,93 @@ func (s *Server) adminTenantAdjust(c *echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, budgetOf(snap))
 }
+
+// modelLimitsJSON is a tenant's limits for one model and their balances.
+type modelLimitsJSON struct {
+	Tenant                string       `json:"tenant"`
+	Model                 string       `json:"model"`
+	InputTokensCapacity   *int64       `json:"input_tokens_capacity"`
+	InputTokensPerSecond  *json.Number `json:"input_tokens_per_second"`
+	OutputTokensCapacity  *int64       `json:"output_tokens_capacity"`
+	OutputTokensPerSecond *json.Number `json:"output_tokens_per_second"`
+	Shadow                []string     `json:"shadow"`
+	Balances              struct {
+		InputTokens  *json.Number `json:"input_tokens"`
+		OutputTokens *json.Number `json:"output_tokens"`
+	} `json:"balances"`
+	At time.Time `json:"at"`
+}
+
+func modelLimitsOf(m budget.ModelSnapshot) modelLimitsJSON {
+	l := m.Limits
+	out := modelLimitsJSON{Tenant: m.TenantID, Model: l.Model, Shadow: l.Shadow.Strings(), At: m.At}
+	if l.InputCapacity > 0 {
+		rate, bal := json.Number(budget.FormatRate(l.InputRateMicro)), json.Number(formatMicro(m.InputMicro))
+		out.InputTokensCapacity, out.InputTokensPerSecond, out.Balances.InputTokens = &l.InputCapacity, &rate, &bal
+	}
+	if l.OutputCapacity > 0 {
+		rate, bal := json.Number(budget.FormatRate(l.OutputRateMicro)), json.Number(formatMicro(m.OutputMicro))
+		out.OutputTokensCapacity, out.OutputTokensPerSecond, out.Balances.OutputTokens = &l.OutputCapacity, &rate, &bal
+	}
+	return out
+}
+
+func (s *Server) adminModelLimitsList(c *echo.Context) error {
+	ctx := c.Request().Context()
+	if _, err := s.budget.TenantSnapshot(ctx, c.Param("id")); err != nil {
+		return err
+	}
+	list, err := s.budget.ModelLimitsList(ctx, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	out := make([]modelLimitsJSON, len(list))
+	for i, m := range list {
+		out[i] = modelLimitsOf(m)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"model_limits": out})
+}
+
+// adminModelLimitsPut sets (creates or replaces) a tenant's limits for a
+// model: the body is the whole set, an absent bucket is none. The model is
+// in the body, not the path: model names may hold slashes.
+func (s *Server) adminModelLimitsPut(c *echo.Context) error {
+	var in struct {
+		Model                 string          `json:"model"`
+		InputTokensCapacity   int64           `json:"input_tokens_capacity"`
+		InputTokensPerSecond  json.RawMessage `json:"input_tokens_per_second"`
+		OutputTokensCapacity  int64           `json:"output_tokens_capacity"`
+		OutputTokensPerSecond json.RawMessage `json:"output_tokens_per_second"`
+		Shadow                []string        `json:"shadow"`
+	}
+	if err := decodeStrict(c, &in); err != nil {
+		return err
+	}
+	l := budget.ModelLimits{Model: in.Model, InputCapacity: in.InputTokensCapacity, OutputCapacity: in.OutputTokensCapacity}
+	if err := rateField(in.InputTokensPerSecond, "input_tokens_per_second", &l.InputRateMicro); err != nil {
+		return err
+	}
+	if err := rateField(in.OutputTokensPerSecond, "output_tokens_per_second", &l.OutputRateMicro); err != nil {
+		return err
+	}
+	var err error
+	if l.Shadow, err = budget.ParseLimitSet("shadow", in.Shadow); err != nil {
+		return err
+	}
+	snap, err := s.budget.SetModelLimits(c.Request().Context(), budget.SetModelLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, modelLimitsOf(snap))
+}
+
+func (s *Server) adminModelLimitsDelete(c *echo.Context) error {
+	model := c.QueryParam("model")
+	if model == "" {
+		return invalid("model", "name the model: ?model=NAME")
+	}
+	if err := s.budget.RemoveModelLimits(c.Request().Context(), c.Param("id"), model, actorOf(c)); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

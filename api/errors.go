@@ -96,6 +96,8 @@ func httpError(err error) *Error {
 		return invalid(limErr.Field, limErr.Reason)
 	case errors.Is(err, budget.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
+	case errors.Is(err, budget.ErrModelLimitsNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}
 	case errors.Is(err, budget.ErrTenantNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
 	case errors.Is(err, budget.ErrConflict):

@@ -39,6 +39,9 @@ type Budget interface {
 	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
 	TenantList(ctx context.Context) ([]budget.Snapshot, error)
 	TenantTree(ctx context.Context, tenantID string) (*budget.TreeNode, error)
+	SetModelLimits(ctx context.Context, p budget.SetModelLimitsParams) (budget.ModelSnapshot, error)
+	RemoveModelLimits(ctx context.Context, tenantID, model, actor string) error
+	ModelLimitsList(ctx context.Context, tenantID string) ([]budget.ModelSnapshot, error)
 	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
 	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
 	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
@@ -232,6 +235,9 @@ func (s *Server) routes() {
 	admin.POST("/tenants", s.adminTenantCreate)
 	admin.GET("/tenants/:id", s.adminTenantGet)
 	admin.GET("/tenants/:id/tree", s.adminTenantTree)
+	admin.GET("/tenants/:id/model-limits", s.adminModelLimitsList)
+	admin.PUT("/tenants/:id/model-limits", s.adminModelLimitsPut)
+	admin.DELETE("/tenants/:id/model-limits", s.adminModelLimitsDelete)
 	admin.PATCH("/tenants/:id/limits", s.adminTenantLimits)
 	admin.POST("/tenants/:id/disable", s.adminTenantDisable)
 	admin.POST("/tenants/:id/enable", s.adminTenantEnable)

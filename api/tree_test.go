@@ -131,3 +131,70 @@ func TestShadowRefusalsAreAMetric(t *testing.T) {
 		t.Fatalf("metrics lack %q", want)
 	}
 }
+
+// Model limits over HTTP: set, listed with balances, a rejection names the
+// model and its limit, removed; bad bodies are 400s naming the field.
+func TestModelLimitsOverHTTP(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	admin := b.admin(t, "ops")
+	key := b.tenant(t, "acme", lim(1_000_000, "1000"))
+	put := func(body string) response {
+		return b.adminCall(t, admin, http.MethodPut, "/v1/admin/tenants/acme/model-limits", body)
+	}
+	for body, field := range map[string]string{
+		`{"model":"gpt-4o"}`:                                                                            "input_tokens_capacity",
+		`{"model":"gpt-4o","input_tokens_capacity":10}`:                                                 "input_tokens_per_second",
+		`{"model":"","input_tokens_capacity":10,"input_tokens_per_second":1}`:                           "model",
+		`{"model":"gpt-4o","input_tokens_capacity":10,"input_tokens_per_second":1,"shadow":["tokens"]}`: "shadow",
+		`{"model":"gpt-4o","input_tokens_capacity":10,"input_tokens_per_second":1,"speed":1}`:           "speed",
+	} {
+		if r := put(body); r.Code != http.StatusBadRequest || r.errorBody().Error.Field != field {
+			t.Fatalf("%s: %d %s, want 400 on %s", body, r.Code, r.Body, field)
+		}
+	}
+	if r := put(`{"model":"gpt-4o","input_tokens_capacity":5000,"input_tokens_per_second":"0.001","output_tokens_capacity":50,"output_tokens_per_second":"0.001"}`); r.Code != http.StatusOK {
+		t.Fatalf("put: %d %s", r.Code, r.Body)
+	}
+	if r := b.adminCall(t, admin, http.MethodPut, "/v1/admin/tenants/nobody/model-limits", `{"model":"gpt-4o","output_tokens_capacity":50,"output_tokens_per_second":1}`); r.Code != http.StatusNotFound {
+		t.Fatalf("put for nobody: %d", r.Code)
+	}
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(40, "hello")); r.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.Code, r.Body)
+	}
+	r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(40, "hello"))
+	var rej struct {
+		Error struct {
+			Limit, Level, Model string
+		} `json:"error"`
+	}
+	r.json(&rej)
+	if r.Code != http.StatusTooManyRequests || rej.Error.Limit != "output_tokens" || rej.Error.Model != "gpt-4o" || rej.Error.Level != "acme" {
+		t.Fatalf("over the output bucket: %d %s", r.Code, r.Body)
+	}
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(60, "hello")); r.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("more output than the bucket holds: %d %s", r.Code, r.Body)
+	}
+	var list struct {
+		ModelLimits []struct {
+			Model    string `json:"model"`
+			Balances struct {
+				InputTokens  json.Number `json:"input_tokens"`
+				OutputTokens json.Number `json:"output_tokens"`
+			} `json:"balances"`
+		} `json:"model_limits"`
+	}
+	b.adminCall(t, admin, http.MethodGet, "/v1/admin/tenants/acme/model-limits", nil).json(&list)
+	if len(list.ModelLimits) != 1 || list.ModelLimits[0].Model != "gpt-4o" || !strings.HasPrefix(string(list.ModelLimits[0].Balances.OutputTokens), "10") {
+		t.Fatalf("list: %+v", list)
+	}
+	if r := b.adminCall(t, admin, http.MethodDelete, "/v1/admin/tenants/acme/model-limits?model=gpt-4o", nil); r.Code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.Code, r.Body)
+	}
+	if r := b.adminCall(t, admin, http.MethodDelete, "/v1/admin/tenants/acme/model-limits?model=gpt-4o", nil); r.Code != http.StatusNotFound {
+		t.Fatalf("delete again: %d %s", r.Code, r.Body)
+	}
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(40, "hello")); r.Code != http.StatusCreated {
+		t.Fatalf("after the delete: %d %s", r.Code, r.Body)
+	}
+}
