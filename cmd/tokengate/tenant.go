@@ -20,6 +20,7 @@ type tenantCmd struct {
 	Enable  tenantEnableCmd  `cmd:"" help:"Enable a disabled tenant."`
 	Adjust  tenantAdjustCmd  `cmd:"" help:"Credit or debit a tenant's tokens, with a reason."`
 	Tree    tenantTreeCmd    `cmd:"" help:"Show the budget tree that holds a tenant, every level with its balances."`
+	Models  modelLimitsCmd   `cmd:"" name:"model-limits" help:"A tenant's per-model input and output token buckets."`
 }
 
 type tenantCreateCmd struct {

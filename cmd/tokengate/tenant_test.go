@@ -145,3 +145,33 @@ func TestTenantTreeAndShadowFromTheCLI(t *testing.T) {
 		t.Fatalf("list:\n%s", out)
 	}
 }
+
+func TestModelLimitsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	if _, _, err := cli2(t, "tenant", "create", "acme", "--database-url", url, "--tokens-capacity", "1000", "--tokens-per-second", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "tenant", "model-limits", "set", "acme", "gpt-4o", "--database-url", url,
+		"--input-capacity", "30000", "--input-per-second", "500", "--output-capacity", "8000", "--output-per-second", "133.333333",
+		"--shadow", "output_tokens"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "tenant", "model-limits", "set", "acme", "gpt-4o", "--database-url", url, "--shadow", "tokens",
+		"--input-capacity", "1", "--input-per-second", "1"); err == nil || !strings.Contains(err.Error(), "shadow") {
+		t.Fatalf("a tenant limit as a model's shadow: %v", err)
+	}
+	out, _, err := cli2(t, "tenant", "model-limits", "list", "acme", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^gpt-4o\s+30000/30000\s+500\s+8000/8000\s+133\.333333\s+output_tokens$`).MatchString(out) {
+		t.Fatalf("list:\n%s", out)
+	}
+	if _, _, err := cli2(t, "tenant", "model-limits", "remove", "acme", "gpt-4o", "--database-url", url); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "tenant", "model-limits", "remove", "acme", "gpt-4o", "--database-url", url); err == nil {
+		t.Fatal("removed twice")
+	}
+}
