@@ -49,6 +49,8 @@ type Admission struct {
 	// corrects exactly those.
 	Family      string
 	ModelLevels []string
+	// PoolID is the upstream pool it drew on ("" for none).
+	PoolID string
 }
 
 // admissionRow is a row of admissions, as every query of it reads it
@@ -76,6 +78,7 @@ type admissionRow struct {
 	Shadowed          []string   `db:"shadowed"`
 	Family            *string    `db:"family"`
 	ModelLevels       []string   `db:"model_levels"`
+	PoolID            *string    `db:"pool_id"`
 }
 
 func (r *admissionRow) admission() *Admission {
@@ -85,7 +88,7 @@ func (r *admissionRow) admission() *Admission {
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, Late: r.Late,
 		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
 		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed,
-		Family: deref0(r.Family), ModelLevels: r.ModelLevels}
+		Family: deref0(r.Family), ModelLevels: r.ModelLevels, PoolID: deref0(r.PoolID)}
 }
 
 // scanAdmission reads one admission row. It returns ErrAdmissionNotFound.

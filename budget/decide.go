@@ -167,6 +167,8 @@ type decision struct {
 	t      *tenant
 	chain  []*tenant                  // t's ancestors and t, root first
 	models map[[2]string]*modelBucket // the batch's model buckets, by tenant and model
+	pools  map[string]*pool           // the batch's pools, locked
+	routes map[string]string          // model key -> pool id
 	now    time.Time
 	w      *writes
 	adms   map[string]*Admission // admissions named by settles and releases, as the batch left them
@@ -179,7 +181,7 @@ type freshKey struct {
 }
 
 func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error) {
-	var ids, admIDs, keyTenants, keys, keyIDs, expiring []string
+	var ids, admIDs, keyTenants, keys, keyIDs, expiring, modelKeys []string
 	seenT, seenA, seenK, seenC := map[string]bool{}, map[string]bool{}, map[[2]string]bool{}, map[string]bool{}
 	for _, it := range items {
 		if it.Op.Expire != nil && !slices.Contains(expiring, it.TenantID) {
@@ -197,6 +199,11 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			seenA[id] = true
 			admIDs = append(admIDs, id)
 		}
+		if r := it.Op.Reserve; r != nil {
+			if k := ModelKey(r.Estimate); !slices.Contains(modelKeys, k) {
+				modelKeys = append(modelKeys, k)
+			}
+		}
 		if r := it.Op.Reserve; r != nil && r.IdempotencyKey != "" && !seenK[[2]string{it.TenantID, r.IdempotencyKey}] {
 			seenK[[2]string{it.TenantID, r.IdempotencyKey}] = true
 			keyTenants, keys = append(keyTenants, it.TenantID), append(keys, r.IdempotencyKey)
@@ -210,6 +217,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	liveKeys := map[string]string{} // unrevoked key id -> its tenant
 	overdue := map[string][]*Admission{}
 	var models map[[2]string]*modelBucket
+	var pools map[string]*pool
+	var routes map[string]string
+	keyPriority := map[string]Priority{}
 	tx, ts, now, err := s.lockTenants(ctx, ids,
 		func(b *pgx.Batch) {
 			b.Queue(modelLimitsLockSQL, ids)
@@ -225,6 +235,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			if len(expiring) > 0 {
 				b.Queue(admissionExpiredLockSQL, expiring, sweepBatch, s.clock())
 			}
+			if len(modelKeys) > 0 || len(admIDs) > 0 {
+				queuePools(b, modelKeys, admIDs)
+			}
 		},
 		func(br pgx.BatchResults) error {
 			var err error
@@ -236,9 +249,10 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 				if err != nil {
 					return fmt.Errorf("budget: keys: %w", err)
 				}
-				var id, tenantID string
-				if _, err := pgx.ForEachRow(rows, []any{&id, &tenantID}, func() error {
+				var id, tenantID, priority string
+				if _, err := pgx.ForEachRow(rows, []any{&id, &tenantID, &priority}, func() error {
 					liveKeys[id] = tenantID
+					keyPriority[id] = Priority(priority)
 					return nil
 				}); err != nil {
 					return fmt.Errorf("budget: keys: %w", err)
@@ -278,6 +292,12 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 					overdue[a.TenantID] = append(overdue[a.TenantID], a)
 				}
 			}
+			if len(modelKeys) > 0 || len(admIDs) > 0 {
+				var err error
+				if pools, routes, err = scanPools(br); err != nil {
+					return err
+				}
+			}
 			return nil
 		})
 	if err != nil {
@@ -287,7 +307,10 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	for _, m := range models {
 		m.advance(now)
 	}
-	w := &writes{}
+	for _, p := range pools {
+		p.Tokens.Refill(now)
+	}
+	w := &writes{pools: pools}
 	decisions := map[string]*decision{}
 	advanced := map[*tenant]bool{} // an ancestor may be shared by several tenants of the batch
 	results := make([]OpResult, len(items))
@@ -310,7 +333,7 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 					lv.advance(now)
 				}
 			}
-			d = &decision{t: t, chain: chain, models: models, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
+			d = &decision{t: t, chain: chain, models: models, pools: pools, routes: routes, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
 			decisions[it.TenantID] = d
 		}
 		op := it.Op
@@ -326,7 +349,11 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 		}
 		switch {
 		case op.Reserve != nil:
-			results[i].Reservation, results[i].Err = d.reserve(*op.Reserve, priors[[2]string{it.TenantID, op.Reserve.IdempotencyKey}])
+			rp := *op.Reserve
+			if pr, ok := keyPriority[rp.KeyID]; ok {
+				rp.Priority = pr
+			}
+			results[i].Reservation, results[i].Err = d.reserve(rp, priors[[2]string{it.TenantID, op.Reserve.IdempotencyKey}])
 		case op.Settle != nil:
 			p := op.Settle
 			results[i].Settlement, results[i].Err = d.end(adms, p.AdmissionID, p.Actor, StateSettled, p.InputTokens, p.OutputTokens, true)
@@ -398,9 +425,24 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		return nil, ErrTenantDisabled
 	}
 	cost := p.Estimate.Cost
-	mkey := modelKey(p.Estimate)
+	mkey := ModelKey(p.Estimate)
 	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, p.HoldbackMicro, now, d.models)
+	var pl *pool
+	if id, ok := d.routes[mkey]; ok {
+		pl = d.pools[id]
+	}
+	poolNeed := p.Estimate.InputTokens + p.Estimate.OutputTokens
+	if refusal == nil && pl != nil {
+		refusal = pl.refusal(poolNeed, p.PoolHoldbackMicro)
+	}
 	if refusal != nil {
+		var rej *RejectedError
+		if errors.As(refusal, &rej) {
+			rej.Priority = p.Priority
+			if pl != nil {
+				rej.PoolState = pl.state()
+			}
+		}
 		return nil, refusal
 	}
 
@@ -414,6 +456,10 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		Shadowed:  shadowedOf(d.chain, skips),
 		Family:    mkey,
 	}
+	if pl != nil {
+		a.PoolID = pl.id
+		pl.serve(t.id, poolNeed, now)
+	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
 		lv.DebitExcept(cost, skips[i])
@@ -423,19 +469,28 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		if !skips[i].Has(LimitTokens) {
 			e.DeltaMicro = -cost * Micro
 		}
+		var detail []string
 		if m := d.models[[2]string{lv.id, mkey}]; m != nil {
 			m.debit(p.Estimate.InputTokens, p.Estimate.OutputTokens, skips[i])
 			d.w.model(m)
 			a.ModelLevels = append(a.ModelLevels, lv.id)
-			e.Detail = m.detail()
+			detail = append(detail, m.detail())
 		}
+		if pl != nil && lv == t {
+			detail = append(detail, pl.detail())
+		}
+		e.Detail = joinDetail(detail)
 		e.Reason = shadowReason(skips[i])
 		lv.seal(e)
 		d.w.entry(lv, e)
 	}
 	d.w.inserted = append(d.w.inserted, a)
 
-	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow}
+	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow,
+		Priority: p.Priority}
+	if pl != nil {
+		r.Pool = pl.state()
+	}
 	if p.IdempotencyKey != "" {
 		stored, err := EncodeReservation(r)
 		if err != nil {
@@ -498,11 +553,17 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		e.Estimate = &cost
 		e.Actual = &actual
 		e.DeltaMicro = delta
+		var detail []string
 		if m := d.models[[2]string{lv.id, a.Family}]; m != nil && slices.Contains(a.ModelLevels, lv.id) {
 			m.end(a.Estimate.InputTokens, a.Estimate.OutputTokens, in, out, skip)
 			d.w.model(m)
-			e.Detail = m.detail()
+			detail = append(detail, m.detail())
 		}
+		if pl := d.pools[a.PoolID]; pl != nil && lv == t {
+			pl.correct(t.id, a.Estimate.InputTokens+a.Estimate.OutputTokens, in+out, now)
+			detail = append(detail, pl.detail())
+		}
+		e.Detail = joinDetail(detail)
 		e.Reason = shadowReason(skip)
 		lv.seal(e)
 		d.w.entry(lv, e)

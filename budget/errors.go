@@ -55,6 +55,12 @@ type RejectedError struct {
 	Level string
 	// Model is the model whose limits refused (input_tokens, output_tokens).
 	Model string
+	// Pool is the upstream pool that refused (limit pool), and PoolState
+	// its balance and counters as the decision saw them.
+	Pool      string
+	PoolState *PoolState
+	// Priority is the class of the request's key.
+	Priority Priority
 	// RetryAfter is the exact time until the deficit refills (tokens,
 	// requests), until the next period (period_budget), or a hint
 	// (concurrency, which frees when some reservation ends). Zero with
@@ -81,7 +87,9 @@ type TooLargeError struct {
 	// Level is the tenant whose capacity it exceeds (see RejectedError).
 	Level string
 	// Model is the model whose limit it exceeds (input_tokens, output_tokens).
-	Model    string
+	Model string
+	// Pool is the upstream pool whose capacity it exceeds (limit pool).
+	Pool     string
 	Cost     int64
 	Capacity int64
 }
@@ -93,6 +101,9 @@ func (e *TooLargeError) Error() string {
 	}
 	if e.Level != "" {
 		of += " at " + e.Level
+	}
+	if e.Pool != "" {
+		of += " of pool " + e.Pool
 	}
 	return fmt.Sprintf("request cost %d exceeds the %s capacity (%d)%s, so it can never be admitted", e.Cost, e.Limit, e.Capacity, of)
 }

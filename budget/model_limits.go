@@ -89,9 +89,9 @@ func (m ModelLimits) Validate() error {
 	return nil
 }
 
-// modelKey is what model limits are keyed by for an estimate: its model
+// ModelKey is what model limits and pool routes are keyed by for an estimate: its model
 // table entry, or the requested name for a model the table does not know.
-func modelKey(e estimator.Estimate) string {
+func ModelKey(e estimator.Estimate) string {
 	if e.Family == "" || e.Family == estimator.UnknownFamily {
 		return e.Model
 	}
@@ -201,7 +201,7 @@ func (m *modelBucket) end(estIn, estOut, in, out int64, skip LimitSet) {
 // detail is how an entry that changed the buckets records them, so that
 // an auditor sees each model bucket's balance after every change.
 func (m *modelBucket) detail() string {
-	return fmt.Sprintf(`{"model_limits":%q,"input_micro":%d,"output_micro":%d}`, m.Model, m.In.BalanceMicro, m.Out.BalanceMicro)
+	return fmt.Sprintf(`"model_limits":%q,"input_micro":%d,"output_micro":%d`, m.Model, m.In.BalanceMicro, m.Out.BalanceMicro)
 }
 
 // ModelSnapshot is a tenant's model limits and their balances at one instant.

@@ -27,6 +27,14 @@ type ReserveParams struct {
 	// that a large request waiting for refill is not starved by smaller
 	// ones behind it (budget/admission sets it).
 	HoldbackMicro int64
+	// PoolHoldbackMicro is what the decision must leave in the upstream
+	// pool the request's model draws on: what the requests this replica
+	// holds waiting for the pool, and would serve before this one (by
+	// priority class, then virtual token counter), need.
+	PoolHoldbackMicro int64
+	// Priority is the class of the request's key; the decision fills it in
+	// from the key's row (KeyID), and reports it back.
+	Priority Priority
 }
 
 // Reservation is an admitted request: the admission and the tenant's
@@ -40,6 +48,10 @@ type Reservation struct {
 	// Shadow are the shadow limits that would have refused it (not kept
 	// for an idempotent replay, which is not a decision).
 	Shadow []ShadowRefusal `json:"-"`
+	// Pool is the upstream pool the admission drew on, as it left it, and
+	// Priority the class of the request's key.
+	Pool     *PoolState `json:"-"`
+	Priority Priority   `json:"-"`
 	// Replayed is true when an idempotent retry returned an earlier
 	// admission.
 	Replayed bool `json:"-"`

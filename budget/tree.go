@@ -49,7 +49,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now t
 	var rejected *RejectedError
 	mkey := ""
 	if len(models) > 0 {
-		mkey = modelKey(est)
+		mkey = ModelKey(est)
 	}
 	for i := len(chain) - 1; i >= 0; i-- {
 		lv := chain[i]
@@ -139,4 +139,13 @@ func shadowReason(skip LimitSet) string {
 		return ""
 	}
 	return "shadow limits that would have refused: " + strings.Join(skip.Strings(), ", ")
+}
+
+// joinDetail makes an entry's detail of the fields that model buckets and
+// pools record ("" for none).
+func joinDetail(fields []string) string {
+	if len(fields) == 0 {
+		return ""
+	}
+	return "{" + strings.Join(fields, ",") + "}"
 }

@@ -35,8 +35,9 @@ type writes struct {
 	ended    []*Admission
 	keys     []keyPut
 	models   []*modelBucket
-	extra    []write // statements of admin operations, before the rest
-	after    []write // statements that refer to the rows above, after them
+	pools    map[string]*pool // the batch's locked pools; those changed are written
+	extra    []write          // statements of admin operations, before the rest
+	after    []write          // statements that refer to the rows above, after them
 }
 
 type keyPut struct {
@@ -128,6 +129,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		b.Queue(modelLimitsUpdateSQL, tenants, models, in, inAt, out, outAt)
 		expect = append(expect, int64(n))
 	}
+	expect = append(expect, writePools(b, w.pools)...)
 	if len(w.entries) > 0 {
 		ledger.QueueInsert(b, w.entries...)
 		expect = append(expect, int64(len(w.entries)))
@@ -136,14 +138,15 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		ids, tenants, models := make([]string, n), make([]string, n), make([]string, n)
 		in, out, cost, inW, outW := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		approx, created, expires, shadowed := make([]bool, n), make([]time.Time, n), make([]time.Time, n), make([]string, n)
-		families, modelLevels := make([]string, n), make([]string, n)
+		families, modelLevels, pools := make([]string, n), make([]string, n), make([]string, n)
 		for i, a := range w.inserted {
 			e := a.Estimate
 			shadowed[i], families[i], modelLevels[i] = strings.Join(a.Shadowed, ","), a.Family, strings.Join(a.ModelLevels, ",")
+			pools[i] = a.PoolID
 			ids[i], tenants[i], models[i], created[i], expires[i] = a.ID, a.TenantID, e.Model, a.CreatedAt, a.ExpiresAt
 			in[i], out[i], cost[i], approx[i], inW[i], outW[i] = e.InputTokens, e.OutputTokens, e.Cost, e.Approximate, e.InputWeightMicro, e.OutputWeightMicro
 		}
-		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels)
+		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels, pools)
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.ended); n > 0 {

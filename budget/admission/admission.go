@@ -64,6 +64,7 @@ type Admitter struct {
 	cfg      Config
 	pipeline *budget.Pipeline
 	waiters  *waitQueues
+	pools    *poolQueues
 	logger   *slog.Logger
 
 	down  atomic.Bool
@@ -104,6 +105,7 @@ func New(cfg Config) *Admitter {
 		cfg:      cfg,
 		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
+		pools:    newPoolQueues(),
 		logger:   cfg.Logger,
 		stopping: make(chan struct{}),
 		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -302,6 +304,9 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 			a.remember(st.Snapshot)
 			if !st.Replayed {
 				a.waiters.wake(tenantID) // a slot or tokens came free
+				if st.Admission != nil && st.Admission.PoolID != "" {
+					a.pools.wake(st.Admission.PoolID)
+				}
 			}
 			return st, false, nil
 		}

@@ -133,20 +133,41 @@ func (w *waitQueues) wake(tenantID string) {
 func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, maxWait time.Duration) (*budget.Reservation, error) {
 	start := time.Now()
 	var me *waiter
+	var mine *poolWaiter // my place among the pool's waiters, once I wait for it
+	var myPool string
 	defer func() {
 		if me != nil {
 			a.waiters.leave(p.TenantID, me)
 		}
+		if mine != nil {
+			a.pools.leave(myPool, mine)
+		}
 	}()
 	for {
-		var wake <-chan struct{}
+		var wake, poolWake <-chan struct{}
+		pool := a.pools.poolOf(p)
 		if maxWait > 0 {
 			wake = a.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
+			poolWake = a.pools.wakeup(pool)
 		}
 		p.HoldbackMicro = a.waiters.ahead(p.TenantID, me)
+		p.PoolHoldbackMicro = 0
+		if pool != "" {
+			at := mine
+			if at == nil || myPool != pool {
+				at = a.pools.probe(p)
+			}
+			p.PoolHoldbackMicro = a.pools.ahead(pool, at)
+		}
 		r, err := a.pipeline.Reserve(ctx, p)
 		var rej *budget.RejectedError
-		if maxWait <= 0 || !errors.As(err, &rej) {
+		switch {
+		case err == nil:
+			a.pools.learn(p, r.Pool, r.Priority)
+		case errors.As(err, &rej):
+			a.pools.learn(p, rej.PoolState, rej.Priority)
+		}
+		if maxWait <= 0 || rej == nil {
 			return r, err
 		}
 		limit := min(maxWait, rej.Snapshot.Limits.MaxWait)
@@ -155,10 +176,27 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 		if rej.Limit == budget.LimitConcurrency {
 			pause = min(pause, left) // a hint: a slot may free any time
 		}
-		if left <= 0 || pause > left {
+		if left <= 0 || pause > left && rej.Limit != budget.LimitPool {
 			return nil, err
 		}
-		if me == nil {
+		if rej.Limit == budget.LimitPool {
+			// The pool refills for everyone: what it holds back for the
+			// callers ahead may go to me sooner than my own refill time
+			// says, and a pool that is short wakes its waiters as they
+			// are served or end.
+			pause = min(pause, left)
+			if mine == nil || myPool != rej.Pool {
+				if mine != nil {
+					a.pools.leave(myPool, mine)
+				}
+				myPool, mine = rej.Pool, a.pools.probe(p)
+				if !a.pools.enter(myPool, mine, a.cfg.MaxWaiters) {
+					mine = nil
+					return nil, err
+				}
+				poolWake = a.pools.wakeup(myPool)
+			}
+		} else if me == nil {
 			var ok bool
 			if me, ok = a.waiters.enter(p.TenantID, p.Estimate.Cost*budget.Micro); !ok {
 				return nil, err
@@ -173,6 +211,8 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			timer.Stop()
 			return nil, err
 		case <-wake:
+			timer.Stop()
+		case <-poolWake:
 			timer.Stop()
 		case <-timer.C:
 		}

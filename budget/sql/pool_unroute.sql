@@ -1,0 +1,1 @@
+DELETE FROM pool_models WHERE model = $1
