@@ -458,7 +458,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	}
 	if pl != nil {
 		a.PoolID = pl.id
-		pl.serve(t.id, poolNeed, now)
+		pl.serve(t.id, poolNeed, now, p.PoolBacklogged)
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {

@@ -156,8 +156,14 @@ func scanPools(br pgx.BatchResults) (map[string]*pool, map[string]string, error)
 }
 
 // shareOf is tenantID's share of the pool (weight 1 until an admin says
-// otherwise), its counter lifted if the tenant was idle (poolActiveWindow).
-func (p *pool) shareOf(tenantID string, now time.Time) *share {
+// otherwise), its counter lifted if the tenant was idle (poolActiveWindow)
+// to the lowest counter of the tenants served meanwhile. A request that
+// was already waiting for the pool (backlogged) was there before those
+// tenants were served, which the counter's lift in the paper (on arrival,
+// not on service) would credit: it is lifted to one pool's capacity below
+// that floor instead, so a tenant that queued at the start is not robbed of
+// its share, and one that returns after a long idle gains at most a bucket.
+func (p *pool) shareOf(tenantID string, now time.Time, backlogged bool) *share {
 	sh, ok := p.shares[tenantID]
 	if !ok {
 		sh = &share{tenantID: tenantID, weight: 1}
@@ -169,6 +175,9 @@ func (p *pool) shareOf(tenantID string, now time.Time) *share {
 			if o != sh && o.activeAt != nil && now.Sub(*o.activeAt) <= poolActiveWindow && (floor < 0 || o.vtc < floor) {
 				floor = o.vtc
 			}
+		}
+		if backlogged && floor > 0 {
+			floor = max(0, floor-p.Tokens.CapacityMicro/sh.weight)
 		}
 		sh.vtc = max(sh.vtc, floor)
 	}
@@ -189,8 +198,8 @@ func (p *pool) refusal(need, holdbackMicro int64) error {
 }
 
 // serve takes need from the pool for tenantID and counts it to its share.
-func (p *pool) serve(tenantID string, need int64, now time.Time) {
-	sh := p.shareOf(tenantID, now)
+func (p *pool) serve(tenantID string, need int64, now time.Time, backlogged bool) {
+	sh := p.shareOf(tenantID, now, backlogged)
 	p.Tokens.BalanceMicro -= need * Micro
 	sh.vtc += need * Micro / sh.weight
 	sh.served += need
@@ -201,7 +210,7 @@ func (p *pool) serve(tenantID string, need int64, now time.Time) {
 // correct moves a served amount to what was used (refund capped at the
 // pool's capacity), and the tenant's counter with it.
 func (p *pool) correct(tenantID string, reserved, used int64, now time.Time) {
-	sh := p.shareOf(tenantID, now)
+	sh := p.shareOf(tenantID, now, false)
 	p.Tokens.Refund((reserved - used) * Micro)
 	sh.vtc = max(0, sh.vtc+(used-reserved)*Micro/sh.weight)
 	sh.served += used - reserved

@@ -32,6 +32,11 @@ type ReserveParams struct {
 	// holds waiting for the pool, and would serve before this one (by
 	// priority class, then virtual token counter), need.
 	PoolHoldbackMicro int64
+	// PoolBacklogged says the request's tenant has callers waiting for the
+	// pool in its replica (or the replica cannot tell): it was not idle,
+	// whatever the pool's counters say, so it is not lifted to the floor of
+	// the tenants served meanwhile, only to one bucket below it.
+	PoolBacklogged bool
 	// Priority is the class of the request's key; the decision fills it in
 	// from the key's row (KeyID), and reports it back.
 	Priority Priority

@@ -8,6 +8,13 @@
 // every other origin. Charts and gauges are SVG drawn here, in Go; the
 // script only moves SVG attributes and text when it polls for live numbers.
 //
+// Budgets nest, and an admission must fit every level of its tenant's
+// tree, so tenants are shown as trees (each under its parent, with its own
+// gauges) rather than as a flat list that would hide which organisation a
+// busy team draws on. Shadow limits are marked wherever limits are shown,
+// with what they would have refused beside them: a shadow limit exists to
+// be judged on real traffic before it is enforced.
+//
 // An admin logs in with an admin token (tga_...); the session lives in
 // Postgres (credential), so every replica serves it, and logging out or
 // revoking the token ends it everywhere. Each session has its own CSRF

@@ -27,10 +27,13 @@ type driftRow struct {
 	EstIn, EstOut, ActIn, Act string
 	MeanErr, P95Err           string
 	Expired                   int64
-	Refunded, Extra           string
-	Y, TextY                  int
-	EstW, ActW                string
-	Over                      bool
+	// ShadowRefused counts the admissions a shadow limit would have
+	// refused: what enforcing it would have cost this model's callers.
+	ShadowRefused   int64
+	Refunded, Extra string
+	Y, TextY        int
+	EstW, ActW      string
+	Over            bool
 }
 
 func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
@@ -54,7 +57,7 @@ func newDrift(rows []budget.DriftRow) driftView {
 			}
 		}
 		v.Rows = append(v.Rows, driftRow{
-			Model: r.Model, Admissions: r.Admissions, Settled: r.Settled, Expired: r.Expired,
+			Model: r.Model, Admissions: r.Admissions, Settled: r.Settled, Expired: r.Expired, ShadowRefused: r.ShadowRefused,
 			EstIn: strconv.FormatInt(r.EstimatedInput, 10), EstOut: strconv.FormatInt(r.EstimatedOutput, 10),
 			ActIn: strconv.FormatInt(r.ActualInput, 10), Act: strconv.FormatInt(r.ActualOutput, 10),
 			MeanErr: mean, P95Err: p95,

@@ -23,10 +23,24 @@ type form struct {
 
 func newForm() *form { return &form{values: map[string]string{}, errs: map[string]string{}} }
 
+// listFields are the fields sent once per ticked checkbox; the form keeps
+// their values joined with commas.
+var listFields = map[string]bool{"shadow": true}
+
 // formFrom copies the named fields of a POST body.
 func formFrom(v url.Values, names ...string) *form {
 	f := newForm()
 	for _, n := range names {
+		if listFields[n] {
+			var vals []string
+			for _, x := range v[n] {
+				if x = strings.TrimSpace(x); x != "" {
+					vals = append(vals, x)
+				}
+			}
+			f.values[n] = strings.Join(vals, ",")
+			continue
+		}
 		f.values[n] = strings.TrimSpace(v.Get(n))
 	}
 	return f
@@ -42,6 +56,24 @@ func (f *form) Get(name string) string {
 
 // Set fills a field.
 func (f *form) Set(name, value string) { f.values[name] = value }
+
+// List returns the values of a checkbox field (listFields).
+func (f *form) List(name string) []string {
+	if v := f.Get(name); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
+}
+
+// Checked reports whether a checkbox field has value ticked.
+func (f *form) Checked(name, value string) bool {
+	for _, v := range f.List(name) {
+		if v == value {
+			return true
+		}
+	}
+	return false
+}
 
 // Err returns the message of a bad field, "" when it is fine.
 func (f *form) Err(name string) string {
@@ -147,7 +179,7 @@ func (f *form) Duration(name string) time.Duration {
 // limitFields are the fields of the tenant forms; their names are the
 // budget.LimitError field names, so a refusal lands next to its field.
 var limitFields = []string{"tokens_capacity", "tokens_per_second", "requests_capacity", "requests_per_second",
-	"max_concurrent", "period_budget", "period", "reservation_ttl", "max_wait", "on_store_unavailable"}
+	"max_concurrent", "period_budget", "period", "reservation_ttl", "max_wait", "on_store_unavailable", "shadow"}
 
 // limits reads the limit fields and validates them with budget's own
 // rules.
@@ -164,6 +196,9 @@ func (f *form) limits() budget.Limits {
 		MaxWait:            f.Duration("max_wait"),
 		OnStoreUnavailable: budget.Policy(f.Get("on_store_unavailable")),
 	}
+	shadow, err := budget.ParseLimitSet("shadow", f.List("shadow"))
+	f.limitError(err)
+	l.Shadow = shadow
 	if !f.OK() {
 		return l
 	}
@@ -201,6 +236,7 @@ func limitsForm(l budget.Limits) *form {
 	f.Set("reservation_ttl", fmtDuration(l.ReservationTTL))
 	f.Set("max_wait", fmtDuration(l.MaxWait))
 	f.Set("on_store_unavailable", string(l.OnStoreUnavailable))
+	f.Set("shadow", strings.Join(l.Shadow.Strings(), ","))
 	return f
 }
 

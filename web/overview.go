@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
@@ -46,6 +44,8 @@ type gauge struct {
 	Text  string // "391 / 500"
 	Pct   string // fill width in 0..100, one decimal
 	Level string // ok, warn (amber) or bad (red)
+	// Shadow marks a shadow limit: counted, never enforced.
+	Shadow bool
 }
 
 // spark is a tenant's count per minute over the last sparkMinutes, oldest
@@ -78,6 +78,12 @@ func (spark) Height() int { return sparkHeight }
 type tenantRow struct {
 	ID       string
 	Disabled bool
+	// Parent is the tenant's parent ("" for a root); Depth is its level
+	// below the first row shown of its tree (treeOrder sets it).
+	Parent string
+	Depth  int
+	// Current marks the tenant whose page this is, in its tree.
+	Current bool
 	// Status is throttled (a limit refused requests in the last two
 	// minutes), low (a balance under 10 % or reservations near the cap),
 	// ok or disabled.
@@ -88,6 +94,10 @@ type tenantRow struct {
 	Why       string
 	WhyDetail string
 	Spark     [2]spark // admitted, rejected
+	// Shadow lists the tenant's shadow limits; WouldRefuse says how many
+	// requests each would have refused over the last sparkMinutes.
+	Shadow      []string
+	WouldRefuse string
 
 	rank int
 }
@@ -115,6 +125,7 @@ func (r *tenantRow) Fields() map[string]string {
 		"rejected":      groupDigits(r.Rejected),
 		"rejected_prev": groupDigits(r.RejectedPrev),
 		"why":           why,
+		"would_refuse":  r.WouldRefuse,
 	}
 }
 
@@ -164,8 +175,8 @@ func openGauge(open, maxOpen int64) gauge {
 var limitOrder = []budget.Limit{budget.LimitTokens, budget.LimitRequests, budget.LimitConcurrency, budget.LimitPeriodBudget}
 
 // tenantRows builds the rows of snaps with their activity per minute
-// (budget.Store.Activity), throttled tenants first. The current minute is
-// the database's, taken from the snapshots.
+// (budget.Store.Activity), in tree order (treeOrder): throttled trees
+// first. The current minute is the database's, taken from the snapshots.
 func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]*tenantRow, error) {
 	if len(snaps) == 0 {
 		return nil, nil
@@ -186,6 +197,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		r := &tenantRow{
 			ID:           s.TenantID,
 			Disabled:     s.Disabled,
+			Parent:       s.Parent(),
 			Tokens:       balanceGauge("tokens", s.Tokens(), l.TokensCapacity),
 			Requests:     gauge{Name: "requests", Pct: "0", Level: "ok"},
 			Period:       gauge{Name: "period", Pct: "0", Level: "ok"},
@@ -201,6 +213,11 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		}
 		if l.PeriodBudget > 0 {
 			r.Period = balanceGauge("period", s.PeriodRemaining(), l.PeriodBudget)
+		}
+		r.Shadow = l.Shadow.Strings()
+		r.WouldRefuse = wouldRefuse(l.Shadow, c.WouldRefuse)
+		for _, g := range []*gauge{&r.Tokens, &r.Requests, &r.Period, &r.Open} {
+			g.Shadow = l.Shadow.Has(gaugeLimit[g.Name])
 		}
 		var detail []string
 		var best int64
@@ -227,19 +244,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		}
 		rows = append(rows, r)
 	}
-	slices.SortStableFunc(rows, func(a, b *tenantRow) int {
-		if a.rank != b.rank {
-			return a.rank - b.rank
-		}
-		if ra, rb := a.Rejected+a.RejectedPrev, b.Rejected+b.RejectedPrev; ra != rb {
-			if ra > rb {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return rows, nil
+	return treeOrder(rows), nil
 }
 
 // sparkOf lays out counts (index 0 is the current minute) as bars, oldest
@@ -270,10 +275,16 @@ type overviewView struct {
 	Rows      []*tenantRow
 	Throttled int
 	Create    *form
+	// Parents are the tenants a new tenant may nest under.
+	Parents []parentOption
 }
 
+// overview lists the tenants; ?parent= preselects the create form's
+// parent (the tenant page's "nest a tenant here" link).
 func (d *Dashboard) overview(c *echo.Context) error {
-	return d.renderOverview(c, http.StatusOK, newForm())
+	f := newForm()
+	f.Set("parent", c.QueryParam("parent"))
+	return d.renderOverview(c, http.StatusOK, f)
 }
 
 func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) error {
@@ -287,9 +298,10 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 		return err
 	}
 	v := &overviewView{
-		layout: layout{Title: "Overview", Nav: "overview", Session: sessionOf(c), Flash: flash(c), Live: "/ui/overview.json"},
-		Rows:   rows,
-		Create: create,
+		layout:  layout{Title: "Overview", Nav: "overview", Session: sessionOf(c), Flash: flash(c), Live: "/ui/overview.json"},
+		Rows:    rows,
+		Create:  create,
+		Parents: parentOptions(snaps, create.Get("parent")),
 	}
 	for _, r := range rows {
 		if r.Status == "throttled" {
@@ -302,14 +314,14 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 // tenantCreate creates a tenant from the overview's form. A refused form
 // comes back filled in, with the reason next to the field.
 func (d *Dashboard) tenantCreate(c *echo.Context) error {
-	f := formFrom(postForm(c), append([]string{"id"}, limitFields...)...)
+	f := formFrom(postForm(c), append([]string{"id", "parent"}, limitFields...)...)
 	id := f.Get("id")
 	f.limitError(budget.ValidateTenantID(id))
 	l := f.limits()
 	if !f.OK() {
 		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
 	}
-	_, err := d.store.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: id, Limits: l, Actor: actor(c)})
+	_, err := d.store.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: id, Parent: f.Get("parent"), Limits: l, Actor: actor(c)})
 	switch {
 	case errors.Is(err, budget.ErrTenantExists):
 		f.Fail("id", "a tenant with this id already exists")
@@ -320,74 +332,4 @@ func (d *Dashboard) tenantCreate(c *echo.Context) error {
 		return err
 	}
 	return seeOther(c, "/tenants/"+pathEscape(id)+"?done=created")
-}
-
-// liveJSON is what the page's script polls: per tenant, the texts, gauge
-// widths and sparkline bars to put in place, in display order.
-type liveJSON struct {
-	At      time.Time    `json:"at"`
-	Tenants []liveTenant `json:"tenants"`
-}
-
-type liveTenant struct {
-	ID     string                `json:"id"`
-	Status string                `json:"status"`
-	Fields map[string]string     `json:"fields"`
-	Titles map[string]string     `json:"titles"`
-	Gauges map[string]liveGauge  `json:"gauges"`
-	Sparks map[string][]sparkBar `json:"sparks"`
-}
-
-type liveGauge struct {
-	Pct   string `json:"pct"`
-	Level string `json:"level"`
-}
-
-// liveOverview answers the overview's (or one tenant page's, with
-// ?tenant=) polling, under the same session as the pages.
-func (d *Dashboard) liveOverview(c *echo.Context) error {
-	ctx := c.Request().Context()
-	var snaps []budget.Snapshot
-	var err error
-	if id := c.QueryParam("tenant"); id != "" {
-		var s budget.Snapshot
-		s, err = d.store.TenantSnapshot(ctx, id)
-		if errors.Is(err, budget.ErrTenantNotFound) {
-			return c.JSON(http.StatusNotFound, jsonError{Error: jsonErrorBody{Type: "not_found", Message: "no such tenant"}})
-		}
-		snaps = []budget.Snapshot{s}
-	} else {
-		snaps, err = d.store.TenantList(ctx)
-	}
-	var rows []*tenantRow
-	if err == nil {
-		rows, err = d.tenantRows(ctx, snaps)
-	}
-	if err != nil {
-		d.logger.ErrorContext(ctx, "dashboard live update failed", "error", err.Error(),
-			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
-		return c.JSON(http.StatusInternalServerError, jsonError{Error: jsonErrorBody{Type: "internal_error", Message: "internal server error"}})
-	}
-	out := liveJSON{At: time.Now().UTC(), Tenants: make([]liveTenant, 0, len(rows))}
-	if len(snaps) > 0 {
-		out.At = snaps[0].At.UTC()
-	}
-	for _, r := range rows {
-		t := liveTenant{
-			ID:     r.ID,
-			Status: r.Status,
-			Fields: r.Fields(),
-			Titles: map[string]string{"why": r.WhyDetail},
-			Gauges: map[string]liveGauge{},
-			Sparks: map[string][]sparkBar{},
-		}
-		for _, g := range []gauge{r.Tokens, r.Requests, r.Period, r.Open} {
-			t.Gauges[g.Name] = liveGauge{Pct: g.Pct, Level: g.Level}
-		}
-		for _, s := range r.Spark {
-			t.Sparks[s.Name] = s.Bars
-		}
-		out.Tenants = append(out.Tenants, t)
-	}
-	return c.JSON(http.StatusOK, out)
 }

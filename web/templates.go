@@ -64,6 +64,7 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"pathesc":  pathEscape,
 		"field":    newField,
 		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
+		"limits":   func() []budget.Limit { return budget.AllLimits },
 	}
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {

@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -22,8 +23,16 @@ const (
 
 type tenantView struct {
 	layout
-	Row     *tenantRow
-	Snap    budget.Snapshot
+	Row  *tenantRow
+	Snap budget.Snapshot
+	// Tree is the tenant's ancestors, itself and its children, in tree
+	// order; Levels are the tenants every admission of it must fit, root
+	// first (its ancestors and itself).
+	Tree     []*tenantRow
+	Levels   []string
+	Children int
+	// CanNest says whether a tenant may be created below this one.
+	CanNest bool
 	Limits  *form
 	Adjust  *form
 	Disable *form
@@ -45,13 +54,23 @@ type newKey struct {
 // a new key) before it is rendered.
 func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit func(*tenantView)) error {
 	ctx := c.Request().Context()
-	snap, err := d.store.TenantSnapshot(ctx, id)
+	tree, err := d.store.TenantTree(ctx, id)
 	if err != nil {
 		return err
 	}
-	rows, err := d.tenantRows(ctx, []budget.Snapshot{snap})
+	snaps, snap, ok := treeSnapshots(tree, id)
+	if !ok {
+		return budget.ErrTenantNotFound
+	}
+	rows, err := d.tenantRows(ctx, snaps)
 	if err != nil {
 		return err
+	}
+	var row *tenantRow
+	for _, r := range rows {
+		if r.ID == id {
+			row, r.Current = r, true
+		}
 	}
 	keys, err := credential.KeyList(ctx, d.db, id)
 	if err != nil {
@@ -72,15 +91,19 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
-		Row:     rows[0],
-		Snap:    snap,
-		Limits:  limitsForm(snap.Limits),
-		Adjust:  newForm(),
-		Disable: newForm(),
-		Keys:    keys,
-		Entries: entryTable{Entries: entries},
-		Chart:   newCostChart(adms),
-		Drift:   drift,
+		Row:      row,
+		Snap:     snap,
+		Tree:     rows,
+		Levels:   append(slices.Clone(snap.Path), id),
+		Children: len(rows) - len(snap.Path) - 1,
+		CanNest:  len(snap.Path)+1 < budget.MaxDepth,
+		Limits:   limitsForm(snap.Limits),
+		Adjust:   newForm(),
+		Disable:  newForm(),
+		Keys:     keys,
+		Entries:  entryTable{Entries: entries},
+		Chart:    newCostChart(adms),
+		Drift:    drift,
 	}
 	if edit != nil {
 		edit(v)

@@ -113,6 +113,24 @@ func (q *poolQueues) ahead(pool string, me *poolWaiter) int64 {
 	return sum
 }
 
+// waiting reports whether some caller of tenant waits for pool here: the
+// tenant is backlogged, not returning from idle.
+func (q *poolQueues) waiting(pool, tenant string) bool {
+	if pool == "" {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if pw, ok := q.pools[pool]; ok {
+		for _, o := range pw.queue {
+			if o.tenant == tenant {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // enter queues a caller for pool, or refuses when the pool's queue in
 // this replica is full.
 func (q *poolQueues) enter(pool string, me *poolWaiter, max int) bool {

@@ -151,7 +151,9 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			poolWake = a.pools.wakeup(pool)
 		}
 		p.HoldbackMicro = a.waiters.ahead(p.TenantID, me)
-		p.PoolHoldbackMicro = 0
+		// Backlogged: waiting already, or another caller of the tenant is,
+		// or this replica cannot tell (it has not learnt the model's pool).
+		p.PoolHoldbackMicro, p.PoolBacklogged = 0, mine != nil || pool == "" || a.pools.waiting(pool, p.TenantID)
 		if pool != "" {
 			at := mine
 			if at == nil || myPool != pool {

@@ -116,10 +116,12 @@
     });
   }
 
+  // A tenant may show more than once (its page, and its row in its tree).
   function update(data) {
     var els = {};
     document.querySelectorAll('[data-tenant]').forEach(function (el) {
-      els[el.getAttribute('data-tenant')] = el;
+      var id = el.getAttribute('data-tenant');
+      (els[id] = els[id] || []).push(el);
     });
     var throttled = 0;
     var unknown = 0;
@@ -128,17 +130,20 @@
         throttled++;
       }
       if (els[t.id]) {
-        updateTenant(els[t.id], t);
+        els[t.id].forEach(function (el) { updateTenant(el, t); });
       } else {
         unknown++;
       }
     });
 
-    // Keep the server's order: throttled tenants first.
+    // Keep the server's order: each tenant under its parent, throttled
+    // trees first.
     var tbody = document.querySelector('[data-live-sort]');
     if (tbody) {
-      var want = data.tenants.map(function (t) { return els[t.id]; }).filter(function (el) {
-        return el && el.parentNode === tbody;
+      var want = data.tenants.map(function (t) {
+        return (els[t.id] || []).filter(function (el) { return el.parentNode === tbody; })[0];
+      }).filter(function (el) {
+        return el;
       });
       var have = Array.prototype.filter.call(tbody.children, function (el) { return el.hasAttribute('data-tenant'); });
       var same = want.length === have.length && want.every(function (el, i) { return el === have[i]; });

@@ -1,0 +1,84 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/tokengate/tokengate/budget"
+)
+
+// liveJSON is what the page's script polls: per tenant, the texts, gauge
+// widths and sparkline bars to put in place, in display order.
+type liveJSON struct {
+	At      time.Time    `json:"at"`
+	Tenants []liveTenant `json:"tenants"`
+}
+
+type liveTenant struct {
+	ID     string                `json:"id"`
+	Status string                `json:"status"`
+	Fields map[string]string     `json:"fields"`
+	Titles map[string]string     `json:"titles"`
+	Gauges map[string]liveGauge  `json:"gauges"`
+	Sparks map[string][]sparkBar `json:"sparks"`
+}
+
+type liveGauge struct {
+	Pct   string `json:"pct"`
+	Level string `json:"level"`
+}
+
+// liveOverview answers the overview's (or one tenant page's, with
+// ?tenant=) polling, under the same session as the pages. Tenants come in
+// the order the overview lists them (treeOrder), which the script keeps.
+func (d *Dashboard) liveOverview(c *echo.Context) error {
+	ctx := c.Request().Context()
+	var snaps []budget.Snapshot
+	var err error
+	if id := c.QueryParam("tenant"); id != "" {
+		// A tenant page shows its tenant, and its ancestors and children
+		// in the tree: all of them move.
+		var tree *budget.TreeNode
+		tree, err = d.store.TenantTree(ctx, id)
+		if errors.Is(err, budget.ErrTenantNotFound) {
+			return c.JSON(http.StatusNotFound, jsonError{Error: jsonErrorBody{Type: "not_found", Message: "no such tenant"}})
+		}
+		snaps, _, _ = treeSnapshots(tree, id)
+	} else {
+		snaps, err = d.store.TenantList(ctx)
+	}
+	var rows []*tenantRow
+	if err == nil {
+		rows, err = d.tenantRows(ctx, snaps)
+	}
+	if err != nil {
+		d.logger.ErrorContext(ctx, "dashboard live update failed", "error", err.Error(),
+			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		return c.JSON(http.StatusInternalServerError, jsonError{Error: jsonErrorBody{Type: "internal_error", Message: "internal server error"}})
+	}
+	out := liveJSON{At: time.Now().UTC(), Tenants: make([]liveTenant, 0, len(rows))}
+	if len(snaps) > 0 {
+		out.At = snaps[0].At.UTC()
+	}
+	for _, r := range rows {
+		t := liveTenant{
+			ID:     r.ID,
+			Status: r.Status,
+			Fields: r.Fields(),
+			Titles: map[string]string{"why": r.WhyDetail},
+			Gauges: map[string]liveGauge{},
+			Sparks: map[string][]sparkBar{},
+		}
+		for _, g := range []gauge{r.Tokens, r.Requests, r.Period, r.Open} {
+			t.Gauges[g.Name] = liveGauge{Pct: g.Pct, Level: g.Level}
+		}
+		for _, s := range r.Spark {
+			t.Sparks[s.Name] = s.Bars
+		}
+		out.Tenants = append(out.Tenants, t)
+	}
+	return c.JSON(http.StatusOK, out)
+}
