@@ -53,6 +53,27 @@ func (s *Server) adminKeyRevoke(c *echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// adminKeyPatch changes a key's priority class among the requests waiting
+// for an upstream pool.
+func (s *Server) adminKeyPatch(c *echo.Context) error {
+	var in struct {
+		Priority string `json:"priority"`
+	}
+	if err := decodeStrict(c, &in); err != nil {
+		return err
+	}
+	err := credential.KeySetPriorityRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), budget.Priority(in.Priority), actorOf(c))
+	switch {
+	case errors.Is(err, credential.ErrBadPriority):
+		return invalid("priority", `must be "critical", "standard" or "sheddable"`)
+	case errors.Is(err, credential.ErrKeyNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked key for this tenant"}
+	case err != nil:
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
 func (s *Server) adminTokenList(c *echo.Context) error {
 	tokens, err := credential.AdminTokenList(c.Request().Context(), s.db)
 	if err != nil {

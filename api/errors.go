@@ -26,8 +26,9 @@ type Error struct {
 	// ancestor's when budgets nest.
 	Level string `json:"level,omitempty"`
 	// Model is the model whose own limits refused (input_tokens,
-	// output_tokens).
+	// output_tokens); Pool the upstream pool (limit pool).
 	Model        string `json:"model,omitempty"`
+	Pool         string `json:"pool,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 }
 
@@ -85,10 +86,13 @@ func httpError(err error) *Error {
 		if rej.Level != "" {
 			of += " of " + rej.Level
 		}
-		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model,
+		if rej.Pool != "" {
+			of = " of the upstream pool " + rej.Pool
+		}
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model, Pool: rej.Pool,
 			Message: "rejected by the " + string(rej.Limit) + " limit" + of + "; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
 	case errors.As(err, &tooLarge):
-		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level, Model: tooLarge.Model,
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level, Model: tooLarge.Model, Pool: tooLarge.Pool,
 			Message: tooLarge.Error()}
 	case errors.As(err, &inv):
 		return invalid(inv.Field, inv.Reason)
@@ -96,6 +100,8 @@ func httpError(err error) *Error {
 		return invalid(limErr.Field, limErr.Reason)
 	case errors.Is(err, budget.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
+	case errors.Is(err, budget.ErrPoolNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such pool"}
 	case errors.Is(err, budget.ErrModelLimitsNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}
 	case errors.Is(err, budget.ErrTenantNotFound):

@@ -42,6 +42,11 @@ type Budget interface {
 	SetModelLimits(ctx context.Context, p budget.SetModelLimitsParams) (budget.ModelSnapshot, error)
 	RemoveModelLimits(ctx context.Context, tenantID, model, actor string) error
 	ModelLimitsList(ctx context.Context, tenantID string) ([]budget.ModelSnapshot, error)
+	CreatePool(ctx context.Context, id string, l budget.PoolLimits) error
+	SetPoolLimits(ctx context.Context, id string, l budget.PoolLimits) error
+	RoutePool(ctx context.Context, model, poolID string) error
+	SetPoolWeight(ctx context.Context, poolID, tenantID string, weight int64) error
+	Pools(ctx context.Context) ([]budget.PoolSnapshot, error)
 	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
 	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
 	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
@@ -238,6 +243,13 @@ func (s *Server) routes() {
 	admin.GET("/tenants/:id/model-limits", s.adminModelLimitsList)
 	admin.PUT("/tenants/:id/model-limits", s.adminModelLimitsPut)
 	admin.DELETE("/tenants/:id/model-limits", s.adminModelLimitsDelete)
+	admin.PATCH("/tenants/:id/keys/:key", s.adminKeyPatch)
+	admin.GET("/pools", s.adminPoolList)
+	admin.POST("/pools", s.adminPoolCreate)
+	admin.PATCH("/pools/:pool/limits", s.adminPoolLimits)
+	admin.PUT("/pools/:pool/models", s.adminPoolRoute)
+	admin.DELETE("/pools/:pool/models", s.adminPoolUnroute)
+	admin.PUT("/pools/:pool/weights/:id", s.adminPoolWeight)
 	admin.PATCH("/tenants/:id/limits", s.adminTenantLimits)
 	admin.POST("/tenants/:id/disable", s.adminTenantDisable)
 	admin.POST("/tenants/:id/enable", s.adminTenantEnable)

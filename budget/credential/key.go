@@ -26,6 +26,8 @@ var (
 	keyListSQL string
 	//go:embed sql/key_revoke.sql
 	keyRevokeSQL string
+	//go:embed sql/key_set_priority.sql
+	keySetPrioritySQL string
 	//go:embed sql/key_touch.sql
 	keyTouchSQL string
 )
@@ -61,6 +63,9 @@ type Key struct {
 	CreatedAt  time.Time  `json:"created_at" db:"created_at"`
 	LastUsedAt *time.Time `json:"last_used_at" db:"last_used_at"`
 	RevokedAt  *time.Time `json:"revoked_at" db:"revoked_at"`
+	// Priority is the key's class among requests waiting for an upstream
+	// pool: critical, standard or sheddable.
+	Priority string `json:"priority" db:"priority"`
 }
 
 // KeyCreate makes a key for tenantID and returns it with its secret, the full
@@ -193,6 +198,35 @@ func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string
 	}
 	return k, full, nil
 }
+
+// KeySetPriorityRecorded sets a key's priority class (critical, standard,
+// sheddable) and records the change in the tenant's ledger, in one
+// transaction. It returns ErrKeyNotFound (also for a revoked key, or when
+// the tenant does not exist) or ErrBadPriority.
+func KeySetPriorityRecorded(ctx context.Context, rec Recorder, tenantID, keyID string, priority budget.Priority, actor string) error {
+	if !priority.Valid() {
+		return ErrBadPriority
+	}
+	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "priority " + string(priority), KeyID: keyID, Actor: actor,
+		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
+			tag, err := conn.Exec(ctx, keySetPrioritySQL, keyID, tenantID, string(priority))
+			if err != nil {
+				return fmt.Errorf("credential: set priority: %w", err)
+			}
+			if tag.RowsAffected() != 1 {
+				return ErrKeyNotFound
+			}
+			return nil
+		}})
+	if errors.Is(err, budget.ErrTenantNotFound) {
+		return ErrKeyNotFound
+	}
+	return err
+}
+
+// ErrBadPriority: a priority class other than critical, standard or
+// sheddable.
+var ErrBadPriority = errors.New("credential: priority must be critical, standard or sheddable")
 
 // KeyRevokeRecorded revokes a key and records who revoked it in the tenant's
 // ledger, in one transaction. It returns ErrKeyNotFound (also when the tenant

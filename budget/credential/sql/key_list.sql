@@ -1,4 +1,4 @@
-SELECT id, tenant_id, created_at, last_used_at, revoked_at
+SELECT id, tenant_id, created_at, last_used_at, revoked_at, priority
 FROM api_keys
 WHERE tenant_id = $1
 ORDER BY created_at, id
