@@ -56,6 +56,7 @@ type cli struct {
 	Ledger     ledgerCmd     `cmd:"" help:"Verify and report on the ledger."`
 	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
 	Gateway    gatewayCmd    `cmd:"" help:"Manage gateway credentials (the rate limit service, serve --rls-addr)."`
+	Pool       poolCmd       `cmd:"" help:"Manage upstream capacity pools, shared by tenants in weighted fair shares."`
 	Loadgen    loadgenCmd    `cmd:"" help:"Drive a running tokengate like a gateway and report throughput and latency."`
 	Demo       demoCmd       `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
 }

@@ -86,9 +86,10 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 }
 
 type keyCmd struct {
-	Create keyCreateCmd `cmd:"" help:"Create an API key for a tenant and print it once."`
-	List   keyListCmd   `cmd:"" help:"List a tenant's keys (never their secrets)."`
-	Revoke keyRevokeCmd `cmd:"" help:"Revoke a tenant's key."`
+	Create   keyCreateCmd   `cmd:"" help:"Create an API key for a tenant and print it once."`
+	List     keyListCmd     `cmd:"" help:"List a tenant's keys (never their secrets)."`
+	Revoke   keyRevokeCmd   `cmd:"" help:"Revoke a tenant's key."`
+	Priority keyPriorityCmd `cmd:"" help:"Set a key's priority class for upstream pools: critical, standard or sheddable."`
 }
 
 type keyCreateCmd struct {

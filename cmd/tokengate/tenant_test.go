@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -173,5 +174,69 @@ func TestModelLimitsFromTheCLI(t *testing.T) {
 	}
 	if _, _, err := cli2(t, "tenant", "model-limits", "remove", "acme", "gpt-4o", "--database-url", url); err == nil {
 		t.Fatal("removed twice")
+	}
+}
+
+func TestPoolsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	for _, id := range []string{"acme", "beta"} {
+		if _, _, err := cli2(t, "tenant", "create", id, "--database-url", url, "--tokens-capacity", "100000", "--tokens-per-second", "1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := cli2(t, "pool", "create", "gpu", "--database-url", url, "--tokens-capacity", "5000", "--tokens-per-second", "0.001",
+		"--model", "gpt-4o", "--model", "meta-llama/Llama-3.1-8B"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "pool", "weight", "gpu", "beta", "3", "--database-url", url); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "pool", "weight", "gpu", "nobody", "3", "--database-url", url); err == nil {
+		t.Fatal("weight for nobody")
+	}
+	if _, _, err := cli2(t, "pool", "route", "gpt-4o", "--database-url", url); err == nil {
+		t.Fatal("route without a pool or --off")
+	}
+	pool := pgtest.Pool(t, url, nil)
+	store := budget.NewStore(pool)
+	p := budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o", Family: "gpt-4o", InputTokens: 300, OutputTokens: 700,
+		Cost: 1000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
+	if _, err := store.Reserve(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := cli2(t, "pool", "list", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^gpu\s+4000/5000\s+0\.001\s+gpt-4o,meta-llama/Llama-3\.1-8B\s+acme\s+1\s+1000\s+100\.0%$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^\s+beta\s+3\s+0\s+0\.0%$`).MatchString(out) {
+		t.Fatalf("list:\n%s", out)
+	}
+	if _, _, err := cli2(t, "pool", "route", "gpt-4o", "--off", "--database-url", url); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "pool", "update", "gpu", "--database-url", url, "--tokens-capacity", "100", "--tokens-per-second", "2"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = cli2(t, "pool", "list", "--database-url", url)
+	if !regexp.MustCompile(`(?m)^gpu\s+100/100\s+2\s+meta-llama/Llama-3\.1-8B\s`).MatchString(out) {
+		t.Fatalf("after update and unroute:\n%s", out)
+	}
+	// A key's priority class.
+	keyOut, _, err := cli2(t, "key", "create", "acme", "--database-url", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := credential.Parse(credential.KeyPrefix, strings.TrimSpace(keyOut))
+	if _, _, err := cli2(t, "key", "priority", "acme", id, "sheddable", "--database-url", url); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli2(t, "key", "priority", "acme", id, "urgent", "--database-url", url); err == nil {
+		t.Fatal("an unknown class")
+	}
+	keys, err := credential.KeyList(context.Background(), pool, "acme")
+	if err != nil || len(keys) != 1 || keys[0].Priority != "sheddable" {
+		t.Fatalf("keys %+v %v", keys, err)
 	}
 }
