@@ -39,8 +39,9 @@ func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
 // left out of that level's debit (skips, one set per level of chain), but
 // refuses nothing. Of the enforced refusals, the one returned names its
 // level: a request too large for some level first (it can never fit),
-// else the refusal that lasts longest, since the request fits only when
-// every level does (nearest the caller's tenant on a tie). holdback is
+// else, of each level's first refusing limit (in the contract's order),
+// the one that lasts longest, since the request fits only when every level
+// does (nearest the caller's tenant on a tie). holdback is
 // taken from the caller's own tenant before deciding: callers queued ahead
 // of it there are served first.
 func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now time.Time, models map[[2]string]*modelBucket) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
@@ -65,6 +66,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now t
 			refusals = append(refusals, m.refusals(est.InputTokens, est.OutputTokens)...)
 			shadowSet |= m.Shadow
 		}
+		var levelRejected *RejectedError // the level's first refusing limit, in the contract's order
 		for _, err := range refusals {
 			lim := limitOf(err)
 			if shadowSet.Has(lim) {
@@ -81,11 +83,14 @@ func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now t
 					tooLarge = e
 				}
 			case *RejectedError:
-				if rejected == nil || e.RetryAfter > rejected.RetryAfter {
+				if levelRejected == nil {
 					e.Level = lv.id
-					rejected = e
+					levelRejected = e
 				}
 			}
+		}
+		if levelRejected != nil && (rejected == nil || levelRejected.RetryAfter > rejected.RetryAfter) {
+			rejected = levelRejected
 		}
 	}
 	switch {

