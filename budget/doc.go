@@ -6,7 +6,16 @@
 //     (reserve, settle, release, expire, and admin changes) happens in one
 //     transaction that holds the tenant row lock (SELECT .. FOR UPDATE),
 //     whichever replica makes it. Two decisions can never spend the same
-//     balance. Lock order is tenant row, then admission rows.
+//     balance. Lock order is tenant rows (with their ancestors, root first:
+//     by depth, then id), then admission rows, then pool rows (by id); a
+//     tenant's model limits and a pool's shares are written only under
+//     their tenant's or pool's lock, so they need none of their own.
+//   - Budgets nest (tree.go): an admission must fit every level of its
+//     tenant's tree, debits each, and every level's ledger chain records
+//     its own entry; a rejection consumes nothing at any level.
+//   - A shadow limit is evaluated and counted but never refuses; its state
+//     is what it would be if enforced (a request it would refuse is not
+//     debited from it), so enforcing it changes only the answers.
 //   - Time is the database's clock: clock_timestamp() read after the lock is
 //     held, so replicas with skewed clocks agree. Elapsed time is clamped at
 //     zero, and a stored timestamp never moves backwards.
