@@ -36,6 +36,8 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT DELETE ON idempotency_keys TO " + quoted,
 		"GRANT SELECT ON goose_db_version TO " + quoted,
 		"GRANT SELECT, INSERT ON ledger_entries TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_model_limits, pool_models TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE ON pools, pool_shares TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -53,6 +55,18 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	// the app role.
 	tmp := startReplica(t, app)
 	key := (&cluster{pool: owner, store: budget.NewStore(owner)}).tenant(t, "acme", 1000, "1")
+	// With a pool and model limits, so the app role writes their tables too.
+	ownerStore := budget.NewStore(owner)
+	if err := ownerStore.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ownerStore.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ownerStore.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: budget.ModelLimits{
+		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: budget.Micro, OutputCapacity: 1000, OutputRateMicro: budget.Micro}}); err != nil {
+		t.Fatal(err)
+	}
 	code, body := post(t, tmp+"/v1/admissions", key, `{"model":"gpt-4o","prompt":"hi","max_tokens":10}`)
 	if code != http.StatusCreated {
 		t.Fatalf("admission as the app role: %d %s", code, body)
