@@ -15,6 +15,15 @@
 // with what they would have refused beside them: a shadow limit exists to
 // be judged on real traffic before it is enforced.
 //
+// A tenant's model limits (input and output token buckets per model, as
+// providers state ITPM and OTPM) sit on its page beside its tenant-wide
+// limits, because an admission for the model must fit both. An upstream
+// pool is shared by tenants in weighted fair shares, so the pools page puts
+// each tenant's weight beside what it was actually served: whether the
+// split matches the weights is the question an admin brings to it. A key's
+// priority class is set on its tenant's page, with a ledger entry, like
+// every other change to a tenant.
+//
 // An admin logs in with an admin token (tga_...); the session lives in
 // Postgres (credential), so every replica serves it, and logging out or
 // revoking the token ends it everywhere. Each session has its own CSRF

@@ -25,6 +25,15 @@ var flashes = map[string]string{
 	"adjusted": "Adjustment recorded in the ledger.",
 	"revoked":  "Key revoked. Requests with it are refused from now on.",
 	"saved":    "Model saved. This replica estimates with it now, the others within their refresh interval.",
+
+	"model_limits":  "Model limits saved. Every replica decides the next admission of the model with them.",
+	"model_removed": "Model limits removed: this tenant has no buckets of its own for the model any more.",
+	"priority":      "Key priority changed. It orders this key's callers waiting for a pool from now on.",
+	"pool_created":  "Pool created with a full bucket. Route a model to it so admissions draw on it.",
+	"pool_limits":   "Pool limits saved.",
+	"routed":        "Model routed: its admissions draw on the pool from now on.",
+	"unrouted":      "Model unrouted: its admissions no longer draw on a pool.",
+	"weight":        "Weight saved. The tenant's counter is kept.",
 }
 
 func flash(c *echo.Context) string { return flashes[c.QueryParam("done")] }

@@ -34,7 +34,7 @@ var (
 // layout is what every page's frame needs.
 type layout struct {
 	Title   string
-	Nav     string // the active section: overview, models, ledger
+	Nav     string // the active section: overview, models, pools, ledger
 	Session *credential.Session
 	// Flash is a fixed message chosen by a ?done= code, never text from
 	// the request.
@@ -48,7 +48,7 @@ type layout struct {
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.html", "ledger.html", "error.html"}
+var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.html", "pools.html", "ledger.html", "error.html"}
 
 func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -65,6 +65,9 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"field":    newField,
 		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
 		"limits":   func() []budget.Limit { return budget.AllLimits },
+		// modellimits are a model's shadowable limits; priorities a key's classes.
+		"modellimits": func() []budget.Limit { return budget.ModelLimitNames },
+		"priorities":  func() []budget.Priority { return priorities },
 	}
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {

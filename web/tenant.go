@@ -37,6 +37,10 @@ type tenantView struct {
 	Adjust  *form
 	Disable *form
 	Keys    []credential.Key
+	// ModelLimits are the tenant's own per-model buckets; ModelForm sets
+	// one (filled in by a row's edit link, or as a refused form was sent).
+	ModelLimits []modelLimitRow
+	ModelForm   *form
 	// NewKey is set only on the answer to the POST that created the key:
 	// the one time its secret is shown.
 	NewKey  *newKey
@@ -80,6 +84,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	models, err := d.store.ModelLimitsList(ctx, id)
+	if err != nil {
+		return err
+	}
 	adms, err := d.store.AdmissionRecent(ctx, id, recentAdmissions)
 	if err != nil {
 		return err
@@ -91,19 +99,21 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
-		Row:      row,
-		Snap:     snap,
-		Tree:     rows,
-		Levels:   append(slices.Clone(snap.Path), id),
-		Children: len(rows) - len(snap.Path) - 1,
-		CanNest:  len(snap.Path)+1 < budget.MaxDepth,
-		Limits:   limitsForm(snap.Limits),
-		Adjust:   newForm(),
-		Disable:  newForm(),
-		Keys:     keys,
-		Entries:  entryTable{Entries: entries},
-		Chart:    newCostChart(adms),
-		Drift:    drift,
+		Row:         row,
+		Snap:        snap,
+		Tree:        rows,
+		Levels:      append(slices.Clone(snap.Path), id),
+		Children:    len(rows) - len(snap.Path) - 1,
+		CanNest:     len(snap.Path)+1 < budget.MaxDepth,
+		Limits:      limitsForm(snap.Limits),
+		Adjust:      newForm(),
+		Disable:     newForm(),
+		Keys:        keys,
+		ModelLimits: modelLimitRows(models),
+		ModelForm:   modelLimitsEdit(models, c.QueryParam("model")),
+		Entries:     entryTable{Entries: entries},
+		Chart:       newCostChart(adms),
+		Drift:       drift,
 	}
 	if edit != nil {
 		edit(v)

@@ -96,10 +96,11 @@ func treeOrder(rows []*tenantRow) []*tenantRow {
 // shadow limits would have refused ("tokens: 12\nrequests: 0"): every shadow limit it
 // has now, with 0 when it refused nothing (tried, and harmless to
 // enforce), and any limit that was shadow earlier in the window and
-// counted. "—" when there is neither.
+// counted, a model's shadow input_tokens and output_tokens buckets
+// included (after the tenant's own limits). "—" when there is neither.
 func wouldRefuse(shadow budget.LimitSet, counts map[budget.Limit]int64) string {
 	var parts []string
-	for _, l := range budget.AllLimits {
+	for _, l := range slices.Concat(budget.AllLimits, budget.ModelLimitNames) {
 		n, counted := counts[l]
 		if shadow.Has(l) || counted {
 			parts = append(parts, string(l)+": "+groupDigits(n))

@@ -62,6 +62,9 @@ func TestWouldRefuse(t *testing.T) {
 		// what it counted, in check order.
 		{tokens.With(budget.LimitPeriodBudget), map[budget.Limit]int64{budget.LimitConcurrency: 2, budget.LimitTokens: 3},
 			"tokens: 3\nconcurrency: 2\nperiod_budget: 0"},
+		// A model's shadow buckets count too, after the tenant's limits.
+		{tokens, map[budget.Limit]int64{budget.LimitOutputTokens: 4, budget.LimitInputTokens: 1},
+			"tokens: 0\ninput_tokens: 1\noutput_tokens: 4"},
 	} {
 		if got := wouldRefuse(tc.shadow, tc.counts); got != tc.want {
 			t.Errorf("wouldRefuse(%v, %v) = %q, want %q", tc.shadow.Strings(), tc.counts, got, tc.want)

@@ -117,9 +117,19 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.POST("/tenants/:id/adjust", d.tenantAdjust, change...)
 	e.POST("/tenants/:id/keys", d.keyCreate, change...)
 	e.POST("/tenants/:id/keys/:key/revoke", d.keyRevoke, change...)
+	e.POST("/tenants/:id/keys/:key/priority", d.keyPriority, change...)
+	e.POST("/tenants/:id/model-limits", d.modelLimitsSet, change...)
+	e.POST("/tenants/:id/model-limits/remove", d.modelLimitsRemove, change...)
 
 	e.GET("/models", d.models, page...)
 	e.POST("/models", d.modelSave, change...)
+
+	e.GET("/pools", d.poolsPage, page...)
+	e.POST("/pools", d.poolCreate, change...)
+	e.POST("/pools/:id/limits", d.poolSetLimits, change...)
+	e.POST("/pools/:id/routes", d.poolRoute, change...)
+	e.POST("/pools/:id/unroute", d.poolUnroute, change...)
+	e.POST("/pools/:id/weights", d.poolWeight, change...)
 
 	e.GET("/ledger", d.ledgerPage, page...)
 	e.GET("/ledger.csv", d.ledgerCSV, page...)
@@ -131,7 +141,9 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.GET("/logout", back("/"), public...)
 	e.GET("/tenants", back("/"), public...)
 	e.GET("/tenants/:id/:action", backToTenant, public...)
-	e.GET("/tenants/:id/keys/:key/revoke", backToTenant, public...)
+	e.GET("/tenants/:id/keys/:key/:action", backToTenant, public...)
+	e.GET("/tenants/:id/model-limits/remove", backToTenant, public...)
+	e.GET("/pools/:id/:action", back("/pools"), public...)
 }
 
 func back(to string) echo.HandlerFunc {
@@ -216,6 +228,8 @@ func (d *Dashboard) htmlErrors(next echo.HandlerFunc) echo.HandlerFunc {
 			status, message = se.status, se.message
 		case errors.Is(err, budget.ErrTenantNotFound):
 			status, message = http.StatusNotFound, "There is no tenant with that id."
+		case errors.Is(err, budget.ErrPoolNotFound):
+			status, message = http.StatusNotFound, "There is no pool with that id."
 		case errors.As(err, &he) && he.Code < 500:
 			status, message = he.Code, http.StatusText(he.Code)
 		default:
