@@ -212,17 +212,32 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	sort.Strings(ids)
 	sort.Strings(admIDs)
 	sort.Strings(expiring)
+	// Pools cost nothing where there are none: their statements are queued
+	// only when some model draws on a pool.
+	routes, err := s.poolRoutes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var poolIDs []string
+	for _, k := range modelKeys {
+		if id, ok := routes[k]; ok && !slices.Contains(poolIDs, id) {
+			poolIDs = append(poolIDs, id)
+		}
+	}
+	usePools := len(poolIDs) > 0 || len(routes) > 0 && len(admIDs) > 0
 	priors := map[[2]string]*prior{}
 	adms := map[string]*Admission{}
 	liveKeys := map[string]string{} // unrevoked key id -> its tenant
 	overdue := map[string][]*Admission{}
 	var models map[[2]string]*modelBucket
 	var pools map[string]*pool
-	var routes map[string]string
+	queueModels := s.modelQueue(ids)
 	keyPriority := map[string]Priority{}
 	tx, ts, now, err := s.lockTenants(ctx, ids,
 		func(b *pgx.Batch) {
-			b.Queue(modelLimitsLockSQL, ids)
+			if queueModels {
+				b.Queue(modelLimitsLockSQL, ids)
+			}
 			if len(keyIDs) > 0 {
 				b.Queue(keyLiveSQL, keyIDs)
 			}
@@ -235,14 +250,16 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 			if len(expiring) > 0 {
 				b.Queue(admissionExpiredLockSQL, expiring, sweepBatch, s.clock())
 			}
-			if len(modelKeys) > 0 || len(admIDs) > 0 {
-				queuePools(b, modelKeys, admIDs)
+			if usePools {
+				queuePools(b, poolIDs, admIDs)
 			}
 		},
 		func(br pgx.BatchResults) error {
-			var err error
-			if models, err = scanModelBuckets(br.Query()); err != nil {
-				return err
+			if queueModels {
+				var err error
+				if models, err = scanModelBuckets(br.Query()); err != nil {
+					return err
+				}
 			}
 			if len(keyIDs) > 0 {
 				rows, err := br.Query()
@@ -292,9 +309,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 					overdue[a.TenantID] = append(overdue[a.TenantID], a)
 				}
 			}
-			if len(modelKeys) > 0 || len(admIDs) > 0 {
+			if usePools {
 				var err error
-				if pools, routes, err = scanPools(br); err != nil {
+				if pools, err = scanPools(br); err != nil {
 					return err
 				}
 			}
@@ -304,8 +321,42 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 		return nil, err
 	}
 
+	have := modelTenantsOf(ids, ts)
+	for _, id := range have {
+		s.modelTenants.Store(id, true)
+	}
+	if !queueModels && len(have) > 0 {
+		var err error
+		if models, err = tx.readModelsLate(ctx, have); err != nil {
+			tx.abort()
+			return nil, err
+		}
+	}
+	if queueModels && len(have) < len(ids) { // limits removed since: stop reading them
+		for _, id := range ids {
+			if !slices.Contains(have, id) {
+				s.modelTenants.Delete(id)
+			}
+		}
+	}
 	for _, m := range models {
 		m.advance(now)
+	}
+	var late []string
+	for _, a := range adms {
+		if a.PoolID != "" && pools[a.PoolID] == nil && !slices.Contains(late, a.PoolID) {
+			late = append(late, a.PoolID)
+		}
+	}
+	if len(late) > 0 {
+		if pools == nil {
+			pools = map[string]*pool{}
+		}
+		sort.Strings(late)
+		if err := tx.lockPoolsLate(ctx, late, pools); err != nil {
+			tx.abort()
+			return nil, err
+		}
 	}
 	for _, p := range pools {
 		p.Tokens.Refill(now)

@@ -15,6 +15,8 @@ import (
 )
 
 var (
+	//go:embed sql/tenant_model_limits_count.sql
+	tenantModelLimitsCountSQL string
 	//go:embed sql/model_limits_lock.sql
 	modelLimitsLockSQL string
 	//go:embed sql/model_limits_update.sql
@@ -107,6 +109,7 @@ type modelBucket struct {
 	changed bool
 }
 
+// modelRow is a row of tenant_model_limits, by column name.
 type modelRow struct {
 	TenantID        string    `db:"tenant_id"`
 	Model           string    `db:"model"`
@@ -144,6 +147,50 @@ func scanModelBuckets(rows pgx.Rows, err error) (map[[2]string]*modelBucket, err
 		out[[2]string{r.TenantID, r.Model}] = r.bucket()
 	}
 	return out, nil
+}
+
+// modelTenantsOf is which of a batch's tenants have model limits at some
+// level of their tree, as the locked rows say.
+func modelTenantsOf(ids []string, ts map[string]*tenant) []string {
+	var out []string
+	for _, id := range ids {
+		t, ok := ts[id]
+		if !ok {
+			continue
+		}
+		has := t.modelLimits > 0
+		for _, a := range t.path {
+			if at, ok := ts[a]; ok && at.modelLimits > 0 {
+				has = true
+			}
+		}
+		if has {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// modelQueue says whether a batch reads model limits in its first round
+// trip: when this replica saw that one of its tenants has some. A tenant
+// it has not seen with them yet costs the batch a second round trip, once.
+func (s *Store) modelQueue(ids []string) bool {
+	for _, id := range ids {
+		if _, ok := s.modelTenants.Load(id); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// readModelsLate reads model limits in a decision's transaction, after
+// the locks (a tenant this replica had not seen with model limits).
+func (tx *lockedTx) readModelsLate(ctx context.Context, ids []string) (map[[2]string]*modelBucket, error) {
+	m, err := scanModelBuckets(tx.conn.Query(ctx, modelLimitsLockSQL, ids))
+	if err != nil {
+		return nil, tx.store.classify(ctx, fmt.Errorf("budget: model limits: %w", err), false, false, tx.since)
+	}
+	return m, nil
 }
 
 func (m *modelBucket) advance(now time.Time) {
@@ -303,9 +350,14 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 	}
 	w := &writes{}
 	var snap ModelSnapshot
-	if l == nil {
+	switch {
+	case l == nil:
 		w.statement(1, modelLimitsDeleteSQL, tenantID, model)
-	} else {
+		w.statement(1, tenantModelLimitsCountSQL, tenantID, -1)
+	case old == nil:
+		w.statement(1, tenantModelLimitsCountSQL, tenantID, 1)
+	}
+	if l != nil {
 		m := &modelBucket{tenantID: tenantID, ModelLimits: *l}
 		m.In = Bucket{CapacityMicro: l.InputCapacity * Micro, RateMicro: l.InputRateMicro, BalanceMicro: l.InputCapacity * Micro, At: now}
 		m.Out = Bucket{CapacityMicro: l.OutputCapacity * Micro, RateMicro: l.OutputRateMicro, BalanceMicro: l.OutputCapacity * Micro, At: now}
@@ -320,6 +372,9 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 		w.statement(1, modelLimitsUpsertSQL, tenantID, model, l.InputCapacity, l.InputRateMicro, l.OutputCapacity,
 			l.OutputRateMicro, m.In.BalanceMicro, m.Out.BalanceMicro, now, l.Shadow.Strings())
 		snap = m.snapshot(now)
+	}
+	if l != nil {
+		s.modelTenants.Store(tenantID, true) // this replica reads them from the next decision on
 	}
 	e := t.entry(ledger.KindLimits, now, actorOr(actor, "admin"))
 	e.Reason = "model limits: " + model

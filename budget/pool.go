@@ -17,6 +17,10 @@ var (
 	poolLockSQL string
 	//go:embed sql/pool_routes.sql
 	poolRoutesSQL string
+	//go:embed sql/pool_lock_ids.sql
+	poolLockIDsSQL string
+	//go:embed sql/pool_shares_ids.sql
+	poolSharesIDsSQL string
 	//go:embed sql/pool_shares_get.sql
 	poolSharesGetSQL string
 	//go:embed sql/pool_update.sql
@@ -113,46 +117,92 @@ type shareRow struct {
 	ActiveAt *time.Time `db:"active_at"`
 }
 
-// scanPools reads the locked pools, then the routes and the shares.
-func scanPools(br pgx.BatchResults) (map[string]*pool, map[string]string, error) {
+// scanPools reads locked pools, then their shares.
+func scanPools(br pgx.BatchResults) (map[string]*pool, error) {
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, fmt.Errorf("budget: pools: %w", err)
+		return nil, fmt.Errorf("budget: pools: %w", err)
 	}
 	prs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[poolRow])
 	if err != nil {
-		return nil, nil, fmt.Errorf("budget: pools: %w", err)
+		return nil, fmt.Errorf("budget: pools: %w", err)
 	}
 	pools := make(map[string]*pool, len(prs))
 	for _, r := range prs {
 		pools[r.ID] = r.pool()
 	}
-	routes := map[string]string{}
 	rows, err = br.Query()
 	if err != nil {
-		return nil, nil, fmt.Errorf("budget: pool routes: %w", err)
-	}
-	var model, poolID string
-	if _, err := pgx.ForEachRow(rows, []any{&model, &poolID}, func() error {
-		routes[model] = poolID
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("budget: pool routes: %w", err)
-	}
-	rows, err = br.Query()
-	if err != nil {
-		return nil, nil, fmt.Errorf("budget: pool shares: %w", err)
+		return nil, fmt.Errorf("budget: pool shares: %w", err)
 	}
 	srs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[shareRow])
 	if err != nil {
-		return nil, nil, fmt.Errorf("budget: pool shares: %w", err)
+		return nil, fmt.Errorf("budget: pool shares: %w", err)
 	}
 	for _, r := range srs {
 		if p := pools[r.PoolID]; p != nil {
 			p.shares[r.TenantID] = &share{tenantID: r.TenantID, weight: r.Weight, vtc: r.VTCMicro, served: r.Served, activeAt: r.ActiveAt}
 		}
 	}
-	return pools, routes, nil
+	return pools, nil
+}
+
+// poolRoutesTTL is how long a replica decides with its copy of the pool
+// routes (which models draw on which pool) before reading them again. A
+// route changed through this replica applies at once; one changed
+// elsewhere, within this time, as model-table edits do. Keeping the routes
+// out of the decision's statements is what makes pools free for the
+// deployments that have none.
+const poolRoutesTTL = 2 * time.Second
+
+type routeCache struct {
+	routes map[string]string // model key -> pool
+	at     time.Time
+}
+
+// poolRoutes returns the pool routes, read again when older than
+// poolRoutesTTL.
+func (s *Store) poolRoutes(ctx context.Context) (map[string]string, error) {
+	if c := s.routes.Load(); c != nil && time.Since(c.at) < poolRoutesTTL {
+		return c.routes, nil
+	}
+	rows, err := s.pool.Query(ctx, poolRoutesSQL)
+	if err != nil {
+		return nil, classify(fmt.Errorf("budget: pool routes: %w", err), false, false)
+	}
+	routes := map[string]string{}
+	var model, poolID string
+	if _, err := pgx.ForEachRow(rows, []any{&model, &poolID}, func() error {
+		routes[model] = poolID
+		return nil
+	}); err != nil {
+		return nil, classify(fmt.Errorf("budget: pool routes: %w", err), false, false)
+	}
+	s.routes.Store(&routeCache{routes: routes, at: time.Now()})
+	return routes, nil
+}
+
+// lockPoolsLate locks, in a decision's transaction, pools that its ended
+// admissions drew on but that its first round trip did not lock (routes
+// this replica had not read yet). Rare: it costs a round trip, and it may
+// lock out of id order, which Postgres's deadlock detection and the
+// decision's retry resolve.
+func (tx *lockedTx) lockPoolsLate(ctx context.Context, ids []string, into map[string]*pool) error {
+	b := &pgx.Batch{}
+	b.Queue(poolLockIDsSQL, ids)
+	b.Queue(poolSharesIDsSQL, ids)
+	br := tx.conn.SendBatch(ctx, b)
+	more, err := scanPools(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return tx.store.classify(ctx, fmt.Errorf("budget: lock pools: %w", err), false, false, tx.since)
+	}
+	for id, p := range more {
+		into[id] = p
+	}
+	return nil
 }
 
 // shareOf is tenantID's share of the pool (weight 1 until an admin says
@@ -232,11 +282,10 @@ func (p *pool) detail() string {
 
 // queuePools adds a batch's pool reads after its admission locks: the pools
 // the reserves' models route to and those the ended admissions drew on,
-// locked in id order, then the routes and the shares.
-func queuePools(b *pgx.Batch, modelKeys, admIDs []string) {
-	b.Queue(poolLockSQL, modelKeys, admIDs)
-	b.Queue(poolRoutesSQL, modelKeys)
-	b.Queue(poolSharesGetSQL, modelKeys, admIDs)
+// locked in id order, then their shares.
+func queuePools(b *pgx.Batch, poolIDs, admIDs []string) {
+	b.Queue(poolLockSQL, poolIDs, admIDs)
+	b.Queue(poolSharesGetSQL, poolIDs, admIDs)
 }
 
 // writePools queues the pools and shares a batch changed.
@@ -369,8 +418,10 @@ func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 	}
 	if poolID == "" {
 		_, err := s.pool.Exec(ctx, poolUnrouteSQL, model)
+		s.routes.Store(nil)
 		return err
 	}
+	defer s.routes.Store(nil) // this replica applies the change at once
 	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *pool, _ time.Time) error {
 		_, err := tx.Exec(ctx, poolRouteSQL, model, poolID)
 		return err

@@ -54,6 +54,11 @@ type Store struct {
 	// kept answering others waited its turn; it is not an outage.
 	answered atomic.Int64
 
+	routes atomic.Pointer[routeCache] // pool routes, see poolRoutes
+	// modelTenants are the tenants this replica saw with model limits at
+	// some level of their tree (see modelQueue).
+	modelTenants sync.Map
+
 	pingMu sync.Mutex
 	probe  *pgx.Conn // outside the pool, for Answering
 	pingAt time.Time // the last ping, and its outcome

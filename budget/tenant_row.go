@@ -39,6 +39,7 @@ type tenantRow struct {
 	Path               []string   `db:"path"`
 	Depth              int        `db:"depth"`
 	ShadowLimits       []string   `db:"shadow_limits"`
+	ModelLimits        int        `db:"model_limits"`
 }
 
 // tenant is a tenant as a decision holds it: its TenantState, and the ledger
@@ -49,6 +50,7 @@ type tenant struct {
 	path         []string // ancestors, root first (immutable)
 	disabled     bool
 	head         ledger.Head
+	modelLimits  int   // how many model limits it has
 	pendingFill  int64 // token refill not yet attributed to a ledger entry
 	periodRolled bool
 }
@@ -77,10 +79,11 @@ func (r *tenantRow) tenant() *tenant {
 	// The column only ever holds names ParseLimitSet accepted.
 	l.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
 	t := &tenant{
-		id:       r.ID,
-		path:     r.Path,
-		disabled: r.DisabledAt != nil,
-		head:     ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
+		modelLimits: r.ModelLimits,
+		id:          r.ID,
+		path:        r.Path,
+		disabled:    r.DisabledAt != nil,
+		head:        ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
 		TenantState: TenantState{
 			Limits:      l,
 			Tokens:      Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},

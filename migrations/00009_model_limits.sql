@@ -22,6 +22,11 @@ CREATE TABLE tenant_model_limits (
     CHECK (input_capacity IS NOT NULL OR output_capacity IS NOT NULL)
 );
 
+-- How many model limits the tenant has, kept under its row lock: the
+-- decision's lock statement reads a tenant's model limits only when it has
+-- some, so tenants without any pay nothing for the feature.
+ALTER TABLE tenants ADD COLUMN model_limits integer NOT NULL DEFAULT 0 CHECK (model_limits >= 0);
+
 -- The model table entry an admission was estimated with (its model limits
 -- are keyed by it), and the levels whose model buckets it debited: its end
 -- corrects exactly those, whatever limits changed meanwhile.
@@ -31,4 +36,5 @@ ALTER TABLE admissions
 
 -- +goose Down
 ALTER TABLE admissions DROP COLUMN model_levels, DROP COLUMN family;
+ALTER TABLE tenants DROP COLUMN model_limits;
 DROP TABLE tenant_model_limits;

@@ -1,5 +1,7 @@
--- The model limits of a batch's tenants and their ancestors. Read after
--- the tenant rows are locked: every writer of a row holds its tenant's
+-- The model limits of a batch's tenants and their ancestors. A statement of
+-- its own after the tenant rows are locked, so it reads with a snapshot
+-- taken after the locks (a sub-select in the lock statement would read the
+-- snapshot from before its wait): every writer of a row holds its tenant's
 -- lock, so this read is current without a lock of its own.
 SELECT * FROM tenant_model_limits
 WHERE tenant_id = ANY($1::text[])

@@ -2,7 +2,7 @@
 -- global lock order: tenants, admissions, pools), in id order: those the
 -- reserves' models route to, and those the ended admissions drew on.
 SELECT * FROM pools
-WHERE id IN (SELECT pool_id FROM pool_models WHERE model = ANY($1::text[]))
+WHERE id = ANY($1::text[])
    OR id IN (SELECT pool_id FROM admissions WHERE id = ANY($2::text[]) AND pool_id IS NOT NULL)
 ORDER BY id
 FOR UPDATE

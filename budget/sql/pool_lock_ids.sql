@@ -1,0 +1,1 @@
+SELECT * FROM pools WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
