@@ -1,0 +1,222 @@
+package budget
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// prior is an Idempotency-Key's earlier admission.
+type prior struct {
+	admissionID string
+	hash        []byte
+	response    []byte
+}
+
+// decision is one tenant's part of a batch being decided under the locks:
+// the tenant as the batch has left it so far, and the batch's writes.
+type decision struct {
+	t      *tenant
+	chain  []*tenant                  // t's ancestors and t, root first
+	models map[[2]string]*modelBucket // the batch's model buckets, by tenant and model
+	pools  map[string]*pool           // the batch's pools, locked
+	routes map[string]string          // model key -> pool id
+	now    time.Time
+	w      *writes
+	adms   map[string]*Admission // admissions named by settles and releases, as the batch left them
+	fresh  map[string]*freshKey  // idempotency keys admitted in this batch
+}
+
+type freshKey struct {
+	hash []byte
+	r    *Reservation
+}
+
+// reserve decides one admission: an idempotent retry returns the original,
+// otherwise every limit is checked and the estimate debited.
+func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
+	t, now := d.t, d.now
+	if p.IdempotencyKey != "" {
+		if f, ok := d.fresh[p.IdempotencyKey]; ok {
+			if !bytes.Equal(f.hash, p.RequestHash) {
+				return nil, ErrIdempotencyMismatch
+			}
+			return replayOf(f.r), nil
+		}
+		if pr != nil {
+			if !bytes.Equal(pr.hash, p.RequestHash) {
+				return nil, ErrIdempotencyMismatch
+			}
+			r, err := DecodeReservation(pr.response)
+			if err != nil {
+				return nil, err
+			}
+			r.Replayed = true
+			return r, nil
+		}
+	}
+	if anyDisabled(d.chain) {
+		return nil, ErrTenantDisabled
+	}
+	cost := p.Estimate.Cost
+	mkey := ModelKey(p.Estimate)
+	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, p.HoldbackMicro, now, d.models)
+	var pl *pool
+	if id, ok := d.routes[mkey]; ok {
+		pl = d.pools[id]
+	}
+	poolNeed := p.Estimate.InputTokens + p.Estimate.OutputTokens
+	if refusal == nil && pl != nil {
+		refusal = pl.refusal(poolNeed, p.PoolHoldbackMicro)
+	}
+	if refusal != nil {
+		var rej *RejectedError
+		if errors.As(refusal, &rej) {
+			rej.Priority = p.Priority
+			if pl != nil {
+				rej.PoolState = pl.state()
+			}
+		}
+		return nil, refusal
+	}
+
+	a := &Admission{
+		ID:        newAdmissionID(now),
+		TenantID:  t.id,
+		State:     StateReserved,
+		Estimate:  p.Estimate,
+		CreatedAt: now,
+		ExpiresAt: now.Add(t.Limits.ReservationTTL),
+		Shadowed:  shadowedOf(d.chain, skips),
+		Family:    mkey,
+	}
+	if pl != nil {
+		a.PoolID = pl.id
+		pl.serve(t.id, poolNeed, now, p.PoolBacklogged)
+	}
+	// Every level is debited, each with its own entry in its own chain.
+	for i, lv := range d.chain {
+		lv.DebitExcept(cost, skips[i])
+		e := lv.entry(ledger.KindReserve, now, actorOr(p.Actor, "api"))
+		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
+		e.Estimate = &cost
+		if !skips[i].Has(LimitTokens) {
+			e.DeltaMicro = -cost * Micro
+		}
+		var detail []string
+		if m := d.models[[2]string{lv.id, mkey}]; m != nil {
+			m.debit(p.Estimate.InputTokens, p.Estimate.OutputTokens, skips[i])
+			d.w.model(m)
+			a.ModelLevels = append(a.ModelLevels, lv.id)
+			detail = append(detail, m.detail())
+		}
+		if pl != nil && lv == t {
+			detail = append(detail, pl.detail())
+		}
+		e.Detail = joinDetail(detail)
+		e.Reason = shadowReason(skips[i])
+		lv.seal(e)
+		d.w.entry(lv, e)
+	}
+	d.w.inserted = append(d.w.inserted, a)
+
+	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow,
+		Priority: p.Priority}
+	if pl != nil {
+		r.Pool = pl.state()
+	}
+	if p.IdempotencyKey != "" {
+		stored, err := EncodeReservation(r)
+		if err != nil {
+			return nil, err
+		}
+		d.w.keys = append(d.w.keys, keyPut{tenantID: t.id, key: p.IdempotencyKey, admissionID: a.ID, hash: p.RequestHash, response: stored, at: now})
+		d.fresh[p.IdempotencyKey] = &freshKey{hash: p.RequestHash, r: r}
+	}
+	return r, nil
+}
+
+// end settles (usage set) or releases an admission: it refunds
+// estimate - actual (capped at capacity) or charges the excess, frees the
+// concurrency slot and appends the entry. Ending it again the same way
+// returns the original answer; another way is ErrConflict. A settle of an
+// expired admission still reconciles, marked late.
+func (d *decision) end(locked map[string]*Admission, admissionID, actor string, target State, in, out int64, usage bool) (*Settlement, error) {
+	t, now := d.t, d.now
+	a, ok := d.adms[admissionID]
+	if !ok {
+		// As locked, unless it belongs to another tenant (then it is not
+		// this caller's to see).
+		if a, ok = locked[admissionID]; !ok || a.TenantID != t.id {
+			return nil, ErrAdmissionNotFound
+		}
+	}
+	switch a.State {
+	case StateSettled, StateReleased:
+		same := a.State == target
+		if same && usage {
+			same = a.ActualInput != nil && *a.ActualInput == in && a.ActualOutput != nil && *a.ActualOutput == out
+		}
+		if !same {
+			return nil, ErrConflict
+		}
+		return &Settlement{Admission: a, DeltaMicro: deref(a.EndDeltaMicro), BalanceMicro: deref(a.EndBalanceMicro),
+			Snapshot: t.snapshot(now), Replayed: true}, nil
+	}
+
+	late := a.State == StateExpired
+	actual := int64(0)
+	if usage {
+		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
+	}
+	cost := a.Estimate.Cost
+	kind := ledger.KindSettle
+	if target == StateReleased {
+		kind = ledger.KindRelease
+	}
+	// Every level the admission debited is corrected, each in its own chain.
+	var applied int64
+	for _, lv := range d.chain {
+		skip := skipOf(a.Shadowed, lv.id)
+		delta := lv.EndExcept(cost, actual, a.CreatedAt, late, skip)
+		if lv == t {
+			applied = delta
+		}
+		e := lv.entry(kind, now, actorOr(actor, "api"))
+		e.AdmissionID, e.Model, e.Late = a.ID, a.Estimate.Model, late
+		e.Estimate = &cost
+		e.Actual = &actual
+		e.DeltaMicro = delta
+		var detail []string
+		if m := d.models[[2]string{lv.id, a.Family}]; m != nil && slices.Contains(a.ModelLevels, lv.id) {
+			m.end(a.Estimate.InputTokens, a.Estimate.OutputTokens, in, out, skip)
+			d.w.model(m)
+			detail = append(detail, m.detail())
+		}
+		if pl := d.pools[a.PoolID]; pl != nil && lv == t {
+			pl.correct(t.id, a.Estimate.InputTokens+a.Estimate.OutputTokens, in+out, now)
+			detail = append(detail, pl.detail())
+		}
+		e.Detail = joinDetail(detail)
+		e.Reason = shadowReason(skip)
+		lv.seal(e)
+		d.w.entry(lv, e)
+	}
+
+	ended := *a
+	ended.State, ended.Late = target, late
+	ended.EndedAt = &now
+	if usage {
+		ended.ActualInput, ended.ActualOutput = &in, &out
+	}
+	ended.ActualCost = &actual
+	balance := t.Tokens.BalanceMicro
+	ended.EndDeltaMicro, ended.EndBalanceMicro = &applied, &balance
+	d.adms[admissionID] = &ended
+	d.w.end(&ended)
+	return &Settlement{Admission: &ended, DeltaMicro: applied, BalanceMicro: balance, Snapshot: t.snapshot(now)}, nil
+}
