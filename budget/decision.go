@@ -76,7 +76,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	if refusal != nil {
 		var rej *RejectedError
 		if errors.As(refusal, &rej) {
-			rej.Priority = p.Priority
+			rej.Priority, rej.Shadow = p.Priority, shadow
 			if pl != nil {
 				rej.PoolState = pl.state()
 			}

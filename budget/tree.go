@@ -97,7 +97,6 @@ func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now t
 	case tooLarge != nil:
 		return skips, shadow, tooLarge
 	case rejected != nil:
-		rejected.Shadow = shadow
 		return skips, shadow, rejected
 	}
 	return skips, shadow, nil

@@ -172,6 +172,15 @@ func (a *Admitter) remember(snap budget.Snapshot) {
 	}
 }
 
+// wakeTree wakes the waiters of every tenant of the budget tree under
+// root: what a reservation gave back at an ancestor may be what a sibling
+// waits for.
+func (a *Admitter) wakeTree(root string) {
+	for _, id := range a.waiters.inTree(root) {
+		a.waiters.wake(id)
+	}
+}
+
 // LastSnapshot is the last snapshot of a tenant this replica saw.
 func (a *Admitter) LastSnapshot(tenantID string) (budget.Snapshot, bool) {
 	v, ok := a.snaps.Load(tenantID)
@@ -304,6 +313,11 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 			a.remember(st.Snapshot)
 			if !st.Replayed {
 				a.waiters.wake(tenantID) // a slot or tokens came free
+				root := tenantID
+				if len(st.Snapshot.Path) > 0 {
+					root = st.Snapshot.Path[0]
+				}
+				a.wakeTree(root)
 				if st.Admission != nil && st.Admission.PoolID != "" {
 					a.pools.wake(st.Admission.PoolID)
 				}

@@ -185,3 +185,41 @@ func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 			first.who, second.who, second.at.Sub(first.at))
 	}
 }
+
+// A caller of one team waiting for a slot its organisation's concurrency
+// limit holds is admitted as soon as a sibling team's reservation ends,
+// not a retry hint later.
+func TestNestedWaiterWokenBySibling(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	mk := func(id, parent string, concurrent int64) {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Parent: parent, Limits: budget.Limits{TokensCapacity: 1_000_000,
+			TokensRateMicro: 1000 * budget.Micro, MaxConcurrent: concurrent, MaxWait: 10 * time.Second}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("org", "", 1)
+	mk("red", "org", 0)
+	mk("blue", "org", 0)
+	a := admission.New(admission.Config{Store: store, Pool: pool})
+	held, _, err := a.Reserve(ctx, request("red", 10, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if _, _, err := a.Reserve(ctx, request("blue", 10, 5*time.Second)); err != nil {
+			t.Error(err)
+		}
+		got <- time.Now()
+	}()
+	time.Sleep(200 * time.Millisecond) // blue waits for the organisation's slot
+	released := time.Now()
+	if _, _, err := a.Release(ctx, budget.ReleaseParams{TenantID: "red", AdmissionID: held.AdmissionID}); err != nil {
+		t.Fatal(err)
+	}
+	if d := (<-got).Sub(released); d > 500*time.Millisecond {
+		t.Fatalf("blue was admitted %s after red's release; the concurrency hint is 1 s, the wake should be at once", d)
+	}
+}

@@ -28,6 +28,7 @@ type waitQueues struct {
 type tenantWaiters struct {
 	queue []*waiter
 	wake  chan struct{}
+	root  string // the root of the tenant's budget tree, as its refusals showed it
 }
 
 type waiter struct{ needMicro int64 }
@@ -70,11 +71,12 @@ func (w *waitQueues) ahead(tenantID string, me *waiter) int64 {
 }
 
 // enter queues a caller needing needMicro, or refuses when the tenant's
-// queue is full.
-func (w *waitQueues) enter(tenantID string, needMicro int64) (*waiter, bool) {
+// queue is full. root is the tenant's budget tree ("" for none).
+func (w *waitQueues) enter(tenantID string, needMicro int64, root string) (*waiter, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tw := w.of(tenantID)
+	tw.root = root
 	if len(tw.queue) >= w.max {
 		return nil, false
 	}
@@ -112,6 +114,20 @@ func (w *waitQueues) wakeup(tenantID string) <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.of(tenantID).wake
+}
+
+// inTree lists the tenants with callers waiting in the budget tree under
+// root.
+func (w *waitQueues) inTree(root string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for id, tw := range w.tenants {
+		if tw.root == root && len(tw.queue) > 0 {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // wake wakes the tenant's waiters: a reservation ended here.
@@ -200,7 +216,13 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			}
 		} else if me == nil {
 			var ok bool
-			if me, ok = a.waiters.enter(p.TenantID, p.Estimate.Cost*budget.Micro); !ok {
+			// The refusing level is in the caller's tree, so its root is the
+			// caller's: a reservation ending anywhere in the tree wakes it.
+			root := rej.Snapshot.TenantID
+			if len(rej.Snapshot.Path) > 0 {
+				root = rej.Snapshot.Path[0]
+			}
+			if me, ok = a.waiters.enter(p.TenantID, p.Estimate.Cost*budget.Micro, root); !ok {
 				return nil, err
 			}
 		}
