@@ -23,6 +23,8 @@ var (
 	tenantSetDisabledSQL string
 	//go:embed sql/tenant_list.sql
 	tenantListSQL string
+	//go:embed sql/tenant_tree.sql
+	tenantTreeSQL string
 )
 
 // UpdateLimitsParams replaces a tenant's limits.
@@ -190,9 +192,15 @@ func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 // TenantList returns every tenant's limits and balances, refilled to the
 // database's clock now, without locking or writing.
 func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
+	return s.snapshots(ctx, tenantListSQL)
+}
+
+// snapshots reads tenants with a query and refills them to the database's
+// clock now.
+func (s *Store) snapshots(ctx context.Context, query string, args ...any) ([]Snapshot, error) {
 	b := &pgx.Batch{}
 	b.Queue(clockSQL, s.clock())
-	b.Queue(tenantListSQL)
+	b.Queue(query, args...)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	var now time.Time
@@ -266,9 +274,10 @@ type TreeNode struct {
 
 // TenantTree returns the whole budget tree that holds tenantID, from its
 // root, every level refilled to the database's clock now (read without
-// locks, like TenantList). It returns ErrTenantNotFound.
+// locks, like TenantList; only that tree's rows). It returns
+// ErrTenantNotFound.
 func (s *Store) TenantTree(ctx context.Context, tenantID string) (*TreeNode, error) {
-	snaps, err := s.TenantList(ctx)
+	snaps, err := s.snapshots(ctx, tenantTreeSQL, tenantID)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,8 @@ ALTER TABLE tenants
     ADD CONSTRAINT tenants_parent_depth CHECK ((parent_id IS NULL) = (depth = 0)),
     ADD CONSTRAINT tenants_parent_not_self CHECK (parent_id IS DISTINCT FROM id);
 CREATE INDEX tenants_parent_idx ON tenants (parent_id);
+-- A tree's tenants, by their root (TenantTree).
+CREATE INDEX tenants_root_idx ON tenants ((path[1]));
 
 -- +goose StatementBegin
 CREATE FUNCTION tenants_tree_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -44,5 +46,6 @@ ALTER TABLE rejection_counts ADD PRIMARY KEY (tenant_id, minute, limit_name);
 ALTER TABLE admissions DROP COLUMN shadowed;
 DROP TRIGGER tenants_tree_immutable ON tenants;
 DROP FUNCTION tenants_tree_immutable();
+DROP INDEX tenants_root_idx;
 DROP INDEX tenants_parent_idx;
 ALTER TABLE tenants DROP COLUMN shadow_limits, DROP COLUMN depth, DROP COLUMN path, DROP COLUMN parent_id;
