@@ -93,6 +93,13 @@ db-reset: ## Remove the `make run` Postgres container and its volume.
 test: pg-image chromium ## Run unit and integration tests with -race against real Postgres and a real browser.
 	go test -race -count=1 -timeout 15m $(GO_TEST_FLAGS) ./...
 
+FUZZ_TIME ?= 15s
+.PHONY: fuzz
+fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's bodies on a real server, the estimator, the tokenizer.
+	go test -run '^$$' -fuzz '^FuzzAPIBodies$$' -fuzztime $(FUZZ_TIME) ./api/
+	go test -run '^$$' -fuzz '^FuzzEstimate$$' -fuzztime $(FUZZ_TIME) ./estimator/
+	go test -run '^$$' -fuzz '^FuzzCountText$$' -fuzztime $(FUZZ_TIME) ./estimator/
+
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
 .PHONY: run-cluster

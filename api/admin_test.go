@@ -23,7 +23,7 @@ import (
 )
 
 // admin returns an admin token for the bundle's database.
-func (b *apiBundle) admin(t *testing.T, name string) string {
+func (b *apiBundle) admin(t testing.TB, name string) string {
 	t.Helper()
 	_, secret, err := credential.AdminTokenCreate(ctx, b.pool, name)
 	if err != nil {
@@ -32,7 +32,7 @@ func (b *apiBundle) admin(t *testing.T, name string) string {
 	return secret
 }
 
-func (b *apiBundle) adminCall(t *testing.T, token, method, path string, body any) response {
+func (b *apiBundle) adminCall(t testing.TB, token, method, path string, body any) response {
 	t.Helper()
 	var raw string
 	switch v := body.(type) {

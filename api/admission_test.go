@@ -31,7 +31,7 @@ type apiBundle struct {
 	store *budget.Store
 }
 
-func setupAPI(t *testing.T, configure func(*api.Config)) *apiBundle {
+func setupAPI(t testing.TB, configure func(*api.Config)) *apiBundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
@@ -53,7 +53,7 @@ func setupAPI(t *testing.T, configure func(*api.Config)) *apiBundle {
 }
 
 // tenant creates a tenant and returns a key for it.
-func (b *apiBundle) tenant(t *testing.T, id string, l budget.Limits) string {
+func (b *apiBundle) tenant(t testing.TB, id string, l budget.Limits) string {
 	t.Helper()
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func (b *apiBundle) tenant(t *testing.T, id string, l budget.Limits) string {
 
 type response struct {
 	*httptest.ResponseRecorder
-	t *testing.T
+	t testing.TB
 }
 
 func (r response) json(v any) {
@@ -82,7 +82,7 @@ func (r response) errorBody() errorBody {
 	return decodeError(r.t, r.ResponseRecorder)
 }
 
-func (b *apiBundle) call(t *testing.T, key, method, path, body string, headers ...string) response {
+func (b *apiBundle) call(t testing.TB, key, method, path, body string, headers ...string) response {
 	t.Helper()
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	req.RemoteAddr = "192.0.2.10:5555"

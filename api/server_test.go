@@ -63,7 +63,7 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-func decodeError(t *testing.T, rec *httptest.ResponseRecorder) errorBody {
+func decodeError(t testing.TB, rec *httptest.ResponseRecorder) errorBody {
 	t.Helper()
 	var e errorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
