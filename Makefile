@@ -93,6 +93,12 @@ db-reset: ## Remove the `make run` Postgres container and its volume.
 test: pg-image chromium ## Run unit and integration tests with -race against real Postgres and a real browser.
 	go test -race -count=1 -timeout 15m $(GO_TEST_FLAGS) ./...
 
+SOAK_SECONDS ?= 60
+SOAK_SEED ?=
+.PHONY: soak
+soak: pg-image image ## A randomized workload over 3 replicas with faults, checked against a model (SOAK_SECONDS, SOAK_SEED).
+	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) go test -tags cluster,soak -run '^TestSoak$$' -count=1 -v -timeout 0 ./integration/cluster/
+
 FUZZ_TIME ?= 15s
 .PHONY: fuzz
 fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's bodies on a real server, the estimator, the tokenizer.
@@ -117,9 +123,9 @@ test-cluster: pg-image image ## Replicas as containers on one network: aggregate
 .PHONY: lint
 lint: ## go vet, staticcheck and gofmt (the cluster tests too).
 	go vet ./...
-	go vet -tags cluster ./integration/cluster/
+	go vet -tags cluster,soak ./integration/cluster/
 	go tool staticcheck ./...
-	go tool staticcheck -tags cluster ./integration/cluster/
+	go tool staticcheck -tags cluster,soak ./integration/cluster/
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench

@@ -1,0 +1,351 @@
+//go:build cluster && soak
+
+package cluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// The checker: a single-threaded model of design.md's admission contract,
+// written from the contract and not from package budget (it imports none
+// of it). It replays each tenant's ledger in order, recomputing every
+// refill, balance and count from the tenant's limits and the entries'
+// database times, and checks the history the clients recorded against it.
+
+const micro = 1_000_000
+
+type mlimits struct {
+	capacity, rate       int64 // tokens, micro-tokens a second
+	reqCapacity, reqRate int64
+	maxConcurrent        int64
+	periodBudget         int64
+}
+
+// bucket is design.md's token bucket, in micro units: refill is
+// floor(rate × elapsed µs / 1e6), never past capacity (a balance above it
+// stays), elapsed clamped at zero, and the time never moves back.
+type bucket struct {
+	capacity, rate, balance int64
+	at                      time.Time
+}
+
+func (b *bucket) refill(now time.Time) int64 {
+	if b.at.IsZero() || !now.After(b.at) {
+		if b.at.IsZero() {
+			b.at = now
+		}
+		return 0
+	}
+	us := now.Sub(b.at).Microseconds()
+	b.at = now
+	if b.balance >= b.capacity {
+		return 0
+	}
+	add := new(big.Int).Div(new(big.Int).Mul(big.NewInt(b.rate), big.NewInt(us)), big.NewInt(micro)).Int64()
+	return b.add(min(add, b.capacity-b.balance))
+}
+
+func (b *bucket) add(n int64) int64 { b.balance += n; return n }
+
+type mtenant struct {
+	lim        mlimits
+	tokens     bucket
+	requests   bucket
+	open       int64
+	periodUsed int64
+	seq        int64
+	reserved   map[string]int64 // admission -> cost, until it ends
+	ended      map[string]string
+}
+
+type entry struct {
+	Seq          int64      `db:"seq"`
+	Kind         string     `db:"kind"`
+	CreatedAt    time.Time  `db:"created_at"`
+	AdmissionID  *string    `db:"admission_id"`
+	Estimate     *int64     `db:"estimate"`
+	Actual       *int64     `db:"actual"`
+	RefillMicro  int64      `db:"refill_micro"`
+	DeltaMicro   int64      `db:"delta_micro"`
+	BalanceMicro int64      `db:"balance_micro"`
+	PeriodStart  *time.Time `db:"period_start"`
+	PeriodUsed   int64      `db:"period_used"`
+	Late         bool       `db:"late"`
+	Detail       *string    `db:"detail"`
+}
+
+// limitsOf reads the limits a tenant or limits entry records (the
+// ledger's own description of the change).
+func limitsOf(detail string, old mlimits) (mlimits, error) {
+	var d struct {
+		Limits, After *struct {
+			TokensCapacity    int64  `json:"tokens_capacity"`
+			TokensPerSecond   string `json:"tokens_per_second"`
+			RequestsCapacity  int64  `json:"requests_capacity"`
+			RequestsPerSecond string `json:"requests_per_second"`
+			MaxConcurrent     int64  `json:"max_concurrent"`
+			PeriodBudget      int64  `json:"period_budget"`
+		}
+	}
+	if err := json.Unmarshal([]byte(detail), &d); err != nil {
+		return old, err
+	}
+	l := d.Limits
+	if l == nil {
+		l = d.After
+	}
+	if l == nil {
+		return old, nil // a key or disable event
+	}
+	return mlimits{capacity: l.TokensCapacity * micro, rate: decimalMicro(l.TokensPerSecond),
+		reqCapacity: l.RequestsCapacity * micro, reqRate: decimalMicro(l.RequestsPerSecond),
+		maxConcurrent: l.MaxConcurrent, periodBudget: l.PeriodBudget}, nil
+}
+
+// decimalMicro reads "2.5" or "-0.25" as micro units.
+func decimalMicro(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	whole, frac, _ := strings.Cut(s, ".")
+	w, _ := strconv.ParseInt(whole, 10, 64)
+	f, _ := strconv.ParseInt((frac + "000000")[:6], 10, 64)
+	v := w*micro + f
+	if neg {
+		v = -v
+	}
+	return v
+}
+
+// check replays every tenant's ledger through the model and checks the
+// history against it; it returns every divergence, the first first.
+func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string) []string {
+	t.Helper()
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	reserves := map[string]int{} // admission -> reserve entries, every tenant
+	endsOf := map[string]entry{} // admission -> its settle or release entry
+	owner := map[string]string{} // admission -> tenant
+	for _, id := range tenants {
+		rows, err := pool.Query(context.Background(), `SELECT seq, kind, created_at, admission_id, estimate, actual, refill_micro,
+			delta_micro, balance_micro, period_start, period_used, late, detail FROM ledger_entries WHERE tenant_id = $1 ORDER BY seq`, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es, err := pgx.CollectRows(rows, pgx.RowToStructByName[entry])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &mtenant{reserved: map[string]int64{}, ended: map[string]string{}}
+		var periodStart *time.Time
+		for _, e := range es {
+			where := fmt.Sprintf("tenant %s entry %d (%s at %s)", id, e.Seq, e.Kind, e.CreatedAt.Format("15:04:05.000000"))
+			if e.Seq != m.seq+1 {
+				fail("%s: follows entry %d", where, m.seq)
+			}
+			m.seq = e.Seq
+			if e.Kind == "tenant" || e.Kind == "limits" {
+				if e.Detail != nil {
+					l, err := limitsOf(*e.Detail, m.lim)
+					if err != nil {
+						fail("%s: detail %q: %v", where, *e.Detail, err)
+					}
+					if e.Kind == "limits" && l.reqCapacity != m.lim.reqCapacity {
+						fail("%s: the model does not follow request bucket changes", where)
+					}
+					m.lim = l
+				}
+			}
+			if m.tokens.at.IsZero() { // created: a full bucket
+				m.tokens = bucket{capacity: m.lim.capacity, rate: m.lim.rate, at: e.CreatedAt}
+				m.requests = bucket{capacity: m.lim.reqCapacity, rate: m.lim.reqRate, balance: m.lim.reqCapacity, at: e.CreatedAt}
+			}
+			refill := m.tokens.refill(e.CreatedAt)
+			if m.requests.capacity > 0 {
+				m.requests.refill(e.CreatedAt)
+			}
+			if refill != e.RefillMicro {
+				fail("%s: refill %d, the model computes %d (balance before %d)", where, e.RefillMicro, refill, m.tokens.balance-refill)
+			}
+			m.tokens.capacity, m.tokens.rate = m.lim.capacity, m.lim.rate
+			adm := ""
+			if e.AdmissionID != nil {
+				adm = *e.AdmissionID
+				owner[adm] = id
+			}
+			samePeriod := periodStart != nil && e.PeriodStart != nil && periodStart.Equal(*e.PeriodStart)
+			usedBefore := int64(0)
+			if samePeriod {
+				usedBefore = m.periodUsed
+			}
+			switch e.Kind {
+			case "reserve":
+				reserves[adm]++
+				cost := *e.Estimate
+				// Would the contract admit it, at this entry's time?
+				if m.tokens.balance < cost*micro {
+					fail("%s: admitted %s costing %d with %d micro-tokens", where, adm, cost, m.tokens.balance)
+				}
+				if m.lim.reqCapacity > 0 && m.requests.balance < micro {
+					fail("%s: admitted %s with %d micro-requests", where, adm, m.requests.balance)
+				}
+				if m.lim.maxConcurrent > 0 && m.open >= m.lim.maxConcurrent {
+					fail("%s: admitted %s with %d open of %d", where, adm, m.open, m.lim.maxConcurrent)
+				}
+				if m.lim.periodBudget > 0 && usedBefore+cost > m.lim.periodBudget {
+					fail("%s: admitted %s costing %d with %d of the period's %d used", where, adm, cost, usedBefore, m.lim.periodBudget)
+				}
+				if e.DeltaMicro != -cost*micro {
+					fail("%s: delta %d for a cost of %d", where, e.DeltaMicro, cost)
+				}
+				m.tokens.add(-cost * micro)
+				if m.lim.reqCapacity > 0 {
+					m.requests.add(-micro)
+				}
+				m.open++
+				m.reserved[adm] = cost
+			case "settle", "release", "expire":
+				cost, ok := m.reserved[adm]
+				if !ok && !(e.Kind == "settle" && e.Late && m.ended[adm] == "expire") {
+					fail("%s: ends %s, which is not open (ended: %q)", where, adm, m.ended[adm])
+				}
+				if e.Kind == "expire" {
+					if e.DeltaMicro != 0 {
+						fail("%s: an expiry moved the balance by %d", where, e.DeltaMicro)
+					}
+					m.open--
+					delete(m.reserved, adm)
+					m.ended[adm] = "expire"
+					break
+				}
+				if e.Late {
+					cost = *e.Estimate
+				}
+				actual := int64(0)
+				if e.Kind == "settle" {
+					actual = *e.Actual
+				}
+				// A refund stops at capacity (or at a balance above it);
+				// an extra charge applies in full.
+				want := (cost - actual) * micro
+				if want > 0 {
+					limit := max(m.tokens.capacity, m.tokens.balance)
+					want = min(limit, m.tokens.balance+want) - m.tokens.balance
+				}
+				if e.DeltaMicro != want {
+					fail("%s: %s of %s (estimate %d, actual %d) moved the balance %d; the model says %d", where, e.Kind, adm, cost, actual, e.DeltaMicro, want)
+				}
+				m.tokens.add(e.DeltaMicro)
+				if !e.Late {
+					m.open--
+				}
+				delete(m.reserved, adm)
+				m.ended[adm] = e.Kind
+				endsOf[adm] = e
+			case "adjust", "limits", "tenant":
+				// An adjustment moves the balance by its delta; a lowered
+				// capacity cuts a balance above it.
+				if e.Kind == "limits" && e.DeltaMicro != 0 && m.tokens.balance+e.DeltaMicro != m.lim.capacity {
+					fail("%s: a limits change cut the balance to %d, not to the capacity %d", where, m.tokens.balance+e.DeltaMicro, m.lim.capacity)
+				}
+				if e.Kind == "tenant" && e.Seq == 1 && e.DeltaMicro != m.lim.capacity {
+					fail("%s: created with %d, not a full bucket of %d", where, e.DeltaMicro, m.lim.capacity)
+				}
+				m.tokens.add(e.DeltaMicro)
+			}
+			if m.tokens.balance != e.BalanceMicro {
+				fail("%s: balance %d, the model has %d", where, e.BalanceMicro, m.tokens.balance)
+				m.tokens.balance = e.BalanceMicro // report each divergence once
+			}
+			if e.PeriodStart != nil {
+				periodStart, m.periodUsed = e.PeriodStart, e.PeriodUsed
+			}
+		}
+		// The tenant row agrees with the model; nothing is left open.
+		var balance, open, seq int64
+		if err := pool.QueryRow(context.Background(), `SELECT tokens_micro, open_reservations, ledger_seq FROM tenants WHERE id = $1`, id).Scan(&balance, &open, &seq); err != nil {
+			t.Fatal(err)
+		}
+		if balance != m.tokens.balance || open != m.open || seq != m.seq {
+			fail("tenant %s: the row holds balance %d, %d open, seq %d; the model %d, %d, %d", id, balance, open, seq, m.tokens.balance, m.open, m.seq)
+		}
+		for adm := range m.reserved {
+			fail("tenant %s: admission %s never ended (settled, released or expired) within its TTL and the sweep", id, adm)
+		}
+		if _, err := ledger.Verify(context.Background(), pool, id); err != nil {
+			fail("tenant %s: the ledger chain does not verify: %v", id, err)
+		}
+	}
+
+	// The history: every admission a client was told of is in the ledger
+	// exactly once; each entry not told of is explained by a request whose
+	// outcome the client could not know; retries got the original; settle
+	// answers match their entries.
+	told := map[string]bool{}
+	unknown := map[string]int{} // tenant -> reserve attempts with an unknown outcome
+	byKey := map[string]string{}
+	for _, e := range h.events {
+		switch {
+		case e.op == "reserve" && e.code == http.StatusCreated:
+			told[e.admission] = true
+			if owner[e.admission] != e.tenant {
+				fail("client %d at %s: told of %s for %s; the ledger has it for %q", e.client, e.end, e.admission, e.tenant, owner[e.admission])
+			}
+			if reserves[e.admission] != 1 {
+				fail("client %d at %s: admission %s is in the ledger %d times", e.client, e.end, e.admission, reserves[e.admission])
+			}
+			if e.key != "" {
+				k := e.tenant + "/" + e.key
+				if prev, ok := byKey[k]; ok && prev != e.admission {
+					fail("client %d at %s: key %s answered %s, then %s", e.client, e.end, k, prev, e.admission)
+				}
+				byKey[k] = e.admission
+			}
+		case e.op == "reserve" && (e.code == 0 || e.code >= 500):
+			unknown[e.tenant]++
+		case (e.op == "settle" || e.op == "release") && e.code == http.StatusOK:
+			en, ok := endsOf[e.admission]
+			if !ok {
+				fail("client %d at %s: %s of %s answered 200, but the ledger has no such entry", e.client, e.end, e.op, e.admission)
+				continue
+			}
+			if decimalMicro(e.applied) != en.DeltaMicro || decimalMicro(e.balance) != en.BalanceMicro {
+				fail("client %d at %s: %s of %s answered delta %s, balance %s; the ledger entry %d says %d, %d",
+					e.client, e.end, e.op, e.admission, e.applied, e.balance, en.Seq, en.DeltaMicro, en.BalanceMicro)
+			}
+		}
+	}
+	untold := map[string]int{}
+	for adm, n := range reserves {
+		if !told[adm] {
+			untold[owner[adm]] += n
+		}
+	}
+	ids := make([]string, 0, len(untold))
+	for id := range untold {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if untold[id] > unknown[id] {
+			fail("tenant %s: %d admissions in the ledger that no client was told of, and only %d requests whose outcome was unknown", id, untold[id], unknown[id])
+		}
+	}
+	return problems
+}

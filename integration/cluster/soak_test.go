@@ -1,0 +1,327 @@
+//go:build cluster && soak
+
+package cluster_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/credential"
+)
+
+// TestSoak runs a randomized workload against three replicas (containers)
+// on one Postgres while faults strike at random moments, records every
+// request and answer the clients saw, and then checks the whole history
+// and the ledger against a single-threaded model of design.md (model_test.go)
+// that shares no code with budget. SOAK_SECONDS (default 60) and SOAK_SEED
+// (default: from the clock, printed) choose the run; `make soak` runs it.
+func TestSoak(t *testing.T) {
+	seconds := envInt("SOAK_SECONDS", 60)
+	seed := int64(envInt("SOAK_SEED", int(time.Now().UnixNano()%1_000_000_000)))
+	t.Logf("soak: %d s, seed %d (reproduce with make soak SOAK_SEED=%d SOAK_SECONDS=%d)", seconds, seed, seed, seconds)
+
+	c := newCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms"})
+	const ttl = 3 * time.Second
+	tenants := map[string]budget.Limits{
+		"tok":  {TokensCapacity: 3000, TokensRateMicro: 300 * budget.Micro, ReservationTTL: ttl},
+		"req":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, RequestsCapacity: 30, RequestsRateMicro: 4 * budget.Micro, ReservationTTL: ttl},
+		"conc": {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, MaxConcurrent: 4, ReservationTTL: ttl},
+		"per":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, PeriodBudget: 15_000, Period: budget.PeriodDay, ReservationTTL: ttl},
+	}
+	keys := map[string]string{}
+	var names []string
+	for id, l := range tenants {
+		keys[id] = c.tenant(id, l)
+		names = append(names, id)
+	}
+	_, adminToken, err := credential.AdminTokenCreate(ctx, c.pool, "soak")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h := &history{start: time.Now()}
+	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() { w.client(rand.New(rand.NewPCG(uint64(seed), uint64(i))), i, stop) })
+	}
+	wg.Go(func() { w.operator(rand.New(rand.NewPCG(uint64(seed), 1000)), stop) })
+	faults := map[string]int{}
+	wg.Go(func() { w.faults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	time.Sleep(time.Duration(seconds) * time.Second)
+	close(stop)
+	wg.Wait()
+
+	// Every replica up and every reservation past its TTL and the sweep.
+	time.Sleep(ttl + 3*time.Second)
+	c.reconnect(t)
+	ops := map[string]int{}
+	for _, e := range h.events {
+		ops[fmt.Sprintf("%s %d", e.op, e.code)]++
+	}
+	t.Logf("soak: %d requests; answers %v; faults %v", len(h.events), ops, faults)
+	if problems := check(t, c.pool, h, names); len(problems) > 0 {
+		for i, p := range problems {
+			if i == 10 {
+				t.Errorf("... and %d more", len(problems)-10)
+				break
+			}
+			t.Error(p)
+		}
+		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// reconnect opens the test's pool again: a Postgres restart may have moved
+// its host port.
+func (c *cluster) reconnect(t *testing.T) {
+	dsn, err := c.pg.ConnectionString(ctx, "sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	c.pool, c.store = pool, budget.NewStore(pool)
+}
+
+// event is one request a client made and the answer it saw.
+type event struct {
+	client           int
+	op               string // reserve, settle, release, adjust, limits
+	tenant, key      string // key: the Idempotency-Key, if any
+	body             string
+	admission        string // the admission named or answered
+	code             int
+	typ              string // the error type
+	applied, balance string // a settle's or release's answer
+	begin, end       time.Duration
+	reservedCost     int64
+}
+
+type history struct {
+	mu     sync.Mutex
+	start  time.Time
+	events []event
+}
+
+func (h *history) add(e event) {
+	h.mu.Lock()
+	h.events = append(h.events, e)
+	h.mu.Unlock()
+}
+
+type workload struct {
+	c     *cluster
+	h     *history
+	keys  map[string]string
+	names []string
+	admin string
+	mu    sync.Mutex // replicas' URLs change when a replica restarts
+}
+
+func (w *workload) url(r *rand.Rand) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.c.replicas[r.IntN(len(w.c.replicas))].url
+}
+
+// call sends one request and decodes what every answer may carry.
+func call(method, url, cred, idem, body string) (code int, v struct {
+	ID       string               `json:"id"`
+	Applied  json.Number          `json:"applied_delta"`
+	Balance  json.Number          `json:"balance"`
+	Estimate struct{ Cost int64 } `json:"estimate"`
+	Error    struct {
+		Type string `json:"type"`
+	} `json:"error"`
+}) {
+	req, _ := http.NewRequest(method, url, bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+cred)
+	req.Header.Set("Content-Type", "application/json")
+	if idem != "" {
+		req.Header.Set("Idempotency-Key", idem)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		v.Error.Type = "transport: " + err.Error()
+		return 0, v
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &v)
+	return resp.StatusCode, v
+}
+
+type held struct {
+	tenant, id string
+	cost       int64
+	at         time.Time
+	settled    string // the usage body it was settled with, to repeat it
+}
+
+// client is one frontend: it reserves (with and without Idempotency-Keys,
+// retrying errors with the same key), settles with less, equal and more
+// usage than estimated (repeats, conflicts, after expiry), and releases.
+func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
+	var open, ended []held
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		x := r.IntN(100)
+		switch {
+		case x < 50 || len(open) == 0:
+			tenant := w.names[r.IntN(len(w.names))]
+			body := fmt.Sprintf(`{"model":"gpt-4o-mini","prompt":"soak %d","max_tokens":%d}`, r.IntN(1000), 1+r.IntN(300))
+			idem := ""
+			if r.IntN(2) == 0 {
+				idem = fmt.Sprintf("c%d-%d", id, n)
+			}
+			for attempt := 0; attempt < 4; attempt++ {
+				e := event{client: id, op: "reserve", tenant: tenant, key: idem, body: body, begin: time.Since(w.h.start)}
+				code, v := call("POST", w.url(r)+"/v1/admissions", w.keys[tenant], idem, body)
+				e.end, e.code, e.typ, e.admission, e.reservedCost = time.Since(w.h.start), code, v.Error.Type, v.ID, v.Estimate.Cost
+				w.h.add(e)
+				if code == http.StatusCreated {
+					open = append(open, held{tenant: tenant, id: v.ID, cost: v.Estimate.Cost, at: time.Now()})
+					break
+				}
+				if idem == "" || code != 0 && code < 500 {
+					break // a rejection is final; an error without a key cannot be retried safely
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		case x < 80:
+			i := r.IntN(len(open))
+			a := open[i]
+			est := a.cost
+			use := []int64{0, est / 2, est, est + 1 + int64(r.IntN(50))}[r.IntN(4)]
+			in := use / 3
+			usage := fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, in, use-in)
+			if w.end(r, id, a, "settle", usage) {
+				a.settled = usage
+				open = append(open[:i], open[i+1:]...)
+				ended = append(ended, a)
+			}
+		case x < 90:
+			i := r.IntN(len(open))
+			if w.end(r, id, open[i], "release", "") {
+				open = append(open[:i], open[i+1:]...)
+			}
+		case x < 97 && len(ended) > 0:
+			// A repeated settle (the same answer) or a conflicting one (409).
+			a := ended[r.IntN(len(ended))]
+			usage := a.settled
+			if r.IntN(3) == 0 {
+				usage = `{"usage":{"prompt_tokens":1,"completion_tokens":99999}}`
+			}
+			w.end(r, id, a, "settle", usage)
+		default:
+			// Hold one past its TTL: it expires, and a late settle reconciles.
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// end settles or releases; it reports whether the admission is ended.
+func (w *workload) end(r *rand.Rand, client int, a held, op, body string) bool {
+	e := event{client: client, op: op, tenant: a.tenant, admission: a.id, body: body, begin: time.Since(w.h.start)}
+	code, v := call("POST", w.url(r)+"/v1/admissions/"+a.id+"/"+op, w.keys[a.tenant], "", body)
+	e.end, e.code, e.typ, e.applied, e.balance = time.Since(w.h.start), code, v.Error.Type, string(v.Applied), string(v.Balance)
+	w.h.add(e)
+	return code == http.StatusOK || code == http.StatusConflict
+}
+
+// operator makes admin changes now and then: adjustments, and limit
+// changes (token capacity, concurrency) that the model must follow.
+func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(500+r.IntN(1500)) * time.Millisecond):
+		}
+		var op, tenant, path, body string
+		switch r.IntN(3) {
+		case 0:
+			op, tenant = "adjust", w.names[r.IntN(len(w.names))]
+			path, body = "/v1/admin/tenants/"+tenant+"/adjustments", fmt.Sprintf(`{"tokens":%d,"reason":"soak"}`, r.IntN(400)-200)
+		case 1:
+			op, tenant = "limits", "tok"
+			path, body = "/v1/admin/tenants/tok/limits", fmt.Sprintf(`{"tokens_capacity":%d}`, []int{2000, 3000, 4000}[r.IntN(3)])
+		default:
+			op, tenant = "limits", "conc"
+			path, body = "/v1/admin/tenants/conc/limits", fmt.Sprintf(`{"max_concurrent":%d}`, 2+r.IntN(5))
+		}
+		e := event{client: -1, op: op, tenant: tenant, body: body, begin: time.Since(w.h.start)}
+		method := "POST"
+		if op == "limits" {
+			method = "PATCH"
+		}
+		code, v := call(method, w.url(r)+path, w.admin, "", body)
+		e.end, e.code, e.typ = time.Since(w.h.start), code, v.Error.Type
+		w.h.add(e)
+	}
+}
+
+// faults strikes at random moments: Postgres paused (SIGSTOP, docker
+// pause) and resumed, Postgres restarted, a replica killed and started
+// again.
+func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, count map[string]int) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
+		}
+		switch r.IntN(3) {
+		case 0:
+			docker(t, "pause", w.c.pg.GetContainerID())
+			time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+			docker(t, "unpause", w.c.pg.GetContainerID())
+			count["postgres paused"]++
+		case 1:
+			docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
+			count["postgres restarted"]++
+		default:
+			w.mu.Lock()
+			rep := w.c.replicas[r.IntN(len(w.c.replicas))]
+			w.mu.Unlock()
+			docker(t, "kill", rep.ctr.GetContainerID())
+			time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
+			docker(t, "start", rep.ctr.GetContainerID())
+			host, _ := rep.ctr.Host(ctx)
+			if port, err := rep.ctr.MappedPort(ctx, "8080/tcp"); err == nil {
+				w.mu.Lock()
+				rep.url = fmt.Sprintf("http://%s:%s", host, port.Port())
+				w.mu.Unlock()
+			}
+			count["replica killed"]++
+		}
+	}
+}
