@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func TestSoak(t *testing.T) {
 			}
 			t.Error(p)
 		}
+		t.Logf("the history around the first divergence:\n%s", h.around(problems[0]))
 		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
 	}
 }
@@ -131,6 +133,28 @@ func (h *history) add(e event) {
 	h.mu.Lock()
 	h.events = append(h.events, e)
 	h.mu.Unlock()
+}
+
+// around renders the requests that named the admission a divergence
+// names, or else the last ones before the end of the run.
+func (h *history) around(problem string) string {
+	adm := ""
+	if i := strings.Index(problem, "adm_"); i >= 0 {
+		adm = strings.FieldsFunc(problem[i:], func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == ')' })[0]
+	}
+	var b strings.Builder
+	n := 0
+	for _, e := range h.events {
+		if adm != "" && e.admission != adm {
+			continue
+		}
+		fmt.Fprintf(&b, "  %8s-%-8s client %2d %-7s %-5s %s key=%q %s -> %d %s %s %s\n", e.begin.Round(time.Millisecond), e.end.Round(time.Millisecond),
+			e.client, e.op, e.tenant, e.admission, e.key, e.body, e.code, e.typ, e.applied, e.balance)
+		if n++; n > 40 {
+			break
+		}
+	}
+	return b.String()
 }
 
 type workload struct {
