@@ -380,3 +380,26 @@ func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
 		t.Fatalf("%d ledger entries; want creation and two reserves", seq)
 	}
 }
+
+// An admin request while the store does not answer is a 503 the admin can
+// retry, never a 500 (the soak met it during a Postgres restart).
+func TestAdminDuringOutageIs503(t *testing.T) {
+	t.Parallel()
+	b := setupOutage(t, budget.PolicyReject, nil)
+	b.tenant(t, "acme", lim(10_000, "1"))
+	token := b.admin(t, "ops")
+	if r := b.adminCall(t, token, http.MethodGet, "/v1/admin/tenants", nil); r.Code != http.StatusOK {
+		t.Fatalf("before: %d %s", r.Code, r.Body)
+	}
+	b.proxy.cut()
+	for _, call := range [][3]string{
+		{http.MethodGet, "/v1/admin/tenants", ""},
+		{http.MethodPost, "/v1/admin/tenants/acme/adjustments", `{"tokens":5,"reason":"x"}`},
+		{http.MethodPatch, "/v1/admin/tenants/acme/limits", `{"tokens_capacity":5}`},
+	} {
+		r := b.adminCall(t, token, call[0], call[1], call[2])
+		if r.Code != http.StatusServiceUnavailable || r.errorBody().Error.Type != "store_unavailable" {
+			t.Fatalf("%s %s during the outage: %d %s", call[0], call[1], r.Code, r.Body)
+		}
+	}
+}

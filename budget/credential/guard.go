@@ -214,13 +214,16 @@ func (g *Guard) Admin(ctx context.Context, addr, presented string) (AdminToken, 
 	if !g.limiter.Allow(adminBucket(addr)) {
 		return AdminToken{}, g.throttled()
 	}
-	tok, err := AdminTokenAuthenticate(ctx, g.db, presented)
+	lctx, cancel := context.WithTimeout(ctx, g.timeout)
+	tok, err := AdminTokenAuthenticate(lctx, g.db, presented)
+	cancel()
 	if errors.Is(err, ErrAdminInvalid) {
 		g.limiter.Fail(adminBucket(addr))
 		return AdminToken{}, err
 	}
 	if err != nil {
-		return AdminToken{}, err
+		// The store did not answer: a 503 the admin can retry, not a 500.
+		return AdminToken{}, fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
 	}
 	g.touch("admin:"+tok.ID, func(ctx context.Context) error { return AdminTokenTouch(ctx, g.db, tok.ID) })
 	return tok, nil
