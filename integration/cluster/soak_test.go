@@ -315,7 +315,8 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 
 // faults strikes at random moments: Postgres paused (SIGSTOP, docker
 // pause) and resumed, Postgres restarted, a replica killed and started
-// again.
+// again, a replica cut off the network and connected again, and Postgres
+// slow to answer for one tenant (its row held by another transaction).
 func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, count map[string]int) {
 	for {
 		select {
@@ -323,7 +324,34 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
 		}
-		switch r.IntN(3) {
+		switch r.IntN(5) {
+		case 3:
+			// A replica cut off from the network (a partition): its
+			// connections to Postgres and its clients' die mid-flight.
+			w.mu.Lock()
+			rep := w.c.replicas[r.IntN(len(w.c.replicas))]
+			w.mu.Unlock()
+			docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
+			time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+			docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
+			count["replica partitioned"]++
+		case 4:
+			// Slow responses: a transaction holds the row of one tenant
+			// for a while, so every decision touching it waits its turn.
+			tenant := []string{"tok", "req", "conc", "per"}[r.IntN(4)]
+			hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
+			func() {
+				tx, err := w.c.pool.Begin(ctx)
+				if err != nil {
+					return // Postgres restarting: no fault this time
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
+					return
+				}
+				time.Sleep(hold)
+			}()
+			count["postgres slow (row held)"]++
 		case 0:
 			docker(t, "pause", w.c.pg.GetContainerID())
 			time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
@@ -331,6 +359,7 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			count["postgres paused"]++
 		case 1:
 			docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
+			w.c.reconnect(t) // its host port may have moved
 			count["postgres restarted"]++
 		default:
 			w.mu.Lock()
