@@ -5,5 +5,11 @@
 // not answer, fails over to the local policy (budget/outage) and replays
 // what was decided without the store once it is back.
 //
+// Waiting is fair in two ways. A tenant's callers are served first in,
+// first out (wait.go). The callers waiting for an upstream pool are served
+// by priority class, then by their tenant's virtual token counter, which is
+// kept in Postgres (pool_wait.go). A reservation ending anywhere in a
+// budget tree wakes the tree's waiting callers.
+//
 // It may import budget, budget/outage and estimator, never a face.
 package admission
