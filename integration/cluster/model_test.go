@@ -28,6 +28,9 @@ import (
 
 const micro = 1_000_000
 
+// sweepInterval is the replicas' TOKENGATE_SWEEP_INTERVAL in the soak.
+const sweepInterval = 500 * time.Millisecond
+
 type mlimits struct {
 	capacity, rate       int64 // tokens, micro-tokens a second
 	reqCapacity, reqRate int64
@@ -139,6 +142,17 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string) []str
 	t.Helper()
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	expiresAt := map[string]time.Time{}
+	rows, err := pool.Query(context.Background(), `SELECT id, expires_at FROM admissions`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aid string
+	var at time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&aid, &at}, func() error { expiresAt[aid] = at; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	onTime := 0                  // expiries checked for timeliness (no fault going on)
 	reserves := map[string]int{} // admission -> reserve entries, every tenant
 	endsOf := map[string]entry{} // admission -> its settle or release entry
 	owner := map[string]string{} // admission -> tenant
@@ -228,6 +242,19 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string) []str
 					fail("%s: ends %s, which is not open (ended: %q)", where, adm, m.ended[adm])
 				}
 				if e.Kind == "expire" {
+					// On time: not before it was due, and within the TTL
+					// plus the sweep interval (and a second for the sweep's
+					// own work), unless a fault was going on.
+					due, known := expiresAt[adm]
+					if known && e.CreatedAt.Before(due) {
+						fail("%s: %s expired before it was due (%s)", where, adm, due.Format("15:04:05.000000"))
+					}
+					if known && h.quiet(due.Add(-time.Second), e.CreatedAt.Add(time.Second)) {
+						onTime++
+					}
+					if known && e.CreatedAt.Sub(due) > sweepInterval+time.Second && h.quiet(due.Add(-time.Second), e.CreatedAt.Add(time.Second)) {
+						fail("%s: %s expired %s after it was due, with no fault going on", where, adm, e.CreatedAt.Sub(due).Round(time.Millisecond))
+					}
 					if e.DeltaMicro != 0 {
 						fail("%s: an expiry moved the balance by %d", where, e.DeltaMicro)
 					}
@@ -333,6 +360,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string) []str
 			}
 		}
 	}
+	t.Logf("checker: %d admissions, %d expiries checked for timeliness outside faults", len(reserves), onTime)
 	untold := map[string]int{}
 	for adm, n := range reserves {
 		if !told[adm] {

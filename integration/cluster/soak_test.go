@@ -127,6 +127,23 @@ type history struct {
 	mu     sync.Mutex
 	start  time.Time
 	events []event
+	faults [][2]time.Time // when each fault began, and when its effects were over
+}
+
+func (h *history) fault(from, to time.Time) {
+	h.mu.Lock()
+	h.faults = append(h.faults, [2]time.Time{from, to})
+	h.mu.Unlock()
+}
+
+// quiet reports whether no fault overlapped [from, to].
+func (h *history) quiet(from, to time.Time) bool {
+	for _, f := range h.faults {
+		if f[0].Before(to) && f[1].After(from) {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *history) add(e event) {
@@ -324,57 +341,63 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
 		}
-		switch r.IntN(5) {
-		case 3:
-			// A replica cut off from the network (a partition): its
-			// connections to Postgres and its clients' die mid-flight.
-			w.mu.Lock()
-			rep := w.c.replicas[r.IntN(len(w.c.replicas))]
-			w.mu.Unlock()
-			docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
-			time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
-			docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
-			count["replica partitioned"]++
-		case 4:
-			// Slow responses: a transaction holds the row of one tenant
-			// for a while, so every decision touching it waits its turn.
-			tenant := []string{"tok", "req", "conc", "per"}[r.IntN(4)]
-			hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
-			func() {
-				tx, err := w.c.pool.Begin(ctx)
-				if err != nil {
-					return // Postgres restarting: no fault this time
-				}
-				defer func() { _ = tx.Rollback(ctx) }()
-				if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
-					return
-				}
-				time.Sleep(hold)
-			}()
-			count["postgres slow (row held)"]++
-		case 0:
-			docker(t, "pause", w.c.pg.GetContainerID())
-			time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
-			docker(t, "unpause", w.c.pg.GetContainerID())
-			count["postgres paused"]++
-		case 1:
-			docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
-			w.c.reconnect(t) // its host port may have moved
-			count["postgres restarted"]++
-		default:
-			w.mu.Lock()
-			rep := w.c.replicas[r.IntN(len(w.c.replicas))]
-			w.mu.Unlock()
-			docker(t, "kill", rep.ctr.GetContainerID())
-			time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
-			docker(t, "start", rep.ctr.GetContainerID())
-			host, _ := rep.ctr.Host(ctx)
-			if port, err := rep.ctr.MappedPort(ctx, "8080/tcp"); err == nil {
+		began := time.Now()
+		// A fault's effects last until the replicas have their
+		// connections back: 3 s after it ends.
+		func() {
+			defer func() { w.h.fault(began, time.Now().Add(3*time.Second)) }()
+			switch r.IntN(5) {
+			case 3:
+				// A replica cut off from the network (a partition): its
+				// connections to Postgres and its clients' die mid-flight.
 				w.mu.Lock()
-				rep.url = fmt.Sprintf("http://%s:%s", host, port.Port())
+				rep := w.c.replicas[r.IntN(len(w.c.replicas))]
 				w.mu.Unlock()
+				docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
+				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+				docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
+				count["replica partitioned"]++
+			case 4:
+				// Slow responses: a transaction holds the row of one tenant
+				// for a while, so every decision touching it waits its turn.
+				tenant := []string{"tok", "req", "conc", "per"}[r.IntN(4)]
+				hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
+				func() {
+					tx, err := w.c.pool.Begin(ctx)
+					if err != nil {
+						return // Postgres restarting: no fault this time
+					}
+					defer func() { _ = tx.Rollback(ctx) }()
+					if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
+						return
+					}
+					time.Sleep(hold)
+				}()
+				count["postgres slow (row held)"]++
+			case 0:
+				docker(t, "pause", w.c.pg.GetContainerID())
+				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+				docker(t, "unpause", w.c.pg.GetContainerID())
+				count["postgres paused"]++
+			case 1:
+				docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
+				w.c.reconnect(t) // its host port may have moved
+				count["postgres restarted"]++
+			default:
+				w.mu.Lock()
+				rep := w.c.replicas[r.IntN(len(w.c.replicas))]
+				w.mu.Unlock()
+				docker(t, "kill", rep.ctr.GetContainerID())
+				time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
+				docker(t, "start", rep.ctr.GetContainerID())
+				host, _ := rep.ctr.Host(ctx)
+				if port, err := rep.ctr.MappedPort(ctx, "8080/tcp"); err == nil {
+					w.mu.Lock()
+					rep.url = fmt.Sprintf("http://%s:%s", host, port.Port())
+					w.mu.Unlock()
+				}
+				count["replica killed"]++
 			}
-			count["replica killed"]++
-		}
+		}()
 	}
 }
