@@ -198,6 +198,17 @@ func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
 // snapshots reads tenants with a query and refills them to the database's
 // clock now.
 func (s *Store) snapshots(ctx context.Context, query string, args ...any) ([]Snapshot, error) {
+	return readNow(ctx, s, "list tenants", query, args, func(r *tenantRow, now time.Time) Snapshot {
+		t := r.tenant()
+		t.advance(now)
+		return t.snapshot(now)
+	})
+}
+
+// readNow reads rows of type R with a query, in the same round trip as the
+// database's clock, and renders each as it stands at that instant: the
+// one way every unlocked listing (tenants, model limits) sees balances.
+func readNow[R, T any](ctx context.Context, s *Store, what, query string, args []any, render func(*R, time.Time) T) ([]T, error) {
 	b := &pgx.Batch{}
 	b.Queue(clockSQL, s.clock())
 	b.Queue(query, args...)
@@ -209,19 +220,17 @@ func (s *Store) snapshots(ctx context.Context, query string, args ...any) ([]Sna
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("budget: list tenants: %w", err)
+		return nil, fmt.Errorf("budget: %s: %w", what, err)
 	}
-	trs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[tenantRow])
+	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[R])
 	if err != nil {
-		return nil, fmt.Errorf("budget: list tenants: %w", err)
+		return nil, fmt.Errorf("budget: %s: %w", what, err)
 	}
-	snaps := make([]Snapshot, len(trs))
-	for i, r := range trs {
-		t := r.tenant()
-		t.advance(now)
-		snaps[i] = t.snapshot(now)
+	out := make([]T, len(rs))
+	for i, r := range rs {
+		out[i] = render(r, now)
 	}
-	return snaps, nil
+	return out, nil
 }
 
 // KeyEventParams is a key created or revoked, and the write that does it.

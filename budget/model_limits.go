@@ -390,28 +390,9 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 // ModelLimitsList returns a tenant's model limits with their balances
 // refilled to the database's clock now, without locking.
 func (s *Store) ModelLimitsList(ctx context.Context, tenantID string) ([]ModelSnapshot, error) {
-	b := &pgx.Batch{}
-	b.Queue(clockSQL, s.clock())
-	b.Queue(modelLimitsListSQL, tenantID)
-	br := s.pool.SendBatch(ctx, b)
-	defer br.Close()
-	var now time.Time
-	if err := br.QueryRow().Scan(&now); err != nil {
-		return nil, fmt.Errorf("budget: clock: %w", err)
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("budget: model limits: %w", err)
-	}
-	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[modelRow])
-	if err != nil {
-		return nil, fmt.Errorf("budget: model limits: %w", err)
-	}
-	out := make([]ModelSnapshot, len(rs))
-	for i, r := range rs {
+	return readNow(ctx, s, "model limits", modelLimitsListSQL, []any{tenantID}, func(r *modelRow, now time.Time) ModelSnapshot {
 		m := r.bucket()
 		m.advance(now)
-		out[i] = m.snapshot(now)
-	}
-	return out, nil
+		return m.snapshot(now)
+	})
 }
