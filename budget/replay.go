@@ -27,7 +27,15 @@ type ReplayReserveParams struct {
 	Estimate    estimator.Estimate
 	CreatedAt   time.Time // the replica's clock when it admitted
 	ExpiresAt   time.Time
-	Replica     string
+	// ReplicaNow is the replica's clock as it replays. The replica's clock
+	// may be off the database's (skew), so its times are moved by the
+	// difference between the two clocks now: an admission whose replica ran
+	// an hour fast must not hold its reservation, and its concurrency slot,
+	// for an hour more than its TTL, nor one whose replica ran slow expire
+	// before the client could settle it. Zero (a record from before this
+	// field) moves nothing.
+	ReplicaNow time.Time
+	Replica    string
 	// IdempotencyKey, RequestHash and Response (EncodeReservation of the
 	// admission as answered) are set when the admission had a key: the
 	// replay writes the key with the admission, so a retry after the outage
@@ -64,6 +72,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			wrote = false
 			return err
 		}
+		created, expires := replayTimes(p, now)
 		cost := p.Estimate.Cost
 		w := &writes{}
 		for _, lv := range chain { // every level, as a decision of the store would
@@ -78,13 +87,13 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			w.entry(lv, e)
 		}
 		w.inserted = append(w.inserted, &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
-			Estimate: p.Estimate, CreatedAt: p.CreatedAt, ExpiresAt: p.ExpiresAt})
+			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires})
 		if p.IdempotencyKey != "" {
 			// In the same transaction: the admission and its key land
 			// together or not at all. (A live key of the same request,
 			// decided by the store before the outage, is kept.)
 			w.after = append(w.after, write{sql: idempotencyPutReplaySQL, expect: -1,
-				args: []any{p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, p.CreatedAt}})
+				args: []any{p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, created}})
 		}
 		if err := tx.commit(ctx, w); err != nil {
 			return err
@@ -96,4 +105,24 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		return false, fmt.Errorf("budget: replay %s: %w", p.AdmissionID, err)
 	}
 	return wrote, nil
+}
+
+// replayTimes moves a local admission's times from the replica's clock to
+// the database's (now), and caps its expiry at one TTL after now: whatever
+// the replica's clock said, a reservation is never held longer than its
+// TTL from the moment the store learns of it.
+func replayTimes(p ReplayReserveParams, now time.Time) (created, expires time.Time) {
+	created, expires = p.CreatedAt, p.ExpiresAt
+	if !p.ReplicaNow.IsZero() {
+		skew := now.Sub(p.ReplicaNow)
+		created, expires = created.Add(skew), expires.Add(skew)
+	}
+	ttl := p.ExpiresAt.Sub(p.CreatedAt)
+	if latest := now.Add(ttl); expires.After(latest) {
+		expires = latest
+	}
+	if created.After(now) {
+		created = now
+	}
+	return created, expires
 }

@@ -270,7 +270,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 			return errors.New("outage: a reserve without an estimate")
 		}
 		wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
-			Estimate: r.Estimate.Estimate(), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Replica: l.Replica,
+			Estimate: r.Estimate.Estimate(), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaNow: l.now(), Replica: l.Replica,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response})
 		if err != nil {
 			return err

@@ -366,3 +366,42 @@ func TestUnreadableLineNeverBlocksTheRest(t *testing.T) {
 		t.Fatalf("rejected file: %q", rejected)
 	}
 }
+
+// TestReplayMovesASkewedReplicasClock: a replica's clock may be off the
+// database's. Its admissions land with times on the database's clock, so a
+// fast clock does not hold a reservation (and its concurrency slot) past
+// its TTL, and a slow one does not expire it before the client could
+// settle. The replica admits at its t0 and replays 10 s later by its clock:
+// in the store the admission was made 10 s ago and expires 50 s from now.
+func TestReplayMovesASkewedReplicasClock(t *testing.T) {
+	t.Parallel()
+	for _, skew := range []time.Duration{time.Hour, -24 * time.Hour} {
+		b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro, MaxConcurrent: 5, ReservationTTL: time.Minute}, 1)
+		var dbNow time.Time
+		if err := b.store.Pool().QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+			t.Fatal(err)
+		}
+		b.now = dbNow.Add(skew)
+		r, err := b.local.Reserve(b.snap, rp(est(10), ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.now = b.now.Add(10 * time.Second)
+		if _, err := b.local.Replay(ctx, b.store); err != nil {
+			t.Fatal(err)
+		}
+		var created, expires, now time.Time
+		if err := b.store.Pool().QueryRow(ctx, `SELECT created_at, expires_at, now() FROM admissions WHERE id = $1`, r.AdmissionID).
+			Scan(&created, &expires, &now); err != nil {
+			t.Fatal(err)
+		}
+		near := func(a, b time.Time) bool { return a.Sub(b).Abs() < 2*time.Second }
+		if !near(created, now.Add(-10*time.Second)) || !near(expires, now.Add(50*time.Second)) {
+			t.Fatalf("skew %s: created %s, expires %s; the database's now is %s: want now-10s and now+50s", skew, created, expires, now)
+		}
+		// The sweep does not expire it early, and it holds its slot.
+		if n, err := b.store.Expire(ctx, "acme"); err != nil || n != 0 {
+			t.Fatalf("skew %s: the sweep expired %d (%v)", skew, n, err)
+		}
+	}
+}

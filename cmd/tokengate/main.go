@@ -188,7 +188,10 @@ type serveCmd struct {
 	Upstream           string        `name:"upstream" env:"TOKENGATE_UPSTREAM" help:"The proxy's provider base URL, e.g. https://api.openai.com."`
 	UpstreamKey        string        `name:"upstream-key" env:"TOKENGATE_UPSTREAM_KEY" help:"The proxy's bearer token for --upstream (tenants' keys never leave tokengate). Never logged."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
-	ModelRefresh       time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
+	// ClockOffset is a fault the soak injects (a replica's clock off the
+	// database's): hidden, since it is for testing, not for operators.
+	ClockOffset  time.Duration `name:"clock-offset" env:"TOKENGATE_CLOCK_OFFSET" hidden:"" help:"Testing only: moves this replica's own clock (the local failure policy's) by this much."`
+	ModelRefresh time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
@@ -343,7 +346,13 @@ func (s serveCmd) local(logger *slog.Logger) (*outage.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &outage.Local{Replicas: max(1, s.Replicas), Replica: id, Spool: spool, Logger: logger}, nil
+	l := &outage.Local{Replicas: max(1, s.Replicas), Replica: id, Spool: spool, Logger: logger}
+	if s.ClockOffset != 0 {
+		offset := s.ClockOffset
+		l.NowFunc = func() time.Time { return time.Now().Add(offset) }
+		logger.Warn("this replica's clock is moved (testing only)", "offset", offset.String())
+	}
+	return l, nil
 }
 
 // parseCIDRs parses CIDR ranges; a bare address is a range of one.
