@@ -54,6 +54,8 @@ type cluster struct {
 	store    *budget.Store
 	replicas []*replica
 	env      map[string]string
+	// replicaEnv, when set, adds to one replica's environment (after env).
+	replicaEnv func(name string) map[string]string
 }
 
 type replica struct {
@@ -65,6 +67,13 @@ type replica struct {
 // newCluster starts Postgres and n replicas. env adds to every replica's
 // environment.
 func newCluster(t *testing.T, n int, env map[string]string) *cluster {
+	t.Helper()
+	return startCluster(t, n, env, nil)
+}
+
+// startCluster is newCluster with a hook that may add to each replica's
+// environment once Postgres runs (a replica's own route to it, say).
+func startCluster(t *testing.T, n int, env map[string]string, replicaEnv func(c *cluster, name string) map[string]string) *cluster {
 	t.Helper()
 	nw, err := network.New(ctx)
 	if err != nil {
@@ -82,6 +91,9 @@ func newCluster(t *testing.T, n int, env map[string]string) *cluster {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, net: nw, pg: pg, env: env}
+	if replicaEnv != nil {
+		c.replicaEnv = func(name string) map[string]string { return replicaEnv(c, name) }
+	}
 	for i := range n {
 		c.addReplica(fmt.Sprintf("replica-%d", i+1), i == 0)
 	}
@@ -108,6 +120,11 @@ func (c *cluster) addReplica(name string, migrate bool) *replica {
 	}
 	for k, v := range c.env {
 		env[k] = v
+	}
+	if c.replicaEnv != nil {
+		for k, v := range c.replicaEnv(name) {
+			env[k] = v
+		}
 	}
 	cmd := []string{"serve"}
 	if migrate {

@@ -33,18 +33,54 @@ func TestSoak(t *testing.T) {
 	seed := int64(envInt("SOAK_SEED", int(time.Now().UnixNano()%1_000_000_000)))
 	t.Logf("soak: %d s, seed %d (reproduce with make soak SOAK_SEED=%d SOAK_SECONDS=%d)", seconds, seed, seed, seconds)
 
-	c := newCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms"})
+	// Every replica reaches Postgres through its own TCP proxy (cut and
+	// slowed at random), and one replica's clock is off by a skew the seed
+	// chooses (it matters to the local failure policy, which "loc" uses).
+	proxies := newPGProxies(t)
+	sr := rand.New(rand.NewPCG(uint64(seed), 3000))
+	skewed := fmt.Sprintf("replica-%d", 1+sr.IntN(3))
+	skew := time.Duration(30+sr.IntN(570)) * time.Second
+	if sr.IntN(2) == 0 {
+		skew = -skew
+	}
+	t.Logf("soak: %s's clock is off by %s", skewed, skew)
+	c := startCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3"},
+		func(c *cluster, name string) map[string]string {
+			env := proxies.env(c, name)
+			if name == skewed {
+				env["TOKENGATE_CLOCK_OFFSET"] = skew.String()
+			}
+			return env
+		})
 	const ttl = 3 * time.Second
 	tenants := map[string]budget.Limits{
 		"tok":  {TokensCapacity: 3000, TokensRateMicro: 300 * budget.Micro, ReservationTTL: ttl},
 		"req":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, RequestsCapacity: 30, RequestsRateMicro: 4 * budget.Micro, ReservationTTL: ttl},
 		"conc": {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, MaxConcurrent: 4, ReservationTTL: ttl},
 		"per":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, PeriodBudget: 15_000, Period: budget.PeriodDay, ReservationTTL: ttl},
+		// Admitted by the replicas on their own while Postgres is away,
+		// and replayed into it afterwards.
+		"loc": {TokensCapacity: 3000, TokensRateMicro: 300 * budget.Micro, MaxConcurrent: 6, ReservationTTL: ttl, OnStoreUnavailable: budget.PolicyLocal},
+		// A budget nested in another: "ta" and "tb" must each fit "org".
+		"org": {TokensCapacity: 4000, TokensRateMicro: 400 * budget.Micro, MaxConcurrent: 6, ReservationTTL: ttl},
+		"ta":  {TokensCapacity: 3000, TokensRateMicro: 250 * budget.Micro, ReservationTTL: ttl},
+		"tb":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, RequestsCapacity: 20, RequestsRateMicro: 3 * budget.Micro, ReservationTTL: ttl},
 	}
+	parents := map[string]string{"ta": "org", "tb": "org"}
 	keys := map[string]string{}
-	var names []string
-	for id, l := range tenants {
-		keys[id] = c.tenant(id, l)
+	var names []string // the tenants clients use
+	for _, id := range []string{"tok", "req", "conc", "per", "loc", "org", "ta", "tb"} {
+		if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: tenants[id], Parent: parents[id]}); err != nil {
+			t.Fatal(err)
+		}
+		if id == "org" {
+			continue
+		}
+		_, key, err := credential.KeyCreate(ctx, c.pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[id] = key
 		names = append(names, id)
 	}
 	_, adminToken, err := credential.AdminTokenCreate(ctx, c.pool, "soak")
@@ -53,7 +89,7 @@ func TestSoak(t *testing.T) {
 	}
 
 	h := &history{start: time.Now()}
-	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken}
+	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 16 {
@@ -66,15 +102,23 @@ func TestSoak(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	// Every replica up and every reservation past its TTL and the sweep.
-	time.Sleep(ttl + 3*time.Second)
+	// Every replica up, every spool of local decisions replayed, and then
+	// every reservation past its TTL and the sweep.
 	c.reconnect(t)
-	ops := map[string]int{}
+	waitFor(t, "every admission a client was told of to be in the ledger (spools replayed)", 90*time.Second, func() bool {
+		return len(missing(c.pool, h)) == 0
+	})
+	time.Sleep(ttl + 3*time.Second)
+	ops, local := map[string]int{}, map[string]int{}
 	for _, e := range h.events {
 		ops[fmt.Sprintf("%s %d", e.op, e.code)]++
+		if e.local && e.code == http.StatusCreated {
+			local[e.replica]++
+		}
 	}
+	t.Logf("soak: admitted locally (the local failure policy), by replica: %v", local)
 	t.Logf("soak: %d requests; answers %v; faults %v", len(h.events), ops, faults)
-	if problems := check(t, c.pool, h, names); len(problems) > 0 {
+	if problems := check(t, c.pool, h, append(names, "org"), parents); len(problems) > 0 {
 		for i, p := range problems {
 			if i == 10 {
 				t.Errorf("... and %d more", len(problems)-10)
@@ -121,6 +165,8 @@ type event struct {
 	applied, balance string // a settle's or release's answer
 	begin, end       time.Duration
 	reservedCost     int64
+	local            bool // decided by the replica alone (the local failure policy)
+	replica          string
 }
 
 type history struct {
@@ -165,8 +211,8 @@ func (h *history) around(problem string) string {
 		if adm != "" && e.admission != adm {
 			continue
 		}
-		fmt.Fprintf(&b, "  %8s-%-8s client %2d %-7s %-5s %s key=%q %s -> %d %s %s %s\n", e.begin.Round(time.Millisecond), e.end.Round(time.Millisecond),
-			e.client, e.op, e.tenant, e.admission, e.key, e.body, e.code, e.typ, e.applied, e.balance)
+		fmt.Fprintf(&b, "  %8s-%-8s client %2d %-9s %-7s %-5s %s key=%q %s -> %d %s %s %s local=%t\n", e.begin.Round(time.Millisecond), e.end.Round(time.Millisecond),
+			e.client, e.replica, e.op, e.tenant, e.admission, e.key, e.body, e.code, e.typ, e.applied, e.balance, e.local)
 		if n++; n > 40 {
 			break
 		}
@@ -175,7 +221,8 @@ func (h *history) around(problem string) string {
 }
 
 type workload struct {
-	c     *cluster
+	c       *cluster
+	proxies *pgProxies
 	h     *history
 	keys  map[string]string
 	names []string
@@ -183,14 +230,22 @@ type workload struct {
 	mu    sync.Mutex // replicas' URLs change when a replica restarts
 }
 
-func (w *workload) url(r *rand.Rand) string {
+func (w *workload) replica(r *rand.Rand) *replica {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.c.replicas[r.IntN(len(w.c.replicas))].url
+	return w.c.replicas[r.IntN(len(w.c.replicas))]
+}
+
+// url picks a replica for a request and returns its URL and name.
+func (w *workload) url(r *rand.Rand) (string, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rep := w.c.replicas[r.IntN(len(w.c.replicas))]
+	return rep.url, rep.name
 }
 
 // call sends one request and decodes what every answer may carry.
-func call(method, url, cred, idem, body string) (code int, v struct {
+func call(method, url, cred, idem, body string) (code int, local bool, v struct {
 	ID       string               `json:"id"`
 	Applied  json.Number          `json:"applied_delta"`
 	Balance  json.Number          `json:"balance"`
@@ -208,12 +263,12 @@ func call(method, url, cred, idem, body string) (code int, v struct {
 	resp, err := client.Do(req)
 	if err != nil {
 		v.Error.Type = "transport: " + err.Error()
-		return 0, v
+		return 0, false, v
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(raw, &v)
-	return resp.StatusCode, v
+	return resp.StatusCode, resp.Header.Get("X-Tokengate-Decided-By") == "local", v
 }
 
 type held struct {
@@ -245,8 +300,10 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 			}
 			for attempt := 0; attempt < 4; attempt++ {
 				e := event{client: id, op: "reserve", tenant: tenant, key: idem, body: body, begin: time.Since(w.h.start)}
-				code, v := call("POST", w.url(r)+"/v1/admissions", w.keys[tenant], idem, body)
-				e.end, e.code, e.typ, e.admission, e.reservedCost = time.Since(w.h.start), code, v.Error.Type, v.ID, v.Estimate.Cost
+				url, name := w.url(r)
+				e.replica = name
+				code, local, v := call("POST", url+"/v1/admissions", w.keys[tenant], idem, body)
+				e.end, e.code, e.typ, e.admission, e.reservedCost, e.local = time.Since(w.h.start), code, v.Error.Type, v.ID, v.Estimate.Cost, local
 				w.h.add(e)
 				if code == http.StatusCreated {
 					open = append(open, held{tenant: tenant, id: v.ID, cost: v.Estimate.Cost, at: time.Now()})
@@ -292,8 +349,10 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 // end settles or releases; it reports whether the admission is ended.
 func (w *workload) end(r *rand.Rand, client int, a held, op, body string) bool {
 	e := event{client: client, op: op, tenant: a.tenant, admission: a.id, body: body, begin: time.Since(w.h.start)}
-	code, v := call("POST", w.url(r)+"/v1/admissions/"+a.id+"/"+op, w.keys[a.tenant], "", body)
-	e.end, e.code, e.typ, e.applied, e.balance = time.Since(w.h.start), code, v.Error.Type, string(v.Applied), string(v.Balance)
+	url, name := w.url(r)
+	e.replica = name
+	code, local, v := call("POST", url+"/v1/admissions/"+a.id+"/"+op, w.keys[a.tenant], "", body)
+	e.end, e.code, e.typ, e.applied, e.balance, e.local = time.Since(w.h.start), code, v.Error.Type, string(v.Applied), string(v.Balance), local
 	w.h.add(e)
 	return code == http.StatusOK || code == http.StatusConflict
 }
@@ -310,7 +369,7 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 		var op, tenant, path, body string
 		switch r.IntN(3) {
 		case 0:
-			op, tenant = "adjust", w.names[r.IntN(len(w.names))]
+			op, tenant = "adjust", append([]string{"org"}, w.names...)[r.IntN(len(w.names)+1)]
 			path, body = "/v1/admin/tenants/"+tenant+"/adjustments", fmt.Sprintf(`{"tokens":%d,"reason":"soak"}`, r.IntN(400)-200)
 		case 1:
 			op, tenant = "limits", "tok"
@@ -324,7 +383,8 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 		if op == "limits" {
 			method = "PATCH"
 		}
-		code, v := call(method, w.url(r)+path, w.admin, "", body)
+		url, _ := w.url(r)
+		code, _, v := call(method, url+path, w.admin, "", body)
 		e.end, e.code, e.typ = time.Since(w.h.start), code, v.Error.Type
 		w.h.add(e)
 	}
@@ -332,8 +392,10 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 
 // faults strikes at random moments: Postgres paused (SIGSTOP, docker
 // pause) and resumed, Postgres restarted, a replica killed and started
-// again, a replica cut off the network and connected again, and Postgres
-// slow to answer for one tenant (its row held by another transaction).
+// again, a replica cut off the network and connected again, a replica's
+// connections to Postgres cut at the TCP proxy, Postgres's answers to a
+// replica delayed at the proxy, and Postgres slow for one tenant (its row
+// held by another transaction).
 func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, count map[string]int) {
 	for {
 		select {
@@ -346,13 +408,20 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 		// connections back: 3 s after it ends.
 		func() {
 			defer func() { w.h.fault(began, time.Now().Add(3*time.Second)) }()
-			switch r.IntN(5) {
+			switch r.IntN(7) {
+			case 5:
+				rep := w.replica(r)
+				w.proxies.cut(rep.name, time.Duration(200+r.IntN(2000))*time.Millisecond)
+				count["connections cut (proxy)"]++
+			case 6:
+				rep := w.replica(r)
+				w.proxies.slow(rep.name, time.Duration(50+r.IntN(400))*time.Millisecond, 100*time.Millisecond,
+					time.Duration(1000+r.IntN(3000))*time.Millisecond)
+				count["postgres slow (proxy latency)"]++
 			case 3:
 				// A replica cut off from the network (a partition): its
 				// connections to Postgres and its clients' die mid-flight.
-				w.mu.Lock()
-				rep := w.c.replicas[r.IntN(len(w.c.replicas))]
-				w.mu.Unlock()
+				rep := w.replica(r)
 				docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
 				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
 				docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
@@ -360,7 +429,7 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			case 4:
 				// Slow responses: a transaction holds the row of one tenant
 				// for a while, so every decision touching it waits its turn.
-				tenant := []string{"tok", "req", "conc", "per"}[r.IntN(4)]
+				tenant := []string{"tok", "req", "conc", "per", "loc", "org"}[r.IntN(6)]
 				hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
 				func() {
 					tx, err := w.c.pool.Begin(ctx)
@@ -382,11 +451,10 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			case 1:
 				docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
 				w.c.reconnect(t) // its host port may have moved
+				w.proxies.retarget(w.c)
 				count["postgres restarted"]++
 			default:
-				w.mu.Lock()
-				rep := w.c.replicas[r.IntN(len(w.c.replicas))]
-				w.mu.Unlock()
+				rep := w.replica(r)
 				docker(t, "kill", rep.ctr.GetContainerID())
 				time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
 				docker(t, "start", rep.ctr.GetContainerID())
