@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -69,6 +70,7 @@ func httpError(err error) *Error {
 		limErr    *budget.LimitError
 		he        *echo.HTTPError
 		throttled *credential.ThrottledError
+		alertErr  *alert.FieldError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -98,6 +100,13 @@ func httpError(err error) *Error {
 		return invalid(inv.Field, inv.Reason)
 	case errors.As(err, &limErr):
 		return invalid(limErr.Field, limErr.Reason)
+	case errors.As(err, &alertErr):
+		return invalid(alertErr.Field, alertErr.Reason)
+	case errors.Is(err, alert.ErrNotFound):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such alert endpoint, rule or event (or it is not in a state that allows this)"}
+	case errors.Is(err, alert.ErrNoKey):
+		return &Error{Status: http.StatusConflict, Type: "alerts_not_configured",
+			Message: "this server has no alert key (TOKENGATE_ALERT_KEY): endpoints cannot be given signing secrets"}
 	case errors.Is(err, budget.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
 	case errors.Is(err, budget.ErrPoolNotFound):

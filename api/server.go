@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
@@ -104,6 +105,9 @@ type Config struct {
 	// StoreTimeout bounds how long a decision waits for its turn in this
 	// replica, and then each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
+	// Alerts manages alert endpoints, rules and events. Defaults to a
+	// store on DB without a key (endpoints cannot be created).
+	Alerts *alert.Store
 }
 
 // Server is one tokengate replica's HTTP server.
@@ -135,6 +139,9 @@ func New(cfg *Config) (*Server, error) {
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
 		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if c.Alerts == nil {
+		c.Alerts = alert.NewStore(c.DB, nil)
 	}
 	if c.BodyLimit <= 0 {
 		c.BodyLimit = DefaultBodyLimit
@@ -244,6 +251,15 @@ func (s *Server) routes() {
 	admin.PUT("/tenants/:id/model-limits", s.adminModelLimitsPut)
 	admin.DELETE("/tenants/:id/model-limits", s.adminModelLimitsDelete)
 	admin.PATCH("/tenants/:id/keys/:key", s.adminKeyPatch)
+	admin.POST("/alerts/endpoints", s.adminAlertEndpointCreate)
+	admin.GET("/alerts/endpoints", s.adminAlertEndpointList)
+	admin.POST("/alerts/endpoints/:endpoint/rotate", s.adminAlertEndpointRotate)
+	admin.DELETE("/alerts/endpoints/:endpoint", s.adminAlertEndpointDisable)
+	admin.POST("/alerts/rules", s.adminAlertRuleCreate)
+	admin.GET("/alerts/rules", s.adminAlertRuleList)
+	admin.DELETE("/alerts/rules/:rule", s.adminAlertRuleDelete)
+	admin.GET("/alerts/events", s.adminAlertEventList)
+	admin.POST("/alerts/events/:event/redeliver", s.adminAlertEventRedeliver)
 	admin.GET("/pools", s.adminPoolList)
 	admin.POST("/pools", s.adminPoolCreate)
 	admin.PATCH("/pools/:pool/limits", s.adminPoolLimits)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -120,6 +121,9 @@ func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, erro
 type Watch struct {
 	Store  *Store
 	Logger *slog.Logger
+	// Alerts, when set, raises the invariant rules' events for each
+	// violation (once per rule and finding, whatever replica finds it).
+	Alerts *alert.Store
 
 	mu         sync.Mutex
 	tallies    map[string]ledger.Tally
@@ -184,6 +188,11 @@ func (w *Watch) Check(ctx context.Context) error {
 	for _, r := range bad {
 		w.Logger.Error("LEDGER INVARIANT VIOLATED: the tenant's stored balance or chain disagrees with its ledger",
 			"tenant", r.TenantID, "entry", r.BrokenSeq, "problem", r.Problem)
+		if w.Alerts != nil {
+			if _, err := w.Alerts.RaiseInvariant(ctx, r.TenantID, r.BrokenSeq, r.Problem); err != nil {
+				return fmt.Errorf("ledger invariant watch: %w", err)
+			}
+		}
 	}
 	return nil
 }

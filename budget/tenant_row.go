@@ -53,6 +53,10 @@ type tenant struct {
 	modelLimits  int   // how many model limits it has
 	pendingFill  int64 // token refill not yet attributed to a ledger entry
 	periodRolled bool
+	// lockedPeriod and lockedUsed are the period usage as the row was read:
+	// the decision's writes compare against them for alert thresholds.
+	lockedPeriod *time.Time
+	lockedUsed   int64
 }
 
 func deref0[T any](p *T) T {
@@ -92,6 +96,7 @@ func (r *tenantRow) tenant() *tenant {
 			PeriodUsed:  r.PeriodUsed,
 		},
 	}
+	t.lockedPeriod, t.lockedUsed = r.PeriodStart, r.PeriodUsed
 	if l.RequestsCapacity > 0 {
 		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro}
 		if r.RequestsMicro != nil && r.RequestsAt != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -120,6 +121,10 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		}
 		b.Queue(tenantUpdateSQL, ids, tokens, tokensAt, reqs, reqsAt, open, periodStart, used, seq, hash)
 		expect = append(expect, int64(n))
+		if args := w.crossings(); args != nil {
+			b.Queue(alert.ThresholdsCrossedSQL, args...)
+			expect = append(expect, -1)
+		}
 	}
 	if n := len(w.models); n > 0 {
 		tenants, models, in, inAt, out, outAt := make([]string, n), make([]string, n), make([]int64, n), make([]time.Time, n), make([]int64, n), make([]time.Time, n)
@@ -172,6 +177,23 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		expect = append(expect, x.expect)
 	}
 	return b, expect
+}
+
+// crossings are the period usage rises of this transaction's tenants, for
+// the alert thresholds they may cross (nil if none rose).
+func (w *writes) crossings() []any {
+	var c alert.Crossings
+	for _, t := range w.tenants {
+		if t.Limits.PeriodBudget <= 0 || t.PeriodStart == nil || t.Limits.Period == PeriodNone {
+			continue
+		}
+		before := int64(0)
+		if t.lockedPeriod != nil && t.lockedPeriod.Equal(*t.PeriodStart) {
+			before = t.lockedUsed
+		}
+		c.Add(t.id, before, t.PeriodUsed, t.Limits.PeriodBudget, *t.PeriodStart, t.Limits.Period.next(*t.PeriodStart))
+	}
+	return c.Args()
 }
 
 // commit sends w and COMMIT in one round trip and releases the connection;

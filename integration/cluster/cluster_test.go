@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,6 +178,17 @@ func (c *cluster) tenant(id string, l budget.Limits) string {
 		c.t.Fatal(err)
 	}
 	return key
+}
+
+// gateway is the address at which the replicas reach this process (a
+// proxy or a receiver the test runs): their network's gateway.
+func (c *cluster) gateway() string {
+	c.t.Helper()
+	out, err := exec.Command("docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", c.net.Name).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("the network's gateway: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 func docker(t *testing.T, args ...string) {

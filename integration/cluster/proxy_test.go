@@ -5,7 +5,6 @@ package cluster_test
 import (
 	"fmt"
 	"net"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -44,10 +43,6 @@ func upstream(t *testing.T, c *cluster) string {
 // env starts a proxy for one replica and returns the database URL that
 // sends the replica through it.
 func (p *pgProxies) env(c *cluster, name string) map[string]string {
-	out, err := exec.Command("docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", c.net.Name).CombinedOutput()
-	if err != nil {
-		p.t.Fatalf("the network's gateway: %v: %s", err, out)
-	}
 	proxy := toxiproxy.NewProxy(p.server, name, "0.0.0.0:0", upstream(p.t, c))
 	if err := proxy.Start(); err != nil {
 		p.t.Fatal(err)
@@ -58,7 +53,7 @@ func (p *pgProxies) env(c *cluster, name string) map[string]string {
 	p.proxies[name] = proxy
 	p.mu.Unlock()
 	return map[string]string{"TOKENGATE_DATABASE_URL": fmt.Sprintf(
-		"postgres://postgres:postgres@%s:%s/tokengate?sslmode=disable&connect_timeout=2", strings.TrimSpace(string(out)), port)}
+		"postgres://postgres:postgres@%s:%s/tokengate?sslmode=disable&connect_timeout=2", c.gateway(), port)}
 }
 
 // retarget points every proxy at Postgres again after a restart, which
