@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 )
 
@@ -34,6 +36,9 @@ var fuzzRoutes = []struct {
 	{"PATCH", "/v1/admin/pools/gpu/limits", true, []string{`{"tokens_capacity":10,"tokens_per_second":"0.5"}`, `{"tokens_capacity":0}`}},
 	{"PUT", "/v1/admin/pools/gpu/models", true, []string{`{"model":"gpt-4o-mini"}`, `{"model":""}`}},
 	{"PUT", "/v1/admin/pools/gpu/weights/acme", true, []string{`{"weight":3}`, `{"weight":0}`}},
+	{"POST", "/v1/admin/alerts/endpoints", true, []string{`{"url":"https://example.com/hook","description":"d"}`, `{"url":"http://x"}`}},
+	{"POST", "/v1/admin/alerts/rules", true, []string{`{"endpoint":"EP","kind":"period_budget","tenant":"acme","thresholds":[50,80]}`,
+		`{"endpoint":"EP","kind":"throttled","limit":"tokens","sustain_minutes":3}`, `{"endpoint":"EP","kind":"invariant","thresholds":[1e9]}`}},
 }
 
 // FuzzAPIBodies sends arbitrary bodies to every route that takes one, on a
@@ -47,11 +52,17 @@ func FuzzAPIBodies(f *testing.F) {
 			f.Add(uint8(i), s)
 		}
 	}
-	b := setupAPI(f, nil)
+	b := setupAPI(f, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(f, "ops")
 	key := b.tenant(f, "acme", lim(1_000_000, "1000"))
 	if r := b.adminCall(f, admin, http.MethodPost, "/v1/admin/pools", `{"id":"gpu","tokens_capacity":100000,"tokens_per_second":1000}`); r.Code != http.StatusCreated {
 		f.Fatal(r.Body)
+	}
+	var ep struct{ Endpoint struct{ ID string } }
+	if r := b.adminCall(f, admin, http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://example.com/hook"}`); r.Code != http.StatusCreated {
+		f.Fatal(r.Body)
+	} else {
+		r.json(&ep)
 	}
 	keys, err := credential.KeyList(ctx, b.pool, "acme")
 	if err != nil || len(keys) != 1 {
@@ -67,6 +78,7 @@ func FuzzAPIBodies(f *testing.F) {
 	f.Fuzz(func(t *testing.T, route uint8, body string) {
 		r := fuzzRoutes[int(route)%len(fuzzRoutes)]
 		path := strings.NewReplacer("ADM", adm.ID, "KEY", keys[0].ID).Replace(r.path)
+		body = strings.ReplaceAll(body, `"EP"`, `"`+ep.Endpoint.ID+`"`)
 		before := ledgerState(t, b)
 		cred := key
 		if r.admin {
