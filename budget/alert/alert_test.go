@@ -267,7 +267,11 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 3, 10, 0, 5, 0, time.UTC)
-	at := func(d time.Duration) { mu.Lock(); now = time.Date(2026, 12, 3, 10, 0, 5, 0, time.UTC).Add(d); mu.Unlock() }
+	at := func(d time.Duration) {
+		mu.Lock()
+		now = time.Date(2026, 12, 3, 10, 0, 5, 0, time.UTC).Add(d)
+		mu.Unlock()
+	}
 	store := budget.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
