@@ -76,6 +76,11 @@ func (s *Server) adminAlertRuleCreate(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// This replica raises its thresholds from its next decision on (the
+	// others within a few seconds).
+	if n, ok := s.budget.(interface{ NotePeriodAlertRule() }); ok && r.Kind == alert.KindPeriodBudget {
+		n.NotePeriodAlertRule()
+	}
 	return c.JSON(http.StatusCreated, r)
 }
 

@@ -187,6 +187,9 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	if err != nil {
 		return nil, err
 	}
+	if err := s.periodAlertRules(ctx); err != nil {
+		return nil, err
+	}
 	var poolIDs []string
 	for _, k := range modelKeys {
 		if id, ok := routes[k]; ok && !slices.Contains(poolIDs, id) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/budget/alert"
 )
 
 var (
@@ -178,6 +180,39 @@ func (s *Store) poolRoutes(ctx context.Context) (map[string]string, error) {
 	}
 	s.routes.Store(&routeCache{routes: routes, at: time.Now()})
 	return routes, nil
+}
+
+type alertRuleCache struct {
+	any bool
+	at  time.Time
+}
+
+// periodAlertRules reads, when older than poolRoutesTTL, whether any
+// period_budget alert rule exists: without one, decisions queue no
+// threshold statement (alerts cost nothing where there are none). A rule
+// created through this replica applies at once; elsewhere, within the TTL.
+func (s *Store) periodAlertRules(ctx context.Context) error {
+	if c := s.periodAlerts.Load(); c != nil && time.Since(c.at) < poolRoutesTTL {
+		return nil
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, alert.PeriodRulesExistSQL).Scan(&exists); err != nil {
+		return classify(fmt.Errorf("budget: alert rules: %w", err), false, false)
+	}
+	s.periodAlerts.Store(&alertRuleCache{any: exists, at: time.Now()})
+	return nil
+}
+
+// NotePeriodAlertRule tells the store that a period_budget rule now
+// exists, so that its next decision raises thresholds without waiting for
+// the cache.
+func (s *Store) NotePeriodAlertRule() { s.periodAlerts.Store(nil) }
+
+// periodAlertsOn reports whether a decision must queue the threshold
+// statement: yes unless a fresh read found no rule.
+func (s *Store) periodAlertsOn() bool {
+	c := s.periodAlerts.Load()
+	return c == nil || c.any
 }
 
 // lockPoolsLate locks, in a decision's transaction, pools that its ended

@@ -55,6 +55,9 @@ type Store struct {
 	answered atomic.Int64
 
 	routes atomic.Pointer[routeCache] // pool routes, see poolRoutes
+	// periodAlerts caches whether any period_budget alert rule exists,
+	// see periodAlertRules.
+	periodAlerts atomic.Pointer[alertRuleCache]
 	// modelTenants are the tenants this replica saw with model limits at
 	// some level of their tree (see modelQueue).
 	modelTenants sync.Map

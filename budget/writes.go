@@ -37,6 +37,9 @@ type writes struct {
 	keys     []keyPut
 	models   []*modelBucket
 	pools    map[string]*pool // the batch's locked pools; those changed are written
+	// alerts: queue the threshold statement (some period_budget rule may
+	// exist); set by commit from the store.
+	alerts bool
 	extra    []write          // statements of admin operations, before the rest
 	after    []write          // statements that refer to the rows above, after them
 }
@@ -121,7 +124,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		}
 		b.Queue(tenantUpdateSQL, ids, tokens, tokensAt, reqs, reqsAt, open, periodStart, used, seq, hash)
 		expect = append(expect, int64(n))
-		if args := w.crossings(); args != nil {
+		if args := w.crossings(); w.alerts && args != nil {
 			b.Queue(alert.ThresholdsCrossedSQL, args...)
 			expect = append(expect, -1)
 		}
@@ -215,6 +218,7 @@ func (tx *lockedTx) commit(ctx context.Context, w *writes) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), tx.allowance)
 		defer cancel()
 	}
+	w.alerts = tx.store.periodAlertsOn()
 	b, expect := w.batch()
 	b.Queue("COMMIT")
 	expect = append(expect, -1)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -38,6 +40,8 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT ON ledger_entries TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_model_limits, pool_models TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE ON pools, pool_shares TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE ON alert_endpoints, alert_rules, alert_events, alert_attempts TO " + quoted,
+		"GRANT SELECT ON rejection_counts TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -67,9 +71,34 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: budget.Micro, OutputCapacity: 1000, OutputRateMicro: budget.Micro}}); err != nil {
 		t.Fatal(err)
 	}
+	// And an alert rule on a period budget, so the decision writes the
+	// outbox, and the app role's dispatcher delivers it.
+	received := make(chan string, 1)
+	hook := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received <- r.Header.Get(alert.HeaderEventID)
+	}))
+	defer hook.Close()
+	alertKey := []byte("0123456789abcdef0123456789abcdef")
+	ep, _, err := alert.NewStore(owner, alertKey).CreateEndpoint(ctx, hook.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alert.NewStore(owner, alertKey).CreateRule(ctx, alert.RuleParams{TenantID: "acme", EndpointID: ep.ID, Kind: alert.KindPeriodBudget, Thresholds: []int32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, `UPDATE tenants SET period_budget = 1000, period = 'day' WHERE id = 'acme'`); err != nil {
+		t.Fatal(err)
+	}
 	code, body := post(t, tmp+"/v1/admissions", key, `{"model":"gpt-4o","prompt":"hi","max_tokens":10}`)
 	if code != http.StatusCreated {
 		t.Fatalf("admission as the app role: %d %s", code, body)
+	}
+	d := &alert.Dispatcher{Store: alert.NewStore(app, alertKey), Replica: "app", Client: hook.Client()}
+	if n, err := d.Once(ctx); err != nil || n != 1 {
+		t.Fatalf("dispatch as the app role: %d %v", n, err)
+	}
+	if id := <-received; !strings.HasPrefix(id, "evt_") {
+		t.Fatalf("delivered %q", id)
 	}
 	id := strings.Split(strings.Split(string(body), `"id":"`)[1], `"`)[0]
 	if code, body := post(t, tmp+"/v1/admissions/"+id+"/settle", key, `{"usage":{"prompt_tokens":3,"completion_tokens":4}}`); code != http.StatusOK {

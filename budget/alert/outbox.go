@@ -13,6 +13,10 @@ import (
 //go:embed sql/thresholds_crossed.sql
 var ThresholdsCrossedSQL string
 
+// PeriodRulesExistSQL says whether any period_budget rule exists: budget
+// reads it every few seconds, and queues ThresholdsCrossedSQL only then.
+const PeriodRulesExistSQL = `SELECT EXISTS (SELECT 1 FROM alert_rules WHERE kind = 'period_budget' AND deleted_at IS NULL)`
+
 // Crossings collects the period usage changes of one transaction, for
 // ThresholdsCrossedSQL's arguments.
 type Crossings struct {
