@@ -40,8 +40,8 @@ type writes struct {
 	// alerts: queue the threshold statement (some period_budget rule may
 	// exist); set by commit from the store.
 	alerts bool
-	extra    []write          // statements of admin operations, before the rest
-	after    []write          // statements that refer to the rows above, after them
+	extra  []write // statements of admin operations, before the rest
+	after  []write // statements that refer to the rows above, after them
 }
 
 type keyPut struct {

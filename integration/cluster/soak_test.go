@@ -223,11 +223,11 @@ func (h *history) around(problem string) string {
 type workload struct {
 	c       *cluster
 	proxies *pgProxies
-	h     *history
-	keys  map[string]string
-	names []string
-	admin string
-	mu    sync.Mutex // replicas' URLs change when a replica restarts
+	h       *history
+	keys    map[string]string
+	names   []string
+	admin   string
+	mu      sync.Mutex // replicas' URLs change when a replica restarts
 }
 
 func (w *workload) replica(r *rand.Rand) *replica {
