@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -407,5 +408,50 @@ func TestInvariantViolationRaisedOnce(t *testing.T) {
 	es := events(t, s, "acme")
 	if len(es) != 1 || es[0].Type != alert.TypeInvariantViolated || !strings.Contains(string(es[0].Data), `"tenant": "acme"`) {
 		t.Fatalf("events: %+v", es)
+	}
+}
+
+// TestThresholdsAtEveryLevel: where budgets nest, a rule on the
+// organisation fires when its children's admissions cross its threshold,
+// and a rule for every tenant fires for each level that crosses.
+func TestThresholdsAtEveryLevel(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	for _, p := range []budget.CreateTenantParams{
+		{ID: "org", Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 1000, Period: budget.PeriodMonth}},
+		{ID: "team", Parent: "org", Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 400, Period: budget.PeriodDay}},
+		{ID: "other", Parent: "org", Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro}},
+	} {
+		if _, err := store.CreateTenant(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := alert.NewStore(pool, testKey)
+	ep, _, err := s.CreateEndpoint(ctx, "https://example.com/hook", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRule(ctx, alert.RuleParams{EndpointID: ep.ID, Kind: alert.KindPeriodBudget, Thresholds: []int32{50}}); err != nil {
+		t.Fatal(err)
+	}
+	// team: 300 of 400 (crosses its 50 %); org: 300 of 1000. other: 300
+	// more, so org reaches 600 (crosses 50 %); other has no period budget.
+	for _, tenant := range []string{"team", "other"} {
+		if _, err := store.Reserve(ctx, reserve(tenant, 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]string{}
+	for _, e := range events(t, s, "") {
+		var d struct{ PeriodUsed, PeriodBudget int64 }
+		_ = json.Unmarshal(e.Data, &struct {
+			PeriodUsed   *int64 `json:"period_used"`
+			PeriodBudget *int64 `json:"period_budget"`
+		}{&d.PeriodUsed, &d.PeriodBudget})
+		got[e.TenantID] = fmt.Sprintf("%d/%d", d.PeriodUsed, d.PeriodBudget)
+	}
+	if len(got) != 2 || got["team"] != "300/400" || got["org"] != "600/1000" {
+		t.Fatalf("events by level: %v, want team 300/400 and org 600/1000", got)
 	}
 }
