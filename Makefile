@@ -101,8 +101,9 @@ soak: pg-image image ## A randomized workload over 3 replicas with faults, check
 
 FUZZ_TIME ?= 15s
 .PHONY: fuzz
-fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's bodies on a real server, the estimator, the tokenizer.
+fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's and the OpenAI proxy's bodies on real servers, the estimator, the tokenizer.
 	go test -run '^$$' -fuzz '^FuzzAPIBodies$$' -fuzztime $(FUZZ_TIME) ./api/
+	go test -run '^$$' -fuzz '^FuzzProxyBodies$$' -fuzztime $(FUZZ_TIME) ./api/proxy/
 	go test -run '^$$' -fuzz '^FuzzEstimate$$' -fuzztime $(FUZZ_TIME) ./estimator/
 	go test -run '^$$' -fuzz '^FuzzCountText$$' -fuzztime $(FUZZ_TIME) ./estimator/
 

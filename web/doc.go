@@ -24,13 +24,19 @@
 // priority class is set on its tenant's page, with a ledger entry, like
 // every other change to a tenant.
 //
+// The alerts page (budget/alert) shows where budget alerts go and whether
+// they got there: endpoints, whose signing secret appears once, on the
+// answer to the POST that made it; rules; and the outbox's delivery log
+// with every attempt, so a receiver that keeps failing is seen failing
+// and an event given up can be sent again.
+//
 // An admin logs in with an admin token (tga_...); the session lives in
 // Postgres (credential), so every replica serves it, and logging out or
 // revoking the token ends it everywhere. Each session has its own CSRF
 // token: every state change is a POST carrying it, checked in constant
 // time, so a form rendered for an ended session is useless.
 //
-// It is a face: it may import the domain (budget, budget/credential,
-// estimator, ledger), never another face (api); the serve command mounts it
+// It is a face: it may import the domain (budget, budget/alert,
+// budget/credential, estimator, ledger), never another face (api); the serve command mounts it
 // on the API's router.
 package web

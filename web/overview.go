@@ -34,6 +34,11 @@ var flashes = map[string]string{
 	"routed":        "Model routed: its admissions draw on the pool from now on.",
 	"unrouted":      "Model unrouted: its admissions no longer draw on a pool.",
 	"weight":        "Weight saved. The tenant's counter is kept.",
+
+	"endpoint_disabled": "Endpoint disabled: its rules raise nothing more, and its pending events are given up. Its log stays.",
+	"rule_created":      "Rule created. It applies from the next decision on.",
+	"rule_deleted":      "Rule deleted. Its events and their delivery log stay.",
+	"redelivered":       "Event put back in the outbox: it is delivered again within seconds.",
 }
 
 func flash(c *echo.Context) string { return flashes[c.QueryParam("done")] }

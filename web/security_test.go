@@ -30,6 +30,7 @@ func TestUnauthenticatedPagesRedirectToLogin(t *testing.T) {
 		"/models":          "/login?next=%2Fmodels",
 		"/ledger?kind=tag": "/login?next=%2Fledger%3Fkind%3Dtag",
 		"/ledger.csv":      "/login?next=%2Fledger.csv",
+		"/alerts":          "/login?next=%2Falerts",
 	} {
 		rec := c.get(path)
 		if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != want {

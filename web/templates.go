@@ -34,7 +34,7 @@ var (
 // layout is what every page's frame needs.
 type layout struct {
 	Title   string
-	Nav     string // the active section: overview, models, pools, ledger
+	Nav     string // the active section: overview, models, pools, alerts, ledger
 	Session *credential.Session
 	// Flash is a fixed message chosen by a ?done= code, never text from
 	// the request.
@@ -48,7 +48,7 @@ type layout struct {
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.html", "pools.html", "ledger.html", "error.html"}
+var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.html", "pools.html", "alerts.html", "ledger.html", "error.html"}
 
 func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -37,6 +38,9 @@ type Config struct {
 	// may make per minute (also the burst); past it the login answers 429
 	// without checking the token. Defaults to 10.
 	LoginFailuresPerMinute int
+	// Alerts manages alert endpoints, rules and events. Defaults to a
+	// store on DB without a key (endpoints cannot be created).
+	Alerts *alert.Store
 }
 
 // Dashboard serves the admin pages. Build it with New and add its routes to
@@ -44,6 +48,7 @@ type Config struct {
 type Dashboard struct {
 	db     *pgxpool.Pool
 	store  *budget.Store
+	alerts *alert.Store
 	est    *estimator.Estimator
 	logger *slog.Logger
 	ttl    time.Duration
@@ -62,6 +67,7 @@ func New(cfg *Config) (*Dashboard, error) {
 	d := &Dashboard{
 		db:     cfg.DB,
 		store:  cfg.Store,
+		alerts: cfg.Alerts,
 		est:    cfg.Estimator,
 		logger: cfg.Logger,
 		ttl:    cfg.SessionTTL,
@@ -72,6 +78,9 @@ func New(cfg *Config) (*Dashboard, error) {
 	}
 	if d.est == nil {
 		d.est = estimator.New(nil)
+	}
+	if d.alerts == nil {
+		d.alerts = alert.NewStore(cfg.DB, nil)
 	}
 	if d.logger == nil {
 		d.logger = slog.Default()
@@ -131,6 +140,14 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.POST("/pools/:id/unroute", d.poolUnroute, change...)
 	e.POST("/pools/:id/weights", d.poolWeight, change...)
 
+	e.GET("/alerts", d.alertsPage, page...)
+	e.POST("/alerts/endpoints", d.alertEndpointCreate, change...)
+	e.POST("/alerts/endpoints/:id/rotate", d.alertEndpointRotate, change...)
+	e.POST("/alerts/endpoints/:id/disable", d.alertEndpointDisable, change...)
+	e.POST("/alerts/rules", d.alertRuleCreate, change...)
+	e.POST("/alerts/rules/:id/delete", d.alertRuleDelete, change...)
+	e.POST("/alerts/events/:id/redeliver", d.alertEventRedeliver, change...)
+
 	e.GET("/ledger", d.ledgerPage, page...)
 	e.GET("/ledger.csv", d.ledgerCSV, page...)
 
@@ -144,6 +161,8 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.GET("/tenants/:id/keys/:key/:action", backToTenant, public...)
 	e.GET("/tenants/:id/model-limits/remove", backToTenant, public...)
 	e.GET("/pools/:id/:action", back("/pools"), public...)
+	e.GET("/alerts/:what", back("/alerts"), public...)
+	e.GET("/alerts/:what/:id/:action", back("/alerts"), public...)
 }
 
 func back(to string) echo.HandlerFunc {

@@ -75,7 +75,7 @@ type bundle struct {
 
 // setup runs the proxy in front of an emulated upstream, with a tenant
 // whose key the OpenAI SDK uses as its API key.
-func setup(t *testing.T, limits budget.Limits) *bundle {
+func setup(t testing.TB, limits budget.Limits) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)

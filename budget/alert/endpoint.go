@@ -45,6 +45,10 @@ func NewStore(pool *pgxpool.Pool, key []byte) *Store {
 	return &Store{pool: pool, key: key}
 }
 
+// HasKey reports whether the store can give endpoints secrets and sign
+// deliveries: without a key, alerts are off.
+func (s *Store) HasKey() bool { return len(s.key) > 0 }
+
 // Endpoint is where events are delivered.
 type Endpoint struct {
 	ID          string     `json:"id"`

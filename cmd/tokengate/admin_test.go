@@ -44,7 +44,7 @@ func TestAdminCommands(t *testing.T) {
 		t.Fatal("revoked token still works")
 	}
 
-	must("tenant", "create", "acme", "--tokens-capacity", "1000", "--tokens-per-second", "1")
+	must("tenant", "create", "acme", "--tokens-capacity", "1000", "--tokens-per-second", "0.001") // no refill to speak of: the balances are exact
 	must("tenant", "update", "acme", "--tokens-capacity", "500", "--max-concurrent", "3", "--actor", "bob")
 	must("tenant", "adjust", "acme", "--tokens=-100", "--reason", "manual correction")
 	must("tenant", "disable", "acme", "--reason", "abuse")

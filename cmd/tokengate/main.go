@@ -57,6 +57,7 @@ type cli struct {
 	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
 	Gateway    gatewayCmd    `cmd:"" help:"Manage gateway credentials (the rate limit service, serve --rls-addr)."`
 	Pool       poolCmd       `cmd:"" help:"Manage upstream capacity pools, shared by tenants in weighted fair shares."`
+	Alert      alertCmd      `cmd:"" help:"Manage budget alerts: webhook endpoints, rules, and the events sent to them."`
 	Loadgen    loadgenCmd    `cmd:"" help:"Drive a running tokengate like a gateway and report throughput and latency."`
 	Demo       demoCmd       `cmd:"" hidden:"" help:"Seed a demo tenant and key when the database has no tenant (make run)."`
 }
@@ -191,6 +192,7 @@ type serveCmd struct {
 	// ClockOffset is a fault the soak injects (a replica's clock off the
 	// database's): hidden, since it is for testing, not for operators.
 	ClockOffset  time.Duration `name:"clock-offset" env:"TOKENGATE_CLOCK_OFFSET" hidden:"" help:"Testing only: moves this replica's own clock (the local failure policy's) by this much."`
+	Alerts       alertFlags    `embed:""`
 	ModelRefresh time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
 
@@ -218,7 +220,15 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	rejections := budget.NewRejections(pool)
-	local, err := s.local(logger)
+	replica, err := s.replicaID()
+	if err != nil {
+		return err
+	}
+	alerts, err := s.Alerts.store(pool)
+	if err != nil {
+		return err
+	}
+	local, err := s.local(logger, replica)
 	if err != nil {
 		return err
 	}
@@ -240,18 +250,19 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		StoreTimeout:       s.StoreTimeout,
 		TrustedProxies:     proxies,
 		Pipelines:          s.Pipelines,
+		Alerts:             alerts,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	dash, err := web.New(&web.Config{DB: pool, Store: store, Estimator: est, Logger: logger})
+	dash, err := web.New(&web.Config{DB: pool, Store: store, Estimator: est, Logger: logger, Alerts: alerts})
 	if err != nil {
 		return err
 	}
 	dash.Register(srv.Echo())
 
-	watch := &budget.Watch{Store: store, Logger: logger}
+	watch := &budget.Watch{Store: store, Logger: logger, Alerts: alerts}
 	srv.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tokengate_ledger_invariant_violations",
 		Help: "Tenants whose stored balance or chain head disagreed with their ledger at the last check (should be 0).",
@@ -276,6 +287,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	periodic(s.ModelRefresh, "model refresh", refresh.Once)
 	periodic(5*time.Second, "rejection tallies", rejections.Tick)
 	periodic(s.WatchInterval, "ledger invariant watch", watch.Check)
+	bg.Go(func() error { s.Alerts.run(bgCtx, alerts, replica, logger); return nil })
 	periodic(500*time.Millisecond, "store recovery", func(ctx context.Context) error { srv.Admitter().RecoverOnce(ctx); return nil })
 	defer func() {
 		stopBackground()
@@ -326,21 +338,25 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	return srv.Serve(ctx, ln)
 }
 
+// replicaID is this replica's name: --replica-id, or the host name.
+func (s serveCmd) replicaID() (string, error) {
+	if s.ReplicaID != "" {
+		return s.ReplicaID, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("replica id: %w", err)
+	}
+	return host, nil
+}
+
 // local opens the spool of the local failure policy, when configured.
-func (s serveCmd) local(logger *slog.Logger) (*outage.Local, error) {
+func (s serveCmd) local(logger *slog.Logger, id string) (*outage.Local, error) {
 	if s.SpoolDir == "" {
 		if s.OnStoreUnavailable == string(budget.PolicyLocal) {
 			logger.Warn("--on-store-unavailable=local needs --spool-dir; the local policy acts as reject")
 		}
 		return nil, nil
-	}
-	id := s.ReplicaID
-	if id == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("replica id: %w", err)
-		}
-		id = host
 	}
 	spool, err := outage.OpenSpool(s.SpoolDir, id)
 	if err != nil {

@@ -1,0 +1,79 @@
+package proxy_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// proxyRoutes are the OpenAI routes the proxy accepts, with seeds.
+var proxyRoutes = []struct {
+	path  string
+	seeds []string
+}{
+	{"/v1/chat/completions", []string{`{"model":"gpt-4o","max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:x"}}]}]}`,
+		`{"model":"gpt-4o","max_completion_tokens":-5,"messages":[]}`}},
+	{"/v1/completions", []string{`{"model":"gpt-4o","prompt":"hello","max_tokens":20}`, `{"model":"gpt-4o","prompt":["a","b"],"max_tokens":1e300}`}},
+	{"/v1/responses", []string{`{"model":"gpt-4o","input":"hi","max_output_tokens":30}`, `{"model":"gpt-4o","input":[{"role":"user","content":"x"}],"instructions":7}`}},
+}
+
+// FuzzProxyBodies sends arbitrary bodies to the OpenAI-compatible proxy,
+// in front of an upstream that answers every call with usage. Whatever the
+// body: never a 5xx (the upstream never fails here), every 4xx is an
+// OpenAI error object, and a refused call moves no balance, writes no
+// ledger row and never reaches the upstream.
+func FuzzProxyBodies(f *testing.F) {
+	for i, r := range proxyRoutes {
+		for _, s := range r.seeds {
+			f.Add(uint8(i), s)
+		}
+	}
+	b := setup(f, budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: budget.Micro})
+	var calls int
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		calls++
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/responses":
+			fmt.Fprint(w, `{"id":"r1","object":"response","model":"gpt-4o","output":[],"usage":{"input_tokens":5,"output_tokens":3,"total_tokens":8}}`)
+		case "/v1/completions":
+			fmt.Fprint(w, `{"id":"c1","object":"text_completion","model":"gpt-4o","choices":[{"text":"ok","index":0}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
+		default:
+			fmt.Fprint(w, `{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
+		}
+	}
+	f.Fuzz(func(t *testing.T, route uint8, body string) {
+		r := proxyRoutes[int(route)%len(proxyRoutes)]
+		before, _ := ledger.Verify(ctx, b.pool, "acme")
+		callsBefore := calls
+		req, _ := http.NewRequest(http.MethodPost, b.base+r.path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+b.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			t.Fatalf("%s %q: %d %s", r.path, body, resp.StatusCode, raw)
+		}
+		if resp.StatusCode >= 400 {
+			if !strings.Contains(string(raw), `"error":{`) || !strings.Contains(string(raw), `"type":`) {
+				t.Fatalf("%s %q: %d without an OpenAI error object: %s", r.path, body, resp.StatusCode, raw)
+			}
+			after, err := ledger.Verify(ctx, b.pool, "acme")
+			if err != nil || after.LastSeq != before.LastSeq || after.BalanceMicro != before.BalanceMicro {
+				t.Fatalf("%s %q: refused with %d, yet the ledger moved from %d to %d (%v)", r.path, body, resp.StatusCode, before.LastSeq, after.LastSeq, err)
+			}
+			if calls != callsBefore {
+				t.Fatalf("%s %q: refused with %d, yet the upstream was called", r.path, body, resp.StatusCode)
+			}
+		}
+	})
+}
