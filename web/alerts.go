@@ -344,6 +344,9 @@ func (d *Dashboard) alertRuleCreate(c *echo.Context) error {
 		if !f.alertError(err) && err != nil {
 			return err
 		}
+		if err == nil && p.Kind == alert.KindPeriodBudget {
+			d.store.NotePeriodAlertRule() // this replica raises it from its next decision
+		}
 	}
 	if !f.OK() {
 		return d.renderAlerts(c, http.StatusUnprocessableEntity, func(v *alertsView) { v.NewRule = f })
