@@ -107,6 +107,10 @@ func httpError(err error) *Error {
 	case errors.Is(err, alert.ErrNoKey):
 		return &Error{Status: http.StatusConflict, Type: "alerts_not_configured",
 			Message: "this server has no alert key (TOKENGATE_ALERT_KEY): endpoints cannot be given signing secrets"}
+	case errors.Is(err, budget.ErrNotReplayed):
+		ms := int64(1000)
+		return &Error{Status: http.StatusServiceUnavailable, Type: "admission_not_replayed", RetryAfterMS: &ms,
+			Message: "this admission was made by a replica on its own during a store outage and is not in the store yet; retry shortly"}
 	case errors.Is(err, budget.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
 	case errors.Is(err, budget.ErrPoolNotFound):

@@ -403,3 +403,41 @@ func TestAdminDuringOutageIs503(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleOfALocalAdmissionNotYetReplayed: an admission a replica made
+// on its own during an outage is unknown to the store until that replica
+// replays its spool. A settle or release of it sent elsewhere meanwhile
+// answers 503 admission_not_replayed with Retry-After (retry, it will
+// land), not 404; an unknown id the store made answers 404.
+func TestSettleOfALocalAdmissionNotYetReplayed(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	key := b.tenant(t, "acme", lim(1000, "1"))
+	local := budget.NewAdmissionID(time.Now())
+	if at, ok := budget.LocalAdmissionTime(local); !ok || time.Since(at) > time.Second {
+		t.Fatalf("local id %s: %v %v", local, at, ok)
+	}
+	for _, op := range []string{"settle", "release"} {
+		r := b.call(t, key, http.MethodPost, "/v1/admissions/"+local+"/"+op, `{"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		if op == "release" {
+			r = b.call(t, key, http.MethodPost, "/v1/admissions/"+local+"/"+op, "")
+		}
+		if r.Code != http.StatusServiceUnavailable || r.errorBody().Error.Type != "admission_not_replayed" || r.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s of a local admission not replayed: %d %s %v", op, r.Code, r.Body, r.Header())
+		}
+	}
+	// An id the store made (or a local one from days ago) is simply unknown.
+	var adm struct{ ID string }
+	b.call(t, key, http.MethodPost, "/v1/admissions", chat(5, "x")).json(&adm)
+	if _, ok := budget.LocalAdmissionTime(adm.ID); ok || adm.ID == "" {
+		t.Fatalf("the store's id %q reads as local", adm.ID)
+	}
+	for _, id := range []string{adm.ID[:len(adm.ID)-1] + "0", budget.NewAdmissionID(time.Now().Add(-48 * time.Hour))} {
+		if id == adm.ID {
+			continue
+		}
+		if r := b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/release", ""); r.Code != http.StatusNotFound {
+			t.Fatalf("release of unknown %s: %d %s", id, r.Code, r.Body)
+		}
+	}
+}

@@ -31,6 +31,10 @@ var (
 	// ErrKeyRevoked: the tenant key a request came with was revoked (found
 	// by the decision's own transaction).
 	ErrKeyRevoked = errors.New("budget: the request's key is revoked")
+	// ErrNotReplayed: the admission was made by a replica on its own during
+	// a store outage, and that replica has not replayed it into the store
+	// yet. Retrying soon succeeds.
+	ErrNotReplayed = errors.New("budget: admission made during an outage, not replayed into the store yet")
 	// ErrInvalidLimits is wrapped by *LimitError.
 	ErrInvalidLimits = errors.New("budget: invalid limits")
 )

@@ -305,6 +305,12 @@ func (a *Admitter) Release(ctx context.Context, p budget.ReleaseParams) (st *bud
 		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) })
 }
 
+// notReplayedWindow is how long after its making an unknown local
+// admission is answered "not replayed yet" rather than "not found": a
+// replica replays within seconds of reaching the store, and a day covers a
+// replica down for long, and clocks that disagree.
+const notReplayedWindow = 24 * time.Hour
+
 func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle bool, in, out int64, actor string,
 	decide func() (*budget.Settlement, error)) (*budget.Settlement, bool, error) {
 	if !a.Down() {
@@ -323,6 +329,14 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 				}
 			}
 			return st, false, nil
+		}
+		if errors.Is(err, budget.ErrAdmissionNotFound) {
+			// Made by a replica on its own in an outage, and not replayed
+			// yet (its replica may be replaying, or still cut off): the
+			// caller should retry, not give the admission up as unknown.
+			if at, local := budget.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
+				return nil, false, fmt.Errorf("%w: %s", budget.ErrNotReplayed, admissionID)
+			}
 		}
 		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
 			return nil, false, err

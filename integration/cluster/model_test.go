@@ -433,6 +433,13 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 			}
 		}
 	}
+	// A settle or release of an admission a client was told of is never
+	// answered "not found" (one made locally and not replayed yet is a 503).
+	for _, e := range h.events {
+		if (e.op == "settle" || e.op == "release") && e.code == http.StatusNotFound && told[e.admission] {
+			fail("client %d at %s: %s of %s answered 404, yet a client was told of it", e.client, e.end, e.op, e.admission)
+		}
+	}
 	t.Logf("checker: %d admissions (%d of them made locally and replayed), %d expiries checked for timeliness outside faults", len(owner), local, onTime)
 	untold := map[string]int{}
 	for adm, id := range owner {
