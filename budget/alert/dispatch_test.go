@@ -173,6 +173,7 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 	if deref(log[1].Error) != "no answer within the timeout" || deref(log[2].Error) != "answered 500" {
 		t.Fatalf("errors: %q, %q", deref(log[1].Error), deref(log[2].Error))
 	}
+	srv.Close() // waits for the slow handler, which outlives its attempt
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	// The slow attempt reached the receiver too: at least once, and the
