@@ -88,20 +88,7 @@ func TestBrowserAlerts(t *testing.T) {
 	}
 	br.login(b.adminSecret)
 
-	texts := func(js string) []string {
-		t.Helper()
-		return eval[[]string](br, js)
-	}
-	flash := func(want string) {
-		t.Helper()
-		if got := eval[string](br, `(document.querySelector('.flash') || {}).textContent || ''`); !strings.HasPrefix(got, want) {
-			t.Fatalf("the page says %q, want %q", got, want)
-		}
-	}
-	errorsOf := func(form string) []string {
-		t.Helper()
-		return texts(`Array.from(document.querySelectorAll('` + form + ` .form-errors li, ` + form + ` .field-error')).map(function (e) { return e.textContent; })`)
-	}
+	texts, flash, errorsOf := br.texts, br.flash, br.formErrors
 	// cols is a table row's cells by data-col, "name=value" in order.
 	cols := func(row string) []string {
 		t.Helper()

@@ -147,6 +147,26 @@ func eval[T any](br *browser, expr string, opts ...chromedp.EvaluateOption) T {
 	return v
 }
 
+// texts evaluates an expression that yields strings.
+func (br *browser) texts(js string) []string {
+	br.t.Helper()
+	return eval[[]string](br, js)
+}
+
+// flash checks that the page's flash message starts with want.
+func (br *browser) flash(want string) {
+	br.t.Helper()
+	if got := eval[string](br, `(document.querySelector('.flash') || {}).textContent || ''`); !strings.HasPrefix(got, want) {
+		br.t.Fatalf("the page says %q, want %q", got, want)
+	}
+}
+
+// formErrors is a refused form's summary and field errors, in page order.
+func (br *browser) formErrors(form string) []string {
+	br.t.Helper()
+	return br.texts(`Array.from(document.querySelectorAll('` + form + ` .form-errors li, ` + form + ` .field-error')).map(function (e) { return e.textContent; })`)
+}
+
 // waitFor polls a JavaScript predicate in the page until it holds.
 func (br *browser) waitFor(what, predicate string, timeout time.Duration) {
 	br.t.Helper()

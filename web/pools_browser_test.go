@@ -3,7 +3,6 @@ package web_test
 import (
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,21 +30,7 @@ func TestBrowserModelLimitsPoolsAndPriority(t *testing.T) {
 	keyGlobex := b.tenant(t, "globex", limits(1_000_000, "1"))
 	br.login(b.adminSecret)
 
-	texts := func(js string) []string {
-		t.Helper()
-		return eval[[]string](br, js)
-	}
-	flash := func(want string) {
-		t.Helper()
-		if got := eval[string](br, `(document.querySelector('.flash') || {}).textContent || ''`); !strings.HasPrefix(got, want) {
-			t.Fatalf("the page says %q, want %q", got, want)
-		}
-	}
-	// errorsOf is a refused form's summary and field errors, in page order.
-	errorsOf := func(form string) []string {
-		t.Helper()
-		return texts(`Array.from(document.querySelectorAll('` + form + ` .form-errors li, ` + form + ` .field-error')).map(function (e) { return e.textContent; })`)
-	}
+	texts, flash, errorsOf := br.texts, br.flash, br.formErrors
 	limitsEntries := func(id string) []string {
 		t.Helper()
 		rows, err := b.pool.Query(ctx, `SELECT actor || ' ' || reason || ' ' || coalesce(detail::jsonb->>'after', 'null')
