@@ -43,7 +43,7 @@ func actorOf(c *echo.Context) string {
 // decodeStrict decodes an admin request body, refusing unknown fields so a
 // misspelt limit is an error, not a silent no-op.
 func decodeStrict(c *echo.Context, v any) error {
-	body, err := readBody(c)
+	body, err := readTextBody(c)
 	if err != nil {
 		return err
 	}

@@ -81,18 +81,12 @@ func idempotencyKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
-// readBody reads the request body, which the body-limit middleware bounds.
+// readBody reads the request body, which the body-limit middleware bounds
+// (413) and the server's body read deadline limits in time (408).
 func readBody(c *echo.Context) ([]byte, error) {
 	body, err := io.ReadAll(c.Request().Body)
 	if err != nil {
-		var he *echo.HTTPError
-		if errors.As(err, &he) {
-			return nil, he
-		}
-		if strings.Contains(err.Error(), "too large") {
-			return nil, echo.ErrStatusRequestEntityTooLarge
-		}
-		return nil, invalid("body", "could not read the request body")
+		return nil, bodyReadError(err)
 	}
 	return body, nil
 }

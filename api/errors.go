@@ -145,6 +145,9 @@ func httpError(err error) *Error {
 	case errors.As(err, &he):
 		return fromStatus(he.Code, he.Message)
 	}
+	if e := storeRefused(err); e != nil {
+		return e
+	}
 	if code := echo.StatusCode(err); code != 0 {
 		return fromStatus(code, "")
 	}
@@ -161,6 +164,8 @@ func fromStatus(code int, message string) *Error {
 		typ = "not_found"
 	case http.StatusMethodNotAllowed:
 		typ = "method_not_allowed"
+	case http.StatusRequestTimeout:
+		typ = "request_timeout"
 	case http.StatusRequestEntityTooLarge:
 		typ = "body_too_large"
 		message = "request body is larger than the server accepts"

@@ -105,6 +105,10 @@ type Config struct {
 	// StoreTimeout bounds how long a decision waits for its turn in this
 	// replica, and then each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
+	// Timeouts are the HTTP server's (Serve): header and body read
+	// deadlines, idle keep-alive, draining of unread bodies. Zero fields
+	// take the Default values of HTTPTimeouts.
+	Timeouts HTTPTimeouts
 	// Alerts manages alert endpoints, rules and events. Defaults to a
 	// store on DB without a key (endpoints cannot be created).
 	Alerts *alert.Store
@@ -232,17 +236,17 @@ func (s *Server) routes() {
 
 	// Admissions, settles and releases check the caller's key in their
 	// decision's transaction; the other tenant routes look it up.
-	decided := s.echo.Group("/v1", s.requireTenantForDecision, s.withRateHeaders)
+	decided := s.echo.Group("/v1", s.requireText, s.requireTenantForDecision, s.withRateHeaders)
 	decided.POST("/admissions", s.createAdmission)
 	decided.POST("/admissions/:id/settle", s.settleAdmission)
 	decided.POST("/admissions/:id/release", s.releaseAdmission)
-	v1 := s.echo.Group("/v1", s.requireTenant, s.withRateHeaders)
+	v1 := s.echo.Group("/v1", s.requireText, s.requireTenant, s.withRateHeaders)
 	v1.GET("/admissions/:id", s.getAdmission)
 	v1.GET("/budget", s.getBudget)
 	v1.POST("/estimate", s.postEstimate)
 	v1.GET("/ledger", s.tenantLedger)
 
-	admin := s.echo.Group("/v1/admin", s.requireAdmin)
+	admin := s.echo.Group("/v1/admin", s.requireText, s.requireAdmin)
 	admin.GET("/tenants", s.adminTenantList)
 	admin.POST("/tenants", s.adminTenantCreate)
 	admin.GET("/tenants/:id", s.adminTenantGet)
@@ -307,8 +311,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			s.logger.Error("graceful shutdown did not finish in time", "error", err.Error())
 		},
 		BeforeServeFunc: func(hs *http.Server) error {
-			hs.ReadHeaderTimeout = 10 * time.Second
-			hs.IdleTimeout = 2 * time.Minute
+			s.cfg.Timeouts.Apply(hs)
 			return nil
 		},
 	}

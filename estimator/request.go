@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -166,6 +167,11 @@ func (p *parser) request(obj map[string]any) error {
 		}
 		if len(m) > MaxModelNameBytes {
 			return invalid("model", fmt.Sprintf("must be at most %d bytes", MaxModelNameBytes))
+		}
+		if strings.IndexByte(m, 0) >= 0 {
+			// The model name is stored with the admission, and Postgres
+			// text cannot hold a NUL. Message content, only counted, may.
+			return invalid("model", `must not contain a NUL character (\u0000)`)
 		}
 		r.model = m
 	default:

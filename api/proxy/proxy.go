@@ -131,10 +131,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeDomainError(w, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.BodyLimit))
-	if err != nil {
+	idem, bad := idempotencyKey(r)
+	if bad != "" {
 		p.calls.WithLabelValues("invalid").Inc()
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", "the request body is larger than the proxy accepts")
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key", bad)
+		return
+	}
+	body, ok := p.readBody(w, r)
+	if !ok {
 		return
 	}
 	req, err := estimator.Parse(body)
@@ -169,10 +173,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		stripUsage = true
-	}
-	idem := strings.TrimSpace(r.Header.Get("Idempotency-Key"))
-	if len(idem) > 255 {
-		idem = ""
 	}
 	hash := sha256.Sum256(body)
 	res, _, err := p.cfg.Admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
@@ -407,6 +407,8 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "too many failed authentications from this address")
 	case errors.As(err, &tl):
 		writeError(w, http.StatusBadRequest, "request_too_large", "", tl.Error())
+	case budget.IsInvalidInput(err):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)")
 	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "", "incorrect tokengate key")
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):

@@ -111,6 +111,9 @@ func parse(req *rlsv3.RateLimitRequest) ([]descriptor, error) {
 	if len(req.Descriptors) == 0 {
 		return nil, errors.New("a call needs at least one descriptor")
 	}
+	if err := checkEntries(req); err != nil {
+		return nil, err
+	}
 	var out []descriptor
 	for i, d := range req.Descriptors {
 		var x descriptor
@@ -230,6 +233,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			s.calls.WithLabelValues(phase, "error").Inc()
 			s.releaseAll(ctx, gw, admitted)
 			return nil, status.Error(codes.InvalidArgument, err.Error())
+		case budget.IsInvalidInput(err):
+			// The store refused a value the call sent: the caller's error,
+			// never an outage (and no raw database message).
+			s.calls.WithLabelValues(phase, "error").Inc()
+			s.releaseAll(ctx, gw, admitted)
+			return nil, status.Error(codes.InvalidArgument, "a descriptor value cannot be stored (a NUL character, a character outside UTF-8, or too long)")
 		case err != nil:
 			s.calls.WithLabelValues(phase, "error").Inc()
 			s.releaseAll(ctx, gw, admitted)

@@ -172,6 +172,7 @@ type serveCmd struct {
 	Addr               string        `name:"addr" env:"TOKENGATE_ADDR" default:":8080" help:"Address to listen on."`
 	Migrate            bool          `name:"migrate" env:"TOKENGATE_MIGRATE" help:"Apply pending migrations before serving instead of refusing to start."`
 	BodyLimit          int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"4194304" help:"Largest accepted request body, in bytes."`
+	BodyReadTimeout    time.Duration `name:"body-read-timeout" env:"TOKENGATE_BODY_READ_TIMEOUT" default:"30s" help:"Longest time a request body may take to arrive, from the end of its headers (API, dashboard, proxy): a slower body answers 408 and its connection is closed."`
 	ShutdownTimeout    time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
 	MaxConns           int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
@@ -241,6 +242,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		Logger:             logger,
 		BodyLimit:          s.BodyLimit,
 		ShutdownTimeout:    s.ShutdownTimeout,
+		Timeouts:           s.httpTimeouts(),
 		Budget:             store,
 		Estimator:          est,
 		MaxWaiters:         s.MaxWaiters,
@@ -304,7 +306,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		if err != nil {
 			return fmt.Errorf("--rls-addr %s: %w", s.RLSAddr, err)
 		}
-		gs := grpc.NewServer()
+		gs := grpc.NewServer(rls.ServerOptions()...)
 		rlsv3.RegisterRateLimitServiceServer(gs, rls.New(rls.Config{Admitter: srv.Admitter(), Store: store, Guard: srv.Guard(),
 			Estimator: est, Logger: logger, Registerer: srv.Registry()}))
 		go func() {
@@ -413,7 +415,8 @@ func serveProfiler(addr string, logger *slog.Logger) (func(), error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: mux}
+	api.HTTPTimeouts{}.Apply(hs)
 	go func() { _ = hs.Serve(ln) }()
 	logger.Warn("serving the profiler", "address", ln.Addr().String())
 	return func() { _ = hs.Close() }, nil

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"time"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
@@ -31,7 +30,8 @@ func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, e
 	}
 	p := proxy.New(proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, Admitter: srv.Admitter(), Guard: srv.Guard(),
 		ClientAddr: srv.ClientAddr, Estimator: est, BodyLimit: s.BodyLimit, Logger: logger, Registerer: srv.Registry()})
-	hs := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := &http.Server{Handler: p}
+	s.httpTimeouts().Apply(hs)
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("proxy stopped", "error", err.Error())
@@ -45,6 +45,11 @@ func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, e
 			logger.Error("proxy shutdown did not finish in time", "error", err.Error())
 		}
 	}, nil
+}
+
+// httpTimeouts are the timeouts of every HTTP server of the replica.
+func (s serveCmd) httpTimeouts() api.HTTPTimeouts {
+	return api.HTTPTimeouts{BodyRead: s.BodyReadTimeout}
 }
 
 // proxyCmd is `tokengate proxy --upstream URL`: a replica with the proxy

@@ -1,0 +1,72 @@
+package rls
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// checkEntries refuses a descriptor entry, key or value, that cannot be
+// stored as text (a NUL, or not UTF-8): the tenant, model and request id
+// reach Postgres, which would refuse them (SQLSTATE 22021) as if it were
+// down. The error names the descriptor and the entry; the call answers
+// INVALID_ARGUMENT.
+func checkEntries(req *rlsv3.RateLimitRequest) error {
+	if why := textProblem(req.GetDomain()); why != "" {
+		return errors.New("domain " + why)
+	}
+	for i, d := range req.GetDescriptors() {
+		for j, e := range d.GetEntries() {
+			at := "descriptor " + strconv.Itoa(i) + ": entry " + strconv.Itoa(j)
+			if why := textProblem(e.GetKey()); why != "" {
+				return errors.New(at + ": key " + why)
+			}
+			if why := textProblem(e.GetValue()); why != "" {
+				return errors.New(at + " (" + e.GetKey() + "): value " + why)
+			}
+		}
+	}
+	return nil
+}
+
+func textProblem(s string) string {
+	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return "must not contain a NUL character"
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	}
+	return ""
+}
+
+// Connection bounds of the rate limit service's gRPC server, named once.
+const (
+	// HandshakeTimeout bounds a new connection's setup (the HTTP/2
+	// preface and settings): a client that connects and sends nothing is
+	// dropped.
+	HandshakeTimeout = 10 * time.Second
+	// KeepaliveMinTime is the most often a client may ping; a client that
+	// pings more often is disconnected (ENHANCE_YOUR_CALM).
+	KeepaliveMinTime = 10 * time.Second
+	// KeepaliveTime and KeepaliveTimeout: the server pings an idle
+	// connection after KeepaliveTime and closes it if the ping is not
+	// answered within KeepaliveTimeout, so dead peers free their slot.
+	KeepaliveTime    = 2 * time.Minute
+	KeepaliveTimeout = 20 * time.Second
+)
+
+// ServerOptions are the options of the gRPC server the service runs on:
+// the handshake timeout and keepalive enforcement.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(HandshakeTimeout),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
+	}
+}
