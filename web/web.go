@@ -107,7 +107,7 @@ func New(cfg *Config) (*Dashboard, error) {
 // dashboard's middleware itself, so nothing changes for the API's routes
 // (/v1, /healthz, /readyz, /metrics, /openapi.yaml).
 func (d *Dashboard) Register(e *echo.Echo) {
-	public := []echo.MiddlewareFunc{d.headers, d.htmlErrors}
+	public := []echo.MiddlewareFunc{d.headers, d.htmlErrors, d.requireText}
 	page := append(public[:len(public):len(public)], d.requireSession)
 	change := append(public[:len(public):len(public)], d.sameOrigin, d.requireSession, d.checkCSRF)
 
@@ -251,6 +251,11 @@ func (d *Dashboard) htmlErrors(next echo.HandlerFunc) echo.HandlerFunc {
 			status, message = http.StatusNotFound, "There is no pool with that id."
 		case errors.As(err, &he) && he.Code < 500:
 			status, message = he.Code, http.StatusText(he.Code)
+		case budget.IsInvalidInput(err):
+			// A value the store refused: the admin's to correct, not an outage.
+			status, message = http.StatusBadRequest, "A value of the form cannot be stored (a NUL character, a character outside UTF-8, or too long). Nothing was changed."
+		case echo.StatusCode(err) >= 400 && echo.StatusCode(err) < 500:
+			status, message = echo.StatusCode(err), http.StatusText(echo.StatusCode(err))
 		default:
 			d.logger.ErrorContext(c.Request().Context(), "dashboard request failed",
 				"error", err.Error(), "method", c.Request().Method, "path", c.Path(),
