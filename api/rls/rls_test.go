@@ -56,7 +56,7 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(rls.ServerOptions()...)
 	rlsv3.RegisterRateLimitServiceServer(gs, srv)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
