@@ -52,6 +52,21 @@ func FuzzAPIBodies(f *testing.F) {
 			f.Add(uint8(i), s)
 		}
 	}
+	// NUL bytes (refused in every stored field, kept in message content,
+	// which is only counted) and data after the JSON value.
+	f.Add(uint8(0), `{"model":"gpt-4o\u0000","messages":[{"role":"user","content":"hi"}],"max_tokens":5}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","messages":[{"role":"user","content":"a\u0000b"}],"max_tokens":5}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","prompt":"x","max_tokens":5} {"model":"gpt-4o","prompt":"y"}`)
+	f.Add(uint8(1), "{\"model\":\"gpt-4o\",\"prompt\":\"x\"}\x00")
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":3,"completion_tokens":4}}{"usage":{"prompt_tokens":1}}`)
+	f.Add(uint8(4), `{"id":"t\u0000","tokens_capacity":10,"tokens_per_second":1}`)
+	f.Add(uint8(5), `{"max_concurrent":5}trailing`)
+	f.Add(uint8(6), `{"reason":"\u0000"}`)
+	f.Add(uint8(7), `{"tokens":5,"reason":"gift\u0000"}`)
+	f.Add(uint8(7), `{"tokens":5,"reason":"gift"} {"tokens":5,"reason":"again"}`)
+	f.Add(uint8(8), `{"model":"gpt\u0000","input_tokens_capacity":100,"input_tokens_per_second":1}`)
+	f.Add(uint8(10), `{"name":"m\u0000"}`)
+	f.Add(uint8(16), `{"url":"https://example.com/hook","description":"\u0000"}`)
 	b := setupAPI(f, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(f, "ops")
 	key := b.tenant(f, "acme", lim(1_000_000, "1000"))

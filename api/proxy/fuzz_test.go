@@ -34,6 +34,14 @@ func FuzzProxyBodies(f *testing.F) {
 			f.Add(uint8(i), s)
 		}
 	}
+	// NUL bytes (refused in the model, which is stored; kept in content,
+	// which is only counted) and data after the JSON value.
+	f.Add(uint8(0), `{"model":"gpt-4o\u0000","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"a\u0000b"}]}`)
+	f.Add(uint8(0), "{\"model\":\"gpt-4o\",\"messages\":[]}\x00")
+	f.Add(uint8(0), `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]} {"model":"gpt-4o"}`)
+	f.Add(uint8(1), `{"model":"gpt-4o","prompt":"hello","max_tokens":20}trailing`)
+	f.Add(uint8(2), `{"model":"\u0000","input":"hi"}`)
 	b := setup(f, budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: budget.Micro})
 	var calls int
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
