@@ -546,6 +546,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"null model", `{"model":null,` + msgs + `}`, "model", "is required"},
 		{"model type", `{"model":4,` + msgs + `}`, "model", "must be a string"},
 		{"model empty", `{"model":"",` + msgs + `}`, "model", "must not be empty"},
+		{"model with a NUL", `{"model":"gpt-4o\u0000",` + msgs + `}`, "model", "must not contain a NUL"},
 		{"model too long", `{"model":"` + strings.Repeat("m", 257) + `",` + msgs + `}`, "model", "at most 256"},
 		{"max_tokens string", ok + `,"max_tokens":"10"}`, "max_tokens", "must be an integer"},
 		{"max_tokens fraction", ok + `,"max_tokens":1.5}`, "max_tokens", "must be an integer"},
