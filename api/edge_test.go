@@ -18,6 +18,8 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // logBuffer collects a server's JSON log lines, safely across goroutines.
@@ -131,6 +133,22 @@ func TestStoreRefusedValueIsTheCallersError(t *testing.T) {
 	}
 	if budget.IsInvalidInput(errors.New("other")) || budget.IsInvalidInput(budget.ErrUnavailable) {
 		t.Fatal("IsInvalidInput matched an error that is not Postgres refusing a value")
+	}
+
+	// Through the admission layer (the pipeline, the failure policy), past
+	// the edge's checks: the refused value is the request's error, and the
+	// replica does not take the store for down.
+	_, _, err = b.srv.Admitter().Reserve(ctx, admission.Request{ReserveParams: budget.ReserveParams{TenantID: "acme", Actor: "test",
+		Estimate: estimator.Estimate{Model: "gpt-4o\x00", Family: "gpt-4o", InputTokens: 1, Cost: 1,
+			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}})
+	if !budget.IsInvalidInput(err) || errors.Is(err, budget.ErrUnavailable) {
+		t.Fatalf("reserve with a NUL model: %v, want an invalid input", err)
+	}
+	if b.srv.Admitter().Down() {
+		t.Fatal("a value the store refused marked the store down")
+	}
+	if after, afterSeq := b.balance(t, "acme"); after != before || afterSeq != seq {
+		t.Fatal("the refused reservation moved the balance")
 	}
 }
 
