@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -89,7 +90,8 @@ func (t HTTPTimeouts) Handler(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		b := &deadlineBody{ReadCloser: r.Body, rc: rc, hdr: w.Header(), deadline: deadline, drain: t.Drain}
+		b := &deadlineBody{ReadCloser: r.Body, rc: rc, hdr: w.Header(), deadline: deadline, drain: t.Drain,
+			expect: strings.EqualFold(r.Header.Get("Expect"), "100-continue")}
 		r.Body = b
 		dw := &drainWriter{ResponseWriter: w, body: b}
 		h.ServeHTTP(dw, r)
@@ -109,7 +111,12 @@ type deadlineBody struct {
 	deadline time.Time
 	drain    time.Duration
 
+	// expect: the client waits for "100 Continue" before sending the
+	// body; if the handler never read it, reading it now would ask for it.
+	expect bool
+
 	mu       sync.Mutex
+	read     bool
 	eof      bool
 	failed   bool
 	drainRun bool
@@ -117,6 +124,9 @@ type deadlineBody struct {
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	b.mu.Lock()
+	b.read = true
+	b.mu.Unlock()
 	switch {
 	case err == io.EOF:
 		b.mu.Lock()
@@ -150,7 +160,14 @@ func (b *deadlineBody) drainOnce() {
 		return
 	}
 	b.drainRun = true
+	unasked := b.expect && !b.read
 	b.mu.Unlock()
+	if unasked {
+		// Never asked for: the client has not sent it, and the connection
+		// closes after the answer instead (as net/http does).
+		b.hdr.Set("Connection", "close")
+		return
+	}
 	until := time.Now().Add(b.drain)
 	if b.deadline.Before(until) {
 		until = b.deadline
