@@ -132,8 +132,9 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		b.mu.Lock()
 		if !b.eof {
 			b.eof = true
-			// The whole body is in: net/http now watches the connection
-			// for the client going away, and must not see our deadline.
+			// The whole body is in: the deadline is lifted (net/http does
+			// too as it starts watching for the client going away), so a
+			// long answer is never cut.
 			_ = b.rc.SetReadDeadline(time.Time{})
 		}
 		b.mu.Unlock()
