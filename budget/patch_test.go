@@ -38,7 +38,7 @@ func TestLimitsPatchCheck(t *testing.T) {
 		{"period budget 0", budget.LimitsPatch{PeriodBudget: budget.Set[int64](0)}, "period_budget"},
 		{"tokens capacity unset", budget.LimitsPatch{TokensCapacity: budget.Unset[int64]()}, "tokens_capacity"},
 		{"tokens rate unset", budget.LimitsPatch{TokensRateMicro: budget.Unset[int64]()}, "tokens_per_second"},
-		{"tokens capacity too big", budget.LimitsPatch{TokensCapacity: budget.Set[int64](1<<62)}, "tokens_capacity"},
+		{"tokens capacity too big", budget.LimitsPatch{TokensCapacity: budget.Set[int64](1 << 62)}, "tokens_capacity"},
 		{"period week", budget.LimitsPatch{Period: budget.Set(budget.Period("week"))}, "period"},
 		{"period set, budget unset", budget.LimitsPatch{Period: budget.Set(budget.PeriodDay), PeriodBudget: budget.Unset[int64]()}, "period"},
 		{"policy empty", budget.LimitsPatch{OnStoreUnavailable: budget.Set(budget.Policy(""))}, "on_store_unavailable"},
