@@ -311,7 +311,7 @@ func (f *form) limitsPatch(posted url.Values) budget.LimitsPatch {
 
 // limitError records a *budget.LimitError under its field; it reports
 // whether err was one. The API's millisecond fields are the form's
-// duration fields.
+// duration fields, and the API's null is the form's blank.
 func (f *form) limitError(err error) bool {
 	var le *budget.LimitError
 	if errors.As(err, &le) {
@@ -322,7 +322,8 @@ func (f *form) limitError(err error) bool {
 		case "max_wait_ms":
 			field = "max_wait"
 		}
-		f.Fail(field, le.Reason)
+		// A form field has no null: a blank one removes the limit.
+		f.Fail(field, strings.ReplaceAll(le.Reason, "null", "blank"))
 		return true
 	}
 	return false

@@ -109,6 +109,27 @@ func TestLimitsFormSendsOnlyEditedFields(t *testing.T) {
 	}
 }
 
+// TestCreateFormRefusesZeroCaps: on the create form too, 0 for an optional
+// limit is refused naming the field (blank is none), where it used to
+// create the tenant with no cap.
+func TestCreateFormRefusesZeroCaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.client(t, "192.0.2.32")
+	c.mustLogin()
+	csrf := c.csrf("/")
+	for _, field := range []string{"max_concurrent", "requests_capacity", "period_budget"} {
+		form := url.Values{"csrf": {csrf}, "id": {"acme"}, "tokens_capacity": {"10"}, "tokens_per_second": {"1"}, field: {"0"}}
+		rec := c.post("/tenants", form)
+		if want := field + ": must be at least 1"; rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("create with %s 0: %d, want 422 naming %q", field, rec.Code, want)
+		}
+	}
+	if n := b.count(t, `SELECT count(*) FROM tenants`); n != 0 {
+		t.Fatalf("%d tenants created", n)
+	}
+}
+
 func cloneValues(v url.Values) url.Values {
 	out := url.Values{}
 	for k, vs := range v {
