@@ -143,22 +143,6 @@ func rateField(raw json.RawMessage, field string, dst *int64) error {
 	return nil
 }
 
-func intField(raw json.RawMessage, field string, dst *int64) error {
-	if raw == nil {
-		return nil
-	}
-	if isNull(raw) {
-		*dst = 0
-		return nil
-	}
-	v, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
-	if err != nil {
-		return invalid(field, "must be an integer or null")
-	}
-	*dst = v
-	return nil
-}
-
 func stringField[T ~string](raw json.RawMessage, field, want string) (budget.Change[T], error) {
 	switch {
 	case raw == nil:
