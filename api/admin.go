@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -41,7 +42,8 @@ func actorOf(c *echo.Context) string {
 }
 
 // decodeStrict decodes an admin request body, refusing unknown fields so a
-// misspelt limit is an error, not a silent no-op.
+// misspelt limit is an error, not a silent no-op, and anything after the one
+// JSON value (a second value, trailing bytes) with a 400 naming "body".
 func decodeStrict(c *echo.Context, v any) error {
 	body, err := readTextBody(c)
 	if err != nil {
@@ -63,28 +65,66 @@ func decodeStrict(c *echo.Context, v any) error {
 		}
 		return invalid("body", "malformed JSON")
 	}
+	// One JSON value and nothing after it, as the tenant routes' decoder
+	// requires: a second value or trailing bytes are not silently dropped.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("body", "trailing data after the JSON value at byte "+strconv.FormatInt(dec.InputOffset(), 10))
+	}
 	return nil
 }
 
-// limitsPatch is a partial set of limits: absent fields keep their value,
-// null clears an optional limit. Rates are decimals, as numbers or strings.
+// limitsPatch is a partial set of limits as a client sends it: absent
+// fields keep their value, null removes an optional limit (or restores a
+// timing limit's default). Rates are decimals, as numbers or strings.
 type limitsPatch struct {
-	TokensCapacity     *int64          `json:"tokens_capacity"`
+	TokensCapacity     json.RawMessage `json:"tokens_capacity"`
 	TokensPerSecond    json.RawMessage `json:"tokens_per_second"`
 	RequestsCapacity   json.RawMessage `json:"requests_capacity"`
 	RequestsPerSecond  json.RawMessage `json:"requests_per_second"`
 	MaxConcurrent      json.RawMessage `json:"max_concurrent"`
 	PeriodBudget       json.RawMessage `json:"period_budget"`
 	Period             json.RawMessage `json:"period"`
-	ReservationTTLMS   *int64          `json:"reservation_ttl_ms"`
-	MaxWaitMS          *int64          `json:"max_wait_ms"`
+	ReservationTTLMS   json.RawMessage `json:"reservation_ttl_ms"`
+	MaxWaitMS          json.RawMessage `json:"max_wait_ms"`
 	OnStoreUnavailable json.RawMessage `json:"on_store_unavailable"`
 	// Shadow lists the limits evaluated and counted but never enforced
 	// (null or [] enforces every limit).
-	Shadow *[]string `json:"shadow"`
+	Shadow json.RawMessage `json:"shadow"`
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+func rateChange(raw json.RawMessage, field string) (budget.Change[int64], error) {
+	switch {
+	case raw == nil:
+		return budget.Change[int64]{}, nil
+	case isNull(raw):
+		return budget.Unset[int64](), nil
+	}
+	text := string(bytes.TrimSpace(raw))
+	if len(text) >= 2 && text[0] == '"' && text[len(text)-1] == '"' {
+		text = text[1 : len(text)-1]
+	}
+	v, err := budget.ParseRate(text)
+	if err != nil {
+		return budget.Change[int64]{}, invalid(field, "must be a non-negative decimal with at most 6 places, or null")
+	}
+	return budget.Set(v), nil
+}
+
+func intChange(raw json.RawMessage, field string) (budget.Change[int64], error) {
+	switch {
+	case raw == nil:
+		return budget.Change[int64]{}, nil
+	case isNull(raw):
+		return budget.Unset[int64](), nil
+	}
+	v, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil {
+		return budget.Change[int64]{}, invalid(field, "must be an integer or null")
+	}
+	return budget.Set(v), nil
+}
 
 func rateField(raw json.RawMessage, field string, dst *int64) error {
 	if raw == nil {
@@ -103,82 +143,71 @@ func rateField(raw json.RawMessage, field string, dst *int64) error {
 	return nil
 }
 
-func intField(raw json.RawMessage, field string, dst *int64) error {
-	if raw == nil {
-		return nil
+func stringField[T ~string](raw json.RawMessage, field, want string) (budget.Change[T], error) {
+	switch {
+	case raw == nil:
+		return budget.Change[T]{}, nil
+	case isNull(raw):
+		return budget.Unset[T](), nil
 	}
-	if isNull(raw) {
-		*dst = 0
-		return nil
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return budget.Change[T]{}, invalid(field, want)
 	}
-	v, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
-	if err != nil {
-		return invalid(field, "must be an integer or null")
-	}
-	*dst = v
-	return nil
+	return budget.Set(T(v)), nil
 }
 
-// apply merges the patch into l.
-func (p *limitsPatch) apply(l *budget.Limits) error {
-	if p.TokensCapacity != nil {
-		l.TokensCapacity = *p.TokensCapacity
-	}
-	if err := rateField(p.TokensPerSecond, "tokens_per_second", &l.TokensRateMicro); err != nil {
-		return err
-	}
-	if err := intField(p.RequestsCapacity, "requests_capacity", &l.RequestsCapacity); err != nil {
-		return err
-	}
-	if err := rateField(p.RequestsPerSecond, "requests_per_second", &l.RequestsRateMicro); err != nil {
-		return err
-	}
-	if err := intField(p.MaxConcurrent, "max_concurrent", &l.MaxConcurrent); err != nil {
-		return err
-	}
-	if err := intField(p.PeriodBudget, "period_budget", &l.PeriodBudget); err != nil {
-		return err
-	}
-	if p.Period != nil {
-		var period *string
-		if err := json.Unmarshal(p.Period, &period); err != nil {
-			return invalid("period", `must be "day", "month" or null`)
+// patch turns the client's fields into a budget.LimitsPatch, checked: each
+// bad field is a 400 naming it.
+func (p *limitsPatch) patch() (budget.LimitsPatch, error) {
+	var out budget.LimitsPatch
+	var err error
+	for _, f := range []struct {
+		raw  json.RawMessage
+		name string
+		dst  *budget.Change[int64]
+		rate bool
+	}{
+		{p.TokensCapacity, "tokens_capacity", &out.TokensCapacity, false},
+		{p.TokensPerSecond, "tokens_per_second", &out.TokensRateMicro, true},
+		{p.RequestsCapacity, "requests_capacity", &out.RequestsCapacity, false},
+		{p.RequestsPerSecond, "requests_per_second", &out.RequestsRateMicro, true},
+		{p.MaxConcurrent, "max_concurrent", &out.MaxConcurrent, false},
+		{p.PeriodBudget, "period_budget", &out.PeriodBudget, false},
+		{p.ReservationTTLMS, "reservation_ttl_ms", &out.ReservationTTLMS, false},
+		{p.MaxWaitMS, "max_wait_ms", &out.MaxWaitMS, false},
+	} {
+		if f.rate {
+			*f.dst, err = rateChange(f.raw, f.name)
+		} else {
+			*f.dst, err = intChange(f.raw, f.name)
 		}
-		l.Period = budget.PeriodNone
-		if period != nil {
-			l.Period = budget.Period(*period)
-		}
-	}
-	if p.ReservationTTLMS != nil {
-		l.ReservationTTL = time.Duration(*p.ReservationTTLMS) * time.Millisecond
-	}
-	if p.MaxWaitMS != nil {
-		if *p.MaxWaitMS < 1 {
-			return invalid("max_wait_ms", "must be between 1 and 600000 (callers that do not send max_wait_ms never wait)")
-		}
-		l.MaxWait = time.Duration(*p.MaxWaitMS) * time.Millisecond
-	}
-	if p.OnStoreUnavailable != nil {
-		var policy *string
-		if err := json.Unmarshal(p.OnStoreUnavailable, &policy); err != nil {
-			return invalid("on_store_unavailable", `must be "reject", "local" or null`)
-		}
-		l.OnStoreUnavailable = budget.PolicyDefault
-		if policy != nil {
-			l.OnStoreUnavailable = budget.Policy(*policy)
-		}
-	}
-	if p.Shadow != nil {
-		set, err := budget.ParseLimitSet("shadow", *p.Shadow)
 		if err != nil {
-			return err
+			return out, err
 		}
-		l.Shadow = set
 	}
-	if p.ReservationTTLMS != nil && *p.ReservationTTLMS < 1 {
-		return invalid("reservation_ttl_ms", "must be between 1000 and 604800000")
+	if out.Period, err = stringField[budget.Period](p.Period, "period", `must be "day", "month" or null`); err != nil {
+		return out, err
 	}
-	return nil
+	if out.OnStoreUnavailable, err = stringField[budget.Policy](p.OnStoreUnavailable, "on_store_unavailable", `must be "reject", "local" or null`); err != nil {
+		return out, err
+	}
+	switch {
+	case p.Shadow == nil:
+	case isNull(p.Shadow):
+		out.Shadow = budget.Unset[budget.LimitSet]()
+	default:
+		var names []string
+		if err := json.Unmarshal(p.Shadow, &names); err != nil {
+			return out, invalid("shadow", "must be a list of limit names, or null")
+		}
+		set, err := budget.ParseLimitSet("shadow", names)
+		if err != nil {
+			return out, err
+		}
+		out.Shadow = budget.Set(set)
+	}
+	return out, out.Check()
 }
 
 func (s *Server) adminTenantList(c *echo.Context) error {
@@ -202,10 +231,11 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	var l budget.Limits
-	if err := in.apply(&l); err != nil {
+	patch, err := in.patch()
+	if err != nil {
 		return err
 	}
+	l := patch.Apply(budget.Limits{})
 	snap, err := s.budget.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
 	if errors.Is(err, budget.ErrTenantExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a tenant with this id exists"}
@@ -255,16 +285,11 @@ func (s *Server) adminTenantLimits(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	cur, err := s.budget.TenantSnapshot(ctx, c.Param("id"))
+	patch, err := in.patch()
 	if err != nil {
 		return err
 	}
-	l := cur.Limits
-	if err := in.apply(&l); err != nil {
-		return err
-	}
-	snap, err := s.budget.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})
+	snap, err := s.budget.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: c.Param("id"), Patch: patch, Actor: actorOf(c)})
 	if err != nil {
 		return err
 	}

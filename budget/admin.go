@@ -27,27 +27,35 @@ var (
 	tenantTreeSQL string
 )
 
-// UpdateLimitsParams replaces a tenant's limits.
+// UpdateLimitsParams changes some of a tenant's limits.
 type UpdateLimitsParams struct {
 	TenantID string
-	Limits   Limits
-	Actor    string
+	// Patch names the fields to change; the others keep their value.
+	Patch LimitsPatch
+	Actor string
 }
 
-// UpdateLimits replaces a tenant's limits under its row lock, so the next
-// admission in every replica decides with them. Balances are first refilled
-// to now at the old rate. A balance above a lowered capacity is cut to it
-// (the entry records the cut as its delta); a newly configured request
-// bucket starts full; a changed period starts a fresh window. It appends a
-// limits entry with the limits before and after, and returns a *LimitError
-// (ErrInvalidLimits) or ErrTenantNotFound.
+// UpdateLimits applies a patch to a tenant's limits under its row lock, in
+// one transaction with the limits entry, so that concurrent patches of
+// different fields, from any replica, the CLI or the dashboard, never lose
+// one another, and the next admission in every replica decides with the
+// result. Balances are first refilled to now at the old rate. A balance
+// above a lowered capacity is cut to it (the entry records the cut as its
+// delta); a newly configured request bucket starts full; a changed period
+// starts a fresh window. It appends a limits entry with the limits before
+// and after, and returns a *LimitError (ErrInvalidLimits) or
+// ErrTenantNotFound.
 func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapshot, error) {
-	l := p.Limits
-	if err := l.Validate(); err != nil {
+	if err := p.Patch.Check(); err != nil {
 		return Snapshot{}, err
 	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
+		return Snapshot{}, err
+	}
+	l := p.Patch.Apply(t.Limits)
+	if err := l.Validate(); err != nil {
+		tx.abort()
 		return Snapshot{}, err
 	}
 	t.advance(now)

@@ -16,6 +16,10 @@
 //   - A shadow limit is evaluated and counted but never refuses; its state
 //     is what it would be if enforced (a request it would refuse is not
 //     debited from it), so enforcing it changes only the answers.
+//   - A limit change is a LimitsPatch applied to the limits read under the
+//     tenant row lock (UpdateLimits), in the transaction that writes its
+//     limits entry: concurrent changes of different fields never undo one
+//     another, whatever face (API, CLI, dashboard) or replica sends them.
 //   - Time is the database's clock: clock_timestamp() read after the lock is
 //     held, so replicas with skewed clocks agree. Elapsed time is clamped at
 //     zero, and a stored timestamp never moves backwards.

@@ -189,8 +189,7 @@ func TestShadowOffIsALimitsEntry(t *testing.T) {
 	if r := b.mustReserve(t, "acme", 80); len(r.Shadow) != 1 {
 		t.Fatalf("the shadow limit would have refused: %+v", r.Shadow)
 	}
-	l.Shadow = 0
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Limits: l, Actor: "ops"}); err != nil {
+	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Patch: budget.LimitsPatch{Shadow: budget.Unset[budget.LimitSet]()}, Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	var kind, detail string
@@ -203,8 +202,8 @@ func TestShadowOffIsALimitsEntry(t *testing.T) {
 	_, err := b.reserve(t, "acme", 80)
 	rejected(t, err, budget.LimitTokens)
 	var le *budget.LimitError
-	l.Shadow = l.Shadow.With(budget.LimitConcurrency)
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Limits: l}); !errors.As(err, &le) || le.Field != "shadow" {
+	concurrency := budget.LimitSet(0).With(budget.LimitConcurrency)
+	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Patch: budget.LimitsPatch{Shadow: budget.Set(concurrency)}}); !errors.As(err, &le) || le.Field != "shadow" {
 		t.Fatalf("shadow of an unconfigured limit: %v", err)
 	}
 }

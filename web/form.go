@@ -199,6 +199,13 @@ func (f *form) limits() budget.Limits {
 	shadow, err := budget.ParseLimitSet("shadow", f.List("shadow"))
 	f.limitError(err)
 	l.Shadow = shadow
+	// A blank optional limit is none; 0 is refused rather than taken to
+	// mean "no cap".
+	for _, n := range optionalNumbers {
+		if f.Get(n) != "" && f.Err(n) == "" && cleanNumber(f.Get(n)) != "" && isZero(f.Get(n)) {
+			f.Fail(n, "must be at least 1 (leave it blank for none)")
+		}
+	}
 	if !f.OK() {
 		return l
 	}
@@ -206,12 +213,117 @@ func (f *form) limits() budget.Limits {
 	return l
 }
 
+// optionalNumbers are the limit fields whose blank means none.
+var optionalNumbers = []string{"requests_capacity", "requests_per_second", "max_concurrent", "period_budget"}
+
+func isZero(s string) bool {
+	n, err := budget.ParseRate(cleanNumber(s))
+	return err == nil && n == 0
+}
+
+// wasPrefix names the hidden fields of the limits form that carry each
+// field's value as the page showed it: a field the admin did not edit is
+// not sent in the patch, so a concurrent change of it is not undone.
+const wasPrefix = "was_"
+
+// wasFields are the hidden fields of the limits form.
+var wasFields = func() []string {
+	out := make([]string, len(limitFields))
+	for i, n := range limitFields {
+		out[i] = wasPrefix + n
+	}
+	return out
+}()
+
+// limitsPatch reads the fields the admin edited into a patch: a field
+// whose value equals its hidden was value is left out; a blank optional
+// field is unset (none, or a timing limit's default). A post without was
+// fields (a script) sets every field, as the form shows them all.
+func (f *form) limitsPatch(posted url.Values) budget.LimitsPatch {
+	var p budget.LimitsPatch
+	edited := func(n string) bool {
+		if !posted.Has(wasPrefix + n) {
+			return true
+		}
+		if listFields[n] {
+			now, err1 := budget.ParseLimitSet(n, f.List(n))
+			was, err2 := budget.ParseLimitSet(n, strings.Split(f.Get(wasPrefix+n), ","))
+			return err1 != nil || err2 != nil || now != was
+		}
+		return f.Get(n) != f.Get(wasPrefix+n)
+	}
+	num := func(n string, dst *budget.Change[int64], required, rate bool) {
+		if !edited(n) {
+			return
+		}
+		if f.Get(n) == "" && !required {
+			*dst = budget.Unset[int64]()
+			return
+		}
+		if rate {
+			*dst = budget.Set(f.Decimal(n, required))
+		} else {
+			*dst = budget.Set(f.Int(n, required))
+		}
+	}
+	num("tokens_capacity", &p.TokensCapacity, true, false)
+	num("tokens_per_second", &p.TokensRateMicro, true, true)
+	num("requests_capacity", &p.RequestsCapacity, false, false)
+	num("requests_per_second", &p.RequestsRateMicro, false, true)
+	num("max_concurrent", &p.MaxConcurrent, false, false)
+	num("period_budget", &p.PeriodBudget, false, false)
+	if edited("period") {
+		p.Period = budget.Set(budget.Period(f.Get("period")))
+		if f.Get("period") == "" {
+			p.Period = budget.Unset[budget.Period]()
+		}
+	}
+	for _, d := range []struct {
+		name string
+		dst  *budget.Change[int64]
+	}{{"reservation_ttl", &p.ReservationTTLMS}, {"max_wait", &p.MaxWaitMS}} {
+		switch {
+		case !edited(d.name):
+		case f.Get(d.name) == "":
+			*d.dst = budget.Unset[int64]()
+		default:
+			if v := f.Duration(d.name); f.Err(d.name) == "" {
+				*d.dst = budget.Set(v.Milliseconds())
+			}
+		}
+	}
+	if edited("on_store_unavailable") {
+		p.OnStoreUnavailable = budget.Set(budget.Policy(f.Get("on_store_unavailable")))
+		if f.Get("on_store_unavailable") == "" {
+			p.OnStoreUnavailable = budget.Unset[budget.Policy]()
+		}
+	}
+	if edited("shadow") {
+		set, err := budget.ParseLimitSet("shadow", f.List("shadow"))
+		f.limitError(err)
+		p.Shadow = budget.Set(set)
+	}
+	if f.OK() {
+		f.limitError(p.Check())
+	}
+	return p
+}
+
 // limitError records a *budget.LimitError under its field; it reports
-// whether err was one.
+// whether err was one. The API's millisecond fields are the form's
+// duration fields, and the API's null is the form's blank.
 func (f *form) limitError(err error) bool {
 	var le *budget.LimitError
 	if errors.As(err, &le) {
-		f.Fail(le.Field, le.Reason)
+		field := le.Field
+		switch field {
+		case "reservation_ttl_ms":
+			field = "reservation_ttl"
+		case "max_wait_ms":
+			field = "max_wait"
+		}
+		// A form field has no null: a blank one removes the limit.
+		f.Fail(field, strings.ReplaceAll(le.Reason, "null", "blank"))
 		return true
 	}
 	return false
@@ -237,6 +349,9 @@ func limitsForm(l budget.Limits) *form {
 	f.Set("max_wait", fmtDuration(l.MaxWait))
 	f.Set("on_store_unavailable", string(l.OnStoreUnavailable))
 	f.Set("shadow", strings.Join(l.Shadow.Strings(), ","))
+	for _, n := range limitFields {
+		f.Set(wasPrefix+n, f.Get(n))
+	}
 	return f
 }
 

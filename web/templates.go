@@ -65,6 +65,9 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"field":    newField,
 		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
 		"limits":   func() []budget.Limit { return budget.AllLimits },
+		// wasfields are the limits form's hidden fields holding the values
+		// shown, so that only the fields an admin edits are sent.
+		"wasfields": func() []string { return wasFields },
 		// modellimits are a model's shadowable limits; priorities a key's classes.
 		"modellimits": func() []budget.Limit { return budget.ModelLimitNames },
 		"priorities":  func() []budget.Priority { return priorities },

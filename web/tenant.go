@@ -129,14 +129,17 @@ func tenantURL(id, done string) string {
 	return "/tenants/" + pathEscape(id) + "?done=" + done
 }
 
-// tenantLimits replaces a tenant's limits; budget refills at the old rates
-// first and records the change, before and after, in the ledger.
+// tenantLimits changes the limits the admin edited (the form's hidden was
+// fields tell which), as one patch applied under the tenant's row lock;
+// budget refills at the old rates first and records the change, before and
+// after, in the ledger. A form with nothing edited changes nothing.
 func (d *Dashboard) tenantLimits(c *echo.Context) error {
 	id := c.Param("id")
-	f := formFrom(postForm(c), limitFields...)
-	l := f.limits()
-	if f.OK() {
-		_, err := d.store.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Limits: l, Actor: actor(c)})
+	posted := postForm(c)
+	f := formFrom(posted, append(slices.Clone(limitFields), wasFields...)...)
+	p := f.limitsPatch(posted)
+	if f.OK() && !p.Empty() {
+		_, err := d.store.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
 			return err
 		}

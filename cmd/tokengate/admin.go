@@ -149,81 +149,96 @@ func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
 	})
 }
 
-// tenantUpdateCmd changes the limits it is given and keeps the others.
+// tenantUpdateCmd changes the limits it is given and keeps the others. An
+// optional limit given as "none" is removed.
 type tenantUpdateCmd struct {
 	ID                 string         `arg:"" help:"Tenant id."`
 	TokensCapacity     *int64         `name:"tokens-capacity" help:"Token bucket size."`
 	TokensPerSecond    *string        `name:"tokens-per-second" help:"Token refill rate per second."`
-	RequestsCapacity   *int64         `name:"requests-capacity" help:"Request bucket size (0 removes the request bucket)."`
-	RequestsPerSecond  *string        `name:"requests-per-second" help:"Request refill rate per second."`
-	MaxConcurrent      *int64         `name:"max-concurrent" help:"Cap on open reservations (0 removes it)."`
-	PeriodBudget       *int64         `name:"period-budget" help:"Budget per period (0 removes it)."`
-	Period             *string        `name:"period" enum:"day,month," help:"day or month."`
-	ReservationTTL     *time.Duration `name:"reservation-ttl" help:"How long reservations stay open."`
-	MaxWait            *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured."`
+	RequestsCapacity   *string        `name:"requests-capacity" help:"Request bucket size (none removes the request bucket)."`
+	RequestsPerSecond  *string        `name:"requests-per-second" help:"Request refill rate per second (none removes the request bucket)."`
+	MaxConcurrent      *string        `name:"max-concurrent" help:"Cap on open reservations, at least 1 (none removes it)."`
+	PeriodBudget       *string        `name:"period-budget" help:"Budget per period, at least 1 (none removes it)."`
+	Period             *string        `name:"period" enum:"day,month,none" help:"day or month (none removes the period budget)."`
+	ReservationTTL     *time.Duration `name:"reservation-ttl" help:"How long reservations stay open: 1s to 168h."`
+	MaxWait            *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured: 1ms to 10m."`
 	OnStoreUnavailable *string        `name:"on-store-unavailable" enum:"reject,local,default," help:"Failure policy when the store is unreachable (default: the server's)."`
 	Shadow             *[]string      `name:"shadow" help:"The limits to evaluate without enforcing (replaces the set; --shadow= enforces every limit)."`
 	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
 }
 
-func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		store := budget.NewStore(pool)
-		cur, err := store.TenantSnapshot(ctx, c.ID)
-		if err != nil {
-			return err
-		}
-		l := cur.Limits
-		set := func(dst *int64, v *int64) {
-			if v != nil {
-				*dst = *v
-			}
-		}
-		rate := func(dst *int64, v *string, flag string) error {
-			if v == nil {
-				return nil
-			}
-			r, err := budget.ParseRate(*v)
+// patch turns the flags given into a patch; the store checks its bounds.
+func (c tenantUpdateCmd) patch() (budget.LimitsPatch, error) {
+	var p budget.LimitsPatch
+	if c.TokensCapacity != nil {
+		p.TokensCapacity = budget.Set(*c.TokensCapacity)
+	}
+	num := func(dst *budget.Change[int64], v *string, flag string, parse func(string) (int64, error)) error {
+		switch {
+		case v == nil:
+		case strings.TrimSpace(*v) == "none":
+			*dst = budget.Unset[int64]()
+		default:
+			n, err := parse(strings.TrimSpace(*v))
 			if err != nil {
-				return fmt.Errorf("--%s: %w", flag, err)
+				return fmt.Errorf("--%s: want a number or none: %w", flag, err)
 			}
-			*dst = r
-			return nil
+			*dst = budget.Set(n)
 		}
-		set(&l.TokensCapacity, c.TokensCapacity)
-		set(&l.RequestsCapacity, c.RequestsCapacity)
-		set(&l.MaxConcurrent, c.MaxConcurrent)
-		set(&l.PeriodBudget, c.PeriodBudget)
-		if err := rate(&l.TokensRateMicro, c.TokensPerSecond, "tokens-per-second"); err != nil {
-			return err
+		return nil
+	}
+	integer := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
+	for _, f := range []struct {
+		dst   *budget.Change[int64]
+		v     *string
+		flag  string
+		parse func(string) (int64, error)
+	}{
+		{&p.TokensRateMicro, c.TokensPerSecond, "tokens-per-second", budget.ParseRate},
+		{&p.RequestsCapacity, c.RequestsCapacity, "requests-capacity", integer},
+		{&p.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second", budget.ParseRate},
+		{&p.MaxConcurrent, c.MaxConcurrent, "max-concurrent", integer},
+		{&p.PeriodBudget, c.PeriodBudget, "period-budget", integer},
+	} {
+		if err := num(f.dst, f.v, f.flag, f.parse); err != nil {
+			return p, err
 		}
-		if err := rate(&l.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second"); err != nil {
-			return err
+	}
+	if c.Period != nil {
+		p.Period = budget.Set(budget.Period(*c.Period))
+		if *c.Period == "none" {
+			p.Period = budget.Unset[budget.Period]()
 		}
-		if c.RequestsCapacity != nil && *c.RequestsCapacity == 0 {
-			l.RequestsRateMicro = 0
+	}
+	if c.ReservationTTL != nil {
+		p.ReservationTTLMS = budget.Set(c.ReservationTTL.Milliseconds())
+	}
+	if c.MaxWait != nil {
+		p.MaxWaitMS = budget.Set(c.MaxWait.Milliseconds())
+	}
+	if c.OnStoreUnavailable != nil {
+		p.OnStoreUnavailable = budget.Set(budget.Policy(*c.OnStoreUnavailable))
+		if *c.OnStoreUnavailable == "default" || *c.OnStoreUnavailable == "" {
+			p.OnStoreUnavailable = budget.Unset[budget.Policy]()
 		}
-		if c.Period != nil {
-			l.Period = budget.Period(*c.Period)
+	}
+	if c.Shadow != nil {
+		set, err := budget.ParseLimitSet("shadow", *c.Shadow)
+		if err != nil {
+			return p, fmt.Errorf("--shadow: %w", err)
 		}
-		if c.PeriodBudget != nil && *c.PeriodBudget == 0 {
-			l.Period = budget.PeriodNone
-		}
-		if c.ReservationTTL != nil {
-			l.ReservationTTL = *c.ReservationTTL
-		}
-		if c.MaxWait != nil {
-			l.MaxWait = *c.MaxWait
-		}
-		if c.OnStoreUnavailable != nil {
-			l.OnStoreUnavailable = budget.Policy(strings.TrimSuffix(*c.OnStoreUnavailable, "default"))
-		}
-		if c.Shadow != nil {
-			if l.Shadow, err = budget.ParseLimitSet("shadow", *c.Shadow); err != nil {
-				return fmt.Errorf("--shadow: %w", err)
-			}
-		}
-		snap, err := store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Limits: l, Actor: c.Actor})
+		p.Shadow = budget.Set(set)
+	}
+	return p, p.Check()
+}
+
+func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
+	p, err := c.patch()
+	if err != nil {
+		return err
+	}
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		snap, err := budget.NewStore(pool).UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
 		if err != nil {
 			return err
 		}

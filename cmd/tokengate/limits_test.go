@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+// TestTenantUpdateBounds: `tenant update` refuses out-of-range values and
+// 0 for an optional limit with an error naming the field, changing
+// nothing; "none" removes an optional limit; flags not given are kept.
+func TestTenantUpdateBounds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url, nil)
+	if _, notes, err := cli2(t, "tenant", "create", "acme", "--database-url", url, "--tokens-capacity", "1000", "--tokens-per-second", "1",
+		"--max-concurrent", "4", "--requests-capacity", "10", "--requests-per-second", "2"); err != nil {
+		t.Fatalf("create: %v %s", err, notes)
+	}
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"--max-concurrent", "0"}, "max_concurrent"},
+		{[]string{"--max-concurrent=-5"}, "max_concurrent"},
+		{[]string{"--max-concurrent", "lots"}, "--max-concurrent"},
+		{[]string{"--requests-capacity", "0"}, "requests_capacity"},
+		{[]string{"--period-budget", "0", "--period", "day"}, "period_budget"},
+		{[]string{"--reservation-ttl", "169h"}, "reservation_ttl_ms"},
+		{[]string{"--reservation-ttl", "999ms"}, "reservation_ttl_ms"},
+		{[]string{"--max-wait", "11m"}, "max_wait_ms"},
+		{[]string{"--max-wait", "100us"}, "max_wait_ms"},
+		{[]string{"--tokens-capacity", "0"}, "tokens_capacity"},
+	} {
+		_, notes, err := cli2(t, append([]string{"tenant", "update", "acme", "--database-url", url}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error()+notes, tc.field) {
+			t.Errorf("update %v: %v %q, want an error naming %s", tc.args, err, notes, tc.field)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE kind = 'limits'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d limits entries after refused updates", n)
+	}
+
+	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--max-concurrent", "none", "--max-wait", "10m"); err != nil {
+		t.Fatalf("update: %v %s", err, notes)
+	}
+	snap, err := budget.NewStore(pool).TenantSnapshot(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := snap.Limits; l.MaxConcurrent != 0 || l.MaxWait != 10*time.Minute || l.RequestsCapacity != 10 || l.TokensCapacity != 1000 {
+		t.Fatalf("after --max-concurrent none --max-wait 10m: %+v", l)
+	}
+	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--requests-capacity", "none"); err != nil {
+		t.Fatalf("update: %v %s", err, notes)
+	}
+	if snap, _ := budget.NewStore(pool).TenantSnapshot(ctx, "acme"); snap.Limits.RequestsCapacity != 0 || snap.Limits.RequestsRateMicro != 0 {
+		t.Fatalf("after --requests-capacity none: %+v", snap.Limits)
+	}
+}
