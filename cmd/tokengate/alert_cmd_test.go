@@ -61,7 +61,8 @@ func (b *alertBundle) endpoint(t *testing.T, url string) (string, string) {
 }
 
 // TestAlertEndpointCommands: a secret is printed once, alone on stdout,
-// and stored nowhere; http:// needs --allow-http; rotate gives a new
+// and stored nowhere; http:// needs --allow-http, a loopback address
+// --allow-private, and a NUL is refused by its flag; rotate gives a new
 // secret; a disabled endpoint is listed as such and cannot be rotated.
 func TestAlertEndpointCommands(t *testing.T) {
 	t.Parallel()
@@ -98,9 +99,17 @@ func TestAlertEndpointCommands(t *testing.T) {
 		t.Fatalf("http:// without --allow-http: %v", err)
 	}
 	httpID, _ := b.endpoint(t, "https://second.example.com/")
-	out, _ = b.must(t, "alert", "endpoint", "create", "--url", "http://127.0.0.1:9/hook", "--alert-key", testAlertKey, "--allow-http")
+	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "http://127.0.0.1:9/hook", "--alert-key", testAlertKey, "--allow-http")
+	if err == nil || !strings.Contains(err.Error(), "--url: is not a public address") || !strings.Contains(err.Error(), "--alert-allow-private") {
+		t.Fatalf("a loopback address without --allow-private: %v", err)
+	}
+	out, _ = b.must(t, "alert", "endpoint", "create", "--url", "http://127.0.0.1:9/hook", "--alert-key", testAlertKey, "--allow-http", "--allow-private")
 	if !strings.HasPrefix(out, "whsec_") {
-		t.Fatalf("http:// with --allow-http: %q", out)
+		t.Fatalf("http:// with --allow-http --allow-private: %q", out)
+	}
+	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "https://x.example.com/", "--description", "pager\x00", "--alert-key", testAlertKey)
+	if err == nil || !strings.Contains(err.Error(), "--description: must not contain NUL bytes") {
+		t.Fatalf("a NUL in --description: %v", err)
 	}
 	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "https://x.example.com/", "--alert-key", "short-key")
 	if err == nil || !strings.Contains(err.Error(), "at least 32 bytes") || strings.Contains(err.Error(), "short-key") {
@@ -183,6 +192,7 @@ func TestAlertRuleCommands(t *testing.T) {
 		{[]string{"--kind", "throttled"}, "--minutes: must be from 1 to 1440"},
 		{[]string{"--kind", "throttled", "--minutes", "5", "--limit", "bogus"}, "--limit: "},
 		{[]string{"--kind", "invariant", "--tenant", "nobody"}, "--tenant: no such tenant"},
+		{[]string{"--kind", "invariant", "--tenant", "ac\x00me"}, "--tenant: must not contain NUL bytes"},
 		{[]string{"--kind", "weekly"}, "--kind"},
 	} {
 		_, _, err := b.cli(t, append([]string{"alert", "rule", "create", "--endpoint", ep}, bad.args...)...)
