@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -307,5 +308,22 @@ func TestAlertEventsAndRedeliver(t *testing.T) {
 	}
 	if _, _, err := b.cli(t, "alert", "redeliver", "evt_nosuch"); !errors.Is(err, alert.ErrNotFound) {
 		t.Fatalf("redeliver an unknown event: %v", err)
+	}
+}
+
+// TestServeAlertPolicy: serve's --alert-allow-http and
+// --alert-allow-private (and their variables) reach the store its
+// dispatcher delivers with; without them both are off.
+func TestServeAlertPolicy(t *testing.T) {
+	t.Parallel()
+	for _, want := range []alert.Policy{{}, {AllowHTTP: true}, {AllowPrivate: true}, {AllowHTTP: true, AllowPrivate: true}} {
+		s, err := alertFlags{AllowHTTP: want.AllowHTTP, AllowPrivate: want.AllowPrivate}.store(nil)
+		if err != nil || s.Policy != want {
+			t.Errorf("flags %+v: store policy %+v, %v", want, s.Policy, err)
+		}
+	}
+	f, _ := reflect.TypeFor[alertFlags]().FieldByName("AllowPrivate")
+	if f.Tag.Get("name") != "alert-allow-private" || f.Tag.Get("env") != "TOKENGATE_ALERT_ALLOW_PRIVATE" {
+		t.Errorf("AllowPrivate's flag: %s", f.Tag)
 	}
 }
