@@ -130,7 +130,7 @@ func TestPrivateAddressesRefused(t *testing.T) {
 		"https://127.0.0.1/hook", "https://127.8.9.10:8443/", "https://10.1.2.3/", "https://172.16.0.1/", "https://192.168.1.1/",
 		"https://169.254.169.254/latest/meta-data", "https://0.0.0.0/", "https://100.64.0.1/", "https://224.0.0.1/",
 		"https://255.255.255.255/", "https://[::1]/", "https://[::]/", "https://[fe80::1]/", "https://[fd00::1]/",
-		"https://[::ffff:127.0.0.1]/", "https://[64:ff9b::a00:1]/", "https://localhost/", "https://api.localhost./",
+		"https://[::ffff:127.0.0.1]/", "https://[::a00:1]/", "https://[64:ff9b::a00:1]/", "https://localhost/", "https://api.localhost./",
 	} {
 		_, _, err := strict.CreateEndpoint(ctx, u, "")
 		var fe *alert.FieldError
