@@ -124,3 +124,56 @@ func TestAlertsWithoutKeyAreOff(t *testing.T) {
 		t.Fatalf("%d %s", r.Code, r.Body)
 	}
 }
+
+// Alert input the store cannot take, or must not: a NUL byte in any text
+// field or filter is a 400 naming it (not a 500), an id holding one names
+// nothing (404), an endpoint at a private address is refused by default
+// (400 on url), and a rule for a tenant that does not exist is a 400 on
+// tenant. Nothing is stored.
+func TestAlertsRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
+	admin := b.admin(t, "ops")
+	b.tenant(t, "acme", lim(1_000_000, "1000"))
+	r := b.adminCall(t, admin, http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://example.com/hook"}`)
+	var created struct{ Endpoint alert.Endpoint }
+	r.json(&created)
+	if r.Code != http.StatusCreated {
+		t.Fatalf("create endpoint: %d %s", r.Code, r.Body)
+	}
+	ep := created.Endpoint.ID
+	for _, c := range []struct{ method, path, body, field string }{
+		{http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://example.com/\u0000"}`, "url"},
+		{http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://example.com/","description":"a\u0000b"}`, "description"},
+		{http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://10.0.0.7/hook"}`, "url"},
+		{http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://[::1]:8443/hook"}`, "url"},
+		{http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://169.254.169.254/latest"}`, "url"},
+		{http.MethodPost, "/v1/admin/alerts/rules", `{"endpoint":"` + ep + `","kind":"invariant","tenant":"ac\u0000me"}`, "tenant"},
+		{http.MethodPost, "/v1/admin/alerts/rules", `{"endpoint":"` + ep + `\u0000","kind":"invariant"}`, "endpoint"},
+		{http.MethodPost, "/v1/admin/alerts/rules", `{"endpoint":"` + ep + `","kind":"invariant","tenant":"nobody"}`, "tenant"},
+		{http.MethodGet, "/v1/admin/alerts/rules?tenant=acme%00", "", "tenant"},
+		{http.MethodGet, "/v1/admin/alerts/events?tenant=%00", "", "tenant"},
+		{http.MethodGet, "/v1/admin/alerts/events?endpoint=ep_%00", "", "endpoint"},
+	} {
+		r := b.adminCall(t, admin, c.method, c.path, c.body)
+		if r.Code != http.StatusBadRequest || r.errorBody().Error.Field != c.field {
+			t.Errorf("%s %s %s: %d %s, want 400 on %s", c.method, c.path, c.body, r.Code, r.Body, c.field)
+		}
+	}
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPost, "/v1/admin/alerts/endpoints/ep_%00/rotate"},
+		{http.MethodDelete, "/v1/admin/alerts/endpoints/ep_%00"},
+		{http.MethodPost, "/v1/admin/alerts/events/evt_%00/redeliver"},
+	} {
+		if r := b.adminCall(t, admin, c.method, c.path, ""); r.Code != http.StatusNotFound {
+			t.Errorf("%s %s: %d %s, want 404", c.method, c.path, r.Code, r.Body)
+		}
+	}
+	var endpoints, rules int
+	if err := b.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM alert_endpoints), (SELECT count(*) FROM alert_rules)`).Scan(&endpoints, &rules); err != nil {
+		t.Fatal(err)
+	}
+	if endpoints != 1 || rules != 0 {
+		t.Fatalf("%d endpoints and %d rules stored, want 1 and 0", endpoints, rules)
+	}
+}

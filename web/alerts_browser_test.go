@@ -79,6 +79,7 @@ func TestBrowserAlerts(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	b, alerts := setupAlerts(t)
+	alerts.AllowPrivate = true // the receiver listens on loopback
 	base := serve(t, b)
 	br := startBrowser(t, base)
 	rc := newReceiver(t)

@@ -58,7 +58,8 @@ func TestAlertsPageWithoutKey(t *testing.T) {
 }
 
 // TestAlertFormsRefuse: the alert forms need the CSRF token, answer a
-// refused form with the page and the field's reason (422) and change
+// refused form (a private address, a NUL byte, a tenant that does not
+// exist...) with the page and the field's reason (422) and change
 // nothing, answer a missing endpoint, rule or event with a 404 page, and
 // send a GET of a form's address back to the alerts page.
 func TestAlertFormsRefuse(t *testing.T) {
@@ -94,11 +95,17 @@ func TestAlertFormsRefuse(t *testing.T) {
 	}{
 		{"/alerts/endpoints", url.Values{"url": {""}}, "url: is required"},
 		{"/alerts/endpoints", url.Values{"url": {"http://example.com/hook"}}, "url: must be https://"},
+		{"/alerts/endpoints", url.Values{"url": {"https://127.0.0.1:8443/hook"}}, "url: is not a public address"},
+		{"/alerts/endpoints", url.Values{"url": {"https://localhost/hook"}}, "url: is a loopback name"},
+		{"/alerts/endpoints", url.Values{"url": {"https://example.com/\x00"}}, "url: must not contain NUL bytes"},
+		{"/alerts/endpoints", url.Values{"url": {"https://example.com/hook"}, "description": {"pager\x00"}}, "description: must not contain NUL bytes"},
 		{"/alerts/endpoints", url.Values{"url": {"https://example.com/hook"}, "description": {strings.Repeat("d", 201)}}, "description: is longer than 200 characters"},
 		{"/alerts/rules", rule("thresholds", "0"), "thresholds: each must be a percentage from 1 to 1000"},
 		{"/alerts/rules", rule("thresholds", "50, eighty"), "thresholds: must be whole percentages separated by commas"},
 		{"/alerts/rules", rule("thresholds", ""), "thresholds: must list 1 to 10 percentages"},
 		{"/alerts/rules", rule("thresholds", "50", "tenant", "ghost"), "tenant: no such tenant"},
+		{"/alerts/rules", rule("thresholds", "50", "tenant", "ac\x00me"), "tenant: must not contain NUL bytes"},
+		{"/alerts/rules", rule("thresholds", "50", "endpoint", ep.ID+"\x00"), "endpoint: must not contain NUL bytes"},
 		{"/alerts/rules", rule("thresholds", "50", "endpoint", "ep_nope"), "endpoint: no such endpoint, or it is disabled"},
 		{"/alerts/rules", rule("kind", "throttled", "sustain_minutes", "0"), "sustain_minutes: must be from 1 to 1440"},
 		{"/alerts/rules", rule("kind", "throttled", "sustain_minutes", "99999999999"), "sustain_minutes: must be from 1 to 1440"},
@@ -137,6 +144,11 @@ func TestAlertFormsRefuse(t *testing.T) {
 	if rec := c.get("/alerts?state=lost"); rec.Code != http.StatusBadRequest ||
 		!strings.Contains(rec.Body.String(), "state: must be pending, delivered or failed") {
 		t.Errorf("GET /alerts?state=lost: %d, want 400 naming the state", rec.Code)
+	}
+	for _, q := range []string{"tenant=%00", "endpoint=ep_%00"} {
+		if rec := c.get("/alerts?" + q); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "must not contain NUL bytes") {
+			t.Errorf("GET /alerts?%s: %d, want 400 naming the field", q, rec.Code)
+		}
 	}
 	for _, path := range []string{"/alerts/endpoints", "/alerts/rules", "/alerts/endpoints/" + ep.ID + "/rotate", "/alerts/rules/1/delete"} {
 		if rec := c.get(path); rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/alerts" {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -34,7 +35,10 @@ type Dispatcher struct {
 	Replica string
 	// Client sends the webhooks (default: a 10 s timeout). Its timeout must
 	// be well under Lease, or a slow receiver gets a second delivery while
-	// the first is still in flight.
+	// the first is still in flight. The dispatcher never lets it follow a
+	// redirect, and unless Store.AllowPrivate it sends through a copy of
+	// its *http.Transport (no proxy) whose every connection is checked
+	// against the address policy; another RoundTripper is then refused.
 	Client *http.Client
 	// Lease is how long a replica owns an event it is delivering (default
 	// 30 s).
@@ -51,6 +55,11 @@ type Dispatcher struct {
 	Logger *slog.Logger
 	// NowFunc stamps the signatures; tests move it. Default time.Now.
 	NowFunc func() time.Time
+
+	mu sync.Mutex
+	// guarded is guardedFrom's copy that checks every address it connects
+	// to (built once per transport, so connections are reused).
+	guarded, guardedFrom *http.Transport
 }
 
 func (d *Dispatcher) now() time.Time {
@@ -146,15 +155,20 @@ func (d *Dispatcher) deliver(ctx context.Context, ev leased) (bool, error) {
 		s := "endpoint disabled"
 		problem = &s
 	} else {
-		code, err := d.post(ctx, ev, body)
+		code, location, err := d.post(ctx, ev, body)
 		switch {
 		case err != nil:
-			s := err.Error()
+			s := storableText(err.Error(), 1000)
 			problem = &s
 		default:
 			status = &code
 			ok = code >= 200 && code < 300
-			if !ok {
+			switch {
+			case code >= 300 && code < 400:
+				s := "answered " + strconv.Itoa(code) + " to " + orDash(storableText(location, 500)) +
+					": redirects are not followed (update the endpoint's URL instead)"
+				problem = &s
+			case !ok:
 				s := "answered " + strconv.Itoa(code)
 				problem = &s
 			}
@@ -178,6 +192,13 @@ func (d *Dispatcher) deliver(ctx context.Context, ev leased) (bool, error) {
 	return outcome == "delivered", nil
 }
 
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -185,15 +206,58 @@ func deref(s *string) string {
 	return *s
 }
 
-// post sends the signed body; it reports the status or a transport error.
-func (d *Dispatcher) post(ctx context.Context, ev leased, body []byte) (int, error) {
-	client := d.Client
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
+// client is d.Client as deliveries use it: it never follows a redirect,
+// and unless private addresses are allowed, every address it connects to
+// is checked (see Policy).
+func (d *Dispatcher) client() (*http.Client, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	if d.Client != nil {
+		*c = *d.Client
+	}
+	c.CheckRedirect, c.Jar = noRedirect, nil
+	if d.Store.AllowPrivate {
+		return c, nil
+	}
+	var from *http.Transport
+	switch t := c.Transport.(type) {
+	case nil:
+		from = baseTransport
+	case *http.Transport:
+		from = t
+	default:
+		return nil, fmt.Errorf("%w: the dispatcher's client must use an *http.Transport to check the addresses it connects to", ErrAddressRefused)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.guardedFrom != from {
+		if d.guarded != nil {
+			d.guarded.CloseIdleConnections()
+		}
+		d.guarded, d.guardedFrom = guard(from), from
+	}
+	c.Transport = d.guarded
+	return c, nil
+}
+
+// post sends the signed body; it reports the status (with the Location of
+// a redirect, which is not followed) or why nothing was sent or answered.
+func (d *Dispatcher) post(ctx context.Context, ev leased, body []byte) (int, string, error) {
+	u, err := url.Parse(ev.url)
+	if err != nil {
+		return 0, "", errors.New("the endpoint's URL does not parse")
+	}
+	// The scheme is this replica's to allow, whatever the replica that
+	// created the endpoint allowed.
+	if err := d.Store.checkScheme(u); err != nil {
+		return 0, "", fmt.Errorf("not sent: %s:// endpoint, and this replica runs without --alert-allow-http", u.Scheme)
+	}
+	client, err := d.client()
+	if err != nil {
+		return 0, "", err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ev.url, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	now := d.now()
 	req.Header.Set("Content-Type", "application/json")
@@ -206,14 +270,18 @@ func (d *Dispatcher) post(ctx context.Context, ev leased, body []byte) (int, err
 	resp, err := client.Do(req)
 	if err != nil {
 		var uerr interface{ Timeout() bool }
-		if errors.As(err, &uerr) && uerr.Timeout() {
-			return 0, fmt.Errorf("no answer within the timeout")
+		var refused *addressError
+		switch {
+		case errors.As(err, &refused):
+			return 0, "", refused
+		case errors.As(err, &uerr) && uerr.Timeout():
+			return 0, "", fmt.Errorf("no answer within the timeout")
 		}
-		return 0, errors.Unwrap(err) // the url is in the event already
+		return 0, "", errors.Unwrap(err) // the url is in the event already
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header.Get("Location"), nil
 }
 
 // Run delivers until ctx ends, every interval (and at once again after a

@@ -15,5 +15,10 @@
 //     delivered once, and a replica that dies mid-delivery leaves it to be
 //     delivered again (the receiver deduplicates by event id).
 //
+// Where a delivery may go is each replica's Policy, checked when an
+// endpoint is created and again at every delivery: https:// only, public
+// addresses only (every address connected to is checked, after DNS), and
+// never on to where a redirect points.
+//
 // It imports nothing of budget: budget imports it for the outbox statement.
 package alert

@@ -32,10 +32,10 @@ var (
 type Store struct {
 	pool *pgxpool.Pool
 	key  []byte
-	// AllowHTTP accepts http:// endpoints (development, tests on one
-	// host). Otherwise only https:// is accepted: a delivery carries a
-	// tenant's spending to a third party.
-	AllowHTTP bool
+	// Policy is where this replica creates endpoints and delivers
+	// (https:// and public addresses only, by default). Its dispatcher
+	// checks it again at every delivery.
+	Policy
 }
 
 // NewStore returns a Store. key is the server's alert key, from which
@@ -69,16 +69,21 @@ func randomID(prefix string) string {
 }
 
 func (s *Store) checkURL(raw string) error {
+	if err := storable("url", raw); err != nil {
+		return err
+	}
 	u, err := url.Parse(raw)
 	switch {
 	case raw == "":
 		return invalid("url", "is required")
 	case err != nil || u.Host == "" || u.User != nil || u.Fragment != "":
 		return invalid("url", "must be an absolute URL with a host, no credentials and no fragment")
-	case u.Scheme == "https":
-	case u.Scheme == "http" && s.AllowHTTP:
-	default:
-		return invalid("url", "must be https:// (http:// only when the server runs with --alert-allow-http)")
+	}
+	if err := s.checkScheme(u); err != nil {
+		return err
+	}
+	if err := s.checkHost(u); err != nil {
+		return err
 	}
 	if len(raw) > 2000 {
 		return invalid("url", "is longer than 2000 characters")
@@ -93,6 +98,9 @@ func (s *Store) CreateEndpoint(ctx context.Context, rawURL, description string) 
 		return Endpoint{}, "", ErrNoKey
 	}
 	if err := s.checkURL(rawURL); err != nil {
+		return Endpoint{}, "", err
+	}
+	if err := storable("description", description); err != nil {
 		return Endpoint{}, "", err
 	}
 	if len(description) > 200 {
@@ -140,6 +148,9 @@ func (s *Store) RotateSecret(ctx context.Context, id string) (string, error) {
 	if len(s.key) == 0 {
 		return "", ErrNoKey
 	}
+	if storable("id", id) != nil {
+		return "", ErrNotFound // no endpoint has such an id
+	}
 	salt := make([]byte, 16)
 	_, _ = rand.Read(salt)
 	tag, err := s.pool.Exec(ctx, endpointRotateSQL, id, salt)
@@ -156,6 +167,9 @@ func (s *Store) RotateSecret(ctx context.Context, id string) (string, error) {
 // events, and the dispatcher gives up its pending ones (recorded failed,
 // "endpoint disabled"). Its log stays.
 func (s *Store) DisableEndpoint(ctx context.Context, id string) error {
+	if storable("id", id) != nil {
+		return ErrNotFound
+	}
 	tag, err := s.pool.Exec(ctx, endpointDisableSQL, id)
 	if err != nil {
 		return fmt.Errorf("alert: disable %s: %w", id, err)

@@ -63,6 +63,12 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	default:
 		return nil, invalid("state", "must be pending, delivered or failed")
 	}
+	if err := storable("tenant", f.TenantID); err != nil {
+		return nil, err
+	}
+	if err := storable("endpoint", f.EndpointID); err != nil {
+		return nil, err
+	}
 	if f.Limit < 0 || f.Limit > 1000 {
 		return nil, invalid("limit", "must be from 1 to 1000")
 	}
@@ -87,6 +93,9 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 // due now. Delivered events are not sent again: each is recorded
 // delivered once.
 func (s *Store) Redeliver(ctx context.Context, id string) error {
+	if storable("id", id) != nil {
+		return ErrNotFound // no event has such an id
+	}
 	tag, err := s.pool.Exec(ctx, eventRedeliverSQL, id)
 	if err != nil {
 		return fmt.Errorf("alert: redeliver %s: %w", id, err)

@@ -62,6 +62,12 @@ type RuleParams struct {
 }
 
 func (p *RuleParams) check() error {
+	if err := storable("tenant", p.TenantID); err != nil {
+		return err
+	}
+	if err := storable("endpoint", p.EndpointID); err != nil {
+		return err
+	}
 	if p.EndpointID == "" {
 		return invalid("endpoint", "is required")
 	}
@@ -135,6 +141,9 @@ func (s *Store) CreateRule(ctx context.Context, p RuleParams) (Rule, error) {
 // Rules lists the rules that apply to a tenant (its own and those for
 // every tenant), or every rule when tenantID is "".
 func (s *Store) Rules(ctx context.Context, tenantID string) ([]Rule, error) {
+	if err := storable("tenant", tenantID); err != nil {
+		return nil, err
+	}
 	rows, _ := s.pool.Query(ctx, ruleListSQL, nullable(tenantID))
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Rule])
 	if err != nil {

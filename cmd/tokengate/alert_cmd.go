@@ -58,10 +58,10 @@ func (f alertKeyFlag) key() ([]byte, error) {
 
 // withAlerts runs fn with an alert store on a small pool, and turns the
 // store's errors into the CLI's: a field error names its flag.
-func (g *globals) withAlerts(ctx context.Context, key []byte, allowHTTP bool, fn func(*alert.Store) error) error {
+func (g *globals) withAlerts(ctx context.Context, key []byte, policy alert.Policy, fn func(*alert.Store) error) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
 		s := alert.NewStore(pool, key)
-		s.AllowHTTP = allowHTTP
+		s.Policy = policy
 		return alertError(fn(s))
 	})
 }
@@ -91,10 +91,11 @@ func notFound(err error, what string) error {
 
 type alertEndpointCreateCmd struct {
 	alertKeyFlag
-	URL         string `name:"url" required:"" help:"Where events are POSTed: https:// (http:// only with --allow-http)."`
-	Description string `name:"description" help:"What it is, for the list (up to 200 characters)."`
-	AllowHTTP   bool   `name:"allow-http" env:"TOKENGATE_ALERT_ALLOW_HTTP" help:"Accept an http:// URL (development only; deliveries carry tenants' spending). serve needs --alert-allow-http to deliver to it."`
-	JSON        bool   `name:"json" help:"Print the endpoint and its secret as JSON."`
+	URL          string `name:"url" required:"" help:"Where events are POSTed: https:// at a public address (http:// only with --allow-http, a private address only with --allow-private)."`
+	Description  string `name:"description" help:"What it is, for the list (up to 200 characters)."`
+	AllowHTTP    bool   `name:"allow-http" env:"TOKENGATE_ALERT_ALLOW_HTTP" help:"Accept an http:// URL (development only; deliveries carry tenants' spending). Each serve replica needs --alert-allow-http to deliver to it."`
+	AllowPrivate bool   `name:"allow-private" env:"TOKENGATE_ALERT_ALLOW_PRIVATE" help:"Accept a private, loopback or other non-public address. Each serve replica needs --alert-allow-private to deliver to it."`
+	JSON         bool   `name:"json" help:"Print the endpoint and its secret as JSON."`
 }
 
 func (c alertEndpointCreateCmd) Run(ctx context.Context, g *globals) error {
@@ -102,7 +103,7 @@ func (c alertEndpointCreateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withAlerts(ctx, key, c.AllowHTTP, func(s *alert.Store) error {
+	return g.withAlerts(ctx, key, alert.Policy{AllowHTTP: c.AllowHTTP, AllowPrivate: c.AllowPrivate}, func(s *alert.Store) error {
 		e, secret, err := s.CreateEndpoint(ctx, c.URL, c.Description)
 		if err != nil {
 			return err
@@ -123,7 +124,7 @@ type alertEndpointListCmd struct {
 }
 
 func (c alertEndpointListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		eps, err := s.Endpoints(ctx)
 		if err != nil {
 			return err
@@ -151,7 +152,7 @@ func (c alertEndpointRotateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withAlerts(ctx, key, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, key, alert.Policy{}, func(s *alert.Store) error {
 		secret, err := s.RotateSecret(ctx, c.ID)
 		if err != nil {
 			return notFound(err, "enabled endpoint "+c.ID)
@@ -166,7 +167,7 @@ type alertEndpointDisableCmd struct {
 }
 
 func (c alertEndpointDisableCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		if err := s.DisableEndpoint(ctx, c.ID); err != nil {
 			return notFound(err, "enabled endpoint "+c.ID)
 		}
@@ -186,7 +187,7 @@ type alertRuleCreateCmd struct {
 }
 
 func (c alertRuleCreateCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		r, err := s.CreateRule(ctx, alert.RuleParams{TenantID: c.Tenant, EndpointID: c.Endpoint, Kind: c.Kind,
 			Thresholds: c.Thresholds, Limit: c.Limit, SustainMinutes: c.Minutes})
 		if err != nil {
@@ -207,7 +208,7 @@ type alertRuleListCmd struct {
 }
 
 func (c alertRuleListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		rules, err := s.Rules(ctx, c.Tenant)
 		if err != nil {
 			return err
@@ -265,7 +266,7 @@ type alertRuleDeleteCmd struct {
 }
 
 func (c alertRuleDeleteCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		if err := s.DeleteRule(ctx, c.ID); err != nil {
 			return notFound(err, fmt.Sprintf("rule %d", c.ID))
 		}
@@ -286,7 +287,7 @@ func (c alertEventsCmd) Run(ctx context.Context, g *globals) error {
 	if c.Limit < 1 {
 		return errors.New("--limit: must be from 1 to 1000")
 	}
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		events, err := s.Events(ctx, alert.EventFilter{TenantID: c.Tenant, State: c.State, EndpointID: c.Endpoint, Limit: c.Limit})
 		if err != nil {
 			return err
@@ -385,7 +386,7 @@ type alertRedeliverCmd struct {
 }
 
 func (c alertRedeliverCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, false, func(s *alert.Store) error {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
 		if err := s.Redeliver(ctx, c.ID); err != nil {
 			return notFound(err, "failed event "+c.ID+" of an enabled endpoint (only failed events are redelivered)")
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -61,7 +62,8 @@ func (b *alertBundle) endpoint(t *testing.T, url string) (string, string) {
 }
 
 // TestAlertEndpointCommands: a secret is printed once, alone on stdout,
-// and stored nowhere; http:// needs --allow-http; rotate gives a new
+// and stored nowhere; http:// needs --allow-http, a loopback address
+// --allow-private, and a NUL is refused by its flag; rotate gives a new
 // secret; a disabled endpoint is listed as such and cannot be rotated.
 func TestAlertEndpointCommands(t *testing.T) {
 	t.Parallel()
@@ -98,9 +100,17 @@ func TestAlertEndpointCommands(t *testing.T) {
 		t.Fatalf("http:// without --allow-http: %v", err)
 	}
 	httpID, _ := b.endpoint(t, "https://second.example.com/")
-	out, _ = b.must(t, "alert", "endpoint", "create", "--url", "http://127.0.0.1:9/hook", "--alert-key", testAlertKey, "--allow-http")
+	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "http://127.0.0.1:9/hook", "--alert-key", testAlertKey, "--allow-http")
+	if err == nil || !strings.Contains(err.Error(), "--url: is not a public address") || !strings.Contains(err.Error(), "--alert-allow-private") {
+		t.Fatalf("a loopback address without --allow-private: %v", err)
+	}
+	out, _ = b.must(t, "alert", "endpoint", "create", "--url", "http://127.0.0.1:9/hook", "--alert-key", testAlertKey, "--allow-http", "--allow-private")
 	if !strings.HasPrefix(out, "whsec_") {
-		t.Fatalf("http:// with --allow-http: %q", out)
+		t.Fatalf("http:// with --allow-http --allow-private: %q", out)
+	}
+	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "https://x.example.com/", "--description", "pager\x00", "--alert-key", testAlertKey)
+	if err == nil || !strings.Contains(err.Error(), "--description: must not contain NUL bytes") {
+		t.Fatalf("a NUL in --description: %v", err)
 	}
 	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "https://x.example.com/", "--alert-key", "short-key")
 	if err == nil || !strings.Contains(err.Error(), "at least 32 bytes") || strings.Contains(err.Error(), "short-key") {
@@ -183,6 +193,7 @@ func TestAlertRuleCommands(t *testing.T) {
 		{[]string{"--kind", "throttled"}, "--minutes: must be from 1 to 1440"},
 		{[]string{"--kind", "throttled", "--minutes", "5", "--limit", "bogus"}, "--limit: "},
 		{[]string{"--kind", "invariant", "--tenant", "nobody"}, "--tenant: no such tenant"},
+		{[]string{"--kind", "invariant", "--tenant", "ac\x00me"}, "--tenant: must not contain NUL bytes"},
 		{[]string{"--kind", "weekly"}, "--kind"},
 	} {
 		_, _, err := b.cli(t, append([]string{"alert", "rule", "create", "--endpoint", ep}, bad.args...)...)
@@ -297,5 +308,22 @@ func TestAlertEventsAndRedeliver(t *testing.T) {
 	}
 	if _, _, err := b.cli(t, "alert", "redeliver", "evt_nosuch"); !errors.Is(err, alert.ErrNotFound) {
 		t.Fatalf("redeliver an unknown event: %v", err)
+	}
+}
+
+// TestServeAlertPolicy: serve's --alert-allow-http and
+// --alert-allow-private (and their variables) reach the store its
+// dispatcher delivers with; without them both are off.
+func TestServeAlertPolicy(t *testing.T) {
+	t.Parallel()
+	for _, want := range []alert.Policy{{}, {AllowHTTP: true}, {AllowPrivate: true}, {AllowHTTP: true, AllowPrivate: true}} {
+		s, err := alertFlags{AllowHTTP: want.AllowHTTP, AllowPrivate: want.AllowPrivate}.store(nil)
+		if err != nil || s.Policy != want {
+			t.Errorf("flags %+v: store policy %+v, %v", want, s.Policy, err)
+		}
+	}
+	f, _ := reflect.TypeFor[alertFlags]().FieldByName("AllowPrivate")
+	if f.Tag.Get("name") != "alert-allow-private" || f.Tag.Get("env") != "TOKENGATE_ALERT_ALLOW_PRIVATE" {
+		t.Errorf("AllowPrivate's flag: %s", f.Tag)
 	}
 }

@@ -15,13 +15,14 @@ import (
 // alertFlags configure budget alerts: the key that signing secrets derive
 // from, and how the dispatcher delivers.
 type alertFlags struct {
-	Key       string        `name:"alert-key" env:"TOKENGATE_ALERT_KEY" help:"Secret (32 bytes or more) from which every alert endpoint's signing secret is derived; the same on every replica. Without it alerts are off. Never logged."`
-	AllowHTTP bool          `name:"alert-allow-http" env:"TOKENGATE_ALERT_ALLOW_HTTP" help:"Accept http:// alert endpoints (development only; deliveries carry tenants' spending)."`
-	Interval  time.Duration `name:"alert-interval" env:"TOKENGATE_ALERT_INTERVAL" default:"1s" help:"How often this replica looks for alert events to deliver and for sustained throttling."`
-	Timeout   time.Duration `name:"alert-timeout" env:"TOKENGATE_ALERT_TIMEOUT" default:"10s" help:"How long a webhook may take to answer."`
-	Lease     time.Duration `name:"alert-lease" env:"TOKENGATE_ALERT_LEASE" default:"30s" help:"How long a replica owns an event it delivers; another replica takes it over after (must exceed --alert-timeout)."`
-	Backoff   time.Duration `name:"alert-backoff" env:"TOKENGATE_ALERT_BACKOFF" default:"1s" help:"Wait after a failed delivery; it doubles each attempt (with jitter) up to 10 min."`
-	GiveUp    time.Duration `name:"alert-give-up" env:"TOKENGATE_ALERT_GIVE_UP" default:"24h" help:"Age at which an undelivered event is recorded failed (an admin may redeliver it)."`
+	Key          string        `name:"alert-key" env:"TOKENGATE_ALERT_KEY" help:"Secret (32 bytes or more) from which every alert endpoint's signing secret is derived; the same on every replica. Without it alerts are off. Never logged."`
+	AllowHTTP    bool          `name:"alert-allow-http" env:"TOKENGATE_ALERT_ALLOW_HTTP" help:"Accept and deliver to http:// alert endpoints (development only; deliveries carry tenants' spending). Each replica checks its own flag at every delivery."`
+	AllowPrivate bool          `name:"alert-allow-private" env:"TOKENGATE_ALERT_ALLOW_PRIVATE" help:"Accept and deliver to alert endpoints at private, loopback, link-local and other non-public addresses (a receiver inside your network). Each replica checks its own flag on every connection."`
+	Interval     time.Duration `name:"alert-interval" env:"TOKENGATE_ALERT_INTERVAL" default:"1s" help:"How often this replica looks for alert events to deliver and for sustained throttling."`
+	Timeout      time.Duration `name:"alert-timeout" env:"TOKENGATE_ALERT_TIMEOUT" default:"10s" help:"How long a webhook may take to answer."`
+	Lease        time.Duration `name:"alert-lease" env:"TOKENGATE_ALERT_LEASE" default:"30s" help:"How long a replica owns an event it delivers; another replica takes it over after (must exceed --alert-timeout)."`
+	Backoff      time.Duration `name:"alert-backoff" env:"TOKENGATE_ALERT_BACKOFF" default:"1s" help:"Wait after a failed delivery; it doubles each attempt (with jitter) up to 10 min."`
+	GiveUp       time.Duration `name:"alert-give-up" env:"TOKENGATE_ALERT_GIVE_UP" default:"24h" help:"Age at which an undelivered event is recorded failed (an admin may redeliver it)."`
 }
 
 // withDefaults fills what kong did not (a serveCmd built in code).
@@ -52,7 +53,7 @@ func (a alertFlags) store(pool *pgxpool.Pool) (*alert.Store, error) {
 		return nil, errors.New("--alert-lease must exceed --alert-timeout")
 	}
 	s := alert.NewStore(pool, key)
-	s.AllowHTTP = a.AllowHTTP
+	s.Policy = alert.Policy{AllowHTTP: a.AllowHTTP, AllowPrivate: a.AllowPrivate}
 	return s, nil
 }
 

@@ -29,7 +29,8 @@ import (
 // replica's attempt is recorded abandoned.
 func TestAlertDeliveredAfterReplicaKilledMidDelivery(t *testing.T) {
 	const key = "cluster-test-alert-key-0123456789abcdef"
-	c := newCluster(t, 2, map[string]string{"TOKENGATE_ALERT_KEY": key, "TOKENGATE_ALERT_ALLOW_HTTP": "true",
+	// The receiver is on the docker network's gateway: a private address.
+	c := newCluster(t, 2, map[string]string{"TOKENGATE_ALERT_KEY": key, "TOKENGATE_ALERT_ALLOW_HTTP": "true", "TOKENGATE_ALERT_ALLOW_PRIVATE": "true",
 		"TOKENGATE_ALERT_INTERVAL": "200ms", "TOKENGATE_ALERT_TIMEOUT": "2s", "TOKENGATE_ALERT_LEASE": "4s", "TOKENGATE_ALERT_BACKOFF": "200ms"})
 
 	// The receiver, in this process, reached through the network's gateway.
