@@ -82,9 +82,9 @@ func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "TENANT\tMODEL\tADMISSIONS\tEST IN\tEST OUT\tACT IN\tACT OUT\tMEAN ERR\tP95 |ERR|\tEXPIRED\tREFUNDED\tEXTRA")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
 				r.EstimatedInput, r.EstimatedOutput, r.ActualInput, r.ActualOutput, 100*r.MeanRelativeError, 100*r.P95AbsRelativeErr,
-				r.Expired, ledger.Tokens(r.RefundedMicro), ledger.Tokens(r.ExtraChargedMicro))
+				r.Expired, r.RefundedMicro.Tokens(), r.ExtraChargedMicro.Tokens())
 		}
 		return w.Flush()
 	})
