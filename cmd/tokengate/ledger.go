@@ -14,7 +14,7 @@ import (
 )
 
 type ledgerCmd struct {
-	Verify ledgerVerifyCmd `cmd:"" help:"Recompute hash chains and balances from the first entry; exit 1 on the first broken entry."`
+	Verify ledgerVerifyCmd `cmd:"" help:"Recompute hash chains and balances from the first entry, in exact arithmetic; exit 1 on the first broken entry (kind chain, arithmetic, overflow, head or balance)."`
 	Report ledgerReportCmd `cmd:"" help:"Estimate versus actual usage per tenant and model."`
 }
 
@@ -47,7 +47,7 @@ func (c ledgerVerifyCmd) Run(ctx context.Context, g *globals) error {
 			for _, r := range results {
 				verdict := "ok"
 				if !r.OK {
-					verdict = fmt.Sprintf("BROKEN at entry %d: %s", r.BrokenSeq, r.Problem)
+					verdict = fmt.Sprintf("BROKEN at entry %d (%s): %s", r.BrokenSeq, r.Kind, r.Problem)
 				}
 				fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", r.TenantID, r.Entries, ledger.Tokens(r.BalanceMicro), verdict)
 			}
