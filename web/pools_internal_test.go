@@ -191,6 +191,15 @@ func TestSumsNearInt64(t *testing.T) {
 			t.Errorf("niceCeil(%d) = %d", v, got)
 		}
 	}
+	if got := pct(math.MaxInt64-1, math.MaxInt64); got != "99.9" {
+		t.Errorf("pct near int64's end: %s", got)
+	}
+	if g := balanceGauge("tokens", math.MaxInt64/2, math.MaxInt64); g.Level != "ok" || g.Pct != "49.9" {
+		t.Errorf("gauge near int64's end: %+v", g)
+	}
+	if g := openGauge(math.MaxInt64/10*9, math.MaxInt64); g.Level != "warn" {
+		t.Errorf("open gauge near int64's end: %+v", g)
+	}
 	est := int64(1)
 	big, small := int64(math.MaxInt64), int64(math.MaxInt64-1)
 	ch := newCostChart([]*budget.Admission{
