@@ -2,10 +2,13 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
 
 func TestTenantReadsOnlyItsOwnLedger(t *testing.T) {
@@ -111,5 +114,54 @@ func TestAdminVerifyAndDriftReport(t *testing.T) {
 	}
 	if r := b.adminCall(t, token, http.MethodGet, "/v1/admin/ledger/export?format=xml", nil); r.Code != 400 {
 		t.Fatalf("bad format: %d", r.Code)
+	}
+}
+
+// TestDriftReportAndVerifyAfterAWrappedBalance: after a history whose
+// balance wrapped past int64 (issue 21), the drift report answers 200 with
+// exact sums, JSON numbers beyond int64, where it answered 500; verify
+// names the entry that overflowed, with kind overflow.
+func TestDriftReportAndVerifyAfterAWrappedBalance(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	token := b.admin(t, "auditor")
+	b.tenant(t, "acme", lim(1000, "1"))
+	w := ledgertest.Wrap(t, b.pool, "acme", "gpt-4o")
+
+	for _, path := range []string{"/v1/admin/reports/drift?tenant=acme", "/v1/admin/reports/drift?by=model"} {
+		r := b.adminCall(t, token, http.MethodGet, path, nil)
+		if r.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, r.Code, r.Body)
+		}
+		var rep struct {
+			Rows []map[string]any `json:"rows"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(r.Body.Bytes()))
+		dec.UseNumber() // every digit, as a client of big sums must
+		if err := dec.Decode(&rep); err != nil || len(rep.Rows) != 1 {
+			t.Fatalf("%s: %s (%v)", path, r.Body, err)
+		}
+		got := rep.Rows[0]
+		for field, want := range map[string]string{
+			"extra_charged_micro": w.ExtraChargedMicro.String(), "actual_cost": w.ActualCost.String(),
+			"actual_input_tokens": w.ActualInput.String(), "refunded_micro": "0", "admissions": "5",
+		} {
+			if n, ok := got[field].(json.Number); !ok || n.String() != want {
+				t.Errorf("%s: %s = %q, want %s", path, field, got[field], want)
+			}
+		}
+	}
+
+	var v struct {
+		OK      bool `json:"ok"`
+		Tenants []struct {
+			OK        bool   `json:"ok"`
+			BrokenSeq int64  `json:"broken_seq"`
+			Kind      string `json:"kind"`
+		} `json:"tenants"`
+	}
+	b.adminCall(t, token, http.MethodGet, "/v1/admin/ledger/verify?tenant=acme", nil).json(&v)
+	if v.OK || len(v.Tenants) != 1 || v.Tenants[0].Kind != "overflow" || v.Tenants[0].BrokenSeq != w.OverflowSeq {
+		t.Fatalf("verify of a wrapped balance: %+v, want an overflow at entry %d", v, w.OverflowSeq)
 	}
 }

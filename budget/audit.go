@@ -27,11 +27,25 @@ type AuditResult struct {
 	OK       bool   `json:"ok"`
 	// BrokenSeq is the first entry that does not hold, or the row's head
 	// when the row disagrees with an intact ledger.
-	BrokenSeq int64  `json:"broken_seq,omitempty"`
-	Problem   string `json:"problem,omitempty"`
+	BrokenSeq int64 `json:"broken_seq,omitempty"`
+	// Kind classifies the problem: a ledger.ProblemKind (chain,
+	// arithmetic, overflow), or ProblemHead or ProblemBalance when the
+	// row disagrees with an intact ledger. An overflow is an entry whose
+	// exact arithmetic leaves int64: the balance the store wrote wrapped.
+	Kind    ledger.ProblemKind `json:"kind,omitempty"`
+	Problem string             `json:"problem,omitempty"`
 	// BalanceMicro is the balance recomputed from the ledger.
 	BalanceMicro int64 `json:"balance_micro"`
 }
+
+// The kinds of AuditResult problems that concern the tenant row rather
+// than its ledger.
+const (
+	// ProblemHead: the row's chain head is not the ledger's last entry.
+	ProblemHead ledger.ProblemKind = "head"
+	// ProblemBalance: the row's balance is not what the ledger recomputes.
+	ProblemBalance ledger.ProblemKind = "balance"
+)
 
 type head struct {
 	id      string
@@ -46,14 +60,14 @@ func (h head) check(t ledger.Tally, verr error) AuditResult {
 	var p *ledger.Problem
 	switch {
 	case errors.As(verr, &p):
-		r.BrokenSeq, r.Problem = p.Seq, p.Reason
+		r.BrokenSeq, r.Kind, r.Problem = p.Seq, p.Kind, p.Reason
 	case verr != nil:
 		r.Problem = verr.Error()
 	case t.LastSeq != h.seq || !bytes.Equal(t.LastHash, h.hash):
-		r.BrokenSeq = max(t.LastSeq, h.seq)
+		r.BrokenSeq, r.Kind = max(t.LastSeq, h.seq), ProblemHead
 		r.Problem = fmt.Sprintf("the tenant row's chain head is entry %d, but the ledger ends at entry %d (entries removed, or forged beyond the head)", h.seq, t.LastSeq)
 	case t.BalanceMicro != h.balance:
-		r.BrokenSeq = h.seq
+		r.BrokenSeq, r.Kind = h.seq, ProblemBalance
 		r.Problem = fmt.Sprintf("the tenant row holds balance %s, but the ledger recomputes %s: the balance was changed outside the ledger",
 			ledger.Tokens(h.balance), ledger.Tokens(t.BalanceMicro))
 	default:
@@ -187,9 +201,10 @@ func (w *Watch) Check(ctx context.Context) error {
 	}
 	for _, r := range bad {
 		w.Logger.Error("LEDGER INVARIANT VIOLATED: the tenant's stored balance or chain disagrees with its ledger",
-			"tenant", r.TenantID, "entry", r.BrokenSeq, "problem", r.Problem)
+			"tenant", r.TenantID, "entry", r.BrokenSeq, "kind", r.Kind, "problem", r.Problem)
 		if w.Alerts != nil {
-			if _, err := w.Alerts.RaiseInvariant(ctx, r.TenantID, r.BrokenSeq, r.Problem); err != nil {
+			// The kind leads the problem's text, so an overflow reads as one.
+			if _, err := w.Alerts.RaiseInvariant(ctx, r.TenantID, r.BrokenSeq, string(r.Kind)+": "+r.Problem); err != nil {
 				return fmt.Errorf("ledger invariant watch: %w", err)
 			}
 		}

@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/ledger"
+	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
 
 // ledgerWithHistory makes a tenant with six entries: creation, then
@@ -156,6 +158,45 @@ func TestWatchIsIncrementalAndLoud(t *testing.T) {
 	bad, err := w.Once(ctx)
 	if err != nil || len(bad) != 1 || bad[0].TenantID != "globex" || w.Violations() != 1 {
 		t.Fatalf("after tampering: %+v %v", bad, err)
+	}
+}
+
+// TestAuditAndWatchReportOverflow: a balance that wrapped past int64, in a
+// chain whose every hash is valid, is an overflow for the audit (ledger
+// verify) and for the invariant watch, which logs it and raises the
+// invariant rule's event. Before issue 21 both wrapped the same way and
+// found the ledger sound.
+func TestAuditAndWatchReportOverflow(t *testing.T) {
+	t.Parallel()
+	b := ledgerWithHistory(t)
+	as := alert.NewStore(b.pool, []byte("0123456789abcdef0123456789abcdef"))
+	ep, _, err := as.CreateEndpoint(ctx, "https://example.com/hook", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as.CreateRule(ctx, alert.RuleParams{EndpointID: ep.ID, Kind: alert.KindInvariant}); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	w := &budget.Watch{Store: b.store, Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Alerts: as}
+	if err := w.Check(ctx); err != nil || w.Violations() != 0 {
+		t.Fatalf("sound ledger: %d violations, %v", w.Violations(), err)
+	}
+	wr := ledgertest.Wrap(t, b.pool, "acme", "gpt-4o")
+
+	r := auditOf(t, b, "acme")
+	if r.OK || r.Kind != ledger.ProblemOverflow || r.BrokenSeq != wr.OverflowSeq || !strings.Contains(r.Problem, "int64") {
+		t.Fatalf("audit of a wrapped balance: %+v, want an overflow at entry %d", r, wr.OverflowSeq)
+	}
+	if err := w.Check(ctx); err != nil || w.Violations() != 1 {
+		t.Fatalf("watch: %d violations, %v", w.Violations(), err)
+	}
+	if !strings.Contains(logs.String(), `"kind":"overflow"`) || !strings.Contains(logs.String(), `"entry":`+itoa(wr.OverflowSeq)) {
+		t.Fatalf("the watch did not log the overflow: %s", logs.String())
+	}
+	es, err := as.Events(ctx, alert.EventFilter{TenantID: "acme", Limit: 10})
+	if err != nil || len(es) != 1 || es[0].Type != alert.TypeInvariantViolated || !strings.Contains(string(es[0].Data), "overflow:") {
+		t.Fatalf("invariant events: %+v %v", es, err)
 	}
 }
 

@@ -27,22 +27,24 @@ type DriftParams struct {
 }
 
 // DriftRow reconciles estimates with actual usage for one tenant and model.
+// Its sums are Totals, exact however large: each admission's figures fit an
+// int64, but their sum may not (a history from before usage was bounded).
 type DriftRow struct {
 	TenantID          string  `json:"tenant_id" db:"tenant_id"`
 	Model             string  `json:"model" db:"model"`
 	Admissions        int64   `json:"admissions" db:"admissions"`
-	EstimatedInput    int64   `json:"estimated_input_tokens" db:"estimated_input_tokens"`
-	EstimatedOutput   int64   `json:"estimated_output_tokens" db:"estimated_output_tokens"`
-	EstimatedCost     int64   `json:"estimated_cost" db:"estimated_cost"`
-	ActualInput       int64   `json:"actual_input_tokens" db:"actual_input_tokens"`
-	ActualOutput      int64   `json:"actual_output_tokens" db:"actual_output_tokens"`
-	ActualCost        int64   `json:"actual_cost" db:"actual_cost"`
+	EstimatedInput    Total   `json:"estimated_input_tokens" db:"estimated_input_tokens"`
+	EstimatedOutput   Total   `json:"estimated_output_tokens" db:"estimated_output_tokens"`
+	EstimatedCost     Total   `json:"estimated_cost" db:"estimated_cost"`
+	ActualInput       Total   `json:"actual_input_tokens" db:"actual_input_tokens"`
+	ActualOutput      Total   `json:"actual_output_tokens" db:"actual_output_tokens"`
+	ActualCost        Total   `json:"actual_cost" db:"actual_cost"`
 	Settled           int64   `json:"settled" db:"settled"`
 	Expired           int64   `json:"expired" db:"expired"`
 	MeanRelativeError float64 `json:"mean_relative_error" db:"mean_relative_error"`
 	P95AbsRelativeErr float64 `json:"p95_abs_relative_error" db:"p95_abs_relative_error"`
-	RefundedMicro     int64   `json:"refunded_micro" db:"refunded_micro"`
-	ExtraChargedMicro int64   `json:"extra_charged_micro" db:"extra_charged_micro"`
+	RefundedMicro     Total   `json:"refunded_micro" db:"refunded_micro"`
+	ExtraChargedMicro Total   `json:"extra_charged_micro" db:"extra_charged_micro"`
 	// ShadowRefused counts the admissions a shadow limit (of the tenant or
 	// an ancestor) would have refused: what enforcing it would have cost.
 	ShadowRefused int64 `json:"shadow_refused" db:"shadow_refused"`

@@ -1,11 +1,15 @@
 package budget_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
+	"math/big"
 	"testing"
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
 
 func TestDriftReport(t *testing.T) {
@@ -43,12 +47,13 @@ func TestDriftReport(t *testing.T) {
 		t.Fatalf("rows: %+v", rows)
 	}
 	d := rows[0]
-	want := budget.DriftRow{TenantID: "acme", Model: "gpt-4o", Admissions: 4, EstimatedInput: 140, EstimatedOutput: 140,
-		EstimatedCost: 280, ActualInput: 110, ActualOutput: 115, ActualCost: 225, Settled: 3, Expired: 1,
-		RefundedMicro: 80 * budget.Micro, ExtraChargedMicro: 25 * budget.Micro}
+	n := budget.NewTotal
+	want := budget.DriftRow{TenantID: "acme", Model: "gpt-4o", Admissions: 4, EstimatedInput: n(140), EstimatedOutput: n(140),
+		EstimatedCost: n(280), ActualInput: n(110), ActualOutput: n(115), ActualCost: n(225), Settled: 3, Expired: 1,
+		RefundedMicro: n(80 * budget.Micro), ExtraChargedMicro: n(25 * budget.Micro)}
 	mean, p95 := d.MeanRelativeError, d.P95AbsRelativeErr
 	d.MeanRelativeError, d.P95AbsRelativeErr = 0, 0
-	if d != want {
+	if fmt.Sprintf("%+v", d) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("report\n got %+v\nwant %+v", d, want)
 	}
 	if math.Abs(mean-(0.25-0.2+0.5)/3) > 1e-9 || math.Abs(p95-0.475) > 1e-9 {
@@ -65,5 +70,76 @@ func TestDriftReport(t *testing.T) {
 	none, err := b.store.DriftReport(ctx, budget.DriftParams{From: time.Now().Add(time.Hour)})
 	if err != nil || len(none) != 0 {
 		t.Fatalf("future range: %+v %v", none, err)
+	}
+}
+
+// TestDriftReportSumsAreExact: after a history whose sums leave int64 (the
+// balance wrapped), the report's sums are exact numerics, where they used
+// to fail to scan. Both report shapes, and the JSON they marshal to.
+func TestDriftReportSumsAreExact(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1000, "1"))
+	w := ledgertest.Wrap(t, b.pool, "acme", "gpt-4o")
+	if w.ExtraChargedMicro.IsInt64() {
+		t.Fatalf("the wrapped history's extra charge %s fits an int64: the test proves nothing", w.ExtraChargedMicro)
+	}
+	for _, byModel := range []bool{false, true} {
+		rows, err := b.store.DriftReport(ctx, budget.DriftParams{TenantID: "acme", From: time.Now().Add(-time.Hour), ByModel: byModel})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("by model %v: %+v %v", byModel, rows, err)
+		}
+		r := rows[0]
+		for name, c := range map[string]struct {
+			got  budget.Total
+			want *big.Int
+		}{
+			"actual input": {r.ActualInput, w.ActualInput}, "actual output": {r.ActualOutput, w.ActualOutput},
+			"actual cost": {r.ActualCost, w.ActualCost}, "extra charged": {r.ExtraChargedMicro, w.ExtraChargedMicro},
+			"refunded": {r.RefundedMicro, new(big.Int)}, "estimated cost": {r.EstimatedCost, big.NewInt(ledgertest.WrapAdmissions)},
+		} {
+			if c.got.Big().Cmp(c.want) != 0 {
+				t.Errorf("by model %v: %s = %s, want %s", byModel, name, c.got, c.want)
+			}
+		}
+		raw, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			Extra json.Number `json:"extra_charged_micro"`
+		}
+		if err := json.Unmarshal(raw, &back); err != nil || back.Extra.String() != w.ExtraChargedMicro.String() {
+			t.Fatalf("JSON %s: extra_charged_micro %q (%v), want the number %s", raw, back.Extra, err, w.ExtraChargedMicro)
+		}
+	}
+}
+
+func TestTotal(t *testing.T) {
+	t.Parallel()
+	huge, _ := new(big.Int).SetString("-12345678901234567890123", 10)
+	var z budget.Total
+	if z.String() != "0" || z.Tokens() != "0" || z.Sign() != 0 {
+		t.Fatalf("zero total: %s %s", z, z.Tokens())
+	}
+	for _, c := range []struct {
+		t           budget.Total
+		str, tokens string
+		json        string
+		fits        bool
+	}{
+		{budget.NewTotal(1_500_000), "1500000", "1.5", "1500000", true},
+		{budget.NewTotal(-1), "-1", "-0.000001", "-1", true},
+		{budget.NewTotal(math.MaxInt64).AddInt64(1), "9223372036854775808", "9223372036854.775808", "9223372036854775808", false},
+		{budget.TotalOf(huge), huge.String(), "-12345678901234567.890123", huge.String(), false},
+	} {
+		raw, _ := json.Marshal(c.t)
+		var back budget.Total
+		if err := json.Unmarshal(raw, &back); err != nil || back.Cmp(c.t) != 0 {
+			t.Errorf("%s: round trip through %s: %s %v", c.t, raw, back, err)
+		}
+		if _, fits := c.t.Int64(); c.t.String() != c.str || c.t.Tokens() != c.tokens || string(raw) != c.json || fits != c.fits {
+			t.Errorf("total %s: tokens %s, json %s, fits %v; want %s %s %s %v", c.t, c.t.Tokens(), raw, fits, c.str, c.tokens, c.json, c.fits)
+		}
 	}
 }

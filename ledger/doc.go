@@ -12,6 +12,8 @@
 //     balance(n) = balance(n-1) + refill(n) + delta(n), with balance(0) = 0.
 //     A tenant's creation entry therefore carries its starting balance as
 //     its delta, and its stored balance always equals the last entry's.
+//     Verify computes this sum exactly (in a big integer): a sum that
+//     leaves int64 is a Problem of kind overflow, never a wrap that matches.
 //
 // Entries are written by the package that changes the balance, in the same
 // transaction and under the same tenant row lock: the caller keeps the chain

@@ -217,14 +217,16 @@ var CSVHeader = []string{"tenant_id", "seq", "kind", "created_at", "admission_id
 	"refill_tokens", "delta_tokens", "balance_tokens", "period_start", "period_used", "late", "actor", "reason",
 	"detail", "prev_hash", "hash"}
 
-// Tokens renders micro-tokens as an exact decimal.
+// Tokens renders micro-tokens as an exact decimal. Every int64 renders,
+// math.MinInt64 too: the magnitude is taken in uint64, where negating the
+// minimum cannot overflow.
 func Tokens(micro int64) string {
-	sign := ""
+	sign, mag := "", uint64(micro)
 	if micro < 0 {
-		sign, micro = "-", -micro
+		sign, mag = "-", -mag
 	}
-	s := strconv.FormatInt(micro/1_000_000, 10)
-	if frac := micro % 1_000_000; frac != 0 {
+	s := strconv.FormatUint(mag/1_000_000, 10)
+	if frac := mag % 1_000_000; frac != 0 {
 		s += "." + strings.TrimRight(fmt.Sprintf("%06d", frac), "0")
 	}
 	return sign + s

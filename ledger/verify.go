@@ -5,22 +5,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/big"
 )
 
 // ErrBroken is wrapped by every Problem: the chain or its arithmetic does not
 // hold.
 var ErrBroken = errors.New("ledger: chain broken")
 
+// ProblemKind classifies a Problem, so that a reader (the CLI, the invariant
+// watch's alerts, a monitoring script) can tell tampering from a wrapped sum.
+type ProblemKind string
+
+// The kinds of problems Verify finds.
+const (
+	// ProblemChain: an entry is missing, or a hash does not match.
+	ProblemChain ProblemKind = "chain"
+	// ProblemArithmetic: an entry's balance is not the previous balance
+	// plus its refill and delta.
+	ProblemArithmetic ProblemKind = "arithmetic"
+	// ProblemOverflow: an entry's exact arithmetic leaves int64, so the
+	// balance the store wrote had wrapped around (or a count went
+	// negative). Verify computes in more bits than the store, so a wrapped
+	// balance cannot match by wrapping the same way.
+	ProblemOverflow ProblemKind = "overflow"
+)
+
 // Problem names the first entry at which a tenant's ledger stops being
 // consistent.
 type Problem struct {
 	TenantID string
 	Seq      int64
+	Kind     ProblemKind
 	Reason   string
 }
 
 func (p *Problem) Error() string {
-	return fmt.Sprintf("ledger: tenant %s entry %d: %s", p.TenantID, p.Seq, p.Reason)
+	return fmt.Sprintf("ledger: tenant %s entry %d: %s: %s", p.TenantID, p.Seq, p.Kind, p.Reason)
 }
 
 // Unwrap makes errors.Is(p, ErrBroken) true.
@@ -60,17 +80,16 @@ func VerifyFrom(ctx context.Context, q Querier, tenantID string, from Tally) (Ta
 		for i := range entries {
 			e := &entries[i]
 			if e.Seq != t.LastSeq+1 {
-				return t, &Problem{tenantID, t.LastSeq + 1, fmt.Sprintf("missing: the next entry has seq %d", e.Seq)}
+				return t, &Problem{tenantID, t.LastSeq + 1, ProblemChain, fmt.Sprintf("missing: the next entry has seq %d", e.Seq)}
 			}
 			if !bytes.Equal(e.PrevHash, prev) {
-				return t, &Problem{tenantID, e.Seq, "prev_hash does not match the previous entry's hash"}
+				return t, &Problem{tenantID, e.Seq, ProblemChain, "prev_hash does not match the previous entry's hash"}
 			}
 			if want := Hash(prev, e); !bytes.Equal(want, e.Hash) {
-				return t, &Problem{tenantID, e.Seq, "hash does not match the entry's contents"}
+				return t, &Problem{tenantID, e.Seq, ProblemChain, "hash does not match the entry's contents"}
 			}
-			want := t.BalanceMicro + e.RefillMicro + e.DeltaMicro
-			if e.BalanceMicro != want {
-				return t, &Problem{tenantID, e.Seq, fmt.Sprintf("balance %d, but previous balance + refill + delta = %d", e.BalanceMicro, want)}
+			if p := checkArithmetic(tenantID, t.BalanceMicro, e); p != nil {
+				return t, p
 			}
 			t.BalanceMicro = e.BalanceMicro
 			t.PeriodUsed = e.PeriodUsed
@@ -83,4 +102,25 @@ func VerifyFrom(ctx context.Context, q Querier, tenantID string, from Tally) (Ta
 			return t, nil
 		}
 	}
+}
+
+// checkArithmetic recomputes balance + refill + delta exactly, in a big
+// integer: a sum that leaves int64 is an overflow (the store wrapped it),
+// whatever the stored balance says; one that fits must equal it.
+func checkArithmetic(tenantID string, balance int64, e *Entry) *Problem {
+	want := new(big.Int).SetInt64(balance)
+	want.Add(want, big.NewInt(e.RefillMicro))
+	want.Add(want, big.NewInt(e.DeltaMicro))
+	if !want.IsInt64() {
+		return &Problem{tenantID, e.Seq, ProblemOverflow, fmt.Sprintf(
+			"previous balance %d + refill %d + delta %d = %s micro-tokens, beyond the int64 range: the stored balance %d wrapped around",
+			balance, e.RefillMicro, e.DeltaMicro, want, e.BalanceMicro)}
+	}
+	if w := want.Int64(); e.BalanceMicro != w {
+		return &Problem{tenantID, e.Seq, ProblemArithmetic, fmt.Sprintf("balance %d, but previous balance + refill + delta = %d", e.BalanceMicro, w)}
+	}
+	if e.PeriodUsed < 0 {
+		return &Problem{tenantID, e.Seq, ProblemOverflow, fmt.Sprintf("period_used is %d: a count of spent cost cannot be negative, its sum wrapped around", e.PeriodUsed)}
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package web
 
 import (
+	"fmt"
+	"math"
+	"math/big"
 	"strconv"
 
 	"github.com/tokengate/tokengate/budget"
@@ -18,8 +21,10 @@ type costChart struct {
 	Bars          []costBar
 	Ticks         []chartTick
 	Count         int
-	SumEstimate   int64
-	SumActual     int64
+	// The sums are exact (rendered with bignum): each admission's cost
+	// fits an int64, their sum may not.
+	SumEstimate budget.Total
+	SumActual   budget.Total
 }
 
 type costBar struct {
@@ -37,18 +42,15 @@ type chartTick struct {
 // Ratio is what the estimates reserved per unit actually used, as a
 // decimal with two places: 1.00 is exact, above it over-reserved.
 func (ch costChart) Ratio() string {
-	if ch.SumActual <= 0 {
+	if ch.SumActual.Sign() <= 0 {
 		return "—"
 	}
-	hundredths := (ch.SumEstimate*100 + ch.SumActual/2) / ch.SumActual
-	return strconv.FormatInt(hundredths/100, 10) + "." + pad2(hundredths%100)
-}
-
-func pad2(n int64) string {
-	if n < 10 {
-		return "0" + strconv.FormatInt(n, 10)
-	}
-	return strconv.FormatInt(n, 10)
+	act := ch.SumActual.Big()
+	hundredths := new(big.Int).Mul(ch.SumEstimate.Big(), big.NewInt(100))
+	hundredths.Add(hundredths, new(big.Int).Rsh(act, 1))
+	hundredths.Quo(hundredths, act)
+	q, r := new(big.Int).QuoRem(hundredths, big.NewInt(100), new(big.Int))
+	return q.String() + "." + fmt.Sprintf("%02d", r.Int64())
 }
 
 func fmt1(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
@@ -70,14 +72,14 @@ func newCostChart(adms []*budget.Admission) costChart {
 	var top int64 = 1
 	for _, a := range settled {
 		top = max(top, a.Estimate.Cost, *a.ActualCost)
-		ch.SumEstimate += a.Estimate.Cost
-		ch.SumActual += *a.ActualCost
+		ch.SumEstimate = ch.SumEstimate.AddInt64(a.Estimate.Cost)
+		ch.SumActual = ch.SumActual.AddInt64(*a.ActualCost)
 	}
 	top = niceCeil(top)
 	plotH := float64(ch.Bottom - ch.Top)
-	y := func(v int64) float64 { return float64(ch.Bottom) - float64(v)*plotH/float64(top) }
+	y := func(v int64) float64 { return float64(ch.Bottom) - float64(max(v, 0))*plotH/float64(top) }
 	for i := range 5 {
-		v := top * int64(i) / 4
+		v := top/4*int64(i) + top%4*int64(i)/4 // top * i / 4, which cannot overflow
 		ch.Ticks = append(ch.Ticks, chartTick{Y: fmt1(y(v)), Label: groupDigits(v)})
 	}
 	slot := float64(ch.Right-ch.Left) / float64(max(len(settled), 20))
@@ -96,16 +98,18 @@ func newCostChart(adms []*budget.Admission) costChart {
 	return ch
 }
 
-// niceCeil rounds an axis maximum up to 1, 2 or 5 times a power of ten.
+// niceCeil rounds an axis maximum up to 1, 2 or 5 times a power of ten;
+// beyond 5e18, the next such number is beyond int64, so it is v itself.
 func niceCeil(v int64) int64 {
-	p := int64(1)
-	for {
+	for p := int64(1); ; p *= 10 {
 		for _, m := range []int64{1, 2, 5} {
 			if m*p >= v {
 				return m * p
 			}
 		}
-		p *= 10
+		if p > math.MaxInt64/10 {
+			return v
+		}
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/ledger"
 )
 
 // driftWindow is the span the pages' reconciliation reports cover.
@@ -24,13 +23,13 @@ type driftView struct {
 type driftRow struct {
 	Model                     string
 	Admissions, Settled       int64
-	EstIn, EstOut, ActIn, Act string
+	EstIn, EstOut, ActIn, Act budget.Total // rendered with bignum: exact however large
 	MeanErr, P95Err           string
 	Expired                   int64
 	// ShadowRefused counts the admissions a shadow limit would have
 	// refused: what enforcing it would have cost this model's callers.
 	ShadowRefused   int64
-	Refunded, Extra string
+	Refunded, Extra budget.Total // micro-tokens, rendered with bigtokens
 	Y, TextY        int
 	EstW, ActW      string
 	Over            bool
@@ -38,15 +37,22 @@ type driftRow struct {
 
 func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
 
-// newDrift lays out report rows, one bar pair per model.
+// newDrift lays out report rows, one bar pair per model. The sums are
+// exact Totals; only the bars' geometry is approximated, in float64.
 func newDrift(rows []budget.DriftRow) driftView {
 	v := driftView{Width: 960, Label: 220, Right: 940}
-	var top int64 = 1
+	top := budget.NewTotal(1)
 	for _, r := range rows {
-		top = max(top, r.EstimatedCost, r.ActualCost)
+		for _, c := range []budget.Total{r.EstimatedCost, r.ActualCost} {
+			if c.Cmp(top) > 0 {
+				top = c
+			}
+		}
 	}
 	span := float64(v.Right - v.Label)
-	w := func(n int64) string { return strconv.FormatFloat(float64(n)*span/float64(top), 'f', 1, 64) }
+	w := func(n budget.Total) string {
+		return strconv.FormatFloat(max(0, n.Float64())*span/top.Float64(), 'f', 1, 64)
+	}
 	for i, r := range rows {
 		mean := "—"
 		p95 := "—"
@@ -58,12 +64,11 @@ func newDrift(rows []budget.DriftRow) driftView {
 		}
 		v.Rows = append(v.Rows, driftRow{
 			Model: r.Model, Admissions: r.Admissions, Settled: r.Settled, Expired: r.Expired, ShadowRefused: r.ShadowRefused,
-			EstIn: strconv.FormatInt(r.EstimatedInput, 10), EstOut: strconv.FormatInt(r.EstimatedOutput, 10),
-			ActIn: strconv.FormatInt(r.ActualInput, 10), Act: strconv.FormatInt(r.ActualOutput, 10),
+			EstIn: r.EstimatedInput, EstOut: r.EstimatedOutput, ActIn: r.ActualInput, Act: r.ActualOutput,
 			MeanErr: mean, P95Err: p95,
-			Refunded: ledger.Tokens(r.RefundedMicro), Extra: ledger.Tokens(r.ExtraChargedMicro),
+			Refunded: r.RefundedMicro, Extra: r.ExtraChargedMicro,
 			Y: 8 + i*36, TextY: 8 + i*36 + 20,
-			EstW: w(r.EstimatedCost), ActW: w(r.ActualCost), Over: r.ActualCost > r.EstimatedCost,
+			EstW: w(r.EstimatedCost), ActW: w(r.ActualCost), Over: r.ActualCost.Cmp(r.EstimatedCost) > 0,
 		})
 	}
 	v.Height = 16 + len(rows)*36

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
@@ -143,6 +144,12 @@ func (r *tenantRow) Fields() map[string]string {
 	}
 }
 
+// scaledLess says whether a*ma < b*mb, exactly for any int64s.
+func scaledLess(a, ma, b, mb int64) bool {
+	x := new(big.Int).Mul(big.NewInt(a), big.NewInt(ma))
+	return x.Cmp(new(big.Int).Mul(big.NewInt(b), big.NewInt(mb))) < 0
+}
+
 func pct(part, whole int64) string {
 	if whole <= 0 || part <= 0 {
 		return "0"
@@ -150,8 +157,9 @@ func pct(part, whole int64) string {
 	if part >= whole {
 		return "100"
 	}
-	// Tenths of a percent in integers: no float formatting surprises.
-	tenths := part * 1000 / whole
+	// Tenths of a percent in integers: no float formatting surprises, and
+	// no overflow of part * 1000 for any int64.
+	tenths := new(big.Int).Quo(new(big.Int).Mul(big.NewInt(part), big.NewInt(1000)), big.NewInt(whole)).Int64()
 	if part > 0 && tenths == 0 {
 		tenths = 1 // a sliver, so a non-zero balance never looks empty
 	}
@@ -165,7 +173,7 @@ func balanceGauge(name string, left, capacity int64) gauge {
 	switch {
 	case left <= 0:
 		g.Level = "bad"
-	case left*10 < capacity:
+	case scaledLess(left, 10, capacity, 1):
 		g.Level = "warn"
 	}
 	return g
@@ -179,7 +187,7 @@ func openGauge(open, maxOpen int64) gauge {
 	switch {
 	case open >= maxOpen:
 		g.Level = "bad"
-	case open*10 >= maxOpen*8:
+	case !scaledLess(open, 10, maxOpen, 8):
 		g.Level = "warn"
 	}
 	return g

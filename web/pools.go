@@ -2,6 +2,7 @@ package web
 
 import (
 	"errors"
+	"math/big"
 	"net/http"
 	"strconv"
 
@@ -25,8 +26,9 @@ type poolCard struct {
 	Rate   string // tokens per second
 	Models []string
 	Shares []shareRow
-	// ServedTotal is what the pool has served all its tenants, in raw tokens.
-	ServedTotal int64
+	// ServedTotal is what the pool has served all its tenants, in raw
+	// tokens: exact, as each tenant's count may be near int64's end.
+	ServedTotal budget.Total
 
 	Limits, Route, Weight *form
 }
@@ -47,13 +49,17 @@ type shareRow struct {
 
 // sharePct is part of whole as a percentage with one decimal, rounded to
 // the nearest (so the shares of 1:2 read 33.3 % and 66.7 %); "—" when the
-// whole is nothing.
-func sharePct(part, whole int64) string {
-	if whole <= 0 {
+// whole is nothing. It is exact for any sizes: whole is a sum of int64s.
+func sharePct(part int64, whole budget.Total) string {
+	if whole.Sign() <= 0 {
 		return "—"
 	}
-	tenths := (max(part, 0)*1000 + whole/2) / whole
-	return strconv.FormatInt(tenths/10, 10) + "." + strconv.FormatInt(tenths%10, 10) + "%"
+	w := whole.Big()
+	tenths := new(big.Int).Mul(big.NewInt(max(part, 0)), big.NewInt(1000))
+	tenths.Add(tenths, new(big.Int).Rsh(w, 1))
+	tenths.Quo(tenths, w)
+	q, r := new(big.Int).QuoRem(tenths, big.NewInt(10), new(big.Int))
+	return q.String() + "." + r.String() + "%"
 }
 
 // poolCards lays out the pools in the store's order (by id), each with a
@@ -71,10 +77,10 @@ func poolCards(snaps []budget.PoolSnapshot) []*poolCard {
 			Route:  newForm(),
 			Weight: newForm(),
 		}
-		var weights int64
+		var weights budget.Total
 		for _, sh := range p.Shares {
-			weights += sh.Weight
-			c.ServedTotal += sh.Served
+			weights = weights.AddInt64(sh.Weight)
+			c.ServedTotal = c.ServedTotal.AddInt64(sh.Served)
 		}
 		for _, sh := range p.Shares {
 			c.Shares = append(c.Shares, shareRow{TenantID: sh.TenantID, Weight: sh.Weight, WeightPct: sharePct(sh.Weight, weights),

@@ -1,11 +1,13 @@
 package web
 
 import (
+	"math"
 	"net/url"
 	"slices"
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 func TestWholeTokens(t *testing.T) {
@@ -28,8 +30,9 @@ func TestSharePct(t *testing.T) {
 		{60, 180, "33.3%"}, {120, 180, "66.7%"}, // rounded, not cut: 1:2 reads 33.3 and 66.7
 		{0, 180, "0.0%"}, {180, 180, "100.0%"}, {1, 3000, "0.0%"}, {2, 3000, "0.1%"},
 		{0, 0, "—"}, {-5, 10, "0.0%"},
+		{math.MaxInt64, math.MaxInt64, "100.0%"}, {math.MaxInt64 / 3, math.MaxInt64, "33.3%"}, // part * 1000 is beyond int64
 	} {
-		if got := sharePct(tc.part, tc.whole); got != tc.want {
+		if got := sharePct(tc.part, budget.NewTotal(tc.whole)); got != tc.want {
 			t.Errorf("sharePct(%d, %d) = %q, want %q", tc.part, tc.whole, got, tc.want)
 		}
 	}
@@ -139,7 +142,7 @@ func TestPoolCards(t *testing.T) {
 	}
 	gpu, idle := cards[0], cards[1]
 	if gpu.ID != "gpu" || gpu.Prefix != "pool-gpu" || gpu.Tokens.Text != "820 / 1,000" || gpu.Tokens.Pct != "82.0" || gpu.Rate != "0.5" ||
-		gpu.ServedTotal != 180 || !slices.Equal(gpu.Models, []string{"gpt-4o"}) {
+		gpu.ServedTotal.Cmp(budget.NewTotal(180)) != 0 || !slices.Equal(gpu.Models, []string{"gpt-4o"}) {
 		t.Errorf("gpu: %+v", gpu)
 	}
 	if want := []shareRow{
@@ -169,5 +172,42 @@ func TestPoolCards(t *testing.T) {
 		if got := f.Problems(); !slices.Equal(got, tc.want) {
 			t.Errorf("pool limits %s at %s: %q, want %q", tc.capacity, tc.rate, got, tc.want)
 		}
+	}
+}
+
+// TestSumsNearInt64: the pools page's served total and the tenant page's
+// cost chart sum values near int64's end exactly, and their shares and
+// axes neither overflow nor loop.
+func TestSumsNearInt64(t *testing.T) {
+	t.Parallel()
+	cards := poolCards([]budget.PoolSnapshot{{ID: "gpu", Limits: budget.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1},
+		Shares: []budget.PoolShare{{TenantID: "a", Weight: math.MaxInt64, Served: math.MaxInt64}, {TenantID: "b", Weight: math.MaxInt64, Served: math.MaxInt64}}}})
+	gpu := cards[0]
+	if gpu.ServedTotal.String() != "18446744073709551614" || gpu.Shares[0].ServedPct != "50.0%" || gpu.Shares[1].WeightPct != "50.0%" {
+		t.Errorf("served total %s, shares %+v", gpu.ServedTotal, gpu.Shares)
+	}
+	for _, v := range []int64{1, 7, 5_000_000_000_000_000_000, 5_000_000_000_000_000_001, math.MaxInt64} {
+		if got := niceCeil(v); got < v || v < 1e17 && got > 10*v {
+			t.Errorf("niceCeil(%d) = %d", v, got)
+		}
+	}
+	if got := pct(math.MaxInt64-1, math.MaxInt64); got != "99.9" {
+		t.Errorf("pct near int64's end: %s", got)
+	}
+	if g := balanceGauge("tokens", math.MaxInt64/2, math.MaxInt64); g.Level != "ok" || g.Pct != "49.9" {
+		t.Errorf("gauge near int64's end: %+v", g)
+	}
+	if g := openGauge(math.MaxInt64/10*9, math.MaxInt64); g.Level != "warn" {
+		t.Errorf("open gauge near int64's end: %+v", g)
+	}
+	est := int64(1)
+	big, small := int64(math.MaxInt64), int64(math.MaxInt64-1)
+	ch := newCostChart([]*budget.Admission{
+		{ID: "adm_1", Estimate: estimator.Estimate{Model: "m", Cost: est}, ActualCost: &big},
+		{ID: "adm_2", Estimate: estimator.Estimate{Model: "m", Cost: est}, ActualCost: &small},
+	})
+	if ch.SumActual.String() != "18446744073709551613" || ch.SumEstimate.String() != "2" || ch.Ratio() != "0.00" ||
+		ch.Ticks[4].Label != "9,223,372,036,854,775,807" || ch.Ticks[2].Y != "114.0" {
+		t.Errorf("chart near int64's end: sums %s %s, ratio %s, ticks %+v", ch.SumEstimate, ch.SumActual, ch.Ratio(), ch.Ticks)
 	}
 }

@@ -52,19 +52,23 @@ var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.h
 
 func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"static":   d.staticURL,
-		"num":      groupDigits,
-		"tokens":   func(micro int64) string { return groupDecimal(ledger.Tokens(micro)) },
-		"rate":     budget.FormatRate,
-		"weight":   budget.FormatRate, // model weights share the micro scale
-		"optnum":   optNum,
-		"time":     fmtTime,
-		"opttime":  fmtOptTime,
-		"duration": fmtDuration,
-		"pathesc":  pathEscape,
-		"field":    newField,
-		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
-		"limits":   func() []budget.Limit { return budget.AllLimits },
+		"static": d.staticURL,
+		"num":    groupDigits,
+		"tokens": func(micro int64) string { return groupDecimal(ledger.Tokens(micro)) },
+		// bignum and bigtokens render a report's exact sums (budget.Total),
+		// which may exceed int64: a count, and micro-tokens as tokens.
+		"bignum":    func(t budget.Total) string { return groupDecimal(t.String()) },
+		"bigtokens": func(t budget.Total) string { return groupDecimal(t.Tokens()) },
+		"rate":      budget.FormatRate,
+		"weight":    budget.FormatRate, // model weights share the micro scale
+		"optnum":    optNum,
+		"time":      fmtTime,
+		"opttime":   fmtOptTime,
+		"duration":  fmtDuration,
+		"pathesc":   pathEscape,
+		"field":     newField,
+		"prefixed":  func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
+		"limits":    func() []budget.Limit { return budget.AllLimits },
 		// wasfields are the limits form's hidden fields holding the values
 		// shown, so that only the fields an admin edits are sent.
 		"wasfields": func() []string { return wasFields },

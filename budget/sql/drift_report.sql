@@ -1,14 +1,17 @@
+-- Sums are numeric, exact however large: each term fits a bigint, their
+-- sum may not (budget.Total scans them).
 SELECT tenant_id, model, count(*) AS admissions,
-       sum(input_tokens) AS estimated_input_tokens, sum(output_tokens) AS estimated_output_tokens, sum(cost) AS estimated_cost,
-       coalesce(sum(actual_input), 0) AS actual_input_tokens, coalesce(sum(actual_output), 0) AS actual_output_tokens,
-       coalesce(sum(actual_cost), 0) AS actual_cost,
+       sum(input_tokens::numeric) AS estimated_input_tokens, sum(output_tokens::numeric) AS estimated_output_tokens,
+       sum(cost::numeric) AS estimated_cost,
+       coalesce(sum(actual_input::numeric), 0) AS actual_input_tokens, coalesce(sum(actual_output::numeric), 0) AS actual_output_tokens,
+       coalesce(sum(actual_cost::numeric), 0) AS actual_cost,
        count(*) FILTER (WHERE state = 'settled') AS settled,
        count(*) FILTER (WHERE state = 'expired' OR late) AS expired,
-       coalesce(avg((cost - actual_cost)::float8 / greatest(actual_cost, 1)) FILTER (WHERE state = 'settled'), 0) AS mean_relative_error,
-       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY abs((cost - actual_cost)::float8 / greatest(actual_cost, 1)))
+       coalesce(avg((cost::numeric - actual_cost)::float8 / greatest(actual_cost, 1)) FILTER (WHERE state = 'settled'), 0) AS mean_relative_error,
+       coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY abs((cost::numeric - actual_cost)::float8 / greatest(actual_cost, 1)))
                 FILTER (WHERE state = 'settled'), 0) AS p95_abs_relative_error,
-       coalesce(sum(end_delta_micro) FILTER (WHERE end_delta_micro > 0), 0) AS refunded_micro,
-       coalesce(-sum(end_delta_micro) FILTER (WHERE end_delta_micro < 0), 0) AS extra_charged_micro,
+       coalesce(sum(end_delta_micro::numeric) FILTER (WHERE end_delta_micro > 0), 0) AS refunded_micro,
+       coalesce(-sum(end_delta_micro::numeric) FILTER (WHERE end_delta_micro < 0), 0) AS extra_charged_micro,
        count(*) FILTER (WHERE cardinality(shadowed) > 0) AS shadow_refused
 FROM admissions
 WHERE ($1 = '' OR tenant_id = $1)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
+	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
 
 func TestAdminCommands(t *testing.T) {
@@ -86,6 +88,32 @@ func TestAdminCommands(t *testing.T) {
 	}
 	if _, _, err := cli2(t, "model", "set", "x", "--input-weight", "0", "--database-url", url); err == nil || !strings.Contains(err.Error(), "input-weight") {
 		t.Fatalf("zero weight: %v", err)
+	}
+}
+
+// TestLedgerVerifyExitsNonZeroOnOverflow: a balance that wrapped past
+// int64, in a chain whose hashes are all valid, makes ledger verify name
+// the entry as an overflow and exit non-zero; the report prints the exact
+// sums. Before issue 21 verify wrapped the same way and said ok.
+func TestLedgerVerifyExitsNonZeroOnOverflow(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url, nil)
+	if _, _, err := cli2(t, "tenant", "create", "acme", "--tokens-capacity", "1000", "--tokens-per-second", "1", "--database-url", url); err != nil {
+		t.Fatal(err)
+	}
+	w := ledgertest.Wrap(t, pool, "acme", "gpt-4o")
+	out, _, err := cli2(t, "ledger", "verify", "--database-url", url)
+	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out, "BROKEN at entry "+strconv.FormatInt(w.OverflowSeq, 10)+" (overflow)") {
+		t.Fatalf("verify of a wrapped balance: %q %v", out, err)
+	}
+	out, _, err = cli2(t, "ledger", "verify", "--json", "--database-url", url)
+	if !errors.Is(err, errVerifyFailed) || !strings.Contains(out, `"kind":"overflow"`) || !strings.Contains(out, `"ok":false`) {
+		t.Fatalf("verify --json: %q %v", out, err)
+	}
+	out, _, err = cli2(t, "ledger", "report", "--database-url", url)
+	if err != nil || !strings.Contains(out, "9999999999995") || !strings.Contains(out, w.ActualInput.String()) {
+		t.Fatalf("report after a wrapped balance: %q %v", out, err)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 )
 
 type ledgerCmd struct {
-	Verify ledgerVerifyCmd `cmd:"" help:"Recompute hash chains and balances from the first entry; exit 1 on the first broken entry."`
+	Verify ledgerVerifyCmd `cmd:"" help:"Recompute hash chains and balances from the first entry, in exact arithmetic; exit 1 on the first broken entry (kind chain, arithmetic, overflow, head or balance)."`
 	Report ledgerReportCmd `cmd:"" help:"Estimate versus actual usage per tenant and model."`
 }
 
@@ -47,7 +47,7 @@ func (c ledgerVerifyCmd) Run(ctx context.Context, g *globals) error {
 			for _, r := range results {
 				verdict := "ok"
 				if !r.OK {
-					verdict = fmt.Sprintf("BROKEN at entry %d: %s", r.BrokenSeq, r.Problem)
+					verdict = fmt.Sprintf("BROKEN at entry %d (%s): %s", r.BrokenSeq, r.Kind, r.Problem)
 				}
 				fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", r.TenantID, r.Entries, ledger.Tokens(r.BalanceMicro), verdict)
 			}
@@ -82,9 +82,9 @@ func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "TENANT\tMODEL\tADMISSIONS\tEST IN\tEST OUT\tACT IN\tACT OUT\tMEAN ERR\tP95 |ERR|\tEXPIRED\tREFUNDED\tEXTRA")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
 				r.EstimatedInput, r.EstimatedOutput, r.ActualInput, r.ActualOutput, 100*r.MeanRelativeError, 100*r.P95AbsRelativeErr,
-				r.Expired, ledger.Tokens(r.RefundedMicro), ledger.Tokens(r.ExtraChargedMicro))
+				r.Expired, r.RefundedMicro.Tokens(), r.ExtraChargedMicro.Tokens())
 		}
 		return w.Flush()
 	})

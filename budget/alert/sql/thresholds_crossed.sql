@@ -1,7 +1,8 @@
 -- The events of every period_budget rule whose threshold this decision's
 -- writes crossed: used before < pct% of the budget <= used after. Sent in
 -- the deciding transaction, under the tenants' row locks; at most one per
--- rule, period and threshold (the dedupe key), whatever raced.
+-- rule, period and threshold (the dedupe key), whatever raced. The
+-- comparison is in numeric: usage * 100 may exceed bigint.
 INSERT INTO alert_events (id, rule_id, endpoint_id, tenant_id, type, dedupe, payload)
 SELECT 'evt_' || replace(gen_random_uuid()::text, '-', ''), r.id, r.endpoint_id, x.tenant, 'budget.threshold_crossed',
        'period:' || to_char(x.period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ':' || p.pct,
@@ -13,5 +14,5 @@ FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::timestampt
 JOIN alert_rules r ON (r.tenant_id = x.tenant OR r.tenant_id IS NULL) AND r.kind = 'period_budget' AND r.deleted_at IS NULL
 JOIN alert_endpoints e ON e.id = r.endpoint_id AND e.disabled_at IS NULL
 CROSS JOIN LATERAL unnest(r.thresholds) AS p(pct)
-WHERE x.before * 100 < p.pct::bigint * x.budget AND x.after * 100 >= p.pct::bigint * x.budget
+WHERE x.before::numeric * 100 < p.pct::numeric * x.budget AND x.after::numeric * 100 >= p.pct::numeric * x.budget
 ON CONFLICT (rule_id, dedupe) DO NOTHING
