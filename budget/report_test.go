@@ -20,7 +20,7 @@ func TestDriftReport(t *testing.T) {
 		}
 	}
 	settle(b.mustReserve(t, "acme", 100), 40, 40) // actual 80: +25 % error, 20 refunded
-	settle(b.mustReserve(t, "acme", 100), 60, 65) // actual 125: -20 %, 25 extra
+	settle(b.mustReserve(t, "acme", 100), 75, 50) // actual 125: -20 %, 25 extra
 	r3 := b.mustReserve(t, "acme", 50)
 	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r3.AdmissionID}); err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestDriftReport(t *testing.T) {
 	}
 	d := rows[0]
 	want := budget.DriftRow{TenantID: "acme", Model: "gpt-4o", Admissions: 4, EstimatedInput: 140, EstimatedOutput: 140,
-		EstimatedCost: 280, ActualInput: 110, ActualOutput: 115, ActualCost: 225, Settled: 3, Expired: 1,
+		EstimatedCost: 280, ActualInput: 125, ActualOutput: 100, ActualCost: 225, Settled: 3, Expired: 1,
 		RefundedMicro: 80 * budget.Micro, ExtraChargedMicro: 25 * budget.Micro}
 	mean, p95 := d.MeanRelativeError, d.P95AbsRelativeErr
 	d.MeanRelativeError, d.P95AbsRelativeErr = 0, 0
