@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -119,5 +121,16 @@ func TestTenantStateArithmeticErrs(t *testing.T) {
 	}
 	if s.Tokens != start || s.Open != 0 {
 		t.Fatalf("a refused change moved the state: %+v", s)
+	}
+}
+
+// Postgres' bigint arithmetic fails past int64 (SQLSTATE 22003) instead
+// of wrapping: the store reports it as ErrOverflow, never as an outage.
+func TestClassifyOutOfRange(t *testing.T) {
+	t.Parallel()
+	err := classify(&pgconn.PgError{Code: "22003", Message: "bigint out of range"}, false, false)
+	var oe *OverflowError
+	if !errors.As(err, &oe) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("22003: %v", err)
 	}
 }
