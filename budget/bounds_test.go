@@ -3,6 +3,7 @@ package budget_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
@@ -181,4 +182,30 @@ func TestConcurrentChargesNeverPassTheFloor(t *testing.T) {
 	}
 	b.verify(t, "acme")
 	t.Logf("%d settled or debited, %d debits refused at the floor, lowest balance %d", settled, refusedFloor, minBalance)
+}
+
+// A local admission replayed into a tenant at the debt floor is written,
+// but its debit stops at the floor, and the entry says so.
+func TestReplayStopsAtTheDebtFloor(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	b.tenant(t, "acme", limits(100, "1"))
+	if _, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -150, Reason: "to -50"}); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now()
+	p := reserve(80).Estimate
+	wrote, err := b.store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: budget.NewAdmissionID(now), TenantID: "acme",
+		Estimate: p, CreatedAt: now, ExpiresAt: now.Add(time.Minute), Replica: "r1"})
+	if err != nil || !wrote {
+		t.Fatalf("replay: %v %v", wrote, err)
+	}
+	var balance int64
+	if err := b.pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = 'acme'`).Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != -100*budget.Micro {
+		t.Fatalf("balance %d, want the floor", balance)
+	}
+	b.verify(t, "acme")
 }
