@@ -160,7 +160,7 @@ func mul64(a, b int64) (int64, bool) {
 		if lo > 1<<63 {
 			return 0, false
 		}
-		return int64(-lo), true //nolint:gosec // lo <= 2^63 checked
+		return int64(-lo), true // lo <= 2^63, checked above
 	}
 	if lo > math.MaxInt64 {
 		return 0, false
