@@ -336,7 +336,7 @@ func (s *Server) adminTenantAdjust(c *echo.Context) error {
 	snap, err := s.budget.Adjust(c.Request().Context(), budget.AdjustParams{
 		TenantID: c.Param("id"), Tokens: *in.Tokens, Reason: in.Reason, Actor: actorOf(c)})
 	if errors.Is(err, budget.ErrBadAdjustment) {
-		return invalid("tokens", "must be a non-zero integer within ±1e12")
+		return invalid("tokens", "required: a non-zero integer (positive credits, negative debits)")
 	}
 	if err != nil {
 		return err

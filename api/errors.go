@@ -71,6 +71,8 @@ func httpError(err error) *Error {
 		he        *echo.HTTPError
 		throttled *credential.ThrottledError
 		alertErr  *alert.FieldError
+		usage     *budget.UsageError
+		overflow  *budget.OverflowError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -96,6 +98,15 @@ func httpError(err error) *Error {
 	case errors.As(err, &tooLarge):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level, Model: tooLarge.Model, Pool: tooLarge.Pool,
 			Message: tooLarge.Error()}
+	case errors.As(err, &usage):
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "usage_out_of_bounds", Field: "usage." + usage.Field,
+			Message: usage.Reason + "; no request could have produced this usage, and nothing was charged"}
+	case errors.As(err, &overflow):
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "amount_out_of_range", Field: overflow.Field,
+			Message: "the amount is out of range: " + overflow.Op + "; nothing was changed"}
+	case errors.Is(err, budget.ErrDebtFloor):
+		return &Error{Status: http.StatusUnprocessableEntity, Type: "debt_floor", Field: "tokens",
+			Message: "this debit would take the balance below the debt floor, minus one tokens capacity; nothing was changed"}
 	case errors.As(err, &inv):
 		return invalid(inv.Field, inv.Reason)
 	case errors.As(err, &limErr):

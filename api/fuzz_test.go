@@ -68,6 +68,19 @@ func FuzzAPIBodies(f *testing.F) {
 	f.Add(uint8(8), `{"model":"gpt\u0000","input_tokens_capacity":100,"input_tokens_per_second":1}`)
 	f.Add(uint8(10), `{"name":"m\u0000"}`)
 	f.Add(uint8(16), `{"url":"https://example.com/hook","description":"\u0000"}`)
+	// Huge and negative integers where money is computed (issue 21): usage
+	// no request could produce, amounts past int64. Route 0 admits, 2
+	// settles, 7 adjusts.
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":1000000000,"completion_tokens":1000000000}}`)
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":9223372036854775807}}`)
+	f.Add(uint8(2), `{"usage":{"input_tokens":9223372036854775808,"output_tokens":1}}`)
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":1e30,"completion_tokens":1}}`)
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":-9223372036854775808,"completion_tokens":-1}}`)
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":127999,"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":1000000000}}}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","prompt":"x","max_tokens":9223372036854775807,"input_tokens":1000000000}`)
+	f.Add(uint8(7), `{"tokens":-9223372036854775808,"reason":"x"}`)
+	f.Add(uint8(7), `{"tokens":9223372036854775807,"reason":"x"}`)
+	f.Add(uint8(7), `{"tokens":-1000000000000,"reason":"past the debt floor"}`)
 	b := setupAPI(f, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(f, "ops")
 	key := b.tenant(f, "acme", lim(1_000_000, "1000"))

@@ -160,7 +160,7 @@ func New(cfg *Config) (*Server, error) {
 		c.Estimator = estimator.New(nil)
 	}
 	if c.Budget == nil {
-		c.Budget = budget.NewStore(c.DB)
+		c.Budget = budget.NewStore(c.DB).WithModels(c.Estimator.Table)
 	}
 	if c.MaxWaiters <= 0 {
 		c.MaxWaiters = 64

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -167,24 +166,35 @@ var ErrBadAdjustment = errors.New("budget: an adjustment needs a non-zero amount
 // Adjust credits or debits a tenant's token balance by an admin's decision,
 // with the reason in the ledger. A credit is not capped at capacity (the
 // admin means it; refill simply pauses until the balance is below capacity
-// again); a debit may drive the balance negative. It returns
-// ErrBadAdjustment or ErrTenantNotFound.
+// again); a debit may drive the balance negative, but not below the debt
+// floor, minus one tokens capacity. It returns ErrBadAdjustment (no amount
+// or no reason), an *OverflowError (ErrOverflow: the amount is beyond ±1e12
+// tokens, or the balance would leave int64), ErrDebtFloor or
+// ErrTenantNotFound; a refused adjustment changes nothing.
 func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 	reason := strings.TrimSpace(p.Reason)
-	if p.Tokens == 0 || p.Tokens > maxAmount || p.Tokens < -maxAmount || reason == "" || len(reason) > 500 {
+	if p.Tokens == 0 || reason == "" || len(reason) > 500 {
 		return Snapshot{}, ErrBadAdjustment
+	}
+	if p.Tokens > maxAmount || p.Tokens < -maxAmount {
+		return Snapshot{}, &OverflowError{Field: "tokens", Op: fmt.Sprintf("an adjustment of %d tokens (at most %d either way)", p.Tokens, int64(maxAmount))}
 	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	t.advance(now)
-	delta := p.Tokens * Micro
-	if delta > 0 && t.Tokens.BalanceMicro > math.MaxInt64-delta {
+	delta := p.Tokens * Micro // |Tokens| <= 1e12: fits
+	next, err := addMicro("tokens", t.Tokens.BalanceMicro, delta)
+	switch {
+	case err != nil:
 		tx.abort()
-		return Snapshot{}, ErrBadAdjustment
+		return Snapshot{}, err
+	case delta < 0 && next < t.Tokens.Floor():
+		tx.abort()
+		return Snapshot{}, ErrDebtFloor
 	}
-	t.Tokens.BalanceMicro += delta
+	t.Tokens.BalanceMicro = next
 	e := t.entry(ledger.KindAdjust, now, actorOr(p.Actor, "admin"))
 	e.DeltaMicro = delta
 	e.Reason = reason

@@ -265,7 +265,7 @@ func TestConcurrentSettlesKeepLedgerExact(t *testing.T) {
 				return
 			}
 			// Actual usage: sometimes less, sometimes more than the estimate.
-			in, out := int64((g+i)%20), int64((g*i)%25)
+			in, out := fit(r.Estimate, int64((g+i)%20), int64((g*i)%25))
 			st, err := s.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: in, OutputTokens: out})
 			if err != nil {
 				t.Error(err)

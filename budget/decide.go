@@ -334,6 +334,7 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 		p.Tokens.Refill(now)
 	}
 	w := &writes{pools: pools}
+	table := s.modelTable()
 	decisions := map[string]*decision{}
 	advanced := map[*tenant]bool{} // an ancestor may be shared by several tenants of the batch
 	results := make([]OpResult, len(items))
@@ -356,7 +357,8 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 					lv.advance(now)
 				}
 			}
-			d = &decision{t: t, chain: chain, models: models, pools: pools, routes: routes, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{}}
+			d = &decision{t: t, chain: chain, models: models, pools: pools, routes: routes, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{},
+				table: table}
 			decisions[it.TenantID] = d
 		}
 		op := it.Op
@@ -418,5 +420,5 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked)
+		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds)
 }

@@ -29,6 +29,7 @@ type decision struct {
 	w      *writes
 	adms   map[string]*Admission // admissions named by settles and releases, as the batch left them
 	fresh  map[string]*freshKey  // idempotency keys admitted in this batch
+	table  *estimator.Table      // bounds settles' usage (nil: the seeded table)
 }
 
 type freshKey struct {
@@ -100,13 +101,14 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
-		lv.DebitExcept(cost, skips[i])
+		applied, err := lv.DebitExcept(cost, skips[i])
+		if err != nil {
+			return nil, err // not a decision: the batch is aborted, nothing moves
+		}
 		e := lv.entry(ledger.KindReserve, now, actorOr(p.Actor, "api"))
 		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
 		e.Estimate = &cost
-		if !skips[i].Has(LimitTokens) {
-			e.DeltaMicro = -cost * Micro
-		}
+		e.DeltaMicro = applied
 		var detail []string
 		if m := d.models[[2]string{lv.id, mkey}]; m != nil {
 			m.debit(p.Estimate.InputTokens, p.Estimate.OutputTokens, skips[i])
@@ -171,6 +173,11 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	late := a.State == StateExpired
 	actual := int64(0)
 	if usage {
+		// Usage no request could have produced is refused before anything
+		// moves: it would charge without bound.
+		if err := CheckUsage(a.Estimate, d.table, in, out); err != nil {
+			return nil, err
+		}
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
 	}
 	cost := a.Estimate.Cost
@@ -182,7 +189,10 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	var applied int64
 	for _, lv := range d.chain {
 		skip := skipOf(a.Shadowed, lv.id)
-		delta := lv.EndExcept(cost, actual, a.CreatedAt, late, skip)
+		delta, err := lv.EndExcept(cost, actual, a.CreatedAt, late, skip)
+		if err != nil {
+			return nil, err // not a decision: the batch is aborted, nothing moves
+		}
 		if lv == t {
 			applied = delta
 		}

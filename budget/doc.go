@@ -35,7 +35,15 @@
 //     the last entry's balance_after.
 //   - Settle and release add back estimate - actual; a refund never lifts the
 //     balance above capacity (the entry records the effective amount); an
-//     extra charge may drive it negative, and refill pays that debt back.
+//     extra charge may drive it negative, down to the debt floor (minus one
+//     capacity, where it stops; the entry records the effective amount), and
+//     refill pays that debt back. An admin debit past the floor is refused
+//     (ErrDebtFloor).
+//   - A settle's usage is bounded (CheckUsage): output up to the output
+//     reserved, input plus output up to the model's context window (or
+//     MaxUnknownModelUsage). Usage beyond is refused (ErrUsageOutOfBounds)
+//     before anything moves. Micro-unit arithmetic is checked: an overflow
+//     is ErrOverflow, never a wrap.
 //   - Reservations that are never settled expire: they stay charged at their
 //     estimate and their concurrency slot is freed. A settle that arrives
 //     later still reconciles against that estimate, marked late.

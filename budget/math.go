@@ -97,19 +97,35 @@ func (b *Bucket) TimeUntilFull() time.Duration { return b.TimeUntil(b.CapacityMi
 
 // Refund adds amount (which may be negative: an extra charge) and returns
 // the effective change. A refund stops at capacity, or at the balance it
-// started from if that was already above capacity; a charge is applied in
-// full and may drive the balance negative.
+// started from if that was already above capacity; a charge may drive the
+// balance negative, but stops at the debt floor, minus one capacity (or at
+// the balance it started from if that was already below the floor). Neither
+// can overflow.
 func (b *Bucket) Refund(amountMicro int64) int64 {
 	if amountMicro <= 0 {
-		b.BalanceMicro += amountMicro
-		return amountMicro
+		room, ok := sub64(b.BalanceMicro, b.Floor())
+		applied := amountMicro
+		switch {
+		case ok && room <= 0:
+			applied = 0
+		case ok && amountMicro < -room:
+			applied = -room
+		}
+		b.BalanceMicro += applied
+		return applied
 	}
-	limit := max(b.CapacityMicro, b.BalanceMicro)
-	next := min(limit, b.BalanceMicro+amountMicro)
-	applied := next - b.BalanceMicro
-	b.BalanceMicro = next
+	room, ok := sub64(max(b.CapacityMicro, b.BalanceMicro), b.BalanceMicro)
+	applied := amountMicro
+	if ok && room < applied {
+		applied = room
+	}
+	b.BalanceMicro += applied
 	return applied
 }
+
+// Floor is the debt floor of the bucket: minus one capacity. No charge
+// takes a balance below it.
+func (b *Bucket) Floor() int64 { return -b.CapacityMicro }
 
 // Period is the calendar window of a period budget.
 type Period string

@@ -47,8 +47,9 @@ func TestPipelineConcurrentMixExactBound(t *testing.T) {
 			if (g+i)%3 == 0 {
 				st, err = other.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})
 			} else {
+				in, out := fit(r.Estimate, int64(g%30), int64((g*i)%120))
 				st, err = other.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID,
-					InputTokens: int64(g % 30), OutputTokens: int64((g * i) % 120)})
+					InputTokens: in, OutputTokens: out})
 			}
 			if err != nil {
 				t.Error(err)

@@ -48,7 +48,8 @@ type ReplayReserveParams struct {
 // ReplayReserve writes a local admission into the store: the admission row
 // and a reserve entry debiting its estimate, under the tenant lock like any
 // decision. The caller already admitted it, so no limit is checked: the
-// balance may go negative, and refill pays the debt back. It is idempotent
+// balance may go negative (down to the debt floor, minus one capacity, where
+// the debit stops), and refill pays the debt back. It is idempotent
 // by admission id, so a replay interrupted by a crash can run again from
 // the start without debiting twice. It reports whether it wrote anything.
 func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool, error) {
@@ -77,11 +78,15 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		w := &writes{}
 		for _, lv := range chain { // every level, as a decision of the store would
 			lv.advance(now)
-			lv.Debit(cost)
+			applied, err := lv.Debit(cost)
+			if err != nil {
+				tx.abort()
+				return err
+			}
 			e := lv.entry(ledger.KindReserve, now, "replica:"+p.Replica)
 			e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model
 			e.Estimate = &cost
-			e.DeltaMicro = -cost * Micro
+			e.DeltaMicro = applied
 			e.Reason = "admitted locally during a store outage at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
 			lv.seal(e)
 			w.entry(lv, e)

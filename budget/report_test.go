@@ -24,7 +24,7 @@ func TestDriftReport(t *testing.T) {
 		}
 	}
 	settle(b.mustReserve(t, "acme", 100), 40, 40) // actual 80: +25 % error, 20 refunded
-	settle(b.mustReserve(t, "acme", 100), 60, 65) // actual 125: -20 %, 25 extra
+	settle(b.mustReserve(t, "acme", 100), 75, 50) // actual 125: -20 %, 25 extra
 	r3 := b.mustReserve(t, "acme", 50)
 	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r3.AdmissionID}); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestDriftReport(t *testing.T) {
 	d := rows[0]
 	n := budget.NewTotal
 	want := budget.DriftRow{TenantID: "acme", Model: "gpt-4o", Admissions: 4, EstimatedInput: n(140), EstimatedOutput: n(140),
-		EstimatedCost: n(280), ActualInput: n(110), ActualOutput: n(115), ActualCost: n(225), Settled: 3, Expired: 1,
+		EstimatedCost: n(280), ActualInput: n(125), ActualOutput: n(100), ActualCost: n(225), Settled: 3, Expired: 1,
 		RefundedMicro: n(80 * budget.Micro), ExtraChargedMicro: n(25 * budget.Micro)}
 	mean, p95 := d.MeanRelativeError, d.P95AbsRelativeErr
 	d.MeanRelativeError, d.P95AbsRelativeErr = 0, 0

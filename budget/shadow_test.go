@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // One limit enforced on one tenant, the same limit in shadow on another,
@@ -36,7 +37,10 @@ func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 			l.Shadow = l.Shadow.With(limit)
 			b.tenant(t, "sha", l)
 
-			type pair struct{ enf, sha string }
+			type pair struct {
+				enf, sha string
+				est      estimator.Estimate
+			}
 			var open []pair
 			refused, wouldRefuse := 0, 0
 			for i := range 120 {
@@ -64,7 +68,7 @@ func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 				if (errE != nil) != shadowed {
 					t.Fatalf("request %d (cost %d): enforcing answered %v, shadow would-refuse %v", i, cost, errE, sha.Shadow)
 				}
-				p := pair{sha: sha.AdmissionID}
+				p := pair{sha: sha.AdmissionID, est: sha.Estimate}
 				if enf != nil {
 					p.enf = enf.AdmissionID
 				}
@@ -73,7 +77,7 @@ func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 				if i%3 == 2 {
 					end := open[0]
 					open = open[1:]
-					in, out := int64(i%50), int64(i%70)
+					in, out := fit(end.est, int64(i%50), int64(i%70))
 					if end.enf != "" {
 						if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "enf", AdmissionID: end.enf, InputTokens: in, OutputTokens: out}); err != nil {
 							t.Fatal(err)

@@ -107,16 +107,32 @@ const ConcurrencyRetryHint = time.Second
 
 // Debit takes an admitted request from s: its cost from the tokens and the
 // period, one request, one open slot. The balance may go negative only
-// through replay of decisions made without the store.
-func (s *TenantState) Debit(cost int64) { s.DebitExcept(cost, 0) }
+// through replay of decisions made without the store, and never below the
+// debt floor (minus one capacity). It returns the effective change of the
+// token balance, or an *OverflowError (ErrOverflow) with s unchanged.
+func (s *TenantState) Debit(cost int64) (int64, error) { return s.DebitExcept(cost, 0) }
 
 // DebitExcept is Debit, leaving out the limits in skip: shadow limits that
 // would have refused the request. A shadow limit's state is what it would
 // be if it were enforced, so that turning enforcement on changes nothing
 // but the answers, and its would-be refusals count what it would refuse.
-func (s *TenantState) DebitExcept(cost int64, skip LimitSet) {
+func (s *TenantState) DebitExcept(cost int64, skip LimitSet) (int64, error) {
+	if cost < 0 {
+		return 0, &OverflowError{Field: "cost", Op: "a negative cost"}
+	}
+	need, err := micro("cost", cost)
+	if err != nil {
+		return 0, err
+	}
+	used := s.PeriodUsed
+	if s.Limits.Period != PeriodNone && !skip.Has(LimitPeriodBudget) {
+		if used, err = addMicro("period_used", used, cost); err != nil {
+			return 0, err
+		}
+	}
+	var applied int64
 	if !skip.Has(LimitTokens) {
-		s.Tokens.BalanceMicro -= cost * Micro
+		applied = s.Tokens.Refund(-need)
 	}
 	if s.Requests.CapacityMicro > 0 && !skip.Has(LimitRequests) {
 		s.Requests.BalanceMicro -= Micro
@@ -124,15 +140,14 @@ func (s *TenantState) DebitExcept(cost int64, skip LimitSet) {
 	if !skip.Has(LimitConcurrency) {
 		s.Open++
 	}
-	if s.Limits.Period != PeriodNone && !skip.Has(LimitPeriodBudget) {
-		s.PeriodUsed += cost
-	}
+	s.PeriodUsed = used
+	return applied, nil
 }
 
 // Undebit gives back a Debit that was never made durable (a local decision
-// its journal refused).
-func (s *TenantState) Undebit(cost int64) {
-	s.Tokens.BalanceMicro += cost * Micro
+// its journal refused): applied is what the Debit returned.
+func (s *TenantState) Undebit(cost, applied int64) {
+	s.Tokens.BalanceMicro -= applied
 	if s.Requests.CapacityMicro > 0 {
 		s.Requests.BalanceMicro += Micro
 	}
@@ -145,33 +160,46 @@ func (s *TenantState) Undebit(cost int64) {
 // End reconciles an admission that reserved estimate at createdAt with
 // what it actually cost (0 for a release): it refunds estimate - actual,
 // capped at capacity, or charges the excess, which may drive the balance
-// negative, and frees the open slot unless expiry freed it already (late).
-// The period window: an extra charge always counts against the current
-// window; a refund only returns what was taken from it, so a reservation
-// from a previous window refunds nothing there. It returns the effective
-// change of the token balance.
-func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool) int64 {
+// negative down to the debt floor (minus one capacity), and frees the open
+// slot unless expiry freed it already (late). The period window: an extra
+// charge always counts against the current window; a refund only returns
+// what was taken from it, so a reservation from a previous window refunds
+// nothing there. It returns the effective change of the token balance, or
+// an *OverflowError (ErrOverflow) with s unchanged.
+func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool) (int64, error) {
 	return s.EndExcept(estimate, actual, createdAt, late, 0)
 }
 
 // EndExcept is End for an admission whose debit left out the limits in
 // skip (DebitExcept): they get neither refund nor charge.
-func (s *TenantState) EndExcept(estimate, actual int64, createdAt time.Time, late bool, skip LimitSet) int64 {
+func (s *TenantState) EndExcept(estimate, actual int64, createdAt time.Time, late bool, skip LimitSet) (int64, error) {
+	if estimate < 0 || actual < 0 {
+		return 0, &OverflowError{Field: "cost", Op: "a negative cost"}
+	}
+	diff := actual - estimate // both non-negative: cannot overflow
+	refund, err := micro("cost", -diff)
+	if err != nil {
+		return 0, err
+	}
+	used := s.PeriodUsed
+	if s.Limits.Period == PeriodNone || skip.Has(LimitPeriodBudget) {
+		// no period budget: nothing to count
+	} else if diff > 0 {
+		if used, err = addMicro("period_used", used, diff); err != nil {
+			return 0, err
+		}
+	} else if s.PeriodStart != nil && !createdAt.Before(*s.PeriodStart) {
+		used = max(0, used+diff)
+	}
 	var applied int64
 	if !skip.Has(LimitTokens) {
-		applied = s.Tokens.Refund((estimate - actual) * Micro)
+		applied = s.Tokens.Refund(refund)
 	}
 	if !late && !skip.Has(LimitConcurrency) {
 		s.Open--
 	}
-	if diff := actual - estimate; s.Limits.Period == PeriodNone || skip.Has(LimitPeriodBudget) {
-		// no period budget: nothing to count
-	} else if diff > 0 {
-		s.PeriodUsed += diff
-	} else if s.PeriodStart != nil && !createdAt.Before(*s.PeriodStart) {
-		s.PeriodUsed = max(0, s.PeriodUsed+diff)
-	}
-	return applied
+	s.PeriodUsed = used
+	return applied, nil
 }
 
 // Expire ends an overdue reservation: it stays charged at its estimate and

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/estimator"
 )
 
 var (
@@ -48,6 +50,9 @@ var (
 type Store struct {
 	pool    *pgxpool.Pool
 	nowFunc func() time.Time // nil: the database's clock
+	// modelsFunc is the model table that bounds settles' usage (nil: the
+	// seeded table), see WithModels.
+	modelsFunc func() *estimator.Table
 
 	// answered is when the store last answered a round trip of a decision
 	// (unix nanoseconds). A request that ran out of time while the store

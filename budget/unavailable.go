@@ -54,6 +54,10 @@ func classify(err error, acquiring, committing bool) error {
 				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 			}
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		case pgErr.Code == pgerrcode.NumericValueOutOfRange:
+			// Postgres never wraps: bigint arithmetic past int64 is an
+			// error, and it is the caller's amount, not an outage.
+			return fmt.Errorf("%w: %v", &OverflowError{Field: "amount", Op: "the store's arithmetic"}, err)
 		}
 		return err // an SQL error: a bug or a constraint, not an outage
 	}

@@ -191,8 +191,10 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 	if f.OK() {
 		_, err := d.store.Adjust(c.Request().Context(), budget.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
 		switch {
-		case errors.Is(err, budget.ErrBadAdjustment):
+		case errors.Is(err, budget.ErrBadAdjustment), errors.Is(err, budget.ErrOverflow):
 			f.Fail("tokens", "is out of range (at most 1,000,000,000,000 either way, and the balance must stay representable)")
+		case errors.Is(err, budget.ErrDebtFloor):
+			f.Fail("tokens", "would take the balance below the debt floor (minus one tokens capacity)")
 		case err != nil:
 			return err
 		}

@@ -42,6 +42,12 @@ func FuzzProxyBodies(f *testing.F) {
 	f.Add(uint8(0), `{"model":"gpt-4o","max_tokens":5,"messages":[{"role":"user","content":"hi"}]} {"model":"gpt-4o"}`)
 	f.Add(uint8(1), `{"model":"gpt-4o","prompt":"hello","max_tokens":20}trailing`)
 	f.Add(uint8(2), `{"model":"\u0000","input":"hi"}`)
+	// Huge and negative integers where money is computed (issue 21).
+	f.Add(uint8(0), `{"model":"gpt-4o","max_tokens":1000000000,"messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","max_tokens":9223372036854775808,"n":9223372036854775807,"messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","max_completion_tokens":1e30,"messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(uint8(1), `{"model":"gpt-4o","prompt":["a","b","c"],"n":1000000000,"max_tokens":-9223372036854775808}`)
+	f.Add(uint8(2), `{"model":"unknown-heavy","input":"hi","max_output_tokens":1000000000}`)
 	b := setup(f, budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: budget.Micro})
 	var calls int
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {

@@ -105,7 +105,7 @@ func New(cfg Config) *Proxy {
 	}
 	p := &Proxy{cfg: cfg, calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tokengate_proxy_calls_total",
-		Help: "Calls through the OpenAI-compatible proxy by outcome (settled, released, refused, invalid, upstream_error).",
+		Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, upstream_error).",
 	}, []string{"outcome"})}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(p.calls)
@@ -267,15 +267,34 @@ func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 
 // settle reconciles the admission with what the call used, whatever
 // happened to the client meanwhile.
+//
+// The upstream's usage is a fact, not a claim: the request already ran. But
+// usage beyond what the request could produce (more output than it
+// reserved, more than the model's context window: budget.UsageBounds) is
+// an upstream's error, and would charge the tenant without bound: it is
+// clamped to the bound, logged, and counted as outcome usage_clamped.
 func (c *call) settle(in, out, cached int64) {
-	m, _ := c.p.cfg.Estimator.Table().Lookup(c.est.Model)
+	table := c.p.cfg.Estimator.Table()
+	m, _ := table.Lookup(c.est.Model)
+	eff := m.EffectiveInput(in, min(max(cached, 0), in))
+	cin, cout, clamped := budget.ClampUsage(c.est, table, eff, out)
+	if clamped {
+		maxOut, maxTotal := budget.UsageBounds(c.est, table)
+		c.p.cfg.Logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
+			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", in, "output_tokens", out,
+			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", cin, "settled_output", cout)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _, err := c.p.cfg.Admitter.Settle(ctx, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
-		InputTokens: m.EffectiveInput(in, cached), OutputTokens: out, Actor: "proxy:key:" + c.principal.KeyID})
+		InputTokens: cin, OutputTokens: cout, Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.
 		c.p.cfg.Logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
+		return
+	}
+	if clamped {
+		c.p.calls.WithLabelValues("usage_clamped").Inc()
 		return
 	}
 	c.p.calls.WithLabelValues("settled").Inc()

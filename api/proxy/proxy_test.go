@@ -71,6 +71,7 @@ type bundle struct {
 	key    string
 	est    *estimator.Estimator
 	base   string
+	reg    *prometheus.Registry
 }
 
 // setup runs the proxy in front of an emulated upstream, with a tenant
@@ -101,11 +102,12 @@ func setup(t testing.TB, limits budget.Limits) *bundle {
 	a := admission.New(admission.Config{Store: store, Pool: pool})
 	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a})
 	t.Cleanup(guard.Close)
-	p := proxy.New(proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", Admitter: a, Guard: guard, Estimator: est})
+	reg := prometheus.NewRegistry()
+	p := proxy.New(proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", Admitter: a, Guard: guard, Estimator: est, Registerer: reg})
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL}
+	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL, reg: reg}
 }
 
 func chatParams(max int64) openai.ChatCompletionNewParams {
@@ -578,4 +580,51 @@ func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 	if code := guess("198.51.100.7"); code != http.StatusUnauthorized {
 		t.Fatalf("another client behind the load balancer: %d, want 401 (not throttled)", code)
 	}
+}
+
+// TestUpstreamAbsurdUsageIsClamped: the upstream reports usage no request
+// could produce (a billion tokens each way, issue 21). The request ran, so
+// the call is settled, but at the bound: the output reserved, the rest of
+// the model's window as input; and counted as usage_clamped.
+func TestUpstreamAbsurdUsageIsClamped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
+			"usage":{"prompt_tokens":1000000000,"completion_tokens":1000000000,"total_tokens":2000000000}}`)
+	}
+	if _, err := b.client.Chat.Completions.New(ctx, chatParams(100)); err != nil {
+		t.Fatal(err)
+	}
+	as := b.admissions(t)
+	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualOutput != 100 || *as[0].ActualInput != 128_000-100 || *as[0].ActualCost != 128_000 {
+		t.Fatalf("admission: %+v", as)
+	}
+	if got := counterValue(t, b.reg, "usage_clamped"); got != 1 {
+		t.Fatalf("usage_clamped %v, want 1", got)
+	}
+	b.verify(t)
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tokengate_proxy_calls_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no tokengate_proxy_calls_total{outcome=%q}", outcome)
+	return 0
 }

@@ -229,7 +229,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil))
 			continue
-		case errors.As(err, &tl), errors.Is(err, budget.ErrIdempotencyMismatch):
+		case errors.As(err, &tl), errors.Is(err, budget.ErrIdempotencyMismatch),
+			errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
+			// The caller's own mistake (usage no request could produce, for
+			// one): nothing moved, and retrying will not help.
 			s.calls.WithLabelValues(phase, "error").Inc()
 			s.releaseAll(ctx, gw, admitted)
 			return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -279,3 +279,45 @@ func TestConcurrentCallsKeepOneAllowance(t *testing.T) {
 		t.Fatalf("reserved %d, refill %d, balance %d, %d refused", reserved, refill, tally.BalanceMicro, over.Load())
 	}
 }
+
+// TestResponseHitsBeyondTheBoundAreInvalid: a stream-end call reporting
+// more usage than the model's context window (a billion hits on a cost-1
+// reservation: issue 21) is INVALID_ARGUMENT, and nothing moves.
+func TestResponseHitsBeyondTheBoundAreInvalid(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if r, err := b.call(t, b.gateway, 1, desc("tenant", "acme", "model", "gpt-4o", "request_id", "req-1")); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("request phase: %v %v", r, err)
+	}
+	var seq, before int64
+	read := func() (int64, int64) {
+		t.Helper()
+		var s, m int64
+		if err := b.pool.QueryRow(ctx, `SELECT ledger_seq, tokens_micro FROM tenants WHERE id = 'acme'`).Scan(&s, &m); err != nil {
+			t.Fatal(err)
+		}
+		return s, m
+	}
+	seq, before = read()
+	for _, hits := range []uint64{1_000_000_000, 128_001} {
+		_, err := b.call(t, b.gateway, 0, &ratelimitv3.RateLimitDescriptor{
+			Entries:    desc("tenant", "acme", "request_id", "req-1", "phase", "response").Entries,
+			HitsAddend: wrapperspb.UInt64(hits),
+		})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("response hits %d: %v, want INVALID_ARGUMENT", hits, err)
+		}
+		if s, m := read(); s != seq || m != before {
+			t.Fatalf("response hits %d moved the ledger or the balance", hits)
+		}
+	}
+	if r, err := b.call(t, b.gateway, 0, &ratelimitv3.RateLimitDescriptor{
+		Entries:    desc("tenant", "acme", "request_id", "req-1", "phase", "response").Entries,
+		HitsAddend: wrapperspb.UInt64(128_000),
+	}); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("response at the window: %v %v", r, err)
+	}
+	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}

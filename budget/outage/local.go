@@ -33,6 +33,9 @@ type Local struct {
 	Logger   *slog.Logger
 	// NowFunc is the clock; tests freeze it. Defaults to time.Now.
 	NowFunc func() time.Time
+	// ModelsFunc is the model table that bounds a settle's usage
+	// (budget.CheckUsage), as the store's does; nil is the seeded table.
+	ModelsFunc func() *estimator.Table
 
 	mu     sync.Mutex
 	shares map[string]*share
@@ -151,7 +154,10 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	}
 	id := budget.NewAdmissionID(now)
 	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-	sh.state.Debit(est.Cost)
+	applied, err := sh.state.Debit(est.Cost)
+	if err != nil {
+		return nil, err
+	}
 	r.Snapshot = sh.snapshot(snap.TenantID, now)
 	stored := budget.StoreEstimate(est)
 	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &stored, CreatedAt: now,
@@ -159,13 +165,13 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	if p.IdempotencyKey != "" {
 		response, err := budget.EncodeReservation(r)
 		if err != nil {
-			sh.state.Undebit(est.Cost)
+			sh.state.Undebit(est.Cost, applied)
 			return nil, err
 		}
 		rec.IdempotencyKey, rec.RequestHash, rec.Response = p.IdempotencyKey, p.RequestHash, response
 	}
 	if err := l.Spool.Append(rec); err != nil {
-		sh.state.Undebit(est.Cost) // not journaled: not admitted
+		sh.state.Undebit(est.Cost, applied) // not journaled: not admitted
 		return nil, err
 	}
 	sh.open[id] = opened{est: est, at: now}
@@ -188,18 +194,45 @@ func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, ac
 	if settle {
 		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, in, out
 	}
+	// Usage no request could have produced is refused here, as the store
+	// would refuse it: of an admission made here the reservation is known;
+	// of any other, the replay's settle is checked by the store.
+	var mine *opened
+	var sh *share
+	if s, ok := l.shares[tenantID]; ok {
+		if o, ok := s.open[admissionID]; ok {
+			sh, mine = s, &o
+		}
+	}
+	if settle && (in < 0 || out < 0) {
+		return budget.CheckUsage(estimator.Estimate{}, nil, in, out)
+	}
+	var table *estimator.Table
+	if l.ModelsFunc != nil {
+		table = l.ModelsFunc()
+	}
+	actual := int64(0)
+	if settle && mine != nil {
+		if err := budget.CheckUsage(mine.est, table, in, out); err != nil {
+			return err
+		}
+		actual = estimator.Cost(in, out, mine.est.InputWeightMicro, mine.est.OutputWeightMicro)
+	}
+	if mine != nil {
+		// Checked before the journal: an overflow refuses the settle.
+		probe := sh.state
+		if _, err := probe.End(mine.est.Cost, actual, mine.at, false); err != nil {
+			return err
+		}
+	}
 	if err := l.Spool.Append(rec); err != nil {
 		return err
 	}
-	if sh, ok := l.shares[tenantID]; ok {
-		if o, mine := sh.open[admissionID]; mine {
-			actual := int64(0)
-			if settle {
-				actual = estimator.Cost(in, out, o.est.InputWeightMicro, o.est.OutputWeightMicro)
-			}
-			sh.state.End(o.est.Cost, actual, o.at, false)
-			delete(sh.open, admissionID)
+	if mine != nil {
+		if _, err := sh.state.End(mine.est.Cost, actual, mine.at, false); err != nil {
+			return err // cannot happen: the probe above succeeded on the same state
 		}
+		delete(sh.open, admissionID)
 	}
 	return nil
 }

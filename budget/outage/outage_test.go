@@ -405,3 +405,39 @@ func TestReplayMovesASkewedReplicasClock(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalRefusesUsageOutOfBounds: a settle of an admission made here,
+// with usage no request could produce (issue 21), is refused as the store
+// would refuse it: nothing is journaled and the share does not move. A
+// negative usage is refused for any admission.
+func TestLocalRefusesUsageOutOfBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	r, err := b.local.Reserve(b.snap, rp(est(2), "")) // 1 input, 1 output reserved
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.local.Spool.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range [][2]int64{{1_000_000_000, 1_000_000_000}, {0, 2}, {128_000, 1}, {-1, 0}} {
+		if err := b.local.End("acme", r.AdmissionID, true, u[0], u[1], "key:k"); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+			t.Fatalf("settle %v: %v", u, err)
+		}
+	}
+	if err := b.local.End("acme", "adm_of_the_store", true, -5, 1, "key:k"); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+		t.Fatalf("negative usage of another admission: %v", err)
+	}
+	after, err := b.local.Spool.Records()
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("refused settles were journaled: %d then %d records (%v)", len(before), len(after), err)
+	}
+	// The full window settles, and its charge stops at the share's floor.
+	if err := b.local.End("acme", r.AdmissionID, true, 127_999, 1, "key:k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); !errors.Is(err, budget.ErrRejected) {
+		t.Fatalf("after a charge to the floor: %v", err)
+	}
+}

@@ -213,9 +213,9 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 
-	store := budget.NewStore(pool)
-	defer store.Close()
 	est := estimator.New(nil)
+	store := budget.NewStore(pool).WithModels(est.Table)
+	defer store.Close()
 	refresh := &estimator.Refresh{Estimator: est, DB: pool}
 	if err := refresh.Once(ctx); err != nil {
 		return err
@@ -232,6 +232,9 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	local, err := s.local(logger, replica)
 	if err != nil {
 		return err
+	}
+	if local != nil {
+		local.ModelsFunc = est.Table
 	}
 	proxies, err := parseCIDRs(s.TrustedProxies)
 	if err != nil {

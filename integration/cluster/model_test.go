@@ -64,6 +64,20 @@ func (b *bucket) refill(now time.Time) int64 {
 
 func (b *bucket) add(n int64) int64 { b.balance += n; return n }
 
+// charge is what a charge of n micro-units (n <= 0) applies: it stops at
+// the debt floor, minus one capacity, and a balance already below the
+// floor (the capacity was lowered) is not charged at all.
+func (b *bucket) charge(n int64) int64 {
+	floor := -b.capacity
+	switch {
+	case b.balance <= floor:
+		return 0
+	case n < floor-b.balance:
+		return floor - b.balance
+	}
+	return n
+}
+
 type mtenant struct {
 	lim        mlimits
 	tokens     bucket
@@ -275,10 +289,11 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 				if !exempt && m.lim.periodBudget > 0 && usedBefore+cost > m.lim.periodBudget {
 					fail("%s: admitted %s costing %d with %d of the period's %d used", where, adm, cost, usedBefore, m.lim.periodBudget)
 				}
-				if e.DeltaMicro != -cost*micro {
-					fail("%s: delta %d for a cost of %d", where, e.DeltaMicro, cost)
+				// (Only a replayed local admission can meet the debt floor.)
+				if want := m.tokens.charge(-cost * micro); e.DeltaMicro != want {
+					fail("%s: delta %d for a cost of %d; the model says %d", where, e.DeltaMicro, cost, want)
 				}
-				m.tokens.add(-cost * micro)
+				m.tokens.add(e.DeltaMicro)
 				if m.lim.reqCapacity > 0 {
 					m.requests.add(-micro)
 				}
@@ -321,11 +336,14 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 					actual = *e.Actual
 				}
 				// A refund stops at capacity (or at a balance above it);
-				// an extra charge applies in full.
+				// an extra charge stops at the debt floor, minus one
+				// capacity.
 				want := (cost - actual) * micro
 				if want > 0 {
 					limit := max(m.tokens.capacity, m.tokens.balance)
 					want = min(limit, m.tokens.balance+want) - m.tokens.balance
+				} else {
+					want = m.tokens.charge(want)
 				}
 				if e.DeltaMicro != want {
 					fail("%s: %s of %s (estimate %d, actual %d) moved the balance %d; the model says %d", where, e.Kind, adm, cost, actual, e.DeltaMicro, want)
@@ -345,6 +363,9 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 				}
 				if e.Kind == "tenant" && e.Seq == 1 && e.DeltaMicro != m.lim.capacity {
 					fail("%s: created with %d, not a full bucket of %d", where, e.DeltaMicro, m.lim.capacity)
+				}
+				if e.Kind == "adjust" && e.DeltaMicro < 0 && m.tokens.balance+e.DeltaMicro < -m.tokens.capacity {
+					fail("%s: an adjustment of %d took the balance %d below the debt floor %d", where, e.DeltaMicro, m.tokens.balance, -m.tokens.capacity)
 				}
 				m.tokens.add(e.DeltaMicro)
 			}
@@ -419,6 +440,12 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 			}
 		case e.op == "reserve" && (e.code == 0 || e.code >= 500):
 			unknown[e.tenant]++
+		case e.op == "settle" && strings.Contains(e.body, absurdUsage) && e.code == http.StatusOK:
+			// Usage no request could produce is refused (422) and moves
+			// nothing; the model never sees it, as no entry is written.
+			fail("client %d at %s: a settle of %s with absurd usage answered %d", e.client, e.end, e.admission, e.code)
+		case e.op == "settle" && e.code == http.StatusUnprocessableEntity && (e.typ != "usage_out_of_bounds" || !strings.Contains(e.body, absurdUsage)):
+			fail("client %d at %s: a settle of %s with usage %s answered 422 %s", e.client, e.end, e.admission, e.body, e.typ)
 		case (e.op == "settle" || e.op == "release") && e.code == http.StatusOK && !e.local:
 			// (An answer a replica gave alone, during an outage, is its
 			// share's; the store applies the settle when it replays it.)

@@ -246,11 +246,14 @@ func (w *workload) url(r *rand.Rand) (string, string) {
 
 // call sends one request and decodes what every answer may carry.
 func call(method, url, cred, idem, body string) (code int, local bool, v struct {
-	ID       string               `json:"id"`
-	Applied  json.Number          `json:"applied_delta"`
-	Balance  json.Number          `json:"balance"`
-	Estimate struct{ Cost int64 } `json:"estimate"`
-	Error    struct {
+	ID       string      `json:"id"`
+	Applied  json.Number `json:"applied_delta"`
+	Balance  json.Number `json:"balance"`
+	Estimate struct {
+		Cost         int64 `json:"cost"`
+		OutputTokens int64 `json:"output_tokens"`
+	} `json:"estimate"`
+	Error struct {
 		Type string `json:"type"`
 	} `json:"error"`
 }) {
@@ -271,9 +274,14 @@ func call(method, url, cred, idem, body string) (code int, local bool, v struct 
 	return resp.StatusCode, resp.Header.Get("X-Tokengate-Decided-By") == "local", v
 }
 
+// absurdUsage marks the settles that report usage no request could
+// produce: each must be refused with 422 usage_out_of_bounds.
+const absurdUsage = `"prompt_tokens":1000000000`
+
 type held struct {
 	tenant, id string
 	cost       int64
+	out        int64 // the output tokens reserved: a settle's bound
 	at         time.Time
 	settled    string // the usage body it was settled with, to repeat it
 }
@@ -306,7 +314,7 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 				e.end, e.code, e.typ, e.admission, e.reservedCost, e.local = time.Since(w.h.start), code, v.Error.Type, v.ID, v.Estimate.Cost, local
 				w.h.add(e)
 				if code == http.StatusCreated {
-					open = append(open, held{tenant: tenant, id: v.ID, cost: v.Estimate.Cost, at: time.Now()})
+					open = append(open, held{tenant: tenant, id: v.ID, cost: v.Estimate.Cost, out: v.Estimate.OutputTokens, at: time.Now()})
 					break
 				}
 				if idem == "" || code != 0 && code < 500 {
@@ -319,8 +327,16 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 			a := open[i]
 			est := a.cost
 			use := []int64{0, est / 2, est, est + 1 + int64(r.IntN(50))}[r.IntN(4)]
-			in := use / 3
-			usage := fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, in, use-in)
+			// No more output than reserved (the rest is input): usage
+			// within the bound a settle checks.
+			out := min(use-use/3, a.out)
+			usage := fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, use-out, out)
+			if r.IntN(20) == 0 {
+				// Usage no request could produce (issue 21): a 422 that
+				// moves nothing; the admission stays open.
+				w.end(r, id, a, "settle", `{"usage":{`+absurdUsage+`,"completion_tokens":1000000000}}`)
+				break
+			}
 			if w.end(r, id, a, "settle", usage) {
 				a.settled = usage
 				open = append(open[:i], open[i+1:]...)
