@@ -160,13 +160,14 @@ func TestAlertsRefuseBadInput(t *testing.T) {
 			t.Errorf("%s %s %s: %d %s, want 400 on %s", c.method, c.path, c.body, r.Code, r.Body, c.field)
 		}
 	}
-	for _, c := range []struct{ method, path string }{
-		{http.MethodPost, "/v1/admin/alerts/endpoints/ep_%00/rotate"},
-		{http.MethodDelete, "/v1/admin/alerts/endpoints/ep_%00"},
-		{http.MethodPost, "/v1/admin/alerts/events/evt_%00/redeliver"},
+	// A NUL in an id is refused at the edge, naming the path parameter.
+	for _, c := range []struct{ method, path, field string }{
+		{http.MethodPost, "/v1/admin/alerts/endpoints/ep_%00/rotate", "endpoint"},
+		{http.MethodDelete, "/v1/admin/alerts/endpoints/ep_%00", "endpoint"},
+		{http.MethodPost, "/v1/admin/alerts/events/evt_%00/redeliver", "event"},
 	} {
-		if r := b.adminCall(t, admin, c.method, c.path, ""); r.Code != http.StatusNotFound {
-			t.Errorf("%s %s: %d %s, want 404", c.method, c.path, r.Code, r.Body)
+		if r := b.adminCall(t, admin, c.method, c.path, ""); r.Code != http.StatusBadRequest || r.errorBody().Error.Field != c.field {
+			t.Errorf("%s %s: %d %s, want 400 on %s", c.method, c.path, r.Code, r.Body, c.field)
 		}
 	}
 	var endpoints, rules int

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v5"
@@ -25,17 +24,6 @@ import (
 // admission); its message content is only counted, never stored, and may
 // hold any JSON string, NUL included, as it may for the provider.
 
-// TextProblem says what is wrong with s as a stored text, or "" if nothing.
-func TextProblem(s string) string {
-	switch {
-	case strings.IndexByte(s, 0) >= 0:
-		return `must not contain a NUL character (\u0000)`
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	}
-	return ""
-}
-
 // requireText refuses a request whose path parameters or query values (or
 // query names) cannot be stored as text, with a 400 naming the parameter.
 func (s *Server) requireText(next echo.HandlerFunc) echo.HandlerFunc {
@@ -49,7 +37,7 @@ func (s *Server) requireText(next echo.HandlerFunc) echo.HandlerFunc {
 
 func checkRequestText(c *echo.Context) error {
 	for _, p := range c.PathValues() {
-		if why := TextProblem(p.Value); why != "" {
+		if why := budget.TextProblem(p.Value); why != "" {
 			return invalid(p.Name, why)
 		}
 	}
@@ -62,11 +50,11 @@ func checkRequestText(c *echo.Context) error {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if why := TextProblem(k); why != "" {
+		if why := budget.TextProblem(k); why != "" {
 			return invalid("query", "a parameter name "+why)
 		}
 		for _, v := range q[k] {
-			if why := TextProblem(v); why != "" {
+			if why := budget.TextProblem(v); why != "" {
 				return invalid(k, why)
 			}
 		}
@@ -105,7 +93,7 @@ func readTextBody(c *echo.Context) ([]byte, error) {
 func jsonTextProblem(path string, v any) (string, string) {
 	switch x := v.(type) {
 	case string:
-		if why := TextProblem(x); why != "" {
+		if why := budget.TextProblem(x); why != "" {
 			return orBody(path), why
 		}
 	case []any:
@@ -121,7 +109,7 @@ func jsonTextProblem(path string, v any) (string, string) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			if why := TextProblem(k); why != "" {
+			if why := budget.TextProblem(k); why != "" {
 				return orBody(path), "a field name " + why
 			}
 			sub := k

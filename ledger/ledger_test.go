@@ -85,7 +85,7 @@ func TestSQLCanonicalMatchesGo(t *testing.T) {
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l, Actor: "ünïcode-actor"}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o-2024-08-06", Cost: 10, InputWeightMicro: 1, OutputWeightMicro: 1}})
+	r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o-2024-08-06", Cost: 10, InputTokens: 3_000_000, OutputTokens: 1, InputWeightMicro: 1, OutputWeightMicro: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

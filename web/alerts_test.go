@@ -97,15 +97,11 @@ func TestAlertFormsRefuse(t *testing.T) {
 		{"/alerts/endpoints", url.Values{"url": {"http://example.com/hook"}}, "url: must be https://"},
 		{"/alerts/endpoints", url.Values{"url": {"https://127.0.0.1:8443/hook"}}, "url: is not a public address"},
 		{"/alerts/endpoints", url.Values{"url": {"https://localhost/hook"}}, "url: is a loopback name"},
-		{"/alerts/endpoints", url.Values{"url": {"https://example.com/\x00"}}, "url: must not contain NUL bytes"},
-		{"/alerts/endpoints", url.Values{"url": {"https://example.com/hook"}, "description": {"pager\x00"}}, "description: must not contain NUL bytes"},
 		{"/alerts/endpoints", url.Values{"url": {"https://example.com/hook"}, "description": {strings.Repeat("d", 201)}}, "description: is longer than 200 characters"},
 		{"/alerts/rules", rule("thresholds", "0"), "thresholds: each must be a percentage from 1 to 1000"},
 		{"/alerts/rules", rule("thresholds", "50, eighty"), "thresholds: must be whole percentages separated by commas"},
 		{"/alerts/rules", rule("thresholds", ""), "thresholds: must list 1 to 10 percentages"},
 		{"/alerts/rules", rule("thresholds", "50", "tenant", "ghost"), "tenant: no such tenant"},
-		{"/alerts/rules", rule("thresholds", "50", "tenant", "ac\x00me"), "tenant: must not contain NUL bytes"},
-		{"/alerts/rules", rule("thresholds", "50", "endpoint", ep.ID+"\x00"), "endpoint: must not contain NUL bytes"},
 		{"/alerts/rules", rule("thresholds", "50", "endpoint", "ep_nope"), "endpoint: no such endpoint, or it is disabled"},
 		{"/alerts/rules", rule("kind", "throttled", "sustain_minutes", "0"), "sustain_minutes: must be from 1 to 1440"},
 		{"/alerts/rules", rule("kind", "throttled", "sustain_minutes", "99999999999"), "sustain_minutes: must be from 1 to 1440"},
@@ -116,6 +112,24 @@ func TestAlertFormsRefuse(t *testing.T) {
 		rec := c.post(tc.path, tc.form)
 		if rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), tc.want) {
 			t.Errorf("POST %s %v: %d, want 422 naming %q", tc.path, tc.form, rec.Code, tc.want)
+		}
+	}
+	// A NUL in any field is refused before the handler, by the dashboard's
+	// text check: a 400 naming the field.
+	for _, tc := range []struct {
+		path  string
+		form  url.Values
+		field string
+	}{
+		{"/alerts/endpoints", url.Values{"url": {"https://example.com/\x00"}}, "url"},
+		{"/alerts/endpoints", url.Values{"url": {"https://example.com/hook"}, "description": {"pager\x00"}}, "description"},
+		{"/alerts/rules", rule("thresholds", "50", "tenant", "ac\x00me"), "tenant"},
+		{"/alerts/rules", rule("thresholds", "50", "endpoint", ep.ID+"\x00"), "endpoint"},
+	} {
+		tc.form.Set("csrf", csrf)
+		rec := c.post(tc.path, tc.form)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "“"+tc.field+"” must not contain a NUL character") {
+			t.Errorf("POST %s %v: %d, want 400 naming %q", tc.path, tc.form, rec.Code, tc.field)
 		}
 	}
 	if n := b.count(t, `SELECT count(*) FROM alert_rules`); n != 0 {
@@ -146,7 +160,7 @@ func TestAlertFormsRefuse(t *testing.T) {
 		t.Errorf("GET /alerts?state=lost: %d, want 400 naming the state", rec.Code)
 	}
 	for _, q := range []string{"tenant=%00", "endpoint=ep_%00"} {
-		if rec := c.get("/alerts?" + q); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "must not contain NUL bytes") {
+		if rec := c.get("/alerts?" + q); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "must not contain a NUL character") {
 			t.Errorf("GET /alerts?%s: %d, want 400 naming the field", q, rec.Code)
 		}
 	}

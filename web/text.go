@@ -5,10 +5,9 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v5"
+	"github.com/tokengate/tokengate/budget"
 )
 
 // requireText refuses a dashboard request whose path parameters, query
@@ -40,7 +39,7 @@ func (d *Dashboard) requireText(next echo.HandlerFunc) echo.HandlerFunc {
 // stored: its field and why.
 func requestTextProblem(c *echo.Context) (string, string, error) {
 	for _, p := range c.PathValues() {
-		if why := textProblem(p.Value); why != "" {
+		if why := budget.TextProblem(p.Value); why != "" {
 			return p.Name, why, nil
 		}
 	}
@@ -64,24 +63,14 @@ func requestTextProblem(c *echo.Context) (string, string, error) {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if why := textProblem(k); why != "" {
+		if why := budget.TextProblem(k); why != "" {
 			return "name", "a field name " + why, nil
 		}
 		for _, v := range r.Form[k] {
-			if why := textProblem(v); why != "" {
+			if why := budget.TextProblem(v); why != "" {
 				return k, why, nil
 			}
 		}
 	}
 	return "", "", nil
-}
-
-func textProblem(s string) string {
-	switch {
-	case strings.IndexByte(s, 0) >= 0:
-		return `must not contain a NUL character (\u0000)`
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	}
-	return ""
 }

@@ -3,11 +3,10 @@ package rls
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tokengate/tokengate/budget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -18,31 +17,21 @@ import (
 // down. The error names the descriptor and the entry; the call answers
 // INVALID_ARGUMENT.
 func checkEntries(req *rlsv3.RateLimitRequest) error {
-	if why := textProblem(req.GetDomain()); why != "" {
+	if why := budget.TextProblem(req.GetDomain()); why != "" {
 		return errors.New("domain " + why)
 	}
 	for i, d := range req.GetDescriptors() {
 		for j, e := range d.GetEntries() {
 			at := "descriptor " + strconv.Itoa(i) + ": entry " + strconv.Itoa(j)
-			if why := textProblem(e.GetKey()); why != "" {
+			if why := budget.TextProblem(e.GetKey()); why != "" {
 				return errors.New(at + ": key " + why)
 			}
-			if why := textProblem(e.GetValue()); why != "" {
+			if why := budget.TextProblem(e.GetValue()); why != "" {
 				return errors.New(at + " (" + e.GetKey() + "): value " + why)
 			}
 		}
 	}
 	return nil
-}
-
-func textProblem(s string) string {
-	switch {
-	case strings.IndexByte(s, 0) >= 0:
-		return "must not contain a NUL character"
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	}
-	return ""
 }
 
 // Connection bounds of the rate limit service's gRPC server, named once.

@@ -159,7 +159,7 @@ func guard(t *http.Transport) *http.Transport {
 func storable(field, s string) error {
 	switch {
 	case strings.IndexByte(s, 0) >= 0:
-		return invalid(field, "must not contain NUL bytes")
+		return invalid(field, `must not contain a NUL character (\u0000)`)
 	case !utf8.ValidString(s):
 		return invalid(field, "must be valid UTF-8")
 	}

@@ -109,7 +109,7 @@ func TestAlertEndpointCommands(t *testing.T) {
 		t.Fatalf("http:// with --allow-http --allow-private: %q", out)
 	}
 	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "https://x.example.com/", "--description", "pager\x00", "--alert-key", testAlertKey)
-	if err == nil || !strings.Contains(err.Error(), "--description: must not contain NUL bytes") {
+	if err == nil || !strings.Contains(err.Error(), "--description: must not contain a NUL character") {
 		t.Fatalf("a NUL in --description: %v", err)
 	}
 	_, _, err = b.cli(t, "alert", "endpoint", "create", "--url", "https://x.example.com/", "--alert-key", "short-key")
@@ -193,7 +193,7 @@ func TestAlertRuleCommands(t *testing.T) {
 		{[]string{"--kind", "throttled"}, "--minutes: must be from 1 to 1440"},
 		{[]string{"--kind", "throttled", "--minutes", "5", "--limit", "bogus"}, "--limit: "},
 		{[]string{"--kind", "invariant", "--tenant", "nobody"}, "--tenant: no such tenant"},
-		{[]string{"--kind", "invariant", "--tenant", "ac\x00me"}, "--tenant: must not contain NUL bytes"},
+		{[]string{"--kind", "invariant", "--tenant", "ac\x00me"}, "--tenant: must not contain a NUL character"},
 		{[]string{"--kind", "weekly"}, "--kind"},
 	} {
 		_, _, err := b.cli(t, append([]string{"alert", "rule", "create", "--endpoint", ep}, bad.args...)...)
