@@ -115,12 +115,12 @@ func (s *Server) createAdmission(c *echo.Context) error {
 	tenantID := tenantOf(c)
 	key, err := idempotencyKey(c.Request())
 	if err != nil {
-		s.admissions.admission("invalid", "", start)
+		s.admitter.Invalid(admission.FaceAPI, start)
 		return err
 	}
 	req, est, body, err := s.estimate(c)
 	if err != nil {
-		s.admissions.admission("invalid", "", start)
+		s.admitter.Invalid(admission.FaceAPI, start)
 		return err
 	}
 	hash := sha256.Sum256(body)
@@ -128,34 +128,19 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		TenantID: tenantID, Estimate: est,
 		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
-	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond})
+	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
+		Face: admission.FaceAPI, Start: start})
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
 	if err != nil {
-		var rej *budget.RejectedError
-		var tl *budget.TooLargeError
-		switch {
-		case errors.As(err, &rej):
-			s.admissions.admission("rejected", string(rej.Limit), start)
-			if s.cfg.Rejections != nil {
-				s.cfg.Rejections.Add(rej)
-			}
+		if rej := (*budget.RejectedError)(nil); errors.As(err, &rej) {
 			s.setRateHeaders(c, rej.Snapshot)
-		case errors.As(err, &tl):
-			s.admissions.admission("too_large", string(tl.Limit), start)
-		case c.Request().Context().Err() != nil:
-			s.admissions.admission("cancelled", "", start)
-		default:
-			s.admissions.admission("error", "", start)
 		}
 		return &withEstimate{err: err, estimate: estimateOf(est)}
 	}
 	if r.Replayed {
-		s.admissions.admission("replayed", "", start)
 		c.Response().Header().Set("Idempotent-Replayed", "true")
-	} else {
-		s.admissions.admission("admitted", "", start)
 	}
 	s.setRateHeaders(c, r.Snapshot)
 	return c.JSON(http.StatusCreated, admittedJSON{
@@ -381,9 +366,6 @@ func (s *Server) ended(c *echo.Context, kind string, st *budget.Settlement, jour
 			"id": c.Param("id"), "state": "pending",
 			"message": "the store is unreachable; this " + kind + " is journaled and applied when it is back",
 		})
-	}
-	if !st.Replayed {
-		s.admissions.settled(kind, st)
 	}
 	return s.respond(c, http.StatusOK, endedOf(st), &st.Snapshot)
 }

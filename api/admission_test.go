@@ -555,9 +555,9 @@ func TestAdmissionMetrics(t *testing.T) {
 	b.call(t, key, http.MethodPost, "/v1/admissions", chat(90, "x"))
 	res := b.call(t, "", http.MethodGet, "/metrics", "")
 	for _, want := range []string{
-		`tokengate_admissions_total{limit="",outcome="admitted"} 1`,
-		`tokengate_admissions_total{limit="tokens",outcome="rejected"} 1`,
-		`tokengate_admission_duration_seconds_count 2`,
+		`tokengate_admissions_total{face="api",limit="",outcome="admitted"} 1`,
+		`tokengate_admissions_total{face="api",limit="tokens",outcome="rejected"} 1`,
+		`tokengate_admission_duration_seconds_count{face="api"} 2`,
 	} {
 		if !strings.Contains(res.Body.String(), want) {
 			t.Errorf("metrics lack %q", want)

@@ -10,8 +10,6 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/tokengate/tokengate/budget"
 )
 
 // requestLogger writes one JSON line per request. It logs the path without
@@ -88,42 +86,4 @@ func (m *httpMetrics) middleware() echo.MiddlewareFunc {
 
 func (s *Server) metricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})
-}
-
-type admissionMetrics struct {
-	admissions *prometheus.CounterVec
-	latency    prometheus.Histogram
-	deltas     *prometheus.HistogramVec
-}
-
-func newAdmissionMetrics(reg prometheus.Registerer) *admissionMetrics {
-	m := &admissionMetrics{
-		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tokengate_admissions_total",
-			Help: "Admission decisions by outcome (admitted, rejected, too_large, replayed, invalid, cancelled, error) and the limit that refused.",
-		}, []string{"outcome", "limit"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "tokengate_admission_duration_seconds",
-			Help:    "Time to decide an admission, estimation and waiting included.",
-			Buckets: []float64{.0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2, 4, 8, 16, 32},
-		}),
-		deltas: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "tokengate_settle_delta_cost",
-			Help:    "Estimate minus actual cost at settle (positive: over-estimated and refunded) or release.",
-			Buckets: []float64{-10000, -1000, -100, -10, 0, 10, 100, 1000, 10000, 100000},
-		}, []string{"kind"}),
-	}
-	reg.MustRegister(m.admissions, m.latency, m.deltas)
-	return m
-}
-
-func (m *admissionMetrics) admission(outcome, limit string, start time.Time) {
-	m.admissions.WithLabelValues(outcome, limit).Inc()
-	m.latency.Observe(time.Since(start).Seconds())
-}
-
-func (m *admissionMetrics) settled(kind string, st *budget.Settlement) {
-	if st.Admission.ActualCost != nil {
-		m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
-	}
 }

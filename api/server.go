@@ -124,11 +124,10 @@ type Server struct {
 	metrics  *httpMetrics
 	cfg      Config
 
-	estimator  *estimator.Estimator
-	budget     Budget
-	admissions *admissionMetrics
-	admitter   *admission.Admitter
-	guard      *credential.Guard
+	estimator *estimator.Estimator
+	budget    Budget
+	admitter  *admission.Admitter
+	guard     *credential.Guard
 }
 
 // New builds the router and its middleware. It does not listen; see Serve.
@@ -189,7 +188,6 @@ func New(cfg *Config) (*Server, error) {
 		budget:    c.Budget,
 	}
 	s.metrics = newHTTPMetrics(c.Registry)
-	s.admissions = newAdmissionMetrics(c.Registry)
 	s.admitter = admission.New(admission.Config{
 		Store: c.Budget, Pool: c.DB, Local: c.Local, DefaultPolicy: c.OnStoreUnavailable,
 		ModelPolicyFunc: func(family string) budget.Policy {

@@ -125,6 +125,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	start := time.Now()
 	principal, err := p.cfg.Guard.TenantDeferred(ctx, p.cfg.ClientAddr(r), bearer(r))
 	if err != nil {
 		p.calls.WithLabelValues("refused").Inc()
@@ -133,7 +134,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	idem, bad := idempotencyKey(r)
 	if bad != "" {
-		p.calls.WithLabelValues("invalid").Inc()
+		p.invalid(start)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key", bad)
 		return
 	}
@@ -148,18 +149,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var inv *estimator.InvalidError
 	if errors.As(err, &inv) {
-		p.calls.WithLabelValues("invalid").Inc()
+		p.invalid(start)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Field, inv.Reason)
 		return
 	}
 	if err != nil {
-		p.calls.WithLabelValues("invalid").Inc()
+		p.invalid(start)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the request could not be read")
 		return
 	}
 	opts, err := readStreamOptions(body)
 	if err != nil {
-		p.calls.WithLabelValues("invalid").Inc()
+		p.invalid(start)
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "stream_options", err.Error())
 		return
 	}
@@ -176,6 +177,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	hash := sha256.Sum256(body)
 	res, _, err := p.cfg.Admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
+		Face: admission.FaceProxy, Start: start,
 		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
 			RequestHash: hash[:], Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
@@ -447,4 +449,11 @@ func setRateHeaders(h http.Header, snap budget.Snapshot) {
 	for _, rh := range snap.RateHeaders() {
 		h.Set(rh.Name, rh.Value)
 	}
+}
+
+// invalid counts a call refused as invalid before it could be decided: in
+// the proxy's calls and, like every face's, in the admissions.
+func (p *Proxy) invalid(start time.Time) {
+	p.calls.WithLabelValues("invalid").Inc()
+	p.cfg.Admitter.Invalid(admission.FaceProxy, start)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
@@ -72,6 +73,9 @@ type bundle struct {
 	est    *estimator.Estimator
 	base   string
 	reg    *prometheus.Registry
+
+	admitter   *admission.Admitter
+	rejections *budget.Rejections
 }
 
 // setup runs the proxy in front of an emulated upstream, with a tenant
@@ -99,15 +103,16 @@ func setup(t testing.TB, limits budget.Limits) *bundle {
 	upSrv := httptest.NewServer(up)
 	t.Cleanup(upSrv.Close)
 	upURL, _ := url.Parse(upSrv.URL)
-	a := admission.New(admission.Config{Store: store, Pool: pool})
+	reg := prometheus.NewRegistry()
+	rejections := budget.NewRejections(pool)
+	a := admission.New(admission.Config{Store: store, Pool: pool, Registerer: reg, Rejections: rejections})
 	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a})
 	t.Cleanup(guard.Close)
-	reg := prometheus.NewRegistry()
 	p := proxy.New(proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", Admitter: a, Guard: guard, Estimator: est, Registerer: reg})
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL, reg: reg}
+	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL, reg: reg, admitter: a, rejections: rejections}
 }
 
 func chatParams(max int64) openai.ChatCompletionNewParams {
@@ -409,6 +414,30 @@ func TestRefusalIsOpenAIs429AndTheSDKRetries(t *testing.T) {
 		t.Fatalf("%d admissions; the refusal must not count", len(as))
 	}
 	b.verify(t)
+	// The refusal is counted as the API counts its own (issue 22): in
+	// tokengate_admissions_total, by face, and in the dashboard's tally,
+	// which the throttled alerts read.
+	// The SDK's retry may be refused again before its wait is over: every
+	// refusal the proxy answered is one rejection.
+	refused := counterValue(t, b.reg, "refused")
+	for _, c := range []struct {
+		outcome, limit string
+		want           float64
+	}{{"admitted", "", 2}, {"rejected", "tokens", refused}} {
+		if got := testutil.ToFloat64(b.admitter.Admissions(admission.FaceProxy, c.outcome, c.limit)); got != c.want || got == 0 {
+			t.Errorf("tokengate_admissions_total{face=proxy,outcome=%s}: %v, want %v", c.outcome, got, c.want)
+		}
+	}
+	if err := b.rejections.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var tallied int64
+	if err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(count), 0) FROM rejection_counts WHERE tenant_id = 'acme' AND limit_name = 'tokens' AND NOT shadow`).Scan(&tallied); err != nil {
+		t.Fatal(err)
+	}
+	if float64(tallied) != refused {
+		t.Fatalf("the dashboard's tally holds %d refusals, want the proxy's %v", tallied, refused)
+	}
 }
 
 // TestResponsesAndCompletions: the Responses API (plain and streamed, its

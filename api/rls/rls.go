@@ -315,7 +315,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		h := sha256.Sum256([]byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10)))
 		p.IdempotencyKey, p.RequestHash = key(d.requestID), h[:]
 	}
-	r, _, err := s.cfg.Admitter.Reserve(ctx, admission.Request{ReserveParams: p})
+	r, _, err := s.cfg.Admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS})
 	var rej *budget.RejectedError
 	if errors.As(err, &rej) {
 		return decided{}, &rej.Snapshot, rej, nil

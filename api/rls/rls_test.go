@@ -40,6 +40,9 @@ type bundle struct {
 	srv     *rls.Server
 	reg     *prometheus.Registry
 	gateway string // the credential, "Bearer"-less
+
+	admitter   *admission.Admitter
+	rejections *budget.Rejections
 }
 
 // setup serves the rate limit service on a real TCP listener, as Envoy
@@ -49,7 +52,8 @@ func setup(t *testing.T) *bundle {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	reg := prometheus.NewRegistry()
-	a := admission.New(admission.Config{Store: store, Pool: pool})
+	rejections := budget.NewRejections(pool)
+	a := admission.New(admission.Config{Store: store, Pool: pool, Registerer: reg, Rejections: rejections})
 	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a, FailuresPerSecond: 1000, Burst: 1000})
 	srv := rls.New(rls.Config{Admitter: a, Store: store, Guard: guard, Registerer: reg})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -74,7 +78,8 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{pool: pool, store: store, client: rlsv3.NewRateLimitServiceClient(conn), srv: srv, reg: reg, gateway: secret}
+	return &bundle{pool: pool, store: store, client: rlsv3.NewRateLimitServiceClient(conn), srv: srv, reg: reg, gateway: secret,
+		admitter: a, rejections: rejections}
 }
 
 // call asks as Envoy does: descriptors of entries, the gateway credential
@@ -186,6 +191,27 @@ func TestRefundsAndOverLimit(t *testing.T) {
 	}
 	if tally, err := ledger.Verify(ctx, b.pool, "globex"); err != nil || tally.Entries != 3 {
 		t.Fatalf("%d entries (%v): want creation, reserve, settle", tally.Entries, err)
+	}
+	// The refusal is counted as the API counts its own (issue 22): in
+	// tokengate_admissions_total, by face, and in the dashboard's tally,
+	// which the throttled alerts read.
+	for _, c := range []struct {
+		outcome, limit string
+		want           float64
+	}{{"admitted", "", 1}, {"rejected", "tokens", 1}} {
+		if got := testutil.ToFloat64(b.admitter.Admissions(admission.FaceRLS, c.outcome, c.limit)); got != c.want {
+			t.Errorf("tokengate_admissions_total{face=rls,outcome=%s}: %v, want %v", c.outcome, got, c.want)
+		}
+	}
+	if err := b.rejections.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var tallied int64
+	if err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(count), 0) FROM rejection_counts WHERE tenant_id = 'globex' AND limit_name = 'tokens' AND NOT shadow`).Scan(&tallied); err != nil {
+		t.Fatal(err)
+	}
+	if tallied != 1 {
+		t.Fatalf("the dashboard's tally holds %d refusals, want the RLS's 1", tallied)
 	}
 }
 

@@ -81,6 +81,7 @@ type Admitter struct {
 	storeUp    prometheus.Gauge
 	replayFail prometheus.Counter
 	shadow     *prometheus.CounterVec
+	metrics    *metrics
 }
 
 // New returns an Admitter.
@@ -123,6 +124,7 @@ func New(cfg Config) *Admitter {
 	}, []string{"limit"})
 	a.storeUp.Set(1)
 	reg.MustRegister(a.storeUp, a.replayFail, a.shadow)
+	a.metrics = newMetrics(reg)
 	if cfg.Local != nil {
 		spool := cfg.Local.Spool
 		reg.MustRegister(
@@ -231,13 +233,31 @@ type Request struct {
 	// MaxWait is how long the caller will wait for tokens instead of a
 	// rejection (capped by the tenant's max_wait).
 	MaxWait time.Duration
+	// Face is the front door the request came through, for the metrics.
+	Face Face
+	// Start is when the face took the request, so that the latency
+	// counts its estimation; zero means when Reserve was called.
+	Start time.Time
 }
 
 // Reserve decides a request through the store, or, when the store does not
 // answer and the request's policy is local, against this replica's share
 // (local is then true). It returns what budget.Store.Reserve returns, and
 // budget.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
-func (a *Admitter) Reserve(ctx context.Context, req Request) (r *budget.Reservation, local bool, err error) {
+//
+// Every outcome is counted here, by face: tokengate_admissions_total, and a
+// rejection in the dashboard's tally, which the throttled alerts read.
+func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservation, bool, error) {
+	start := req.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
+	r, local, err := a.reserve(ctx, req)
+	a.count(ctx, req.Face, start, r, err)
+	return r, local, err
+}
+
+func (a *Admitter) reserve(ctx context.Context, req Request) (r *budget.Reservation, local bool, err error) {
 	p := req.ReserveParams
 	if !a.Down() {
 		r, err = a.reserveWaiting(ctx, p, req.MaxWait)
@@ -316,6 +336,7 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 	if !a.Down() {
 		st, err := decide()
 		if err == nil {
+			a.metrics.settled(settle, st)
 			a.remember(st.Snapshot)
 			if !st.Replayed {
 				a.waiters.wake(tenantID) // a slot or tokens came free

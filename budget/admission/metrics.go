@@ -1,0 +1,126 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokengate/tokengate/budget"
+)
+
+// Face names the front door a request came through, for the metrics: every
+// face counts its admissions here, once, so that a refusal through the
+// proxy or the rate limit service moves the same counter, and the same
+// dashboard tally and throttled alerts, as one through the HTTP API.
+type Face string
+
+// The faces of a replica.
+const (
+	FaceAPI   Face = "api"
+	FaceProxy Face = "proxy"
+	FaceRLS   Face = "rls"
+)
+
+// Outcomes of an admission, the values of tokengate_admissions_total's
+// outcome label.
+const (
+	OutcomeAdmitted  = "admitted"
+	OutcomeReplayed  = "replayed"
+	OutcomeRejected  = "rejected"
+	OutcomeTooLarge  = "too_large"
+	OutcomeInvalid   = "invalid"
+	OutcomeCancelled = "cancelled"
+	OutcomeError     = "error"
+)
+
+// metrics are the admission use case's own: decisions by face, outcome
+// and refusing limit, their latency, and the estimate's error at settle.
+type metrics struct {
+	admissions *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	deltas     *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokengate_admissions_total",
+			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, invalid, cancelled, error) and the limit that refused.",
+		}, []string{"face", "outcome", "limit"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tokengate_admission_duration_seconds",
+			Help:    "Time to decide an admission, by face, estimation and waiting included.",
+			Buckets: []float64{.0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2, 4, 8, 16, 32},
+		}, []string{"face"}),
+		deltas: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tokengate_settle_delta_cost",
+			Help:    "Estimate minus actual cost at settle (positive: over-estimated and refunded) or release.",
+			Buckets: []float64{-10000, -1000, -100, -10, 0, 10, 100, 1000, 10000, 100000},
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.admissions, m.latency, m.deltas)
+	return m
+}
+
+func (m *metrics) decided(face Face, outcome, limit string, start time.Time) {
+	m.admissions.WithLabelValues(string(face), outcome, limit).Inc()
+	m.latency.WithLabelValues(string(face)).Observe(time.Since(start).Seconds())
+}
+
+// Invalid counts a request its face refused before it could be decided (a
+// body that does not parse, a bad idempotency key): such a request is an
+// admission attempt too, whatever the face.
+func (a *Admitter) Invalid(face Face, start time.Time) {
+	a.metrics.decided(face, OutcomeInvalid, "", start)
+}
+
+// count records one Reserve's outcome: the metric, and a rejection in the
+// dashboard's tally (which the throttled alerts read), whichever face asked.
+func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *budget.Reservation, err error) {
+	var rej *budget.RejectedError
+	var tl *budget.TooLargeError
+	switch {
+	case err == nil && r.Replayed:
+		a.metrics.decided(face, OutcomeReplayed, "", start)
+	case err == nil:
+		a.metrics.decided(face, OutcomeAdmitted, "", start)
+	case errors.As(err, &rej):
+		a.metrics.decided(face, OutcomeRejected, string(rej.Limit), start)
+		if a.cfg.Rejections != nil {
+			a.cfg.Rejections.Add(rej)
+		}
+	case errors.As(err, &tl):
+		a.metrics.decided(face, OutcomeTooLarge, string(tl.Limit), start)
+	case ctx.Err() != nil:
+		a.metrics.decided(face, OutcomeCancelled, "", start)
+	case isInvalid(err):
+		a.metrics.decided(face, OutcomeInvalid, "", start)
+	default:
+		a.metrics.decided(face, OutcomeError, "", start)
+	}
+}
+
+// isInvalid tells a request the store refused as the caller's mistake (a
+// value it cannot hold), not an error of the replica.
+func isInvalid(err error) bool { return budget.IsInvalidInput(err) }
+
+// settled records the estimate's error of a settle or release that moved
+// the balance (a replay moves nothing and is not counted again).
+func (m *metrics) settled(settle bool, st *budget.Settlement) {
+	if st == nil || st.Replayed || st.Admission == nil || st.Admission.ActualCost == nil {
+		return
+	}
+	kind := "release"
+	if settle {
+		kind = "settle"
+	}
+	m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
+}
+
+// Admissions is the counter of one face's outcome and refusing limit ("" for
+// none), for tests and for the faces' own reports.
+func (a *Admitter) Admissions(face Face, outcome, limit string) prometheus.Counter {
+	return a.metrics.admissions.WithLabelValues(string(face), outcome, limit)
+}
