@@ -11,41 +11,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-secs="${BENCH_SECONDS:-15}"
-clients="${BENCH_CLIENTS:-32}"
-image="${PG_IMAGE:-tc.local/postgres:15-bookworm}"
-bin="${TOKENGATE:-bin/tokengate}"
-pg=tokengate-bench-pg
-port=55433
-url="postgres://tokengate:bench@localhost:$port/tokengate?sslmode=disable"
-work="$(mktemp -d /tmp/bench.XXXXXX)"
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	docker rm -f "$pg" >/dev/null 2>&1 || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+. integration/bench/lib.sh
 
-say() { printf '%s\n' "$*" >&2; }
-
-docker rm -f "$pg" >/dev/null 2>&1 || true
-docker run -d --name "$pg" --shm-size=1g -p 127.0.0.1:$port:5432 \
-	-e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=bench -e POSTGRES_DB=tokengate \
-	"$image" -c max_connections=300 >/dev/null
-for _ in $(seq 60); do docker exec "$pg" pg_isready -U tokengate -d tokengate >/dev/null 2>&1 && break; sleep 1; done
-sleep 2
-cgroup="/sys/fs/cgroup/cpuacct/docker/$(docker inspect -f '{{.Id}}' "$pg")/cpuacct.usage"
-pg_cpu_ns() { cat "$cgroup" 2>/dev/null || echo 0; }
-proc_cpu_ns() { # the CPU of processes, in ns (utime + stime)
-	local total=0
-	for p in "$@"; do
-		read -r -a f < "/proc/$p/stat"
-		total=$((total + (f[13] + f[14]) * 1000000000 / $(getconf CLK_TCK)))
-	done
-	echo "$total"
-}
 p99_us() { sort -n | awk '{a[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print a[i]}'; }
 
 docker exec -i "$pg" psql -q -U tokengate -d tokengate < integration/bench/pgbench_schema.sql
@@ -68,46 +35,6 @@ say "pgbench: $clients clients, ${secs}s each"
 read -r pg_hot_tps pg_hot_p99 pg_hot_cpu <<<"$(pgbench 1)"
 read -r pg_spread_tps pg_spread_p99 pg_spread_cpu <<<"$(pgbench 64)"
 
-# tokengate: tenants whose limits never refuse, so that what is measured
-# is the cost of deciding.
-export TOKENGATE_DATABASE_URL="$url"
-"$bin" migrate --wait 30s 2>/dev/null
-mk() { "$bin" tenant create "$1" --tokens-capacity 1000000000000 --tokens-per-second 1000000000 >/dev/null 2>&1 && "$bin" key create "$1" 2>/dev/null; }
-hot_key=$(mk hot)
-spread_keys=()
-for i in $(seq -w 1 64); do spread_keys+=(--key "$(mk "t$i")"); done
-
-serve() { # port [flags] -> pid
-	local p="$1"; shift
-	"$bin" serve --addr "127.0.0.1:$p" --log-level error ${BENCH_SERVE_FLAGS:-} "$@" >"$work/serve-$p.log" 2>&1 &
-	echo $!
-}
-ready() { # no curl on a bare machine: HTTP/1.0 over bash's /dev/tcp
-	{ exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-	printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3
-	local status; read -r _ status _ <&3; exec 3<&-
-	[ "$status" = 200 ]
-}
-wait_ready() { for _ in $(seq 100); do ready "$1" && return; sleep 0.1; done; cat "$work/serve-$1.log" >&2; exit 1; }
-secs_of() { awk '{split($0, p, "m"); sub("s", "", p[2]); print p[1] * 60 + p[2]}' <<<"$1"; }
-run() { # label pids... -- loadgen flags -> "adm/s p99_ms server_cpu_us pg_cpu_us rss_mb loadgen_cpu_us"
-	local label="$1"; shift
-	local sp=(); while [ "$1" != "--" ]; do sp+=("$1"); shift; done; shift
-	local c0 s0; c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "${sp[@]}")
-	( "$bin" loadgen --json --concurrency "$clients" --duration "${secs}s" "$@" >"$work/load.json"; times >"$work/load.times" )
-	local js; js=$(cat "$work/load.json")
-	local lu ls; read -r lu ls < <(sed -n 2p "$work/load.times")
-	local c1 s1; c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "${sp[@]}")
-	local rss=0; for p in "${sp[@]}"; do rss=$(( rss + $(awk '/VmHWM/ {print $2}' "/proc/$p/status") )); done
-	local adm rate p99 errs
-	adm=$(sed -n 's/.*"admitted":\([0-9]*\).*/\1/p' <<<"$js")
-	rate=$(sed -n 's/.*"admits_per_second":\([0-9.e+]*\).*/\1/p' <<<"$js")
-	p99=$(sed -n 's/.*"admit_latency":{[^}]*"p99_ns":\([0-9]*\).*/\1/p' <<<"$js")
-	errs=$(sed -n 's/.*"errors":\([0-9]*\).*/\1/p' <<<"$js")
-	[ "$errs" = 0 ] || say "$label: $errs errors"
-	local lcpu; lcpu=$(awk -v u="$(secs_of "$lu")" -v s="$(secs_of "$ls")" -v n="$adm" 'BEGIN{printf "%d", (u + s) * 1e6 / n}')
-	echo "$(awk -v r="$rate" 'BEGIN{printf "%.0f", r}') $(awk -v p="$p99" 'BEGIN{printf "%.1f", p/1e6}') $(( (s1 - s0) / 1000 / adm )) $(( (c1 - c0) / 1000 / adm )) $(( rss / 1024 )) $lcpu"
-}
 
 say "tokengate: one replica"
 s1=$(serve 18080); pids+=("$s1"); wait_ready 18080

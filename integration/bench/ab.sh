@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# ab.sh: two tokengate binaries, A (before) and B (after), on one durable
+# Postgres, under the same load, taking turns: ROUNDS rounds of each load,
+# A then B, so that both see the same machine (run-to-run drift on a shared
+# two-core machine is larger than most changes). Prints, per load, each
+# side's median admissions/s and CPU per admission, and B/A.
+#
+#   ab.sh OLD_BINARY [NEW_BINARY (bin/tokengate)]
+#   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  ROUNDS (3)  PG_IMAGE
+#
+# For a commit: git worktree add /tmp/old REV && (cd /tmp/old && go build -o bin/tokengate ./cmd/tokengate)
+# then: make build && integration/bench/ab.sh /tmp/old/bin/tokengate
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+old="${1:?usage: ab.sh OLD_BINARY [NEW_BINARY]}"
+new="${2:-bin/tokengate}"
+rounds="${ROUNDS:-3}"
+export TOKENGATE="$new" # the schema, the tenants and the load generator are B's
+. integration/bench/lib.sh
+
+bin="$old"; sa=$(serve 18080); pids+=("$sa")
+bin="$new"; sb=$(serve 18081); pids+=("$sb")
+wait_ready 18080; wait_ready 18081
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+say "ab: $rounds rounds of ${secs}s per load and side; A=$old B=$new"
+printf '| load | A admissions/s | B admissions/s | B/A | A CPU us/adm tokengate / Postgres | B CPU us/adm tokengate / Postgres |\n|---|---|---|---|---|---|\n'
+for load in hot settle spread; do
+	case $load in
+	hot) name="one hot tenant, admit only"; flags=(--key "$hot_key" --no-settle) ;;
+	settle) name="one hot tenant, admit + settle"; flags=(--key "$hot_key" --settle) ;;
+	spread) name="64 tenants, admit only"; flags=("${spread_keys[@]}" --no-settle) ;;
+	esac
+	: >"$work/a"; : >"$work/b"
+	for _ in $(seq "$rounds"); do
+		run "$load-a" "$sa" -- --url http://127.0.0.1:18080 "${flags[@]}" >>"$work/a"
+		run "$load-b" "$sb" -- --url http://127.0.0.1:18081 "${flags[@]}" >>"$work/b"
+	done
+	ra=$(cut -d' ' -f1 "$work/a" | median); rb=$(cut -d' ' -f1 "$work/b" | median)
+	ca=$(cut -d' ' -f3 "$work/a" | median); cb=$(cut -d' ' -f3 "$work/b" | median)
+	pa=$(cut -d' ' -f4 "$work/a" | median); pb=$(cut -d' ' -f4 "$work/b" | median)
+	printf '| %s | %s | %s | %s | %s / %s | %s / %s |\n' "$name" "$ra" "$rb" "$(awk -v a="$ra" -v b="$rb" 'BEGIN{printf "%.2f", b/a}')" "$ca" "$pa" "$cb" "$pb"
+done
