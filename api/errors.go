@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v5"
 
@@ -78,11 +79,11 @@ func httpError(err error) *Error {
 	case errors.As(err, &apiErr):
 		return apiErr
 	case errors.As(err, &throttled):
-		ms := max(1000, throttled.RetryAfter.Milliseconds())
+		ms := budget.RetryAfterMillis(throttled.RetryAfter)
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: "auth",
 			Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
 	case errors.As(err, &rej):
-		ms := rej.RetryAfter.Milliseconds()
+		ms := budget.RetryAfterMillis(rej.RetryAfter)
 		of := ""
 		if rej.Model != "" {
 			of = " for " + rej.Model
@@ -210,7 +211,7 @@ func (s *Server) handleError(c *echo.Context, err error) {
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 	}
 	if e.RetryAfterMS != nil {
-		c.Response().Header().Set("Retry-After", strconv.FormatInt((*e.RetryAfterMS+999)/1000, 10))
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(time.Duration(*e.RetryAfterMS)*time.Millisecond), 10))
 	}
 	if e.Status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tokengate"`)

@@ -418,16 +418,19 @@ func writeDomainError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &rej):
 		setRateHeaders(w.Header(), rej.Snapshot)
-		ms := rej.RetryAfter.Milliseconds()
-		w.Header().Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+		ms := budget.RetryAfterMillis(rej.RetryAfter)
+		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "",
 			"tokengate: rejected by the tenant's "+string(rej.Limit)+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
 	case errors.As(err, &thr):
-		w.Header().Set("Retry-After", strconv.FormatInt(int64(thr.RetryAfter.Seconds()), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "too many failed authentications from this address")
 	case errors.As(err, &tl):
-		writeError(w, http.StatusBadRequest, "request_too_large", "", tl.Error())
+		// 422, as the HTTP API answers it: the request is well formed but
+		// can never fit the tenant's limits (OpenAI's SDKs do not retry
+		// a 422 any more than a 400).
+		writeError(w, http.StatusUnprocessableEntity, "request_too_large", "", tl.Error())
 	case budget.IsInvalidInput(err):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)")
 	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):

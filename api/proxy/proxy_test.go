@@ -657,3 +657,32 @@ func counterValue(t *testing.T, reg *prometheus.Registry, outcome string) float6
 	t.Fatalf("no tokengate_proxy_calls_total{outcome=%q}", outcome)
 	return 0
 }
+
+// TestTooLargeIs422LikeTheAPI: a request that can never fit the tenant's
+// limits is the same refusal through every face (issue 22): 422
+// request_too_large, as the HTTP API answers it, with nothing reserved and
+// no upstream call.
+func TestTooLargeIs422LikeTheAPI(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: budget.Micro})
+	var calls int
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) { calls++ }
+	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(raw), `"code":"request_too_large"`) {
+		t.Fatalf("%d %s, want 422 request_too_large", resp.StatusCode, raw)
+	}
+	if calls != 0 || len(b.admissions(t)) != 0 {
+		t.Fatalf("%d upstream calls, %d admissions after a refusal", calls, len(b.admissions(t)))
+	}
+	if got := testutil.ToFloat64(b.admitter.Admissions(admission.FaceProxy, "too_large", "tokens")); got != 1 {
+		t.Fatalf("tokengate_admissions_total{face=proxy,outcome=too_large}: %v, want 1", got)
+	}
+}

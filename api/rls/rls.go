@@ -354,7 +354,7 @@ func overLimit(n int, retry time.Duration) *rlsv3.RateLimitResponse {
 		r.Statuses = append(r.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
 			DurationUntilReset: durationpb.New(retry)})
 	}
-	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(int64(math.Ceil(retry.Seconds())), 10)}}
+	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(retry), 10)}}
 	return r
 }
 
@@ -370,7 +370,7 @@ func statusOf(rej *budget.RejectedError, snap *budget.Snapshot) *rlsv3.RateLimit
 	}
 	if rej != nil {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		st.DurationUntilReset = durationpb.New(rej.RetryAfter)
+		st.DurationUntilReset = durationpb.New(time.Duration(budget.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
 	}
 	return st
 }
@@ -389,7 +389,7 @@ func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Head
 				longest = max(longest, st.DurationUntilReset.AsDuration())
 			}
 		}
-		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(int64(math.Ceil(longest.Seconds())), 10)})
+		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(longest), 10)})
 	}
 	return h
 }
