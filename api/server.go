@@ -54,9 +54,8 @@ type Budget interface {
 	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
 }
 
-// DefaultBodyLimit bounds every request body. An admission request carries a
-// prompt; 4 MiB holds the largest context windows served today as text.
-const DefaultBodyLimit = 4 << 20
+// DefaultBodyLimit bounds every request body: estimator.DefaultMaxRequestBytes.
+const DefaultBodyLimit = estimator.DefaultMaxRequestBytes
 
 // Config configures a Server. Nil fields take defaults; DB is required.
 type Config struct {
@@ -162,7 +161,7 @@ func New(cfg *Config) (*Server, error) {
 		c.Budget = budget.NewStore(c.DB).WithModels(c.Estimator.Table)
 	}
 	if c.MaxWaiters <= 0 {
-		c.MaxWaiters = 64
+		c.MaxWaiters = admission.DefaultMaxWaiters
 	}
 	if c.AuthFailuresPerSecond <= 0 {
 		c.AuthFailuresPerSecond = 5
@@ -171,7 +170,7 @@ func New(cfg *Config) (*Server, error) {
 		c.AuthFailureBurst = 20
 	}
 	if c.StoreTimeout <= 0 {
-		c.StoreTimeout = 3 * time.Second
+		c.StoreTimeout = budget.DefaultStoreTimeout
 	}
 	migrator, err := migrations.New(c.DB, c.Logger)
 	if err != nil {

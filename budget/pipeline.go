@@ -83,6 +83,11 @@ type pipeCall struct {
 	taken, abandoned bool
 }
 
+// DefaultStoreTimeout bounds how long a decision waits for its turn, and
+// then each of its transaction's round trips, unless configured: past it the
+// failure policy applies. Every layer that waits on the store defaults to it.
+const DefaultStoreTimeout = 3 * time.Second
+
 // NewPipeline returns a Pipeline deciding through d.
 func NewPipeline(d Decider, cfg *PipelineConfig) *Pipeline {
 	var c PipelineConfig
@@ -90,7 +95,7 @@ func NewPipeline(d Decider, cfg *PipelineConfig) *Pipeline {
 		c = *cfg
 	}
 	if c.Timeout <= 0 {
-		c.Timeout = 3 * time.Second
+		c.Timeout = DefaultStoreTimeout
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 512

@@ -10,6 +10,12 @@ import (
 
 // Limits on request fields.
 const (
+	// DefaultMaxRequestBytes is the largest request body a replica
+	// accepts unless configured, on every face: an admission request
+	// carries a prompt, and 4 MiB holds the largest context windows served
+	// today as text.
+	DefaultMaxRequestBytes = 4 << 20
+
 	// MaxModelNameBytes is the longest accepted model name.
 	MaxModelNameBytes = 256
 	// MaxMessages is the most messages (or input items) a request may have.

@@ -95,7 +95,7 @@ func New(cfg Config) *Proxy {
 		}}
 	}
 	if cfg.BodyLimit <= 0 {
-		cfg.BodyLimit = 4 << 20
+		cfg.BodyLimit = estimator.DefaultMaxRequestBytes
 	}
 	if cfg.ClientAddr == nil {
 		cfg.ClientAddr = peerAddr

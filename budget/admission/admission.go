@@ -58,6 +58,10 @@ type Config struct {
 	Rejections *budget.Rejections
 }
 
+// DefaultMaxWaiters bounds, per tenant and replica, the callers waiting for
+// tokens unless configured: past it a caller is refused at once.
+const DefaultMaxWaiters = 64
+
 // Admitter admits the requests of one replica. It is safe for concurrent
 // use.
 type Admitter struct {
@@ -87,10 +91,10 @@ type Admitter struct {
 // New returns an Admitter.
 func New(cfg Config) *Admitter {
 	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = 3 * time.Second
+		cfg.StoreTimeout = budget.DefaultStoreTimeout
 	}
 	if cfg.MaxWaiters <= 0 {
-		cfg.MaxWaiters = 64
+		cfg.MaxWaiters = DefaultMaxWaiters
 	}
 	if cfg.Pipelines <= 0 {
 		cfg.Pipelines = 2

@@ -102,7 +102,7 @@ func NewGuard(cfg GuardConfig) *Guard {
 		cfg.Burst = 20
 	}
 	if cfg.LookupTimeout <= 0 {
-		cfg.LookupTimeout = 3 * time.Second
+		cfg.LookupTimeout = budget.DefaultStoreTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

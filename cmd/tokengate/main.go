@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/rls"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
@@ -78,6 +80,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		kong.Name("tokengate"),
 		kong.Description("Cost-based admission control for LLM inference."),
 		kong.UsageOnError(),
+		// Defaults named once, in the packages that apply them.
+		kong.Vars{
+			"body_limit":        strconv.Itoa(api.DefaultBodyLimit),
+			"body_read_timeout": api.DefaultBodyReadTimeout.String(),
+			"max_waiters":       strconv.Itoa(admission.DefaultMaxWaiters),
+			"store_timeout":     budget.DefaultStoreTimeout.String(),
+		},
 	)
 	if err != nil {
 		return err
@@ -171,19 +180,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 type serveCmd struct {
 	Addr               string        `name:"addr" env:"TOKENGATE_ADDR" default:":8080" help:"Address to listen on."`
 	Migrate            bool          `name:"migrate" env:"TOKENGATE_MIGRATE" help:"Apply pending migrations before serving instead of refusing to start."`
-	BodyLimit          int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"4194304" help:"Largest accepted request body, in bytes."`
-	BodyReadTimeout    time.Duration `name:"body-read-timeout" env:"TOKENGATE_BODY_READ_TIMEOUT" default:"30s" help:"Longest time a request body may take to arrive, from the end of its headers (API, dashboard, proxy): a slower body answers 408 and its connection is closed."`
+	BodyLimit          int64         `name:"body-limit" env:"TOKENGATE_BODY_LIMIT" default:"${body_limit}" help:"Largest accepted request body, in bytes."`
+	BodyReadTimeout    time.Duration `name:"body-read-timeout" env:"TOKENGATE_BODY_READ_TIMEOUT" default:"${body_read_timeout}" help:"Longest time a request body may take to arrive, from the end of its headers (API, dashboard, proxy): a slower body answers 408 and its connection is closed."`
 	ShutdownTimeout    time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
 	MaxConns           int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
 	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"2" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
-	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"64" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
+	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"${max_waiters}" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
 	ReplicaID          string        `name:"replica-id" env:"TOKENGATE_REPLICA_ID" help:"This replica's name in the ledger and its spool file (default: the host name)."`
 	SpoolDir           string        `name:"spool-dir" env:"TOKENGATE_SPOOL_DIR" help:"Directory of the durable spool of local decisions; without it the local policy acts as reject."`
 	TrustedProxies     []string      `name:"trusted-proxies" env:"TOKENGATE_TRUSTED_PROXIES" sep:"," help:"Proxies and gateways in front of this replica (CIDRs or addresses, comma-separated): from them, the client address is taken from X-Forwarded-For."`
-	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"3s" help:"Longest wait for Postgres per decision before the failure policy applies."`
+	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"${store_timeout}" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
 	RLSAddr            string        `name:"rls-addr" env:"TOKENGATE_RLS_ADDR" help:"Serve Envoy's rate limit service (gRPC) on this address, e.g. :8081. Off by default."`
 	ProxyAddr          string        `name:"proxy-addr" env:"TOKENGATE_PROXY_ADDR" help:"Serve the OpenAI-compatible proxy on this address, e.g. :8082 (needs --upstream). Off by default."`
