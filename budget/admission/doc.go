@@ -11,5 +11,10 @@
 // kept in Postgres (pool_wait.go). A reservation ending anywhere in a
 // budget tree wakes the tree's waiting callers.
 //
+// It is also where every face's admissions are counted, once (metrics.go):
+// tokengate_admissions_total by face, and a refusal in the dashboard's
+// tally that the throttled alerts read, so that the API, the proxy and the
+// rate limit service cannot disagree on what was admitted or refused.
+//
 // It may import budget, budget/outage and estimator, never a face.
 package admission
