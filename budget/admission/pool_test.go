@@ -121,10 +121,14 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 		if math.Abs(share-want) > 0.1*want {
 			t.Errorf("tenant %s (weight %d) got %.1f%% of the pool, want %.1f%% ± 10%% (served %v)", id, w, 100*share, 100*want, served)
 		}
+		// No tenant is starved: each is served in every two-second window.
+		// (Not in every second: a tenant whose callers got ahead in the
+		// first wave has the highest virtual counter and rightly waits while
+		// the others catch up, seen as [21 0 2 8] on a loaded machine.)
 		ps := perSecond[id]
-		for s, n := range ps[:4] {
-			if n == 0 {
-				t.Errorf("tenant %s was starved in second %d: %v", id, s, perSecond)
+		for s := range 3 {
+			if ps[s]+ps[s+1] == 0 {
+				t.Errorf("tenant %s was starved in seconds %d and %d: %v", id, s, s+1, perSecond)
 			}
 		}
 	}
