@@ -5,8 +5,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,10 +12,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -232,11 +229,7 @@ func TestAdminLimitChangeReachesOtherReplica(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
 	// A second replica on the same database.
-	other, err := api.New(&api.Config{DB: pgtestPool(t, b), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
+	other, _ := newServer(t, &testConfig{replicaConfig: replica.Config{DB: pgtestPool(t, b)}})
 	key := b.tenant(t, "acme", lim(10_000, "1"))
 	token := b.admin(t, "ops")
 	if r := b.adminCall(t, token, http.MethodPatch, "/v1/admin/tenants/acme/limits", `{"tokens_capacity":100}`); r.Code != 200 {
@@ -405,11 +398,7 @@ func TestConcurrentModelCreateOneWins(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
 	token := b.admin(t, "alice")
-	other, err := api.New(&api.Config{DB: b.pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
+	other, _ := newServer(t, &testConfig{replicaConfig: replica.Config{DB: b.pool}})
 	replicas := []http.Handler{b.srv, other}
 
 	const n = 16

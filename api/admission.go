@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -58,27 +57,18 @@ func remainingOf(s budget.Snapshot) remainingJSON {
 	return r
 }
 
-// maxIdempotencyKey bounds the Idempotency-Key header.
-const maxIdempotencyKey = 255
-
+// idempotencyKey is the Idempotency-Key header, sent at most once. Its
+// form is the domain's rule (budget.IdempotencyKeyProblem), which the
+// admission layer applies to every face.
 func idempotencyKey(r *http.Request) (string, error) {
 	values := r.Header.Values("Idempotency-Key")
-	if len(values) == 0 {
+	switch {
+	case len(values) == 0:
 		return "", nil
-	}
-	if len(values) > 1 {
+	case len(values) > 1:
 		return "", invalid("Idempotency-Key", "send the header once")
 	}
-	k := values[0]
-	if k == "" || len(k) > maxIdempotencyKey {
-		return "", invalid("Idempotency-Key", "must be 1 to 255 characters")
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x21 || k[i] > 0x7e {
-			return "", invalid("Idempotency-Key", "must be printable ASCII without spaces")
-		}
-	}
-	return k, nil
+	return values[0], nil
 }
 
 // readBody reads the request body, which the body-limit middleware bounds
@@ -123,13 +113,12 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		s.admitter.Invalid(admission.FaceAPI, start)
 		return err
 	}
-	hash := sha256.Sum256(body)
 	p := budget.ReserveParams{
 		TenantID: tenantID, Estimate: est,
-		IdempotencyKey: key, RequestHash: hash[:], Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
 	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceAPI, Start: start})
+		Face: admission.FaceAPI, Start: start, Body: body})
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}

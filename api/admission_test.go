@@ -19,6 +19,7 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -28,28 +29,54 @@ var ctx = context.Background()
 type apiBundle struct {
 	pool  *pgxpool.Pool
 	srv   *api.Server
+	rep   *replica.Replica
 	store *budget.Store
 }
 
-func setupAPI(t testing.TB, configure func(*api.Config)) *apiBundle {
+// Both halves of a replica's configuration, for tests to change either:
+// the domain's (replica.Config) and the HTTP server's (api.Config).
+type (
+	replicaConfig = replica.Config
+	httpConfig    = api.Config
+)
+
+type testConfig struct {
+	replicaConfig
+	httpConfig
+}
+
+// newServer builds a replica and its HTTP server, as cmd does, closed when
+// the test ends.
+func newServer(t testing.TB, c *testConfig) (*api.Server, *replica.Replica) {
 	t.Helper()
-	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	cfg := &api.Config{
-		DB:       pool,
-		Logger:   slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Budget:   store,
-		Registry: prometheus.NewRegistry(),
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
 	}
-	if configure != nil {
-		configure(cfg)
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
 	}
-	srv, err := api.New(cfg)
+	rep, err := replica.New(c.replicaConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Close() })
-	return &apiBundle{pool: pool, srv: srv, store: store}
+	srv, err := api.New(rep, &c.httpConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close(); rep.Close() })
+	return srv, rep
+}
+
+func setupAPI(t testing.TB, configure func(*testConfig)) *apiBundle {
+	t.Helper()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	cfg := &testConfig{replicaConfig: replica.Config{DB: pool, Store: store}}
+	if configure != nil {
+		configure(cfg)
+	}
+	srv, rep := newServer(t, cfg)
+	return &apiBundle{pool: pool, srv: srv, rep: rep, store: rep.Store}
 }
 
 // tenant creates a tenant and returns a key for it.
@@ -280,7 +307,7 @@ func TestRequestTooLargeIs422(t *testing.T) {
 
 func TestBadInputIs4xxWithFieldAndNoDebit(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.BodyLimit = 64 << 10 })
+	b := setupAPI(t, func(c *testConfig) { c.BodyLimit = 64 << 10 })
 	key := b.tenant(t, "acme", lim(1_000_000, "1"))
 	before, seq := b.balance(t, "acme")
 
@@ -420,7 +447,7 @@ func TestOtherTenantsAdmission404(t *testing.T) {
 
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.AuthFailuresPerSecond, c.AuthFailureBurst = 0.001, 5 })
+	b := setupAPI(t, func(c *testConfig) { c.AuthFailuresPerSecond, c.AuthFailureBurst = 0.001, 5 })
 	key := b.tenant(t, "acme", lim(1000, "1"))
 	wrong := key[:len(key)-1] + map[bool]string{true: "b", false: "a"}[strings.HasSuffix(key, "a")]
 	for _, k := range []string{"", "nonsense", "tg_short", wrong} {
@@ -463,7 +490,7 @@ func TestAuthentication(t *testing.T) {
 
 func TestMaxWaitWaitsForRefill(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.MaxWaiters = 1 })
+	b := setupAPI(t, func(c *testConfig) { c.MaxWaiters = 1 })
 	key := b.tenant(t, "acme", lim(100, "20")) // 1 token per 50 ms
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(90, "x")); r.Code != 201 {
 		t.Fatalf("%d %s", r.Code, r.Body)
@@ -507,7 +534,7 @@ func TestMaxWaitWaitsForRefill(t *testing.T) {
 
 func TestWaitQueueIsBounded(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.MaxWaiters = 1 })
+	b := setupAPI(t, func(c *testConfig) { c.MaxWaiters = 1 })
 	l := lim(100, "0.5")
 	b.tenant(t, "acme", l)
 	_, key, err := credential.KeyCreate(ctx, b.pool, "acme")
@@ -579,7 +606,7 @@ func TestSettleCountsCachedInputAtItsWeight(t *testing.T) {
 		t.Fatal(err)
 	}
 	est.SetTable(table)
-	b := setupAPI(t, func(c *api.Config) { c.Estimator = est })
+	b := setupAPI(t, func(c *testConfig) { c.Estimator = est })
 	key := b.tenant(t, "acme", lim(100_000, "0.000001"))
 	for _, c := range []struct{ usage, field string }{
 		{`{"prompt_tokens":40,"completion_tokens":25,"prompt_tokens_details":{"cached_tokens":41}}`, "usage.prompt_tokens_details.cached_tokens"},

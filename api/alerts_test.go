@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
 )
@@ -16,7 +15,7 @@ import (
 // crosses a threshold, and the answers for what does not exist.
 func TestAlertsOverHTTP(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
+	b := setupAPI(t, func(c *testConfig) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(t, "ops")
 	l := lim(1_000_000, "1000")
 	l.PeriodBudget, l.Period = 1000, budget.PeriodDay
@@ -132,7 +131,7 @@ func TestAlertsWithoutKeyAreOff(t *testing.T) {
 // tenant. Nothing is stored.
 func TestAlertsRefuseBadInput(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
+	b := setupAPI(t, func(c *testConfig) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(t, "ops")
 	b.tenant(t, "acme", lim(1_000_000, "1000"))
 	r := b.adminCall(t, admin, http.MethodPost, "/v1/admin/alerts/endpoints", `{"url":"https://example.com/hook"}`)

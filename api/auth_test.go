@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 )
@@ -30,7 +29,7 @@ func wrongSecret(key string) string {
 // disabled and revoked keys are never counted as guesses.
 func TestBadKeysBehindAGatewayLockOutNoOne(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.AuthFailuresPerSecond, c.AuthFailureBurst = 0.001, 5 })
+	b := setupAPI(t, func(c *testConfig) { c.AuthFailuresPerSecond, c.AuthFailureBurst = 0.001, 5 })
 	disabled := b.tenant(t, "disabled", lim(1000, "1"))
 	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "disabled", Disabled: true, Reason: "unpaid"}); err != nil {
 		t.Fatal(err)
@@ -105,7 +104,7 @@ func TestTrustedProxyGivesTheClientAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, trusted := range []bool{true, false} {
-		b := setupAPI(t, func(c *api.Config) {
+		b := setupAPI(t, func(c *testConfig) {
 			c.AuthFailuresPerSecond, c.AuthFailureBurst = 0.001, 3
 			if trusted {
 				c.TrustedProxies = []*net.IPNet{gateway}

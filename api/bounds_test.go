@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -59,9 +58,9 @@ func TestSettleHeavyModelOverHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	est.SetTable(table)
-	b := setupAPI(t, func(c *api.Config) {
+	b := setupAPI(t, func(c *testConfig) {
 		c.Estimator = est
-		c.Budget.(*budget.Store).WithModels(est.Table)
+		c.Store.WithModels(est.Table)
 	})
 	const capacity = 10_000_000
 	key := b.tenant(t, "acme", lim(capacity, "0.000001"))

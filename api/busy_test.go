@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -11,12 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -48,11 +46,7 @@ func TestPoolExhaustedAnswers503ThenLeaksNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		srv, err := api.New(&api.Config{DB: pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-			Registry: prometheus.NewRegistry(), StoreTimeout: 400 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, _ := newServer(t, &testConfig{replicaConfig: replica.Config{DB: pool, StoreTimeout: 400 * time.Millisecond}})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)

@@ -53,7 +53,7 @@ func (l *logBuffer) errorLines() []string {
 func TestNULIsA400NamingTheField(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
-	b := setupAPI(t, func(c *api.Config) { c.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
+	b := setupAPI(t, func(c *testConfig) { c.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
 	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	admin := b.admin(t, "ops")
 
@@ -138,13 +138,13 @@ func TestStoreRefusedValueIsTheCallersError(t *testing.T) {
 	// Through the admission layer (the pipeline, the failure policy), past
 	// the edge's checks: the refused value is the request's error, and the
 	// replica does not take the store for down.
-	_, _, err = b.srv.Admitter().Reserve(ctx, admission.Request{ReserveParams: budget.ReserveParams{TenantID: "acme", Actor: "test",
+	_, _, err = b.rep.Admitter.Reserve(ctx, admission.Request{ReserveParams: budget.ReserveParams{TenantID: "acme", Actor: "test",
 		Estimate: estimator.Estimate{Model: "gpt-4o\x00", Family: "gpt-4o", InputTokens: 1, Cost: 1,
 			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}})
 	if !budget.IsInvalidInput(err) || errors.Is(err, budget.ErrUnavailable) {
 		t.Fatalf("reserve with a NUL model: %v, want an invalid input", err)
 	}
-	if b.srv.Admitter().Down() {
+	if b.rep.Admitter.Down() {
 		t.Fatal("a value the store refused marked the store down")
 	}
 	if after, afterSeq := b.balance(t, "acme"); after != before || afterSeq != seq {
@@ -161,7 +161,7 @@ func (c chunked) Read(p []byte) (int, error) { return c.r.Read(p) }
 // 413 whether it declares its length or comes chunked.
 func TestChunkedBodyOverTheLimitIs413(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, func(c *api.Config) { c.BodyLimit = 4096 })
+	b := setupAPI(t, func(c *testConfig) { c.BodyLimit = 4096 })
 	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	admin := b.admin(t, "ops")
 	big := chat(10, strings.Repeat("word ", 2000))
@@ -192,7 +192,7 @@ func TestChunkedBodyOverTheLimitIs413(t *testing.T) {
 func TestSlowBodyIs408AndClosed(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
-	b := setupAPI(t, func(c *api.Config) {
+	b := setupAPI(t, func(c *testConfig) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 		c.Timeouts = api.HTTPTimeouts{BodyRead: 300 * time.Millisecond, Drain: 100 * time.Millisecond}
 	})

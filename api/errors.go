@@ -68,6 +68,7 @@ func httpError(err error) *Error {
 		rej       *budget.RejectedError
 		tooLarge  *budget.TooLargeError
 		inv       *estimator.InvalidError
+		binv      *budget.InvalidError
 		limErr    *budget.LimitError
 		he        *echo.HTTPError
 		throttled *credential.ThrottledError
@@ -110,6 +111,8 @@ func httpError(err error) *Error {
 			Message: "this debit would take the balance below the debt floor, minus one tokens capacity; nothing was changed"}
 	case errors.As(err, &inv):
 		return invalid(inv.Field, inv.Reason)
+	case errors.As(err, &binv):
+		return invalid(binv.Field, binv.Reason)
 	case errors.As(err, &limErr):
 		return invalid(limErr.Field, limErr.Reason)
 	case errors.As(err, &alertErr):

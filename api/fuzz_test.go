@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 )
@@ -81,7 +80,7 @@ func FuzzAPIBodies(f *testing.F) {
 	f.Add(uint8(7), `{"tokens":-9223372036854775808,"reason":"x"}`)
 	f.Add(uint8(7), `{"tokens":9223372036854775807,"reason":"x"}`)
 	f.Add(uint8(7), `{"tokens":-1000000000000,"reason":"past the debt floor"}`)
-	b := setupAPI(f, func(c *api.Config) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
+	b := setupAPI(f, func(c *testConfig) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(f, "ops")
 	key := b.tenant(f, "acme", lim(1_000_000, "1000"))
 	if r := b.adminCall(f, admin, http.MethodPost, "/v1/admin/pools", `{"id":"gpu","tokens_capacity":100000,"tokens_per_second":1000}`); r.Code != http.StatusCreated {

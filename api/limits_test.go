@@ -3,17 +3,13 @@ package api_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/budget/replica"
 )
 
 // TestConcurrentLimitPatchesLoseNothing: admins patch different fields of
@@ -23,11 +19,7 @@ import (
 func TestConcurrentLimitPatchesLoseNothing(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
-	other, err := api.New(&api.Config{DB: pgtestPool(t, b), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = other.Close() })
+	other, _ := newServer(t, &testConfig{replicaConfig: replica.Config{DB: pgtestPool(t, b)}})
 	replicas := []http.Handler{b.srv, other}
 	b.tenant(t, "acme", lim(1000, "1"))
 	token := b.admin(t, "ops")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -89,7 +86,7 @@ type outageBundle struct {
 }
 
 // setupOutage runs a replica whose pool reaches Postgres through a proxy.
-func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model, opts ...func(*api.Config)) *outageBundle {
+func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model, opts ...func(*testConfig)) *outageBundle {
 	t.Helper()
 	dbURL := pgtest.URL(t)
 	direct := pgtest.Pool(t, dbURL, nil)
@@ -117,22 +114,17 @@ func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model, o
 		}
 		est.SetTable(table)
 	}
-	cfg := &api.Config{DB: pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry(),
-		Estimator: est, OnStoreUnavailable: policy, Local: local, StoreTimeout: time.Second}
+	cfg := &testConfig{replicaConfig: replica.Config{DB: pool, Estimator: est, DefaultPolicy: policy, Local: local, StoreTimeout: time.Second}}
 	for _, o := range opts {
 		o(cfg)
 	}
-	srv, err := api.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	srv, rep := newServer(t, cfg)
 	recCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for recCtx.Err() == nil {
-			srv.Admitter().RecoverOnce(recCtx)
+			rep.Admitter.RecoverOnce(recCtx)
 			select {
 			case <-recCtx.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -336,10 +328,10 @@ func (f *flakyReplay) ReplayReserve(ctx context.Context, p budget.ReplayReserveP
 func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
 	t.Parallel()
 	flaky := &flakyReplay{}
-	b := setupOutage(t, budget.PolicyLocal, nil, func(c *api.Config) {
+	b := setupOutage(t, budget.PolicyLocal, nil, func(c *testConfig) {
 		flaky.Store = budget.NewStore(c.DB)
 		flaky.failures.Store(1 << 30) // fail until told otherwise
-		c.Budget = flaky
+		c.Admissions = flaky
 	})
 	key := b.tenant(t, "acme", lim(2_000, "1"))
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x")); r.Code != http.StatusCreated {

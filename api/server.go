@@ -12,13 +12,12 @@ import (
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
-	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 )
@@ -57,15 +56,9 @@ type Budget interface {
 // DefaultBodyLimit bounds every request body: estimator.DefaultMaxRequestBytes.
 const DefaultBodyLimit = estimator.DefaultMaxRequestBytes
 
-// Config configures a Server. Nil fields take defaults; DB is required.
+// Config configures a Server's HTTP concerns; the domain services come
+// from the replica (budget/replica). Zero fields take defaults.
 type Config struct {
-	// DB is the pool every replica shares state through.
-	DB *pgxpool.Pool
-	// Logger receives JSON request logs. Defaults to slog.Default().
-	Logger *slog.Logger
-	// Registry collects the metrics served at /metrics. Defaults to a new
-	// registry with the Go and process collectors.
-	Registry *prometheus.Registry
 	// BodyLimit is the largest accepted request body, in bytes.
 	BodyLimit int64
 	// ShutdownTimeout bounds how long Serve waits for in-flight requests
@@ -73,24 +66,6 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// ReadyTimeout bounds the checks behind /readyz. Defaults to 2 s.
 	ReadyTimeout time.Duration
-	// Estimator estimates request costs. Defaults to the seeded model table.
-	Estimator *estimator.Estimator
-	// Budget decides admissions. Defaults to a budget.Store on DB.
-	Budget Budget
-	// MaxWaiters bounds, per tenant and replica, the callers waiting for
-	// tokens (max_wait_ms). Defaults to 64.
-	MaxWaiters int
-	// AuthFailuresPerSecond and AuthFailureBurst size the per-address
-	// limiter for unauthenticated and failed-auth traffic. Default 5 and 20.
-	AuthFailuresPerSecond float64
-	AuthFailureBurst      int
-	// Rejections tallies rejections for the dashboard; nil counts none.
-	Rejections *budget.Rejections
-	// OnStoreUnavailable is the default failure policy (a tenant's and a
-	// model's own come first). Default reject.
-	OnStoreUnavailable budget.Policy
-	// Local decides under the local policy; nil makes local act as reject.
-	Local *outage.Local
 	// TrustedProxies are the addresses of proxies and gateways in front of
 	// the replica (CIDR ranges). From them, the client address used by the
 	// failed-authentication limiter is the nearest address in
@@ -98,22 +73,13 @@ type Config struct {
 	// the client, and X-Forwarded-For is ignored (a client cannot pick its
 	// own address to escape the limiter).
 	TrustedProxies []*net.IPNet
-	// Pipelines is how many decision transactions the replica keeps in
-	// flight at once. Default 2.
-	Pipelines int
-	// StoreTimeout bounds how long a decision waits for its turn in this
-	// replica, and then each of its transaction's round trips. Default 3 s.
-	StoreTimeout time.Duration
 	// Timeouts are the HTTP server's (Serve): header and body read
 	// deadlines, idle keep-alive, draining of unread bodies. Zero fields
 	// take the Default values of HTTPTimeouts.
 	Timeouts HTTPTimeouts
-	// Alerts manages alert endpoints, rules and events. Defaults to a
-	// store on DB without a key (endpoints cannot be created).
-	Alerts *alert.Store
 }
 
-// Server is one tokengate replica's HTTP server.
+// Server is one tokengate replica's HTTP server: a face of the replica.
 type Server struct {
 	echo     *echo.Echo
 	db       *pgxpool.Pool
@@ -127,23 +93,18 @@ type Server struct {
 	budget    Budget
 	admitter  *admission.Admitter
 	guard     *credential.Guard
+	alerts    *alert.Store
 }
 
-// New builds the router and its middleware. It does not listen; see Serve.
-func New(cfg *Config) (*Server, error) {
-	if cfg == nil || cfg.DB == nil {
-		return nil, fmt.Errorf("api: Config.DB is required")
+// New builds the router and its middleware on the replica's services. It
+// does not listen; see Serve.
+func New(rep *replica.Replica, cfg *Config) (*Server, error) {
+	if rep == nil {
+		return nil, fmt.Errorf("api: a replica is required")
 	}
-	c := *cfg
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Registry == nil {
-		c.Registry = prometheus.NewRegistry()
-		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-	if c.Alerts == nil {
-		c.Alerts = alert.NewStore(c.DB, nil)
+	var c Config
+	if cfg != nil {
+		c = *cfg
 	}
 	if c.BodyLimit <= 0 {
 		c.BodyLimit = DefaultBodyLimit
@@ -154,52 +115,26 @@ func New(cfg *Config) (*Server, error) {
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 2 * time.Second
 	}
-	if c.Estimator == nil {
-		c.Estimator = estimator.New(nil)
-	}
-	if c.Budget == nil {
-		c.Budget = budget.NewStore(c.DB).WithModels(c.Estimator.Table)
-	}
-	if c.MaxWaiters <= 0 {
-		c.MaxWaiters = admission.DefaultMaxWaiters
-	}
-	if c.AuthFailuresPerSecond <= 0 {
-		c.AuthFailuresPerSecond = 5
-	}
-	if c.AuthFailureBurst <= 0 {
-		c.AuthFailureBurst = 20
-	}
-	if c.StoreTimeout <= 0 {
-		c.StoreTimeout = budget.DefaultStoreTimeout
-	}
-	migrator, err := migrations.New(c.DB, c.Logger)
+	migrator, err := migrations.New(rep.DB, rep.Logger)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		db:       c.DB,
-		logger:   c.Logger,
-		registry: c.Registry,
+		db:       rep.DB,
+		logger:   rep.Logger,
+		registry: rep.Registry,
 		migrator: migrator,
 		cfg:      c,
 
-		estimator: c.Estimator,
-		budget:    c.Budget,
+		estimator: rep.Estimator,
+		budget:    rep.Store,
+		admitter:  rep.Admitter,
+		guard:     rep.Guard,
+		alerts:    rep.Alerts,
 	}
-	s.metrics = newHTTPMetrics(c.Registry)
-	s.admitter = admission.New(admission.Config{
-		Store: c.Budget, Pool: c.DB, Local: c.Local, DefaultPolicy: c.OnStoreUnavailable,
-		ModelPolicyFunc: func(family string) budget.Policy {
-			m, _ := c.Estimator.Table().Get(family)
-			return budget.Policy(m.OnStoreUnavailable)
-		},
-		StoreTimeout: c.StoreTimeout, MaxWaiters: c.MaxWaiters, Pipelines: c.Pipelines, Logger: c.Logger, Registerer: c.Registry,
-		Rejections: c.Rejections,
-	})
-	s.guard = credential.NewGuard(credential.GuardConfig{DB: c.DB, Health: s.admitter,
-		FailuresPerSecond: c.AuthFailuresPerSecond, Burst: c.AuthFailureBurst, LookupTimeout: c.StoreTimeout, Logger: c.Logger})
+	s.metrics = newHTTPMetrics(rep.Registry)
 
-	e := echo.NewWithConfig(echo.Config{Logger: c.Logger})
+	e := echo.NewWithConfig(echo.Config{Logger: rep.Logger})
 	e.IPExtractor = echo.ExtractIPDirect()
 	if len(c.TrustedProxies) > 0 {
 		opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
@@ -285,10 +220,6 @@ func (s *Server) routes() {
 	admin.DELETE("/tokens/:id", s.adminTokenRevoke)
 }
 
-// Registry is where the server's metrics are registered; callers add
-// theirs (the ledger watch, say) to be served at /metrics too.
-func (s *Server) Registry() *prometheus.Registry { return s.registry }
-
 // Echo exposes the router, for tests that add routes and for ServeHTTP.
 func (s *Server) Echo() *echo.Echo { return s.echo }
 
@@ -320,21 +251,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close waits for background writes and releases what New opened. The pool
-// belongs to the caller.
-func (s *Server) Close() error {
-	s.guard.Close()
-	return s.migrator.Close()
-}
-
-// Admitter is the replica's admission layer: its recovery loop is the
-// caller's to run (Admitter.RecoverOnce, every 500 ms), and other faces of
-// the replica (gateways) admit through it too.
-func (s *Server) Admitter() *admission.Admitter { return s.admitter }
+// Close releases what New opened. The replica and its pool belong to the
+// caller.
+func (s *Server) Close() error { return s.migrator.Close() }
 
 // ClientAddr is the address a request comes from, read as the API reads it
 // (through Config.TrustedProxies), for other HTTP faces to share.
 func (s *Server) ClientAddr(r *http.Request) string { return s.echo.IPExtractor(r) }
-
-// Guard authenticates the replica's callers, for other faces to share.
-func (s *Server) Guard() *credential.Guard { return s.guard }

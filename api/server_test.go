@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/api"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -30,17 +30,8 @@ func setup(t *testing.T, pool *pgxpool.Pool) *testBundle {
 	if pool == nil {
 		pool = pgtest.New(t, nil)
 	}
-	srv, err := api.New(&api.Config{
-		DB:              pool,
-		Logger:          slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		BodyLimit:       1024,
-		ShutdownTimeout: 5 * time.Second,
-		ReadyTimeout:    time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	srv, _ := newServer(t, &testConfig{replicaConfig: replica.Config{DB: pool},
+		httpConfig: api.Config{BodyLimit: 1024, ShutdownTimeout: 5 * time.Second, ReadyTimeout: time.Second}})
 	return &testBundle{srv: srv}
 }
 

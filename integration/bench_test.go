@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -106,12 +106,15 @@ func BenchmarkReserveParallelManyTenants(b *testing.B) {
 // allocations per operation are the server's per admission.
 func BenchmarkAdmissionHTTPParallel(b *testing.B) {
 	store, ids := benchStore(b, 1)
-	srv, err := api.New(&api.Config{DB: store.Pool(), Budget: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Registry: prometheus.NewRegistry()})
+	rep, err := replica.New(replica.Config{DB: store.Pool(), Store: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = srv.Close() })
+	srv, err := api.New(rep, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Close(); rep.Close() })
 	_, key, err := credential.KeyCreate(ctx, store.Pool(), ids[0])
 	if err != nil {
 		b.Fatal(err)

@@ -36,15 +36,17 @@ var layout = map[string][]string{
 	"budget/credential": {"budget"},
 	"budget/outage":     {"budget", "estimator"},
 	"budget/admission":  {"budget", "budget/outage", "estimator"},
+	// One replica's domain services, built once for every face.
+	"budget/replica": {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "estimator"},
 	// The faces.
-	"api":       {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "estimator", "ledger", "migrations"},
-	"web":       {"budget", "budget/alert", "budget/credential", "estimator", "ledger"},
-	"api/rls":   {"budget", "budget/admission", "budget/credential", "estimator"},
-	"api/proxy": {"budget", "budget/admission", "budget/credential", "estimator"},
+	"api":       {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger", "migrations"},
+	"web":       {"budget", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger"},
+	"api/rls":   {"budget", "budget/admission", "budget/credential", "budget/replica", "estimator"},
+	"api/proxy": {"budget", "budget/admission", "budget/credential", "budget/replica", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
@@ -120,7 +122,7 @@ func TestLayout(t *testing.T) {
 		read = append(read, p)
 	}
 	sort.Strings(read)
-	for _, must := range []string{"budget", "budget/admission", "budget/credential", "budget/outage", "api", "web", "cmd/tokengate"} {
+	for _, must := range []string{"budget", "budget/admission", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
 		if !seen[must] {
 			t.Errorf("no import of %s was checked (read %v)", must, read)
 		}

@@ -17,9 +17,8 @@ import (
 
 	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
-	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -61,11 +60,12 @@ func BenchmarkProxyAddedLatency(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(fastUpstream))
 	defer up.Close()
 	upURL, _ := url.Parse(up.URL)
-	adm := admission.New(admission.Config{Store: store, Pool: pool})
-	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: adm})
-	defer guard.Close()
-	p := proxy.New(proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", Admitter: adm, Guard: guard,
-		Estimator: estimator.New(nil), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rep.Close()
+	p := proxy.New(rep, proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream"})
 	px := httptest.NewServer(p)
 	defer px.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}

@@ -20,6 +20,7 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -51,7 +52,12 @@ func startReplicas(t *testing.T, n int, conns int32) *cluster {
 // startReplica starts one server on pool and returns its base URL.
 func startReplica(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
-	srv, err := api.New(&api.Config{DB: pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	rep, err := replica.New(replica.Config{DB: pool, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	srv, err := api.New(rep, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/web"
 )
 
@@ -21,9 +22,9 @@ var (
 func setupAlerts(t *testing.T) (*testBundle, *alert.Store) {
 	t.Helper()
 	var alerts *alert.Store
-	b := setup(t, func(cfg *web.Config) {
-		alerts = alert.NewStore(cfg.DB, alertKey)
-		cfg.Alerts = alerts
+	b := setup(t, func(rc *replica.Config, _ *web.Config) {
+		alerts = alert.NewStore(rc.DB, alertKey)
+		rc.Alerts = alerts
 	})
 	return b, alerts
 }

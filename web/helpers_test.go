@@ -15,11 +15,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/web"
@@ -56,12 +56,13 @@ type testBundle struct {
 	est         *estimator.Estimator
 	rejections  *budget.Rejections
 	srv         *api.Server
+	rep         *replica.Replica
 	logs        *syncBuffer
 	admin       credential.AdminToken
 	adminSecret string
 }
 
-func setup(t *testing.T, configure func(*web.Config)) *testBundle {
+func setup(t *testing.T, configure func(*replica.Config, *web.Config)) *testBundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	b := &testBundle{
@@ -72,23 +73,22 @@ func setup(t *testing.T, configure func(*web.Config)) *testBundle {
 		logs:       &syncBuffer{},
 	}
 	logger := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := api.New(&api.Config{
-		DB:         pool,
-		Logger:     logger,
-		Budget:     b.store,
-		Estimator:  b.est,
-		Rejections: b.rejections,
-		Registry:   prometheus.NewRegistry(),
-	})
+	rc := &replica.Config{DB: pool, Logger: logger, Store: b.store, Estimator: b.est, Rejections: b.rejections}
+	cfg := &web.Config{}
+	if configure != nil {
+		configure(rc, cfg)
+	}
+	rep, err := replica.New(*rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cfg := &web.Config{DB: pool, Store: b.store, Estimator: b.est, Logger: logger}
-	if configure != nil {
-		configure(cfg)
+	srv, err := api.New(rep, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	dash, err := web.New(cfg)
+	t.Cleanup(func() { _ = srv.Close(); rep.Close() })
+	b.rep = rep
+	dash, err := web.New(rep, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

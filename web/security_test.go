@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/web"
 )
 
@@ -66,7 +67,7 @@ func TestUnauthenticatedPagesRedirectToLogin(t *testing.T) {
 
 func TestLoginRefusesTenantKeysAndBadTokens(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(cfg *web.Config) { cfg.LoginFailuresPerMinute = 100 })
+	b := setup(t, func(_ *replica.Config, cfg *web.Config) { cfg.LoginFailuresPerMinute = 100 })
 	tenantKey := b.tenant(t, "acme", limits(1000, "1"))
 	revoked, revokedSecret, err := credential.AdminTokenCreate(ctx, b.pool, "former")
 	if err != nil {
@@ -139,7 +140,7 @@ func TestRevokingTheTokenEndsItsSessions(t *testing.T) {
 
 func TestFailedLoginsAreRateLimited(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(cfg *web.Config) { cfg.LoginFailuresPerMinute = 3 })
+	b := setup(t, func(_ *replica.Config, cfg *web.Config) { cfg.LoginFailuresPerMinute = 3 })
 	c := b.client(t, "192.0.2.6")
 	for i := range 3 {
 		if rec := c.login("tga_wrong"); rec.Code != http.StatusUnauthorized {

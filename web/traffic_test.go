@@ -32,7 +32,7 @@ func TestProxyTrafficShowsLikeDirect(t *testing.T) {
 	}))
 	defer up.Close()
 	upURL, _ := url.Parse(up.URL)
-	px := httptest.NewServer(proxy.New(proxy.Config{Upstream: upURL, Admitter: b.srv.Admitter(), Guard: b.srv.Guard(), Estimator: b.est}))
+	px := httptest.NewServer(proxy.New(b.rep, proxy.Config{Upstream: upURL}))
 	defer px.Close()
 	api := httptest.NewServer(b.srv)
 	defer api.Close()

@@ -16,31 +16,19 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 )
 
 // Config configures a Dashboard. DB is required; nil or zero fields take
 // defaults.
 type Config struct {
-	// DB is the pool shared with the API: sessions, keys, ledger, models.
-	DB *pgxpool.Pool
-	// Store changes tenants. Defaults to a budget.Store on DB.
-	Store *budget.Store
-	// Estimator is the one the API estimates with, so that a model saved
-	// here applies in this replica at once (others follow within their
-	// refresh interval). Defaults to a new one on the seeded table.
-	Estimator *estimator.Estimator
-	// Logger receives the dashboard's own errors. Defaults to slog.Default().
-	Logger *slog.Logger
 	// SessionTTL is how long a login lasts. Defaults to 12 h.
 	SessionTTL time.Duration
 	// LoginFailuresPerMinute is how many failed logins one client address
 	// may make per minute (also the burst); past it the login answers 429
 	// without checking the token. Defaults to 10.
 	LoginFailuresPerMinute int
-	// Alerts manages alert endpoints, rules and events. Defaults to a
-	// store on DB without a key (endpoints cannot be created).
-	Alerts *alert.Store
 }
 
 // Dashboard serves the admin pages. Build it with New and add its routes to
@@ -59,31 +47,25 @@ type Dashboard struct {
 	origin *http.CrossOriginProtection
 }
 
-// New parses the embedded templates and returns a Dashboard.
-func New(cfg *Config) (*Dashboard, error) {
-	if cfg == nil || cfg.DB == nil {
-		return nil, errors.New("web: Config.DB is required")
+// New parses the embedded templates and returns a Dashboard on the
+// replica's services: the estimator is the one the API estimates with, so
+// that a model saved here applies in this replica at once (others follow
+// within their refresh interval).
+func New(rep *replica.Replica, cfg *Config) (*Dashboard, error) {
+	if rep == nil {
+		return nil, errors.New("web: a replica is required")
+	}
+	if cfg == nil {
+		cfg = &Config{}
 	}
 	d := &Dashboard{
-		db:     cfg.DB,
-		store:  cfg.Store,
-		alerts: cfg.Alerts,
-		est:    cfg.Estimator,
-		logger: cfg.Logger,
+		db:     rep.DB,
+		store:  rep.Store,
+		alerts: rep.Alerts,
+		est:    rep.Estimator,
+		logger: rep.Logger,
 		ttl:    cfg.SessionTTL,
 		origin: http.NewCrossOriginProtection(),
-	}
-	if d.store == nil {
-		d.store = budget.NewStore(cfg.DB)
-	}
-	if d.est == nil {
-		d.est = estimator.New(nil)
-	}
-	if d.alerts == nil {
-		d.alerts = alert.NewStore(cfg.DB, nil)
-	}
-	if d.logger == nil {
-		d.logger = slog.Default()
 	}
 	if d.ttl <= 0 {
 		d.ttl = 12 * time.Hour

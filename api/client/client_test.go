@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/client"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -40,7 +40,12 @@ func setup(t *testing.T, limits budget.Limits) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	srv, err := api.New(&api.Config{DB: pool, Budget: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Registry: prometheus.NewRegistry()})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	srv, err := api.New(rep, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,8 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
-	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -50,10 +49,12 @@ func setupEdge(t *testing.T, bodyLimit int64) *edgeBundle {
 	}))
 	t.Cleanup(up.Close)
 	upURL, _ := url.Parse(up.URL)
-	a := admission.New(admission.Config{Store: store, Pool: pool})
-	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a})
-	t.Cleanup(guard.Close)
-	p := proxy.New(proxy.Config{Upstream: upURL, Admitter: a, Guard: guard, Estimator: estimator.New(nil), BodyLimit: bodyLimit})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	p := proxy.New(rep, proxy.Config{Upstream: upURL, BodyLimit: bodyLimit})
 	srv := httptest.NewUnstartedServer(p)
 	api.HTTPTimeouts{BodyRead: 300 * time.Millisecond, Drain: 100 * time.Millisecond}.Apply(srv.Config)
 	srv.Start()

@@ -15,7 +15,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
@@ -32,6 +31,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -50,8 +50,8 @@ var kinds = map[string]kind{
 	"/v1/completions":      completions,
 }
 
-// Config configures a Proxy. Upstream, Admitter, Guard and Estimator are
-// required.
+// Config configures a Proxy's HTTP concerns; its domain services are the
+// replica's. Upstream is required.
 type Config struct {
 	// Upstream is the provider's base URL (the path of each call is
 	// appended), e.g. https://api.openai.com.
@@ -59,9 +59,6 @@ type Config struct {
 	// UpstreamKey is sent to the upstream as its bearer token; the tenant's
 	// key never leaves tokengate.
 	UpstreamKey string
-	Admitter    *admission.Admitter
-	Guard       *credential.Guard
-	Estimator   *estimator.Estimator
 	// Client calls the upstream. Default: no overall timeout (streams run
 	// long), 30 s to connect and to get the response headers.
 	Client *http.Client
@@ -70,21 +67,24 @@ type Config struct {
 	// behind a load balancer, pass the API's (api.Server.ClientAddr), which
 	// reads X-Forwarded-For from trusted proxies.
 	ClientAddr func(*http.Request) string
-	// BodyLimit bounds a request body. Default 4 MiB.
+	// BodyLimit bounds a request body. Default
+	// estimator.DefaultMaxRequestBytes.
 	BodyLimit int64
-	Logger    *slog.Logger
-	// Registerer receives the proxy's metrics. Nil registers none.
-	Registerer prometheus.Registerer
 }
 
 // Proxy is the OpenAI-compatible face.
 type Proxy struct {
-	cfg   Config
-	calls *prometheus.CounterVec
+	cfg       Config
+	admitter  *admission.Admitter
+	guard     *credential.Guard
+	estimator *estimator.Estimator
+	logger    *slog.Logger
+	calls     *prometheus.CounterVec
 }
 
-// New returns a Proxy.
-func New(cfg Config) *Proxy {
+// New returns a Proxy on the replica's services; its metrics join the
+// replica's registry.
+func New(rep *replica.Replica, cfg Config) *Proxy {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
@@ -100,16 +100,12 @@ func New(cfg Config) *Proxy {
 	if cfg.ClientAddr == nil {
 		cfg.ClientAddr = peerAddr
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	p := &Proxy{cfg: cfg, calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tokengate_proxy_calls_total",
-		Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, upstream_error).",
-	}, []string{"outcome"})}
-	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(p.calls)
-	}
+	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokengate_proxy_calls_total",
+			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, upstream_error).",
+		}, []string{"outcome"})}
+	rep.Registry.MustRegister(p.calls)
 	return p
 }
 
@@ -126,7 +122,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	principal, err := p.cfg.Guard.TenantDeferred(ctx, p.cfg.ClientAddr(r), bearer(r))
+	principal, err := p.guard.TenantDeferred(ctx, p.cfg.ClientAddr(r), bearer(r))
 	if err != nil {
 		p.calls.WithLabelValues("refused").Inc()
 		writeDomainError(w, err)
@@ -145,7 +141,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, err := estimator.Parse(body)
 	var est estimator.Estimate
 	if err == nil {
-		est, err = p.cfg.Estimator.Estimate(req)
+		est, err = p.estimator.Estimate(req)
 	}
 	var inv *estimator.InvalidError
 	if errors.As(err, &inv) {
@@ -175,13 +171,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		stripUsage = true
 	}
-	hash := sha256.Sum256(body)
-	res, _, err := p.cfg.Admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceProxy, Start: start,
+	res, _, err := p.admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
+		Face: admission.FaceProxy, Start: start, Body: body,
 		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
-			RequestHash: hash[:], Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
+			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
-		p.calls.WithLabelValues("refused").Inc()
+		outcome := "refused"
+		if inv := (*budget.InvalidError)(nil); errors.As(err, &inv) {
+			outcome = "invalid" // counted as an invalid admission by the admission layer
+		}
+		p.calls.WithLabelValues(outcome).Inc()
 		writeDomainError(w, err)
 		return
 	}
@@ -276,23 +275,23 @@ func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 // an upstream's error, and would charge the tenant without bound: it is
 // clamped to the bound, logged, and counted as outcome usage_clamped.
 func (c *call) settle(in, out, cached int64) {
-	table := c.p.cfg.Estimator.Table()
+	table := c.p.estimator.Table()
 	m, _ := table.Lookup(c.est.Model)
 	eff := m.EffectiveInput(in, min(max(cached, 0), in))
 	cin, cout, clamped := budget.ClampUsage(c.est, table, eff, out)
 	if clamped {
 		maxOut, maxTotal := budget.UsageBounds(c.est, table)
-		c.p.cfg.Logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
+		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
 			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", in, "output_tokens", out,
 			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", cin, "settled_output", cout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err := c.p.cfg.Admitter.Settle(ctx, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
+	_, _, err := c.p.admitter.Settle(ctx, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
 		InputTokens: cin, OutputTokens: cout, Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.
-		c.p.cfg.Logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
+		c.p.logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
 		return
 	}
 	if clamped {
@@ -305,9 +304,9 @@ func (c *call) settle(in, out, cached int64) {
 func (c *call) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := c.p.cfg.Admitter.Release(ctx, budget.ReleaseParams{TenantID: c.principal.TenantID,
+	if _, _, err := c.p.admitter.Release(ctx, budget.ReleaseParams{TenantID: c.principal.TenantID,
 		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID}); err != nil {
-		c.p.cfg.Logger.Error("proxy release failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
+		c.p.logger.Error("proxy release failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
 		return
 	}
 	c.p.calls.WithLabelValues("released").Inc()
@@ -415,7 +414,10 @@ func writeDomainError(w http.ResponseWriter, err error) {
 	var rej *budget.RejectedError
 	var tl *budget.TooLargeError
 	var thr *credential.ThrottledError
+	var inv *budget.InvalidError
 	switch {
+	case errors.As(err, &inv):
+		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Field, inv.Reason)
 	case errors.As(err, &rej):
 		setRateHeaders(w.Header(), rej.Snapshot)
 		ms := budget.RetryAfterMillis(rej.RetryAfter)
@@ -458,5 +460,5 @@ func setRateHeaders(h http.Header, snap budget.Snapshot) {
 // the proxy's calls and, like every face's, in the admissions.
 func (p *Proxy) invalid(start time.Time) {
 	p.calls.WithLabelValues("invalid").Inc()
-	p.cfg.Admitter.Invalid(admission.FaceProxy, start)
+	p.admitter.Invalid(admission.FaceProxy, start)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -105,10 +106,13 @@ func setup(t testing.TB, limits budget.Limits) *bundle {
 	upURL, _ := url.Parse(upSrv.URL)
 	reg := prometheus.NewRegistry()
 	rejections := budget.NewRejections(pool)
-	a := admission.New(admission.Config{Store: store, Pool: pool, Registerer: reg, Rejections: rejections})
-	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a})
-	t.Cleanup(guard.Close)
-	p := proxy.New(proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", Admitter: a, Guard: guard, Estimator: est, Registerer: reg})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Estimator: est, Registry: reg, Rejections: rejections})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	a := rep.Admitter
+	p := proxy.New(rep, proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream"})
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
@@ -569,8 +573,13 @@ func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	_, lb, _ := net.ParseCIDR("127.0.0.0/8") // the test's connections
-	srv, err := api.New(&api.Config{DB: pool, Budget: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Registry: prometheus.NewRegistry(), TrustedProxies: []*net.IPNet{lb}, AuthFailuresPerSecond: 0.001, AuthFailureBurst: 3})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		AuthFailuresPerSecond: 0.001, AuthFailureBurst: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	srv, err := api.New(rep, &api.Config{TrustedProxies: []*net.IPNet{lb}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,8 +593,7 @@ func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 	}
 	wrong := key[:strings.LastIndex(key, "_")+1] + strings.Repeat("a", len(key)-strings.LastIndex(key, "_")-1)
 	upURL, _ := url.Parse("http://127.0.0.1:1")
-	px := httptest.NewServer(proxy.New(proxy.Config{Upstream: upURL, Admitter: srv.Admitter(), Guard: srv.Guard(),
-		ClientAddr: srv.ClientAddr, Estimator: estimator.New(nil)}))
+	px := httptest.NewServer(proxy.New(rep, proxy.Config{Upstream: upURL, ClientAddr: srv.ClientAddr}))
 	defer px.Close()
 	guess := func(from string) int {
 		req, _ := http.NewRequest(http.MethodPost, px.URL+"/v1/chat/completions", strings.NewReader(`{}`))

@@ -146,7 +146,7 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
 	// The stream ended without its usage: it broke, or the client left.
 	// The prompt was read; the output is what was streamed.
 	out := int64(0)
-	if m, _ := c.p.cfg.Estimator.Table().Lookup(c.est.Model); m.Encoding != "" {
+	if m, _ := c.p.estimator.Table().Lookup(c.est.Model); m.Encoding != "" {
 		if n, err := estimator.CountText(m.Encoding, streamed.String()); err == nil {
 			out = int64(n)
 		}

@@ -5,34 +5,20 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strings"
 )
 
-// maxIdempotencyKey bounds the Idempotency-Key header, as the API does.
-const maxIdempotencyKey = 255
-
-// idempotencyKey is the call's Idempotency-Key: none, or 1 to 255
-// printable ASCII characters without spaces (it is stored, and a control
-// character or NUL cannot be). A bad key is the caller's 400: dropping it
-// would silently lose the retry protection the caller asked for.
+// idempotencyKey is the Idempotency-Key header, sent at most once (else
+// the reason it is refused). Its form is the domain's rule, which the
+// admission layer applies to every face.
 func idempotencyKey(r *http.Request) (string, string) {
 	values := r.Header.Values("Idempotency-Key")
-	switch {
-	case len(values) == 0:
-		return "", ""
-	case len(values) > 1:
+	if len(values) > 1 {
 		return "", "send the header once"
 	}
-	k := strings.TrimSpace(values[0])
-	if k == "" || len(k) > maxIdempotencyKey {
-		return "", "must be 1 to 255 characters"
+	if len(values) == 0 {
+		return "", ""
 	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x21 || k[i] > 0x7e {
-			return "", "must be printable ASCII without spaces or control characters"
-		}
-	}
-	return k, ""
+	return values[0], ""
 }
 
 // readBody reads a call's body within limit. Its failure is answered: 413

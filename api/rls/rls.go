@@ -15,7 +15,6 @@ package rls
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"math"
@@ -35,6 +34,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -49,37 +49,23 @@ const (
 // maxHits bounds the cost of one descriptor.
 const maxHits = 1_000_000_000
 
-// Store is what the service needs of the store besides the admission layer.
-type Store interface {
-	AdmissionByKey(ctx context.Context, tenantID, key string) (*budget.Admission, error)
-}
-
-// Config configures a Server. Admitter, Store and Guard are required.
-type Config struct {
-	Admitter  *admission.Admitter
-	Store     Store
-	Guard     *credential.Guard
-	Estimator *estimator.Estimator // resolves model families (their failure policy); nil: none
-	Logger    *slog.Logger
-	// Registerer receives the service's metrics. Nil registers none.
-	Registerer prometheus.Registerer
-}
-
 // Server implements RateLimitServiceServer.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg     Config
-	calls   *prometheus.CounterVec
-	refused *prometheus.CounterVec
+	admitter  *admission.Admitter
+	store     *budget.Store
+	guard     *credential.Guard
+	estimator *estimator.Estimator // resolves model families (their failure policy)
+	logger    *slog.Logger
+	calls     *prometheus.CounterVec
+	refused   *prometheus.CounterVec
 }
 
-// New returns a Server.
-func New(cfg Config) *Server {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+// New returns a Server on the replica's services; its metrics join the
+// replica's registry.
+func New(rep *replica.Replica) *Server {
 	s := &Server{
-		cfg: cfg,
+		admitter: rep.Admitter, store: rep.Store, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_rls_calls_total",
 			Help: "ShouldRateLimit calls by phase (request, response) and outcome (ok, over_limit, error).",
@@ -89,9 +75,7 @@ func New(cfg Config) *Server {
 			Help: "ShouldRateLimit calls answered OVER_LIMIT without a decision: unauthenticated, or naming a tenant outside the gateway's scope.",
 		}, []string{"reason"}),
 	}
-	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.calls, s.refused)
-	}
+	rep.Registry.MustRegister(s.calls, s.refused)
 	return s
 }
 
@@ -141,8 +125,15 @@ func parse(req *rlsv3.RateLimitRequest) ([]descriptor, error) {
 		if x.response && x.requestID == "" {
 			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": phase=response needs a " + EntryRequestID + " entry")
 		}
-		if len(x.requestID) > 200 || len(x.model) > 256 {
-			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": request_id or model too long")
+		if x.requestID != "" {
+			// It keys the reservation: the domain's rule for idempotency
+			// keys, leaving room for the face's prefix.
+			if problem := budget.IdempotencyKeyProblem(key(x.requestID)); problem != "" {
+				return nil, errors.New("descriptor " + strconv.Itoa(i) + ": " + EntryRequestID + " " + problem + " (" + strconv.Itoa(budget.MaxIdempotencyKey-len(key(""))) + " at most)")
+			}
+		}
+		if len(x.model) > 256 {
+			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": model too long")
 		}
 		// Hits: the descriptor's own, else the call's; an unset call
 		// value means 1, as for Envoy's own service.
@@ -178,7 +169,7 @@ func (s *Server) gatewayOf(ctx context.Context) (credential.Gateway, error) {
 			addr = addr[:i]
 		}
 	}
-	return s.cfg.Guard.Gateway(ctx, addr, presented)
+	return s.guard.Gateway(ctx, addr, presented)
 }
 
 // ShouldRateLimit decides a gateway's call: OK (admitted, or settled) or
@@ -221,6 +212,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		}
 		st, snap, rej, err := s.decide(ctx, gw, d)
 		var tl *budget.TooLargeError
+		var inv *budget.InvalidError
 		switch {
 		case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
 			// Denied like a refusal, with nothing decided.
@@ -229,7 +221,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil))
 			continue
-		case errors.As(err, &tl), errors.Is(err, budget.ErrIdempotencyMismatch),
+		case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
 			errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
 			// The caller's own mistake (usage no request could produce, for
 			// one): nothing moved, and retrying will not help.
@@ -283,7 +275,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		if d.requestID == "" {
 			return decided{}, nil, nil, nil // nothing names a reservation: nothing to correct
 		}
-		a, err := s.cfg.Store.AdmissionByKey(ctx, d.tenant, key(d.requestID))
+		a, err := s.store.AdmissionByKey(ctx, d.tenant, key(d.requestID))
 		if errors.Is(err, budget.ErrAdmissionNotFound) {
 			return decided{}, nil, nil, nil // its reservation was refused, or is older than 24 h
 		}
@@ -294,7 +286,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		if d.negative {
 			actual = max(0, a.Estimate.Cost-d.hits)
 		}
-		st, _, err := s.cfg.Admitter.Settle(ctx, budget.SettleParams{TenantID: d.tenant, AdmissionID: a.ID, InputTokens: actual, Actor: actor})
+		st, _, err := s.admitter.Settle(ctx, budget.SettleParams{TenantID: d.tenant, AdmissionID: a.ID, InputTokens: actual, Actor: actor})
 		switch {
 		case errors.Is(err, budget.ErrConflict):
 			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
@@ -312,10 +304,11 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 	if d.requestID != "" {
 		// The request id keys the reservation: Envoy retrying the call
 		// gets the same one, and the stream-end call finds it.
-		h := sha256.Sum256([]byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10)))
-		p.IdempotencyKey, p.RequestHash = key(d.requestID), h[:]
+		p.IdempotencyKey = key(d.requestID)
 	}
-	r, _, err := s.cfg.Admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS})
+	// The descriptor is the request: Envoy retrying it sends the same one.
+	body := []byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10))
+	r, _, err := s.admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS, Body: body})
 	var rej *budget.RejectedError
 	if errors.As(err, &rej) {
 		return decided{}, &rej.Snapshot, rej, nil
@@ -328,18 +321,18 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 
 func (s *Server) releaseAll(ctx context.Context, gw credential.Gateway, admitted []admittedAt) {
 	for _, a := range admitted {
-		if _, _, err := s.cfg.Admitter.Release(context.WithoutCancel(ctx), budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id,
+		if _, _, err := s.admitter.Release(context.WithoutCancel(ctx), budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id,
 			Actor: "gateway:" + gw.Name}); err != nil {
-			s.cfg.Logger.Warn("release after a refused descriptor", "admission", a.id, "error", err.Error())
+			s.logger.Warn("release after a refused descriptor", "admission", a.id, "error", err.Error())
 		}
 	}
 }
 
 func (s *Server) family(model string) string {
-	if s.cfg.Estimator == nil || model == "" {
+	if model == "" {
 		return model
 	}
-	if m, known := s.cfg.Estimator.Table().Lookup(model); known {
+	if m, known := s.estimator.Table().Lookup(model); known {
 		return m.Name
 	}
 	return model

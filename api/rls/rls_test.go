@@ -25,6 +25,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -53,9 +54,14 @@ func setup(t *testing.T) *bundle {
 	store := budget.NewStore(pool)
 	reg := prometheus.NewRegistry()
 	rejections := budget.NewRejections(pool)
-	a := admission.New(admission.Config{Store: store, Pool: pool, Registerer: reg, Rejections: rejections})
-	guard := credential.NewGuard(credential.GuardConfig{DB: pool, Health: a, FailuresPerSecond: 1000, Burst: 1000})
-	srv := rls.New(rls.Config{Admitter: a, Store: store, Guard: guard, Registerer: reg})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Registry: reg, Rejections: rejections,
+		AuthFailuresPerSecond: 1000, AuthFailureBurst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rep.Close)
+	a := rep.Admitter
+	srv := rls.New(rep)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -242,6 +243,28 @@ type Request struct {
 	// Start is when the face took the request, so that the latency
 	// counts its estimation; zero means when Reserve was called.
 	Start time.Time
+	// Body is the request as its face received it (an HTTP body; for the
+	// rate limit service, the descriptor that names the request). With an
+	// IdempotencyKey and no RequestHash, its SHA-256 is the request's
+	// fingerprint: a retry with the same key and body is answered with the
+	// first admission, the key with another body is a mismatch.
+	Body []byte
+}
+
+// prepare applies the rules every face's request follows before it is
+// decided: the idempotency key's form, and the request's fingerprint.
+func (r *Request) prepare() error {
+	if r.IdempotencyKey == "" {
+		return nil
+	}
+	if problem := budget.IdempotencyKeyProblem(r.IdempotencyKey); problem != "" {
+		return &budget.InvalidError{Field: "Idempotency-Key", Reason: problem}
+	}
+	if r.RequestHash == nil {
+		h := sha256.Sum256(r.Body)
+		r.RequestHash = h[:]
+	}
+	return nil
 }
 
 // Reserve decides a request through the store, or, when the store does not
@@ -255,6 +278,10 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	start := req.Start
 	if start.IsZero() {
 		start = time.Now()
+	}
+	if err := req.prepare(); err != nil {
+		a.Invalid(req.Face, start)
+		return nil, false, err
 	}
 	r, local, err := a.reserve(ctx, req)
 	a.count(ctx, req.Face, start, r, err)

@@ -31,6 +31,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 	"github.com/tokengate/tokengate/web"
@@ -223,14 +224,11 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 
 	est := estimator.New(nil)
-	store := budget.NewStore(pool).WithModels(est.Table)
-	defer store.Close()
 	refresh := &estimator.Refresh{Estimator: est, DB: pool}
 	if err := refresh.Once(ctx); err != nil {
 		return err
 	}
-	rejections := budget.NewRejections(pool)
-	replica, err := s.replicaID()
+	replicaID, err := s.replicaID()
 	if err != nil {
 		return err
 	}
@@ -238,7 +236,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	local, err := s.local(logger, replica)
+	local, err := s.local(logger, replicaID)
 	if err != nil {
 		return err
 	}
@@ -249,35 +247,36 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	srv, err := api.New(&api.Config{
-		DB:                 pool,
-		Logger:             logger,
-		BodyLimit:          s.BodyLimit,
-		ShutdownTimeout:    s.ShutdownTimeout,
-		Timeouts:           s.httpTimeouts(),
-		Budget:             store,
-		Estimator:          est,
-		MaxWaiters:         s.MaxWaiters,
-		Rejections:         rejections,
-		OnStoreUnavailable: budget.Policy(s.OnStoreUnavailable),
-		Local:              local,
-		StoreTimeout:       s.StoreTimeout,
-		TrustedProxies:     proxies,
-		Pipelines:          s.Pipelines,
-		Alerts:             alerts,
+	// The replica's domain services, built once and handed to every face:
+	// the HTTP API, the dashboard, the proxy and the rate limit service
+	// admit through one admission layer and authenticate through one guard.
+	rep, err := replica.New(replica.Config{
+		DB: pool, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
+		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
+		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines,
+	})
+	if err != nil {
+		return err
+	}
+	defer rep.Close()
+	srv, err := api.New(rep, &api.Config{
+		BodyLimit:       s.BodyLimit,
+		ShutdownTimeout: s.ShutdownTimeout,
+		Timeouts:        s.httpTimeouts(),
+		TrustedProxies:  proxies,
 	})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	dash, err := web.New(&web.Config{DB: pool, Store: store, Estimator: est, Logger: logger, Alerts: alerts})
+	dash, err := web.New(rep, nil)
 	if err != nil {
 		return err
 	}
 	dash.Register(srv.Echo())
 
-	watch := &budget.Watch{Store: store, Logger: logger, Alerts: alerts}
-	srv.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	watch := &budget.Watch{Store: rep.Store, Logger: logger, Alerts: alerts}
+	rep.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tokengate_ledger_invariant_violations",
 		Help: "Tenants whose stored balance or chain head disagreed with their ledger at the last check (should be 0).",
 	}, func() float64 { return float64(watch.Violations()) }))
@@ -292,23 +291,23 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		bg.Go(func() error { every(bgCtx, d, logger, what, fn); return nil })
 	}
 	periodic(s.SweepInterval, "expiry sweep", func(ctx context.Context) error {
-		n, err := srv.Admitter().SweepOnce(ctx)
+		n, err := rep.Admitter.SweepOnce(ctx)
 		if n > 0 {
 			logger.Info("expired reservations", "count", n)
 		}
 		return err
 	})
 	periodic(s.ModelRefresh, "model refresh", refresh.Once)
-	periodic(5*time.Second, "rejection tallies", rejections.Tick)
+	periodic(5*time.Second, "rejection tallies", rep.Rejections.Tick)
 	periodic(s.WatchInterval, "ledger invariant watch", watch.Check)
-	bg.Go(func() error { s.Alerts.run(bgCtx, alerts, replica, logger); return nil })
-	periodic(500*time.Millisecond, "store recovery", func(ctx context.Context) error { srv.Admitter().RecoverOnce(ctx); return nil })
+	bg.Go(func() error { s.Alerts.run(bgCtx, alerts, replicaID, logger); return nil })
+	periodic(500*time.Millisecond, "store recovery", func(ctx context.Context) error { rep.Admitter.RecoverOnce(ctx); return nil })
 	defer func() {
 		stopBackground()
 		_ = bg.Wait()
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := rejections.Flush(fctx); err != nil { // the last tallies
+		if err := rep.Rejections.Flush(fctx); err != nil { // the last tallies
 			logger.Warn("flush rejection tallies", "error", err.Error())
 		}
 	}()
@@ -319,8 +318,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 			return fmt.Errorf("--rls-addr %s: %w", s.RLSAddr, err)
 		}
 		gs := grpc.NewServer(rls.ServerOptions()...)
-		rlsv3.RegisterRateLimitServiceServer(gs, rls.New(rls.Config{Admitter: srv.Admitter(), Store: store, Guard: srv.Guard(),
-			Estimator: est, Logger: logger, Registerer: srv.Registry()}))
+		rlsv3.RegisterRateLimitServiceServer(gs, rls.New(rep))
 		go func() {
 			if err := gs.Serve(rlsLn); err != nil {
 				logger.Error("rate limit service stopped", "error", err.Error())
@@ -330,7 +328,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		fmt.Fprintf(g.stderr, "tokengate rate limit service (gRPC) on %s\n", rlsLn.Addr())
 	}
 	if s.ProxyAddr != "" {
-		stopProxy, err := s.serveProxy(g, logger, srv, est)
+		stopProxy, err := s.serveProxy(g, rep, srv)
 		if err != nil {
 			return err
 		}

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/budget/replica"
 )
 
 // serveProxy starts the OpenAI-compatible proxy (serve --proxy-addr) on the
@@ -19,7 +18,8 @@ import (
 // pipelines, failure policies and spool with the HTTP API and the rate
 // limit service. The returned stop lets streams in flight finish, and
 // settle, for up to the shutdown timeout.
-func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, est *estimator.Estimator) (func(), error) {
+func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) (func(), error) {
+	logger := rep.Logger
 	upstream, err := url.Parse(s.Upstream)
 	if s.Upstream == "" || err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
 		return nil, fmt.Errorf("--proxy-addr needs --upstream, an http(s) URL (got %q)", s.Upstream)
@@ -28,8 +28,7 @@ func (s serveCmd) serveProxy(g *globals, logger *slog.Logger, srv *api.Server, e
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-addr %s: %w", s.ProxyAddr, err)
 	}
-	p := proxy.New(proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, Admitter: srv.Admitter(), Guard: srv.Guard(),
-		ClientAddr: srv.ClientAddr, Estimator: est, BodyLimit: s.BodyLimit, Logger: logger, Registerer: srv.Registry()})
+	p := proxy.New(rep, proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, ClientAddr: srv.ClientAddr, BodyLimit: s.BodyLimit})
 	hs := &http.Server{Handler: p}
 	s.httpTimeouts().Apply(hs)
 	go func() {

@@ -1,0 +1,146 @@
+// Package replica builds one tokengate replica's domain services, once:
+// the store, the estimator, the admission layer, the credential guard, the
+// alerts, the rejection tallies and the metrics registry. cmd builds a
+// Replica and hands the same one to every face (the HTTP API, the
+// dashboard, the OpenAI-compatible proxy, the Envoy rate limit service), so
+// that every face admits through one admission layer, authenticates
+// through one guard (one failed-authentication limiter, one key cache) and
+// counts into one registry. A face translates; it never builds a domain
+// service of its own.
+package replica
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// Config configures a Replica. Zero fields take defaults; DB is required.
+type Config struct {
+	// DB is the pool every replica shares state through. It belongs to
+	// the caller.
+	DB *pgxpool.Pool
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registry collects the replica's metrics, served by the HTTP API at
+	// /metrics. Defaults to a new registry with the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+	// Estimator estimates request costs. Defaults to the seeded model
+	// table.
+	Estimator *estimator.Estimator
+	// Store decides admissions. Defaults to a budget.Store on DB that
+	// reads the Estimator's model table.
+	Store *budget.Store
+	// Admissions is what the admission layer decides, sweeps and replays
+	// through. Defaults to Store; tests wrap Store here to inject faults.
+	Admissions admission.Store
+	// Alerts manages alert endpoints, rules and events. Defaults to a
+	// store on DB without a key (endpoints cannot be created).
+	Alerts *alert.Store
+	// Rejections tallies refusals for the dashboard and the throttled
+	// alerts. Defaults to tallies on DB (the caller runs their Tick).
+	Rejections *budget.Rejections
+	// Local decides under the local policy; nil makes local act as reject.
+	Local *outage.Local
+	// DefaultPolicy is the failure policy when neither the model nor the
+	// tenant has one. Default reject.
+	DefaultPolicy budget.Policy
+	// StoreTimeout bounds how long a decision waits for its turn in this
+	// replica, then each of its round trips, and a credential lookup.
+	// Default budget.DefaultStoreTimeout.
+	StoreTimeout time.Duration
+	// MaxWaiters bounds, per tenant, the callers waiting for tokens.
+	// Default admission.DefaultMaxWaiters.
+	MaxWaiters int
+	// Pipelines is how many decision transactions the replica keeps in
+	// flight at once. Default 2.
+	Pipelines int
+	// AuthFailuresPerSecond and AuthFailureBurst size the failed
+	// authentication limiter's buckets. Default 5 and 20.
+	AuthFailuresPerSecond float64
+	AuthFailureBurst      int
+}
+
+// Replica is one replica's domain services. Its fields are set by New and
+// shared by every face; they are safe for concurrent use.
+type Replica struct {
+	DB         *pgxpool.Pool
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry
+	Estimator  *estimator.Estimator
+	Store      *budget.Store
+	Admitter   *admission.Admitter
+	Guard      *credential.Guard
+	Alerts     *alert.Store
+	Rejections *budget.Rejections
+}
+
+// New builds a replica's services. It starts nothing: the periodic work
+// (expiry sweeps, store recovery, tallies, model refresh) is the caller's
+// to run, on the Admitter, Rejections and Estimator.
+func New(cfg Config) (*Replica, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("replica: Config.DB is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if cfg.Estimator == nil {
+		cfg.Estimator = estimator.New(nil)
+	}
+	if cfg.Store == nil {
+		cfg.Store = budget.NewStore(cfg.DB).WithModels(cfg.Estimator.Table)
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.NewStore(cfg.DB, nil)
+	}
+	if cfg.Rejections == nil {
+		cfg.Rejections = budget.NewRejections(cfg.DB)
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = budget.DefaultStoreTimeout
+	}
+	if cfg.Admissions == nil {
+		cfg.Admissions = cfg.Store
+	}
+	est := cfg.Estimator
+	adm := admission.New(admission.Config{
+		Store: cfg.Admissions, Pool: cfg.DB, Local: cfg.Local, DefaultPolicy: cfg.DefaultPolicy,
+		ModelPolicyFunc: func(family string) budget.Policy {
+			m, _ := est.Table().Get(family)
+			return budget.Policy(m.OnStoreUnavailable)
+		},
+		StoreTimeout: cfg.StoreTimeout, MaxWaiters: cfg.MaxWaiters, Pipelines: cfg.Pipelines,
+		Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
+	})
+	guard := credential.NewGuard(credential.GuardConfig{DB: cfg.DB, Health: adm,
+		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
+		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
+	return &Replica{
+		DB: cfg.DB, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
+		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections,
+	}, nil
+}
+
+// Close waits for the guard's background writes and closes the store's
+// probe connection. The pool belongs to the caller.
+func (r *Replica) Close() {
+	r.Guard.Close()
+	r.Store.Close()
+}
