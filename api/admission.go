@@ -306,7 +306,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	st, journaled, err := s.admitter.Settle(c.Request().Context(), budget.SettleParams{
+	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, budget.SettleParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: u.out, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
@@ -337,7 +337,7 @@ func (s *Server) releaseAdmission(c *echo.Context) error {
 	if _, err := readBody(c); err != nil {
 		return err
 	}
-	st, journaled, err := s.admitter.Release(c.Request().Context(), budget.ReleaseParams{
+	st, journaled, err := s.admitter.Release(c.Request().Context(), admission.FaceAPI, budget.ReleaseParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "release", st, journaled, err)

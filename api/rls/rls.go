@@ -286,7 +286,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		if d.negative {
 			actual = max(0, a.Estimate.Cost-d.hits)
 		}
-		st, _, err := s.admitter.Settle(ctx, budget.SettleParams{TenantID: d.tenant, AdmissionID: a.ID, InputTokens: actual, Actor: actor})
+		st, _, err := s.admitter.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: d.tenant, AdmissionID: a.ID, InputTokens: actual, Actor: actor})
 		switch {
 		case errors.Is(err, budget.ErrConflict):
 			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
@@ -321,7 +321,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 
 func (s *Server) releaseAll(ctx context.Context, gw credential.Gateway, admitted []admittedAt) {
 	for _, a := range admitted {
-		if _, _, err := s.admitter.Release(context.WithoutCancel(ctx), budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id,
+		if _, _, err := s.admitter.Release(context.WithoutCancel(ctx), admission.FaceRLS, budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id,
 			Actor: "gateway:" + gw.Name}); err != nil {
 			s.logger.Warn("release after a refused descriptor", "admission", a.id, "error", err.Error())
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -222,7 +223,8 @@ func TestRefundsAndOverLimit(t *testing.T) {
 }
 
 // TestBadCallsAndCredentials: a call without a tenant, a response phase
-// without a request id and absurd hits are InvalidArgument; a missing or
+// without a request id, a request id no idempotency key may be, and absurd
+// hits are InvalidArgument; a missing or
 // wrong credential, and a tenant outside the gateway's scope, are
 // OVER_LIMIT with nothing debited, and counted.
 func TestBadCallsAndCredentials(t *testing.T) {
@@ -234,6 +236,10 @@ func TestBadCallsAndCredentials(t *testing.T) {
 		"unknown phase":       desc("tenant", "acme", "phase", "later"),
 		"absurd hits":         {Entries: desc("tenant", "acme").Entries, HitsAddend: wrapperspb.UInt64(1 << 40)},
 		"more than capacity":  {Entries: desc("tenant", "acme").Entries, HitsAddend: wrapperspb.UInt64(5000)},
+		// The request id keys the reservation: the idempotency keys' rule
+		// of every face applies to it.
+		"request id with a space": desc("tenant", "acme", "request_id", "req 1"),
+		"request id too long":     desc("tenant", "acme", "request_id", strings.Repeat("r", 252)),
 	} {
 		if _, err := b.call(t, b.gateway, 0, d); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("%s: %v", name, err)

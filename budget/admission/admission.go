@@ -345,15 +345,21 @@ func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
 // Settle reconciles an admission (budget.Store.Settle). While the store is
 // down, the settle is journaled for the recovery loop and journaled is
 // true: the accounting is kept, the balance is not known yet.
-func (a *Admitter) Settle(ctx context.Context, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
-	return a.end(ctx, p.TenantID, p.AdmissionID, true, p.InputTokens, p.OutputTokens, p.Actor,
+//
+// Every outcome is counted here, by face: tokengate_settlements_total.
+func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
+	st, journaled, err = a.end(ctx, p.TenantID, p.AdmissionID, true, p.InputTokens, p.OutputTokens, p.Actor,
 		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) })
+	a.metrics.ended(ctx, face, kindSettle, st, journaled, err)
+	return st, journaled, err
 }
 
 // Release refunds an admission whose request never ran, like Settle.
-func (a *Admitter) Release(ctx context.Context, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
-	return a.end(ctx, p.TenantID, p.AdmissionID, false, 0, 0, p.Actor,
+func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
+	st, journaled, err = a.end(ctx, p.TenantID, p.AdmissionID, false, 0, 0, p.Actor,
 		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) })
+	a.metrics.ended(ctx, face, kindRelease, st, journaled, err)
+	return st, journaled, err
 }
 
 // notReplayedWindow is how long after its making an unknown local
@@ -367,7 +373,6 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 	if !a.Down() {
 		st, err := decide()
 		if err == nil {
-			a.metrics.settled(settle, st)
 			a.remember(st.Snapshot)
 			if !st.Replayed {
 				a.waiters.wake(tenantID) // a slot or tokens came free

@@ -35,11 +35,28 @@ const (
 	OutcomeError     = "error"
 )
 
+// Outcomes of a settle or release, the values of
+// tokengate_settlements_total's outcome label.
+const (
+	OutcomeApplied   = "applied"   // the balance moved
+	OutcomeJournaled = "journaled" // the store was down: kept for the recovery loop
+	OutcomeNotFound  = "not_found" // no such admission (or another tenant's)
+	OutcomeConflict  = "conflict"  // ended already another way
+)
+
+// The kinds of ending of an admission.
+const (
+	kindSettle  = "settle"
+	kindRelease = "release"
+)
+
 // metrics are the admission use case's own: decisions by face, outcome
-// and refusing limit, their latency, and the estimate's error at settle.
+// and refusing limit, their latency, settles and releases by face and
+// outcome, and the estimate's error at settle.
 type metrics struct {
 	admissions *prometheus.CounterVec
 	latency    *prometheus.HistogramVec
+	ends       *prometheus.CounterVec
 	deltas     *prometheus.HistogramVec
 }
 
@@ -54,13 +71,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to decide an admission, by face, estimation and waiting included.",
 			Buckets: []float64{.0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2, 4, 8, 16, 32},
 		}, []string{"face"}),
+		ends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tokengate_settlements_total",
+			Help: "Settles and releases by face (api, proxy, rls), kind (settle, release) and outcome (applied, replayed, journaled, not_found, conflict, invalid, cancelled, error).",
+		}, []string{"face", "kind", "outcome"}),
 		deltas: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokengate_settle_delta_cost",
 			Help:    "Estimate minus actual cost at settle (positive: over-estimated and refunded) or release.",
 			Buckets: []float64{-10000, -1000, -100, -10, 0, 10, 100, 1000, 10000, 100000},
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.admissions, m.latency, m.deltas)
+	reg.MustRegister(m.admissions, m.latency, m.ends, m.deltas)
 	return m
 }
 
@@ -106,17 +127,38 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 // value it cannot hold), not an error of the replica.
 func isInvalid(err error) bool { return budget.IsInvalidInput(err) }
 
-// settled records the estimate's error of a settle or release that moved
-// the balance (a replay moves nothing and is not counted again).
-func (m *metrics) settled(settle bool, st *budget.Settlement) {
-	if st == nil || st.Replayed || st.Admission == nil || st.Admission.ActualCost == nil {
-		return
+// ended records one settle's or release's outcome, whichever face asked,
+// and the estimate's error of one that moved the balance (a replay moves
+// nothing and is not counted again).
+func (m *metrics) ended(ctx context.Context, face Face, kind string, st *budget.Settlement, journaled bool, err error) {
+	outcome := OutcomeApplied
+	switch {
+	case err == nil && journaled:
+		outcome = OutcomeJournaled
+	case err == nil && st.Replayed:
+		outcome = OutcomeReplayed
+	case err == nil:
+		if st.Admission != nil && st.Admission.ActualCost != nil {
+			m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
+		}
+	case errors.Is(err, budget.ErrAdmissionNotFound):
+		outcome = OutcomeNotFound
+	case errors.Is(err, budget.ErrConflict):
+		outcome = OutcomeConflict
+	case ctx.Err() != nil:
+		outcome = OutcomeCancelled
+	case isInvalid(err) || errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow):
+		outcome = OutcomeInvalid
+	default:
+		outcome = OutcomeError
 	}
-	kind := "release"
-	if settle {
-		kind = "settle"
-	}
-	m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
+	m.ends.WithLabelValues(string(face), kind, outcome).Inc()
+}
+
+// Settlements is the counter of one face's settles (kind "settle") or
+// releases ("release") with an outcome, for tests and the faces' reports.
+func (a *Admitter) Settlements(face Face, kind, outcome string) prometheus.Counter {
+	return a.metrics.ends.WithLabelValues(string(face), kind, outcome)
 }
 
 // Admissions is the counter of one face's outcome and refusing limit ("" for

@@ -91,7 +91,7 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 						continue
 					}
 					// Used in full: the pool is spent by what was reserved.
-					if _, _, err := a.Settle(ctx, budget.SettleParams{TenantID: id, AdmissionID: r.AdmissionID, InputTokens: 40, OutputTokens: 60}); err != nil {
+					if _, _, err := a.Settle(ctx, admission.FaceAPI, budget.SettleParams{TenantID: id, AdmissionID: r.AdmissionID, InputTokens: 40, OutputTokens: 60}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -220,7 +220,7 @@ func TestNestedWaiterWokenBySibling(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond) // blue waits for the organisation's slot
 	released := time.Now()
-	if _, _, err := a.Release(ctx, budget.ReleaseParams{TenantID: "red", AdmissionID: held.AdmissionID}); err != nil {
+	if _, _, err := a.Release(ctx, admission.FaceAPI, budget.ReleaseParams{TenantID: "red", AdmissionID: held.AdmissionID}); err != nil {
 		t.Fatal(err)
 	}
 	if d := (<-got).Sub(released); d > 500*time.Millisecond {

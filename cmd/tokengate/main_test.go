@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,48 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// startServe runs the command args until the test ends, once each of the
+// URLs answers below 500, and returns how to stop it earlier (its error
+// is checked either way).
+func startServe(t *testing.T, args []string, urls ...string) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, io.Discard, io.Discard) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve after shutdown: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for _, u := range urls {
+		for {
+			resp, err := http.Get(u)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode < 500 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never answered (last: %v)", u, err)
+			}
+			select {
+			case err := <-done:
+				done <- err
+				t.Fatalf("serve returned early: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return stop
 }
 
 func TestServeRefusesPendingMigrations(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -22,39 +21,9 @@ import (
 func TestSlowBodiesAreCut(t *testing.T) {
 	t.Parallel()
 	addr, proxyAddr := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"proxy", "--database-url", pgtest.EmptyURL(t), "--migrate", "--addr", addr, "--proxy-addr", proxyAddr,
-			"--upstream", "http://127.0.0.1:1", "--body-read-timeout", "1s", "--shutdown-timeout", "5s", "--max-conns", "4", "--log-level", "error"},
-			io.Discard, io.Discard)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve after shutdown: %v", err)
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for _, u := range []string{"http://" + addr + "/readyz", "http://" + proxyAddr + "/v1/models"} {
-		for {
-			resp, err := http.Get(u)
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode < 500 {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never answered (last: %v)", u, err)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("serve returned early: %v", err)
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
+	startServe(t, []string{"proxy", "--database-url", pgtest.EmptyURL(t), "--migrate", "--addr", addr, "--proxy-addr", proxyAddr,
+		"--upstream", "http://127.0.0.1:1", "--body-read-timeout", "1s", "--shutdown-timeout", "5s", "--max-conns", "4", "--log-level", "error"},
+		"http://"+addr+"/readyz", "http://"+proxyAddr+"/v1/models")
 
 	const perTarget = 30
 	targets := []struct{ name, addr, request string }{
