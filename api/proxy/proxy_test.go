@@ -124,6 +124,25 @@ func chatParams(max int64) openai.ChatCompletionNewParams {
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello to the platform team.")}}
 }
 
+// post sends a raw chat completion call with the tenant's key and the
+// headers given as name, value pairs; it returns the status, the headers
+// and the body.
+func (b *bundle) post(t *testing.T, body string, headers ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(raw)
+}
+
 // admissions returns the tenant's admissions, oldest first.
 func (b *bundle) admissions(t *testing.T) []*budget.Admission {
 	t.Helper()
@@ -393,22 +412,14 @@ func TestRefusalIsOpenAIs429AndTheSDKRetries(t *testing.T) {
 	if _, err := b.client.Chat.Completions.New(ctx, chatParams(100)); err != nil { // about 114 of 150
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions",
-		strings.NewReader(`{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"Say hello to the platform team."}]}`))
-	req.Header.Set("Authorization", "Bearer "+b.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	status, header, raw := b.post(t, `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"Say hello to the platform team."}]}`)
 	var body struct {
 		Error struct{ Type, Code, Message string } `json:"error"`
 	}
-	_ = json.Unmarshal(raw, &body)
-	if resp.StatusCode != http.StatusTooManyRequests || body.Error.Code != "rate_limit_exceeded" || resp.Header.Get("Retry-After-Ms") == "" ||
-		resp.Header.Get("Retry-After") == "" || resp.Header.Get("X-Ratelimit-Remaining-Tokens") == "" {
-		t.Fatalf("%d %s %v", resp.StatusCode, raw, resp.Header)
+	_ = json.Unmarshal([]byte(raw), &body)
+	if status != http.StatusTooManyRequests || body.Error.Code != "rate_limit_exceeded" || header.Get("Retry-After-Ms") == "" ||
+		header.Get("Retry-After") == "" || header.Get("X-Ratelimit-Remaining-Tokens") == "" {
+		t.Fatalf("%d %s %v", status, raw, header)
 	}
 	retrying := openai.NewClient(option.WithBaseURL(b.base+"/v1/"), option.WithAPIKey(b.key), option.WithMaxRetries(3))
 	if _, err := retrying.Chat.Completions.New(ctx, chatParams(100)); err != nil {
@@ -514,18 +525,12 @@ func TestBadCallsAreOpenAIErrorsAndChargeNothing(t *testing.T) {
 		t.Fatalf("unknown key: %v", err)
 	}
 	post := func(body, idem string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+b.key)
+		var headers []string
 		if idem != "" {
-			req.Header.Set("Idempotency-Key", idem)
+			headers = []string{"Idempotency-Key", idem}
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		raw, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(raw)
+		status, _, raw := b.post(t, body, headers...)
+		return status, raw
 	}
 	for _, bad := range []struct{ body, param string }{
 		{`{"model":"gpt-4o","messages":"hello"}`, `"param":"messages"`},
@@ -675,17 +680,9 @@ func TestTooLargeIs422LikeTheAPI(t *testing.T) {
 	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: budget.Micro})
 	var calls int
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) { calls++ }
-	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions",
-		strings.NewReader(`{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Authorization", "Bearer "+b.key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(raw), `"code":"request_too_large"`) {
-		t.Fatalf("%d %s, want 422 request_too_large", resp.StatusCode, raw)
+	status, _, raw := b.post(t, `{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)
+	if status != http.StatusUnprocessableEntity || !strings.Contains(raw, `"code":"request_too_large"`) {
+		t.Fatalf("%d %s, want 422 request_too_large", status, raw)
 	}
 	if calls != 0 || len(b.admissions(t)) != 0 {
 		t.Fatalf("%d upstream calls, %d admissions after a refusal", calls, len(b.admissions(t)))

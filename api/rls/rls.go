@@ -211,33 +211,21 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			phase = "response"
 		}
 		st, snap, rej, err := s.decide(ctx, gw, d)
-		var tl *budget.TooLargeError
-		var inv *budget.InvalidError
+		if err != nil {
+			v := verdictOf(err)
+			if v.code == codes.OK {
+				// Denied like a refusal, with nothing decided.
+				s.calls.WithLabelValues(phase, "over_limit").Inc()
+				s.refused.WithLabelValues(v.reason).Inc()
+				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+				resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil))
+				continue
+			}
+			s.calls.WithLabelValues(phase, "error").Inc()
+			s.releaseAll(ctx, gw, admitted)
+			return nil, status.Error(v.code, v.message)
+		}
 		switch {
-		case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
-			// Denied like a refusal, with nothing decided.
-			s.calls.WithLabelValues(phase, "over_limit").Inc()
-			s.refused.WithLabelValues("tenant_unknown_or_disabled").Inc()
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil))
-			continue
-		case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
-			errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
-			// The caller's own mistake (usage no request could produce, for
-			// one): nothing moved, and retrying will not help.
-			s.calls.WithLabelValues(phase, "error").Inc()
-			s.releaseAll(ctx, gw, admitted)
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		case budget.IsInvalidInput(err):
-			// The store refused a value the call sent: the caller's error,
-			// never an outage (and no raw database message).
-			s.calls.WithLabelValues(phase, "error").Inc()
-			s.releaseAll(ctx, gw, admitted)
-			return nil, status.Error(codes.InvalidArgument, "a descriptor value cannot be stored (a NUL character, a character outside UTF-8, or too long)")
-		case err != nil:
-			s.calls.WithLabelValues(phase, "error").Inc()
-			s.releaseAll(ctx, gw, admitted)
-			return nil, status.Error(codes.Unavailable, err.Error())
 		case rej != nil:
 			s.calls.WithLabelValues(phase, "over_limit").Inc()
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -261,6 +249,38 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		resp.ResponseHeadersToAdd = headers(*last, resp)
 	}
 	return resp, nil
+}
+
+// verdict is how the service answers a descriptor the domain did not
+// decide: a gRPC error, or (code OK) OVER_LIMIT with nothing decided,
+// counted by reason.
+type verdict struct {
+	code    codes.Code
+	reason  string // tokengate_rls_refused_total's, when code is OK
+	message string
+}
+
+// verdictOf is the service's one table from the domain's errors to its
+// answers. A refusal by a limit is not an error (decide returns it as a
+// *budget.RejectedError beside a nil error).
+func verdictOf(err error) verdict {
+	var tl *budget.TooLargeError
+	var inv *budget.InvalidError
+	switch {
+	case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
+		return verdict{code: codes.OK, reason: "tenant_unknown_or_disabled"}
+	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
+		errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
+		// The caller's own mistake (usage no request could produce, for
+		// one): nothing moved, and retrying will not help.
+		return verdict{code: codes.InvalidArgument, message: err.Error()}
+	case budget.IsInvalidInput(err):
+		// The store refused a value the call sent: the caller's error,
+		// never an outage (and no raw database message).
+		return verdict{code: codes.InvalidArgument, message: "a descriptor value cannot be stored (a NUL character, a character outside UTF-8, or too long)"}
+	}
+	// The store cannot decide now: Envoy applies its failure_mode_deny.
+	return verdict{code: codes.Unavailable, message: err.Error()}
 }
 
 type admittedAt struct{ tenant, id string }

@@ -62,8 +62,9 @@ type Guard struct {
 	logger  *slog.Logger
 
 	mu    sync.Mutex
-	auth  map[[32]byte]Principal // keys that authenticated lately, for outages
-	known map[string]knownKey    // key ids looked up, with their stored secret hash
+	auth  map[[32]byte]Principal     // keys that authenticated lately, for outages
+	gws   map[[32]byte]cachedGateway // gateway credentials that authenticated lately
+	known map[string]knownKey        // key ids looked up, with their stored secret hash
 
 	touchMu    sync.Mutex
 	touched    map[string]time.Time
@@ -202,10 +203,63 @@ func (g *Guard) Gateway(ctx context.Context, addr, presented string) (Gateway, e
 	lctx, cancel := context.WithTimeout(ctx, g.timeout)
 	gw, err := GatewayAuthenticate(lctx, g.db, presented)
 	cancel()
-	if errors.Is(err, ErrGatewayInvalid) {
+	switch {
+	case errors.Is(err, ErrGatewayInvalid):
 		g.limiter.Fail(gatewayBucket(addr))
+	case err == nil:
+		g.rememberGateway(presented, gw)
 	}
 	return gw, err
+}
+
+// GatewayDeferred is Gateway for calls whose decision checks the gateway
+// itself (budget.ReserveParams.GatewayID and the like): a credential whose
+// secret this replica verified within AuthCacheTTL is answered from
+// memory, with no lookup, because what could have changed since (its
+// revocation) is checked in the decision's own transaction, in every
+// replica at once. A gateway's id, secret hash, name and scope never
+// change. While the store is unreachable, a credential verified lately is
+// answered from memory too, so that the failure policy can decide; others
+// go through Gateway.
+func (g *Guard) GatewayDeferred(ctx context.Context, addr, presented string) (Gateway, error) {
+	if gw, ok := g.cachedGateway(presented); ok {
+		return gw, nil
+	}
+	gw, err := g.Gateway(ctx, addr, presented)
+	var throttled *ThrottledError
+	if err != nil && !errors.Is(err, ErrGatewayInvalid) && !errors.As(err, &throttled) {
+		if g.health != nil && !errors.Is(err, context.Canceled) {
+			g.health.MarkDown(err)
+		}
+		return Gateway{}, fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
+	}
+	return gw, err
+}
+
+type cachedGateway struct {
+	gw Gateway
+	at time.Time
+}
+
+func (g *Guard) rememberGateway(presented string, gw Gateway) {
+	h := sha256.Sum256([]byte(presented))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gws == nil || len(g.gws) > 10_000 {
+		g.gws = map[[32]byte]cachedGateway{}
+	}
+	g.gws[h] = cachedGateway{gw: gw, at: time.Now()}
+}
+
+func (g *Guard) cachedGateway(presented string) (Gateway, bool) {
+	h := sha256.Sum256([]byte(presented))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.gws[h]
+	if !ok || time.Since(c.at) > AuthCacheTTL {
+		return Gateway{}, false
+	}
+	return c.gw, true
 }
 
 // Admin authenticates a presented admin token from addr. It returns
