@@ -11,10 +11,21 @@
 // kept in Postgres (pool_wait.go). A reservation ending anywhere in a
 // budget tree wakes the tree's waiting callers.
 //
-// It is also where every face's admissions are counted, once (metrics.go):
-// tokengate_admissions_total by face, and a refusal in the dashboard's
-// tally that the throttled alerts read, so that the API, the proxy and the
-// rate limit service cannot disagree on what was admitted or refused.
+// It is the admission use case, written once for every face: Reserve
+// applies the rules every request follows (the idempotency key's form and
+// the request's fingerprint, admission.go), decides, waits and fails over;
+// Settle and Release end an admission by id or by idempotency key inside
+// the pipeline. Every outcome is counted here, once (metrics.go):
+// tokengate_admissions_total and tokengate_settlements_total by face, and
+// a refusal in the dashboard's tally that the throttled alerts read, so
+// that the API, the proxy and the rate limit service cannot disagree on
+// what was admitted, refused or settled. A face decodes its wire format
+// into a Request, calls, and encodes the answer through its one table of
+// the domain's errors; adding a face is a handful of files that do only
+// that (see api/rls, the smallest).
+//
+// The replica builds one Admitter (budget/replica) and hands it to every
+// face.
 //
 // It may import budget, budget/outage and estimator, never a face.
 package admission
