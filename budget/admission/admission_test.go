@@ -3,10 +3,13 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
@@ -99,5 +102,79 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 	t.Logf("the large request was admitted after %s; %d small ones (%d that waited) shared the rest", took.Round(time.Millisecond), small.Load(), smallWaiting.Load())
 	if small.Load() == 0 {
 		t.Fatal("no small request was admitted: the stream was not competing")
+	}
+}
+
+// TestKeyRuleAndFingerprintForEveryFace: the admission layer applies the
+// idempotency key's rule and fingerprints the request itself, whichever
+// face asks. 32 callers through the three faces send one key with one
+// body at once: exactly one admission is made and debited, every other
+// caller gets it back as a replay; the key with another body is a
+// mismatch; a key no face may send is refused as invalid, counted, and
+// debits nothing.
+func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	a := admission.New(admission.Config{Store: store, Pool: pool})
+	faces := []admission.Face{admission.FaceAPI, admission.FaceProxy, admission.FaceRLS}
+	reserve := func(face admission.Face, key, body string) (*budget.Reservation, error) {
+		r := request("acme", 100, 0)
+		r.Face, r.IdempotencyKey, r.Body = face, key, []byte(body)
+		res, _, err := a.Reserve(ctx, r)
+		return res, err
+	}
+	const callers = 32
+	ids := make([]string, callers)
+	replayed := make([]bool, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			res, err := reserve(faces[i%len(faces)], "req-42", `{"same":"body"}`)
+			if err != nil {
+				t.Errorf("caller %d: %v", i, err)
+				return
+			}
+			ids[i], replayed[i] = res.AdmissionID, res.Replayed
+		})
+	}
+	wg.Wait()
+	fresh := 0
+	for i := range callers {
+		if ids[i] != ids[0] {
+			t.Fatalf("caller %d got admission %s, caller 0 %s", i, ids[i], ids[0])
+		}
+		if !replayed[i] {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d callers were admitted afresh, want 1", fresh)
+	}
+	if _, err := reserve(admission.FaceRLS, "req-42", `{"other":"body"}`); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+		t.Fatalf("the key with another body: %v, want a mismatch", err)
+	}
+	for _, key := range []string{"has space", strings.Repeat("k", budget.MaxIdempotencyKey+1), "tab\t"} {
+		for _, face := range faces {
+			var inv *budget.InvalidError
+			if _, err := reserve(face, key, `{}`); !errors.As(err, &inv) || inv.Field != "Idempotency-Key" {
+				t.Fatalf("%s key %q: %v, want an invalid Idempotency-Key", face, key, err)
+			}
+		}
+	}
+	for _, face := range faces {
+		if got := testutil.ToFloat64(a.Admissions(face, admission.OutcomeInvalid, "")); got != 3 {
+			t.Errorf("%s: %v invalid admissions counted, want 3", face, got)
+		}
+	}
+	snap, err := store.TenantSnapshot(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Tokens() != 10_000-100 {
+		t.Fatalf("balance %d, want one debit of 100", snap.Tokens())
 	}
 }
