@@ -59,6 +59,12 @@ type Config struct {
 	Rejections *budget.Rejections
 }
 
+// DefaultPipelines is how many decision transactions a replica keeps in
+// flight unless configured, each for its share of the tenants
+// (budget.PipelineConfig.Shards): one tenant's slow transaction then does
+// not hold up every other tenant's.
+const DefaultPipelines = 2
+
 // DefaultMaxWaiters bounds, per tenant and replica, the callers waiting for
 // tokens unless configured: past it a caller is refused at once.
 const DefaultMaxWaiters = 64
@@ -98,7 +104,7 @@ func New(cfg Config) *Admitter {
 		cfg.MaxWaiters = DefaultMaxWaiters
 	}
 	if cfg.Pipelines <= 0 {
-		cfg.Pipelines = 2
+		cfg.Pipelines = DefaultPipelines
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -86,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"body_limit":        strconv.Itoa(api.DefaultBodyLimit),
 			"body_read_timeout": api.DefaultBodyReadTimeout.String(),
 			"max_waiters":       strconv.Itoa(admission.DefaultMaxWaiters),
+			"pipelines":         strconv.Itoa(admission.DefaultPipelines),
 			"store_timeout":     budget.DefaultStoreTimeout.String(),
 		},
 	)
@@ -186,7 +187,7 @@ type serveCmd struct {
 	ShutdownTimeout    time.Duration `name:"shutdown-timeout" env:"TOKENGATE_SHUTDOWN_TIMEOUT" default:"15s" help:"How long shutdown waits for in-flight requests."`
 	MaxConns           int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
-	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"2" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
+	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"${pipelines}" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
 	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"${max_waiters}" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
