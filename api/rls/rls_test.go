@@ -49,9 +49,12 @@ type bundle struct {
 
 // setup serves the rate limit service on a real TCP listener, as Envoy
 // reaches it, and returns the generated client of go-control-plane.
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *bundle { t.Helper(); return setupWith(t, nil) }
+
+// setupWith is setup with the pool configured by configure.
+func setupWith(t *testing.T, configure func(*pgxpool.Config)) *bundle {
 	t.Helper()
-	pool := pgtest.New(t, nil)
+	pool := pgtest.New(t, configure)
 	store := budget.NewStore(pool)
 	reg := prometheus.NewRegistry()
 	rejections := budget.NewRejections(pool)
