@@ -36,6 +36,19 @@ func (op Op) keyID() string {
 	return ""
 }
 
+// gatewayID is the gateway the request came through ("" for none).
+func (op Op) gatewayID() string {
+	switch {
+	case op.Reserve != nil:
+		return op.Reserve.GatewayID
+	case op.Settle != nil:
+		return op.Settle.GatewayID
+	case op.Release != nil:
+		return op.Release.GatewayID
+	}
+	return ""
+}
+
 // admissionID is the admission a settle or release names ("" for a reserve).
 func (op Op) admissionID() string {
 	switch {
@@ -49,8 +62,9 @@ func (op Op) admissionID() string {
 
 // OpResult is the decision on one Op: a Reservation for a reserve, a
 // Settlement for a settle or release, or Err (a *RejectedError, a
-// *TooLargeError, ErrTenantDisabled, ErrIdempotencyMismatch,
-// ErrAdmissionNotFound or ErrConflict).
+// *TooLargeError, ErrTenantNotFound, ErrTenantDisabled,
+// ErrIdempotencyMismatch, ErrAdmissionNotFound, ErrConflict, a *UsageError,
+// ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope).
 type OpResult struct {
 	Reservation *Reservation
 	Settlement  *Settlement
@@ -228,11 +242,22 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 }
 
 // decisionFor is the checks every request passes before its own rule, in
-// order: the tenant, and the tenant key it came with (unrevoked, of this
-// tenant, whose tree is not disabled). It returns the tenant's decision, made on its first
+// order: the gateway it came through (unrevoked, and its scope holding the
+// tenant: checked before the tenant's existence, so that a gateway learns
+// nothing of tenants outside its scope), the tenant, and the tenant key it
+// came with (unrevoked, of this tenant, whose tree is not disabled). It returns the tenant's decision, made on its first
 // request: its chain brought to now.
 func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced map[*tenant]bool, w *writes, table *estimator.Table) (*decision, error) {
 	op := it.Op
+	if g := op.gatewayID(); g != "" {
+		scope, ok := l.gws[g]
+		switch {
+		case !ok:
+			return nil, ErrGatewayRevoked
+		case !GatewayMay(scope, it.TenantID):
+			return nil, ErrOutOfScope
+		}
+	}
 	t, ok := l.tenants[it.TenantID]
 	if !ok {
 		return nil, ErrTenantNotFound
@@ -269,5 +294,6 @@ func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced m
 func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds)
+		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds) ||
+		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope)
 }

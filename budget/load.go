@@ -15,6 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+//go:embed sql/gateway_live.sql
+var gatewayLiveSQL string
+
 // read is one read of the load step: queue adds its statements to the lock
 // round trip, scan reads their results. A batch's reads are one slice that
 // is iterated to queue them and again to scan them, so a read is never
@@ -36,6 +39,7 @@ type loaded struct {
 	pools   map[string]*pool           // locked, by id
 	routes  map[string]string          // model key -> pool id
 	keys    map[string]liveKey         // unrevoked tenant keys, by id
+	gws     map[string][]string        // unrevoked gateways' scopes, by id
 	priors  map[[2]string]*prior       // reserves' live idempotency keys, by tenant and key
 	adms    map[string]*Admission      // admissions settles and releases name, locked, by id
 	overdue map[string][]*Admission    // overdue reservations, locked, by tenant
@@ -52,6 +56,7 @@ type wants struct {
 	tenants     []string   // sorted
 	admissions  []string   // settled or released by id, sorted
 	keys        []string   // tenant keys the requests came with
+	gateways    []string   // gateways the requests came through
 	idempotency tenantKeys // the reserves' idempotency keys
 	expiring    []string   // sorted
 	modelKeys   []string   // the reserves' model keys
@@ -87,6 +92,9 @@ func wantsOf(items []Item) wants {
 		if id := op.keyID(); once("key", id) {
 			w.keys = append(w.keys, id)
 		}
+		if id := op.gatewayID(); once("gateway", id) {
+			w.gateways = append(w.gateways, id)
+		}
 		if id := op.admissionID(); once("admission", id) {
 			w.admissions = append(w.admissions, id)
 		}
@@ -121,7 +129,7 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 	if err := s.periodAlertRules(ctx); err != nil {
 		return nil, err
 	}
-	l := &loaded{routes: routes, keys: map[string]liveKey{}, priors: map[[2]string]*prior{},
+	l := &loaded{routes: routes, keys: map[string]liveKey{}, gws: map[string][]string{}, priors: map[[2]string]*prior{},
 		adms: map[string]*Admission{}, overdue: map[string][]*Admission{}}
 	queueModels := s.modelQueue(w.tenants)
 	reads := l.reads(w, queueModels, s.clock())
@@ -166,6 +174,9 @@ func (l *loaded) reads(w wants, queueModels bool, clock *time.Time) []read {
 	}
 	if len(w.keys) > 0 {
 		rs = append(rs, keyLiveRead{ids: w.keys, l: l})
+	}
+	if len(w.gateways) > 0 {
+		rs = append(rs, gatewayLiveRead{ids: w.gateways, l: l})
 	}
 	if len(w.idempotency.keys) > 0 {
 		rs = append(rs, idempotencyRead{pairs: w.idempotency, clock: clock, l: l})
@@ -268,6 +279,21 @@ func (r keyLiveRead) scan(br pgx.BatchResults) error {
 	return eachRow(br, "keys", []any{&id, &tenantID, &priority}, func() {
 		r.l.keys[id] = liveKey{tenantID: tenantID, priority: Priority(priority)}
 	})
+}
+
+// gatewayLiveRead reads which of the gateways the requests came through are
+// unrevoked, with their scopes (gateway_live.sql).
+type gatewayLiveRead struct {
+	ids []string
+	l   *loaded
+}
+
+func (r gatewayLiveRead) queue(b *pgx.Batch) { b.Queue(gatewayLiveSQL, r.ids) }
+
+func (r gatewayLiveRead) scan(br pgx.BatchResults) error {
+	var id string
+	var scope []string
+	return eachRow(br, "gateways", []any{&id, &scope}, func() { r.l.gws[id] = scope })
 }
 
 // idempotencyRead reads the reserves' live Idempotency-Keys, by tenant and

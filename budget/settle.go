@@ -14,6 +14,7 @@ type SettleParams struct {
 	OutputTokens int64
 	Actor        string
 	KeyID        string // as ReserveParams.KeyID; the tenant must not be disabled either
+	GatewayID    string // as ReserveParams.GatewayID
 }
 
 // Settlement is the reconciliation of one admission.
@@ -34,8 +35,9 @@ type Settlement struct {
 // concurrency slot and appends a settle entry. Settling again with the same
 // usage returns the original answer. A settle of an expired admission still
 // reconciles (late). It returns ErrAdmissionNotFound (also for another
-// tenant's admission), or ErrConflict when the admission was released or
-// settled with different usage.
+// tenant's admission), ErrConflict when the admission was released or
+// settled with different usage, ErrKeyRevoked, ErrGatewayRevoked or
+// ErrOutOfScope.
 func (s *Store) Settle(ctx context.Context, p SettleParams) (*Settlement, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Settle: &p})
 	return r.Settlement, err
@@ -47,12 +49,13 @@ type ReleaseParams struct {
 	AdmissionID string
 	Actor       string
 	KeyID       string // as SettleParams.KeyID
+	GatewayID   string // as ReserveParams.GatewayID
 }
 
 // Release refunds an admission's whole estimate (capped at capacity): the
 // request never ran. Releasing again returns the original answer. It
-// returns ErrAdmissionNotFound, or ErrConflict when the admission was
-// already settled.
+// returns ErrAdmissionNotFound, ErrConflict when the admission was
+// already settled, ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope.
 func (s *Store) Release(ctx context.Context, p ReleaseParams) (*Settlement, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Release: &p})
 	return r.Settlement, err
