@@ -49,7 +49,8 @@ func (op Op) gatewayID() string {
 	return ""
 }
 
-// admissionID is the admission a settle or release names ("" for a reserve).
+// admissionID is the admission a settle or release names by id ("" for a
+// reserve, or one named by idempotency key).
 func (op Op) admissionID() string {
 	switch {
 	case op.Settle != nil:
@@ -60,11 +61,35 @@ func (op Op) admissionID() string {
 	return ""
 }
 
+// admissionKey is the idempotency key a settle or release names its
+// admission by ("" for a reserve, or one named by id).
+func (op Op) admissionKey() string {
+	switch {
+	case op.Settle != nil:
+		return op.Settle.IdempotencyKey
+	case op.Release != nil:
+		return op.Release.IdempotencyKey
+	}
+	return ""
+}
+
+// validate is the form of a settle's or release's parameters
+// (SettleParams.Validate), checked before anything is read of the state.
+func (op Op) validate() error {
+	switch {
+	case op.Settle != nil:
+		return op.Settle.Validate()
+	case op.Release != nil:
+		return op.Release.Validate()
+	}
+	return nil
+}
+
 // OpResult is the decision on one Op: a Reservation for a reserve, a
 // Settlement for a settle or release, or Err (a *RejectedError, a
 // *TooLargeError, ErrTenantNotFound, ErrTenantDisabled,
 // ErrIdempotencyMismatch, ErrAdmissionNotFound, ErrConflict, a *UsageError,
-// ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope).
+// an *InvalidError, ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope).
 type OpResult struct {
 	Reservation *Reservation
 	Settlement  *Settlement
@@ -212,10 +237,10 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 			results[i].Reservation, results[i].Err = d.reserve(rp, l.priors[[2]string{it.TenantID, rp.IdempotencyKey}])
 		case op.Settle != nil:
 			p := op.Settle
-			results[i].Settlement, results[i].Err = d.end(l.adms, p.AdmissionID, p.Actor, StateSettled, p.InputTokens, p.OutputTokens, true)
+			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateSettled, p)
 		case op.Release != nil:
 			p := op.Release
-			results[i].Settlement, results[i].Err = d.end(l.adms, p.AdmissionID, p.Actor, StateReleased, 0, 0, false)
+			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateReleased, nil)
 		case op.Expire != nil:
 			results[i].Expired = d.expire(l.overdue[it.TenantID])
 			l.overdue[it.TenantID] = nil // a second Expire in the batch finds them done
@@ -242,13 +267,17 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 }
 
 // decisionFor is the checks every request passes before its own rule, in
-// order: the gateway it came through (unrevoked, and its scope holding the
-// tenant: checked before the tenant's existence, so that a gateway learns
-// nothing of tenants outside its scope), the tenant, and the tenant key it
-// came with (unrevoked, of this tenant, whose tree is not disabled). It returns the tenant's decision, made on its first
+// order: its form (Validate), the gateway it came through (unrevoked, and
+// its scope holding the tenant: checked before the tenant's existence, so
+// that a gateway learns nothing of tenants outside its scope), the tenant,
+// and the tenant key it came with (unrevoked, of this tenant, whose tree
+// is not disabled). It returns the tenant's decision, made on its first
 // request: its chain brought to now.
 func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced map[*tenant]bool, w *writes, table *estimator.Table) (*decision, error) {
 	op := it.Op
+	if err := op.validate(); err != nil {
+		return nil, err
+	}
 	if g := op.gatewayID(); g != "" {
 		scope, ok := l.gws[g]
 		switch {
@@ -289,11 +318,29 @@ func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced m
 	return d, nil
 }
 
+// admissionOf is the id of the admission a settle or release names: its
+// AdmissionID; or the one its tenant's idempotency key named when the batch
+// locked it, else the one a reserve earlier in this batch made with that
+// key ("" for none: end answers ErrAdmissionNotFound).
+func (l *loaded) admissionOf(it Item, d *decision) string {
+	if id := it.Op.admissionID(); id != "" {
+		return id
+	}
+	key := it.Op.admissionKey()
+	if id, ok := l.named[[2]string{it.TenantID, key}]; ok {
+		return id
+	}
+	if f, ok := d.fresh[key]; ok {
+		return f.r.AdmissionID
+	}
+	return ""
+}
+
 // isDecision tells a request's own outcome (refused, unknown admission,
 // conflict) from a failure of the whole batch.
 func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
 		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds) ||
-		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope)
+		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope) || errors.As(err, new(*InvalidError))
 }

@@ -42,6 +42,7 @@ type loaded struct {
 	gws     map[string][]string        // unrevoked gateways' scopes, by id
 	priors  map[[2]string]*prior       // reserves' live idempotency keys, by tenant and key
 	adms    map[string]*Admission      // admissions settles and releases name, locked, by id
+	named   map[[2]string]string       // admission ids named by (tenant, idempotency key)
 	overdue map[string][]*Admission    // overdue reservations, locked, by tenant
 }
 
@@ -55,6 +56,7 @@ type liveKey struct {
 type wants struct {
 	tenants     []string   // sorted
 	admissions  []string   // settled or released by id, sorted
+	namedBy     tenantKeys // settled or released by idempotency key
 	keys        []string   // tenant keys the requests came with
 	gateways    []string   // gateways the requests came through
 	idempotency tenantKeys // the reserves' idempotency keys
@@ -98,6 +100,9 @@ func wantsOf(items []Item) wants {
 		if id := op.admissionID(); once("admission", id) {
 			w.admissions = append(w.admissions, id)
 		}
+		if k := op.admissionKey(); k != "" && once("named", it.TenantID+"\x00"+k) {
+			w.namedBy.add(it.TenantID, k)
+		}
 		if r := op.Reserve; r != nil {
 			if k := ModelKey(r.Estimate); once("model", k) {
 				w.modelKeys = append(w.modelKeys, k)
@@ -130,7 +135,7 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		return nil, err
 	}
 	l := &loaded{routes: routes, keys: map[string]liveKey{}, gws: map[string][]string{}, priors: map[[2]string]*prior{},
-		adms: map[string]*Admission{}, overdue: map[string][]*Admission{}}
+		adms: map[string]*Admission{}, named: map[[2]string]string{}, overdue: map[string][]*Admission{}}
 	queueModels := s.modelQueue(w.tenants)
 	reads := l.reads(w, queueModels, s.clock())
 	tx, ts, now, err := s.lockTenants(ctx, w.tenants,
@@ -181,8 +186,8 @@ func (l *loaded) reads(w wants, queueModels bool, clock *time.Time) []read {
 	if len(w.idempotency.keys) > 0 {
 		rs = append(rs, idempotencyRead{pairs: w.idempotency, clock: clock, l: l})
 	}
-	if len(w.admissions) > 0 {
-		rs = append(rs, admissionLockRead{ids: w.admissions, l: l})
+	if len(w.admissions) > 0 || len(w.namedBy.keys) > 0 {
+		rs = append(rs, admissionLockRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l})
 	}
 	if len(w.expiring) > 0 {
 		rs = append(rs, admissionExpiredRead{tenants: w.expiring, clock: clock, l: l})
@@ -193,8 +198,8 @@ func (l *loaded) reads(w wants, queueModels bool, clock *time.Time) []read {
 			poolIDs = append(poolIDs, id)
 		}
 	}
-	if len(poolIDs) > 0 || len(l.routes) > 0 && len(w.admissions) > 0 {
-		rs = append(rs, poolsRead{ids: poolIDs, admissions: w.admissions, l: l})
+	if len(poolIDs) > 0 || len(l.routes) > 0 && (len(w.admissions) > 0 || len(w.namedBy.keys) > 0) {
+		rs = append(rs, poolsRead{ids: poolIDs, admissions: w.admissions, namedBy: w.namedBy, l: l})
 	}
 	return rs
 }
@@ -318,21 +323,40 @@ func (r idempotencyRead) scan(br pgx.BatchResults) error {
 }
 
 // admissionLockRead locks the admissions that settles and releases name,
-// in id order (admission_lock.sql).
+// by id or by a tenant's live Idempotency-Key, in one statement in id
+// order (admission_lock.sql).
 type admissionLockRead struct {
-	ids []string
-	l   *loaded
+	ids     []string
+	namedBy tenantKeys
+	clock   *time.Time
+	l       *loaded
 }
 
-func (r admissionLockRead) queue(b *pgx.Batch) { b.Queue(admissionLockSQL, r.ids) }
+func (r admissionLockRead) queue(b *pgx.Batch) {
+	b.Queue(admissionLockSQL, r.ids, r.namedBy.tenants, r.namedBy.keys, r.clock)
+}
+
+// namedAdmissionRow is an admission row and the keys that named it.
+type namedAdmissionRow struct {
+	admissionRow
+	NamedBy []string `db:"named_by"`
+}
 
 func (r admissionLockRead) scan(br pgx.BatchResults) error {
-	as, err := scanAdmissions(br.Query())
+	rows, err := br.Query()
 	if err != nil {
-		return err
+		return fmt.Errorf("budget: lock admissions: %w", err)
 	}
-	for _, a := range as {
+	rs, err := pgx.CollectRows(rows, pgx.RowToAddrOfStructByName[namedAdmissionRow])
+	if err != nil {
+		return fmt.Errorf("budget: lock admissions: %w", err)
+	}
+	for _, row := range rs {
+		a := row.admission()
 		r.l.adms[a.ID] = a
+		for _, k := range row.NamedBy {
+			r.l.named[[2]string{a.TenantID, k}] = a.ID
+		}
 	}
 	return nil
 }
@@ -365,12 +389,13 @@ func (r admissionExpiredRead) scan(br pgx.BatchResults) error {
 // (pool_lock.sql, pool_shares_get.sql).
 type poolsRead struct {
 	ids, admissions []string
+	namedBy         tenantKeys
 	l               *loaded
 }
 
 func (r poolsRead) queue(b *pgx.Batch) {
-	b.Queue(poolLockSQL, r.ids, r.admissions)
-	b.Queue(poolSharesGetSQL, r.ids, r.admissions)
+	b.Queue(poolLockSQL, r.ids, r.admissions, r.namedBy.tenants, r.namedBy.keys)
+	b.Queue(poolSharesGetSQL, r.ids, r.admissions, r.namedBy.tenants, r.namedBy.keys)
 }
 
 func (r poolsRead) scan(br pgx.BatchResults) error {
