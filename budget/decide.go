@@ -3,11 +3,8 @@ package budget
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"sort"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // Op is one request to decide in a tenant's batch: exactly one of its
@@ -39,7 +36,21 @@ func (op Op) keyID() string {
 	return ""
 }
 
-// admissionID is the admission a settle or release names ("" for a reserve).
+// gatewayID is the gateway the request came through ("" for none).
+func (op Op) gatewayID() string {
+	switch {
+	case op.Reserve != nil:
+		return op.Reserve.GatewayID
+	case op.Settle != nil:
+		return op.Settle.GatewayID
+	case op.Release != nil:
+		return op.Release.GatewayID
+	}
+	return ""
+}
+
+// admissionID is the admission a settle or release names by id ("" for a
+// reserve, or one named by idempotency key).
 func (op Op) admissionID() string {
 	switch {
 	case op.Settle != nil:
@@ -50,10 +61,35 @@ func (op Op) admissionID() string {
 	return ""
 }
 
+// admissionKey is the idempotency key a settle or release names its
+// admission by ("" for a reserve, or one named by id).
+func (op Op) admissionKey() string {
+	switch {
+	case op.Settle != nil:
+		return op.Settle.IdempotencyKey
+	case op.Release != nil:
+		return op.Release.IdempotencyKey
+	}
+	return ""
+}
+
+// validate is the form of a settle's or release's parameters
+// (SettleParams.Validate), checked before anything is read of the state.
+func (op Op) validate() error {
+	switch {
+	case op.Settle != nil:
+		return op.Settle.Validate()
+	case op.Release != nil:
+		return op.Release.Validate()
+	}
+	return nil
+}
+
 // OpResult is the decision on one Op: a Reservation for a reserve, a
 // Settlement for a settle or release, or Err (a *RejectedError, a
-// *TooLargeError, ErrTenantDisabled, ErrIdempotencyMismatch,
-// ErrAdmissionNotFound or ErrConflict).
+// *TooLargeError, ErrTenantNotFound, ErrTenantDisabled,
+// ErrIdempotencyMismatch, ErrAdmissionNotFound, ErrConflict, a *UsageError,
+// an *InvalidError, ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope).
 type OpResult struct {
 	Reservation *Reservation
 	Settlement  *Settlement
@@ -149,251 +185,70 @@ func (s *Store) decideOne(ctx context.Context, tenantID string, op Op) (OpResult
 	return res[0], res[0].Err
 }
 
+// decideOnce is one try of a batch, in three steps: load (lock the tenants
+// and read everything the requests need, one round trip: load.go), decide
+// (apply each request to the loaded state, no I/O: the rules, here and in
+// decision.go), write (the batch's changes and COMMIT, one round trip:
+// writes.go). Keeping the steps apart is what keeps the lock held for two
+// round trips and no more: nothing in decide can wait on the database.
 func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error) {
-	var ids, admIDs, keyTenants, keys, keyIDs, expiring, modelKeys []string
-	seenT, seenA, seenK, seenC := map[string]bool{}, map[string]bool{}, map[[2]string]bool{}, map[string]bool{}
-	for _, it := range items {
-		if it.Op.Expire != nil && !slices.Contains(expiring, it.TenantID) {
-			expiring = append(expiring, it.TenantID)
-		}
-		if id := it.Op.keyID(); id != "" && !seenC[id] {
-			seenC[id] = true
-			keyIDs = append(keyIDs, id)
-		}
-		if !seenT[it.TenantID] {
-			seenT[it.TenantID] = true
-			ids = append(ids, it.TenantID)
-		}
-		if id := it.Op.admissionID(); id != "" && !seenA[id] {
-			seenA[id] = true
-			admIDs = append(admIDs, id)
-		}
-		if r := it.Op.Reserve; r != nil {
-			if k := ModelKey(r.Estimate); !slices.Contains(modelKeys, k) {
-				modelKeys = append(modelKeys, k)
-			}
-		}
-		if r := it.Op.Reserve; r != nil && r.IdempotencyKey != "" && !seenK[[2]string{it.TenantID, r.IdempotencyKey}] {
-			seenK[[2]string{it.TenantID, r.IdempotencyKey}] = true
-			keyTenants, keys = append(keyTenants, it.TenantID), append(keys, r.IdempotencyKey)
-		}
-	}
-	sort.Strings(ids)
-	sort.Strings(admIDs)
-	sort.Strings(expiring)
-	// Pools cost nothing where there are none: their statements are queued
-	// only when some model draws on a pool.
-	routes, err := s.poolRoutes(ctx)
+	l, err := s.load(ctx, items)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.periodAlertRules(ctx); err != nil {
-		return nil, err
-	}
-	var poolIDs []string
-	for _, k := range modelKeys {
-		if id, ok := routes[k]; ok && !slices.Contains(poolIDs, id) {
-			poolIDs = append(poolIDs, id)
-		}
-	}
-	usePools := len(poolIDs) > 0 || len(routes) > 0 && len(admIDs) > 0
-	priors := map[[2]string]*prior{}
-	adms := map[string]*Admission{}
-	liveKeys := map[string]string{} // unrevoked key id -> its tenant
-	overdue := map[string][]*Admission{}
-	var models map[[2]string]*modelBucket
-	var pools map[string]*pool
-	queueModels := s.modelQueue(ids)
-	keyPriority := map[string]Priority{}
-	tx, ts, now, err := s.lockTenants(ctx, ids,
-		func(b *pgx.Batch) {
-			if queueModels {
-				b.Queue(modelLimitsLockSQL, ids)
-			}
-			if len(keyIDs) > 0 {
-				b.Queue(keyLiveSQL, keyIDs)
-			}
-			if len(keys) > 0 {
-				b.Queue(idempotencyGetSQL, keyTenants, keys, s.clock())
-			}
-			if len(admIDs) > 0 {
-				b.Queue(admissionLockSQL, admIDs)
-			}
-			if len(expiring) > 0 {
-				b.Queue(admissionExpiredLockSQL, expiring, sweepBatch, s.clock())
-			}
-			if usePools {
-				queuePools(b, poolIDs, admIDs)
-			}
-		},
-		func(br pgx.BatchResults) error {
-			if queueModels {
-				var err error
-				if models, err = scanModelBuckets(br.Query()); err != nil {
-					return err
-				}
-			}
-			if len(keyIDs) > 0 {
-				rows, err := br.Query()
-				if err != nil {
-					return fmt.Errorf("budget: keys: %w", err)
-				}
-				var id, tenantID, priority string
-				if _, err := pgx.ForEachRow(rows, []any{&id, &tenantID, &priority}, func() error {
-					liveKeys[id] = tenantID
-					keyPriority[id] = Priority(priority)
-					return nil
-				}); err != nil {
-					return fmt.Errorf("budget: keys: %w", err)
-				}
-			}
-			if len(keys) > 0 {
-				rows, err := br.Query()
-				if err != nil {
-					return fmt.Errorf("budget: idempotency keys: %w", err)
-				}
-				var tenantID, key string
-				var pr prior
-				_, err = pgx.ForEachRow(rows, []any{&tenantID, &key, &pr.admissionID, &pr.hash, &pr.response}, func() error {
-					p := pr
-					priors[[2]string{tenantID, key}] = &p
-					return nil
-				})
-				if err != nil {
-					return fmt.Errorf("budget: idempotency keys: %w", err)
-				}
-			}
-			if len(admIDs) > 0 {
-				as, err := scanAdmissions(br.Query())
-				if err != nil {
-					return err
-				}
-				for _, a := range as {
-					adms[a.ID] = a
-				}
-			}
-			if len(expiring) > 0 {
-				as, err := scanAdmissions(br.Query())
-				if err != nil {
-					return err
-				}
-				for _, a := range as {
-					overdue[a.TenantID] = append(overdue[a.TenantID], a)
-				}
-			}
-			if usePools {
-				var err error
-				if pools, err = scanPools(br); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	results, w, err := l.decide(items, s.modelTable())
 	if err != nil {
+		l.tx.abort()
 		return nil, err
 	}
+	// Nothing changed: nothing is written, not even the refill.
+	if err := l.tx.commit(ctx, w); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
 
-	have := modelTenantsOf(ids, ts)
-	for _, id := range have {
-		s.modelTenants.Store(id, true)
-	}
-	if !queueModels && len(have) > 0 {
-		var err error
-		if models, err = tx.readModelsLate(ctx, have); err != nil {
-			tx.abort()
-			return nil, err
-		}
-	}
-	if queueModels && len(have) < len(ids) { // limits removed since: stop reading them
-		for _, id := range ids {
-			if !slices.Contains(have, id) {
-				s.modelTenants.Delete(id)
-			}
-		}
-	}
-	for _, m := range models {
-		m.advance(now)
-	}
-	var late []string
-	for _, a := range adms {
-		if a.PoolID != "" && pools[a.PoolID] == nil && !slices.Contains(late, a.PoolID) {
-			late = append(late, a.PoolID)
-		}
-	}
-	if len(late) > 0 {
-		if pools == nil {
-			pools = map[string]*pool{}
-		}
-		sort.Strings(late)
-		if err := tx.lockPoolsLate(ctx, late, pools); err != nil {
-			tx.abort()
-			return nil, err
-		}
-	}
-	for _, p := range pools {
-		p.Tokens.Refill(now)
-	}
-	w := &writes{pools: pools}
-	table := s.modelTable()
+// decide applies the batch's requests to the state l holds, in order, each
+// seeing what the earlier ones left, and collects the writes. A request's
+// own outcome (isDecision) is its result; any other error fails the whole
+// batch, and the caller rolls back. table bounds and prices settles' usage
+// (nil: the seeded table).
+func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writes, error) {
+	w := &writes{pools: l.pools}
 	decisions := map[string]*decision{}
 	advanced := map[*tenant]bool{} // an ancestor may be shared by several tenants of the batch
 	results := make([]OpResult, len(items))
 	for i, it := range items {
-		t, ok := ts[it.TenantID]
-		if !ok {
-			results[i].Err = ErrTenantNotFound
+		d, err := l.decisionFor(it, decisions, advanced, w, table)
+		switch {
+		case err != nil && !isDecision(err):
+			return nil, nil, err
+		case err != nil:
+			results[i].Err = err
 			continue
 		}
-		d := decisions[it.TenantID]
-		if d == nil {
-			chain, err := chainOf(ts, t)
-			if err != nil {
-				tx.abort()
-				return nil, err
-			}
-			for _, lv := range chain {
-				if !advanced[lv] {
-					advanced[lv] = true
-					lv.advance(now)
-				}
-			}
-			d = &decision{t: t, chain: chain, models: models, pools: pools, routes: routes, now: now, w: w, adms: map[string]*Admission{}, fresh: map[string]*freshKey{},
-				table: table}
-			decisions[it.TenantID] = d
-		}
 		op := it.Op
-		if k := op.keyID(); k != "" {
-			switch {
-			case liveKeys[k] != it.TenantID:
-				results[i].Err = ErrKeyRevoked
-				continue
-			case anyDisabled(d.chain):
-				results[i].Err = ErrTenantDisabled // as authenticating the key would have said
-				continue
-			}
-		}
 		switch {
 		case op.Reserve != nil:
 			rp := *op.Reserve
-			if pr, ok := keyPriority[rp.KeyID]; ok {
-				rp.Priority = pr
+			if k, ok := l.keys[rp.KeyID]; ok {
+				rp.Priority = k.priority
 			}
-			results[i].Reservation, results[i].Err = d.reserve(rp, priors[[2]string{it.TenantID, op.Reserve.IdempotencyKey}])
+			results[i].Reservation, results[i].Err = d.reserve(rp, l.priors[[2]string{it.TenantID, rp.IdempotencyKey}])
 		case op.Settle != nil:
 			p := op.Settle
-			results[i].Settlement, results[i].Err = d.end(adms, p.AdmissionID, p.Actor, StateSettled, p.InputTokens, p.OutputTokens, true)
+			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateSettled, p)
 		case op.Release != nil:
 			p := op.Release
-			results[i].Settlement, results[i].Err = d.end(adms, p.AdmissionID, p.Actor, StateReleased, 0, 0, false)
+			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateReleased, nil)
 		case op.Expire != nil:
-			results[i].Expired = d.expire(overdue[it.TenantID])
-			overdue[it.TenantID] = nil // a second Expire in the batch finds them done
+			results[i].Expired = d.expire(l.overdue[it.TenantID])
+			l.overdue[it.TenantID] = nil // a second Expire in the batch finds them done
 		default:
 			results[i].Err = errors.New("budget: an Op with nothing to decide")
 		}
 		if results[i].Err != nil && !isDecision(results[i].Err) {
-			tx.abort()
-			return nil, results[i].Err
+			return nil, nil, results[i].Err
 		}
 	}
 	// Rejections carry the balances as they stand after the whole batch,
@@ -401,18 +256,84 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 	for i, it := range items {
 		var rej *RejectedError
 		if errors.As(results[i].Err, &rej) {
-			lv := ts[it.TenantID]
-			if l, ok := ts[rej.Level]; ok {
-				lv = l
+			lv := l.tenants[it.TenantID]
+			if lvl, ok := l.tenants[rej.Level]; ok {
+				lv = lvl
 			}
-			rej.Snapshot = lv.snapshot(now)
+			rej.Snapshot = lv.snapshot(l.now)
 		}
 	}
-	// Nothing changed: nothing is written, not even the refill.
-	if err := tx.commit(ctx, w); err != nil {
+	return results, w, nil
+}
+
+// decisionFor is the checks every request passes before its own rule, in
+// order: its form (Validate), the gateway it came through (unrevoked, and
+// its scope holding the tenant: checked before the tenant's existence, so
+// that a gateway learns nothing of tenants outside its scope), the tenant,
+// and the tenant key it came with (unrevoked, of this tenant, whose tree
+// is not disabled). It returns the tenant's decision, made on its first
+// request: its chain brought to now.
+func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced map[*tenant]bool, w *writes, table *estimator.Table) (*decision, error) {
+	op := it.Op
+	if err := op.validate(); err != nil {
 		return nil, err
 	}
-	return results, nil
+	if g := op.gatewayID(); g != "" {
+		scope, ok := l.gws[g]
+		switch {
+		case !ok:
+			return nil, ErrGatewayRevoked
+		case !GatewayMay(scope, it.TenantID):
+			return nil, ErrOutOfScope
+		}
+	}
+	t, ok := l.tenants[it.TenantID]
+	if !ok {
+		return nil, ErrTenantNotFound
+	}
+	d := decisions[it.TenantID]
+	if d == nil {
+		chain, err := chainOf(l.tenants, t)
+		if err != nil {
+			return nil, err
+		}
+		for _, lv := range chain {
+			if !advanced[lv] {
+				advanced[lv] = true
+				lv.advance(l.now)
+			}
+		}
+		d = &decision{t: t, chain: chain, models: l.models, pools: l.pools, routes: l.routes, now: l.now, w: w,
+			adms: map[string]*Admission{}, fresh: map[string]*freshKey{}, table: table}
+		decisions[it.TenantID] = d
+	}
+	if k := op.keyID(); k != "" {
+		switch {
+		case l.keys[k].tenantID != it.TenantID:
+			return nil, ErrKeyRevoked
+		case anyDisabled(d.chain):
+			return nil, ErrTenantDisabled // as authenticating the key would have said
+		}
+	}
+	return d, nil
+}
+
+// admissionOf is the id of the admission a settle or release names: its
+// AdmissionID; or the one its tenant's idempotency key named when the batch
+// locked it, else the one a reserve earlier in this batch made with that
+// key ("" for none: end answers ErrAdmissionNotFound).
+func (l *loaded) admissionOf(it Item, d *decision) string {
+	if id := it.Op.admissionID(); id != "" {
+		return id
+	}
+	key := it.Op.admissionKey()
+	if id, ok := l.named[[2]string{it.TenantID, key}]; ok {
+		return id
+	}
+	if f, ok := d.fresh[key]; ok {
+		return f.r.AdmissionID
+	}
+	return ""
 }
 
 // isDecision tells a request's own outcome (refused, unknown admission,
@@ -420,5 +341,6 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds)
+		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds) ||
+		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope) || errors.As(err, new(*InvalidError))
 }

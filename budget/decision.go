@@ -125,6 +125,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		d.w.entry(lv, e)
 	}
 	d.w.inserted = append(d.w.inserted, a)
+	d.adms[a.ID] = a // a settle later in the batch naming its key finds it
 
 	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow,
 		Priority: p.Priority}
@@ -142,12 +143,14 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	return r, nil
 }
 
-// end settles (usage set) or releases an admission: it refunds
+// end settles (usage set) or releases (usage nil) an admission: it refunds
 // estimate - actual (capped at capacity) or charges the excess, frees the
 // concurrency slot and appends the entry. Ending it again the same way
 // returns the original answer; another way is ErrConflict. A settle of an
-// expired admission still reconciles, marked late.
-func (d *decision) end(locked map[string]*Admission, admissionID, actor string, target State, in, out int64, usage bool) (*Settlement, error) {
+// expired admission still reconciles, marked late. The usage charged is
+// usage.Usage: a refund is priced with the admission, which is locked, so
+// pricing costs no read.
+func (d *decision) end(locked map[string]*Admission, admissionID, actor string, target State, usage *SettleParams) (*Settlement, error) {
 	t, now := d.t, d.now
 	a, ok := d.adms[admissionID]
 	if !ok {
@@ -157,10 +160,14 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 			return nil, ErrAdmissionNotFound
 		}
 	}
+	var in, out int64
+	if usage != nil {
+		in, out = usage.Usage(a.Estimate)
+	}
 	switch a.State {
 	case StateSettled, StateReleased:
 		same := a.State == target
-		if same && usage {
+		if same && usage != nil {
 			same = a.ActualInput != nil && *a.ActualInput == in && a.ActualOutput != nil && *a.ActualOutput == out
 		}
 		if !same {
@@ -172,7 +179,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 
 	late := a.State == StateExpired
 	actual := int64(0)
-	if usage {
+	if usage != nil {
 		// Usage no request could have produced is refused before anything
 		// moves: it would charge without bound.
 		if err := CheckUsage(a.Estimate, d.table, in, out); err != nil {
@@ -220,7 +227,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	ended := *a
 	ended.State, ended.Late = target, late
 	ended.EndedAt = &now
-	if usage {
+	if usage != nil {
 		ended.ActualInput, ended.ActualOutput = &in, &out
 	}
 	ended.ActualCost = &actual

@@ -31,6 +31,14 @@ var (
 	// ErrKeyRevoked: the tenant key a request came with was revoked (found
 	// by the decision's own transaction).
 	ErrKeyRevoked = errors.New("budget: the request's key is revoked")
+	// ErrGatewayRevoked: the gateway a request came through
+	// (ReserveParams.GatewayID and the like) is revoked or unknown, found by
+	// the decision's own transaction: a revocation applies to every replica
+	// at once, without a query of its own per call.
+	ErrGatewayRevoked = errors.New("budget: the request's gateway is revoked or unknown")
+	// ErrOutOfScope: the gateway a request came through may not ask on
+	// behalf of the request's tenant (GatewayMay).
+	ErrOutOfScope = errors.New("budget: the tenant is outside the gateway's scope")
 	// ErrNotReplayed: the admission was made by a replica on its own during
 	// a store outage, and that replica has not replayed it into the store
 	// yet. Retrying soon succeeds.

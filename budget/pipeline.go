@@ -150,10 +150,13 @@ func (p *Pipeline) shardOf(tenantID string) *shard {
 	return p.shards[h.Sum32()%uint32(len(p.shards))]
 }
 
-// size estimates the bytes a request sends in its transaction.
+// size estimates the bytes a request sends in its transaction: the ids
+// and keys it names (an admission by id or by idempotency key, a tenant
+// key, a gateway), and what a reserve writes.
 func size(it Item) int {
-	n := 160 + len(it.TenantID)
-	if r := it.Op.Reserve; r != nil {
+	op := it.Op
+	n := 160 + len(it.TenantID) + len(op.admissionID()) + len(op.admissionKey()) + len(op.keyID()) + len(op.gatewayID())
+	if r := op.Reserve; r != nil {
 		n += 120 + len(r.Estimate.Model) + len(r.Actor)
 		if r.IdempotencyKey != "" {
 			n += 900 + len(r.IdempotencyKey) + len(r.RequestHash) // the stored answer

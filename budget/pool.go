@@ -313,14 +313,6 @@ func (p *pool) detail() string {
 	return `"pool":` + strconv.Quote(p.id) + `,"pool_micro":` + strconv.FormatInt(p.Tokens.BalanceMicro, 10)
 }
 
-// queuePools adds a batch's pool reads after its admission locks: the pools
-// the reserves' models route to and those the ended admissions drew on,
-// locked in id order, then their shares.
-func queuePools(b *pgx.Batch, poolIDs, admIDs []string) {
-	b.Queue(poolLockSQL, poolIDs, admIDs)
-	b.Queue(poolSharesGetSQL, poolIDs, admIDs)
-}
-
 // writePools queues the pools and shares a batch changed.
 func writePools(b *pgx.Batch, pools map[string]*pool) (queued []int64) {
 	var ids []string

@@ -22,6 +22,13 @@ type ReserveParams struct {
 	// checks in its own transaction that it is not revoked (ErrKeyRevoked),
 	// so that authenticating a request needs no query of its own.
 	KeyID string
+	// GatewayID is the gateway credential the request came through, if any
+	// (a gateway asks on behalf of many tenants): the decision checks in
+	// its own transaction that it is not revoked (ErrGatewayRevoked) and
+	// that its scope holds TenantID (ErrOutOfScope, GatewayMay), so that a
+	// gateway's call needs no query of its own either. Nothing is debited
+	// when it refuses.
+	GatewayID string
 	// HoldbackMicro is what the decision must leave in the token bucket:
 	// what callers queued ahead of this one in its replica wait for, so
 	// that a large request waiting for refill is not starved by smaller
@@ -64,8 +71,9 @@ type Reservation struct {
 
 // Reserve admits one request or refuses it. It returns a *RejectedError
 // (ErrRejected) when a limit refuses it, a *TooLargeError (ErrTooLarge) when
-// it can never fit, ErrTenantNotFound, ErrTenantDisabled or
-// ErrIdempotencyMismatch.
+// it can never fit, ErrTenantNotFound, ErrTenantDisabled,
+// ErrIdempotencyMismatch, ErrKeyRevoked, ErrGatewayRevoked or
+// ErrOutOfScope.
 func (s *Store) Reserve(ctx context.Context, p ReserveParams) (*Reservation, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Reserve: &p})
 	return r.Reservation, err

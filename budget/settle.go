@@ -3,17 +3,79 @@ package budget
 import (
 	"context"
 
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
 // SettleParams reports what a request actually used.
+//
+// The admission is named by AdmissionID or by IdempotencyKey, exactly one
+// of them: the key is the one its reserve came with, live for 24 h
+// (ReserveParams.IdempotencyKey), for faces whose callers name requests by
+// their own ids. Either way the admission is found and locked in the
+// decision's own round trip, and the Settlement carries it.
+//
+// The usage is InputTokens and OutputTokens; or, instead, RefundTokens.
 type SettleParams struct {
-	TenantID     string
-	AdmissionID  string
-	InputTokens  int64
-	OutputTokens int64
+	TenantID    string
+	AdmissionID string
+	// IdempotencyKey names the admission by the tenant's live key instead
+	// of AdmissionID. An unknown or expired key is ErrAdmissionNotFound.
+	IdempotencyKey string
+	InputTokens    int64
+	OutputTokens   int64
+	// RefundTokens states the usage as a refund of the estimate instead (a
+	// gateway's negative hits): the actual input is
+	// max(0, estimate cost - RefundTokens) and the output 0. The estimate's
+	// cost is in weighted tokens, so this suits admissions reserved at
+	// weight one (a gateway's hits); it may not be negative nor come with
+	// Input or OutputTokens (an *InvalidError).
+	RefundTokens int64
 	Actor        string
 	KeyID        string // as ReserveParams.KeyID; the tenant must not be disabled either
+	GatewayID    string // as ReserveParams.GatewayID
+}
+
+// Validate returns an *InvalidError when p names its admission neither or
+// both ways, or states its usage both ways. The decision applies it
+// first; a replica deciding without the store (budget/outage) applies it
+// too.
+func (p SettleParams) Validate() error {
+	if err := nameProblem(p.AdmissionID, p.IdempotencyKey); err != nil {
+		return err
+	}
+	switch {
+	case p.RefundTokens < 0:
+		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
+	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0):
+		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input and output tokens must be 0"}
+	}
+	return nil
+}
+
+// Usage is the input and output tokens a settle p charges an admission
+// reserved as e, before the usage bounds (CheckUsage) apply to them: with
+// RefundTokens, the estimate's cost less the refund (never below 0) as
+// input and no output; otherwise its input and output. p must be valid
+// (Validate).
+func (p SettleParams) Usage(e estimator.Estimate) (in, out int64) {
+	if p.RefundTokens > 0 {
+		in, _ = sub64(e.Cost, p.RefundTokens)
+		return max(0, in), 0
+	}
+	return p.InputTokens, p.OutputTokens
+}
+
+// nameProblem is the rule of a settle's or release's admission: named by
+// id or by idempotency key, exactly one of them.
+func nameProblem(admissionID, key string) error {
+	switch {
+	case admissionID == "" && key == "":
+		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
+	case admissionID != "" && key != "":
+		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
+	}
+	return nil
 }
 
 // Settlement is the reconciliation of one admission.
@@ -34,25 +96,35 @@ type Settlement struct {
 // concurrency slot and appends a settle entry. Settling again with the same
 // usage returns the original answer. A settle of an expired admission still
 // reconciles (late). It returns ErrAdmissionNotFound (also for another
-// tenant's admission), or ErrConflict when the admission was released or
-// settled with different usage.
+// tenant's admission, or a key that names none), ErrConflict when the
+// admission was released or settled with different usage, what
+// p.Validate returns, a *UsageError (ErrUsageOutOfBounds), ErrKeyRevoked,
+// ErrGatewayRevoked or ErrOutOfScope.
 func (s *Store) Settle(ctx context.Context, p SettleParams) (*Settlement, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Settle: &p})
 	return r.Settlement, err
 }
 
-// ReleaseParams names an admission whose request never ran.
+// ReleaseParams names an admission whose request never ran, by
+// AdmissionID or by IdempotencyKey, exactly one of them (as SettleParams).
 type ReleaseParams struct {
-	TenantID    string
-	AdmissionID string
-	Actor       string
-	KeyID       string // as SettleParams.KeyID
+	TenantID       string
+	AdmissionID    string
+	IdempotencyKey string // as SettleParams.IdempotencyKey
+	Actor          string
+	KeyID          string // as SettleParams.KeyID
+	GatewayID      string // as ReserveParams.GatewayID
 }
+
+// Validate returns an *InvalidError when p names its admission neither or
+// both ways.
+func (p ReleaseParams) Validate() error { return nameProblem(p.AdmissionID, p.IdempotencyKey) }
 
 // Release refunds an admission's whole estimate (capped at capacity): the
 // request never ran. Releasing again returns the original answer. It
-// returns ErrAdmissionNotFound, or ErrConflict when the admission was
-// already settled.
+// returns ErrAdmissionNotFound, ErrConflict when the admission was
+// already settled, what p.Validate returns, ErrKeyRevoked,
+// ErrGatewayRevoked or ErrOutOfScope.
 func (s *Store) Release(ctx context.Context, p ReleaseParams) (*Settlement, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Release: &p})
 	return r.Settlement, err

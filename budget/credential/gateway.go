@@ -8,13 +8,14 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tokengate/tokengate/budget"
 )
 
 var (
@@ -32,7 +33,7 @@ var (
 const GatewayPrefix = "tgw_"
 
 // AllTenants scopes a gateway to every tenant.
-const AllTenants = "*"
+const AllTenants = budget.GatewayAllTenants
 
 var (
 	// ErrGatewayInvalid: the gateway credential is missing, malformed,
@@ -58,9 +59,11 @@ type Gateway struct {
 	RevokedAt  *time.Time `json:"revoked_at" db:"revoked_at"`
 }
 
-// May reports whether the gateway may ask on behalf of tenantID.
+// May reports whether the gateway may ask on behalf of tenantID: the
+// domain's one rule (budget.GatewayMay), which a decision also applies to
+// a request's GatewayID in its own transaction.
 func (g Gateway) May(tenantID string) bool {
-	return slices.Contains(g.Tenants, AllTenants) || slices.Contains(g.Tenants, tenantID)
+	return budget.GatewayMay(g.Tenants, tenantID)
 }
 
 // GatewayCreate makes a gateway credential scoped to tenants and returns it

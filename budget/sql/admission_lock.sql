@@ -1,3 +1,20 @@
 -- The admissions a batch settles or releases, locked after their tenants
--- (the lock order is always tenant rows, then admission rows), in id order.
-SELECT * FROM admissions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE
+-- (the lock order is always tenant rows, then admission rows), all in one
+-- statement in id order: those named by id ($1), and those a tenant's live
+-- Idempotency-Key names ($2, $3: the (tenant, key) pairs; a key lives 24 h,
+-- as in admission_by_key.sql). The key's tenant is the admission's, whose
+-- row this transaction holds: every key a batch can name is written under
+-- that lock, so this read is current. named_by lists the keys that named
+-- the row. ARRAY(...) is computed once (an InitPlan), so the primary key
+-- index finds every row.
+WITH named AS (
+    SELECT k.key, k.admission_id
+    FROM idempotency_keys k
+    JOIN unnest($2::text[], $3::text[]) AS q (tenant_id, key) ON k.tenant_id = q.tenant_id AND k.key = q.key
+    WHERE k.created_at > coalesce($4::timestamptz, clock_timestamp()) - interval '24 hours'
+)
+SELECT a.*, ARRAY(SELECT n.key FROM named n WHERE n.admission_id = a.id) AS named_by
+FROM admissions a
+WHERE a.id = ANY ($1::text[] || ARRAY(SELECT admission_id FROM named))
+ORDER BY a.id
+FOR UPDATE OF a

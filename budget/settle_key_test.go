@@ -1,0 +1,200 @@
+package budget_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+func withKey(p budget.ReserveParams, key string) budget.ReserveParams {
+	p.IdempotencyKey, p.RequestHash = key, []byte("hash of "+key)
+	return p
+}
+
+// hits is a gateway's reservation: its hits as input tokens at weight one.
+func hits(tenantID string, n int64) budget.ReserveParams {
+	return budget.ReserveParams{TenantID: tenantID, Estimate: estimator.Estimate{Model: "gpt-4o", InputTokens: n, Cost: n,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
+}
+
+func balance(t *testing.T, b *testBundle, id string) int64 {
+	t.Helper()
+	var micro int64
+	if err := b.pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = $1`, id).Scan(&micro); err != nil {
+		t.Fatal(err)
+	}
+	return micro / budget.Micro
+}
+
+// TestSettleAndReleaseByIdempotencyKey: a settle or release may name its
+// admission by the tenant's live Idempotency-Key instead of its id, found
+// in the decision's own transaction: it settles that admission, replays
+// like a settle by id, and is ErrAdmissionNotFound for an unknown key,
+// another tenant's key, or one older than 24 h. Naming it both ways or
+// neither is invalid and changes nothing.
+func TestSettleAndReleaseByIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	b.tenant(t, "acme", limits(1000, "1"))
+	b.tenant(t, "globex", limits(1000, "1"))
+	r, err := b.store.Reserve(ctx, withKey(reserveFor("acme", 100), "req-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Reserve(ctx, withKey(reserveFor("globex", 100), "req-g")); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 30, OutputTokens: 20})
+	if err != nil || st.Admission.ID != r.AdmissionID || st.Replayed || *st.Admission.ActualInput != 30 {
+		t.Fatalf("settle by key: %+v %v", st, err)
+	}
+	if got := balance(t, b, "acme"); got != 950 {
+		t.Fatalf("balance %d, want 950", got)
+	}
+	st, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 30, OutputTokens: 20})
+	if err != nil || !st.Replayed || st.Admission.ID != r.AdmissionID {
+		t.Fatalf("settle by key again: %+v %v", st, err)
+	}
+	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 31})); !errors.Is(err, budget.ErrConflict) {
+		t.Fatalf("other usage: %v", err)
+	}
+
+	before := map[string]state{"acme": b.state(t, "acme"), "globex": b.state(t, "globex")}
+	var inv *budget.InvalidError
+	for _, c := range []struct {
+		p    budget.SettleParams
+		want error
+	}{
+		{budget.SettleParams{TenantID: "acme", IdempotencyKey: "nope", InputTokens: 1}, budget.ErrAdmissionNotFound},
+		{budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-g", InputTokens: 1}, budget.ErrAdmissionNotFound}, // globex's key
+		{budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, IdempotencyKey: "req-1", InputTokens: 30, OutputTokens: 20}, nil},
+		{budget.SettleParams{TenantID: "acme", InputTokens: 30, OutputTokens: 20}, nil},
+	} {
+		err := fst(b.store.Settle(ctx, c.p))
+		switch {
+		case c.want != nil && !errors.Is(err, c.want):
+			t.Fatalf("%+v: %v, want %v", c.p, err, c.want)
+		case c.want == nil && (!errors.As(err, &inv) || inv.Field != "admission_id"):
+			t.Fatalf("%+v: %v, want an invalid admission_id", c.p, err)
+		}
+	}
+	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme"})); !errors.As(err, &inv) {
+		t.Fatalf("a release naming nothing: %v", err)
+	}
+	for id, s := range before {
+		if after := b.state(t, id); after != s {
+			t.Fatalf("%s changed though every request was refused", id)
+		}
+	}
+
+	// Release by key.
+	r2, err := b.store.Reserve(ctx, withKey(reserveFor("acme", 200), "req-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err = b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "req-2"})
+	if err != nil || st.Admission.ID != r2.AdmissionID || st.Admission.State != budget.StateReleased || balance(t, b, "acme") != 950 {
+		t.Fatalf("release by key: %+v %v (balance %d)", st, err, balance(t, b, "acme"))
+	}
+
+	// A key lives 24 h.
+	if _, err := b.store.Reserve(ctx, withKey(reserveFor("acme", 10), "req-3")); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(24*time.Hour + time.Second)
+	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "req-3"})); !errors.Is(err, budget.ErrAdmissionNotFound) {
+		t.Fatalf("a key older than 24 h: %v", err)
+	}
+}
+
+// TestSettleByKeyInTheReservesBatch: a settle naming the key of a reserve
+// decided earlier in the same batch settles that admission.
+func TestSettleByKeyInTheReservesBatch(t *testing.T) {
+	t.Parallel()
+	b, _ := setupFrozen(t)
+	b.tenant(t, "acme", limits(1000, "1"))
+	rp := withKey(reserveFor("acme", 100), "req-1")
+	res, err := b.store.Decide(ctx, "acme", []budget.Op{
+		{Reserve: &rp},
+		{Settle: &budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 10, OutputTokens: 10}},
+	})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if res[1].Settlement.Admission.ID != res[0].Reservation.AdmissionID || balance(t, b, "acme") != 980 {
+		t.Fatalf("settled %s, reserved %s; balance %d", res[1].Settlement.Admission.ID, res[0].Reservation.AdmissionID, balance(t, b, "acme"))
+	}
+	b.verify(t, "acme")
+}
+
+// TestSettleAsARefund: RefundTokens states the usage as a refund of the
+// estimate (a gateway's negative hits): the actual input is the cost less
+// the refund, never below 0, and no output. It excludes other usage.
+func TestSettleAsARefund(t *testing.T) {
+	t.Parallel()
+	b, _ := setupFrozen(t)
+	b.tenant(t, "acme", limits(1000, "1"))
+	for _, c := range []struct {
+		key             string
+		refund, charged int64
+	}{
+		{"rls-1", 30, 70},
+		{"rls-2", 150, 0},
+	} {
+		if _, err := b.store.Reserve(ctx, withKey(hits("acme", 100), c.key)); err != nil {
+			t.Fatal(err)
+		}
+		before := balance(t, b, "acme")
+		st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: c.key, RefundTokens: c.refund})
+		if err != nil || *st.Admission.ActualInput != c.charged || *st.Admission.ActualOutput != 0 || *st.Admission.ActualCost != c.charged {
+			t.Fatalf("refund %d: %+v %v", c.refund, st, err)
+		}
+		if got := balance(t, b, "acme"); got != before+100-c.charged {
+			t.Fatalf("refund %d: balance %d, want %d", c.refund, got, before+100-c.charged)
+		}
+		// The same refund again is a replay.
+		if st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: c.key, RefundTokens: c.refund}); err != nil || !st.Replayed {
+			t.Fatalf("refund %d again: %+v %v", c.refund, st, err)
+		}
+	}
+	var inv *budget.InvalidError
+	for _, p := range []budget.SettleParams{
+		{TenantID: "acme", IdempotencyKey: "rls-1", RefundTokens: -1},
+		{TenantID: "acme", IdempotencyKey: "rls-1", RefundTokens: 5, InputTokens: 5},
+		{TenantID: "acme", IdempotencyKey: "rls-1", RefundTokens: 5, OutputTokens: 5},
+	} {
+		if err := fst(b.store.Settle(ctx, p)); !errors.As(err, &inv) || inv.Field != "refund_tokens" {
+			t.Fatalf("%+v: %v", p, err)
+		}
+	}
+	b.verify(t, "acme")
+}
+
+// TestReleaseByKeyGivesThePoolBack: the pool an admission named by key
+// drew on is locked with it and corrected.
+func TestReleaseByKeyGivesThePoolBack(t *testing.T) {
+	t.Parallel()
+	b, _ := setupFrozen(t)
+	b.tenant(t, "acme", limits(1_000_000, "1000"))
+	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: budget.Micro}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Reserve(ctx, withKey(reserveFor("acme", 80), "req-1")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "req-1"})
+	if err != nil || st.Admission.PoolID != "gpu" {
+		t.Fatalf("release by key: %+v %v", st, err)
+	}
+	pools, err := b.store.Pools(ctx)
+	if err != nil || pools[0].TokensMicro != 100*budget.Micro {
+		t.Fatalf("pool after the release: %+v %v", pools, err)
+	}
+}
