@@ -27,8 +27,6 @@ var (
 	tenantInsertSQL string
 	//go:embed sql/admission_lock.sql
 	admissionLockSQL string
-	//go:embed sql/admission_by_key.sql
-	admissionByKeySQL string
 	//go:embed sql/admission_get.sql
 	admissionGetSQL string
 	//go:embed sql/admission_expired_lock.sql

@@ -194,19 +194,6 @@ func (s *Store) AdmissionGet(ctx context.Context, tenantID, admissionID string) 
 	return a, err
 }
 
-// AdmissionByKey returns the admission a tenant's live Idempotency-Key
-// names (for adapters that name requests by their own ids). It returns
-// ErrAdmissionNotFound.
-func (s *Store) AdmissionByKey(ctx context.Context, tenantID, key string) (*Admission, error) {
-	var a *Admission
-	err := retry(ctx, func() error {
-		var err error
-		a, err = scanAdmission(s.pool.Query(ctx, admissionByKeySQL, tenantID, key, s.clock()))
-		return classify(err, false, false)
-	})
-	return a, err
-}
-
 // AdmissionRecent returns a tenant's latest admissions, newest first (the
 // dashboard's estimate-versus-actual chart).
 func (s *Store) AdmissionRecent(ctx context.Context, tenantID string, limit int) ([]*Admission, error) {

@@ -53,7 +53,6 @@ const maxHits = 1_000_000_000
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	admitter  *admission.Admitter
-	store     *budget.Store
 	guard     *credential.Guard
 	estimator *estimator.Estimator // resolves model families (their failure policy)
 	logger    *slog.Logger
@@ -65,7 +64,7 @@ type Server struct {
 // replica's registry.
 func New(rep *replica.Replica) *Server {
 	s := &Server{
-		admitter: rep.Admitter, store: rep.Store, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger,
+		admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_rls_calls_total",
 			Help: "ShouldRateLimit calls by phase (request, response) and outcome (ok, over_limit, error).",
@@ -169,7 +168,9 @@ func (s *Server) gatewayOf(ctx context.Context) (credential.Gateway, error) {
 			addr = addr[:i]
 		}
 	}
-	return s.guard.Gateway(ctx, addr, presented)
+	// A credential verified lately is answered from memory: the decision
+	// checks in its own transaction that it was not revoked since.
+	return s.guard.GatewayDeferred(ctx, addr, presented)
 }
 
 // ShouldRateLimit decides a gateway's call: OK (admitted, or settled) or
@@ -269,6 +270,11 @@ func verdictOf(err error) verdict {
 	switch {
 	case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
 		return verdict{code: codes.OK, reason: "tenant_unknown_or_disabled"}
+	case errors.Is(err, budget.ErrGatewayRevoked):
+		// Revoked since this replica verified it: found by the decision.
+		return verdict{code: codes.OK, reason: "unauthenticated"}
+	case errors.Is(err, budget.ErrOutOfScope):
+		return verdict{code: codes.OK, reason: "out_of_scope"}
 	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
 		errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
 		// The caller's own mistake (usage no request could produce, for
@@ -295,19 +301,16 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		if d.requestID == "" {
 			return decided{}, nil, nil, nil // nothing names a reservation: nothing to correct
 		}
-		a, err := s.store.AdmissionByKey(ctx, d.tenant, key(d.requestID))
-		if errors.Is(err, budget.ErrAdmissionNotFound) {
-			return decided{}, nil, nil, nil // its reservation was refused, or is older than 24 h
-		}
-		if err != nil {
-			return decided{}, nil, nil, err
-		}
-		actual := d.hits
+		// Found by its request id inside the decision's transaction, which
+		// also checks the gateway: no lookup beside the pipeline.
+		p := budget.SettleParams{TenantID: d.tenant, IdempotencyKey: key(d.requestID), InputTokens: d.hits, Actor: actor, GatewayID: gw.ID}
 		if d.negative {
-			actual = max(0, a.Estimate.Cost-d.hits)
+			p.InputTokens, p.RefundTokens = 0, d.hits
 		}
-		st, _, err := s.admitter.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: d.tenant, AdmissionID: a.ID, InputTokens: actual, Actor: actor})
+		st, _, err := s.admitter.Settle(ctx, admission.FaceRLS, p)
 		switch {
+		case errors.Is(err, budget.ErrAdmissionNotFound):
+			return decided{}, nil, nil, nil // its reservation was refused, or is older than 24 h
 		case errors.Is(err, budget.ErrConflict):
 			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
 		case err != nil:
@@ -318,7 +321,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		}
 		return decided{}, &st.Snapshot, nil, nil
 	}
-	p := budget.ReserveParams{TenantID: d.tenant, Actor: actor,
+	p := budget.ReserveParams{TenantID: d.tenant, Actor: actor, GatewayID: gw.ID,
 		Estimate: estimator.Estimate{Model: d.model, Family: s.family(d.model), InputTokens: d.hits, Cost: d.hits,
 			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
 	if d.requestID != "" {
@@ -341,7 +344,7 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 
 func (s *Server) releaseAll(ctx context.Context, gw credential.Gateway, admitted []admittedAt) {
 	for _, a := range admitted {
-		if _, _, err := s.admitter.Release(context.WithoutCancel(ctx), admission.FaceRLS, budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id,
+		if _, _, err := s.admitter.Release(context.WithoutCancel(ctx), admission.FaceRLS, budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id, GatewayID: gw.ID,
 			Actor: "gateway:" + gw.Name}); err != nil {
 			s.logger.Warn("release after a refused descriptor", "admission", a.id, "error", err.Error())
 		}

@@ -26,13 +26,16 @@ const (
 // Outcomes of an admission, the values of tokengate_admissions_total's
 // outcome label.
 const (
-	OutcomeAdmitted  = "admitted"
-	OutcomeReplayed  = "replayed"
-	OutcomeRejected  = "rejected"
-	OutcomeTooLarge  = "too_large"
-	OutcomeInvalid   = "invalid"
-	OutcomeCancelled = "cancelled"
-	OutcomeError     = "error"
+	OutcomeAdmitted = "admitted"
+	OutcomeReplayed = "replayed"
+	OutcomeRejected = "rejected"
+	OutcomeTooLarge = "too_large"
+	OutcomeInvalid  = "invalid"
+	// OutcomeUnauthorized: the decision found the credential revoked, the
+	// tenant outside the gateway's scope, or the tenant disabled or gone.
+	OutcomeUnauthorized = "unauthorized"
+	OutcomeCancelled    = "cancelled"
+	OutcomeError        = "error"
 )
 
 // Outcomes of a settle or release, the values of
@@ -64,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
-			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, invalid, cancelled, error) and the limit that refused.",
+			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, invalid, unauthorized, cancelled, error) and the limit that refused.",
 		}, []string{"face", "outcome", "limit"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokengate_admission_duration_seconds",
@@ -114,6 +117,9 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 		}
 	case errors.As(err, &tl):
 		a.metrics.decided(face, OutcomeTooLarge, string(tl.Limit), start)
+	case errors.Is(err, budget.ErrKeyRevoked), errors.Is(err, budget.ErrGatewayRevoked), errors.Is(err, budget.ErrOutOfScope),
+		errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, budget.ErrTenantNotFound):
+		a.metrics.decided(face, OutcomeUnauthorized, "", start)
 	case ctx.Err() != nil:
 		a.metrics.decided(face, OutcomeCancelled, "", start)
 	case isInvalid(err):
