@@ -214,12 +214,10 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 // batch, and the caller rolls back. table bounds and prices settles' usage
 // (nil: the seeded table).
 func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writes, error) {
-	w := &writes{pools: l.pools}
-	decisions := map[string]*decision{}
-	advanced := map[*tenant]bool{} // an ancestor may be shared by several tenants of the batch
+	b := &batch{loaded: l, table: table, w: &writes{pools: l.pools}, decisions: map[string]*decision{}, advanced: map[*tenant]bool{}}
 	results := make([]OpResult, len(items))
 	for i, it := range items {
-		d, err := l.decisionFor(it, decisions, advanced, w, table)
+		d, err := b.decisionFor(it)
 		switch {
 		case err != nil && !isDecision(err):
 			return nil, nil, err
@@ -263,7 +261,16 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 			rej.Snapshot = lv.snapshot(l.now)
 		}
 	}
-	return results, w, nil
+	return results, b.w, nil
+}
+
+// batch is the decide step's own state over one batch.
+type batch struct {
+	*loaded
+	table     *estimator.Table
+	w         *writes
+	decisions map[string]*decision // by tenant, made on its first request
+	advanced  map[*tenant]bool     // levels brought to now (an ancestor may be shared by several tenants)
 }
 
 // decisionFor is the checks every request passes before its own rule, in
@@ -273,13 +280,13 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 // and the tenant key it came with (unrevoked, of this tenant, whose tree
 // is not disabled). It returns the tenant's decision, made on its first
 // request: its chain brought to now.
-func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced map[*tenant]bool, w *writes, table *estimator.Table) (*decision, error) {
+func (b *batch) decisionFor(it Item) (*decision, error) {
 	op := it.Op
 	if err := op.validate(); err != nil {
 		return nil, err
 	}
 	if g := op.gatewayID(); g != "" {
-		scope, ok := l.gws[g]
+		scope, ok := b.gws[g]
 		switch {
 		case !ok:
 			return nil, ErrGatewayRevoked
@@ -287,29 +294,29 @@ func (l *loaded) decisionFor(it Item, decisions map[string]*decision, advanced m
 			return nil, ErrOutOfScope
 		}
 	}
-	t, ok := l.tenants[it.TenantID]
+	t, ok := b.tenants[it.TenantID]
 	if !ok {
 		return nil, ErrTenantNotFound
 	}
-	d := decisions[it.TenantID]
+	d := b.decisions[it.TenantID]
 	if d == nil {
-		chain, err := chainOf(l.tenants, t)
+		chain, err := chainOf(b.tenants, t)
 		if err != nil {
 			return nil, err
 		}
 		for _, lv := range chain {
-			if !advanced[lv] {
-				advanced[lv] = true
-				lv.advance(l.now)
+			if !b.advanced[lv] {
+				b.advanced[lv] = true
+				lv.advance(b.now)
 			}
 		}
-		d = &decision{t: t, chain: chain, models: l.models, pools: l.pools, routes: l.routes, now: l.now, w: w,
-			adms: map[string]*Admission{}, fresh: map[string]*freshKey{}, table: table}
-		decisions[it.TenantID] = d
+		d = &decision{t: t, chain: chain, models: b.models, pools: b.pools, routes: b.routes, now: b.now, w: b.w,
+			adms: map[string]*Admission{}, fresh: map[string]*freshKey{}, table: b.table}
+		b.decisions[it.TenantID] = d
 	}
 	if k := op.keyID(); k != "" {
 		switch {
-		case l.keys[k].tenantID != it.TenantID:
+		case b.keys[k].tenantID != it.TenantID:
 			return nil, ErrKeyRevoked
 		case anyDisabled(d.chain):
 			return nil, ErrTenantDisabled // as authenticating the key would have said

@@ -148,8 +148,8 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 // concurrency slot and appends the entry. Ending it again the same way
 // returns the original answer; another way is ErrConflict. A settle of an
 // expired admission still reconciles, marked late. The usage charged is
-// usage.Usage: a refund is priced with the admission, which is locked, so
-// pricing costs no read.
+// usage.Usage: refunds and cached input are priced with the admission,
+// which is locked, so pricing costs no read.
 func (d *decision) end(locked map[string]*Admission, admissionID, actor string, target State, usage *SettleParams) (*Settlement, error) {
 	t, now := d.t, d.now
 	a, ok := d.adms[admissionID]
@@ -162,7 +162,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	}
 	var in, out int64
 	if usage != nil {
-		in, out = usage.Usage(a.Estimate)
+		in, out = usage.Usage(a.Estimate, d.table)
 	}
 	switch a.State {
 	case StateSettled, StateReleased:

@@ -41,19 +41,28 @@
 //     (ErrDebtFloor).
 //   - A settle's usage is bounded (CheckUsage): output up to the output
 //     reserved, input plus output up to the model's context window (or
-//     MaxUnknownModelUsage). Usage beyond is refused (ErrUsageOutOfBounds)
-//     before anything moves. Micro-unit arithmetic is checked: an overflow
+//     MaxUnknownModelUsage). Cached input is priced at the model's
+//     cached-input weight, and a refund turned into usage, first
+//     (SettleParams.Usage); the bounds apply to that effective input. Usage
+//     beyond is refused (ErrUsageOutOfBounds) before anything moves. Micro-unit arithmetic is checked: an overflow
 //     is ErrOverflow, never a wrap.
 //   - Reservations that are never settled expire: they stay charged at their
 //     estimate and their concurrency slot is freed. A settle that arrives
 //     later still reconciles against that estimate, marked late.
 //
-// A decision costs two round trips on one connection: [BEGIN; lock the
-// tenant row; read the clock (and idempotency keys or the admission)], then
-// [the writes; COMMIT]. The lock is held from the first batch's lock to the
-// COMMIT, and no estimation or other work happens while it is held. Several
-// requests of one tenant (reserves, settles, releases) are decided under one
-// lock (Decide); a replica queues them per tenant in a Pipeline.
+// A decision is three steps and costs two round trips on one connection:
+// load (load.go: BEGIN; lock the tenant rows; read the clock and all the
+// requests need: model limits, whether their tenant keys and gateways are
+// revoked, idempotency keys, the admissions they settle or release by id or
+// by key, overdue reservations, pools), decide (decide.go and decision.go:
+// the rules, with no I/O), write (writes.go: the writes; COMMIT). The lock
+// is held from the first round trip's lock to the COMMIT, and no estimation
+// or other work happens while it is held. A request's credentials are
+// checked in that transaction too (ErrKeyRevoked, ErrGatewayRevoked,
+// ErrOutOfScope), so a revocation applies in every replica at once and a
+// face needs no query of its own. Requests of any tenants (reserves,
+// settles, releases, expiries) are decided under one lock statement
+// (DecideBatch); a replica queues them in a Pipeline.
 //
 // Busy is not down. A request that ran out of time while the store kept
 // answering (other round trips, or a ping outside the pool) waited its turn

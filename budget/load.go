@@ -72,6 +72,10 @@ func (p *tenantKeys) add(tenantID, key string) {
 	p.tenants, p.keys = append(p.tenants, tenantID), append(p.keys, key)
 }
 
+// wantsOf gathers what items need read, each name once: the tenants (and,
+// through lockTenants, their ancestors), the admissions named by id or key,
+// the keys and gateways to check, the reserves' idempotency keys and model
+// keys, the tenants to expire.
 func wantsOf(items []Item) wants {
 	var w wants
 	seen := map[string]bool{}

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
@@ -15,7 +16,8 @@ import (
 // their own ids. Either way the admission is found and locked in the
 // decision's own round trip, and the Settlement carries it.
 //
-// The usage is InputTokens and OutputTokens; or, instead, RefundTokens.
+// The usage is InputTokens (of which CachedInputTokens came from the
+// provider's prompt cache) and OutputTokens; or, instead, RefundTokens.
 type SettleParams struct {
 	TenantID    string
 	AdmissionID string
@@ -24,12 +26,20 @@ type SettleParams struct {
 	IdempotencyKey string
 	InputTokens    int64
 	OutputTokens   int64
+	// CachedInputTokens is the part of InputTokens served from the
+	// provider's prompt cache (0 <= cached <= InputTokens, else a
+	// *UsageError): the decision prices them at the cached-input weight of
+	// the admission's model in the store's model table
+	// (estimator.Model.EffectiveInput), and the usage bounds apply to that
+	// effective input, which is what the admission records as its actual
+	// input. The faces need no read of the admission to price them.
+	CachedInputTokens int64
 	// RefundTokens states the usage as a refund of the estimate instead (a
 	// gateway's negative hits): the actual input is
 	// max(0, estimate cost - RefundTokens) and the output 0. The estimate's
 	// cost is in weighted tokens, so this suits admissions reserved at
 	// weight one (a gateway's hits); it may not be negative nor come with
-	// Input or OutputTokens (an *InvalidError).
+	// Input, Output or CachedInputTokens (an *InvalidError).
 	RefundTokens int64
 	Actor        string
 	KeyID        string // as ReserveParams.KeyID; the tenant must not be disabled either
@@ -37,9 +47,10 @@ type SettleParams struct {
 }
 
 // Validate returns an *InvalidError when p names its admission neither or
-// both ways, or states its usage both ways. The decision applies it
-// first; a replica deciding without the store (budget/outage) applies it
-// too.
+// both ways, or states its usage both ways, and a *UsageError
+// (ErrUsageOutOfBounds) when its cached input tokens are negative or more
+// than its input tokens. The decision applies it first; a replica deciding
+// without the store (budget/outage) applies it too.
 func (p SettleParams) Validate() error {
 	if err := nameProblem(p.AdmissionID, p.IdempotencyKey); err != nil {
 		return err
@@ -47,8 +58,11 @@ func (p SettleParams) Validate() error {
 	switch {
 	case p.RefundTokens < 0:
 		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
-	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0):
-		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input and output tokens must be 0"}
+	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0):
+		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
+	case p.CachedInputTokens < 0 || p.CachedInputTokens > max(p.InputTokens, 0):
+		return &UsageError{Field: "prompt_tokens_details.cached_tokens", Bound: max(p.InputTokens, 0),
+			Reason: fmt.Sprintf("%d must be between 0 and the %d input tokens it is part of", p.CachedInputTokens, p.InputTokens)}
 	}
 	return nil
 }
@@ -56,14 +70,23 @@ func (p SettleParams) Validate() error {
 // Usage is the input and output tokens a settle p charges an admission
 // reserved as e, before the usage bounds (CheckUsage) apply to them: with
 // RefundTokens, the estimate's cost less the refund (never below 0) as
-// input and no output; otherwise its input and output. p must be valid
-// (Validate).
-func (p SettleParams) Usage(e estimator.Estimate) (in, out int64) {
+// input and no output; otherwise the input with its cached part priced at
+// the cached-input weight of e's model in t (nil: the seeded table), and
+// the output. p must be valid (Validate).
+func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out int64) {
 	if p.RefundTokens > 0 {
 		in, _ = sub64(e.Cost, p.RefundTokens)
 		return max(0, in), 0
 	}
-	return p.InputTokens, p.OutputTokens
+	in, out = p.InputTokens, p.OutputTokens
+	if p.CachedInputTokens > 0 {
+		if t == nil {
+			t = estimator.DefaultTable()
+		}
+		m, _ := t.Lookup(e.Model)
+		in = m.EffectiveInput(in, p.CachedInputTokens)
+	}
+	return in, out
 }
 
 // nameProblem is the rule of a settle's or release's admission: named by

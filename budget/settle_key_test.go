@@ -198,3 +198,64 @@ func TestReleaseByKeyGivesThePoolBack(t *testing.T) {
 		t.Fatalf("pool after the release: %+v %v", pools, err)
 	}
 }
+
+// TestCachedInputPricedInTheDecision: a settle's cached input tokens are
+// priced at the cached-input weight of the admission's model in the
+// store's model table, and the usage bounds apply to that effective input,
+// which the admission records. Cached tokens outside 0..input are refused
+// and nothing changes.
+func TestCachedInputPricedInTheDecision(t *testing.T) {
+	t.Parallel()
+	b, _ := setupFrozen(t)
+	m, _ := estimator.DefaultTable().Lookup("gpt-4o")
+	m.CachedInputWeightMicro = estimator.WeightOne / 2
+	table, err := estimator.DefaultTable().With([]estimator.Model{m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.store.WithModels(func() *estimator.Table { return table })
+	b.tenant(t, "acme", limits(1_000_000, "1"))
+
+	r := b.mustReserve(t, "acme", 100)
+	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20})
+	// 10 uncached + 30 cached at half weight = 25 input; 25 + 20 charged.
+	if err != nil || *st.Admission.ActualInput != 25 || *st.Admission.ActualCost != 45 || balance(t, b, "acme") != 1_000_000-45 {
+		t.Fatalf("settle with cached input: %+v %v (balance %d)", st, err, balance(t, b, "acme"))
+	}
+	st, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20})
+	if err != nil || !st.Replayed {
+		t.Fatalf("the same settle again: %+v %v", st, err)
+	}
+
+	// The bounds apply to the effective input: 200,000 prompt tokens, all
+	// cached, are 100,000 at the cached weight, within gpt-4o's window.
+	r2 := b.mustReserve(t, "acme", 100)
+	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 200_000, OutputTokens: 10})); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+		t.Fatalf("200,000 uncached input tokens: %v", err)
+	}
+	st, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 200_000, CachedInputTokens: 200_000, OutputTokens: 10})
+	if err != nil || *st.Admission.ActualInput != 100_000 {
+		t.Fatalf("200,000 cached input tokens: %+v %v", st, err)
+	}
+
+	r3 := b.mustReserve(t, "acme", 100)
+	before := b.state(t, "acme")
+	var ue *budget.UsageError
+	for _, p := range []budget.SettleParams{
+		{TenantID: "acme", AdmissionID: r3.AdmissionID, InputTokens: 10, CachedInputTokens: 11},
+		{TenantID: "acme", AdmissionID: r3.AdmissionID, InputTokens: 10, CachedInputTokens: -1},
+		{TenantID: "acme", AdmissionID: r3.AdmissionID, CachedInputTokens: 1},
+	} {
+		if err := fst(b.store.Settle(ctx, p)); !errors.As(err, &ue) || ue.Field != "prompt_tokens_details.cached_tokens" {
+			t.Fatalf("%+v: %v", p, err)
+		}
+	}
+	var inv *budget.InvalidError
+	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r3.AdmissionID, RefundTokens: 5, CachedInputTokens: 1})); !errors.As(err, &inv) {
+		t.Fatalf("a refund with cached tokens: %v", err)
+	}
+	if after := b.state(t, "acme"); after != before {
+		t.Fatal("a refused settle changed the tenant")
+	}
+	b.verify(t, "acme")
+}

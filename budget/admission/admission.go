@@ -348,22 +348,26 @@ func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
 	}
 }
 
-// Settle reconciles an admission (budget.Store.Settle). While the store is
-// down, the settle is journaled for the recovery loop and journaled is
-// true: the accounting is kept, the balance is not known yet.
+// Settle reconciles an admission (budget.Store.Settle), named by id or by
+// idempotency key. While the store is down, the settle is journaled for the
+// recovery loop as it was stated (its key, cached tokens or refund
+// included; outage.Local.Settle) and journaled is true: the accounting is
+// kept, the balance is not known yet.
 //
 // Every outcome is counted here, by face: tokengate_settlements_total.
 func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
-	st, journaled, err = a.end(ctx, p.TenantID, p.AdmissionID, true, p.InputTokens, p.OutputTokens, p.Actor,
-		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) })
+	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
+		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) },
+		func(l *outage.Local) error { return l.Settle(p) })
 	a.metrics.ended(ctx, face, kindSettle, st, journaled, err)
 	return st, journaled, err
 }
 
 // Release refunds an admission whose request never ran, like Settle.
 func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
-	st, journaled, err = a.end(ctx, p.TenantID, p.AdmissionID, false, 0, 0, p.Actor,
-		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) })
+	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
+		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) },
+		func(l *outage.Local) error { return l.Release(p) })
 	a.metrics.ended(ctx, face, kindRelease, st, journaled, err)
 	return st, journaled, err
 }
@@ -374,8 +378,12 @@ func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParam
 // replica down for long, and clocks that disagree.
 const notReplayedWindow = 24 * time.Hour
 
-func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle bool, in, out int64, actor string,
-	decide func() (*budget.Settlement, error)) (*budget.Settlement, bool, error) {
+// end decides a settle or release through the store, or, while the store
+// is down, journals it. admissionID is "" for one named by idempotency key:
+// a key the store does not know is not found, whether or not some replica
+// admitted it on its own (only an id tells).
+func (a *Admitter) end(tenantID, admissionID string, decide func() (*budget.Settlement, error),
+	journal func(*outage.Local) error) (*budget.Settlement, bool, error) {
 	if !a.Down() {
 		st, err := decide()
 		if err == nil {
@@ -409,7 +417,7 @@ func (a *Admitter) end(ctx context.Context, tenantID, admissionID string, settle
 	if a.cfg.Local == nil {
 		return nil, false, budget.ErrUnavailable
 	}
-	if err := a.cfg.Local.End(tenantID, admissionID, settle, in, out, actor); err != nil {
+	if err := journal(a.cfg.Local); err != nil {
 		return nil, false, err
 	}
 	return nil, true, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -176,5 +177,62 @@ func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	}
 	if snap.Tokens() != 10_000-100 {
 		t.Fatalf("balance %d, want one debit of 100", snap.Tokens())
+	}
+}
+
+// TestSettleByKeyThroughTheLayer: a settle naming its admission by
+// idempotency key goes through the pipeline like one by id; an unknown key
+// is not found (only an id could tell a local admission not replayed yet);
+// while the store is down it is journaled with its key, and the recovery
+// loop's replay settles it by key.
+func TestSettleByKeyThroughTheLayer(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	store := budget.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	spool, err := outage.OpenSpool(t.TempDir(), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = spool.Close() })
+	a := admission.New(admission.Config{Store: store, Pool: pool, Local: &outage.Local{Replicas: 1, Replica: "r1", Spool: spool}})
+	reserve := func(key string) *budget.Reservation {
+		t.Helper()
+		r := request("acme", 100, 0)
+		r.Face, r.IdempotencyKey = admission.FaceRLS, key
+		res, _, err := a.Reserve(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	r1 := reserve("rls:r-1")
+	st, journaled, err := a.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", RefundTokens: 30})
+	if err != nil || journaled || st.Admission.ID != r1.AdmissionID || *st.Admission.ActualInput != 70 {
+		t.Fatalf("settle by key: %+v %v %v", st, journaled, err)
+	}
+	if _, _, err := a.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:nope", InputTokens: 1}); !errors.Is(err, budget.ErrAdmissionNotFound) {
+		t.Fatalf("an unknown key: %v", err)
+	}
+
+	r2 := reserve("rls:r-2")
+	a.MarkDown(errors.New("test: the store is away"))
+	st, journaled, err = a.Release(ctx, admission.FaceRLS, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-2"})
+	if err != nil || !journaled || st != nil {
+		t.Fatalf("release by key while down: %+v %v %v", st, journaled, err)
+	}
+	recs, err := spool.Records()
+	if err != nil || len(recs) != 1 || recs[0].IdempotencyKey != "rls:r-2" || recs[0].AdmissionID != "" {
+		t.Fatalf("journal: %+v %v", recs, err)
+	}
+	a.RecoverOnce(ctx)
+	if a.Down() || a.Ready() != nil {
+		t.Fatalf("after recovery: down %v, ready %v", a.Down(), a.Ready())
+	}
+	got, err := store.AdmissionGet(ctx, "acme", r2.AdmissionID)
+	if err != nil || got.State != budget.StateReleased {
+		t.Fatalf("the admission after the replay: %+v %v", got, err)
 	}
 }

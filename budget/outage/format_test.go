@@ -18,7 +18,8 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 // TestSpoolRecordFormat pins the spool's line format: records spooled by a
 // replica must replay after an upgrade, so a change here must stay
-// readable (add fields; never rename one).
+// readable (add fields; never rename one). The lines of older records stay
+// byte for byte what they were: new fields are omitted when empty.
 func TestSpoolRecordFormat(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
@@ -29,6 +30,12 @@ func TestSpoolRecordFormat(t *testing.T) {
 			Actor: "key:abc", IdempotencyKey: "k-1", RequestHash: []byte{1, 2, 3}, Response: json.RawMessage(`{"admission_id":"adm_a"}`)},
 		{Kind: outage.KindSettle, AdmissionID: "adm_a", TenantID: "acme", CreatedAt: at, InputTokens: 9, OutputTokens: 20, Actor: "key:abc"},
 		{Kind: outage.KindRelease, AdmissionID: "adm_b", TenantID: "acme", CreatedAt: at, Actor: "key:abc"},
+		// Settles and releases naming their admission by idempotency key,
+		// with usage stated as cached input or as a refund.
+		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-1", CreatedAt: at, InputTokens: 40, CachedInputTokens: 30,
+			OutputTokens: 20, Actor: "gateway:edge"},
+		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-2", CreatedAt: at, RefundTokens: 7, Actor: "gateway:edge"},
+		{Kind: outage.KindRelease, TenantID: "acme", IdempotencyKey: "rls:r-3", CreatedAt: at, Actor: "gateway:edge"},
 	}
 	var got bytes.Buffer
 	for _, r := range records {

@@ -184,35 +184,69 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	return r, nil
 }
 
-// End journals a settle (usage set) or a release of any admission, to be
-// applied when the store is back. An admission made here also gives its
-// refund (or extra charge) back to the local share at once.
+// Settle journals a settle, to be applied when the store is back. An
+// admission made here (named by id, or by the Idempotency-Key it was made
+// with) also gives its refund (or extra charge) back to the local share at
+// once, priced as the store prices it (SettleParams.Usage). A settle that
+// names by key an admission the store made is journaled by key, and the
+// replay settles it by key. It returns what p.Validate returns, and a
+// *budget.UsageError as the store would.
+func (l *Local) Settle(p budget.SettleParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, &p)
+}
+
+// Release journals a release like Settle; the whole estimate comes back.
+// It returns what p.Validate returns.
+func (l *Local) Release(p budget.ReleaseParams) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, nil)
+}
+
+// End is Settle (usage in and out) or Release of an admission named by id.
 func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, actor string) error {
+	if settle {
+		return l.Settle(budget.SettleParams{TenantID: tenantID, AdmissionID: admissionID, InputTokens: in, OutputTokens: out, Actor: actor})
+	}
+	return l.Release(budget.ReleaseParams{TenantID: tenantID, AdmissionID: admissionID, Actor: actor})
+}
+
+// end journals a settle (usage set) or a release of any admission.
+func (l *Local) end(tenantID, admissionID, key, actor string, usage *budget.SettleParams) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rec := Record{Kind: KindRelease, AdmissionID: admissionID, TenantID: tenantID, CreatedAt: l.now(), Actor: actor}
-	if settle {
-		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, in, out
+	if prior, ok := l.idempotent[[2]string{tenantID, key}]; key != "" && ok {
+		admissionID, key = prior.r.AdmissionID, "" // made here: journaled by its id
+	}
+	rec := Record{Kind: KindRelease, AdmissionID: admissionID, IdempotencyKey: key, TenantID: tenantID, CreatedAt: l.now(), Actor: actor}
+	if usage != nil {
+		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, usage.InputTokens, usage.OutputTokens
+		rec.CachedInputTokens, rec.RefundTokens = usage.CachedInputTokens, usage.RefundTokens
 	}
 	// Usage no request could have produced is refused here, as the store
 	// would refuse it: of an admission made here the reservation is known;
 	// of any other, the replay's settle is checked by the store.
 	var mine *opened
 	var sh *share
-	if s, ok := l.shares[tenantID]; ok {
+	if s, ok := l.shares[tenantID]; ok && admissionID != "" {
 		if o, ok := s.open[admissionID]; ok {
 			sh, mine = s, &o
 		}
 	}
-	if settle && (in < 0 || out < 0) {
-		return budget.CheckUsage(estimator.Estimate{}, nil, in, out)
+	if usage != nil && (usage.InputTokens < 0 || usage.OutputTokens < 0) {
+		return budget.CheckUsage(estimator.Estimate{}, nil, usage.InputTokens, usage.OutputTokens)
 	}
 	var table *estimator.Table
 	if l.ModelsFunc != nil {
 		table = l.ModelsFunc()
 	}
 	actual := int64(0)
-	if settle && mine != nil {
+	if usage != nil && mine != nil {
+		in, out := usage.Usage(mine.est, table)
 		if err := budget.CheckUsage(mine.est, table, in, out); err != nil {
 			return err
 		}
@@ -318,10 +352,12 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		var st *budget.Settlement
 		var err error
 		if r.Kind == KindSettle {
-			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID,
-				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Actor: r.Actor})
+			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
+				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
+				Actor: r.Actor})
 		} else {
-			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, Actor: r.Actor})
+			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
+				Actor: r.Actor})
 		}
 		switch {
 		case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound):

@@ -441,3 +441,81 @@ func TestLocalRefusesUsageOutOfBounds(t *testing.T) {
 		t.Fatalf("after a charge to the floor: %v", err)
 	}
 }
+
+// TestOutageSettlesByKeyAndReplaysThem: during an outage, a settle or
+// release naming a store admission by idempotency key is journaled with
+// its key and its usage as stated (cached input, a refund), and the replay
+// settles it by key, priced by the store as it would have been; one naming
+// an admission made here by its key is resolved here and journaled by id.
+// A settle naming its admission both ways is refused and not journaled.
+func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	// gpt-4o alone, its cached input at half weight.
+	table, err := estimator.NewTable([]estimator.Model{{Name: "gpt-4o", Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
+		OutputWeightMicro: estimator.WeightOne, CachedInputWeightMicro: estimator.WeightOne / 2, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.store.WithModels(func() *estimator.Table { return table })
+	b.local.ModelsFunc = func() *estimator.Table { return table }
+	for _, key := range []string{"rls:r-1", "rls:r-2", "rls:r-3"} {
+		if _, err := b.store.Reserve(ctx, rp(est(100), key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The store goes away.
+	local, err := b.local.Reserve(b.snap, rp(est(10), "loc-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20}),
+		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-2", RefundTokens: 30}),
+		b.local.Release(budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-3"}),
+		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "loc-1", InputTokens: 4, CachedInputTokens: 4, OutputTokens: 1}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inv *budget.InvalidError
+	if err := b.local.Settle(budget.SettleParams{TenantID: "acme", AdmissionID: local.AdmissionID, IdempotencyKey: "loc-1"}); !errors.As(err, &inv) {
+		t.Fatalf("named both ways: %v", err)
+	}
+	recs, err := b.local.Spool.Records()
+	if err != nil || len(recs) != 5 {
+		t.Fatalf("spool: %d records (%v)", len(recs), err)
+	}
+	if r := recs[1]; r.AdmissionID != "" || r.IdempotencyKey != "rls:r-1" || r.CachedInputTokens != 30 {
+		t.Fatalf("a settle by key of a store admission is journaled by key: %+v", r)
+	}
+	if r := recs[4]; r.AdmissionID != local.AdmissionID || r.IdempotencyKey != "" {
+		t.Fatalf("a settle by key of a local admission is journaled by id: %+v", r)
+	}
+
+	rep, err := b.local.Replay(ctx, b.store)
+	if err != nil || rep.Reserved != 1 || rep.Ended != 4 || rep.Rejected != 0 {
+		t.Fatalf("replay: %+v %v", rep, err)
+	}
+	for key, want := range map[string]struct {
+		state   budget.State
+		in, out int64
+	}{
+		"rls:r-1": {budget.StateSettled, 10 + 15, 20}, // 30 cached at half weight
+		"rls:r-2": {budget.StateSettled, 100 - 30, 0},
+		"rls:r-3": {budget.StateReleased, 0, 0},
+	} {
+		a, err := b.store.AdmissionByKey(ctx, "acme", key)
+		if err != nil || a.State != want.state || (want.state == budget.StateSettled && (*a.ActualInput != want.in || *a.ActualOutput != want.out)) {
+			t.Fatalf("%s after the replay: %+v %v", key, a, err)
+		}
+	}
+	a, err := b.store.AdmissionGet(ctx, "acme", local.AdmissionID)
+	if err != nil || a.State != budget.StateSettled || *a.ActualInput != 2 {
+		t.Fatalf("the local admission after the replay: %+v %v", a, err)
+	}
+	if _, err := ledger.Verify(ctx, poolOf(t, b), "acme"); err != nil {
+		t.Fatal(err)
+	}
+}

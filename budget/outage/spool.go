@@ -40,9 +40,19 @@ type Record struct {
 	// and request fingerprint; Response is the admission as it was
 	// answered. The replay writes them to the store with the admission, so
 	// that a retry after the outage returns it instead of debiting again.
+	//
+	// On a settle or release, IdempotencyKey names the admission instead of
+	// AdmissionID (which is then empty): one the store made, which this
+	// replica cannot resolve while the store is away; the replay settles
+	// it by key (budget.SettleParams.IdempotencyKey).
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	RequestHash    []byte          `json:"request_hash,omitempty"`
 	Response       json.RawMessage `json:"response,omitempty"`
+	// CachedInputTokens and RefundTokens are a settle's usage as it was
+	// stated (budget.SettleParams): the replay's settle prices them with
+	// the admission, as the store would have.
+	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"`
+	RefundTokens      int64 `json:"refund_tokens,omitempty"`
 }
 
 // Spool is an append-only journal file, synced to disk on every append: a
