@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -666,17 +667,43 @@ func proxySettles(in, maxOut, reportedIn, reportedOut int64) int64 {
 	return min(reportedIn, window-out) + out
 }
 
+// storeTrouble returns whether a replica was cut off from the store at any
+// time near [from, to], by what its clients saw: an answer that the store
+// could not decide (503), a decision journaled or made alone (202, local),
+// or no answer at all. A replica may lose its store with no fault injected
+// (two busy cores starve Postgres past the store timeout), and then
+// journals settles and releases, or fails them, by design.
+func (h *history) storeTrouble() func(replica string, from, to time.Duration) bool {
+	const near = 3 * time.Second // a replica's recovery loop and reconnection
+	at := map[string][]time.Duration{}
+	for _, e := range h.events {
+		if e.code == 0 || e.code == http.StatusServiceUnavailable || e.code == http.StatusAccepted || e.local {
+			at[e.replica] = append(at[e.replica], e.end)
+		}
+	}
+	for _, ts := range at {
+		slices.Sort(ts)
+	}
+	return func(replica string, from, to time.Duration) bool {
+		ts := at[replica]
+		i, _ := slices.BinarySearch(ts, from-near)
+		return i < len(ts) && ts[i] <= to+near
+	}
+}
+
 // checkProxyCalls holds each call through the proxy to what its upstream
 // answered: a call the upstream answered is settled from the usage it
 // reported (clamped), or at the estimate if it reported none; a call the
 // upstream failed, or never got, is released. The client saw the
 // upstream's answer, and a stream that ended, with the usage chunk only if
-// it asked for it. Where a fault struck during the call, the proxy may
-// have lost its client, its store or its upstream on the way: the call may
+// it asked for it. Where a fault struck during the call, or its replica
+// lost its store (storeTrouble), the proxy may have lost its client, its
+// store or its upstream on the way: the call may
 // then also be released, expire, or be settled at the estimate or from
 // what was streamed (the prompt and at most 2 tokens of "ok").
 func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string, exact, lenient int) {
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	troubled := h.storeTrouble()
 	calls := map[string][]event{}
 	var order []string
 	for _, e := range h.events {
@@ -702,7 +729,7 @@ func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string,
 			if e.admission != "" {
 				adm, admitted = e.admission, e
 			}
-			quiet = quiet && e.code != 0
+			quiet = quiet && e.code != 0 && !troubled(e.replica, e.begin, e.end)
 			unknown = unknown || e.unknown()
 		}
 		if adm == "" && first.key != "" {

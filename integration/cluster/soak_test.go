@@ -295,7 +295,8 @@ func (h *history) around(problem string) string {
 		if adm != "" && e.admission != adm {
 			continue
 		}
-		fmt.Fprintf(&b, "  %8s-%-8s client %2d %-9s %-5s %-7s %-5s %s key=%q %s -> %d %s %s %s local=%t%s\n", e.begin.Round(time.Millisecond), e.end.Round(time.Millisecond),
+		fmt.Fprintf(&b, "  %8s %s-%s client %2d %-9s %-5s %-7s %-5s %s key=%q %s -> %d %s %s %s local=%t%s\n", e.begin.Round(time.Millisecond),
+			h.start.Add(e.begin).Format("15:04:05.000"), h.start.Add(e.end).Format("15:04:05.000"),
 			e.client, e.replica, e.face, e.op, e.tenant, e.admission, e.key, e.body, e.code, e.typ, e.applied, e.balance, e.local, e.detail())
 		if n++; n > 40 {
 			break
