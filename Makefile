@@ -97,7 +97,7 @@ SOAK_SECONDS ?= 60
 SOAK_SEED ?=
 .PHONY: soak
 soak: pg-image image ## A randomized workload over 3 replicas with faults, checked against a model (SOAK_SECONDS, SOAK_SEED).
-	SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) go test -tags cluster,soak -run '^TestSoak$$' -count=1 -v -timeout 0 ./integration/cluster/
+	TOKENGATE_IMAGE=$(IMAGE) SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) go test -tags cluster,soak -run '^TestSoak$$' -count=1 -v -timeout 0 ./integration/cluster/
 
 FUZZ_TIME ?= 15s
 .PHONY: fuzz

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -63,6 +64,40 @@ type replica struct {
 	name string
 	ctr  testcontainers.Container
 	url  string
+	// proxyURL and rlsAddr are the replica's OpenAI proxy and rate limit
+	// service as this process reaches them, when it serves them.
+	proxyURL, rlsAddr string
+	ports             []string // the container ports it exposes
+}
+
+// The container ports of a replica's faces: the HTTP API and, when the
+// replica serves them, the rate limit service (TOKENGATE_RLS_ADDR=:8081)
+// and the OpenAI proxy (TOKENGATE_PROXY_ADDR=:8082).
+const apiPort, rlsPort, proxyPort = "8080/tcp", "8081/tcp", "8082/tcp"
+
+// locate reads the host ports of the replica's faces: a container started
+// again may have new ones.
+func (r *replica) locate() error {
+	host, err := r.ctr.Host(ctx)
+	if err != nil {
+		return err
+	}
+	for _, port := range r.ports {
+		p, err := r.ctr.MappedPort(ctx, port)
+		if err != nil {
+			return err
+		}
+		addr := net.JoinHostPort(host, p.Port())
+		switch port {
+		case apiPort:
+			r.url = "http://" + addr
+		case rlsPort:
+			r.rlsAddr = addr
+		case proxyPort:
+			r.proxyURL = "http://" + addr
+		}
+	}
+	return nil
 }
 
 // newCluster starts Postgres and n replicas. env adds to every replica's
@@ -131,13 +166,20 @@ func (c *cluster) addReplica(name string, migrate bool) *replica {
 	if migrate {
 		cmd = append(cmd, "--migrate")
 	}
+	exposed := []string{apiPort}
+	if env["TOKENGATE_RLS_ADDR"] != "" {
+		exposed = append(exposed, rlsPort)
+	}
+	if env["TOKENGATE_PROXY_ADDR"] != "" {
+		exposed = append(exposed, proxyPort)
+	}
 	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
 			Image:        image("TOKENGATE_IMAGE", "tc.local/tokengate:latest"),
 			Name:         "",
 			Env:          env,
 			Cmd:          cmd,
-			ExposedPorts: []string{"8080/tcp"},
+			ExposedPorts: exposed,
 			Networks:     []string{c.net.Name},
 			WaitingFor:   wait.ForHTTP("/readyz").WithPort("8080/tcp").WithStartupTimeout(90 * time.Second),
 		},
@@ -154,15 +196,10 @@ func (c *cluster) addReplica(name string, migrate bool) *replica {
 		}
 		c.t.Fatalf("start %s: %v\n%s", name, err, logs)
 	}
-	host, err := ctr.Host(ctx)
-	if err != nil {
+	r := &replica{name: name, ctr: ctr, ports: exposed}
+	if err := r.locate(); err != nil {
 		c.t.Fatal(err)
 	}
-	port, err := ctr.MappedPort(ctx, "8080/tcp")
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	r := &replica{name: name, ctr: ctr, url: fmt.Sprintf("http://%s:%s", host, port.Port())}
 	c.replicas = append(c.replicas, r)
 	return r
 }

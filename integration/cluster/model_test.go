@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +26,18 @@ import (
 // of it). It replays each tenant's ledger in order, recomputing every
 // refill, balance and count from the tenant's limits and the entries'
 // database times, and checks the history the clients recorded against it.
+//
+// Every face admits by the same contract, so the replay of the ledger knows
+// no faces. The checker asks which face a request came through only where
+// they differ by design: the cost reserved (the API's answered estimate;
+// the proxy's estimate of the body, which the API computes alike; the
+// RLS's hits, with no estimation), the truth settled (the usage an API
+// client reports; what the proxy's upstream reported, clamped to what the
+// request could produce, or the estimate if it reported none; the hits of
+// the RLS's stream-end call), and who ends an admission (the API's client
+// settles or releases; the proxy settles what the upstream answered and
+// releases what it failed; a gateway settles at stream end, or lets it
+// expire).
 
 const micro = 1_000_000
 
@@ -114,16 +127,24 @@ type entry struct {
 const replayedLocal = "admitted locally during a store outage"
 
 // missing returns the admissions clients were told of that are not in the
-// ledger (yet: a replica's spool of local decisions may not be replayed).
+// ledger (yet: a replica's spool of local decisions may not be replayed),
+// and the requests a gateway was told it may run that no admission is
+// keyed by yet.
 func missing(pool *pgxpool.Pool, h *history) []string {
-	var told []string
+	var told, tenants, keys []string
 	for _, e := range h.events {
-		if e.op == "reserve" && e.code == http.StatusCreated {
+		switch {
+		case e.face == faceRLS && e.told():
+			tenants, keys = append(tenants, e.tenant), append(keys, e.key)
+		case e.told():
 			told = append(told, e.admission)
 		}
 	}
 	rows, err := pool.Query(context.Background(), `SELECT t.id FROM unnest($1::text[]) AS t(id)
-		WHERE NOT EXISTS (SELECT 1 FROM ledger_entries WHERE admission_id = t.id AND kind = 'reserve')`, told)
+		WHERE NOT EXISTS (SELECT 1 FROM ledger_entries WHERE admission_id = t.id AND kind = 'reserve')
+		UNION ALL
+		SELECT k.tenant || '/' || k.key FROM unnest($2::text[], $3::text[]) AS k(tenant, key)
+		WHERE NOT EXISTS (SELECT 1 FROM idempotency_keys i WHERE i.tenant_id = k.tenant AND i.key = k.key)`, told, tenants, keys)
 	if err != nil {
 		return []string{err.Error()}
 	}
@@ -183,7 +204,7 @@ func decimalMicro(s string) int64 {
 // history against it; it returns every divergence, the first first.
 // parents nests tenants: an admission of a tenant is in its chain and in
 // every ancestor's, once each.
-func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, parents map[string]string) []string {
+func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, tenants []string, parents map[string]string) []string {
 	t.Helper()
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -200,10 +221,12 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 	}); err != nil {
 		t.Fatal(err)
 	}
-	onTime := 0                  // expiries checked for timeliness (no fault going on)
-	reserves := map[string]int{} // tenant/admission -> reserve entries
-	endsOf := map[string]entry{} // tenant/admission -> its settle or release entry
-	owner := map[string]string{} // admission -> the deepest tenant whose chain has it
+	onTime := 0                     // expiries checked for timeliness (no fault going on)
+	reserves := map[string]int{}    // tenant/admission -> reserve entries
+	endsOf := map[string]entry{}    // tenant/admission -> its settle or release entry
+	reserveOf := map[string]entry{} // tenant/admission -> its reserve entry
+	expired := map[string]bool{}    // tenant/admission -> it expired
+	owner := map[string]string{}    // admission -> the deepest tenant whose chain has it
 	depth := func(id string) int {
 		n := 0
 		for ; parents[id] != ""; id = parents[id] {
@@ -269,6 +292,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 			switch e.Kind {
 			case "reserve":
 				reserves[id+"/"+adm]++
+				reserveOf[id+"/"+adm] = e
 				cost := *e.Estimate
 				exempt := e.Reason != nil && strings.HasPrefix(*e.Reason, replayedLocal)
 				if exempt {
@@ -326,6 +350,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 					m.open--
 					delete(m.reserved, adm)
 					m.ended[adm] = "expire"
+					expired[id+"/"+adm] = true
 					break
 				}
 				if e.Late {
@@ -393,14 +418,23 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 		}
 	}
 
-	// The history: every admission a client was told of is in the ledger
-	// exactly once; each entry not told of is explained by a request whose
-	// outcome the client could not know; retries got the original; settle
-	// answers match their entries.
+	// The history: every admission a client was told of, through any face,
+	// is in the ledger exactly once, at the cost the client knows; each
+	// entry not told of is explained by a request whose outcome the client
+	// could not know; retries got the original; settle answers match their
+	// entries; every refusal says when to retry.
+	keyed := admissionsByKey(t, pool)
+	for i, e := range h.events {
+		if e.face == faceRLS {
+			// A gateway knows its request id; the store keys the
+			// admission by it.
+			h.events[i].admission = keyed[e.tenant+"/"+e.key]
+		}
+	}
 	told := map[string]bool{}
 	firstTry := map[string]time.Duration{} // tenant/key -> when its first attempt began
 	for _, e := range h.events {
-		if k := e.tenant + "/" + e.key; e.op == "reserve" && e.key != "" {
+		if k := e.tenant + "/" + e.key; e.admits() && e.key != "" {
 			if _, ok := firstTry[k]; !ok {
 				firstTry[k] = e.begin
 			}
@@ -409,8 +443,13 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 	unknown := map[string]int{} // tenant -> reserve attempts with an unknown outcome
 	byKey := map[string]string{}
 	for _, e := range h.events {
+		if e.code == http.StatusTooManyRequests && e.retryAfter == "" {
+			fail("client %d at %s: a refusal by the %s (%s) without Retry-After", e.client, e.end, e.face, e.op)
+		}
 		switch {
-		case e.op == "reserve" && e.code == http.StatusCreated:
+		case e.told() && e.admission == "":
+			fail("client %d at %s: the %s admitted request %s, but no admission has its key", e.client, e.end, e.face, e.key)
+		case e.told():
 			told[e.admission] = true
 			if owner[e.admission] != e.tenant {
 				fail("client %d at %s: told of %s for %s; the ledger has it for %q", e.client, e.end, e.admission, e.tenant, owner[e.admission])
@@ -419,6 +458,12 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 				if n := reserves[lv+"/"+e.admission]; n != 1 {
 					fail("client %d at %s: admission %s is in %s's ledger %d times", e.client, e.end, e.admission, lv, n)
 				}
+			}
+			// Every face reserves the cost its client knows: the API's
+			// answered estimate, the proxy's estimate of the body, the
+			// RLS's hits.
+			if res, ok := reserveOf[e.tenant+"/"+e.admission]; ok && *res.Estimate != e.reservedCost {
+				fail("client %d at %s: %s admitted %s at a cost of %d; the ledger reserved %d", e.client, e.end, e.face, e.admission, e.reservedCost, *res.Estimate)
 			}
 			// Made while the client waited, by the database's clock (the
 			// containers share this host's clock), whatever a replica's
@@ -438,8 +483,10 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 				}
 				byKey[k] = e.admission
 			}
-		case e.op == "reserve" && (e.code == 0 || e.code >= 500):
+		case e.unknown():
 			unknown[e.tenant]++
+		case e.face != faceAPI:
+			// The proxy's and the RLS's ends are checked by call, below.
 		case e.op == "settle" && strings.Contains(e.body, absurdUsage) && e.code == http.StatusOK:
 			// Usage no request could produce is refused (422) and moves
 			// nothing; the model never sees it, as no entry is written.
@@ -458,6 +505,11 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 				fail("client %d at %s: %s of %s answered delta %s, balance %s; the ledger entry %d says %d, %d",
 					e.client, e.end, e.op, e.admission, e.applied, e.balance, en.Seq, en.DeltaMicro, en.BalanceMicro)
 			}
+			// The truth settled is the usage reported.
+			if in, out := usageOf(e.body); e.op == "settle" && (en.Kind != "settle" || *en.Actual != in+out) {
+				fail("client %d at %s: settle of %s with usage %s answered 200; the ledger's %s entry %d has an actual cost of %v",
+					e.client, e.end, e.admission, e.body, en.Kind, en.Seq, deref(en.Actual))
+			}
 		}
 	}
 	// A settle or release of an admission a client was told of is never
@@ -467,6 +519,25 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 			fail("client %d at %s: %s of %s answered 404, yet a client was told of it", e.client, e.end, e.op, e.admission)
 		}
 	}
+	l := ledgerView{owner: owner, reserveOf: reserveOf, endsOf: endsOf, expired: expired, keyed: keyed}
+	proxyProblems, exact, lenient := checkProxyCalls(h, up, l)
+	problems = append(append(problems, proxyProblems...), checkRLSRequests(h, l)...)
+	ends := map[string]map[string]int{} // face -> how its admissions clients were told of ended
+	counted := map[string]bool{}
+	for _, e := range h.events {
+		if e.told() && e.admission != "" && !counted[e.admission] {
+			counted[e.admission] = true
+			if ends[e.face] == nil {
+				ends[e.face] = map[string]int{}
+			}
+			kind, en := l.end(e.admission)
+			if en.Late {
+				kind += " (late)"
+			}
+			ends[e.face][kind]++
+		}
+	}
+	t.Logf("checker: admissions clients were told of, by face and end: %v; proxy calls held to their upstream's answer exactly %d, during a fault %d", ends, exact, lenient)
 	t.Logf("checker: %d admissions (%d of them made locally and replayed), %d expiries checked for timeliness outside faults", len(owner), local, onTime)
 	untold := map[string]int{}
 	for adm, id := range owner {
@@ -485,4 +556,322 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, tenants []string, paren
 		}
 	}
 	return problems
+}
+
+// The soak's model, gpt-4o-mini, as the seeded model table has it: its
+// input and output tokens weigh 1 each (measurePrompts checks it), so a
+// cost is their sum, and its context window bounds a settle's usage.
+const contextWindow = 128_000
+
+// told reports whether the client was told of an admission (e.admission:
+// for the RLS, once check has found it by its request id).
+func (e event) told() bool {
+	switch e.face {
+	case faceProxy:
+		return e.admission != "" // X-Tokengate-Admission
+	case faceRLS:
+		return e.op == "reserve" && e.code == http.StatusOK
+	}
+	return e.op == "reserve" && e.code == http.StatusCreated
+}
+
+// admits reports whether the request asked for an admission.
+func (e event) admits() bool { return e.op == "reserve" || e.op == "call" }
+
+// unknown reports whether a request for an admission ended with an outcome
+// the client could not know: it may or may not have been admitted.
+func (e event) unknown() bool {
+	return e.admits() && !e.told() && (e.code == 0 || e.code >= 500)
+}
+
+// detail renders what only a face's client knows.
+func (e event) detail() string {
+	switch e.face {
+	case faceProxy:
+		return fmt.Sprintf(" call=%s in=%d max=%d stream=%t asked=%t sawUsage=%t sawDone=%t",
+			e.proxy.call, e.proxy.in, e.proxy.maxOut, e.proxy.stream, e.proxy.askedUsage, e.proxy.sawUsage, e.proxy.sawDone)
+	case faceRLS:
+		return fmt.Sprintf(" request=%s hits=%d decided=%t remaining=%d", e.rls.requestID, e.rls.hits, e.rls.decided, e.rls.remaining)
+	}
+	return ""
+}
+
+// admissionsByKey maps tenant/idempotency key to the admission the store
+// keeps under it.
+func admissionsByKey(t *testing.T, pool *pgxpool.Pool) map[string]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT tenant_id || '/' || key, admission_id FROM idempotency_keys`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	var k, adm string
+	if _, err := pgx.ForEachRow(rows, []any{&k, &adm}, func() error {
+		out[k] = adm
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// usageOf reads a settle's usage.
+func usageOf(body string) (in, out int64) {
+	var v struct {
+		Usage struct {
+			In  int64 `json:"prompt_tokens"`
+			Out int64 `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	_ = json.Unmarshal([]byte(body), &v)
+	return v.Usage.In, v.Usage.Out
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// ledgerView is what the checker read of the ledger, by admission, in
+// each tenant's chain ("tenant/admission"), and the admissions by key.
+type ledgerView struct {
+	owner     map[string]string // admission -> the deepest tenant whose chain has it
+	reserveOf map[string]entry
+	endsOf    map[string]entry // its settle or release
+	expired   map[string]bool
+	keyed     map[string]string // tenant/key -> admission
+}
+
+// end says how an admission ended in its tenant's chain: "settle" or
+// "release" (with the entry; after an expiry, late), or "expire".
+func (l ledgerView) end(adm string) (string, entry) {
+	k := l.owner[adm] + "/" + adm
+	if en, ok := l.endsOf[k]; ok {
+		return en.Kind, en
+	}
+	if l.expired[k] {
+		return "expire", entry{}
+	}
+	return "", entry{}
+}
+
+// proxySettles is the cost the proxy settles for the usage its upstream
+// reported: usage no request could produce is clamped (README), the output
+// to what was reserved, then the input to what the model's window leaves
+// (or what was reserved, if more).
+func proxySettles(in, maxOut, reportedIn, reportedOut int64) int64 {
+	window := max(contextWindow, in+maxOut)
+	out := min(reportedOut, maxOut)
+	return min(reportedIn, window-out) + out
+}
+
+// storeTrouble returns whether a replica was cut off from the store at any
+// time near [from, to], by what its clients saw: an answer that the store
+// could not decide (503), a decision journaled or made alone (202, local),
+// or no answer at all. A replica may lose its store with no fault injected
+// (two busy cores starve Postgres past the store timeout), and then
+// journals settles and releases, or fails them, by design.
+func (h *history) storeTrouble() func(replica string, from, to time.Duration) bool {
+	const near = 3 * time.Second // a replica's recovery loop and reconnection
+	at := map[string][]time.Duration{}
+	for _, e := range h.events {
+		if e.code == 0 || e.code == http.StatusServiceUnavailable || e.code == http.StatusAccepted || e.local {
+			at[e.replica] = append(at[e.replica], e.end)
+		}
+	}
+	for _, ts := range at {
+		slices.Sort(ts)
+	}
+	return func(replica string, from, to time.Duration) bool {
+		ts := at[replica]
+		i, _ := slices.BinarySearch(ts, from-near)
+		return i < len(ts) && ts[i] <= to+near
+	}
+}
+
+// checkProxyCalls holds each call through the proxy to what its upstream
+// answered: a call the upstream answered is settled from the usage it
+// reported (clamped), or at the estimate if it reported none; a call the
+// upstream failed, or never got, is released. The client saw the
+// upstream's answer, and a stream that ended, with the usage chunk only if
+// it asked for it. Where a fault struck during the call, or its replica
+// lost its store (storeTrouble), the proxy may have lost its client, its
+// store or its upstream on the way: the call may
+// then also be released, expire, or be settled at the estimate or from
+// what was streamed (the prompt and at most 2 tokens of "ok").
+func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string, exact, lenient int) {
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	troubled := h.storeTrouble()
+	calls := map[string][]event{}
+	var order []string
+	for _, e := range h.events {
+		if e.face == faceProxy {
+			if _, ok := calls[e.proxy.call]; !ok {
+				order = append(order, e.proxy.call)
+			}
+			calls[e.proxy.call] = append(calls[e.proxy.call], e)
+		}
+	}
+	for _, id := range order {
+		es := calls[id]
+		first, last := es[0], es[len(es)-1]
+		answers := up.answers(id)
+		if len(answers) > 1 {
+			fail("proxy call %s (%s): the upstream was called %d times", id, first.tenant, len(answers))
+		}
+		var adm string
+		var admitted event
+		quiet := h.quiet(h.start.Add(first.begin), h.start.Add(last.end+time.Second))
+		unknown := false
+		for _, e := range es {
+			if e.admission != "" {
+				adm, admitted = e.admission, e
+			}
+			quiet = quiet && e.code != 0 && !troubled(e.replica, e.begin, e.end)
+			unknown = unknown || e.unknown()
+		}
+		if adm == "" && first.key != "" {
+			adm = l.keyed[first.tenant+"/"+first.key] // admitted, but the client never heard
+		}
+		if adm == "" {
+			// Refused, or admitted without a key and its answer lost.
+			if len(answers) > 0 && !unknown {
+				fail("proxy call %s (%s): the upstream was called for a call the proxy refused", id, first.tenant)
+			}
+			continue
+		}
+		seen := first.proxy
+		want, actual := "release", int64(0)
+		if len(answers) > 0 && answers[0].status == http.StatusOK {
+			a := answers[0]
+			want, actual = "settle", seen.in+seen.maxOut // no usage: the estimate stands
+			if a.reported {
+				actual = proxySettles(seen.in, seen.maxOut, a.in, a.out)
+			}
+			if a.stream && !a.askedUsage {
+				fail("proxy call %s (%s, %s): a stream forwarded without asking for usage", id, first.tenant, adm)
+			}
+		}
+		got, en := l.end(adm)
+		if quiet {
+			exact++
+		} else {
+			lenient++
+		}
+		switch {
+		case got == want && (got != "settle" || *en.Actual == actual):
+		case quiet:
+			fail("proxy call %s (%s, %s), with no fault going on: the upstream answered %v, so the model says %s (actual %d); the ledger says %s %v",
+				id, first.tenant, adm, answers, want, actual, got, deref(en.Actual))
+		case got == "expire" || got == "release":
+		case got == "settle" && want == "settle" && (*en.Actual == seen.in+seen.maxOut || seen.stream && *en.Actual >= seen.in && *en.Actual <= seen.in+2):
+		default:
+			fail("proxy call %s (%s, %s), during a fault: the upstream answered %v, so the model says %s (actual %d); the ledger says %s %v",
+				id, first.tenant, adm, answers, want, actual, got, deref(en.Actual))
+		}
+		if !quiet || admitted.admission == "" {
+			continue
+		}
+		// What the client saw of it.
+		switch {
+		case want == "settle" && admitted.code != http.StatusOK:
+			fail("proxy call %s (%s, %s): the upstream answered 200; the client saw %d %s", id, first.tenant, adm, admitted.code, admitted.typ)
+		case want == "settle" && seen.stream && (!admitted.proxy.sawDone || admitted.proxy.sawUsage != seen.askedUsage):
+			fail("proxy call %s (%s, %s): a stream that asked for usage %t ended %t with a usage chunk %t", id, first.tenant, adm,
+				seen.askedUsage, admitted.proxy.sawDone, admitted.proxy.sawUsage)
+		case want == "settle" && en.CreatedAt.After(h.start.Add(admitted.end+time.Second)):
+			fail("proxy call %s (%s, %s): settled at %s, after the client had its answer (%s)", id, first.tenant, adm,
+				en.CreatedAt.Format("15:04:05.000"), h.start.Add(admitted.end).Format("15:04:05.000"))
+		case want == "release" && len(answers) > 0 && admitted.code != answers[0].status:
+			fail("proxy call %s (%s, %s): the upstream answered %d; the client saw %d", id, first.tenant, adm, answers[0].status, admitted.code)
+		}
+	}
+	return problems, exact, lenient
+}
+
+// checkRLSRequests holds each request a gateway made through the rate
+// limit service to the two phases: the request's call reserved its hits
+// (checked with every admission); a stream-end call answered OK settles it
+// with its usage, exactly once whatever the repeats (other usage after the
+// first is ignored), and, when it was decided there and then, answers the
+// balance the settle left; a stream end that never came lets it expire;
+// usage no request could produce is refused with INVALID_ARGUMENT and
+// moves nothing; a stream end of a refused request changes nothing; a
+// tenant outside the gateway's scope is refused.
+func checkRLSRequests(h *history, l ledgerView) []string {
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	requests := map[string][]event{}
+	var order []string
+	for _, e := range h.events {
+		if e.face == faceRLS {
+			k := e.tenant + "/" + e.key
+			if _, ok := requests[k]; !ok {
+				order = append(order, k)
+			}
+			requests[k] = append(requests[k], e)
+		}
+	}
+	for _, k := range order {
+		es := requests[k]
+		adm := l.keyed[k]
+		admitted, unknown := false, false
+		usage, ended, endUnknown := int64(-1), false, false
+		for _, e := range es {
+			switch {
+			case e.tenant == "org" && (e.code == http.StatusOK || e.code == http.StatusBadRequest):
+				fail("rls request %s: a tenant outside the gateway's scope answered %d", k, e.code)
+			case e.op == "reserve":
+				admitted = admitted || e.code == http.StatusOK
+				unknown = unknown || e.unknown()
+			case e.rls.hits == rlsAbsurdHits:
+				if e.code == http.StatusOK && e.rls.decided {
+					fail("rls request %s (%s): a stream end with usage %d was decided", k, adm, e.rls.hits)
+				}
+			case usage < 0 || e.rls.hits == usage:
+				usage = e.rls.hits
+				// The first answer, if nothing before it may have settled
+				// and it was decided, has the balance the settle left. (A
+				// repeat's is the balance at its own time: Envoy's
+				// limit_remaining is always about now.)
+				first := e.code == http.StatusOK && !ended && !endUnknown
+				ended = ended || e.code == http.StatusOK
+				endUnknown = endUnknown || e.code == 0 || e.code >= 500
+				if first && e.rls.decided {
+					if got, en := l.end(adm); got != "settle" || max(0, floorDiv(en.BalanceMicro, micro)) != e.rls.remaining {
+						fail("rls request %s (%s): a stream end answered a remaining %d; the ledger's end is %s with a balance of %d micro-tokens",
+							k, adm, e.rls.remaining, got, en.BalanceMicro)
+					}
+				}
+			case e.code == http.StatusOK && e.rls.decided:
+				fail("rls request %s (%s): a stream end with other usage (%d, not %d) was decided", k, adm, e.rls.hits, usage)
+			}
+		}
+		if adm == "" {
+			continue // none; a request told it was admitted is reported with the admissions
+		}
+		got, en := l.end(adm)
+		switch {
+		case !admitted && !unknown:
+			fail("rls request %s: refused, yet the store has admission %s for it", k, adm)
+		case ended && (got != "settle" || *en.Actual != usage):
+			fail("rls request %s (%s): a stream end with usage %d answered OK; the ledger says %s %v", k, adm, usage, got, deref(en.Actual))
+		case !ended && endUnknown && (got != "expire" && (got != "settle" || *en.Actual != usage)):
+			fail("rls request %s (%s): a stream end with usage %d had an unknown outcome; the ledger says %s %v", k, adm, usage, got, deref(en.Actual))
+		case !ended && !endUnknown && got != "expire":
+			fail("rls request %s (%s): no stream end came, so it expires; the ledger says %s %v", k, adm, got, deref(en.Actual))
+		}
+	}
+	return problems
+}
+
+// floorDiv is a / b rounded down.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }

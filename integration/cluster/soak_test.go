@@ -3,7 +3,6 @@
 package cluster_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
@@ -26,8 +27,11 @@ import (
 // on one Postgres while faults strike at random moments, records every
 // request and answer the clients saw, and then checks the whole history
 // and the ledger against a single-threaded model of design.md (model_test.go)
-// that shares no code with budget. SOAK_SECONDS (default 60) and SOAK_SEED
-// (default: from the clock, printed) choose the run; `make soak` runs it.
+// that shares no code with budget. Clients come through all three faces of
+// every replica: the HTTP API, the OpenAI proxy (in front of an upstream
+// this process emulates) and Envoy's rate limit service. SOAK_SECONDS
+// (default 60) and SOAK_SEED (default: from the clock, printed) choose the
+// run; `make soak` runs it.
 func TestSoak(t *testing.T) {
 	seconds := envInt("SOAK_SECONDS", 60)
 	seed := int64(envInt("SOAK_SEED", int(time.Now().UnixNano()%1_000_000_000)))
@@ -44,9 +48,15 @@ func TestSoak(t *testing.T) {
 		skew = -skew
 	}
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
-	c := startCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3"},
+	var up *provider // the OpenAI upstream the proxies call
+	c := startCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
+		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082"},
 		func(c *cluster, name string) map[string]string {
+			if up == nil {
+				up = newProvider(t, c)
+			}
 			env := proxies.env(c, name)
+			env["TOKENGATE_UPSTREAM"] = "http://" + up.addr
 			if name == skewed {
 				env["TOKENGATE_CLOCK_OFFSET"] = skew.String()
 			}
@@ -87,13 +97,30 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, gateway, err := credential.GatewayCreate(ctx, c.pool, "soak-envoy", names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rlsc := &rlsClients{credential: gateway, conns: map[string]*grpc.ClientConn{}}
+	t.Cleanup(rlsc.close)
 
 	h := &history{start: time.Now()}
-	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies}
+	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
+		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]])}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range 16 {
-		wg.Go(func() { w.client(rand.New(rand.NewPCG(uint64(seed), uint64(i))), i, stop) })
+	// Client i is the same frontend whatever the seed: 0-11 call the API,
+	// 12-17 the proxy, 18-23 the rate limit service.
+	for i := range 24 {
+		r := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
+		switch {
+		case i < 12:
+			wg.Go(func() { w.client(r, i, stop) })
+		case i < 18:
+			wg.Go(func() { w.proxyClient(r, i, stop) })
+		default:
+			wg.Go(func() { w.rlsClient(r, i, stop) })
+		}
 	}
 	wg.Go(func() { w.operator(rand.New(rand.NewPCG(uint64(seed), 1000)), stop) })
 	faults := map[string]int{}
@@ -111,14 +138,14 @@ func TestSoak(t *testing.T) {
 	time.Sleep(ttl + 3*time.Second)
 	ops, local := map[string]int{}, map[string]int{}
 	for _, e := range h.events {
-		ops[fmt.Sprintf("%s %d", e.op, e.code)]++
+		ops[fmt.Sprintf("%s %s %d", e.face, e.op, e.code)]++
 		if e.local && e.code == http.StatusCreated {
 			local[e.replica]++
 		}
 	}
 	t.Logf("soak: admitted locally (the local failure policy), by replica: %v", local)
 	t.Logf("soak: %d requests; answers %v; faults %v", len(h.events), ops, faults)
-	if problems := check(t, c.pool, h, append(names, "org"), parents); len(problems) > 0 {
+	if problems := check(t, c.pool, h, up, append(names, "org"), parents); len(problems) > 0 {
 		for i, p := range problems {
 			if i == 10 {
 				t.Errorf("... and %d more", len(problems)-10)
@@ -127,6 +154,7 @@ func TestSoak(t *testing.T) {
 			t.Error(p)
 		}
 		t.Logf("the history around the first divergence:\n%s", h.around(problems[0]))
+		t.Logf("the ledger of its admission:\n%s", ledgerOf(c.pool, problems[0]))
 		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
 	}
 }
@@ -153,20 +181,47 @@ func (c *cluster) reconnect(t *testing.T) {
 	c.pool, c.store = pool, budget.NewStore(pool)
 }
 
+// The faces a client comes through.
+const (
+	faceAPI   = "api"   // the HTTP API
+	faceProxy = "proxy" // the OpenAI proxy
+	faceRLS   = "rls"   // Envoy's rate limit service
+)
+
 // event is one request a client made and the answer it saw.
 type event struct {
+	face             string // faceAPI, faceProxy or faceRLS
 	client           int
-	op               string // reserve, settle, release, adjust, limits
-	tenant, key      string // key: the Idempotency-Key, if any
+	op               string // reserve, settle, release, adjust, limits; call (a proxy's)
+	tenant, key      string // key: the Idempotency-Key as the store keeps it, if any
 	body             string
 	admission        string // the admission named or answered
-	code             int
+	code             int    // HTTP's; for the RLS, see rlsClients.call
 	typ              string // the error type
 	applied, balance string // a settle's or release's answer
+	retryAfter       string // a refusal's Retry-After
 	begin, end       time.Duration
-	reservedCost     int64
-	local            bool // decided by the replica alone (the local failure policy)
+	reservedCost     int64 // the cost the client knows it reserves: told (API), estimated (proxy), hits (RLS)
+	local            bool  // decided by the replica alone (the local failure policy)
 	replica          string
+	proxy            proxySeen
+	rls              rlsSeen
+}
+
+// proxySeen is what a proxy's client knows of its call.
+type proxySeen struct {
+	call               string // the call's id: its plan at the upstream, and its "user"
+	in, maxOut         int64  // the prompt's input tokens and max_tokens
+	stream, askedUsage bool
+	sawUsage, sawDone  bool // the stream carried a usage chunk; it ended
+}
+
+// rlsSeen is what a gateway knows of its call to the rate limit service.
+type rlsSeen struct {
+	requestID string
+	hits      int64 // the cost asked (request), or the usage (stream end)
+	decided   bool  // the answer carried the tenant's balance: the call was decided
+	remaining int64 // its limit_remaining
 }
 
 type history struct {
@@ -198,21 +253,51 @@ func (h *history) add(e event) {
 	h.mu.Unlock()
 }
 
+// admissionIn returns the first admission id a divergence names, if any.
+func admissionIn(problem string) string {
+	if i := strings.Index(problem, "adm_"); i >= 0 {
+		return strings.FieldsFunc(problem[i:], func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == ')' })[0]
+	}
+	return ""
+}
+
+// ledgerOf renders the ledger entries of the admission a divergence names.
+func ledgerOf(pool *pgxpool.Pool, problem string) string {
+	rows, err := pool.Query(ctx, `SELECT tenant_id, seq, kind, created_at, estimate, actual, delta_micro, balance_micro, late, actor, coalesce(reason, '')
+		FROM ledger_entries WHERE admission_id = $1 ORDER BY created_at, tenant_id`, admissionIn(problem))
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	var tenant, kind, actor, reason string
+	var seq, delta, balance int64
+	var estimate, actual *int64
+	var at time.Time
+	var late bool
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &seq, &kind, &at, &estimate, &actual, &delta, &balance, &late, &actor, &reason}, func() error {
+		fmt.Fprintf(&b, "  %s #%d %-7s %s estimate=%v actual=%v delta=%d balance=%d late=%t actor=%s %s\n", tenant, seq, kind,
+			at.Format("15:04:05.000000"), deref(estimate), deref(actual), delta, balance, late, actor, reason)
+		return nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return b.String()
+}
+
 // around renders the requests that named the admission a divergence
 // names, or else the last ones before the end of the run.
 func (h *history) around(problem string) string {
-	adm := ""
-	if i := strings.Index(problem, "adm_"); i >= 0 {
-		adm = strings.FieldsFunc(problem[i:], func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == ')' })[0]
-	}
+	adm := admissionIn(problem)
 	var b strings.Builder
 	n := 0
 	for _, e := range h.events {
 		if adm != "" && e.admission != adm {
 			continue
 		}
-		fmt.Fprintf(&b, "  %8s-%-8s client %2d %-9s %-7s %-5s %s key=%q %s -> %d %s %s %s local=%t\n", e.begin.Round(time.Millisecond), e.end.Round(time.Millisecond),
-			e.client, e.replica, e.op, e.tenant, e.admission, e.key, e.body, e.code, e.typ, e.applied, e.balance, e.local)
+		fmt.Fprintf(&b, "  %8s %s-%s client %2d %-9s %-5s %-7s %-5s %s key=%q %s -> %d %s %s %s local=%t%s\n", e.begin.Round(time.Millisecond),
+			h.start.Add(e.begin).Format("15:04:05.000"), h.start.Add(e.end).Format("15:04:05.000"),
+			e.client, e.replica, e.face, e.op, e.tenant, e.admission, e.key, e.body, e.code, e.typ, e.applied, e.balance, e.local, e.detail())
 		if n++; n > 40 {
 			break
 		}
@@ -221,13 +306,16 @@ func (h *history) around(problem string) string {
 }
 
 type workload struct {
-	c       *cluster
-	proxies *pgProxies
-	h       *history
-	keys    map[string]string
-	names   []string
-	admin   string
-	mu      sync.Mutex // replicas' URLs change when a replica restarts
+	c            *cluster
+	proxies      *pgProxies
+	provider     *provider
+	rls          *rlsClients
+	h            *history
+	keys         map[string]string
+	names        []string
+	admin        string
+	promptTokens []int64    // the input tokens of each prompt the proxy's clients send
+	mu           sync.Mutex // replicas' addresses change when a replica restarts
 }
 
 func (w *workload) replica(r *rand.Rand) *replica {
@@ -236,12 +324,33 @@ func (w *workload) replica(r *rand.Rand) *replica {
 	return w.c.replicas[r.IntN(len(w.c.replicas))]
 }
 
-// url picks a replica for a request and returns its URL and name.
-func (w *workload) url(r *rand.Rand) (string, string) {
+// pick picks a replica for a request and returns its addresses as they
+// are now.
+func (w *workload) pick(r *rand.Rand) replica {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	rep := w.c.replicas[r.IntN(len(w.c.replicas))]
+	return *w.c.replicas[r.IntN(len(w.c.replicas))]
+}
+
+// url picks a replica for a request and returns its URL and name.
+func (w *workload) url(r *rand.Rand) (string, string) {
+	rep := w.pick(r)
 	return rep.url, rep.name
+}
+
+// send sends one request as a frontend does: JSON, with a bearer
+// credential and, if idem is set, an Idempotency-Key.
+func send(method, url, cred, idem, body string) (*http.Response, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+cred)
+	req.Header.Set("Content-Type", "application/json")
+	if idem != "" {
+		req.Header.Set("Idempotency-Key", idem)
+	}
+	return client.Do(req)
 }
 
 // call sends one request and decodes what every answer may carry.
@@ -251,19 +360,15 @@ func call(method, url, cred, idem, body string) (code int, local bool, v struct 
 	Balance  json.Number `json:"balance"`
 	Estimate struct {
 		Cost         int64 `json:"cost"`
+		InputTokens  int64 `json:"input_tokens"`
 		OutputTokens int64 `json:"output_tokens"`
 	} `json:"estimate"`
 	Error struct {
 		Type string `json:"type"`
 	} `json:"error"`
+	RetryAfter string `json:"-"` // the header
 }) {
-	req, _ := http.NewRequest(method, url, bytes.NewBufferString(body))
-	req.Header.Set("Authorization", "Bearer "+cred)
-	req.Header.Set("Content-Type", "application/json")
-	if idem != "" {
-		req.Header.Set("Idempotency-Key", idem)
-	}
-	resp, err := client.Do(req)
+	resp, err := send(method, url, cred, idem, body)
 	if err != nil {
 		v.Error.Type = "transport: " + err.Error()
 		return 0, false, v
@@ -271,6 +376,7 @@ func call(method, url, cred, idem, body string) (code int, local bool, v struct 
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(raw, &v)
+	v.RetryAfter = resp.Header.Get("Retry-After")
 	return resp.StatusCode, resp.Header.Get("X-Tokengate-Decided-By") == "local", v
 }
 
@@ -307,11 +413,12 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 				idem = fmt.Sprintf("c%d-%d", id, n)
 			}
 			for attempt := 0; attempt < 4; attempt++ {
-				e := event{client: id, op: "reserve", tenant: tenant, key: idem, body: body, begin: time.Since(w.h.start)}
+				e := event{face: faceAPI, client: id, op: "reserve", tenant: tenant, key: idem, body: body, begin: time.Since(w.h.start)}
 				url, name := w.url(r)
 				e.replica = name
 				code, local, v := call("POST", url+"/v1/admissions", w.keys[tenant], idem, body)
 				e.end, e.code, e.typ, e.admission, e.reservedCost, e.local = time.Since(w.h.start), code, v.Error.Type, v.ID, v.Estimate.Cost, local
+				e.retryAfter = v.RetryAfter
 				w.h.add(e)
 				if code == http.StatusCreated {
 					open = append(open, held{tenant: tenant, id: v.ID, cost: v.Estimate.Cost, out: v.Estimate.OutputTokens, at: time.Now()})
@@ -364,7 +471,7 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 
 // end settles or releases; it reports whether the admission is ended.
 func (w *workload) end(r *rand.Rand, client int, a held, op, body string) bool {
-	e := event{client: client, op: op, tenant: a.tenant, admission: a.id, body: body, begin: time.Since(w.h.start)}
+	e := event{face: faceAPI, client: client, op: op, tenant: a.tenant, admission: a.id, body: body, begin: time.Since(w.h.start)}
 	url, name := w.url(r)
 	e.replica = name
 	code, local, v := call("POST", url+"/v1/admissions/"+a.id+"/"+op, w.keys[a.tenant], "", body)
@@ -394,7 +501,7 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 			op, tenant = "limits", "conc"
 			path, body = "/v1/admin/tenants/conc/limits", fmt.Sprintf(`{"max_concurrent":%d}`, 2+r.IntN(5))
 		}
-		e := event{client: -1, op: op, tenant: tenant, body: body, begin: time.Since(w.h.start)}
+		e := event{face: faceAPI, client: -1, op: op, tenant: tenant, body: body, begin: time.Since(w.h.start)}
 		method := "POST"
 		if op == "limits" {
 			method = "PATCH"
@@ -474,12 +581,11 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 				docker(t, "kill", rep.ctr.GetContainerID())
 				time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
 				docker(t, "start", rep.ctr.GetContainerID())
-				host, _ := rep.ctr.Host(ctx)
-				if port, err := rep.ctr.MappedPort(ctx, "8080/tcp"); err == nil {
-					w.mu.Lock()
-					rep.url = fmt.Sprintf("http://%s:%s", host, port.Port())
-					w.mu.Unlock()
+				w.mu.Lock()
+				if err := rep.locate(); err != nil {
+					t.Logf("soak: %s started again: %v", rep.name, err)
 				}
+				w.mu.Unlock()
 				count["replica killed"]++
 			}
 		}()
