@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -302,35 +301,13 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	in, err := s.effectiveInput(c.Request().Context(), tenantOf(c), c.Param("id"), u)
-	if err != nil {
-		return err
-	}
+	// Cached input tokens are priced by the domain, at the admission's
+	// model's cached weight, in the settle's own transaction.
 	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, budget.SettleParams{
-		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: in, OutputTokens: u.out, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: u.in, OutputTokens: u.out, CachedInputTokens: u.cached,
+		Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
-}
-
-// effectiveInput is the input a settle charges: cached input tokens count
-// at the admission's model's cached-input weight. Finding the model takes a
-// read, done only when the usage has cached tokens; if the store cannot
-// answer it, they count as any input token (the settle is still applied, or
-// journaled, and never overcharges by more than the discount).
-func (s *Server) effectiveInput(ctx context.Context, tenantID, admissionID string, u settleUsage) (int64, error) {
-	if u.cached == 0 || s.admitter.Down() {
-		return u.in, nil
-	}
-	a, err := s.budget.AdmissionGet(ctx, tenantID, admissionID)
-	switch {
-	case errors.Is(err, budget.ErrAdmissionNotFound):
-		return 0, err
-	case err != nil:
-		s.logger.Warn("cached input counted at the input weight: the admission's model could not be read", "admission", admissionID, "error", err.Error())
-		return u.in, nil
-	}
-	m, _ := s.estimator.Table().Lookup(a.Estimate.Model)
-	return m.EffectiveInput(u.in, u.cached), nil
 }
 
 func (s *Server) releaseAdmission(c *echo.Context) error {

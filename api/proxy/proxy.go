@@ -276,9 +276,10 @@ func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 // clamped to the bound, logged, and counted as outcome usage_clamped.
 func (c *call) settle(in, out, cached int64) {
 	table := c.p.estimator.Table()
-	m, _ := table.Lookup(c.est.Model)
-	eff := m.EffectiveInput(in, min(max(cached, 0), in))
-	cin, cout, clamped := budget.ClampUsage(c.est, table, eff, out)
+	cin, cout, clamped := budget.ClampUsage(c.est, table, in, out)
+	// Cached input tokens are priced by the domain, at the model's cached
+	// weight, in the settle's own transaction.
+	cached = min(max(cached, 0), cin)
 	if clamped {
 		maxOut, maxTotal := budget.UsageBounds(c.est, table)
 		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
@@ -288,7 +289,7 @@ func (c *call) settle(in, out, cached int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
-		InputTokens: cin, OutputTokens: cout, Actor: "proxy:key:" + c.principal.KeyID})
+		InputTokens: cin, OutputTokens: cout, CachedInputTokens: cached, Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.
 		c.p.logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())

@@ -1,7 +1,6 @@
 package rls_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,31 +8,14 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
 )
-
-// roundTrips counts what a pool sends to Postgres: each statement and each
-// batch is one round trip.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // TestTheFaceAddsNoRoundTrip: requests reserved and settled at stream end
 // through the rate limit service cost Postgres the round trips of the
@@ -47,13 +29,13 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // rules, every 2 s, may land in either run: one each is allowed for.)
 func TestTheFaceAddsNoRoundTrip(t *testing.T) {
 	t.Parallel()
-	rt := &roundTrips{}
-	b := setupWith(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = rt })
+	rt := &pgtest.RoundTrips{}
+	b := setupWith(t, rt.Trace)
 	if r, err := b.call(t, b.gateway, 20, desc("tenant", "acme", "request_id", "warm")); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("warm-up: %v %v", r, err)
 	}
 	const n = 10
-	before := rt.n.Load()
+	before := rt.Count()
 	for i := range n {
 		id := fmt.Sprintf("face-%d", i)
 		for _, d := range [][]string{{"tenant", "acme", "request_id", id}, {"tenant", "acme", "request_id", id, "phase", "response"}} {
@@ -62,9 +44,9 @@ func TestTheFaceAddsNoRoundTrip(t *testing.T) {
 			}
 		}
 	}
-	viaFace := rt.n.Load() - before
+	viaFace := rt.Count() - before
 
-	before = rt.n.Load()
+	before = rt.Count()
 	for i := range n {
 		p := budget.ReserveParams{TenantID: "acme", Actor: "test", IdempotencyKey: fmt.Sprintf("rls:direct-%d", i),
 			Estimate: estimator.Estimate{InputTokens: 20, Cost: 20, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
@@ -76,7 +58,7 @@ func TestTheFaceAddsNoRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	direct := rt.n.Load() - before
+	direct := rt.Count() - before
 	if viaFace > direct+2 {
 		t.Fatalf("%d requests reserved and settled through the face took %d round trips to Postgres; through the admission layer alone, %d", n, viaFace, direct)
 	}

@@ -40,8 +40,8 @@ type Config struct {
 	// Estimator estimates request costs. Defaults to the seeded model
 	// table.
 	Estimator *estimator.Estimator
-	// Store decides admissions. Defaults to a budget.Store on DB that
-	// reads the Estimator's model table.
+	// Store decides admissions. Defaults to a budget.Store on DB. Either
+	// way it is given the Estimator's model table.
 	Store *budget.Store
 	// Admissions is what the admission layer decides, sweeps and replays
 	// through. Defaults to Store; tests wrap Store here to inject faults.
@@ -105,8 +105,11 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Estimator = estimator.New(nil)
 	}
 	if cfg.Store == nil {
-		cfg.Store = budget.NewStore(cfg.DB).WithModels(cfg.Estimator.Table)
+		cfg.Store = budget.NewStore(cfg.DB)
 	}
+	// The store bounds and prices settles with the table the replica
+	// estimates with (admins change it at run time).
+	cfg.Store.WithModels(cfg.Estimator.Table)
 	if cfg.Alerts == nil {
 		cfg.Alerts = alert.NewStore(cfg.DB, nil)
 	}
