@@ -4,7 +4,9 @@
 # durable Postgres, taking turns: ROUNDS rounds of each load, the faces in
 # alternating order, so that both see the same machine. Prints, per load
 # and face, the median admissions/s, admit p99 and CPU per admission, and
-# RLS/HTTP.
+# RLS/HTTP. Each run's figures go to stderr as it ends, in the order of
+# lib.sh's run: admissions/s, p99 ms, CPU us per admission of tokengate and
+# of Postgres, peak RSS MB, the load generator's CPU us per admission.
 #
 #   faces.sh
 #   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  ROUNDS (3)  PG_IMAGE  TOKENGATE (bin/tokengate)
@@ -42,6 +44,7 @@ for load in hot settle; do
 		for face in "${order[@]}"; do
 			declare -n flags="$face"
 			run "$load-$face" "$server" -- "${flags[@]}" "$mode" >>"$work/$face"
+			say "$load, $face, round $i: $(tail -n1 "$work/$face") (load average $(loadavg))"
 		done
 	done
 	declare -A m=()
