@@ -141,6 +141,10 @@ bench-proxy: pg-image ## The OpenAI-compatible proxy's added latency (p50/p99) o
 bench-compare: pg-image build ## tokengate over HTTP against pgbench's one-statement admission, on one durable Postgres, in one run (BENCH_SECONDS=15).
 	integration/bench/compare.sh
 
+.PHONY: bench-faces
+bench-faces: pg-image build ## The same load through the HTTP API and the rate limit service (gRPC) of one replica, in turns (ROUNDS=3, BENCH_SECONDS=15).
+	integration/bench/faces.sh
+
 .PHONY: demo-traffic
 demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.
 	@test -n "$(TG_KEY)" || { echo "set TG_KEY to the demo key make run printed (or: bin/tokengate key create demo)"; exit 1; }

@@ -23,7 +23,6 @@ bin="$old"; sa=$(serve 18080); pids+=("$sa")
 bin="$new"; sb=$(serve 18081); pids+=("$sb")
 wait_ready 18080; wait_ready 18081
 
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 say "ab: $rounds rounds of ${secs}s per load and side; A=$old B=$new"
 printf '| load | A admissions/s | B admissions/s | B/A | A CPU us/adm tokengate / Postgres | B CPU us/adm tokengate / Postgres |\n|---|---|---|---|---|---|\n'
 for load in hot settle spread; do
@@ -37,8 +36,8 @@ for load in hot settle spread; do
 		run "$load-a" "$sa" -- --url http://127.0.0.1:18080 "${flags[@]}" >>"$work/a"
 		run "$load-b" "$sb" -- --url http://127.0.0.1:18081 "${flags[@]}" >>"$work/b"
 	done
-	ra=$(cut -d' ' -f1 "$work/a" | median); rb=$(cut -d' ' -f1 "$work/b" | median)
-	ca=$(cut -d' ' -f3 "$work/a" | median); cb=$(cut -d' ' -f3 "$work/b" | median)
-	pa=$(cut -d' ' -f4 "$work/a" | median); pb=$(cut -d' ' -f4 "$work/b" | median)
-	printf '| %s | %s | %s | %s | %s / %s | %s / %s |\n' "$name" "$ra" "$rb" "$(awk -v a="$ra" -v b="$rb" 'BEGIN{printf "%.2f", b/a}')" "$ca" "$pa" "$cb" "$pb"
+	ra=$(col_median "$work/a" 1); rb=$(col_median "$work/b" 1)
+	ca=$(col_median "$work/a" 3); cb=$(col_median "$work/b" 3)
+	pa=$(col_median "$work/a" 4); pb=$(col_median "$work/b" 4)
+	printf '| %s | %s | %s | %s | %s / %s | %s / %s |\n' "$name" "$ra" "$rb" "$(div "$rb" "$ra")" "$ca" "$pa" "$cb" "$pb"
 done

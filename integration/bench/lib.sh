@@ -21,6 +21,10 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '%s\n' "$*" >&2; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+col_median() { cut -d' ' -f"$2" "$1" | median; } # file column -> the median of run's figure in that column
+div() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 docker rm -f "$pg" >/dev/null 2>&1 || true
 docker run -d --name "$pg" --shm-size=1g -p 127.0.0.1:$port:5432 \

@@ -14,7 +14,9 @@ import (
 	"time"
 )
 
-// Config says what load to generate.
+// Config says what load to generate, and through which face: the HTTP API
+// (URL or URLs, with Keys) or, when RLS is set, the rate limit service
+// over gRPC (with Gateway and Tenants).
 type Config struct {
 	URL         string        // base URL, e.g. http://localhost:8080
 	URLs        []string      // several replicas: workers take them round-robin (URL is then ignored)
@@ -26,7 +28,27 @@ type Config struct {
 	MaxTokens   int
 	Settle      bool // settle each admission with usage below the estimate
 	Client      *http.Client
+
+	// RLS drives the rate limit service (envoy.service.ratelimit.v3) at
+	// these addresses instead of the HTTP API: workers take them
+	// round-robin, each over its own pool of RLSConns connections.
+	RLS      []string
+	RLSConns int      // gRPC connections per address; default 1 (HTTP/2 multiplexes the calls)
+	Gateway  string   // the gateway credential (tgw_...), sent as "authorization: Bearer ..."
+	Tenants  []string // tenants the calls name; workers take them round-robin
+	// Hits is each call's cost (hits_addend); default PromptTokens +
+	// MaxTokens, what the HTTP API estimates for the HTTP mode's request.
+	Hits int64
 }
+
+// PromptTokens is what tokengate counts in the prompt of the HTTP mode's
+// request (gpt-4o-mini's tokenizer: 31): the RLS mode's default cost is
+// PromptTokens + MaxTokens, the HTTP mode's estimate for the same request.
+const PromptTokens = 31
+
+// usage is the usage both modes settle with: the prompt as the model
+// counted it and a third of the allowed output, below the estimate.
+func usage(maxTokens int) (prompt, completion int64) { return 30, int64(maxTokens / 3) }
 
 // Report is what the load saw.
 type Report struct {
@@ -71,22 +93,28 @@ func (r Report) String() string {
 		r.SettleLatency.P50, r.SettleLatency.P90, r.SettleLatency.P99, r.SettleLatency.Max)
 }
 
+// outcome is how a face answered an admission.
+type outcome int
+
+const (
+	admitted outcome = iota
+	refused          // by a limit: sample.limit names it
+	failed           // an answer that is neither (an HTTP 5xx, a gRPC error)
+)
+
 type sample struct {
 	admit, settle  time.Duration
-	status         int
+	outcome        outcome
 	limit          string
-	settled, error bool
+	settled, error bool // error: no answer at all (not counted as a request)
 }
+
+// callFunc does one request the way a gateway does: admit, then settle
+// when asked.
+type callFunc func(ctx context.Context) sample
 
 // Run generates load until cfg.Duration passes or ctx ends.
 func Run(ctx context.Context, cfg Config) (Report, error) {
-	urls := cfg.URLs
-	if len(urls) == 0 && cfg.URL != "" {
-		urls = []string{cfg.URL}
-	}
-	if len(urls) == 0 || len(cfg.Keys) == 0 {
-		return Report{}, fmt.Errorf("loadgen: a URL and at least one key are required")
-	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
@@ -96,10 +124,25 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.MaxTokens <= 0 {
 		cfg.MaxTokens = 100
 	}
-	client := cfg.Client
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxIdleConns: cfg.Concurrency * len(urls)}}
+	var workers []callFunc
+	if len(cfg.RLS) > 0 {
+		conns, err := dialRLS(cfg)
+		if err != nil {
+			return Report{}, err
+		}
+		defer conns.close()
+		workers = conns.workers(cfg)
+	} else {
+		var err error
+		if workers, err = httpWorkers(cfg); err != nil {
+			return Report{}, err
+		}
 	}
+	return drive(ctx, cfg, workers), nil
+}
+
+// drive runs one goroutine per worker, at cfg.Rate in all, and reports.
+func drive(ctx context.Context, cfg Config, workers []callFunc) Report {
 	// The duration ends the starting of requests, not the requests in
 	// flight: a request cut off mid-way may still have been admitted, and
 	// the report must agree with the ledger.
@@ -112,14 +155,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		defer t.Stop()
 		tick = t.C
 	}
-	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Summarise the admission contract of tokengate in two sentences."}],"max_tokens":%d}`, cfg.Model, cfg.MaxTokens)
-	settleBody := fmt.Sprintf(`{"usage":{"prompt_tokens":30,"completion_tokens":%d}}`, cfg.MaxTokens/3)
 
 	samples := make(chan sample, 4096)
 	var wg sync.WaitGroup
 	start := time.Now()
-	for w := range cfg.Concurrency {
-		key, url := cfg.Keys[w%len(cfg.Keys)], urls[w%len(urls)]
+	for _, call := range workers {
 		wg.Go(func() {
 			for stop.Err() == nil {
 				if tick != nil {
@@ -129,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					case <-tick:
 					}
 				}
-				samples <- one(ctx, client, url, key, body, settleBody, cfg.Settle)
+				samples <- call(ctx)
 			}
 		})
 	}
@@ -146,10 +186,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		r.Requests++
 		admits = append(admits, s.admit)
-		switch s.status {
-		case http.StatusCreated:
+		switch s.outcome {
+		case admitted:
 			r.Admitted++
-		case http.StatusTooManyRequests:
+		case refused:
 			r.Rejected[s.limit]++
 		default:
 			r.Errors++
@@ -162,7 +202,31 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	r.Duration = time.Since(start)
 	r.AdmitLatency, r.SettleLatency = percentiles(admits), percentiles(settles)
 	r.AdmitsPerSecond = float64(r.Admitted) / r.Duration.Seconds()
-	return r, nil
+	return r
+}
+
+// httpWorkers are cfg.Concurrency callers of the HTTP API.
+func httpWorkers(cfg Config) ([]callFunc, error) {
+	urls := cfg.URLs
+	if len(urls) == 0 && cfg.URL != "" {
+		urls = []string{cfg.URL}
+	}
+	if len(urls) == 0 || len(cfg.Keys) == 0 {
+		return nil, fmt.Errorf("loadgen: a URL and at least one key are required")
+	}
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxIdleConns: cfg.Concurrency * len(urls)}}
+	}
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Summarise the admission contract of tokengate in two sentences."}],"max_tokens":%d}`, cfg.Model, cfg.MaxTokens)
+	prompt, completion := usage(cfg.MaxTokens)
+	settleBody := fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, prompt, completion)
+	workers := make([]callFunc, cfg.Concurrency)
+	for w := range workers {
+		key, url := cfg.Keys[w%len(cfg.Keys)], urls[w%len(urls)]
+		workers[w] = func(ctx context.Context) sample { return one(ctx, client, url, key, body, settleBody, cfg.Settle) }
+	}
+	return workers, nil
 }
 
 func one(ctx context.Context, client *http.Client, url, key, body, settleBody string, settle bool) sample {
@@ -173,7 +237,6 @@ func one(ctx context.Context, client *http.Client, url, key, body, settleBody st
 	if err != nil {
 		return sample{error: true}
 	}
-	s.status = status
 	var parsed struct {
 		ID    string `json:"id"`
 		Error struct {
@@ -181,7 +244,14 @@ func one(ctx context.Context, client *http.Client, url, key, body, settleBody st
 		} `json:"error"`
 	}
 	_ = json.Unmarshal(resp, &parsed)
-	s.limit = parsed.Error.Limit
+	switch status {
+	case http.StatusCreated:
+		s.outcome = admitted
+	case http.StatusTooManyRequests:
+		s.outcome, s.limit = refused, parsed.Error.Limit
+	default:
+		s.outcome = failed
+	}
 	if status == http.StatusCreated && settle {
 		t1 := time.Now()
 		code, _, err := post(ctx, client, url+"/v1/admissions/"+parsed.ID+"/settle", key, settleBody)
