@@ -27,12 +27,13 @@ type loadgenCmd struct {
 	Model       string        `name:"model" default:"gpt-4o-mini" help:"Model of the requests."`
 	MaxTokens   int           `name:"max-tokens" default:"100" help:"max_tokens of the requests."`
 	Settle      bool          `name:"settle" default:"true" negatable:"" help:"Settle each admission with usage (with --rls: a phase=response call with the same request_id)."`
+	IdemKeys    bool          `name:"idempotency-keys" help:"HTTP API: send each admission with an Idempotency-Key of its own (as a client that retries safely does; the rate limit service always keys a reservation by its request id)."`
 	JSON        bool          `name:"json" help:"Print the report as JSON (for scripts)."`
 }
 
 func (c loadgenCmd) Run(ctx context.Context, g *globals) error {
 	cfg := loadgen.Config{URLs: c.URLs, Keys: c.Keys, Concurrency: c.Concurrency, Duration: c.Duration,
-		Rate: c.Rate, Model: c.Model, MaxTokens: c.MaxTokens, Settle: c.Settle}
+		Rate: c.Rate, Model: c.Model, MaxTokens: c.MaxTokens, Settle: c.Settle, IdempotencyKeys: c.IdemKeys}
 	switch {
 	case len(c.RLS) > 0:
 		if c.Gateway == "" || len(c.Tenants) == 0 {

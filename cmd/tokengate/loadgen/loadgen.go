@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,7 +29,12 @@ type Config struct {
 	Model       string
 	MaxTokens   int
 	Settle      bool // settle each admission with usage below the estimate
-	Client      *http.Client
+	// IdempotencyKeys sends each HTTP admission with an Idempotency-Key of
+	// its own, as a client does that retries safely (and as a gateway's
+	// request id always keys its reservation in the rate limit service):
+	// the store then also records and checks the key.
+	IdempotencyKeys bool
+	Client          *http.Client
 
 	// RLS drives the rate limit service (envoy.service.ratelimit.v3) at
 	// these addresses instead of the HTTP API: workers take them
@@ -221,18 +228,26 @@ func httpWorkers(cfg Config) ([]callFunc, error) {
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Summarise the admission contract of tokengate in two sentences."}],"max_tokens":%d}`, cfg.Model, cfg.MaxTokens)
 	prompt, completion := usage(cfg.MaxTokens)
 	settleBody := fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, prompt, completion)
+	run := nonce()
+	var seq atomic.Uint64
 	workers := make([]callFunc, cfg.Concurrency)
 	for w := range workers {
 		key, url := cfg.Keys[w%len(cfg.Keys)], urls[w%len(urls)]
-		workers[w] = func(ctx context.Context) sample { return one(ctx, client, url, key, body, settleBody, cfg.Settle) }
+		workers[w] = func(ctx context.Context) sample {
+			idem := ""
+			if cfg.IdempotencyKeys {
+				idem = run + "-" + strconv.FormatUint(seq.Add(1), 36)
+			}
+			return one(ctx, client, url, key, idem, body, settleBody, cfg.Settle)
+		}
 	}
 	return workers, nil
 }
 
-func one(ctx context.Context, client *http.Client, url, key, body, settleBody string, settle bool) sample {
+func one(ctx context.Context, client *http.Client, url, key, idem, body, settleBody string, settle bool) sample {
 	var s sample
 	t0 := time.Now()
-	status, resp, err := post(ctx, client, url+"/v1/admissions", key, body)
+	status, resp, err := post(ctx, client, url+"/v1/admissions", key, idem, body)
 	s.admit = time.Since(t0)
 	if err != nil {
 		return sample{error: true}
@@ -254,20 +269,23 @@ func one(ctx context.Context, client *http.Client, url, key, body, settleBody st
 	}
 	if status == http.StatusCreated && settle {
 		t1 := time.Now()
-		code, _, err := post(ctx, client, url+"/v1/admissions/"+parsed.ID+"/settle", key, settleBody)
+		code, _, err := post(ctx, client, url+"/v1/admissions/"+parsed.ID+"/settle", key, "", settleBody)
 		s.settle = time.Since(t1)
 		s.settled = err == nil && code == http.StatusOK
 	}
 	return s
 }
 
-func post(ctx context.Context, client *http.Client, url, key, body string) (int, []byte, error) {
+func post(ctx context.Context, client *http.Client, url, key, idem, body string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(body))
 	if err != nil {
 		return 0, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(key))
 	req.Header.Set("Content-Type", "application/json")
+	if idem != "" {
+		req.Header.Set("Idempotency-Key", idem)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
