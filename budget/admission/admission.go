@@ -498,7 +498,7 @@ func (a *Admitter) RecoverOnce(ctx context.Context) {
 		}
 		a.replayErr.Store(nil)
 		a.logger.Info("replayed decisions made during the outage", "records", rep.Records, "admissions", rep.Reserved,
-			"settles_and_releases", rep.Ended, "already_applied", rep.Skipped, "rejected", rep.Rejected)
+			"settles_and_releases", rep.Ended, "kept_for_another_replay", rep.Deferred, "already_applied", rep.Skipped, "rejected", rep.Rejected)
 	}
 	if a.down.CompareAndSwap(true, false) {
 		a.logger.Info("store reachable again", "down_for", time.Since(time.Unix(0, a.since.Load())).Round(time.Millisecond).String())

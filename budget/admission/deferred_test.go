@@ -193,42 +193,73 @@ func (b *deferBundle) verify(t *testing.T, tenantID string) ledger.Tally {
 	return tally
 }
 
+// wantKept fails t unless n settles and releases are kept.
+func (b *deferBundle) wantKept(t *testing.T, n int) {
+	t.Helper()
+	if got := b.rows(t); got != n {
+		t.Fatalf("%d kept rows, want %d", got, n)
+	}
+}
+
+// replayEnds replays the spool of admitting, the replica that admitted id
+// on its own, and checks that id ended settled once at used by actor,
+// that nothing is left kept, and that the ledger verifies.
+func (b *deferBundle) replayEnds(t *testing.T, admitting *node, tenantID, id string, used int64, actor string) ledger.Tally {
+	t.Helper()
+	if err := admitting.recover(); err != nil {
+		t.Fatal(err)
+	}
+	b.settledOnce(t, tenantID, id, budget.StateSettled, used, actor)
+	b.wantKept(t, 0)
+	return b.verify(t, tenantID)
+}
+
 // TestSettleBeforeReplayOnAnotherReplica is the soak's defect: replica A,
 // cut off from Postgres, admits a gateway's request locally (12 hits);
 // Postgres is back; the stream-end call (6 hits) reaches replica B before A
 // replays, and finds no admission. It is kept, and A's replay applies it:
 // the admission ends settled at 6, with one settle entry by B's gateway
-// actor, and the ledger verifies.
+// actor, and the ledger verifies. Cut off too, B journals the stream end
+// by key with the request's policy, and its replay, first, has the store
+// keep it the same way.
 func TestSettleBeforeReplayOnAnotherReplica(t *testing.T) {
 	t.Parallel()
-	b := setupDefer(t)
-	ra, rb := b.replica(t, "replica-a", nil), b.replica(t, "replica-b", nil)
-	b.tenant(t, "acme", budget.PolicyLocal, ra, rb)
+	for _, bCut := range []bool{false, true} {
+		t.Run(fmt.Sprintf("b_cut_off=%v", bCut), func(t *testing.T) {
+			t.Parallel()
+			b := setupDefer(t)
+			ra, rb := b.replica(t, "replica-a", nil), b.replica(t, "replica-b", nil)
+			b.tenant(t, "acme", budget.PolicyLocal, ra, rb)
 
-	ra.link.cut()
-	r := ra.admitLocally(t, "acme", "rls:r21-296", 12)
-	ra.link.restore()
-
-	st, journaled, err := rb.settle("acme", "rls:r21-296", 6)
-	if !errors.Is(err, budget.ErrDeferred) || !errors.Is(err, budget.ErrAdmissionNotFound) || st != nil || journaled {
-		t.Fatalf("the stream end at B before A's replay: %+v %v %v; want it kept (ErrDeferred)", st, journaled, err)
-	}
-	if got := testutil.ToFloat64(rb.adm.Settlements(admission.FaceRLS, "settle", admission.OutcomeDeferred)); got != 1 {
-		t.Fatalf("deferred settles counted: %v", got)
-	}
-	if n := b.rows(t); n != 1 {
-		t.Fatalf("%d kept rows, want 1", n)
-	}
-	if err := ra.recover(); err != nil {
-		t.Fatal(err)
-	}
-
-	b.settledOnce(t, "acme", r.AdmissionID, budget.StateSettled, 6, "gateway:replica-b")
-	if n := b.rows(t); n != 0 {
-		t.Fatalf("%d kept rows left after the replay", n)
-	}
-	if tally := b.verify(t, "acme"); tally.BalanceMicro/budget.Micro != 10_000-12+6 {
-		t.Fatalf("balance %d, want 9994", tally.BalanceMicro/budget.Micro)
+			ra.link.cut()
+			if bCut {
+				rb.link.cut()
+			}
+			r := ra.admitLocally(t, "acme", "rls:r21-296", 12)
+			if !bCut {
+				ra.link.restore()
+			}
+			st, journaled, err := rb.settle("acme", "rls:r21-296", 6)
+			switch {
+			case bCut && (err != nil || !journaled):
+				t.Fatalf("the stream end at B, cut off: journaled %v, %v", journaled, err)
+			case !bCut && (!errors.Is(err, budget.ErrDeferred) || !errors.Is(err, budget.ErrAdmissionNotFound) || st != nil || journaled):
+				t.Fatalf("the stream end at B before A's replay: %+v %v %v; want it kept (ErrDeferred)", st, journaled, err)
+			case !bCut && testutil.ToFloat64(rb.adm.Settlements(admission.FaceRLS, "settle", admission.OutcomeDeferred)) != 1:
+				t.Fatal("the kept settle is not counted as deferred")
+			}
+			if bCut {
+				ra.link.restore()
+				rb.link.restore()
+				if err := rb.recover(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b.wantKept(t, 1)
+			if tally := b.replayEnds(t, ra, "acme", r.AdmissionID, 6, "gateway:replica-b"); tally.BalanceMicro/budget.Micro != 10_000-12+6 {
+				t.Fatalf("balance %d, want 9994", tally.BalanceMicro/budget.Micro)
+			}
+		})
 	}
 }
 
@@ -259,15 +290,7 @@ func TestSettleBeforeReplayOnTheSameReplica(t *testing.T) {
 			case !restarted && (err != nil || !journaled):
 				t.Fatalf("settle at the replica still down: journaled %v, %v", journaled, err)
 			}
-			if err := ra.recover(); err != nil {
-				t.Fatal(err)
-			}
-
-			b.settledOnce(t, "acme", r.AdmissionID, budget.StateSettled, 6, "gateway:replica-a")
-			if n := b.rows(t); n != 0 {
-				t.Fatalf("%d kept rows left", n)
-			}
-			b.verify(t, "acme")
+			b.replayEnds(t, ra, "acme", r.AdmissionID, 6, "gateway:replica-a")
 		})
 	}
 }
@@ -455,9 +478,7 @@ func TestSettlesRaceTheReplay(t *testing.T) {
 		b.settledOnce(t, "acme", id, budget.StateSettled, int64(1+i%19), "")
 		want -= int64(1 + i%19)
 	}
-	if rows := b.rows(t); rows != 0 {
-		t.Fatalf("%d kept rows left", rows)
-	}
+	b.wantKept(t, 0)
 	if tally := b.verify(t, "acme"); tally.BalanceMicro/budget.Micro != want {
 		t.Fatalf("balance %d, want %d", tally.BalanceMicro/budget.Micro, want)
 	}
