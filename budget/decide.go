@@ -236,9 +236,15 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 		case op.Settle != nil:
 			p := op.Settle
 			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateSettled, p)
+			if errors.Is(results[i].Err, ErrAdmissionNotFound) {
+				results[i].Err = d.deferEnd(p.IdempotencyKey, p.Defer, StateSettled, p.Actor, p.KeyID, p.GatewayID, p)
+			}
 		case op.Release != nil:
 			p := op.Release
 			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateReleased, nil)
+			if errors.Is(results[i].Err, ErrAdmissionNotFound) {
+				results[i].Err = d.deferEnd(p.IdempotencyKey, p.Defer, StateReleased, p.Actor, p.KeyID, p.GatewayID, nil)
+			}
 		case op.Expire != nil:
 			results[i].Expired = d.expire(l.overdue[it.TenantID])
 			l.overdue[it.TenantID] = nil // a second Expire in the batch finds them done

@@ -30,6 +30,7 @@ type decision struct {
 	adms   map[string]*Admission // admissions named by settles and releases, as the batch left them
 	fresh  map[string]*freshKey  // idempotency keys admitted in this batch
 	table  *estimator.Table      // bounds settles' usage (nil: the seeded table)
+	note   string                // added to the reason of the entries end appends ("" for none)
 }
 
 type freshKey struct {
@@ -219,7 +220,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 			detail = append(detail, pl.detail())
 		}
 		e.Detail = joinDetail(detail)
-		e.Reason = shadowReason(skip)
+		e.Reason = joinReason(shadowReason(skip), d.note)
 		lv.seal(e)
 		d.w.entry(lv, e)
 	}

@@ -49,6 +49,13 @@
 //   - Reservations that are never settled expire: they stay charged at their
 //     estimate and their concurrency slot is freed. A settle that arrives
 //     later still reconciles against that estimate, marked late.
+//   - A settle or release by idempotency key that arrives before its
+//     admission (made by a replica on its own during an outage, not
+//     replayed yet) is not lost: when the key names no admission and the
+//     request's failure policy could be local (Deferral), its decision
+//     keeps it (deferred_settles, under the tenant lock, ErrDeferred), and
+//     the replay of the admission applies and deletes it in its own
+//     transaction (deferred.go): exactly once. Kept rows live 24 h.
 //
 // A decision is three steps and costs two round trips on one connection:
 // load (load.go: BEGIN; lock the tenant rows; read the clock and all the

@@ -52,13 +52,32 @@ type ReplayReserveParams struct {
 // the debit stops), and refill pays the debt back. It is idempotent
 // by admission id, so a replay interrupted by a crash can run again from
 // the start without debiting twice. It reports whether it wrote anything.
+//
+// A settle or release by p.IdempotencyKey that reached the store before
+// this replay, and was kept for it (ErrDeferred), ends the admission in the
+// same transaction, with its own actor, and is deleted with it: whichever
+// replica's spool the admission comes from, and however often it is
+// replayed, the kept settle is applied once.
 func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool, error) {
 	var wrote bool
 	err := retry(ctx, func() error {
 		var exists int
+		var kept *deferredEnd
 		tx, ts, now, err := s.lockTenants(ctx, []string{p.TenantID},
-			func(b *pgx.Batch) { b.Queue(admissionExistsSQL, p.AdmissionID) },
-			func(br pgx.BatchResults) error { return br.QueryRow().Scan(&exists) })
+			func(b *pgx.Batch) {
+				b.Queue(admissionExistsSQL, p.AdmissionID)
+				if p.IdempotencyKey != "" {
+					b.Queue(deferredSettleGetSQL, p.TenantID, p.IdempotencyKey, s.clock())
+				}
+			},
+			func(br pgx.BatchResults) error {
+				if err := br.QueryRow().Scan(&exists); err != nil || p.IdempotencyKey == "" {
+					return err
+				}
+				var err error
+				kept, err = scanDeferred(br, p.TenantID, p.IdempotencyKey)
+				return err
+			})
 		if err != nil {
 			return err
 		}
@@ -91,14 +110,24 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			lv.seal(e)
 			w.entry(lv, e)
 		}
-		w.inserted = append(w.inserted, &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
-			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires})
+		a := &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
+			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires}
+		w.inserted = append(w.inserted, a)
 		if p.IdempotencyKey != "" {
 			// In the same transaction: the admission and its key land
 			// together or not at all. (A live key of the same request,
 			// decided by the store before the outage, is kept.)
 			w.after = append(w.after, write{sql: idempotencyPutReplaySQL, expect: -1,
 				args: []any{p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, created}})
+		}
+		if kept != nil {
+			// Its settle (or release) came first and was kept: it ends the
+			// admission in this transaction, after its reserve.
+			d := &decision{t: t, chain: chain, now: now, w: w, adms: map[string]*Admission{}, table: s.modelTable()}
+			if err := d.applyDeferred(a, kept); err != nil {
+				tx.abort()
+				return err
+			}
 		}
 		if err := tx.commit(ctx, w); err != nil {
 			return err

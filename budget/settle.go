@@ -44,6 +44,16 @@ type SettleParams struct {
 	Actor        string
 	KeyID        string // as ReserveParams.KeyID; the tenant must not be disabled either
 	GatewayID    string // as ReserveParams.GatewayID
+	// Family is the model family of the request the settle ends, when its
+	// face knows it: the admission layer resolves the request's failure
+	// policy by it, for Defer. The store does not read it.
+	Family string
+	// Defer, for a settle by IdempotencyKey, is the request's failure
+	// policy as far as the caller knows it: when the key names no
+	// admission and the policy could be local, the settle is kept for the
+	// admission a replica may have made on its own, and applied when that
+	// admission is replayed (ErrDeferred). Nil keeps nothing.
+	Defer *Deferral
 }
 
 // Validate returns an *InvalidError when p names its admission neither or
@@ -119,7 +129,8 @@ type Settlement struct {
 // concurrency slot and appends a settle entry. Settling again with the same
 // usage returns the original answer. A settle of an expired admission still
 // reconciles (late). It returns ErrAdmissionNotFound (also for another
-// tenant's admission, or a key that names none), ErrConflict when the
+// tenant's admission, or a key that names none), ErrDeferred (which wraps
+// it) when a key named none and the settle was kept (p.Defer), ErrConflict when the
 // admission was released or settled with different usage, what
 // p.Validate returns, a *UsageError (ErrUsageOutOfBounds), ErrKeyRevoked,
 // ErrGatewayRevoked or ErrOutOfScope.
@@ -135,8 +146,10 @@ type ReleaseParams struct {
 	AdmissionID    string
 	IdempotencyKey string // as SettleParams.IdempotencyKey
 	Actor          string
-	KeyID          string // as SettleParams.KeyID
-	GatewayID      string // as ReserveParams.GatewayID
+	KeyID          string    // as SettleParams.KeyID
+	GatewayID      string    // as ReserveParams.GatewayID
+	Family         string    // as SettleParams.Family
+	Defer          *Deferral // as SettleParams.Defer
 }
 
 // Validate returns an *InvalidError when p names its admission neither or
@@ -145,7 +158,7 @@ func (p ReleaseParams) Validate() error { return nameProblem(p.AdmissionID, p.Id
 
 // Release refunds an admission's whole estimate (capped at capacity): the
 // request never ran. Releasing again returns the original answer. It
-// returns ErrAdmissionNotFound, ErrConflict when the admission was
+// returns ErrAdmissionNotFound, ErrDeferred (as Settle), ErrConflict when the admission was
 // already settled, what p.Validate returns, ErrKeyRevoked,
 // ErrGatewayRevoked or ErrOutOfScope.
 func (s *Store) Release(ctx context.Context, p ReleaseParams) (*Settlement, error) {

@@ -14,7 +14,7 @@ type ExpireFunc func(ctx context.Context, tenantID string) (int, error)
 
 // SweepOnce expires every reservation whose expires_at has passed, tenant by
 // tenant, through expire (nil: Store.Expire), and purges idempotency keys
-// older than 24 h. Every replica may run it at once: each tenant's expiry
+// and kept settles (deferred.go) older than 24 h. Every replica may run it at once: each tenant's expiry
 // holds its row lock, and overdue admissions are taken FOR UPDATE SKIP
 // LOCKED. It returns how many reservations it expired.
 func (s *Store) SweepOnce(ctx context.Context, expire ExpireFunc) (int, error) {
@@ -51,6 +51,9 @@ func (s *Store) SweepOnce(ctx context.Context, expire ExpireFunc) (int, error) {
 	}
 	if _, err := s.pool.Exec(ctx, idempotencyPurgeSQL, 10000); err != nil {
 		return total, fmt.Errorf("budget: purge idempotency keys: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, deferredSettlePurgeSQL, 10000); err != nil {
+		return total, fmt.Errorf("budget: purge deferred settles: %w", err)
 	}
 	return total, nil
 }

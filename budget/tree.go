@@ -145,6 +145,17 @@ func shadowReason(skip LimitSet) string {
 	return "shadow limits that would have refused: " + strings.Join(skip.Strings(), ", ")
 }
 
+// joinReason joins an entry's reasons ("" for none).
+func joinReason(reasons ...string) string {
+	var out []string
+	for _, r := range reasons {
+		if r != "" {
+			out = append(out, r)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // joinDetail makes an entry's detail of the fields that model buckets and
 // pools record ("" for none).
 func joinDetail(fields []string) string {

@@ -35,6 +35,7 @@ type writes struct {
 	inserted []*Admission
 	ended    []*Admission
 	keys     []keyPut
+	deferred []deferredEnd // settles and releases kept for an admission not replayed yet
 	models   []*modelBucket
 	pools    map[string]*pool // the batch's locked pools; those changed are written
 	// alerts: queue the threshold statement (some period_budget rule may
@@ -57,7 +58,7 @@ type write struct {
 }
 
 func (w *writes) empty() bool {
-	return len(w.entries) == 0 && len(w.extra) == 0 && len(w.after) == 0 && len(w.models) == 0
+	return len(w.entries) == 0 && len(w.extra) == 0 && len(w.after) == 0 && len(w.models) == 0 && len(w.deferred) == 0
 }
 
 // changed records that t's balances or chain head must be written.
@@ -174,6 +175,10 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		}
 		b.Queue(idempotencyPutSQL, tenants, keys, adms, hashes, responses, at)
 		expect = append(expect, int64(n))
+	}
+	if len(w.deferred) > 0 {
+		queueDeferred(b, w.deferred)
+		expect = append(expect, -1) // the first row of a key wins
 	}
 	for _, x := range w.after {
 		b.Queue(x.sql, x.args...)

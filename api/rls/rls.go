@@ -303,14 +303,20 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		}
 		// Found by its request id inside the decision's transaction, which
 		// also checks the gateway: no lookup beside the pipeline.
-		p := budget.SettleParams{TenantID: d.tenant, IdempotencyKey: key(d.requestID), InputTokens: d.hits, Actor: actor, GatewayID: gw.ID}
+		// Its model, if the call names it, is the request's failure policy:
+		// a settle that comes before a local admission's replay is kept.
+		p := budget.SettleParams{TenantID: d.tenant, IdempotencyKey: key(d.requestID), InputTokens: d.hits, Actor: actor, GatewayID: gw.ID,
+			Family: s.family(d.model)}
 		if d.negative {
 			p.InputTokens, p.RefundTokens = 0, d.hits
 		}
 		st, _, err := s.admitter.Settle(ctx, admission.FaceRLS, p)
 		switch {
 		case errors.Is(err, budget.ErrAdmissionNotFound):
-			return decided{}, nil, nil, nil // its reservation was refused, or is older than 24 h
+			// Its reservation was refused, or is older than 24 h; or it was
+			// admitted by a replica on its own and is not replayed yet, and
+			// the settle is kept for it (budget.ErrDeferred).
+			return decided{}, nil, nil, nil
 		case errors.Is(err, budget.ErrConflict):
 			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
 		case err != nil:

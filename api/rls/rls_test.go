@@ -27,6 +27,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -45,6 +46,7 @@ type bundle struct {
 
 	admitter   *admission.Admitter
 	rejections *budget.Rejections
+	est        *estimator.Estimator // the replica's model table
 }
 
 // setup serves the rate limit service on a real TCP listener, as Envoy
@@ -89,7 +91,7 @@ func setupWith(t *testing.T, configure func(*pgxpool.Config)) *bundle {
 		t.Fatal(err)
 	}
 	return &bundle{pool: pool, store: store, client: rlsv3.NewRateLimitServiceClient(conn), srv: srv, reg: reg, gateway: secret,
-		admitter: a, rejections: rejections}
+		admitter: a, rejections: rejections, est: rep.Estimator}
 }
 
 // call asks as Envoy does: descriptors of entries, the gateway credential
@@ -360,5 +362,44 @@ func TestResponseHitsBeyondTheBoundAreInvalid(t *testing.T) {
 	}
 	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStreamEndBeforeItsAdmissionIsKept: a stream-end call whose request
+// the store does not know is answered OK either way; it is kept for a
+// local admission not replayed yet only when the request's failure policy
+// could be local: here its model's, which the call names. A stream end of
+// a request whose policy is reject (a refused request's) keeps nothing.
+func TestStreamEndBeforeItsAdmissionIsKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	table, err := estimator.DefaultTable().With([]estimator.Model{{Name: "edge-local", Encoding: estimator.EncodingO200K,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne, DefaultOutputTokens: 1000, ContextWindow: 8000,
+		PartTokens: 100, OnStoreUnavailable: "local"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.est.SetTable(table)
+	for _, c := range []struct {
+		id, model string
+		kept      bool
+	}{{"refused-1", "", false}, {"refused-2", "gpt-4o", false}, {"local-1", "edge-local", true}} {
+		r, err := b.call(t, b.gateway, 0, &ratelimitv3.RateLimitDescriptor{
+			Entries:    desc("tenant", "acme", "model", c.model, "request_id", c.id, "phase", "response").Entries,
+			HitsAddend: wrapperspb.UInt64(6),
+		})
+		if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: %v %v", c.id, r, err)
+		}
+		var kept int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM deferred_settles WHERE key = $1`, "rls:"+c.id).Scan(&kept); err != nil {
+			t.Fatal(err)
+		}
+		if (kept == 1) != c.kept {
+			t.Fatalf("%s (model %q): %d kept, want kept %v", c.id, c.model, kept, c.kept)
+		}
+	}
+	if got := b.balance(t, "acme"); got != 1000 {
+		t.Fatalf("balance %d: a stream end without an admission moved it", got)
 	}
 }

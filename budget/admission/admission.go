@@ -222,20 +222,25 @@ func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (budget.Snapsh
 }
 
 // policy resolves the failure policy of a request: the model's, else the
-// tenant's, else the replica's default.
+// tenant's (as this replica last saw it), else the replica's default.
 func (a *Admitter) policy(family, tenantID string) budget.Policy {
+	d := a.deferral(family)
+	var tenant budget.Policy
+	if snap, ok := a.LastSnapshot(tenantID); ok {
+		tenant = snap.Limits.OnStoreUnavailable
+	}
+	return budget.ResolvePolicy(d.Model, tenant, d.Default)
+}
+
+// deferral is the failure policy of a request of a model family, but for
+// its tenant's: the decision of a settle by key completes it with the
+// tenant's own, read under the tenant's lock (budget.Deferral).
+func (a *Admitter) deferral(family string) *budget.Deferral {
+	d := &budget.Deferral{Default: a.cfg.DefaultPolicy}
 	if a.cfg.ModelPolicyFunc != nil {
-		if p := a.cfg.ModelPolicyFunc(family); p != budget.PolicyDefault {
-			return p
-		}
+		d.Model = a.cfg.ModelPolicyFunc(family)
 	}
-	if snap, ok := a.LastSnapshot(tenantID); ok && snap.Limits.OnStoreUnavailable != budget.PolicyDefault {
-		return snap.Limits.OnStoreUnavailable
-	}
-	if a.cfg.DefaultPolicy != budget.PolicyDefault {
-		return a.cfg.DefaultPolicy
-	}
-	return budget.PolicyReject
+	return d
 }
 
 // Request is one admission to decide.
@@ -354,8 +359,19 @@ func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
 // included; outage.Local.Settle) and journaled is true: the accounting is
 // kept, the balance is not known yet.
 //
+// A settle by key that finds no admission while some replica may have
+// made it on its own and not replayed it yet (the request's failure policy
+// could be local: its model's, p.Family's, else its tenant's, else the
+// replica's default) is kept in the store and applied when that admission
+// is replayed: budget.ErrDeferred, which is an ErrAdmissionNotFound. A
+// gateway's stream-end call is never retried, so answering it "not found"
+// alone would lose its usage.
+//
 // Every outcome is counted here, by face: tokengate_settlements_total.
 func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
+	if p.IdempotencyKey != "" && p.Defer == nil {
+		p.Defer = a.deferral(p.Family)
+	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) },
 		func(l *outage.Local) error { return l.Settle(p) })
@@ -363,8 +379,12 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 	return st, journaled, err
 }
 
-// Release refunds an admission whose request never ran, like Settle.
+// Release refunds an admission whose request never ran, like Settle (one
+// by key is kept the same way).
 func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
+	if p.IdempotencyKey != "" && p.Defer == nil {
+		p.Defer = a.deferral(p.Family)
+	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) },
 		func(l *outage.Local) error { return l.Release(p) })
@@ -478,7 +498,7 @@ func (a *Admitter) RecoverOnce(ctx context.Context) {
 		}
 		a.replayErr.Store(nil)
 		a.logger.Info("replayed decisions made during the outage", "records", rep.Records, "admissions", rep.Reserved,
-			"settles_and_releases", rep.Ended, "already_applied", rep.Skipped, "rejected", rep.Rejected)
+			"settles_and_releases", rep.Ended, "kept_for_another_replay", rep.Deferred, "already_applied", rep.Skipped, "rejected", rep.Rejected)
 	}
 	if a.down.CompareAndSwap(true, false) {
 		a.logger.Info("store reachable again", "down_for", time.Since(time.Unix(0, a.since.Load())).Round(time.Millisecond).String())

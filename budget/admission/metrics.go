@@ -45,6 +45,9 @@ const (
 	OutcomeJournaled = "journaled" // the store was down: kept for the recovery loop
 	OutcomeNotFound  = "not_found" // no such admission (or another tenant's)
 	OutcomeConflict  = "conflict"  // ended already another way
+	// OutcomeDeferred: named by key, no such admission yet, and kept for
+	// the one a replica may have made on its own (budget.ErrDeferred).
+	OutcomeDeferred = "deferred"
 )
 
 // The kinds of ending of an admission.
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"face"}),
 		ends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_settlements_total",
-			Help: "Settles and releases by face (api, proxy, rls), kind (settle, release) and outcome (applied, replayed, journaled, not_found, conflict, invalid, cancelled, error).",
+			Help: "Settles and releases by face (api, proxy, rls), kind (settle, release) and outcome (applied, replayed, journaled, not_found, deferred, conflict, invalid, cancelled, error).",
 		}, []string{"face", "kind", "outcome"}),
 		deltas: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokengate_settle_delta_cost",
@@ -147,6 +150,8 @@ func (m *metrics) ended(ctx context.Context, face Face, kind string, st *budget.
 		if st.Admission != nil && st.Admission.ActualCost != nil {
 			m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
 		}
+	case errors.Is(err, budget.ErrDeferred):
+		outcome = OutcomeDeferred
 	case errors.Is(err, budget.ErrAdmissionNotFound):
 		outcome = OutcomeNotFound
 	case errors.Is(err, budget.ErrConflict):

@@ -36,6 +36,10 @@ func TestSpoolRecordFormat(t *testing.T) {
 			OutputTokens: 20, Actor: "gateway:edge"},
 		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-2", CreatedAt: at, RefundTokens: 7, Actor: "gateway:edge"},
 		{Kind: outage.KindRelease, TenantID: "acme", IdempotencyKey: "rls:r-3", CreatedAt: at, Actor: "gateway:edge"},
+		// A settle by key with the request's failure policy, as far as the
+		// replica knew it, for a replay that finds no admission yet.
+		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-4", CreatedAt: at, InputTokens: 6, Actor: "gateway:edge",
+			Defer: &budget.Deferral{Model: budget.PolicyLocal, Default: budget.PolicyReject}},
 	}
 	var got bytes.Buffer
 	for _, r := range records {

@@ -195,7 +195,7 @@ func (l *Local) Settle(p budget.SettleParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, &p)
+	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, p.Defer, &p)
 }
 
 // Release journals a release like Settle; the whole estimate comes back.
@@ -204,7 +204,7 @@ func (l *Local) Release(p budget.ReleaseParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, nil)
+	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, p.Defer, nil)
 }
 
 // End is Settle (usage in and out) or Release of an admission named by id.
@@ -215,14 +215,18 @@ func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, ac
 	return l.Release(budget.ReleaseParams{TenantID: tenantID, AdmissionID: admissionID, Actor: actor})
 }
 
-// end journals a settle (usage set) or a release of any admission.
-func (l *Local) end(tenantID, admissionID, key, actor string, usage *budget.SettleParams) error {
+// end journals a settle (usage set) or a release of any admission; one by
+// key keeps its deferral (dp) for the replay.
+func (l *Local) end(tenantID, admissionID, key, actor string, dp *budget.Deferral, usage *budget.SettleParams) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if prior, ok := l.idempotent[[2]string{tenantID, key}]; key != "" && ok {
 		admissionID, key = prior.r.AdmissionID, "" // made here: journaled by its id
 	}
 	rec := Record{Kind: KindRelease, AdmissionID: admissionID, IdempotencyKey: key, TenantID: tenantID, CreatedAt: l.now(), Actor: actor}
+	if key != "" {
+		rec.Defer = dp
+	}
 	if usage != nil {
 		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, usage.InputTokens, usage.OutputTokens
 		rec.CachedInputTokens, rec.RefundTokens = usage.CachedInputTokens, usage.RefundTokens
@@ -281,6 +285,9 @@ type Store interface {
 // ReplayReport says what a replay did.
 type ReplayReport struct {
 	Records, Reserved, Ended, Skipped int
+	// Deferred settles and releases by key found no admission yet, and
+	// were kept in the store for the replay of another replica's spool.
+	Deferred int
 	// Rejected lines could not be read, or were refused by the store for
 	// good (not for an outage): they are in the spool's rejected file.
 	Rejected int
@@ -354,12 +361,16 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		if r.Kind == KindSettle {
 			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
-				Actor: r.Actor})
+				Actor: r.Actor, Defer: r.Defer})
 		} else {
 			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
-				Actor: r.Actor})
+				Actor: r.Actor, Defer: r.Defer})
 		}
 		switch {
+		case errors.Is(err, budget.ErrDeferred):
+			// Its admission was made by another replica on its own, which
+			// has not replayed it yet: the store keeps it for that replay.
+			rep.Deferred++
 		case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound):
 			// Settled otherwise meanwhile, or never existed: the store's
 			// answer stands; the record has nothing left to apply.

@@ -53,6 +53,12 @@ type Record struct {
 	// the admission, as the store would have.
 	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"`
 	RefundTokens      int64 `json:"refund_tokens,omitempty"`
+	// Defer is, on a settle or release by IdempotencyKey, the request's
+	// failure policy as the replica knew it (budget.SettleParams.Defer): if
+	// the replay finds no admission for the key, because the replica that
+	// made it on its own has not replayed it yet, the store keeps the
+	// settle for that replay (budget.ErrDeferred).
+	Defer *budget.Deferral `json:"defer,omitempty"`
 }
 
 // Spool is an append-only journal file, synced to disk on every append: a
