@@ -42,6 +42,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE ON pools, pool_shares TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE ON alert_endpoints, alert_rules, alert_events, alert_attempts TO " + quoted,
 		"GRANT SELECT ON rejection_counts TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON deferred_settles TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

@@ -206,7 +206,7 @@ func TestLostAnswersAreRetriedWithoutDoubleCharge(t *testing.T) {
 // key is not retried at all.
 func TestRetryAfterIsHonouredWithinTheDeadline(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 500 * budget.Micro})
+	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 200 * budget.Micro})
 	net := &faulty{}
 	c := b.client(t, net, client.Config{})
 	first, err := c.Reserve(ctx, client.Request{Body: chat(100, "hello")}) // about 108 of 150
