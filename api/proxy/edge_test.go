@@ -65,18 +65,8 @@ func setupEdge(t *testing.T, bodyLimit int64) *edgeBundle {
 
 func (b *edgeBundle) post(t *testing.T, body io.Reader, headers ...string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions", body)
-	req.Header.Set("Authorization", "Bearer "+b.key)
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
+	status, _, raw := postChat(t, b.base, b.key, body, headers...)
+	return status, raw
 }
 
 // TestProxyBadInputIsA4xx: a NUL in the model and a bad Idempotency-Key are

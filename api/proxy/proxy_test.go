@@ -129,8 +129,14 @@ func chatParams(max int64) openai.ChatCompletionNewParams {
 // and the body.
 func (b *bundle) post(t *testing.T, body string, headers ...string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1/chat/completions", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+b.key)
+	return postChat(t, b.base, b.key, strings.NewReader(body), headers...)
+}
+
+// postChat sends a raw chat completion call to the proxy at base with key.
+func postChat(t *testing.T, base, key string, body io.Reader, headers ...string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/chat/completions", body)
+	req.Header.Set("Authorization", "Bearer "+key)
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
