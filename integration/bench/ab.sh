@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ab.sh: two tokengate binaries, A (before) and B (after), on one durable
 # Postgres, under the same load, taking turns: ROUNDS rounds of each load,
-# A then B, so that both see the same machine (run-to-run drift on a shared
-# two-core machine is larger than most changes). Prints, per load, each
+# A and B going first in alternate rounds, so that both see the same
+# machine (run-to-run drift on a shared two-core machine is larger than
+# most changes). Prints, per load, each
 # side's median admissions/s and CPU per admission, and B/A.
 #
 #   ab.sh OLD_BINARY [NEW_BINARY (bin/tokengate)]
@@ -32,9 +33,17 @@ for load in hot settle spread; do
 	spread) name="64 tenants, admit only"; flags=("${spread_keys[@]}" --no-settle) ;;
 	esac
 	: >"$work/a"; : >"$work/b"
-	for _ in $(seq "$rounds"); do
-		run "$load-a" "$sa" -- --url http://127.0.0.1:18080 "${flags[@]}" >>"$work/a"
-		run "$load-b" "$sb" -- --url http://127.0.0.1:18081 "${flags[@]}" >>"$work/b"
+	for i in $(seq "$rounds"); do
+		# The sides take turns going first: what one side's writes leave
+		# Postgres to do (vacuum, checkpoints) lands on both alike.
+		order=(a b); [ $((i % 2)) = 1 ] || order=(b a)
+		for side in "${order[@]}"; do
+			if [ "$side" = a ]; then
+				run "$load-a" "$sa" -- --url http://127.0.0.1:18080 "${flags[@]}" >>"$work/a"
+			else
+				run "$load-b" "$sb" -- --url http://127.0.0.1:18081 "${flags[@]}" >>"$work/b"
+			fi
+		done
 	done
 	ra=$(col_median "$work/a" 1); rb=$(col_median "$work/b" 1)
 	ca=$(col_median "$work/a" 3); cb=$(col_median "$work/b" 3)
