@@ -126,3 +126,40 @@ func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 		t.Fatalf("4 concurrent Up calls applied %d migrations in total; %d are recorded; want each applied exactly once", total, files)
 	}
 }
+
+// The tables every admission inserts into carry no foreign key (each costs
+// every row a trigger's query; the decision holds the references itself,
+// see 00013), and tenants keep room in their pages for the decision's
+// updates to stay HOT.
+func TestHotPathTablesCarryNoPerRowChecks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	var fks []string
+	rows, err := pool.Query(ctx, `
+		SELECT conname FROM pg_constraint
+		WHERE contype = 'f' AND conrelid IN ('admissions'::regclass, 'idempotency_keys'::regclass, 'ledger_entries'::regclass)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		fks = append(fks, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(fks) > 0 {
+		t.Errorf("foreign keys on the hot path's tables: %v", fks)
+	}
+	var opts []string
+	if err := pool.QueryRow(ctx, `SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = 'tenants'::regclass`).Scan(&opts); err != nil {
+		t.Fatal(err)
+	}
+	if len(opts) != 1 || opts[0] != "fillfactor=20" {
+		t.Errorf("tenants' options = %v, want [fillfactor=20]", opts)
+	}
+}

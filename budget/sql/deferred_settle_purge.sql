@@ -3,6 +3,6 @@
 DELETE FROM deferred_settles
 WHERE ctid IN (
     SELECT ctid FROM deferred_settles
-    WHERE created_at < clock_timestamp() - interval '24 hours'
+    WHERE created_at < (SELECT clock_timestamp() - interval '24 hours')
     LIMIT $1
 )

@@ -1,1 +1,1 @@
-DELETE FROM rejection_counts WHERE minute < clock_timestamp() - interval '1 day'
+DELETE FROM rejection_counts WHERE minute < (SELECT clock_timestamp() - interval '1 day')

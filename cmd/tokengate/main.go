@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -200,6 +201,8 @@ type serveCmd struct {
 	ProxyAddr          string        `name:"proxy-addr" env:"TOKENGATE_PROXY_ADDR" help:"Serve the OpenAI-compatible proxy on this address, e.g. :8082 (needs --upstream). Off by default."`
 	Upstream           string        `name:"upstream" env:"TOKENGATE_UPSTREAM" help:"The proxy's provider base URL, e.g. https://api.openai.com."`
 	UpstreamKey        string        `name:"upstream-key" env:"TOKENGATE_UPSTREAM_KEY" help:"The proxy's bearer token for --upstream (tenants' keys never leave tokengate). Never logged."`
+	GCPercent          int           `name:"gc-percent" env:"TOKENGATE_GC_PERCENT" default:"400" help:"Go's GOGC for the replica: the heap may grow this many percent over what is live before a collection (GOGC, when set, wins)."`
+	MemoryLimit        int64         `name:"memory-limit" env:"TOKENGATE_MEMORY_LIMIT" default:"0" help:"A soft limit of the Go runtime's memory in bytes, past which it collects more often (GOMEMLIMIT, when set, wins); 0: none."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	// ClockOffset is a fault the soak injects (a replica's clock off the
 	// database's): hidden, since it is for testing, not for operators.
@@ -210,6 +213,7 @@ type serveCmd struct {
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	logger := g.logger()
+	tuneGC(s.GCPercent, s.MemoryLimit)
 	pool, err := g.pool(ctx, logger, s.MaxConns)
 	if err != nil {
 		return err
@@ -411,6 +415,21 @@ func parseCIDRs(list []string) ([]*net.IPNet, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// tuneGC sets the collector's pace unless the environment already did
+// (GOGC, GOMEMLIMIT). A decision allocates what it sends and receives and
+// keeps almost nothing: the live heap is a few MB, so Go's default (a
+// collection each time the heap doubles) collects hundreds of times a
+// second under load, a fifth of the replica's CPU in profiles. Collecting
+// at 5x the live heap cuts that to a quarter, for a few tens of MB more.
+func tuneGC(percent int, limit int64) {
+	if os.Getenv("GOGC") == "" && percent != 0 {
+		debug.SetGCPercent(percent)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" && limit > 0 {
+		debug.SetMemoryLimit(limit)
+	}
 }
 
 // serveProfiler serves net/http/pprof on addr, on a listener and mux of its
