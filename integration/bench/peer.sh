@@ -36,7 +36,7 @@ peer_bin="bin/ratelimit-$peer_version"
 # Loopback ports apart from compare.sh's and faces.sh's.
 tg_http=18280 tg_rls=18281
 redis_fast=16379 redis_durable=16380
-peer_fast=18282 peer_durable=18285 # gRPC; the HTTP and debug ports follow it
+peer_fast=18282 peer_durable=18286 # gRPC; the HTTP, debug and metrics ports follow it
 
 sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
 if ! command -v redis-server >/dev/null 2>&1; then
@@ -85,10 +85,14 @@ descriptors:
       unit: hour
       requests_per_unit: 4000000000
 EOF
-peer() { # grpc_port redis_port -> pid; its HTTP port is grpc_port+1, debug grpc_port+2
+# Its stats go to Prometheus (as tokengate's do): with USE_STATSD=false
+# alone they would be written to its log every 10 s. Redis pipelining stays
+# at its defaults (REDIS_PIPELINE_WINDOW=0: each write flushed at once;
+# REDIS_PIPELINE_LIMIT is unused), and so does REDIS_POOL_SIZE (10).
+peer() { # grpc_port redis_port -> pid; its HTTP, debug and metrics ports follow grpc_port
 	env -i RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config \
 		RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
-		USE_STATSD=false LOG_LEVEL=warn BACKEND_TYPE=redis \
+		USE_STATSD=false USE_PROMETHEUS=true PROMETHEUS_ADDR=127.0.0.1:$(($1 + 3)) LOG_LEVEL=warn BACKEND_TYPE=redis \
 		REDIS_SOCKET_TYPE=tcp REDIS_TYPE=SINGLE REDIS_URL="127.0.0.1:$2" \
 		GRPC_HOST=127.0.0.1 GRPC_PORT="$1" HOST=127.0.0.1 PORT=$(($1 + 1)) DEBUG_HOST=127.0.0.1 DEBUG_PORT=$(($1 + 2)) \
 		"$peer_bin" >"$work/peer-$1.log" 2>&1 &
@@ -192,6 +196,8 @@ for load in "${loads[@]}"; do
 		"$(div "${m[$load,tokengate,1]}" "${m[$load,peer-durable,1]}")" "$(div "$(cpu tokengate)" "$(cpu peer-durable)")" \
 		"$(div "${m[$load,tokengate,1]}" "${m[$load,peer,1]}")" "$(div "$(cpu tokengate)" "$(cpu peer)")"
 done
-for f in "$work"/peer-*.log; do [ ! -s "$f" ] || say "peer: $(basename "$f") (warnings and errors): $(tail -n 5 "$f")"; done
+for f in "$work"/peer-*.log; do # its start logs at level warning; errors matter
+	! grep -qE 'level=(error|fatal|panic)' "$f" || say "peer: $(basename "$f"): $(grep -cE 'level=(error|fatal|panic)' "$f") errors, the last: $(grep -E 'level=(error|fatal|panic)' "$f" | tail -n 3)"
+done
 printf '\n%s callers over %s gRPC connections, %s s per run, medians of %s rounds; %s cores; %s; envoyproxy/ratelimit %s; load average %s at the start, %s at the end.\n' \
 	"$clients" "$conns" "$secs" "$rounds" "$(nproc)" "$(redis-server --version | cut -d' ' -f1-3)" "$peer_version" "$load0" "$(loadavg)"
