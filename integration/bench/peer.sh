@@ -185,7 +185,10 @@ printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for load in "${loads[@]}"; do
 	for sys in "${systems[@]}"; do
 		printf '| %s | %s |' "${names[$load]}" "$sys"
-		for col in 1 2 3 4 5 6 7 8; do printf ' %s |' "${m[$load,$sys,$col]}"; done
+		for col in 1 2 3 4 5 6 7 8; do
+			fmt=' %.0f |'; [ $col != 3 ] && [ $col != 4 ] || fmt=' %.2f |'
+			printf "$fmt" "${m[$load,$sys,$col]}"
+		done
 		printf '\n'
 	done
 done
