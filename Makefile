@@ -145,6 +145,10 @@ bench-compare: pg-image build ## tokengate over HTTP against pgbench's one-state
 bench-faces: pg-image build ## The same load through the HTTP API and the rate limit service (gRPC) of one replica, in turns (ROUNDS=3, BENCH_SECONDS=15).
 	integration/bench/faces.sh
 
+.PHONY: bench-peer
+bench-peer: pg-image build ## The rate limit service against envoyproxy/ratelimit on Redis (with and without fsync per write), same gRPC load, in turns (ROUNDS=2, BENCH_SECONDS=15).
+	integration/bench/peer.sh
+
 .PHONY: demo-traffic
 demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.
 	@test -n "$(TG_KEY)" || { echo "set TG_KEY to the demo key make run printed (or: bin/tokengate key create demo)"; exit 1; }

@@ -12,13 +12,16 @@ import (
 
 // loadgenCmd drives a running tokengate like a gateway does: over its HTTP
 // API with tenant keys, or (--rls) over its rate limit service with a
-// gateway credential. It needs no database.
+// gateway credential (or, with --rls-descriptors tenant, as a generic rate
+// limit service is called: tenant alone, no credential). It needs no
+// database.
 type loadgenCmd struct {
 	URLs        []string      `name:"url" default:"http://localhost:8080" help:"tokengate's base URL (repeat for several replicas; workers take them round-robin)."`
 	Keys        []string      `name:"key" env:"TG_KEY" help:"Tenant key(s) for the HTTP API; workers take them round-robin."`
 	RLS         []string      `name:"rls" placeholder:"ADDR" help:"Drive the rate limit service (serve --rls-addr) at this host:port over gRPC instead of the HTTP API (repeat for several replicas; workers take them round-robin)."`
 	RLSConns    int           `name:"rls-conns" default:"1" help:"gRPC connections per --rls address (calls are multiplexed over each)."`
-	Gateway     string        `name:"gateway" env:"TG_GATEWAY" placeholder:"CRED" help:"With --rls: the gateway credential (tgw_...)."`
+	Gateway     string        `name:"gateway" env:"TG_GATEWAY" placeholder:"CRED" help:"With --rls: the gateway credential (tgw_...); optional with --rls-descriptors tenant."`
+	Descriptors string        `name:"rls-descriptors" enum:"tokengate,tenant" default:"tokengate" help:"With --rls: the descriptor each call sends: tokengate's (tenant, model, request_id, phase), or tenant (the single entry tenant=NAME, as a generic rate limit service such as envoyproxy/ratelimit counts per tenant; the stream end repeats it with the usage as hits)."`
 	Tenants     []string      `name:"tenant" help:"With --rls: the tenant(s) the calls name; workers take them round-robin."`
 	Hits        int64         `name:"hits" default:"0" help:"With --rls: each call's cost (hits_addend); 0: what the HTTP API estimates for the HTTP mode's request, its prompt's tokens + --max-tokens."`
 	Concurrency int           `name:"concurrency" default:"32" help:"Requests in flight."`
@@ -36,13 +39,17 @@ func (c loadgenCmd) Run(ctx context.Context, g *globals) error {
 		Rate: c.Rate, Model: c.Model, MaxTokens: c.MaxTokens, Settle: c.Settle, IdempotencyKeys: c.IdemKeys}
 	switch {
 	case len(c.RLS) > 0:
-		if c.Gateway == "" || len(c.Tenants) == 0 {
-			return errors.New("loadgen --rls needs --gateway (or TG_GATEWAY) and --tenant")
+		desc := loadgen.Descriptors(c.Descriptors)
+		switch {
+		case len(c.Tenants) == 0:
+			return errors.New("loadgen --rls needs --tenant")
+		case c.Gateway == "" && desc != loadgen.DescriptorsTenant:
+			return errors.New("loadgen --rls needs --gateway (or TG_GATEWAY), unless --rls-descriptors tenant")
 		}
 		cfg.URLs, cfg.Keys = nil, nil
-		cfg.RLS, cfg.RLSConns, cfg.Gateway, cfg.Tenants, cfg.Hits = c.RLS, c.RLSConns, c.Gateway, c.Tenants, c.Hits
+		cfg.RLS, cfg.RLSConns, cfg.Gateway, cfg.Tenants, cfg.Hits, cfg.Descriptors = c.RLS, c.RLSConns, c.Gateway, c.Tenants, c.Hits, desc
 	case len(c.Keys) == 0:
-		return errors.New("loadgen needs --key (or TG_KEY), or --rls with --gateway and --tenant")
+		return errors.New("loadgen needs --key (or TG_KEY), or --rls with --tenant (and --gateway)")
 	}
 	r, err := loadgen.Run(ctx, cfg)
 	if err != nil {

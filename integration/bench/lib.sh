@@ -7,8 +7,8 @@ secs="${BENCH_SECONDS:-15}"
 clients="${BENCH_CLIENTS:-32}"
 image="${PG_IMAGE:-tc.local/postgres:15-bookworm}"
 bin="${TOKENGATE:-bin/tokengate}"
-pg=tokengate-bench-pg
-port=55433
+pg="${BENCH_PG_NAME:-tokengate-bench-pg}" # the container and its port: other names let benches run side by side
+port="${BENCH_PG_PORT:-55433}"
 url="postgres://tokengate:bench@localhost:$port/tokengate?sslmode=disable"
 work="$(mktemp -d /tmp/bench.XXXXXX)"
 pids=()

@@ -46,7 +46,25 @@ type Config struct {
 	// Hits is each call's cost (hits_addend); default PromptTokens +
 	// MaxTokens, what the HTTP API estimates for the HTTP mode's request.
 	Hits int64
+	// Descriptors is the shape of the calls' descriptor: tokengate's
+	// (the default) or a generic rate limit service's (DescriptorsTenant).
+	Descriptors Descriptors
 }
+
+// Descriptors names the descriptor the rate limit mode sends.
+type Descriptors string
+
+const (
+	// DescriptorsTokengate is tokengate's descriptor: tenant, model,
+	// request_id and phase, with a gateway credential. The default.
+	DescriptorsTokengate Descriptors = "tokengate"
+	// DescriptorsTenant is one entry, tenant=NAME, as a generic rate limit
+	// service such as envoyproxy/ratelimit counts it (a limit per tenant
+	// value): the admit's hits are the cost and the stream end's, the same
+	// descriptor again, the usage, as Envoy AI Gateway charges tokens. It
+	// needs no gateway credential.
+	DescriptorsTenant Descriptors = "tenant"
+)
 
 // PromptTokens is what tokengate counts in the prompt of the HTTP mode's
 // request (gpt-4o-mini's tokenizer: 31): the RLS mode's default cost is

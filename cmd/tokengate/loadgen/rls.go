@@ -31,8 +31,17 @@ type rlsConns struct {
 // connections are made lazily by gRPC: an address that does not answer
 // shows as errors in the report.
 func dialRLS(cfg Config) (*rlsConns, error) {
-	if cfg.Gateway == "" || len(cfg.Tenants) == 0 {
-		return nil, errors.New("loadgen: the rate limit service needs a gateway credential and at least one tenant")
+	switch cfg.Descriptors {
+	case "", DescriptorsTokengate:
+		if cfg.Gateway == "" || len(cfg.Tenants) == 0 {
+			return nil, errors.New("loadgen: the rate limit service needs a gateway credential and at least one tenant")
+		}
+	case DescriptorsTenant:
+		if len(cfg.Tenants) == 0 {
+			return nil, errors.New("loadgen: the rate limit service needs at least one tenant")
+		}
+	default:
+		return nil, fmt.Errorf("loadgen: descriptors %q: want %q or %q", cfg.Descriptors, DescriptorsTokengate, DescriptorsTenant)
 	}
 	if cfg.Hits > math.MaxUint32 {
 		return nil, fmt.Errorf("loadgen: hits above %d", uint32(math.MaxUint32))
@@ -68,7 +77,9 @@ func (c *rlsConns) close() {
 // phase) and the cost as hits_addend; after an OK, when cfg.Settle, the
 // stream-end call (phase=response, the same request_id) with the usage as
 // hits. Request ids are unique across runs, so that a reservation is never
-// found by its idempotency key from an earlier run.
+// found by its idempotency key from an earlier run. With DescriptorsTenant
+// the descriptor is tenant alone, the same in both calls, and the calls
+// carry a credential only if cfg.Gateway has one.
 func (c *rlsConns) workers(cfg Config) []callFunc {
 	hits := cfg.Hits
 	if hits <= 0 {
@@ -77,7 +88,14 @@ func (c *rlsConns) workers(cfg Config) []callFunc {
 	prompt, completion := usage(cfg.MaxTokens)
 	used := prompt + completion
 	run := nonce()
-	md := metadata.Pairs("authorization", "Bearer "+strings.TrimSpace(cfg.Gateway))
+	var md metadata.MD
+	if cfg.Gateway != "" {
+		md = metadata.Pairs("authorization", "Bearer "+strings.TrimSpace(cfg.Gateway))
+	}
+	entries := tokengateEntries
+	if cfg.Descriptors == DescriptorsTenant {
+		entries = tenantEntries
+	}
 	var seq atomic.Uint64
 	workers := make([]callFunc, cfg.Concurrency)
 	for w := range workers {
@@ -85,8 +103,17 @@ func (c *rlsConns) workers(cfg Config) []callFunc {
 		client := rlsv3.NewRateLimitServiceClient(pool[(w/len(c.conns))%len(pool)])
 		tenant := cfg.Tenants[w%len(cfg.Tenants)]
 		workers[w] = func(ctx context.Context) sample {
-			id := run + "-" + strconv.FormatUint(seq.Add(1), 36)
-			return rlsOne(metadata.NewOutgoingContext(ctx, md), client, tenant, cfg.Model, id, hits, used, cfg.Settle)
+			var id string
+			if cfg.Descriptors != DescriptorsTenant {
+				id = run + "-" + strconv.FormatUint(seq.Add(1), 36)
+			}
+			if md != nil {
+				ctx = metadata.NewOutgoingContext(ctx, md)
+			}
+			call := func(ctx context.Context, phase string, hits int64) (*rlsv3.RateLimitResponse, error) {
+				return shouldRateLimit(ctx, client, entries(tenant, cfg.Model, id, phase), hits)
+			}
+			return rlsOne(ctx, call, hits, used, cfg.Settle)
 		}
 	}
 	return workers
@@ -99,10 +126,28 @@ func nonce() string {
 	return hex.EncodeToString(b)
 }
 
-func rlsOne(ctx context.Context, client rlsv3.RateLimitServiceClient, tenant, model, id string, hits, used int64, settle bool) sample {
+// tokengateEntries are tokengate's descriptor: who, what, which request
+// and which end of it.
+func tokengateEntries(tenant, model, id, phase string) []*ratelimitv3.RateLimitDescriptor_Entry {
+	return []*ratelimitv3.RateLimitDescriptor_Entry{
+		{Key: "tenant", Value: tenant}, {Key: "model", Value: model}, {Key: "request_id", Value: id}, {Key: "phase", Value: phase},
+	}
+}
+
+// tenantEntries are a generic rate limit service's descriptor: the tenant
+// alone, at both ends of a request.
+func tenantEntries(tenant, _, _, _ string) []*ratelimitv3.RateLimitDescriptor_Entry {
+	return []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}
+}
+
+// rlsCallFunc makes one call for a phase ("request" or "response") of a
+// request, with hits as its hits_addend.
+type rlsCallFunc func(ctx context.Context, phase string, hits int64) (*rlsv3.RateLimitResponse, error)
+
+func rlsOne(ctx context.Context, call rlsCallFunc, hits, used int64, settle bool) sample {
 	var s sample
 	t0 := time.Now()
-	resp, err := shouldRateLimit(ctx, client, tenant, model, id, "request", hits)
+	resp, err := call(ctx, "request", hits)
 	s.admit = time.Since(t0)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -118,22 +163,20 @@ func rlsOne(ctx context.Context, client rlsv3.RateLimitServiceClient, tenant, mo
 	}
 	if settle {
 		t1 := time.Now()
-		resp, err := shouldRateLimit(ctx, client, tenant, model, id, "response", used)
+		resp, err := call(ctx, "response", used)
 		s.settle = time.Since(t1)
 		s.settled = err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
 	}
 	return s
 }
 
-func shouldRateLimit(ctx context.Context, client rlsv3.RateLimitServiceClient, tenant, model, id, phase string, hits int64) (*rlsv3.RateLimitResponse, error) {
+func shouldRateLimit(ctx context.Context, client rlsv3.RateLimitServiceClient, entries []*ratelimitv3.RateLimitDescriptor_Entry, hits int64) (*rlsv3.RateLimitResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	return client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain: "tokengate",
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-			{Key: "tenant", Value: tenant}, {Key: "model", Value: model}, {Key: "request_id", Value: id}, {Key: "phase", Value: phase},
-		}}},
-		HitsAddend: uint32(hits),
+		Domain:      "tokengate",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: entries}},
+		HitsAddend:  uint32(hits),
 	})
 }
 

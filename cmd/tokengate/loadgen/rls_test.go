@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,5 +160,139 @@ func TestRLSUnreachable(t *testing.T) {
 		Concurrency: 2, Duration: 100 * time.Millisecond, Model: "m1"})
 	if err != nil || r.Errors == 0 || r.Admitted != 0 {
 		t.Fatalf("%s, %v", r, err)
+	}
+}
+
+// fakePeer answers as a generic rate limit service (envoyproxy/ratelimit
+// with a limit on the key tenant) does, and records each call: its
+// descriptors, its hits and whether it carried a credential. It refuses
+// the tenant "full".
+type fakePeer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	mu    sync.Mutex
+	calls []peerCall
+}
+
+type peerCall struct {
+	domain      string
+	descriptors [][]string // key=value entries, by descriptor
+	hits        uint32
+	credential  bool
+}
+
+func (f *fakePeer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	c := peerCall{domain: req.Domain, hits: req.HitsAddend, credential: len(md.Get("authorization")) > 0}
+	over := false
+	for _, d := range req.Descriptors {
+		var entries []string
+		for _, e := range d.Entries {
+			entries = append(entries, e.Key+"="+e.Value)
+			over = over || e.Value == "full"
+		}
+		c.descriptors = append(c.descriptors, entries)
+	}
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	f.mu.Unlock()
+	if over {
+		return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+			Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OVER_LIMIT}}}, nil
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OK}}}, nil
+}
+
+func (f *fakePeer) seen() []peerCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+func serveFakePeer(t *testing.T) (*fakePeer, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakePeer{}
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, f)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return f, ln.Addr().String()
+}
+
+func TestRLSDescriptorsTenant(t *testing.T) {
+	t.Parallel()
+	f, addr := serveFakePeer(t)
+	cfg := Config{RLS: []string{addr}, RLSConns: 2, Descriptors: DescriptorsTenant, Tenants: []string{"acme", "globex", "full"},
+		Concurrency: 6, Duration: 300 * time.Millisecond, Model: "m1", MaxTokens: 90, Settle: true}
+	r, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors != 0 || r.Admitted == 0 || r.Rejected["no_decision"] == 0 || r.Settled != r.Admitted ||
+		r.Requests != r.Admitted+r.Rejected["no_decision"] || r.SettleLatency.P50 == 0 {
+		t.Fatalf("report: %s", r)
+	}
+	// Each call: domain tokengate, one descriptor whose one entry is the
+	// tenant, no credential; an admit costs the estimate (31 + 90), a
+	// stream end the usage (30 + 90/3), and only a tenant admitted is
+	// charged its usage.
+	admits, settles := map[string]int{}, map[string]int{}
+	for _, c := range f.seen() {
+		if c.domain != "tokengate" || len(c.descriptors) != 1 || len(c.descriptors[0]) != 1 || c.credential {
+			t.Fatalf("call %+v: want domain tokengate, one descriptor with one entry, no credential", c)
+		}
+		tenant, ok := strings.CutPrefix(c.descriptors[0][0], "tenant=")
+		if !ok {
+			t.Fatalf("call %+v: want the entry tenant=NAME", c)
+		}
+		switch c.hits {
+		case PromptTokens + 90:
+			admits[tenant]++
+		case 30 + 30:
+			settles[tenant]++
+		default:
+			t.Fatalf("call %+v: hits %d, want %d (admit) or %d (usage)", c, c.hits, PromptTokens+90, 30+30)
+		}
+	}
+	if admits["acme"] == 0 || admits["globex"] == 0 || admits["full"] != r.Rejected["no_decision"] || settles["full"] != 0 {
+		t.Fatalf("admits %v, settles %v; report %s", admits, settles, r)
+	}
+	if admits["acme"]+admits["globex"] != r.Admitted || settles["acme"]+settles["globex"] != r.Settled ||
+		settles["acme"] != admits["acme"] || settles["globex"] != admits["globex"] {
+		t.Fatalf("admits %v, settles %v; report %s", admits, settles, r)
+	}
+
+	// Without settles, with a fixed cost and a credential given anyway:
+	// one call per request, and the credential is sent.
+	before := len(f.seen())
+	cfg.Settle, cfg.Hits, cfg.Tenants, cfg.Gateway = false, 7, []string{"acme"}, "tgw_any"
+	if r, err = Run(context.Background(), cfg); err != nil || r.Errors != 0 || r.Admitted == 0 || r.Settled != 0 {
+		t.Fatalf("no settle: %s, %v", r, err)
+	}
+	calls := f.seen()[before:]
+	if len(calls) != r.Requests {
+		t.Fatalf("%d calls for %d requests", len(calls), r.Requests)
+	}
+	for _, c := range calls {
+		if c.hits != 7 || !c.credential || !slices.Equal(c.descriptors[0], []string{"tenant=acme"}) {
+			t.Fatalf("call %+v: want tenant=acme, hits 7, the credential", c)
+		}
+	}
+}
+
+func TestRLSDescriptorsInvalid(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{
+		{RLS: []string{"127.0.0.1:1"}, Descriptors: DescriptorsTenant},
+		{RLS: []string{"127.0.0.1:1"}, Descriptors: "peer", Tenants: []string{"acme"}},
+	} {
+		if _, err := Run(context.Background(), cfg); err == nil {
+			t.Fatalf("%+v: want an error", cfg)
+		}
 	}
 }
