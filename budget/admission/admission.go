@@ -61,9 +61,16 @@ type Config struct {
 
 // DefaultPipelines is how many decision transactions a replica keeps in
 // flight unless configured, each for its share of the tenants
-// (budget.PipelineConfig.Shards): one tenant's slow transaction then does
-// not hold up every other tenant's.
-const DefaultPipelines = 2
+// (budget.PipelineConfig.Shards). One: everything queued while a
+// transaction runs goes into the next, so batches are as large as the load
+// makes them. A second transaction in flight halves every batch and puts
+// two backends on the same index pages at once; measured on two cores
+// with 64 tenants, it cost Postgres 1.5x to 1.9x the CPU per admission for
+// no more admissions a second (BENCHMARKS.md, issue 23). More pipelines
+// (--pipelines) keep one tenant's slow transaction, waiting on a row
+// another replica holds, from holding up the tenants of the other shards,
+// for a Postgres with cores to spare.
+const DefaultPipelines = 1
 
 // DefaultMaxWaiters bounds, per tenant and replica, the callers waiting for
 // tokens unless configured: past it a caller is refused at once.

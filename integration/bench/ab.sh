@@ -23,6 +23,7 @@ export TOKENGATE="$new" # the schema, the tenants and the load generator are B's
 bin="$old"; sa=$(serve 18080); pids+=("$sa")
 bin="$new"; sb=$(serve 18081); pids+=("$sb")
 wait_ready 18080; wait_ready 18081
+warm http://127.0.0.1:18080 http://127.0.0.1:18081
 
 say "ab: $rounds rounds of ${secs}s per load and side; A=$old B=$new"
 printf '| load | A admissions/s | B admissions/s | B/A | A CPU us/adm tokengate / Postgres | B CPU us/adm tokengate / Postgres |\n|---|---|---|---|---|---|\n'

@@ -38,6 +38,7 @@ read -r pg_spread_tps pg_spread_p99 pg_spread_cpu <<<"$(pgbench 64)"
 
 say "tokengate: one replica"
 s1=$(serve 18080); pids+=("$s1"); wait_ready 18080
+warm http://127.0.0.1:18080
 read -r tg_hot tg_hot_p99 tg_hot_cpu tg_hot_pg tg_hot_rss tg_hot_lg <<<"$(run hot "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --no-settle)"
 read -r tg_spread tg_spread_p99 tg_spread_cpu tg_spread_pg tg_spread_rss tg_spread_lg <<<"$(run spread "$s1" -- --url http://127.0.0.1:18080 "${spread_keys[@]}" --no-settle)"
 read -r tg_settle tg_settle_p99 tg_settle_cpu tg_settle_pg tg_settle_rss tg_settle_lg <<<"$(run settle "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --settle)"

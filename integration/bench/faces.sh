@@ -33,6 +33,7 @@ for face in http keyed rls; do
 	"$bin" loadgen --json --concurrency "$clients" --duration 2s "${flags[@]}" >"$work/warm.json"
 	grep -q '"admitted":[1-9]' "$work/warm.json" || { say "faces: $face admitted nothing: $(cat "$work/warm.json")"; exit 1; }
 done
+analyze
 
 load0=$(loadavg)
 say "faces: $rounds rounds of ${secs}s per load and face, $clients callers; load average $load0"

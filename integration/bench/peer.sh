@@ -152,6 +152,7 @@ for sys in "${systems[@]}"; do
 	secs=2 measure "warm-$sys" "$sys" -- "${flags[@]}" --tenant hot >/dev/null
 	secs=2 measure "warm-$sys-64" "$sys" -- "${flags[@]}" "${spread[@]}" >/dev/null
 done
+analyze
 
 load0=$(loadavg)
 say "peer: $rounds rounds of ${secs}s per load and system, $clients callers over $conns connections; load average $load0"
