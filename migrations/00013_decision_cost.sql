@@ -15,6 +15,16 @@ ALTER TABLE tenants SET (fillfactor = 20);
 CLUSTER tenants USING tenants_pkey;
 ALTER TABLE tenants SET WITHOUT CLUSTER;
 
+-- The guard that a tenant's place in the tree never changes ran a PL/pgSQL
+-- function on every update of a tenant row, every decision's included. Its
+-- condition now sits in the trigger's WHEN, which Postgres evaluates
+-- without calling the function: the function runs only to refuse.
+DROP TRIGGER tenants_tree_immutable ON tenants;
+CREATE TRIGGER tenants_tree_immutable BEFORE UPDATE ON tenants
+    FOR EACH ROW
+    WHEN (NEW.parent_id IS DISTINCT FROM OLD.parent_id OR NEW.path IS DISTINCT FROM OLD.path OR NEW.depth <> OLD.depth)
+    EXECUTE FUNCTION tenants_tree_immutable();
+
 -- A foreign key costs each inserted row a query of its own (a trigger that
 -- locks the referenced row FOR KEY SHARE): two or three per admission, for
 -- rows whose references the decision has just checked itself, under its
@@ -29,6 +39,9 @@ ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_tenant_id_fkey;
 ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_admission_id_fkey;
 
 -- +goose Down
+DROP TRIGGER tenants_tree_immutable ON tenants;
+CREATE TRIGGER tenants_tree_immutable BEFORE UPDATE ON tenants
+    FOR EACH ROW EXECUTE FUNCTION tenants_tree_immutable();
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_admission_id_fkey FOREIGN KEY (admission_id) REFERENCES admissions (id);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id);
 ALTER TABLE admissions ADD CONSTRAINT admissions_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants (id);

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -161,5 +162,35 @@ func TestHotPathTablesCarryNoPerRowChecks(t *testing.T) {
 	}
 	if len(opts) != 1 || opts[0] != "fillfactor=20" {
 		t.Errorf("tenants' options = %v, want [fillfactor=20]", opts)
+	}
+}
+
+// A tenant's place in the tree never changes, whatever statement tries;
+// the guard's condition is the trigger's WHEN, so an update of the balances
+// (every decision's) does not call it.
+func TestATenantsPlaceInTheTreeNeverChanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, reservation_ttl_ms, tokens_micro, tokens_at, requests_micro, requests_at, created_at, path, depth, parent_id)
+		VALUES ('org', 10, 1, 1000, 10, now(), 0, now(), now(), '{}', 0, NULL),
+		       ('team', 10, 1, 1000, 10, now(), 0, now(), now(), '{org}', 1, 'org'),
+		       ('other', 10, 1, 1000, 10, now(), 0, now(), now(), '{}', 0, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET tokens_micro = 5, ledger_seq = ledger_seq + 1 WHERE id = 'team'`); err != nil {
+		t.Fatalf("updating a balance: %v", err)
+	}
+	for _, stmt := range []string{
+		`UPDATE tenants SET parent_id = 'other', path = '{other}' WHERE id = 'team'`,
+		`UPDATE tenants SET path = '{other}' WHERE id = 'team'`,
+		`UPDATE tenants SET parent_id = NULL, path = '{}', depth = 0 WHERE id = 'team'`,
+		`UPDATE tenants SET parent_id = 'org', path = '{org}', depth = 1 WHERE id = 'other'`,
+	} {
+		_, err := pool.Exec(ctx, stmt)
+		if err == nil || !strings.Contains(err.Error(), "never changes") {
+			t.Errorf("%s: err = %v, want the tree's guard", stmt, err)
+		}
 	}
 }
