@@ -48,12 +48,18 @@ const (
 	// answered within KeepaliveTimeout, so dead peers free their slot.
 	KeepaliveTime    = 2 * time.Minute
 	KeepaliveTimeout = 20 * time.Second
+	// StreamWorkers are the goroutines kept to run calls. Without them
+	// gRPC starts a goroutine per call, whose stack then grows, by copying,
+	// to the depth of a decision: 7 % of the replica's CPU in profiles. A
+	// call finding every worker busy still gets a goroutine of its own.
+	StreamWorkers = 64
 )
 
 // ServerOptions are the options of the gRPC server the service runs on:
-// the handshake timeout and keepalive enforcement.
+// the handshake timeout, keepalive enforcement and the stream workers.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.ConnectionTimeout(HandshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
