@@ -53,6 +53,9 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 			if !bytes.Equal(pr.hash, p.RequestHash) {
 				return nil, ErrIdempotencyMismatch
 			}
+			if len(pr.response) == 0 { // kept with ReplayNow
+				return &Reservation{AdmissionID: pr.admissionID, Snapshot: t.snapshot(now), Priority: p.Priority, Replayed: true}, nil
+			}
 			r, err := DecodeReservation(pr.response)
 			if err != nil {
 				return nil, err
@@ -134,9 +137,12 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		r.Pool = pl.state()
 	}
 	if p.IdempotencyKey != "" {
-		stored, err := EncodeReservation(r)
-		if err != nil {
-			return nil, err
+		stored := []byte{} // NOT NULL: empty is "replay now"
+		if !p.ReplayNow {
+			var err error
+			if stored, err = EncodeReservation(r); err != nil {
+				return nil, err
+			}
 		}
 		d.w.keys = append(d.w.keys, keyPut{tenantID: t.id, key: p.IdempotencyKey, admissionID: a.ID, hash: p.RequestHash, response: stored, at: now})
 		d.fresh[p.IdempotencyKey] = &freshKey{hash: p.RequestHash, r: r}

@@ -352,6 +352,50 @@ func TestIdempotentRetryDebitsOnce(t *testing.T) {
 	}
 }
 
+// A key kept with ReplayNow (the rate limit service's request id) stores
+// no answer: its retry is the same admission, debited once, with the
+// balances as they are at the retry; another request under the key is
+// still refused; and the key still names its admission for a settle.
+func TestReplayNowRetryDebitsOnceAndAnswersTheBalancesNow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(100, "1"))
+	p := reserve(30)
+	p.TenantID, p.IdempotencyKey, p.RequestHash, p.ReplayNow = "acme", "req-1", []byte("hash-a"), true
+	first, err := b.store.Reserve(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored int
+	if err := b.pool.QueryRow(ctx, `SELECT length(response) FROM idempotency_keys WHERE key = 'req-1'`).Scan(&stored); err != nil || stored != 0 {
+		t.Fatalf("stored answer of %d bytes (%v), want none", stored, err)
+	}
+	other := reserve(20)
+	other.TenantID = "acme"
+	if _, err := b.store.Reserve(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.store.Reserve(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 70 tokens were left after it, 50 after the other (and a little refill).
+	if left := again.Snapshot.TokensMicro; again.AdmissionID != first.AdmissionID || !again.Replayed || left < 50*budget.Micro || left > 55*budget.Micro {
+		t.Fatalf("retry = %+v, want admission %s replayed with 50 tokens left", again, first.AdmissionID)
+	}
+	p.RequestHash = []byte("hash-b")
+	if _, err := b.store.Reserve(ctx, p); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+		t.Fatalf("key reused for another request: %v", err)
+	}
+	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 10})
+	if err != nil || st.Admission.ID != first.AdmissionID {
+		t.Fatalf("settle by key: %+v, %v", st, err)
+	}
+	if tally := b.verify(t, "acme"); tally.Entries != 4 {
+		t.Fatalf("ledger has %d entries, want the tenant's, two debits and a settle", tally.Entries)
+	}
+}
+
 func TestSettleRefundExtraChargeAndDebt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -334,6 +334,8 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		// The request id keys the reservation: Envoy retrying the call
 		// gets the same one, and the stream-end call finds it.
 		p.IdempotencyKey = key(d.requestID)
+		// A retry is answered OK with the balances now: no answer kept.
+		p.ReplayNow = true
 	}
 	// The descriptor is the request: Envoy retrying it sends the same one.
 	body := []byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10))
