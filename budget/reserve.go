@@ -24,7 +24,7 @@ type ReserveParams struct {
 	// an answer takes were a third of what a keyed admission wrote and
 	// allocated.
 	ReplayNow bool
-	Actor          string
+	Actor     string
 	// KeyID is the tenant key the request came with, if any: the decision
 	// checks in its own transaction that it is not revoked (ErrKeyRevoked),
 	// so that authenticating a request needs no query of its own.
