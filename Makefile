@@ -149,6 +149,10 @@ bench-faces: pg-image build ## The same load through the HTTP API and the rate l
 bench-peer: pg-image build ## The rate limit service against envoyproxy/ratelimit on Redis (with and without fsync per write), same gRPC load, in turns (ROUNDS=2, BENCH_SECONDS=15).
 	integration/bench/peer.sh
 
+.PHONY: bench-profile
+bench-profile: pg-image build ## Where a decision's cost goes for one load of the rate limit service: Postgres statements, WAL, CPU and the server's pprof (LOAD=spread-settle, BENCH_SECONDS=15).
+	integration/bench/profile.sh
+
 .PHONY: demo-traffic
 demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.
 	@test -n "$(TG_KEY)" || { echo "set TG_KEY to the demo key make run printed (or: bin/tokengate key create demo)"; exit 1; }

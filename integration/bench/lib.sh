@@ -28,7 +28,7 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 docker rm -f "$pg" >/dev/null 2>&1 || true
 docker run -d --name "$pg" --shm-size=1g -p 127.0.0.1:$port:5432 \
 	-e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=bench -e POSTGRES_DB=tokengate \
-	"$image" -c max_connections=300 >/dev/null
+	"$image" -c max_connections=300 ${BENCH_PG_FLAGS:-} >/dev/null
 # Clients reach Postgres at the container's own address on Docker's bridge,
 # not through the published port: that port is served by docker-proxy, a
 # userland copy of every byte (about 20 µs of CPU per admission that neither

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# profile.sh: where a decision's cost goes, for one load of the rate limit
+# service (the gRPC face bench-peer drives): Postgres's statements by
+# execution time per LLM request (pg_stat_statements), its WAL per LLM
+# request (pg_stat_wal), the CPU per LLM request of the server and of the
+# Postgres container, and the server's CPU profile (pprof top). It is the
+# profile BENCHMARKS.md's "what binds" sections are read from.
+#
+#   profile.sh            LOAD=spread-settle (hot, hot-settle, spread, spread-settle)
+#   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  BENCH_RLS_CONNS (2)  PG_IMAGE  TOKENGATE (bin/tokengate)
+#   BENCH_PG_NAME (tokengate-bench-profile-pg)  BENCH_PG_PORT (55435)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+
+load="${LOAD:-spread-settle}"
+conns="${BENCH_RLS_CONNS:-2}"
+export BENCH_PG_NAME="${BENCH_PG_NAME:-tokengate-bench-profile-pg}" BENCH_PG_PORT="${BENCH_PG_PORT:-55435}"
+# pg_stat_statements ships with Postgres (contrib); planning is tracked too,
+# so that a statement re-planned on every call would show.
+export BENCH_PG_FLAGS="-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.track_planning=on"
+tg_http=18380 tg_rls=18381 tg_pprof=18382
+
+. integration/bench/lib.sh
+
+tenants=(hot); spread=()
+for i in $(seq -w 1 64); do tenants+=("t$i"); spread+=(--tenant "t$i"); done
+case $load in
+hot) lf=(--tenant hot --no-settle) ;;
+hot-settle) lf=(--tenant hot --settle) ;;
+spread) lf=("${spread[@]}" --no-settle) ;;
+spread-settle) lf=("${spread[@]}" --settle) ;;
+*) say "profile: LOAD is hot, hot-settle, spread or spread-settle, not $load"; exit 2 ;;
+esac
+gateway=$("$bin" gateway create bench --tenants "$(IFS=,; echo "${tenants[*]}")" 2>/dev/null)
+server=$(serve $tg_http --rls-addr 127.0.0.1:$tg_rls --pprof-addr 127.0.0.1:$tg_pprof); pids+=("$server")
+wait_ready $tg_http
+psql() { docker exec "$pg" psql -q -U tokengate -d tokengate "$@"; }
+psql -c 'CREATE EXTENSION pg_stat_statements'
+lg=(--concurrency "$clients" --rls-conns "$conns" --rls 127.0.0.1:$tg_rls --gateway "$gateway" "${lf[@]}")
+
+# The warm-up fills the tables, analyze brings their statistics to it (as
+# lib.sh's warm does), then the counters start from zero.
+"$bin" loadgen "${lg[@]}" --duration 3s >/dev/null
+analyze
+psql -c 'SELECT pg_stat_statements_reset()' -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+
+c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "$server")
+go tool pprof -proto -seconds "$((secs - 2))" "http://127.0.0.1:$tg_pprof/debug/pprof/profile" >"$work/cpu.pprof" 2>/dev/null &
+prof=$!
+"$bin" loadgen --json "${lg[@]}" --duration "${secs}s" >"$work/load.json"
+c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "$server")
+wait "$prof" || say "profile: no CPU profile"
+js=$(cat "$work/load.json")
+num() { sed -n "s/.*\"$1\":\([0-9.e+]*\).*/\1/p" <<<"$js"; }
+adm=$(num admitted)
+[ "${adm:-0}" -gt 0 ] || { say "profile: admitted nothing: $js"; exit 1; }
+echo "load $load, $clients callers over $conns connections, ${secs} s; load average $(loadavg)"
+awk -v d="$(num duration_ns)" -v a="$adm" -v n="$(num settled)" -v r="$(num requests)" -v s="$((s1 - s0))" -v c="$((c1 - c0))" \
+	'BEGIN{printf "calls/s %.0f, LLM requests/s %.0f; CPU us per LLM request: server %.0f, Postgres %.0f\n", (r + n) / (d / 1e9), a / (d / 1e9), s / 1000 / a, c / 1000 / a}'
+echo
+echo "Postgres statements, by execution time per LLM request:"
+psql -c "SELECT round((total_exec_time * 1000 / $adm)::numeric, 1) AS exec_us_per_req,
+	round((total_plan_time * 1000 / $adm)::numeric, 1) AS plan_us_per_req, calls, rows,
+	round(rows::numeric / $adm, 2) AS rows_per_req,
+	left(regexp_replace(regexp_replace(query, '--[^\n]*\n', '', 'g'), '\s+', ' ', 'g'), 70) AS statement
+	FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT 15"
+psql -c "SELECT round(wal_records::numeric / $adm, 1) AS wal_records_per_req, round(wal_bytes / $adm) AS wal_bytes_per_req,
+	wal_fpi AS full_page_images FROM pg_stat_wal"
+echo "The server's CPU (pprof, cumulative, top 25):"
+go tool pprof -top -cum -nodecount 25 "$bin" "$work/cpu.pprof" 2>/dev/null | tail -n +5
