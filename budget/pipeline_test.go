@@ -252,3 +252,87 @@ func (fp *freezeProxy) pipe(dst io.Writer, src io.Reader) {
 		}
 	}
 }
+
+// TestPipelineGathersTheCallersItAnswered: 16 callers each wait on their
+// answer before sending their next request, as an inference frontend's
+// workers do. Without gathering, the next transaction starts before the
+// callers it answered are back, and batches alternate between a few
+// requests and the rest. With it, each transaction waits (at most its
+// predecessor's duration) for them, and decides them all at once: fewer
+// transactions for the same requests, every one of them exact.
+func TestPipelineGathersTheCallersItAnswered(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1_000_000, "1"))
+	pipe := budget.NewPipeline(b.store, &budget.PipelineConfig{Shards: 1, Gather: time.Second})
+
+	const callers, rounds = 16, 10
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range callers {
+		wg.Go(func() {
+			<-start
+			for range rounds {
+				if _, err := pipe.Reserve(ctx, reserveFor("acme", 10)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	b.verify(t, "acme")
+	var reserves, transactions int
+	// The entries of one transaction share its database time.
+	if err := b.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT created_at) FROM ledger_entries
+		WHERE tenant_id = 'acme' AND kind = 'reserve'`).Scan(&reserves, &transactions); err != nil {
+		t.Fatal(err)
+	}
+	if reserves != callers*rounds {
+		t.Fatalf("%d reserves in the ledger, want %d", reserves, callers*rounds)
+	}
+	// The callers start a few at a time, so the first transactions are
+	// partial; from the first busy one on, each gathers all of them.
+	if transactions > rounds+4 {
+		t.Fatalf("%d requests took %d transactions: the pipeline did not gather the callers it answered (at most %d expected)",
+			reserves, transactions, rounds+4)
+	}
+}
+
+// TestPipelineGatherWaitsNoLongerThanATransaction: once the callers stop
+// coming back, the request that does come is decided within about one
+// transaction's duration, not after the configured Gather.
+func TestPipelineGatherWaitsNoLongerThanATransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.tenant(t, "acme", limits(1_000_000, "1"))
+	pipe := budget.NewPipeline(b.store, &budget.PipelineConfig{Shards: 1, Gather: 30 * time.Second})
+
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 2 * budget.GatherFrom {
+		wg.Go(func() {
+			<-start
+			if _, err := pipe.Reserve(ctx, reserveFor("acme", 10)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	// The busy batch's callers do not come back: one request alone.
+	began := time.Now()
+	if _, err := pipe.Reserve(ctx, reserveFor("acme", 10)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("a lone request after a busy batch took %s: it waited for callers that never came", took)
+	}
+	if s := b.state(t, "acme"); s.entries != 2+2*budget.GatherFrom {
+		t.Fatalf("%d ledger entries, want %d", s.entries, 2+2*budget.GatherFrom)
+	}
+}

@@ -65,8 +65,12 @@ type Config struct {
 	// Default admission.DefaultMaxWaiters.
 	MaxWaiters int
 	// Pipelines is how many decision transactions the replica keeps in
-	// flight at once. Default 2.
+	// flight at once. Default admission.DefaultPipelines.
 	Pipelines int
+	// Gather is how long a decision transaction may wait after a busy one
+	// for its callers to come back. Zero: admission.DefaultGather;
+	// negative: never wait.
+	Gather time.Duration
 	// AuthFailuresPerSecond and AuthFailureBurst size the failed
 	// authentication limiter's buckets. Default 5 and 20.
 	AuthFailuresPerSecond float64
@@ -130,7 +134,7 @@ func New(cfg Config) (*Replica, error) {
 			return budget.Policy(m.OnStoreUnavailable)
 		},
 		StoreTimeout: cfg.StoreTimeout, MaxWaiters: cfg.MaxWaiters, Pipelines: cfg.Pipelines,
-		Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
+		Gather: cfg.Gather, Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
 	})
 	guard := credential.NewGuard(credential.GuardConfig{DB: cfg.DB, Health: adm,
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,

@@ -88,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"body_read_timeout": api.DefaultBodyReadTimeout.String(),
 			"max_waiters":       strconv.Itoa(admission.DefaultMaxWaiters),
 			"pipelines":         strconv.Itoa(admission.DefaultPipelines),
+			"gather":            admission.DefaultGather.String(),
 			"store_timeout":     budget.DefaultStoreTimeout.String(),
 		},
 	)
@@ -189,6 +190,7 @@ type serveCmd struct {
 	MaxConns           int32         `name:"max-conns" env:"TOKENGATE_MAX_CONNS" default:"32" help:"Largest number of database connections this replica opens."`
 	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
 	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"${pipelines}" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
+	Gather             time.Duration `name:"gather" env:"TOKENGATE_GATHER" default:"${gather}" help:"How long a decision transaction may wait, after a busy one (8 requests or more), for the callers it answered to queue again, so that one transaction decides them all; at most that transaction's own duration. 0: never wait."`
 	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"${max_waiters}" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
@@ -258,7 +260,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	rep, err := replica.New(replica.Config{
 		DB: pool, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
 		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
-		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines,
+		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 	})
 	if err != nil {
 		return err
@@ -512,4 +514,13 @@ func (g *globals) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) er
 	}
 	defer pool.Close()
 	return fn(pool)
+}
+
+// gatherOf is --gather as the replica takes it: 0 on the command line
+// means never wait, where the replica's zero means its default.
+func gatherOf(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
