@@ -344,7 +344,7 @@ func TestLookup(t *testing.T) {
 		"gpt-4-0125-preview": "gpt-4-turbo", "gpt-4-1106-preview": "gpt-4-turbo",
 		"gpt-4": "gpt-4", "gpt-4-0613": "gpt-4", "gpt-4-0314": "gpt-4",
 		"gpt-3.5-turbo": "gpt-3.5-turbo", "gpt-3.5-turbo-0125": "gpt-3.5-turbo", "gpt-3.5-turbo-0301": "gpt-3.5-turbo",
-		"gpt-3.5-turbo-16k": "gpt-3.5-turbo",
+		"gpt-3.5-turbo-16k":      "gpt-3.5-turbo",
 		"text-embedding-3-small": "text-embedding-3-small", "text-embedding-3-large": "text-embedding-3-large",
 		"text-embedding-ada-002": "text-embedding-ada-002",
 	}
