@@ -1,9 +1,10 @@
 // Package proxy is tokengate's OpenAI-compatible face (`tokengate serve
 // --proxy-addr :8082 --upstream URL`): OpenAI SDKs point their base URL at it and use a
 // tenant key as their API key. For each call of /v1/chat/completions,
-// /v1/responses, /v1/completions or /v1/embeddings it authenticates the key, estimates and
-// admits the request, forwards it to the upstream with the upstream's own
-// key, and settles from the usage the upstream reports. A streamed answer
+// /v1/responses, /v1/completions or /v1/embeddings it authenticates the
+// key, estimates and admits the request, forwards it to the upstream with
+// the upstream's own key, and settles from the usage the upstream reports
+// (an embedding's input alone: it has no output). A streamed answer
 // is relayed event by event; if the stream breaks or the client goes away,
 // the request is settled with the tokens streamed so far, counted exactly;
 // if the upstream fails before its first byte, the reservation is released.
