@@ -340,3 +340,47 @@ func TestEmbeddingsUpstreamFailureReleases(t *testing.T) {
 	}
 	b.verify(t)
 }
+
+// TestEmbeddingsModelInputLimit: a tenant's per-model input limit holds
+// embeddings as it holds the other routes: within the tenant's allowance,
+// an embedding model's input bucket refuses what it cannot pay (429) or
+// can never hold (422), and another model is not held by it.
+func TestEmbeddingsModelInputLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	if _, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme",
+		Limits: budget.ModelLimits{Model: "text-embedding-3-small", InputCapacity: 1000, InputRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		calls.Add(1)
+		answerEmbeddings(t, w, body, 0)
+	}
+	embed := func(model string, n int) error {
+		_, err := b.client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: model,
+			Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfTokenArrays: [][]int64{tokenIDs(n)}}})
+		return err
+	}
+	if err := embed("text-embedding-3-small-2024-01-25", 900); err != nil { // a dated variant: the same family's bucket
+		t.Fatal(err)
+	}
+	var apiErr *openai.Error
+	if err := embed("text-embedding-3-small", 200); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests ||
+		!strings.Contains(apiErr.Message, "input_tokens") {
+		t.Fatalf("over the model's input bucket: %v", err)
+	}
+	if err := embed("text-embedding-3-small", 1001); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("beyond the model's input capacity: %v", err)
+	}
+	if err := embed("text-embedding-3-large", 200); err != nil {
+		t.Fatalf("another model: %v", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the upstream was called %d times, want twice", n)
+	}
+	if bal := b.balance(t); bal != 100_000-900-200 {
+		t.Fatalf("balance %d, want %d", bal, 100_000-1100)
+	}
+	b.verify(t)
+}
