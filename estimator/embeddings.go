@@ -146,3 +146,20 @@ func embeddingsEstimate(r *Request, m Model, known bool, enc *encoder) (Estimate
 		OutputWeightMicro: m.OutputWeightMicro,
 	}, nil
 }
+
+// ParseFor is Parse for a body whose route does not say what it is (the
+// HTTP API's POST /v1/admissions and /v1/estimate): a body with input for
+// an embedding model of e's table (Model.InputOnly) is an embeddings call
+// (ParseEmbeddings): each input within the window on its own, no output.
+// Read as a Responses body, a batch of inputs would be held to the window
+// together and reserve output the model never writes.
+func (e *Estimator) ParseFor(body []byte) (*Request, error) {
+	r, err := Parse(body)
+	if err != nil || r.source != "input" {
+		return r, err
+	}
+	if m, known := e.Table().Lookup(r.model); known && m.InputOnly {
+		return ParseEmbeddings(body)
+	}
+	return r, nil
+}

@@ -218,3 +218,39 @@ func FuzzEmbeddings(f *testing.F) {
 		}
 	})
 }
+
+// TestParseForKnowsEmbeddingModels: a body without a route (the HTTP API)
+// is an embeddings call when its model is an embedding model, also after an
+// admin overrides that model's weights; a chat model's input is a Responses
+// body.
+func TestParseForKnowsEmbeddingModels(t *testing.T) {
+	est := estimator.New(nil)
+	over := estimator.Model{Name: "text-embedding-3-large", Encoding: estimator.EncodingCL100K, InputWeightMicro: 2 * estimator.WeightOne,
+		OutputWeightMicro: estimator.WeightOne, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1}
+	table, err := est.Table().With([]estimator.Model{over})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est.SetTable(table)
+	for _, c := range []struct {
+		body   string
+		output bool
+		cost   int64
+	}{
+		{`{"model":"text-embedding-3-large-2024-01-25","input":["hello world","hello world"]}`, false, 8},
+		{`{"model":"text-embedding-3-small","input":"hello world"}`, false, 2},
+		{`{"model":"gpt-4o","input":"hello world"}`, true, 0},
+	} {
+		r, err := est.ParseFor([]byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		e, err := est.Estimate(r)
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		if (e.OutputTokens > 0) != c.output || (!c.output && e.Cost != c.cost) {
+			t.Fatalf("%s: output %d, cost %d", c.body, e.OutputTokens, e.Cost)
+		}
+	}
+}

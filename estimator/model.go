@@ -46,6 +46,11 @@ type Model struct {
 	// for the tenant's (or the server's) policy. A cheap model can keep
 	// serving while a costly one stops.
 	OnStoreUnavailable string
+	// InputOnly marks an embedding model: it reads input and writes none,
+	// so a request for it with an input field is an embeddings call
+	// (ParseFor), charged for its input alone. Seeded, not stored: an
+	// admin's override of the family keeps it (Table.With).
+	InputOnly bool
 }
 
 // validate reports what is wrong with m, if anything.
@@ -151,9 +156,9 @@ var defaultModels = []Model{
 	// the provider's limit per input (8191 tokens); an embeddings call
 	// reserves no output, so their output cap and part count are the
 	// least the table accepts (1), which only a misrouted chat call uses.
-	{Name: "text-embedding-3-small", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1},
-	{Name: "text-embedding-3-large", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1},
-	{Name: "text-embedding-ada-002", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1},
+	{Name: "text-embedding-3-small", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1, InputOnly: true},
+	{Name: "text-embedding-3-large", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1, InputOnly: true},
+	{Name: "text-embedding-ada-002", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1, InputOnly: true},
 }
 
 // defaultAliases name GPT-4 Turbo's preview snapshots, which the dated-suffix
@@ -206,6 +211,7 @@ func (t *Table) With(overrides []Model) (*Table, error) {
 		byName[m.Name] = m
 	}
 	for _, m := range overrides {
+		m.InputOnly = m.InputOnly || byName[m.Name].InputOnly
 		byName[m.Name] = m
 	}
 	ms := make([]Model, 0, len(byName))
