@@ -87,7 +87,7 @@ func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estima
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err
 	}
-	req, err := estimator.Parse(body)
+	req, err := s.estimator.ParseFor(body)
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err
 	}

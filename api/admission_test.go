@@ -680,3 +680,42 @@ func TestCachedInputCostsNoExtraRead(t *testing.T) {
 		t.Fatalf("a settle with cached tokens took %d round trips, one without %d", cached, plain)
 	}
 }
+
+// TestEmbeddingsBodyIsChargedForItsInputAlone: an embeddings body admitted
+// through the HTTP API (no route to say what it is) is read as one by its
+// model's entry in the table: each input within the window on its own, the
+// batch's exact sum as the estimate, and no output reserved. Read as a
+// Responses body, this batch was refused for exceeding the window together.
+func TestEmbeddingsBodyIsChargedForItsInputAlone(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	key := b.tenant(t, "acme", lim(100_000, "0.001"))
+	ids := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("17,", n), ",") + "]" }
+
+	body := `{"model":"text-embedding-3-small","input":[` + ids(5000) + `,` + ids(5000) + `,` + ids(3000) + `]}`
+	res := b.call(t, key, http.MethodPost, "/v1/admissions", body)
+	if res.Code != http.StatusCreated {
+		t.Fatalf("admission: %d %s", res.Code, res.Body)
+	}
+	var a admitted
+	res.json(&a)
+	if a.Estimate.InputTokens != 13000 || a.Estimate.OutputTokens != 0 || a.Estimate.Cost != 13000 || a.Estimate.Approximate {
+		t.Fatalf("estimate: %s", res.Body)
+	}
+
+	// One input over the window: refused, naming it, and nothing charged.
+	res = b.call(t, key, http.MethodPost, "/v1/admissions", `{"model":"text-embedding-3-small","input":[`+ids(5)+`,`+ids(8192)+`]}`)
+	if e := res.errorBody(); res.Code != http.StatusBadRequest || e.Error.Field != "input[1]" {
+		t.Fatalf("an input over the window: %d %s", res.Code, res.Body)
+	}
+	if _, seq := b.balance(t, "acme"); seq != 2 {
+		t.Fatalf("%d ledger entries, want the tenant's and one reserve", seq)
+	}
+
+	// A Responses body for a chat model still reserves its output.
+	res = b.call(t, key, http.MethodPost, "/v1/admissions", `{"model":"gpt-4o","input":"hi","max_output_tokens":50}`)
+	res.json(&a)
+	if res.Code != http.StatusCreated || a.Estimate.OutputTokens != 50 {
+		t.Fatalf("responses body: %d %s", res.Code, res.Body)
+	}
+}

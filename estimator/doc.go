@@ -13,6 +13,9 @@
 // raise the input figure with input_tokens (to cover images, audio and
 // files, which have no text), never lower it. Output tokens are the
 // request's own cap, or the model's default, times the number of choices.
+// An embeddings call ([ParseEmbeddings]) is input only: each of its inputs
+// is counted exactly and held to the model's window, and no output is
+// reserved.
 //
 // Costs are integers. Weights are fixed point in micro units (WeightOne is
 // 1.0) and cost is ceil((in*inW + out*outW) / 1e6) in 128-bit integer

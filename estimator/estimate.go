@@ -108,6 +108,9 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	if err != nil {
 		return Estimate{}, err
 	}
+	if r.embeddings {
+		return embeddingsEstimate(r, m, known, enc)
+	}
 
 	tpm, tpn := int64(tokensPerMessage), int64(tokensPerName)
 	if r.model == model0301 {

@@ -344,7 +344,9 @@ func TestLookup(t *testing.T) {
 		"gpt-4-0125-preview": "gpt-4-turbo", "gpt-4-1106-preview": "gpt-4-turbo",
 		"gpt-4": "gpt-4", "gpt-4-0613": "gpt-4", "gpt-4-0314": "gpt-4",
 		"gpt-3.5-turbo": "gpt-3.5-turbo", "gpt-3.5-turbo-0125": "gpt-3.5-turbo", "gpt-3.5-turbo-0301": "gpt-3.5-turbo",
-		"gpt-3.5-turbo-16k": "gpt-3.5-turbo",
+		"gpt-3.5-turbo-16k":      "gpt-3.5-turbo",
+		"text-embedding-3-small": "text-embedding-3-small", "text-embedding-3-large": "text-embedding-3-large",
+		"text-embedding-ada-002": "text-embedding-ada-002",
 	}
 	for name, fam := range cases {
 		m, ok := tbl.Lookup(name)
@@ -362,8 +364,8 @@ func TestLookup(t *testing.T) {
 	}
 
 	ms := tbl.Models()
-	if len(ms) != 11 {
-		t.Fatalf("DefaultTable has %d models, want 11", len(ms))
+	if len(ms) != 14 {
+		t.Fatalf("DefaultTable has %d models, want 14", len(ms))
 	}
 	for i, m := range ms {
 		if i > 0 && ms[i-1].Name >= m.Name {
@@ -373,7 +375,7 @@ func TestLookup(t *testing.T) {
 			t.Errorf("%s weights %d/%d, want 1.0", m.Name, m.InputWeightMicro, m.OutputWeightMicro)
 		}
 		wantEnc := "o200k_base"
-		if strings.HasPrefix(m.Name, "gpt-4-") || m.Name == "gpt-4" || m.Name == "gpt-3.5-turbo" {
+		if strings.HasPrefix(m.Name, "gpt-4-") || m.Name == "gpt-4" || m.Name == "gpt-3.5-turbo" || strings.HasPrefix(m.Name, "text-embedding-") {
 			wantEnc = "cl100k_base"
 		}
 		if m.Encoding != wantEnc {
@@ -383,6 +385,11 @@ func TestLookup(t *testing.T) {
 	gpt4, _ := tbl.Lookup("gpt-4")
 	if gpt4.ContextWindow != 8192 || gpt4.DefaultOutputTokens != 8192 {
 		t.Errorf("gpt-4 = %+v", gpt4)
+	}
+	for _, name := range []string{"text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002"} {
+		if m, _ := tbl.Lookup(name); m.ContextWindow != 8191 {
+			t.Errorf("%s = %+v, want a context window of 8191", name, m)
+		}
 	}
 	g41, _ := tbl.Lookup("gpt-4.1-nano")
 	if g41.ContextWindow != 1047576 || g41.DefaultOutputTokens != 32768 {

@@ -46,6 +46,11 @@ type Model struct {
 	// for the tenant's (or the server's) policy. A cheap model can keep
 	// serving while a costly one stops.
 	OnStoreUnavailable string
+	// InputOnly marks an embedding model: it reads input and writes none,
+	// so a request for it with an input field is an embeddings call
+	// (ParseFor), charged for its input alone. Seeded, not stored: an
+	// admin's override of the family keeps it (Table.With).
+	InputOnly bool
 }
 
 // validate reports what is wrong with m, if anything.
@@ -147,6 +152,13 @@ var defaultModels = []Model{
 	{Name: "gpt-4-turbo", Encoding: EncodingCL100K, DefaultOutputTokens: 4096, ContextWindow: 128000, PartTokens: 765},
 	{Name: "gpt-4", Encoding: EncodingCL100K, DefaultOutputTokens: 8192, ContextWindow: 8192, PartTokens: 765},
 	{Name: "gpt-3.5-turbo", Encoding: EncodingCL100K, DefaultOutputTokens: 4096, ContextWindow: 16385, PartTokens: 765},
+	// Embedding models read text and write none. Their context window is
+	// the provider's limit per input (8191 tokens); an embeddings call
+	// reserves no output, so their output cap and part count are the
+	// least the table accepts (1), which only a misrouted chat call uses.
+	{Name: "text-embedding-3-small", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1, InputOnly: true},
+	{Name: "text-embedding-3-large", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1, InputOnly: true},
+	{Name: "text-embedding-ada-002", Encoding: EncodingCL100K, DefaultOutputTokens: 1, ContextWindow: 8191, PartTokens: 1, InputOnly: true},
 }
 
 // defaultAliases name GPT-4 Turbo's preview snapshots, which the dated-suffix
@@ -161,8 +173,10 @@ var defaultAliases = map[string]string{
 
 // DefaultTable returns the seeded table of OpenAI families (gpt-4o,
 // gpt-4o-mini, gpt-4.1, gpt-4.1-mini, gpt-4.1-nano, o1, o3, o4-mini,
-// gpt-4-turbo, gpt-4, gpt-3.5-turbo) with weights 1.0, plus aliases for
-// GPT-4 Turbo's preview snapshots.
+// gpt-4-turbo, gpt-4, gpt-3.5-turbo, and the embedding models
+// text-embedding-3-small, text-embedding-3-large and
+// text-embedding-ada-002) with weights 1.0, plus aliases for GPT-4 Turbo's
+// preview snapshots.
 func DefaultTable() *Table {
 	ms := make([]Model, len(defaultModels))
 	for i, m := range defaultModels {
@@ -197,6 +211,7 @@ func (t *Table) With(overrides []Model) (*Table, error) {
 		byName[m.Name] = m
 	}
 	for _, m := range overrides {
+		m.InputOnly = m.InputOnly || byName[m.Name].InputOnly
 		byName[m.Name] = m
 	}
 	ms := make([]Model, 0, len(byName))

@@ -74,6 +74,11 @@ type Request struct {
 
 	tools       toolCounts
 	approximate bool // something was counted by convention (unknown tool type)
+
+	// embeddings marks an embeddings request ([ParseEmbeddings]): one
+	// prompts entry per input, and no output. batch says its input was
+	// an array of inputs, whose errors name input[i].
+	embeddings, batch bool
 }
 
 type promptEntry struct {
@@ -131,6 +136,20 @@ func (r *Request) Source() string {
 // repeated key takes its last value, as in encoding/json. Every failure is
 // an *[InvalidError] naming the offending field.
 func Parse(body []byte) (*Request, error) {
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	p := &parser{r: &Request{n: 1}}
+	if err := p.request(obj); err != nil {
+		return nil, err
+	}
+	return p.r, nil
+}
+
+// decodeObject decodes a request body, which must be one JSON object, with
+// its numbers kept as json.Number. Every failure is an *[InvalidError].
+func decodeObject(body []byte) (map[string]any, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, invalid("body", "is empty")
 	}
@@ -150,11 +169,7 @@ func Parse(body []byte) (*Request, error) {
 	if !ok {
 		return nil, invalid("body", "must be a JSON object, not "+kind(v))
 	}
-	p := &parser{r: &Request{n: 1}}
-	if err := p.request(obj); err != nil {
-		return nil, err
-	}
-	return p.r, nil
+	return obj, nil
 }
 
 type parser struct {
@@ -163,28 +178,10 @@ type parser struct {
 
 func (p *parser) request(obj map[string]any) error {
 	r := p.r
-	// model
-	switch m := obj["model"].(type) {
-	case nil:
-		return invalid("model", "is required")
-	case string:
-		if m == "" {
-			return invalid("model", "must not be empty")
-		}
-		if len(m) > MaxModelNameBytes {
-			return invalid("model", fmt.Sprintf("must be at most %d bytes", MaxModelNameBytes))
-		}
-		if strings.IndexByte(m, 0) >= 0 {
-			// The model name is stored with the admission, and Postgres
-			// text cannot hold a NUL. Message content, only counted, may.
-			return invalid("model", `must not contain a NUL character (\u0000)`)
-		}
-		r.model = m
-	default:
-		return invalid("model", "must be a string")
-	}
-
 	var err *InvalidError
+	if r.model, err = modelField(obj); err != nil {
+		return err
+	}
 	if r.maxWaitMS, _, err = intField(obj, "max_wait_ms", 0, MaxWaitMS); err != nil {
 		return err
 	}
@@ -243,6 +240,29 @@ func (p *parser) request(obj map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// modelField returns the required model name of a request.
+func modelField(obj map[string]any) (string, *InvalidError) {
+	switch m := obj["model"].(type) {
+	case nil:
+		return "", invalid("model", "is required")
+	case string:
+		if m == "" {
+			return "", invalid("model", "must not be empty")
+		}
+		if len(m) > MaxModelNameBytes {
+			return "", invalid("model", fmt.Sprintf("must be at most %d bytes", MaxModelNameBytes))
+		}
+		if strings.IndexByte(m, 0) >= 0 {
+			// The model name is stored with the admission, and Postgres
+			// text cannot hold a NUL. Message content, only counted, may.
+			return "", invalid("model", `must not contain a NUL character (\u0000)`)
+		}
+		return m, nil
+	default:
+		return "", invalid("model", "must be a string")
+	}
 }
 
 // requiredString returns m[key], which must be a string.

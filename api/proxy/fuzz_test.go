@@ -21,6 +21,10 @@ var proxyRoutes = []struct {
 		`{"model":"gpt-4o","max_completion_tokens":-5,"messages":[]}`}},
 	{"/v1/completions", []string{`{"model":"gpt-4o","prompt":"hello","max_tokens":20}`, `{"model":"gpt-4o","prompt":["a","b"],"max_tokens":1e300}`}},
 	{"/v1/responses", []string{`{"model":"gpt-4o","input":"hi","max_output_tokens":30}`, `{"model":"gpt-4o","input":[{"role":"user","content":"x"}],"instructions":7}`}},
+	{"/v1/embeddings", []string{`{"model":"text-embedding-3-small","input":"hello","dimensions":8,"encoding_format":"base64","user":"u"}`,
+		`{"model":"text-embedding-3-large","input":["a","b c"]}`, `{"model":"text-embedding-ada-002","input":[1,2,3]}`,
+		`{"model":"text-embedding-3-small","input":[[1,2],[3]]}`, `{"model":"text-embedding-3-small","input":[[],""],"dimensions":-1}`,
+		`{"model":"text-embedding-3-small","input":[9223372036854775808,1e300]}`, `{"model":"text-embedding-3-small","input":"hi","stream":true}`}},
 }
 
 // FuzzProxyBodies sends arbitrary bodies to the OpenAI-compatible proxy,
@@ -56,6 +60,8 @@ func FuzzProxyBodies(f *testing.F) {
 		switch r.URL.Path {
 		case "/v1/responses":
 			fmt.Fprint(w, `{"id":"r1","object":"response","model":"gpt-4o","output":[],"usage":{"input_tokens":5,"output_tokens":3,"total_tokens":8}}`)
+		case "/v1/embeddings":
+			fmt.Fprint(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":5,"total_tokens":5}}`)
 		case "/v1/completions":
 			fmt.Fprint(w, `{"id":"c1","object":"text_completion","model":"gpt-4o","choices":[{"text":"ok","index":0}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
 		default:

@@ -1,9 +1,10 @@
 // Package proxy is tokengate's OpenAI-compatible face (`tokengate serve
 // --proxy-addr :8082 --upstream URL`): OpenAI SDKs point their base URL at it and use a
 // tenant key as their API key. For each call of /v1/chat/completions,
-// /v1/responses or /v1/completions it authenticates the key, estimates and
-// admits the request, forwards it to the upstream with the upstream's own
-// key, and settles from the usage the upstream reports. A streamed answer
+// /v1/responses, /v1/completions or /v1/embeddings it authenticates the
+// key, estimates and admits the request, forwards it to the upstream with
+// the upstream's own key, and settles from the usage the upstream reports
+// (an embedding's input alone: it has no output). A streamed answer
 // is relayed event by event; if the stream breaks or the client goes away,
 // the request is settled with the tokens streamed so far, counted exactly;
 // if the upstream fails before its first byte, the reservation is released.
@@ -42,12 +43,14 @@ const (
 	chatCompletions kind = iota
 	responses
 	completions
+	embeddings // input only: see embeddings.go
 )
 
 var kinds = map[string]kind{
 	"/v1/chat/completions": chatCompletions,
 	"/v1/responses":        responses,
 	"/v1/completions":      completions,
+	"/v1/embeddings":       embeddings,
 }
 
 // Config configures a Proxy's HTTP concerns; its domain services are the
@@ -109,12 +112,12 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	return p
 }
 
-// ServeHTTP serves the three OpenAI endpoints.
+// ServeHTTP serves the OpenAI endpoints of kinds.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	k, ok := kinds[r.URL.Path]
 	switch {
 	case !ok:
-		writeError(w, http.StatusNotFound, "not_found", "", "tokengate proxies /v1/chat/completions, /v1/responses and /v1/completions")
+		writeError(w, http.StatusNotFound, "not_found", "", "tokengate proxies /v1/chat/completions, /v1/responses, /v1/completions and /v1/embeddings")
 		return
 	case r.Method != http.MethodPost:
 		writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "", "use POST")
@@ -138,7 +141,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, err := estimator.Parse(body)
+	req, err := parse(k, body)
 	var est estimator.Estimate
 	if err == nil {
 		est, err = p.estimator.Estimate(req)
@@ -162,7 +165,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	forward := body
 	stripUsage := false
-	if opts.stream && k != responses && !opts.includeUsage {
+	if opts.stream && k != responses && k != embeddings && !opts.includeUsage {
 		// Ask for the usage chunk to settle from, and keep it from a
 		// client that did not ask for it.
 		if forward, err = withIncludeUsage(body); err != nil {

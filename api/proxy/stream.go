@@ -57,6 +57,9 @@ func (w *wireUsage) usage() (usage, bool) {
 
 // readUsage reads the usage of a whole (not streamed) answer.
 func readUsage(k kind, body []byte) (usage, bool) {
+	if k == embeddings {
+		return readEmbeddingsUsage(body)
+	}
 	var v struct {
 		Usage *wireUsage `json:"usage"`
 	}
