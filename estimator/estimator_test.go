@@ -345,6 +345,11 @@ func TestLookup(t *testing.T) {
 		"gpt-4": "gpt-4", "gpt-4-0613": "gpt-4", "gpt-4-0314": "gpt-4",
 		"gpt-3.5-turbo": "gpt-3.5-turbo", "gpt-3.5-turbo-0125": "gpt-3.5-turbo", "gpt-3.5-turbo-0301": "gpt-3.5-turbo",
 		"gpt-3.5-turbo-16k": "gpt-3.5-turbo",
+		// Claude: dated variants and aliases by the prefix rule.
+		"claude-haiku-4-5-20251001": "claude-haiku-4-5", "claude-opus-4-5-20251101": "claude-opus-4-5",
+		"claude-sonnet-4-5-20250929": "claude-sonnet-4-5", "claude-sonnet-4-20250514": "claude-sonnet-4",
+		"claude-sonnet-4-0": "claude-sonnet-4", "claude-opus-4-1-20250805": "claude-opus-4-1",
+		"claude-opus-5": "claude-opus-5", "claude-opus-5-5": "claude-opus-5-5", "claude-fable-5-2": "claude-fable-5-2",
 	}
 	for name, fam := range cases {
 		m, ok := tbl.Lookup(name)
@@ -362,8 +367,8 @@ func TestLookup(t *testing.T) {
 	}
 
 	ms := tbl.Models()
-	if len(ms) != 11 {
-		t.Fatalf("DefaultTable has %d models, want 11", len(ms))
+	if len(ms) != 32 {
+		t.Fatalf("DefaultTable has %d models, want 32 (11 OpenAI, 21 Claude)", len(ms))
 	}
 	for i, m := range ms {
 		if i > 0 && ms[i-1].Name >= m.Name {

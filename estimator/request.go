@@ -74,6 +74,11 @@ type Request struct {
 
 	tools       toolCounts
 	approximate bool // something was counted by convention (unknown tool type)
+
+	// messagesAPI is set for Anthropic's Messages shape: its texts are
+	// counted with o200k_base times the family's safety factor
+	// (MessagesSafetyFactorMilli), Claude's tokenizer being unpublished.
+	messagesAPI bool
 }
 
 type promptEntry struct {
@@ -131,6 +136,20 @@ func (r *Request) Source() string {
 // repeated key takes its last value, as in encoding/json. Every failure is
 // an *[InvalidError] naming the offending field.
 func Parse(body []byte) (*Request, error) {
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	p := &parser{r: &Request{n: 1}}
+	if err := p.request(obj); err != nil {
+		return nil, err
+	}
+	return p.r, nil
+}
+
+// decodeObject decodes a body that must be one JSON object, numbers kept
+// as json.Number. Every failure is an *[InvalidError].
+func decodeObject(body []byte) (map[string]any, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, invalid("body", "is empty")
 	}
@@ -150,11 +169,7 @@ func Parse(body []byte) (*Request, error) {
 	if !ok {
 		return nil, invalid("body", "must be a JSON object, not "+kind(v))
 	}
-	p := &parser{r: &Request{n: 1}}
-	if err := p.request(obj); err != nil {
-		return nil, err
-	}
-	return p.r, nil
+	return obj, nil
 }
 
 type parser struct {
@@ -163,26 +178,11 @@ type parser struct {
 
 func (p *parser) request(obj map[string]any) error {
 	r := p.r
-	// model
-	switch m := obj["model"].(type) {
-	case nil:
-		return invalid("model", "is required")
-	case string:
-		if m == "" {
-			return invalid("model", "must not be empty")
-		}
-		if len(m) > MaxModelNameBytes {
-			return invalid("model", fmt.Sprintf("must be at most %d bytes", MaxModelNameBytes))
-		}
-		if strings.IndexByte(m, 0) >= 0 {
-			// The model name is stored with the admission, and Postgres
-			// text cannot hold a NUL. Message content, only counted, may.
-			return invalid("model", `must not contain a NUL character (\u0000)`)
-		}
-		r.model = m
-	default:
-		return invalid("model", "must be a string")
+	m, merr := modelName(obj["model"])
+	if merr != nil {
+		return merr
 	}
+	r.model = m
 
 	var err *InvalidError
 	if r.maxWaitMS, _, err = intField(obj, "max_wait_ms", 0, MaxWaitMS); err != nil {
@@ -243,6 +243,29 @@ func (p *parser) request(obj map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// modelName checks a request's model name.
+func modelName(v any) (string, *InvalidError) {
+	switch m := v.(type) {
+	case nil:
+		return "", invalid("model", "is required")
+	case string:
+		if m == "" {
+			return "", invalid("model", "must not be empty")
+		}
+		if len(m) > MaxModelNameBytes {
+			return "", invalid("model", fmt.Sprintf("must be at most %d bytes", MaxModelNameBytes))
+		}
+		if strings.IndexByte(m, 0) >= 0 {
+			// The model name is stored with the admission, and Postgres
+			// text cannot hold a NUL. Message content, only counted, may.
+			return "", invalid("model", `must not contain a NUL character (\u0000)`)
+		}
+		return m, nil
+	default:
+		return "", invalid("model", "must be a string")
+	}
 }
 
 // requiredString returns m[key], which must be a string.
