@@ -545,3 +545,25 @@ func TestMessagesIdempotency(t *testing.T) {
 	}
 	b.verify(t)
 }
+
+// TestMessagesUpstreamRefusesBeforeOutput: Anthropic's own 529 is relayed
+// as it is (the SDK reads its error) and the reservation released:
+// nothing is charged.
+func TestMessagesUpstreamRefusesBeforeOutput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(529)
+		fmt.Fprint(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+	}
+	_, err := b.anthropicClient(0).Messages.New(ctx, claudeParams(1024, "Hello"))
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 529 || !strings.Contains(apiErr.RawJSON(), "overloaded_error") {
+		t.Fatalf("%v", err)
+	}
+	if as := b.admissions(t); len(as) != 1 || as[0].State != budget.StateReleased || b.balance(t) != 100_000 {
+		t.Fatalf("admissions %+v, balance %d: a refused call was charged", as, b.balance(t))
+	}
+	b.verify(t)
+}
