@@ -5,6 +5,7 @@
 package estimator
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -276,7 +277,8 @@ func (p *parser) imageSource(path string, v any) error {
 }
 
 // documentSource counts a document: text by its text, content blocks by
-// theirs, a PDF (base64, URL or file) as one part at the model's default.
+// theirs, a base64 PDF as two parts a page at the model's default, any
+// other (a URL, a file, a PDF whose pages cannot be counted) as one part.
 func (p *parser) documentSource(path string, v any) error {
 	s, t, err := source(path, v)
 	if err != nil {
@@ -291,10 +293,53 @@ func (p *parser) documentSource(path string, v any) error {
 		p.r.texts = append(p.r.texts, data)
 	case "content":
 		return p.blockContent(path+".content", s["content"], true)
+	case "base64":
+		data, err := requiredString(s, path, "data")
+		if err != nil {
+			return err
+		}
+		// Anthropic reads each page of a PDF as its text and as an
+		// image: two parts a page, when the page count can be read.
+		if pages := pdfPages(data); pages > 0 {
+			p.r.parts += 2 * pages
+			return nil
+		}
+		p.r.parts++
 	default:
 		p.r.parts++
 	}
 	return nil
+}
+
+// pdfPages counts the page objects ("/Type /Page", not "/Pages") of a
+// base64 PDF; 0 when the data is not base64 or its pages are out of
+// sight (in compressed object streams), and the document then counts as
+// one part.
+func pdfPages(data string) int64 {
+	raw, err := base64.StdEncoding.DecodeString(data)
+	if err != nil || !bytes.HasPrefix(raw, []byte("%PDF")) {
+		return 0
+	}
+	var n int64
+	for _, marker := range [][]byte{[]byte("/Type /Page"), []byte("/Type/Page")} {
+		for rest := raw; ; {
+			i := bytes.Index(rest, marker)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(marker):]
+			if len(rest) == 0 || !isNameChar(rest[0]) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// isNameChar says whether c continues a PDF name ("/Pages" after
+// "/Page").
+func isNameChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // imageTokens is what a base64 image costs under Anthropic's rule, from

@@ -71,6 +71,9 @@ func TestMessagesEstimate(t *testing.T) {
 			{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}},
 			{"type":"text","text":"Compare."}]}]}`,
 			"claude-sonnet-4-5", []string{"Compare."}, 6 + 27 + 1600 + 1600, 10, 1250},
+		{"PDF: two parts a page", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"` +
+			base64.StdEncoding.EncodeToString([]byte("%PDF-1.4\n1 0 obj <</Type /Pages /Kids [2 0 R 3 0 R 4 0 R]>>\n2 0 obj <</Type /Page>>\n3 0 obj <</Type/Page /Parent 1 0 R>>\n4 0 obj <</Type /Page>>\n")) + `"}}]}]}`,
+			"claude-sonnet-4-5", nil, 6 + 3*2*1600, 10, 1250},
 		{"text document", `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":[{"type":"document","title":"Memo","source":{"type":"text","media_type":"text/plain","data":"The quarterly numbers."}}]}]}`,
 			"claude-sonnet-4-5", []string{"Memo", "The quarterly numbers."}, 6, 10, 1250},
 	} {
@@ -191,4 +194,50 @@ func TestEffectiveCacheInput(t *testing.T) {
 	if got := claude.EffectiveInput(1000, 800); got != 280 {
 		t.Fatalf("EffectiveInput = %d, want 280", got)
 	}
+}
+
+// FuzzEstimateMessages: whatever the body, ParseMessages and Estimate
+// answer a complete *InvalidError or a consistent, deterministic,
+// approximate estimate whose input is at least the o200k count of the
+// messages' text; count_tokens accepts every body a call is accepted with.
+func FuzzEstimateMessages(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"claude-sonnet-4-5","max_tokens":100,"system":"You are terse.","messages":[{"role":"user","content":"Hello there"}]}`,
+		`{"model":"claude-opus-5-5","max_tokens":64,"system":[{"type":"text","text":"Be brief."}],"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]},{"role":"assistant","content":"Hello"}]}`,
+		`{"model":"claude-haiku-4-5","max_tokens":200,"tools":[{"name":"w","description":"d","input_schema":{"type":"object"}},{"type":"web_search_20250305","name":"web_search"}],"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"w","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"ok"}]}]}]}`,
+		`{"model":"claude-sonnet-4-5","max_tokens":1000,"thinking":{"type":"enabled","budget_tokens":4000},"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"redacted_thinking","data":"xx"}]},{"role":"user","content":"go"}]}`,
+		`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg=="}},{"type":"document","source":{"type":"base64","data":"JVBERi0xLjQKL1R5cGUgL1BhZ2UK"}}]}]}`,
+		`{"model":"x","max_tokens":1,"messages":[{"role":"system","content":"s"}]}`, `{}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	est := estimator.New(nil)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := estimator.ParseMessages(body)
+		if err != nil {
+			checkInvalid(t, err)
+			return
+		}
+		if _, err := estimator.ParseCountTokens(body); err != nil {
+			t.Fatalf("count_tokens refuses a body a call is accepted with: %v", err)
+		}
+		e, err := est.Estimate(r)
+		if err != nil {
+			checkInvalid(t, err)
+			return
+		}
+		if e.InputTokens < 0 || e.OutputTokens < 1 || !e.Approximate || e.Cost != estimator.Cost(e.InputTokens, e.OutputTokens, e.InputWeightMicro, e.OutputWeightMicro) {
+			t.Fatalf("inconsistent estimate %+v", e)
+		}
+		if again, err := est.Estimate(r); err != nil || again != e {
+			t.Fatalf("estimate not deterministic: %+v then %+v, %v", e, again, err)
+		}
+		var sum int64
+		for _, s := range messageTexts(t, body) {
+			sum += count(t, estimator.EncodingO200K, s)
+		}
+		if e.InputTokens < sum {
+			t.Fatalf("InputTokens %d < %d, the count of the messages' text", e.InputTokens, sum)
+		}
+	})
 }
