@@ -106,6 +106,7 @@ fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the AP
 	go test -run '^$$' -fuzz '^FuzzProxyBodies$$' -fuzztime $(FUZZ_TIME) ./api/proxy/
 	go test -run '^$$' -fuzz '^FuzzEstimate$$' -fuzztime $(FUZZ_TIME) ./estimator/
 	go test -run '^$$' -fuzz '^FuzzEmbeddings$$' -fuzztime $(FUZZ_TIME) ./estimator/
+	go test -run '^$$' -fuzz '^FuzzEstimateMessages$$' -fuzztime $(FUZZ_TIME) ./estimator/
 	go test -run '^$$' -fuzz '^FuzzCountText$$' -fuzztime $(FUZZ_TIME) ./estimator/
 
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)

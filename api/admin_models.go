@@ -19,7 +19,9 @@ type modelJSON struct {
 	DefaultOutputTokens int64        `json:"default_output_tokens"`
 	ContextWindow       int64        `json:"context_window"`
 	PartTokens          int64        `json:"part_tokens"`
-	CachedInputWeight   *json.Number `json:"cached_input_weight"` // null: as an input token
+	CachedInputWeight   *json.Number `json:"cached_input_weight"`   // null: as an input token
+	CacheWriteWeight    *json.Number `json:"cache_write_weight"`    // null: as an input token
+	CacheWrite1hWeight  *json.Number `json:"cache_write_1h_weight"` // null: as cache_write_weight
 	OnStoreUnavailable  string       `json:"on_store_unavailable,omitempty"`
 	Source              string       `json:"source"` // "seed" or "stored"
 	UpdatedAt           *time.Time   `json:"updated_at,omitempty"`
@@ -59,7 +61,9 @@ type modelPatch struct {
 	DefaultOutputTokens *int64          `json:"default_output_tokens"`
 	ContextWindow       *int64          `json:"context_window"`
 	PartTokens          *int64          `json:"part_tokens"`
-	CachedInputWeight   json.RawMessage `json:"cached_input_weight"` // null clears it
+	CachedInputWeight   json.RawMessage `json:"cached_input_weight"`   // null clears it
+	CacheWriteWeight    json.RawMessage `json:"cache_write_weight"`    // null clears it
+	CacheWrite1hWeight  json.RawMessage `json:"cache_write_1h_weight"` // null clears it
 	OnStoreUnavailable  *string         `json:"on_store_unavailable"`
 }
 
@@ -73,10 +77,20 @@ func (p *modelPatch) apply(m *estimator.Model) error {
 	if err := rateField(p.OutputWeight, "output_weight", &m.OutputWeightMicro); err != nil {
 		return err
 	}
-	if isNull(p.CachedInputWeight) {
-		m.CachedInputWeightMicro = 0
-	} else if err := rateField(p.CachedInputWeight, "cached_input_weight", &m.CachedInputWeightMicro); err != nil {
-		return err
+	for _, w := range []struct {
+		raw   json.RawMessage
+		field string
+		dst   *int64
+	}{
+		{p.CachedInputWeight, "cached_input_weight", &m.CachedInputWeightMicro},
+		{p.CacheWriteWeight, "cache_write_weight", &m.CacheWriteWeightMicro},
+		{p.CacheWrite1hWeight, "cache_write_1h_weight", &m.CacheWrite1hWeightMicro},
+	} {
+		if isNull(w.raw) {
+			*w.dst = 0
+		} else if err := rateField(w.raw, w.field, w.dst); err != nil {
+			return err
+		}
 	}
 	if p.DefaultOutputTokens != nil {
 		m.DefaultOutputTokens = *p.DefaultOutputTokens
@@ -119,10 +133,16 @@ func modelOf(m estimator.Model) modelJSON {
 	j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
 		OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
 		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable}
-	if m.CachedInputWeightMicro > 0 {
-		w := json.Number(budget.FormatRate(m.CachedInputWeightMicro))
-		j.CachedInputWeight = &w
+	optional := func(micro int64) *json.Number {
+		if micro <= 0 {
+			return nil
+		}
+		w := json.Number(budget.FormatRate(micro))
+		return &w
 	}
+	j.CachedInputWeight = optional(m.CachedInputWeightMicro)
+	j.CacheWriteWeight = optional(m.CacheWriteWeightMicro)
+	j.CacheWrite1hWeight = optional(m.CacheWrite1hWeightMicro)
 	return j
 }
 

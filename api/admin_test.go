@@ -314,6 +314,31 @@ func TestAdminModels(t *testing.T) {
 	if m, ok := other.Table().Get("gpt-4o"); !ok || m.OutputWeightMicro != 4*estimator.WeightOne {
 		t.Fatalf("other replica's gpt-4o: %+v", m)
 	}
+	// A Claude model's cache write weights: seeded at Anthropic's prices
+	// (1.25 and 2), changed and cleared like the cached input weight.
+	var claude struct {
+		CachedInputWeight  *json.Number `json:"cached_input_weight"`
+		CacheWriteWeight   *json.Number `json:"cache_write_weight"`
+		CacheWrite1hWeight *json.Number `json:"cache_write_1h_weight"`
+	}
+	r = b.adminCall(t, token, http.MethodPatch, "/v1/admin/models/claude-sonnet-4-5", `{"cache_write_weight":"1.5"}`)
+	r.json(&claude)
+	if r.Code != 200 || claude.CachedInputWeight == nil || *claude.CachedInputWeight != "0.1" || claude.CacheWriteWeight == nil ||
+		*claude.CacheWriteWeight != "1.5" || claude.CacheWrite1hWeight == nil || *claude.CacheWrite1hWeight != "2" {
+		t.Fatalf("patch claude-sonnet-4-5: %d %s", r.Code, r.Body)
+	}
+	if m, _ := b.rep.Estimator.Table().Lookup("claude-sonnet-4-5-20250929"); m.CacheWriteWeightMicro != 1_500_000 || m.CacheWrite1hWeightMicro != 2_000_000 {
+		t.Fatalf("this replica's claude-sonnet-4-5: %+v", m)
+	}
+	r = b.adminCall(t, token, http.MethodPatch, "/v1/admin/models/claude-sonnet-4-5", `{"cache_write_1h_weight":null}`)
+	claude.CacheWrite1hWeight = nil
+	r.json(&claude)
+	if r.Code != 200 || claude.CacheWrite1hWeight != nil || *claude.CacheWriteWeight != "1.5" {
+		t.Fatalf("clear the 1 h weight: %d %s", r.Code, r.Body)
+	}
+	if r := b.adminCall(t, token, http.MethodPatch, "/v1/admin/models/claude-sonnet-4-5", `{"cache_write_weight":"-1"}`); r.Code != 400 || r.errorBody().Error.Field != "cache_write_weight" {
+		t.Fatalf("negative cache write weight: %d %s", r.Code, r.Body)
+	}
 }
 
 func TestAdminLedgerPagingAndExport(t *testing.T) {

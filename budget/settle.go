@@ -34,6 +34,15 @@ type SettleParams struct {
 	// effective input, which is what the admission records as its actual
 	// input. The faces need no read of the admission to price them.
 	CachedInputTokens int64
+	// CacheWriteTokens and CacheWrite1hTokens are the parts of InputTokens
+	// the provider wrote to its prompt cache (Anthropic's
+	// cache_creation_input_tokens: for 5 minutes, or every write when the
+	// usage does not split them; and for an hour), priced at the model's
+	// cache-write weights (estimator.Model.EffectiveCacheInput). With
+	// CachedInputTokens they may not add up to more than InputTokens (a
+	// *UsageError).
+	CacheWriteTokens   int64
+	CacheWrite1hTokens int64
 	// RefundTokens states the usage as a refund of the estimate instead (a
 	// gateway's negative hits): the actual input is
 	// max(0, estimate cost - RefundTokens) and the output 0. The estimate's
@@ -68,11 +77,16 @@ func (p SettleParams) Validate() error {
 	switch {
 	case p.RefundTokens < 0:
 		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
-	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0):
+	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0 || p.CacheWriteTokens != 0 || p.CacheWrite1hTokens != 0):
 		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
 	case p.CachedInputTokens < 0 || p.CachedInputTokens > max(p.InputTokens, 0):
 		return &UsageError{Field: "prompt_tokens_details.cached_tokens", Bound: max(p.InputTokens, 0),
 			Reason: fmt.Sprintf("%d must be between 0 and the %d input tokens it is part of", p.CachedInputTokens, p.InputTokens)}
+	case p.CacheWriteTokens < 0 || p.CacheWrite1hTokens < 0 ||
+		p.CacheWriteTokens > max(p.InputTokens, 0)-p.CachedInputTokens-max(p.CacheWrite1hTokens, 0):
+		return &UsageError{Field: "cache_creation_input_tokens", Bound: max(p.InputTokens, 0) - p.CachedInputTokens,
+			Reason: fmt.Sprintf("%d and %d written to the cache must not be negative nor add up, with %d cache reads, to more than the %d input tokens they are part of",
+				p.CacheWriteTokens, p.CacheWrite1hTokens, p.CachedInputTokens, p.InputTokens)}
 	}
 	return nil
 }
@@ -80,8 +94,8 @@ func (p SettleParams) Validate() error {
 // Usage is the input and output tokens a settle p charges an admission
 // reserved as e, before the usage bounds (CheckUsage) apply to them: with
 // RefundTokens, the estimate's cost less the refund (never below 0) as
-// input and no output; otherwise the input with its cached part priced at
-// the cached-input weight of e's model in t (nil: the seeded table), and
+// input and no output; otherwise the input with its cached parts priced at
+// the cache weights of e's model in t (nil: the seeded table), and
 // the output. p must be valid (Validate).
 func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out int64) {
 	if p.RefundTokens > 0 {
@@ -89,12 +103,12 @@ func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out i
 		return max(0, in), 0
 	}
 	in, out = p.InputTokens, p.OutputTokens
-	if p.CachedInputTokens > 0 {
+	if p.CachedInputTokens > 0 || p.CacheWriteTokens > 0 || p.CacheWrite1hTokens > 0 {
 		if t == nil {
 			t = estimator.DefaultTable()
 		}
 		m, _ := t.Lookup(e.Model)
-		in = m.EffectiveInput(in, p.CachedInputTokens)
+		in = m.EffectiveCacheInput(in, estimator.CacheUsage{Read: p.CachedInputTokens, Write5m: p.CacheWriteTokens, Write1h: p.CacheWrite1hTokens})
 	}
 	return in, out
 }

@@ -120,9 +120,14 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	if r.priming {
 		in += replyPriming
 	}
+	var textIn int64
 	for _, s := range r.texts {
-		in += int64(enc.count(s))
+		textIn += int64(enc.count(s))
 	}
+	if r.messagesAPI {
+		textIn = ScaleMessagesCount(m.Name, textIn)
+	}
+	in += textIn
 	if r.tools.any {
 		funcInit := int64(funcInitO)
 		if m.Encoding == EncodingCL100K {

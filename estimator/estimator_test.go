@@ -347,6 +347,11 @@ func TestLookup(t *testing.T) {
 		"gpt-3.5-turbo-16k":      "gpt-3.5-turbo",
 		"text-embedding-3-small": "text-embedding-3-small", "text-embedding-3-large": "text-embedding-3-large",
 		"text-embedding-ada-002": "text-embedding-ada-002",
+		// Claude: dated variants and aliases by the prefix rule.
+		"claude-haiku-4-5-20251001": "claude-haiku-4-5", "claude-opus-4-5-20251101": "claude-opus-4-5",
+		"claude-sonnet-4-5-20250929": "claude-sonnet-4-5", "claude-sonnet-4-20250514": "claude-sonnet-4",
+		"claude-sonnet-4-0": "claude-sonnet-4", "claude-opus-4-1-20250805": "claude-opus-4-1",
+		"claude-opus-5": "claude-opus-5", "claude-opus-5-5": "claude-opus-5-5", "claude-fable-5-2": "claude-fable-5-2",
 	}
 	for name, fam := range cases {
 		m, ok := tbl.Lookup(name)
@@ -364,8 +369,8 @@ func TestLookup(t *testing.T) {
 	}
 
 	ms := tbl.Models()
-	if len(ms) != 14 {
-		t.Fatalf("DefaultTable has %d models, want 14", len(ms))
+	if len(ms) != 35 {
+		t.Fatalf("DefaultTable has %d models, want 35 (11 OpenAI chat, 3 OpenAI embedding, 21 Claude)", len(ms))
 	}
 	for i, m := range ms {
 		if i > 0 && ms[i-1].Name >= m.Name {

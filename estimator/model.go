@@ -32,6 +32,17 @@ type Model struct {
 	// provider's prompt cache, when the usage reports them (0: the same as
 	// InputWeightMicro).
 	CachedInputWeightMicro int64
+	// CacheWriteWeightMicro is the cost of one input token the provider
+	// wrote to its prompt cache (Anthropic's cache_creation_input_tokens,
+	// its 5 minute writes when the usage splits them), when the usage
+	// reports them (0: the same as InputWeightMicro). Anthropic bills a
+	// write at 1.25 times an input token.
+	CacheWriteWeightMicro int64
+	// CacheWrite1hWeightMicro is the cost of one input token written to
+	// the cache for an hour, when the usage splits the writes by lifetime
+	// (0: CacheWriteWeightMicro). Anthropic bills it at twice an input
+	// token.
+	CacheWrite1hWeightMicro int64
 	// DefaultOutputTokens is reserved when a request names no output cap
 	// (clamped to the context left after the input), and is also the
 	// largest output cap a request may name.
@@ -69,6 +80,10 @@ func (m Model) validate() error {
 		return bad("output_weight", "must be between 0.000001 and 1000")
 	case m.CachedInputWeightMicro < 0 || m.CachedInputWeightMicro > maxWeightMicro:
 		return bad("cached_input_weight", "must be between 0.000001 and 1000 (or unset)")
+	case m.CacheWriteWeightMicro < 0 || m.CacheWriteWeightMicro > maxWeightMicro:
+		return bad("cache_write_weight", "must be between 0.000001 and 1000 (or unset)")
+	case m.CacheWrite1hWeightMicro < 0 || m.CacheWrite1hWeightMicro > maxWeightMicro:
+		return bad("cache_write_1h_weight", "must be between 0.000001 and 1000 (or unset)")
 	case m.DefaultOutputTokens <= 0 || m.DefaultOutputTokens > maxTokenField:
 		return bad("default_output_tokens", "must be between 1 and %d", maxTokenField)
 	case m.ContextWindow <= 0 || m.ContextWindow > maxTokenField:
@@ -183,6 +198,7 @@ func DefaultTable() *Table {
 		m.InputWeightMicro, m.OutputWeightMicro = WeightOne, WeightOne
 		ms[i] = m
 	}
+	ms = append(ms, claudeModels()...)
 	t, err := NewTable(ms)
 	if err != nil {
 		panic("estimator: invalid default table: " + err.Error())
@@ -195,12 +211,52 @@ func DefaultTable() *Table {
 // came from the provider's prompt cache, amounts to at this model's input
 // weight: the cached ones count at CachedInputWeightMicro, rounded up.
 func (m Model) EffectiveInput(in, cached int64) int64 {
-	cached = max(0, min(cached, in))
-	if m.CachedInputWeightMicro == 0 || m.InputWeightMicro == 0 || cached == 0 {
+	return m.EffectiveCacheInput(in, CacheUsage{Read: cached})
+}
+
+// CacheUsage is the part of a call's input tokens that touched the
+// provider's prompt cache: Read from it, and written to it for 5 minutes
+// (Write5m, or every write when the usage does not split them) or for an
+// hour (Write1h).
+type CacheUsage struct {
+	Read, Write5m, Write1h int64
+}
+
+// EffectiveCacheInput is the input tokens a usage of in tokens amounts to
+// at this model's input weight when c of them touched the prompt cache:
+// reads count at CachedInputWeightMicro, writes at CacheWriteWeightMicro
+// (an hour's at CacheWrite1hWeightMicro), each unset weight being the
+// input's, and the weighted sum is rounded up once. Each part is clamped
+// to what is left of in, reads first, so the cache never counts more
+// tokens than the call used.
+func (m Model) EffectiveCacheInput(in int64, c CacheUsage) int64 {
+	if m.InputWeightMicro <= 0 || in <= 0 {
 		return in
 	}
-	scaled := (cached*m.CachedInputWeightMicro + m.InputWeightMicro - 1) / m.InputWeightMicro
-	return in - cached + scaled
+	left := in
+	take := func(n int64) int64 {
+		n = max(0, min(n, left))
+		left -= n
+		return n
+	}
+	read, w5, w1 := take(c.Read), take(c.Write5m), take(c.Write1h)
+	if read == 0 && w5 == 0 && w1 == 0 {
+		return in
+	}
+	weight := func(w, fallback int64) int64 {
+		if w > 0 {
+			return w
+		}
+		return fallback
+	}
+	readW := weight(m.CachedInputWeightMicro, m.InputWeightMicro)
+	w5W := weight(m.CacheWriteWeightMicro, m.InputWeightMicro)
+	w1W := weight(m.CacheWrite1hWeightMicro, w5W)
+	// Weights are at most 1e9 micro and the faces' usage is within the
+	// usage bounds (budget.UsageBounds, at most 1e9 tokens): the sum fits
+	// int64 (3e18 < 9.2e18).
+	sum := read*readW + w5*w5W + w1*w1W
+	return left + (sum+m.InputWeightMicro-1)/m.InputWeightMicro
 }
 
 // With returns a copy of t in which overrides replace the models of the same

@@ -79,6 +79,10 @@ type Request struct {
 	// prompts entry per input, and no output. batch says its input was
 	// an array of inputs, whose errors name input[i].
 	embeddings, batch bool
+	// messagesAPI is set for Anthropic's Messages shape: its texts are
+	// counted with o200k_base times the family's safety factor
+	// (MessagesSafetyFactorMilli), Claude's tokenizer being unpublished.
+	messagesAPI bool
 }
 
 type promptEntry struct {

@@ -52,6 +52,8 @@ type modelRow struct {
 	UpdatedBy           string    `db:"updated_by"`
 	OnStoreUnavailable  *string   `db:"on_store_unavailable"`
 	CachedInputWeight   *int64    `db:"cached_input_weight_micro"`
+	CacheWriteWeight    *int64    `db:"cache_write_weight_micro"`
+	CacheWrite1hWeight  *int64    `db:"cache_write_1h_weight_micro"`
 }
 
 func deref0(p *int64) int64 {
@@ -82,7 +84,8 @@ func ModelList(ctx context.Context, db DB) ([]StoredModel, error) {
 	for i, r := range rs {
 		ms[i] = StoredModel{Model: Model{Name: r.Name, Encoding: r.Encoding, InputWeightMicro: r.InputWeightMicro,
 			OutputWeightMicro: r.OutputWeightMicro, DefaultOutputTokens: r.DefaultOutputTokens, ContextWindow: r.ContextWindow,
-			PartTokens: r.PartTokens, OnStoreUnavailable: deref(r.OnStoreUnavailable), CachedInputWeightMicro: deref0(r.CachedInputWeight)},
+			PartTokens: r.PartTokens, OnStoreUnavailable: deref(r.OnStoreUnavailable), CachedInputWeightMicro: deref0(r.CachedInputWeight),
+			CacheWriteWeightMicro: deref0(r.CacheWriteWeight), CacheWrite1hWeightMicro: deref0(r.CacheWrite1hWeight)},
 			UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 	}
 	return ms, nil
@@ -95,7 +98,8 @@ func ModelUpsert(ctx context.Context, db DB, m Model, actor string) error {
 		return err
 	}
 	_, err := db.Exec(ctx, modelUpsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
-		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable, nullWeight(m.CachedInputWeightMicro))
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable, nullWeight(m.CachedInputWeightMicro),
+		nullWeight(m.CacheWriteWeightMicro), nullWeight(m.CacheWrite1hWeightMicro))
 	if err != nil {
 		return fmt.Errorf("estimator: store model %s: %w", m.Name, err)
 	}
@@ -115,7 +119,8 @@ func ModelInsert(ctx context.Context, db DB, m Model, actor string) error {
 		return err
 	}
 	_, err := db.Exec(ctx, modelInsertSQL, m.Name, m.Encoding, m.InputWeightMicro, m.OutputWeightMicro,
-		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable, nullWeight(m.CachedInputWeightMicro))
+		m.DefaultOutputTokens, m.ContextWindow, m.PartTokens, actor, m.OnStoreUnavailable, nullWeight(m.CachedInputWeightMicro),
+		nullWeight(m.CacheWriteWeightMicro), nullWeight(m.CacheWrite1hWeightMicro))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 		return ErrModelExists

@@ -357,7 +357,8 @@ func limitsForm(l budget.Limits) *form {
 
 // modelFields are the model form's fields, named like the
 // estimator.InvalidError fields of estimator.Model.Validate.
-var modelFields = []string{"name", "encoding", "input_weight", "output_weight", "cached_input_weight", "default_output_tokens",
+var modelFields = []string{"name", "encoding", "input_weight", "output_weight", "cached_input_weight", "cache_write_weight",
+	"cache_write_1h_weight", "default_output_tokens",
 	"context_window", "part_tokens", "on_store_unavailable"}
 
 // model reads a model; weights are decimals (0.25, 4) turned into micro
@@ -370,10 +371,14 @@ func (f *form) model() estimator.Model {
 		OutputWeightMicro: f.Decimal("output_weight", true),
 		// Blank: cached input tokens count as any input token.
 		CachedInputWeightMicro: f.Decimal("cached_input_weight", false),
-		DefaultOutputTokens:    f.Int("default_output_tokens", true),
-		ContextWindow:          f.Int("context_window", true),
-		PartTokens:             f.Int("part_tokens", true),
-		OnStoreUnavailable:     f.Get("on_store_unavailable"),
+		// Blank: cache writes count as any input token, and an hour's as
+		// the 5 minute ones.
+		CacheWriteWeightMicro:   f.Decimal("cache_write_weight", false),
+		CacheWrite1hWeightMicro: f.Decimal("cache_write_1h_weight", false),
+		DefaultOutputTokens:     f.Int("default_output_tokens", true),
+		ContextWindow:           f.Int("context_window", true),
+		PartTokens:              f.Int("part_tokens", true),
+		OnStoreUnavailable:      f.Get("on_store_unavailable"),
 	}
 	if m.Name == "" {
 		f.Fail("name", "is required")
@@ -387,8 +392,13 @@ func modelForm(m estimator.Model) *form {
 	f.Set("encoding", m.Encoding)
 	f.Set("input_weight", budget.FormatRate(m.InputWeightMicro))
 	f.Set("output_weight", budget.FormatRate(m.OutputWeightMicro))
-	if m.CachedInputWeightMicro > 0 {
-		f.Set("cached_input_weight", budget.FormatRate(m.CachedInputWeightMicro))
+	for _, w := range []struct {
+		field string
+		micro int64
+	}{{"cached_input_weight", m.CachedInputWeightMicro}, {"cache_write_weight", m.CacheWriteWeightMicro}, {"cache_write_1h_weight", m.CacheWrite1hWeightMicro}} {
+		if w.micro > 0 {
+			f.Set(w.field, budget.FormatRate(w.micro))
+		}
 	}
 	f.Set("default_output_tokens", strconv.FormatInt(m.DefaultOutputTokens, 10))
 	f.Set("context_window", strconv.FormatInt(m.ContextWindow, 10))

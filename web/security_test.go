@@ -581,6 +581,27 @@ func TestModelsSaveExactWeights(t *testing.T) {
 	if m, _ := b.est.Table().Lookup("gpt-4o"); m.CachedInputWeightMicro != 1_250_000 {
 		t.Errorf("cached input weight %d, want 1250000", m.CachedInputWeightMicro)
 	}
+	// A Claude model's cache write weights: shown, edited, stored.
+	rec = c.post("/models", url.Values{"csrf": {c.csrf("/models")}, "name": {"claude-sonnet-4-5"}, "encoding": {"o200k_base"},
+		"input_weight": {"3"}, "output_weight": {"15"}, "cached_input_weight": {"0.3"}, "cache_write_weight": {"3.75"}, "cache_write_1h_weight": {"6"},
+		"default_output_tokens": {"64000"}, "context_window": {"200000"}, "part_tokens": {"1600"}})
+	if rec.Code != http.StatusSeeOther {
+		t.Fatalf("cache write weights: %d", rec.Code)
+	}
+	if !strings.Contains(c.get("/models").Body.String(), `<td class="num">3.75 <span class="muted">1 h: 6</span></td>`) {
+		t.Error("the models page does not show the cache write weights")
+	}
+	edit = c.get("/models?edit=claude-sonnet-4-5").Body.String()
+	if !strings.Contains(edit, `name="cache_write_weight" value="3.75"`) || !strings.Contains(edit, `name="cache_write_1h_weight" value="6"`) {
+		t.Error("the edit form is not filled with the cache write weights")
+	}
+	var w5, w1 int64
+	if err := b.pool.QueryRow(ctx, `SELECT cache_write_weight_micro, cache_write_1h_weight_micro FROM models WHERE name = 'claude-sonnet-4-5'`).Scan(&w5, &w1); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := b.est.Table().Lookup("claude-sonnet-4-5-20250929"); w5 != 3_750_000 || w1 != 6_000_000 || m.CacheWriteWeightMicro != 3_750_000 || m.CacheWrite1hWeightMicro != 6_000_000 {
+		t.Errorf("stored %d, %d; table %+v", w5, w1, m)
+	}
 }
 
 func TestLedgerPagingAndCSV(t *testing.T) {

@@ -106,16 +106,6 @@ func (b *bundle) postTo(t *testing.T, path, body string, headers ...string) (int
 	return resp.StatusCode, resp.Header, string(raw)
 }
 
-// balance is the tenant's token balance.
-func (b *bundle) balance(t *testing.T) int64 {
-	t.Helper()
-	snap, err := b.store.TenantSnapshot(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap.Tokens()
-}
-
 func tokenIDs(n int) []int64 {
 	ids := make([]int64, n)
 	for i := range ids {

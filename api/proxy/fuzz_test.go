@@ -25,13 +25,23 @@ var proxyRoutes = []struct {
 		`{"model":"text-embedding-3-large","input":["a","b c"]}`, `{"model":"text-embedding-ada-002","input":[1,2,3]}`,
 		`{"model":"text-embedding-3-small","input":[[1,2],[3]]}`, `{"model":"text-embedding-3-small","input":[[],""],"dimensions":-1}`,
 		`{"model":"text-embedding-3-small","input":[9223372036854775808,1e300]}`, `{"model":"text-embedding-3-small","input":"hi","stream":true}`}},
+	{"/v1/messages", []string{`{"model":"claude-sonnet-4-5","max_tokens":50,"system":"be brief","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"claude-opus-5-5","max_tokens":100,"stream":true,"thinking":{"type":"enabled","budget_tokens":2048},"tools":[{"name":"w","input_schema":{"type":"object"}}],` +
+			`"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},` +
+			`{"type":"image","source":{"type":"url","url":"https://x/y.png"}},{"type":"document","source":{"type":"text","data":"d"}}]},` +
+			`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"w","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"ok"}]}]}`,
+		`{"model":"claude-haiku-4-5","max_tokens":0,"messages":[]}`,
+		`{"model":"claude-haiku-4-5","max_tokens":9223372036854775808,"messages":[{"role":"user","content":"hi"}]}`}},
+	{"/v1/messages/count_tokens", []string{`{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"claude-sonnet-4-5","system":[{"type":"text","text":"x"}],"messages":[{"role":"user","content":[{"type":"thinking","thinking":"t"}]}]}`}},
 }
 
 // FuzzProxyBodies sends arbitrary bodies to the OpenAI-compatible proxy,
 // in front of an upstream that answers every call with usage. Whatever the
 // body: never a 5xx (the upstream never fails here), every 4xx is an
-// OpenAI error object, and a refused call moves no balance, writes no
-// ledger row and never reaches the upstream.
+// OpenAI error object (Anthropic's, on the Messages routes), a refused
+// call moves no balance, writes no ledger row and never reaches the
+// upstream, and count_tokens never does either, whatever it answers.
 func FuzzProxyBodies(f *testing.F) {
 	for i, r := range proxyRoutes {
 		for _, s := range r.seeds {
@@ -62,6 +72,8 @@ func FuzzProxyBodies(f *testing.F) {
 			fmt.Fprint(w, `{"id":"r1","object":"response","model":"gpt-4o","output":[],"usage":{"input_tokens":5,"output_tokens":3,"total_tokens":8}}`)
 		case "/v1/embeddings":
 			fmt.Fprint(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1]}],"model":"text-embedding-3-small","usage":{"prompt_tokens":5,"total_tokens":5}}`)
+		case "/v1/messages":
+			fmt.Fprint(w, `{"id":"m1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":5,"cache_creation_input_tokens":2,"cache_read_input_tokens":3,"output_tokens":3}}`)
 		case "/v1/completions":
 			fmt.Fprint(w, `{"id":"c1","object":"text_completion","model":"gpt-4o","choices":[{"text":"ok","index":0}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
 		default:
@@ -83,7 +95,16 @@ func FuzzProxyBodies(f *testing.F) {
 		if resp.StatusCode >= 500 {
 			t.Fatalf("%s %q: %d %s", r.path, body, resp.StatusCode, raw)
 		}
+		if r.path == "/v1/messages/count_tokens" {
+			after, err := ledger.Verify(ctx, b.pool, "acme")
+			if err != nil || after.LastSeq != before.LastSeq || calls != callsBefore {
+				t.Fatalf("count_tokens %q: %d, yet the ledger moved from %d to %d or the upstream was called (%v)", body, resp.StatusCode, before.LastSeq, after.LastSeq, err)
+			}
+		}
 		if resp.StatusCode >= 400 {
+			if strings.HasPrefix(r.path, "/v1/messages") && !strings.HasPrefix(string(raw), `{"type":"error","error":{"type":`) {
+				t.Fatalf("%s %q: %d without an Anthropic error object: %s", r.path, body, resp.StatusCode, raw)
+			}
 			if !strings.Contains(string(raw), `"error":{`) || !strings.Contains(string(raw), `"type":`) {
 				t.Fatalf("%s %q: %d without an OpenAI error object: %s", r.path, body, resp.StatusCode, raw)
 			}

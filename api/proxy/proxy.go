@@ -54,7 +54,8 @@ var kinds = map[string]kind{
 }
 
 // Config configures a Proxy's HTTP concerns; its domain services are the
-// replica's. Upstream is required.
+// replica's. Upstream, AnthropicUpstream or both are required: each
+// serves its own routes.
 type Config struct {
 	// Upstream is the provider's base URL (the path of each call is
 	// appended), e.g. https://api.openai.com.
@@ -62,6 +63,13 @@ type Config struct {
 	// UpstreamKey is sent to the upstream as its bearer token; the tenant's
 	// key never leaves tokengate.
 	UpstreamKey string
+	// AnthropicUpstream is Anthropic's base URL, e.g.
+	// https://api.anthropic.com: with it the proxy serves the Messages
+	// API (/v1/messages and /v1/messages/count_tokens).
+	AnthropicUpstream *url.URL
+	// AnthropicKey is sent to AnthropicUpstream as its x-api-key; the
+	// tenant's key never leaves tokengate.
+	AnthropicKey string
 	// Client calls the upstream. Default: no overall timeout (streams run
 	// long), 30 s to connect and to get the response headers.
 	Client *http.Client
@@ -114,9 +122,13 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 
 // ServeHTTP serves the OpenAI endpoints of kinds.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isMessagesPath(r.URL.Path) {
+		p.serveMessages(w, r)
+		return
+	}
 	k, ok := kinds[r.URL.Path]
 	switch {
-	case !ok:
+	case !ok || p.cfg.Upstream == nil:
 		writeError(w, http.StatusNotFound, "not_found", "", "tokengate proxies /v1/chat/completions, /v1/responses, /v1/completions and /v1/embeddings")
 		return
 	case r.Method != http.MethodPost:
@@ -278,31 +290,7 @@ func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 // an upstream's error, and would charge the tenant without bound: it is
 // clamped to the bound, logged, and counted as outcome usage_clamped.
 func (c *call) settle(in, out, cached int64) {
-	table := c.p.estimator.Table()
-	cin, cout, clamped := budget.ClampUsage(c.est, table, in, out)
-	// Cached input tokens are priced by the domain, at the model's cached
-	// weight, in the settle's own transaction.
-	cached = min(max(cached, 0), cin)
-	if clamped {
-		maxOut, maxTotal := budget.UsageBounds(c.est, table)
-		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
-			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", in, "output_tokens", out,
-			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", cin, "settled_output", cout)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
-		InputTokens: cin, OutputTokens: cout, CachedInputTokens: cached, Actor: "proxy:key:" + c.principal.KeyID})
-	if err != nil {
-		// It stays reserved and expires at its TTL, charged at its estimate.
-		c.p.logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
-		return
-	}
-	if clamped {
-		c.p.calls.WithLabelValues("usage_clamped").Inc()
-		return
-	}
-	c.p.calls.WithLabelValues("settled").Inc()
+	c.settleCache(in, out, estimator.CacheUsage{Read: cached})
 }
 
 func (c *call) release() {

@@ -112,7 +112,7 @@ func setup(t testing.TB, limits budget.Limits) *bundle {
 	}
 	t.Cleanup(rep.Close)
 	a := rep.Admitter
-	p := proxy.New(rep, proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream"})
+	p := proxy.New(rep, proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", AnthropicUpstream: upURL, AnthropicKey: "sk-ant-upstream"})
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))

@@ -230,6 +230,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, dp *budget.Deferra
 	if usage != nil {
 		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, usage.InputTokens, usage.OutputTokens
 		rec.CachedInputTokens, rec.RefundTokens = usage.CachedInputTokens, usage.RefundTokens
+		rec.CacheWriteTokens, rec.CacheWrite1hTokens = usage.CacheWriteTokens, usage.CacheWrite1hTokens
 	}
 	// Usage no request could have produced is refused here, as the store
 	// would refuse it: of an admission made here the reservation is known;
@@ -361,7 +362,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		if r.Kind == KindSettle {
 			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
-				Actor: r.Actor, Defer: r.Defer})
+				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, Actor: r.Actor, Defer: r.Defer})
 		} else {
 			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				Actor: r.Actor, Defer: r.Defer})

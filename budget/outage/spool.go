@@ -48,11 +48,13 @@ type Record struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	RequestHash    []byte          `json:"request_hash,omitempty"`
 	Response       json.RawMessage `json:"response,omitempty"`
-	// CachedInputTokens and RefundTokens are a settle's usage as it was
+	// CachedInputTokens, the cache writes and RefundTokens are a settle's usage as it was
 	// stated (budget.SettleParams): the replay's settle prices them with
 	// the admission, as the store would have.
-	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"`
-	RefundTokens      int64 `json:"refund_tokens,omitempty"`
+	CachedInputTokens  int64 `json:"cached_input_tokens,omitempty"`
+	CacheWriteTokens   int64 `json:"cache_write_tokens,omitempty"`
+	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens,omitempty"`
+	RefundTokens       int64 `json:"refund_tokens,omitempty"`
 	// Defer is, on a settle or release by IdempotencyKey, the request's
 	// failure policy as the replica knew it (budget.SettleParams.Defer): if
 	// the replay finds no admission for the key, because the replica that

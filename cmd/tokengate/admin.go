@@ -358,6 +358,8 @@ type modelSetCmd struct {
 	InputWeight        *string `name:"input-weight" help:"Cost per input token (decimal)."`
 	OutputWeight       *string `name:"output-weight" help:"Cost per output token (decimal); reasoning tokens are output tokens."`
 	CachedInputWeight  *string `name:"cached-input-weight" help:"Cost per input token served from the provider's prompt cache (decimal; 0: as an input token)."`
+	CacheWriteWeight   *string `name:"cache-write-weight" help:"Cost per input token written to the provider's prompt cache, for 5 minutes (Anthropic's cache_creation_input_tokens; decimal; 0: as an input token)."`
+	CacheWrite1hWeight *string `name:"cache-write-1h-weight" help:"Cost per input token written to the prompt cache for an hour (decimal; 0: as --cache-write-weight)."`
 	OutputCap          *int64  `name:"output-cap" help:"Output tokens reserved when a request names none; the largest accepted."`
 	ContextWindow      *int64  `name:"context-window" help:"Context window in tokens."`
 	PartTokens         *int64  `name:"part-tokens" help:"Tokens for one image/audio/file part without input_tokens."`
@@ -384,7 +386,9 @@ func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
 			dst  *int64
 			flag string
 		}{{c.InputWeight, &m.InputWeightMicro, "input-weight"}, {c.OutputWeight, &m.OutputWeightMicro, "output-weight"},
-			{c.CachedInputWeight, &m.CachedInputWeightMicro, "cached-input-weight"}} {
+			{c.CachedInputWeight, &m.CachedInputWeightMicro, "cached-input-weight"},
+			{c.CacheWriteWeight, &m.CacheWriteWeightMicro, "cache-write-weight"},
+			{c.CacheWrite1hWeight, &m.CacheWrite1hWeightMicro, "cache-write-1h-weight"}} {
 			if w.v != nil {
 				if *w.dst, err = budget.ParseRate(*w.v); err != nil {
 					return fmt.Errorf("--%s: %w", w.flag, err)

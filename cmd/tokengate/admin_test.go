@@ -89,6 +89,14 @@ func TestAdminCommands(t *testing.T) {
 	if _, _, err := cli2(t, "model", "set", "x", "--input-weight", "0", "--database-url", url); err == nil || !strings.Contains(err.Error(), "input-weight") {
 		t.Fatalf("zero weight: %v", err)
 	}
+	must("model", "set", "claude-opus-5-5", "--cache-write-weight", "1.3", "--cache-write-1h-weight", "2.1")
+	if table, err = estimator.LoadTable(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := table.Get("claude-opus-5-5"); !ok || m.CacheWriteWeightMicro != 1_300_000 || m.CacheWrite1hWeightMicro != 2_100_000 ||
+		m.CachedInputWeightMicro != 100_000 || m.ContextWindow != 1_000_000 {
+		t.Fatalf("claude-opus-5-5 after --cache-write-weight: %+v", m)
+	}
 }
 
 // TestLedgerVerifyExitsNonZeroOnOverflow: a balance that wrapped past

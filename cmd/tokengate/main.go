@@ -200,9 +200,11 @@ type serveCmd struct {
 	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"${store_timeout}" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
 	RLSAddr            string        `name:"rls-addr" env:"TOKENGATE_RLS_ADDR" help:"Serve Envoy's rate limit service (gRPC) on this address, e.g. :8081. Off by default."`
-	ProxyAddr          string        `name:"proxy-addr" env:"TOKENGATE_PROXY_ADDR" help:"Serve the OpenAI-compatible proxy on this address, e.g. :8082 (needs --upstream). Off by default."`
+	ProxyAddr          string        `name:"proxy-addr" env:"TOKENGATE_PROXY_ADDR" help:"Serve the OpenAI-compatible proxy on this address, e.g. :8082 (needs --upstream, --anthropic-upstream or both). Off by default."`
 	Upstream           string        `name:"upstream" env:"TOKENGATE_UPSTREAM" help:"The proxy's provider base URL, e.g. https://api.openai.com."`
 	UpstreamKey        string        `name:"upstream-key" env:"TOKENGATE_UPSTREAM_KEY" help:"The proxy's bearer token for --upstream (tenants' keys never leave tokengate). Never logged."`
+	AnthropicUpstream  string        `name:"anthropic-upstream" env:"TOKENGATE_ANTHROPIC_UPSTREAM" help:"The proxy's Anthropic base URL, e.g. https://api.anthropic.com: serves /v1/messages and /v1/messages/count_tokens."`
+	AnthropicKey       string        `name:"anthropic-upstream-key" env:"TOKENGATE_ANTHROPIC_UPSTREAM_KEY" help:"The proxy's x-api-key for --anthropic-upstream (tenants' keys never leave tokengate). Never logged."`
 	GCPercent          int           `name:"gc-percent" env:"TOKENGATE_GC_PERCENT" default:"400" help:"Go's GOGC for the replica: the heap may grow this many percent over what is live before a collection (GOGC, when set, wins)."`
 	MemoryLimit        int64         `name:"memory-limit" env:"TOKENGATE_MEMORY_LIMIT" default:"67108864" help:"A soft limit of the Go runtime's memory in bytes (default 64 MiB), past which it collects more often; it never refuses memory (GOMEMLIMIT, when set, wins); 0: none. Raise it for a replica whose live heap nears it."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`

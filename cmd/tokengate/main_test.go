@@ -134,7 +134,8 @@ func TestDatabaseUnreachableFailsAfterWait(t *testing.T) {
 
 // TestServeWithTheProxy: --proxy-addr without --upstream is refused at
 // start; with it, the proxy answers on its address (an unknown key gets
-// OpenAI's 401 shape, so SDKs report it as an authentication error).
+// OpenAI's 401 shape, so SDKs report it as an authentication error; on
+// /v1/messages, with --anthropic-upstream, Anthropic's authentication_error).
 func TestServeWithTheProxy(t *testing.T) {
 	t.Parallel()
 	url := pgtest.EmptyURL(t)
@@ -152,7 +153,7 @@ func TestServeWithTheProxy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- proxyCmd{serveCmd{Addr: freeAddr(t), Migrate: true, MaxConns: 4, ProxyAddr: proxyAddr, Upstream: "http://127.0.0.1:1",
-			ShutdownTimeout: 5 * time.Second}}.Run(ctx, g)
+			AnthropicUpstream: "http://127.0.0.1:1", ShutdownTimeout: 5 * time.Second}}.Run(ctx, g)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -164,6 +165,17 @@ func TestServeWithTheProxy(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"error"`) {
 				t.Fatalf("proxy answered %d %s, want 401 with an OpenAI error", resp.StatusCode, body)
+			}
+			req, _ := http.NewRequest(http.MethodPost, "http://"+proxyAddr+"/v1/messages", strings.NewReader(`{}`))
+			req.Header.Set("X-Api-Key", "tg_nosuchkey_0000")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"type":"authentication_error"`) {
+				t.Fatalf("/v1/messages answered %d %s, want 401 authentication_error", resp.StatusCode, body)
 			}
 			break
 		}

@@ -20,15 +20,23 @@ import (
 // settle, for up to the shutdown timeout.
 func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) (func(), error) {
 	logger := rep.Logger
-	upstream, err := url.Parse(s.Upstream)
-	if s.Upstream == "" || err != nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {
-		return nil, fmt.Errorf("--proxy-addr needs --upstream, an http(s) URL (got %q)", s.Upstream)
+	if s.Upstream == "" && s.AnthropicUpstream == "" {
+		return nil, errors.New("--proxy-addr needs --upstream or --anthropic-upstream, an http(s) URL")
+	}
+	upstream, err := upstreamURL("--upstream", s.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	anthropic, err := upstreamURL("--anthropic-upstream", s.AnthropicUpstream)
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", s.ProxyAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-addr %s: %w", s.ProxyAddr, err)
 	}
-	p := proxy.New(rep, proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, ClientAddr: srv.ClientAddr, BodyLimit: s.BodyLimit})
+	p := proxy.New(rep, proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, AnthropicUpstream: anthropic, AnthropicKey: s.AnthropicKey,
+		ClientAddr: srv.ClientAddr, BodyLimit: s.BodyLimit})
 	hs := &http.Server{Handler: p}
 	s.httpTimeouts().Apply(hs)
 	go func() {
@@ -36,7 +44,12 @@ func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) 
 			logger.Error("proxy stopped", "error", err.Error())
 		}
 	}()
-	fmt.Fprintf(g.stderr, "tokengate OpenAI-compatible proxy on %s, forwarding to %s\n", displayURL(ln.Addr()), upstream.Redacted())
+	if upstream != nil {
+		fmt.Fprintf(g.stderr, "tokengate OpenAI-compatible proxy on %s, forwarding to %s\n", displayURL(ln.Addr()), upstream.Redacted())
+	}
+	if anthropic != nil {
+		fmt.Fprintf(g.stderr, "tokengate Anthropic Messages proxy on %s, forwarding to %s\n", displayURL(ln.Addr()), anthropic.Redacted())
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
 		defer cancel()
@@ -44,6 +57,19 @@ func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) 
 			logger.Error("proxy shutdown did not finish in time", "error", err.Error())
 		}
 	}, nil
+}
+
+// upstreamURL parses an upstream flag's value: empty is none (nil), else
+// an http(s) URL with a host.
+func upstreamURL(flag, raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%s must be an http(s) URL (got %q)", flag, raw)
+	}
+	return u, nil
 }
 
 // httpTimeouts are the timeouts of every HTTP server of the replica.

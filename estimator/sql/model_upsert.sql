@@ -1,9 +1,11 @@
 INSERT INTO models (name, encoding, input_weight_micro, output_weight_micro, default_output_tokens, context_window,
-                    part_tokens, updated_by, on_store_unavailable, cached_input_weight_micro)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), $10)
+                    part_tokens, updated_by, on_store_unavailable, cached_input_weight_micro,
+                    cache_write_weight_micro, cache_write_1h_weight_micro)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULLIF($9, ''), $10, $11, $12)
 ON CONFLICT (name) DO UPDATE
 SET encoding = excluded.encoding, input_weight_micro = excluded.input_weight_micro,
     output_weight_micro = excluded.output_weight_micro, default_output_tokens = excluded.default_output_tokens,
     context_window = excluded.context_window, part_tokens = excluded.part_tokens,
     on_store_unavailable = excluded.on_store_unavailable, cached_input_weight_micro = excluded.cached_input_weight_micro,
+    cache_write_weight_micro = excluded.cache_write_weight_micro, cache_write_1h_weight_micro = excluded.cache_write_1h_weight_micro,
     updated_at = clock_timestamp(), updated_by = excluded.updated_by

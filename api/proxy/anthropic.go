@@ -1,0 +1,442 @@
+package proxy
+
+// Anthropic's Messages API (`--anthropic-upstream URL`): Claude Code and
+// the Anthropic SDKs point ANTHROPIC_BASE_URL at the proxy and use a tenant
+// key as their API key. A call of /v1/messages is admitted through the
+// same admission layer as the OpenAI routes, forwarded with tokengate's own
+// Anthropic key, and settled from Anthropic's usage: its input, cache reads
+// and cache writes priced by the domain at the model's weights.
+// /v1/messages/count_tokens is answered from the estimator and never
+// debits.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// messages is the kind of an Anthropic Messages call.
+const messagesAPI kind = 100
+
+const (
+	messagesPath    = "/v1/messages"
+	countTokensPath = "/v1/messages/count_tokens"
+)
+
+func isMessagesPath(path string) bool { return path == messagesPath || path == countTokensPath }
+
+// serveMessages serves the Messages API and its count_tokens.
+func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case p.cfg.AnthropicUpstream == nil:
+		writeAnthropicError(w, http.StatusNotFound, "not_found_error", "this tokengate proxy serves no Anthropic upstream (--anthropic-upstream)")
+		return
+	case r.Method != http.MethodPost:
+		writeAnthropicError(w, http.StatusMethodNotAllowed, "invalid_request_error", "use POST")
+		return
+	}
+	ctx := r.Context()
+	start := time.Now()
+	principal, err := p.guard.TenantDeferred(ctx, p.cfg.ClientAddr(r), anthropicKey(r))
+	if err != nil {
+		p.calls.WithLabelValues("refused").Inc()
+		writeAnthropicDomainError(w, err)
+		return
+	}
+	body, ok := p.readMessagesBody(w, r)
+	if !ok {
+		return
+	}
+	if r.URL.Path == countTokensPath {
+		p.countTokens(w, body)
+		return
+	}
+	idem, bad := idempotencyKey(r)
+	if bad != "" {
+		p.invalid(start)
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key: "+bad)
+		return
+	}
+	req, err := estimator.ParseMessages(body)
+	var est estimator.Estimate
+	if err == nil {
+		est, err = p.estimator.Estimate(req)
+	}
+	if err != nil {
+		p.invalid(start)
+		writeEstimateError(w, err)
+		return
+	}
+	res, _, err := p.admitter.Reserve(ctx, admission.Request{Face: admission.FaceProxy, Start: start, Body: body,
+		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
+			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
+	if err != nil {
+		outcome := "refused"
+		if inv := (*budget.InvalidError)(nil); errors.As(err, &inv) {
+			outcome = "invalid" // counted as an invalid admission by the admission layer
+		}
+		p.calls.WithLabelValues(outcome).Inc()
+		writeAnthropicDomainError(w, err)
+		return
+	}
+	setAnthropicRateHeaders(w.Header(), res.Snapshot)
+	w.Header().Set("X-Tokengate-Admission", res.AdmissionID)
+	if res.Replayed {
+		// A retry of a call that was admitted: its answer went to the first
+		// caller, and a second upstream call would run (and cost) again.
+		w.Header().Set("X-Should-Retry", "false")
+		writeAnthropicError(w, http.StatusConflict, "invalid_request_error",
+			"this Idempotency-Key was admitted already (admission "+res.AdmissionID+"); send a new key to call again")
+		return
+	}
+	c := &call{p: p, kind: messagesAPI, principal: principal, admission: res, est: est}
+	c.forwardMessages(w, r, body)
+}
+
+// countTokens answers count_tokens with the estimate's input, as
+// Anthropic's {"input_tokens": N}. Nothing is admitted or debited.
+func (p *Proxy) countTokens(w http.ResponseWriter, body []byte) {
+	req, err := estimator.ParseCountTokens(body)
+	var est estimator.Estimate
+	if err == nil {
+		est, err = p.estimator.Estimate(req)
+	}
+	if err != nil {
+		p.calls.WithLabelValues("invalid").Inc()
+		writeEstimateError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(struct {
+		InputTokens int64 `json:"input_tokens"`
+	}{est.InputTokens})
+}
+
+func writeEstimateError(w http.ResponseWriter, err error) {
+	var inv *estimator.InvalidError
+	if errors.As(err, &inv) {
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", inv.Field+": "+inv.Reason)
+		return
+	}
+	writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "the request could not be read")
+}
+
+// upstreamHeaderDrops are request headers never forwarded: the tenant's
+// credentials, hop-by-hop headers, and Accept-Encoding (the client's
+// transport negotiates its own, and decodes it, so the proxy reads the
+// usage).
+var upstreamHeaderDrops = map[string]bool{
+	"Authorization": true, "X-Api-Key": true, "Proxy-Authorization": true, "Cookie": true,
+	"Content-Length": true, "Connection": true, "Transfer-Encoding": true, "Keep-Alive": true, "Te": true,
+	"Trailer": true, "Upgrade": true, "Proxy-Connection": true, "Host": true, "Accept-Encoding": true,
+}
+
+func (c *call) forwardMessages(w http.ResponseWriter, r *http.Request, body []byte) {
+	target := c.p.cfg.AnthropicUpstream.JoinPath(r.URL.Path)
+	target.RawQuery = r.URL.RawQuery
+	ureq, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target.String(), strings.NewReader(string(body)))
+	if err != nil {
+		c.release()
+		writeAnthropicError(w, http.StatusBadGateway, "api_error", "the upstream request could not be built")
+		return
+	}
+	// anthropic-version, anthropic-beta and the client's other headers
+	// pass; the tenant's key never does.
+	for k, vs := range r.Header {
+		if !upstreamHeaderDrops[http.CanonicalHeaderKey(k)] {
+			ureq.Header[k] = vs
+		}
+	}
+	ureq.Header.Set("Content-Type", "application/json")
+	if c.p.cfg.AnthropicKey != "" {
+		ureq.Header.Set("X-Api-Key", c.p.cfg.AnthropicKey)
+	}
+	resp, err := c.p.cfg.Client.Do(ureq)
+	if err != nil {
+		c.release()
+		c.p.calls.WithLabelValues("upstream_error").Inc()
+		writeAnthropicError(w, http.StatusBadGateway, "api_error", "the upstream did not answer")
+		return
+	}
+	defer resp.Body.Close()
+	dropUpstreamRateHeaders(resp.Header)
+	if resp.StatusCode >= 300 {
+		// Refused or failed before any output: released, and its answer
+		// relayed as it is (the SDK retries Anthropic's 429 and 529).
+		c.release()
+		c.p.calls.WithLabelValues("upstream_error").Inc()
+		copyHeaders(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
+		return
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		c.streamMessages(w, resp)
+		return
+	}
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		// The answer broke off: no usage to settle from, and the model ran.
+		c.settle(c.est.InputTokens, c.est.OutputTokens, 0)
+		writeAnthropicError(w, http.StatusBadGateway, "api_error", "the upstream's answer broke off")
+		return
+	}
+	var v struct {
+		Usage *anthropicUsage `json:"usage"`
+	}
+	if json.Unmarshal(out, &v) == nil && v.Usage != nil && v.Usage.complete() {
+		c.settleMessages(v.Usage.messagesUsage())
+	} else {
+		c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+	}
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(out)
+}
+
+// anthropicUsage is Anthropic's usage object, in a whole answer, in
+// message_start's message and in message_delta (where each field given is
+// the total so far).
+type anthropicUsage struct {
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+	CacheCreation            *struct {
+		Ephemeral5m *int64 `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h *int64 `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
+}
+
+// complete says whether u states both input and output.
+func (u *anthropicUsage) complete() bool {
+	return u != nil && u.InputTokens != nil && u.OutputTokens != nil
+}
+
+// messagesUsage is a call's usage in tokengate's terms: input is every
+// input token (uncached, read from the cache and written to it), and
+// cache says how many touched the cache.
+type messagesUsage struct {
+	input, output int64
+	cache         estimator.CacheUsage
+}
+
+// tokenCount reads one usage field: absent, negative or past any call's
+// size counts as 0 (the settle's bounds judge the total).
+func tokenCount(p *int64) int64 {
+	if p == nil || *p < 0 || *p > 1_000_000_000 {
+		return 0
+	}
+	return *p
+}
+
+// messagesUsage adds Anthropic's separate input counts into one input:
+// Anthropic's input_tokens excludes the cache's reads and writes. The
+// writes are split by lifetime when the usage says so.
+func (u *anthropicUsage) messagesUsage() messagesUsage {
+	var m messagesUsage
+	m.merge(u)
+	return m
+}
+
+// merge applies the fields u gives over m's (a stream's message_delta
+// over its message_start).
+func (m *messagesUsage) merge(u *anthropicUsage) {
+	if u == nil {
+		return
+	}
+	uncached := m.input - m.cache.Read - m.cache.Write5m - m.cache.Write1h
+	if u.InputTokens != nil {
+		uncached = tokenCount(u.InputTokens)
+	}
+	if u.OutputTokens != nil {
+		m.output = tokenCount(u.OutputTokens)
+	}
+	if u.CacheReadInputTokens != nil {
+		m.cache.Read = tokenCount(u.CacheReadInputTokens)
+	}
+	if u.CacheCreationInputTokens != nil {
+		written := tokenCount(u.CacheCreationInputTokens)
+		m.cache.Write5m, m.cache.Write1h = written, 0
+		if cc := u.CacheCreation; cc != nil && cc.Ephemeral1h != nil {
+			m.cache.Write1h = min(tokenCount(cc.Ephemeral1h), written)
+			m.cache.Write5m = written - m.cache.Write1h
+		}
+	}
+	m.input = uncached + m.cache.Read + m.cache.Write5m + m.cache.Write1h
+}
+
+func (c *call) settleMessages(u messagesUsage) {
+	c.settleCache(u.input, u.output, u.cache)
+}
+
+// settleCache reconciles the admission with what the call used, whatever
+// happened to the client meanwhile: in input tokens, of which cache
+// touched the provider's prompt cache, and out output tokens.
+//
+// The upstream's usage is a fact, not a claim: the request already ran. But
+// usage beyond what the request could produce (more output than it
+// reserved, more than the model's context window: budget.UsageBounds) is
+// an upstream's error, and would charge the tenant without bound: it is
+// clamped to the bound, logged, and counted as outcome usage_clamped.
+func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
+	table := c.p.estimator.Table()
+	cin, cout, clamped := budget.ClampUsage(c.est, table, in, out)
+	// The cache's tokens are priced by the domain, at the model's cache
+	// weights, in the settle's own transaction; none may exceed what is
+	// left of the (clamped) input.
+	left := cin
+	take := func(n int64) int64 {
+		n = min(max(n, 0), left)
+		left -= n
+		return n
+	}
+	read, w5, w1 := take(cache.Read), take(cache.Write5m), take(cache.Write1h)
+	if clamped {
+		maxOut, maxTotal := budget.UsageBounds(c.est, table)
+		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
+			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", in, "output_tokens", out,
+			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", cin, "settled_output", cout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
+		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1,
+		Actor: "proxy:key:" + c.principal.KeyID})
+	if err != nil {
+		// It stays reserved and expires at its TTL, charged at its estimate.
+		c.p.logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
+		return
+	}
+	if clamped {
+		c.p.calls.WithLabelValues("usage_clamped").Inc()
+		return
+	}
+	c.p.calls.WithLabelValues("settled").Inc()
+}
+
+// anthropicKey is the tenant's key: x-api-key, as Anthropic's SDKs send
+// it, or a bearer token (Claude Code's ANTHROPIC_AUTH_TOKEN).
+func anthropicKey(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get("X-Api-Key")); k != "" {
+		return k
+	}
+	return bearer(r)
+}
+
+// readMessagesBody is readBody with Anthropic's errors.
+func (p *Proxy) readMessagesBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.cfg.BodyLimit))
+	if err == nil {
+		return body, true
+	}
+	p.calls.WithLabelValues("invalid").Inc()
+	var mb *http.MaxBytesError
+	switch {
+	case errors.As(err, &mb):
+		writeAnthropicError(w, http.StatusRequestEntityTooLarge, "request_too_large", "the request body is larger than the proxy accepts")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		writeAnthropicError(w, http.StatusRequestTimeout, "invalid_request_error", "the request body did not arrive within the proxy's body read timeout")
+	default:
+		w.Header().Set("Connection", "close")
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "the request body could not be read")
+	}
+	return nil, false
+}
+
+// anthropicError is Anthropic's error shape, which its SDKs read.
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeAnthropicError(w http.ResponseWriter, status int, typ, message string) {
+	b := anthropicError{Type: "error"}
+	b.Error.Type, b.Error.Message = typ, message
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(b)
+}
+
+// writeAnthropicDomainError answers a refusal of the domain in Anthropic's
+// terms: a 429 rate_limit_error with retry-after (and retry-after-ms,
+// which the SDKs prefer) and the anthropic-ratelimit headers, so that the
+// SDK's own retry waits exactly long enough; a request that can never fit
+// is an invalid_request_error, which no SDK retries.
+func writeAnthropicDomainError(w http.ResponseWriter, err error) {
+	var rej *budget.RejectedError
+	var tl *budget.TooLargeError
+	var thr *credential.ThrottledError
+	var inv *budget.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", inv.Field+": "+inv.Reason)
+	case errors.As(err, &rej):
+		setAnthropicRateHeaders(w.Header(), rej.Snapshot)
+		ms := budget.RetryAfterMillis(rej.RetryAfter)
+		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
+		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error",
+			"tokengate: rejected by the tenant's "+string(rej.Limit)+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
+	case errors.As(err, &thr):
+		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "too many failed authentications from this address")
+	case errors.As(err, &tl):
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", tl.Error())
+	case budget.IsInvalidInput(err):
+		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)")
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
+		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid tokengate key")
+	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
+		writeAnthropicError(w, http.StatusForbidden, "permission_error", "the tenant is disabled")
+	case errors.Is(err, budget.ErrIdempotencyMismatch):
+		w.Header().Set("X-Should-Retry", "false")
+		writeAnthropicError(w, http.StatusConflict, "invalid_request_error", "this Idempotency-Key was used for another request")
+	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		writeAnthropicError(w, 529, "overloaded_error", "tokengate cannot decide now: "+err.Error())
+	default:
+		writeAnthropicError(w, http.StatusInternalServerError, "api_error", "internal error")
+	}
+}
+
+// setAnthropicRateHeaders sets Anthropic's anthropic-ratelimit headers
+// from the tenant's snapshot: limit, remaining, and the RFC 3339 time the
+// bucket is full again.
+func setAnthropicRateHeaders(h http.Header, snap budget.Snapshot) {
+	h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
+	h.Set("Anthropic-Ratelimit-Tokens-Remaining", strconv.FormatInt(max(0, snap.Tokens()), 10))
+	h.Set("Anthropic-Ratelimit-Tokens-Reset", snap.At.Add(snap.TokensFullIn).UTC().Format(time.RFC3339))
+	if snap.Limits.RequestsCapacity > 0 {
+		h.Set("Anthropic-Ratelimit-Requests-Limit", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
+		h.Set("Anthropic-Ratelimit-Requests-Remaining", strconv.FormatInt(max(0, snap.Requests()), 10))
+		h.Set("Anthropic-Ratelimit-Requests-Reset", snap.At.Add(snap.RequestsFullIn).UTC().Format(time.RFC3339))
+	}
+}
+
+// dropUpstreamRateHeaders removes the upstream's own rate limit headers:
+// the organisation's limits are tokengate's business, and the tenant's
+// are the ones the caller is held to.
+func dropUpstreamRateHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "anthropic-ratelimit-") {
+			delete(h, k)
+		}
+	}
+}
