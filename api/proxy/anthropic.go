@@ -10,6 +10,7 @@ package proxy
 // debits.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,7 +60,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == countTokensPath {
-		p.countTokens(w, body)
+		p.countTokens(w, r, body)
 		return
 	}
 	idem, bad := idempotencyKey(r)
@@ -105,8 +106,11 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 }
 
 // countTokens answers count_tokens with the estimate's input, as
-// Anthropic's {"input_tokens": N}. Nothing is admitted or debited.
-func (p *Proxy) countTokens(w http.ResponseWriter, body []byte) {
+// Anthropic's {"input_tokens": N}, or with the upstream's own count when
+// Config.CountTokensUpstream says so. The body is checked here either way:
+// a call the estimator refuses never reaches the upstream. Nothing is
+// admitted or debited. X-Tokengate-Count says which count answered.
+func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, body []byte) {
 	req, err := estimator.ParseCountTokens(body)
 	var est estimator.Estimate
 	if err == nil {
@@ -117,10 +121,56 @@ func (p *Proxy) countTokens(w http.ResponseWriter, body []byte) {
 		writeEstimateError(w, err)
 		return
 	}
+	if p.cfg.CountTokensUpstream && p.countTokensUpstream(w, r, body) {
+		return
+	}
+	w.Header().Set("X-Tokengate-Count", "estimate")
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(struct {
 		InputTokens int64 `json:"input_tokens"`
 	}{est.InputTokens})
+}
+
+// countTokensUpstream forwards a count_tokens call to Anthropic, with the
+// headers a Messages call passes and tokengate's key, and relays its
+// answer. It answers false, having written nothing, when the upstream
+// cannot answer (no connection, a 5xx, a 429): Claude Code counts tokens
+// to decide when to compact, and an estimate serves it better than an
+// error. A 4xx other than 429 is the call's own fault and is relayed.
+func (p *Proxy) countTokensUpstream(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	target := p.cfg.AnthropicUpstream.JoinPath(countTokensPath)
+	target.RawQuery = r.URL.RawQuery
+	ureq, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target.String(), bytes.NewReader(body))
+	if err != nil {
+		return false
+	}
+	for k, vs := range r.Header {
+		if !upstreamHeaderDrops[http.CanonicalHeaderKey(k)] {
+			ureq.Header[k] = vs
+		}
+	}
+	ureq.Header.Set("Content-Type", "application/json")
+	if p.cfg.AnthropicKey != "" {
+		ureq.Header.Set("X-Api-Key", p.cfg.AnthropicKey)
+	}
+	resp, err := p.cfg.Client.Do(ureq)
+	if err != nil {
+		p.logger.Warn("count_tokens upstream did not answer: answered with the estimate", "error", err.Error())
+		return false
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		p.logger.Warn("count_tokens upstream failed: answered with the estimate", "status", resp.StatusCode)
+		return false
+	}
+	dropUpstreamRateHeaders(resp.Header)
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.Header().Set("X-Tokengate-Count", "upstream")
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(out)
+	return true
 }
 
 func writeEstimateError(w http.ResponseWriter, err error) {

@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -564,6 +566,72 @@ func TestMessagesUpstreamRefusesBeforeOutput(t *testing.T) {
 	}
 	if as := b.admissions(t); len(as) != 1 || as[0].State != budget.StateReleased || b.balance(t) != 100_000 {
 		t.Fatalf("admissions %+v, balance %d: a refused call was charged", as, b.balance(t))
+	}
+	b.verify(t)
+}
+
+// TestMessagesCountTokensFromUpstream: with CountTokensUpstream
+// (--anthropic-count-tokens upstream) count_tokens is Anthropic's own
+// count, asked with tokengate's key and the client's anthropic-version;
+// when the upstream fails it is the estimate. A body the estimator refuses
+// never reaches the upstream, and nothing is ever debited.
+func TestMessagesCountTokensFromUpstream(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, func(c *proxy.Config) { c.CountTokensUpstream = true })
+	var h heard
+	var failing atomic.Bool
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		h.add(r, body)
+		if r.URL.Path != "/v1/messages/count_tokens" {
+			t.Errorf("count_tokens went to %s", r.URL.Path)
+		}
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"input_tokens":4242}`)
+	}
+	params := anthropic.MessageCountTokensParams{Model: claudeModel,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("How many tokens is this?"))}}
+	res, err := b.anthropicClient(0).Messages.CountTokens(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.InputTokens != 4242 {
+		t.Fatalf("count_tokens %d, want the upstream's 4242", res.InputTokens)
+	}
+	if h.count() != 1 || h.headers[0].Get("X-Api-Key") != "sk-ant-upstream" || h.headers[0].Get("Anthropic-Version") == "" ||
+		strings.Contains(fmt.Sprint(h.headers[0]), b.key) {
+		t.Fatalf("upstream heard %d calls, headers %v", h.count(), h.headers)
+	}
+
+	// The upstream fails: the estimate answers.
+	failing.Store(true)
+	res, err = b.anthropicClient(0).Messages.CountTokens(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := estimator.ParseCountTokens([]byte(`{"model":"` + claudeModel + `","messages":[{"role":"user","content":[{"type":"text","text":"How many tokens is this?"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := b.est.Estimate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.InputTokens != want.InputTokens || h.count() != 2 {
+		t.Fatalf("with the upstream down: %d, want the estimate's %d (%d upstream calls)", res.InputTokens, want.InputTokens, h.count())
+	}
+
+	// A bad body is refused here.
+	_, err = b.anthropicClient(0).Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: claudeModel})
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || h.count() != 2 {
+		t.Fatalf("no messages: %v (%d upstream calls)", err, h.count())
+	}
+	if len(b.admissions(t)) != 0 || b.balance(t) != 100_000 {
+		t.Fatalf("count_tokens admitted %d, balance %d", len(b.admissions(t)), b.balance(t))
 	}
 	b.verify(t)
 }

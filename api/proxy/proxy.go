@@ -70,6 +70,12 @@ type Config struct {
 	// AnthropicKey is sent to AnthropicUpstream as its x-api-key; the
 	// tenant's key never leaves tokengate.
 	AnthropicKey string
+	// CountTokensUpstream answers /v1/messages/count_tokens with
+	// Anthropic's own count (forwarded with AnthropicKey) instead of the
+	// estimator's, falling back to the estimate when the upstream cannot
+	// answer. Either way nothing is admitted or debited. Default false:
+	// the estimate, which costs no upstream call.
+	CountTokensUpstream bool
 	// Client calls the upstream. Default: no overall timeout (streams run
 	// long), 30 s to connect and to get the response headers.
 	Client *http.Client

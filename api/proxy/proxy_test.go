@@ -83,6 +83,12 @@ type bundle struct {
 // whose key the OpenAI SDK uses as its API key.
 func setup(t testing.TB, limits budget.Limits) *bundle {
 	t.Helper()
+	return setupWith(t, limits, nil)
+}
+
+// setupWith is setup with the proxy's configuration changed by configure.
+func setupWith(t testing.TB, limits budget.Limits, configure func(*proxy.Config)) *bundle {
+	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
@@ -112,7 +118,11 @@ func setup(t testing.TB, limits budget.Limits) *bundle {
 	}
 	t.Cleanup(rep.Close)
 	a := rep.Admitter
-	p := proxy.New(rep, proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", AnthropicUpstream: upURL, AnthropicKey: "sk-ant-upstream"})
+	cfg := proxy.Config{Upstream: upURL, UpstreamKey: "sk-upstream", AnthropicUpstream: upURL, AnthropicKey: "sk-ant-upstream"}
+	if configure != nil {
+		configure(&cfg)
+	}
+	p := proxy.New(rep, cfg)
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))

@@ -36,7 +36,7 @@ func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) 
 		return nil, fmt.Errorf("--proxy-addr %s: %w", s.ProxyAddr, err)
 	}
 	p := proxy.New(rep, proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, AnthropicUpstream: anthropic, AnthropicKey: s.AnthropicKey,
-		ClientAddr: srv.ClientAddr, BodyLimit: s.BodyLimit})
+		CountTokensUpstream: s.CountTokens == "upstream", ClientAddr: srv.ClientAddr, BodyLimit: s.BodyLimit})
 	hs := &http.Server{Handler: p}
 	s.httpTimeouts().Apply(hs)
 	go func() {
