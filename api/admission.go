@@ -191,8 +191,9 @@ func endedOf(st *budget.Settlement) endedJSON {
 	return out
 }
 
-// settleBody accepts OpenAI's usage names and the generic ones, and the
-// cached input tokens of either API's details.
+// settleBody accepts OpenAI's usage names and the generic ones, the
+// cached input tokens of either OpenAI API's details, and Anthropic's
+// usage as its Messages API reports it.
 type settleBody struct {
 	Usage *struct {
 		PromptTokens        *int64         `json:"prompt_tokens"`
@@ -201,16 +202,28 @@ type settleBody struct {
 		OutputTokens        *int64         `json:"output_tokens"`
 		PromptTokensDetails *cachedDetails `json:"prompt_tokens_details"`
 		InputTokensDetails  *cachedDetails `json:"input_tokens_details"`
+		// Anthropic's: its input_tokens leaves out the tokens read from
+		// and written to the prompt cache, which it counts apart.
+		CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
+		CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+		CacheCreation            *cacheCreation `json:"cache_creation"`
 	} `json:"usage"`
+}
+
+// cacheCreation is Anthropic's split of its cache writes by lifetime.
+type cacheCreation struct {
+	Ephemeral5m *int64 `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h *int64 `json:"ephemeral_1h_input_tokens"`
 }
 
 type cachedDetails struct {
 	CachedTokens *int64 `json:"cached_tokens"`
 }
 
-// settleUsage is a settle's usage: cached counts the input tokens the
-// provider served from its cache, part of in.
-type settleUsage struct{ in, out, cached int64 }
+// settleUsage is a settle's usage: in is every input token, of which
+// cached were served from the provider's cache, and write5m and write1h
+// written to it (Anthropic's cache writes, for 5 minutes and for an hour).
+type settleUsage struct{ in, out, cached, write5m, write1h int64 }
 
 const maxUsageTokens = 1_000_000_000
 
@@ -255,6 +268,60 @@ func parseUsage(body []byte) (u settleUsage, err error) {
 			return u, invalid("usage."+d.name+".cached_tokens", "must be between 0 and the input tokens")
 		}
 		u.cached = *d.details.CachedTokens
+	}
+	return anthropicCache(u, w.CacheReadInputTokens, w.CacheCreationInputTokens, w.CacheCreation)
+}
+
+// anthropicCache adds Anthropic's cache counts to u. Anthropic's
+// input_tokens excludes them, so a usage copied from its answer states its
+// input in three parts: the reads and writes are added to the input, and
+// priced at the model's cache weights. A settle that dropped them would
+// charge a cached call a fraction of its input (crewAI #6770).
+func anthropicCache(u settleUsage, read, creation *int64, split *cacheCreation) (settleUsage, error) {
+	if read == nil && creation == nil && split == nil {
+		return u, nil
+	}
+	if u.cached > 0 {
+		return u, invalid("usage.cache_read_input_tokens", "cannot be combined with OpenAI's cached_tokens")
+	}
+	count := func(p *int64, name string) (int64, error) {
+		if p == nil {
+			return 0, nil
+		}
+		if *p < 0 || *p > maxUsageTokens {
+			return 0, invalid("usage."+name, "must be between 0 and 1000000000")
+		}
+		return *p, nil
+	}
+	var err error
+	if u.cached, err = count(read, "cache_read_input_tokens"); err != nil {
+		return u, err
+	}
+	writes, err := count(creation, "cache_creation_input_tokens")
+	if err != nil {
+		return u, err
+	}
+	u.write5m = writes
+	if split != nil {
+		w5, err := count(split.Ephemeral5m, "cache_creation.ephemeral_5m_input_tokens")
+		if err != nil {
+			return u, err
+		}
+		w1, err := count(split.Ephemeral1h, "cache_creation.ephemeral_1h_input_tokens")
+		if err != nil {
+			return u, err
+		}
+		switch {
+		case creation == nil:
+			writes = w5 + w1
+		case w5+w1 != writes:
+			return u, invalid("usage.cache_creation", "its 5 minute and 1 hour writes must add up to cache_creation_input_tokens")
+		}
+		u.write5m, u.write1h = w5, w1
+	}
+	u.in += u.cached + writes
+	if u.in > maxUsageTokens {
+		return u, invalid("usage.input_tokens", "with the cache's tokens, must be at most 1000000000")
 	}
 	return u, nil
 }
@@ -305,7 +372,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	// model's cached weight, in the settle's own transaction.
 	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, budget.SettleParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: u.in, OutputTokens: u.out, CachedInputTokens: u.cached,
-		Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		CacheWriteTokens: u.write5m, CacheWrite1hTokens: u.write1h, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
 }

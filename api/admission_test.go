@@ -719,3 +719,63 @@ func TestEmbeddingsBodyIsChargedForItsInputAlone(t *testing.T) {
 		t.Fatalf("responses body: %d %s", res.Code, res.Body)
 	}
 }
+
+// TestSettleCountsAnthropicCacheUsage: a settle may carry Anthropic's usage
+// as its Messages API reports it. Its input_tokens leaves the prompt
+// cache's reads and writes out, so they are added to the input and priced
+// at the model's cache weights (Claude's seeded 0.1, 1.25 and 2): dropping
+// them would charge a cached call a fraction of its input.
+func TestSettleCountsAnthropicCacheUsage(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	key := b.tenant(t, "acme", lim(100_000, "0.000001"))
+	admit := func() admitted {
+		var a admitted
+		r := b.call(t, key, http.MethodPost, "/v1/admissions", `{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`)
+		if r.Code != http.StatusCreated {
+			t.Fatalf("admission: %d %s", r.Code, r.Body)
+		}
+		r.json(&a)
+		return a
+	}
+	for _, c := range []struct{ usage, field string }{
+		{`{"input_tokens":100,"output_tokens":40,"cache_creation_input_tokens":200,"cache_creation":{"ephemeral_5m_input_tokens":50,"ephemeral_1h_input_tokens":100}}`, "usage.cache_creation"},
+		{`{"input_tokens":100,"output_tokens":40,"cache_read_input_tokens":-1}`, "usage.cache_read_input_tokens"},
+		{`{"input_tokens":100,"output_tokens":40,"cache_read_input_tokens":5,"input_tokens_details":{"cached_tokens":5}}`, "usage.cache_read_input_tokens"},
+		{`{"input_tokens":100,"output_tokens":40,"cache_creation":{"ephemeral_1h_input_tokens":"x"}}`, "usage.cache_creation.ephemeral_1h_input_tokens"},
+	} {
+		a := admit()
+		before, seq := b.balance(t, "acme")
+		r := b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/settle", `{"usage":`+c.usage+`}`)
+		if r.Code != http.StatusBadRequest || r.errorBody().Error.Field != c.field {
+			t.Fatalf("%s: %d %s, want 400 naming %s", c.usage, r.Code, r.Body, c.field)
+		}
+		if after, seq2 := b.balance(t, "acme"); after != before || seq2 != seq {
+			t.Fatalf("%s: a bad settle moved the balance or the ledger", c.usage)
+		}
+		b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/release", "")
+	}
+	for _, c := range []struct {
+		usage string
+		input int64
+	}{
+		// 100 + ceil(1000 x 0.1 + 50 x 1.25 + 150 x 2) = 563.
+		{`{"input_tokens":100,"output_tokens":40,"cache_read_input_tokens":1000,"cache_creation_input_tokens":200,
+			"cache_creation":{"ephemeral_5m_input_tokens":50,"ephemeral_1h_input_tokens":150}}`, 563},
+		// No split: every write for 5 minutes. 100 + ceil(100 + 250) = 450.
+		{`{"input_tokens":100,"output_tokens":40,"cache_read_input_tokens":1000,"cache_creation_input_tokens":200}`, 450},
+		// The split alone. 100 + 300 = 400.
+		{`{"input_tokens":100,"output_tokens":40,"cache_creation":{"ephemeral_1h_input_tokens":150}}`, 400},
+	} {
+		a := admit()
+		r := b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/settle", `{"usage":`+c.usage+`}`)
+		want := fmt.Sprintf(`"actual":{"input_tokens":%d,"output_tokens":40,"cost":%d}`, c.input, c.input+40)
+		if r.Code != http.StatusOK || !strings.Contains(r.Body.String(), want) {
+			t.Fatalf("%s: %d %s, want %s", c.usage, r.Code, r.Body, want)
+		}
+		// The same usage again is the same settle.
+		if again := b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/settle", `{"usage":`+c.usage+`}`); again.Code != http.StatusOK || again.Body.String() != r.Body.String() {
+			t.Fatalf("repeated settle: %d %s", again.Code, again.Body)
+		}
+	}
+}
