@@ -204,8 +204,8 @@ type settleBody struct {
 		InputTokensDetails  *cachedDetails `json:"input_tokens_details"`
 		// Anthropic's: its input_tokens leaves out the tokens read from
 		// and written to the prompt cache, which it counts apart.
-		CacheReadInputTokens     *int64 `json:"cache_read_input_tokens"`
-		CacheCreationInputTokens *int64 `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     *int64         `json:"cache_read_input_tokens"`
+		CacheCreationInputTokens *int64         `json:"cache_creation_input_tokens"`
 		CacheCreation            *cacheCreation `json:"cache_creation"`
 	} `json:"usage"`
 }
