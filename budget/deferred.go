@@ -105,7 +105,8 @@ func (d *decision) deferEnd(key string, dp *Deferral, target State, actor, keyID
 	k := deferredEnd{tenantID: d.t.id, key: key, state: target, actor: actorOr(actor, "api"), keyID: keyID, gateway: gatewayID, at: d.now}
 	if usage != nil {
 		k.usage = SettleParams{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
-			CachedInputTokens: usage.CachedInputTokens, RefundTokens: usage.RefundTokens}
+			CachedInputTokens: usage.CachedInputTokens, CacheWriteTokens: usage.CacheWriteTokens,
+			CacheWrite1hTokens: usage.CacheWrite1hTokens, RefundTokens: usage.RefundTokens}
 	}
 	d.w.deferEnd(k)
 	return ErrDeferred
@@ -128,11 +129,13 @@ func queueDeferred(b *pgx.Batch, ks []deferredEnd) {
 	n := len(ks)
 	tenants, keys, kinds, actors, keyIDs, gateways := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, cached, refund, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]time.Time, n)
+	w5, w1 := make([]int64, n), make([]int64, n)
 	for i, k := range ks {
 		tenants[i], keys[i], kinds[i], actors[i], keyIDs[i], gateways[i], at[i] = k.tenantID, k.key, k.kind(), k.actor, k.keyID, k.gateway, k.at
 		in[i], out[i], cached[i], refund[i] = k.usage.InputTokens, k.usage.OutputTokens, k.usage.CachedInputTokens, k.usage.RefundTokens
+		w5[i], w1[i] = k.usage.CacheWriteTokens, k.usage.CacheWrite1hTokens
 	}
-	b.Queue(deferredSettlePutSQL, tenants, keys, kinds, in, out, cached, refund, actors, keyIDs, gateways, at)
+	b.Queue(deferredSettlePutSQL, tenants, keys, kinds, in, out, cached, refund, actors, keyIDs, gateways, at, w5, w1)
 }
 
 func (k deferredEnd) kind() string {
@@ -148,7 +151,7 @@ func scanDeferred(br pgx.BatchResults, tenantID, key string) (*deferredEnd, erro
 	k := deferredEnd{tenantID: tenantID, key: key}
 	var kind string
 	err := br.QueryRow().Scan(&kind, &k.usage.InputTokens, &k.usage.OutputTokens, &k.usage.CachedInputTokens,
-		&k.usage.RefundTokens, &k.actor, &k.at)
+		&k.usage.RefundTokens, &k.actor, &k.at, &k.usage.CacheWriteTokens, &k.usage.CacheWrite1hTokens)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil

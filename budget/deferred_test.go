@@ -143,3 +143,32 @@ func TestKeptSettleLivesTheIdempotencyWindow(t *testing.T) {
 		t.Fatalf("after the sweep: %v; want only rls:young", keys)
 	}
 }
+
+// TestKeptSettleKeepsItsCacheWrites: a settle kept for an admission not
+// replayed yet is priced, when the replay applies it, as it would have been
+// at once: its prompt-cache writes at the model's cache-write weights
+// (Claude's seeded 1.25 for 5 minutes, 2 for an hour), not as plain input.
+func TestKeptSettleKeepsItsCacheWrites(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	l := limits(100_000, "1")
+	l.OnStoreUnavailable = budget.PolicyLocal
+	b.tenant(t, "acme", l)
+	err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:w", InputTokens: 300, OutputTokens: 10,
+		CacheWriteTokens: 100, CacheWrite1hTokens: 100, Actor: "gateway:edge", Defer: local}))
+	if !errors.Is(err, budget.ErrDeferred) {
+		t.Fatalf("settle before the replay: %v, want ErrDeferred", err)
+	}
+	clock.Advance(time.Second)
+	p := replayed("acme", "rls:w", 2000, clock.Now())
+	p.Estimate.Model, p.Estimate.Family, p.Estimate.OutputTokens = "claude-sonnet-4-5", "claude-sonnet-4-5", 100
+	if _, err := b.store.ReplayReserve(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.store.AdmissionGet(ctx, "acme", p.AdmissionID)
+	// 100 uncached + 100 x 1.25 + 100 x 2 = 425 input.
+	if err != nil || a.State != budget.StateSettled || *a.ActualInput != 425 || *a.ActualCost != 435 {
+		t.Fatalf("the replayed admission: %+v %v; want settled at 425 input, cost 435", a, err)
+	}
+	b.verify(t, "acme")
+}
