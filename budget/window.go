@@ -209,14 +209,14 @@ func (w Window) loc() *time.Location {
 // Start returns the start of the window holding t: its last reset at or
 // before t, in the window's zone. The window must be valid (Validate).
 func (w Window) Start(t time.Time) time.Time {
-	start, _ := w.bounds(t)
+	start, _ := w.Bounds(t)
 	return start
 }
 
 // Next returns the next reset after t (strictly), in the window's zone:
 // the end of the window holding t. The window must be valid.
 func (w Window) Next(t time.Time) time.Time {
-	_, next := w.bounds(t)
+	_, next := w.Bounds(t)
 	return next
 }
 
@@ -225,13 +225,17 @@ func (w Window) Next(t time.Time) time.Time {
 // Next is strictly after now. Faces round it up (RetryAfterSeconds).
 func (w Window) RetryAfter(now time.Time) time.Duration { return w.Next(now).Sub(now) }
 
-// bounds returns the window holding t. Boundaries are firstReach of the
-// reset wall times in order, which never decreases; it starts from the last
-// reset wall time at or before t's wall clock (reached at or before t, since
-// t's clock shows it) and walks forward while the next boundary is not
-// after t: more than once only when t's clock went back (a fall-back hour),
-// so a walk is one or two steps.
-func (w Window) bounds(t time.Time) (start, next time.Time) {
+// Bounds returns the window holding t, [Start(t), Next(t)), in one walk:
+// what a decision that both advances a window and answers its Retry-After
+// needs. The window must be valid.
+//
+// Boundaries are firstReach of the reset wall times in order, which never
+// decreases. The walk starts from the last reset wall time at or before
+// t's wall clock (reached at or before t, since t's clock shows it) and
+// steps forward while the next boundary is not after t: more than once
+// only when t's clock went back (a fall-back hour) or a gap swallowed
+// resets, so it is one or two steps.
+func (w Window) Bounds(t time.Time) (start, next time.Time) {
 	loc := w.loc()
 	wall := w.floorWall(naive(t.In(loc)))
 	start = firstReach(wall, loc)

@@ -304,6 +304,9 @@ func TestWindowProperties(t *testing.T) {
 			if l := n.Sub(s); l < lengths[w.Unit][0] || l > lengths[w.Unit][1] {
 				t.Fatalf("%s at %s: [%s, %s) lasts %s", w, tt, s, n, l)
 			}
+			if bs, bn := w.Bounds(tt); !bs.Equal(s) || !bn.Equal(n) {
+				t.Fatalf("%s at %s: Bounds [%s, %s), Start and Next [%s, %s)", w, tt, bs, bn, s, n)
+			}
 			if w.RetryAfter(tt) != n.Sub(tt) {
 				t.Fatalf("%s at %s: retry after %s, want %s", w, tt, w.RetryAfter(tt), n.Sub(tt))
 			}
@@ -358,6 +361,25 @@ func TestWindowMatchesMinuteScan(t *testing.T) {
 	}
 }
 
+// TestWindowSkippedDay: Samoa skipped 2011-12-30 (from 23:59:59 on the
+// 29th at -10 to 00:00 on the 31st at +14). The resets the gap swallows
+// merge into one at its end, and no window is empty.
+func TestWindowSkippedDay(t *testing.T) {
+	t.Parallel()
+	apia := zone(t, "Pacific/Apia")
+	gap := utc(2011, 12, 30, 10, 0)
+	day := budget.Window{Unit: budget.WindowDay, Location: apia}
+	if s, n := day.Start(utc(2011, 12, 29, 12, 0)), day.Next(utc(2011, 12, 29, 12, 0)); !s.Equal(utc(2011, 12, 29, 10, 0)) || !n.Equal(gap) {
+		t.Fatalf("the 29th: [%s, %s)", s, n)
+	}
+	if s, n := day.Start(gap), day.Next(gap); !s.Equal(gap) || !n.Equal(utc(2011, 12, 31, 10, 0)) {
+		t.Fatalf("the 31st: [%s, %s)", s, n)
+	}
+	for _, c := range []budget.Window{day, {Unit: budget.WindowHour, Location: apia}, {Unit: budget.WindowDay, Location: apia, ResetAt: 12 * time.Hour}} {
+		scanAround(t, c, gap.Add(-36*time.Hour), gap.Add(36*time.Hour))
+	}
+}
+
 func scanAround(t *testing.T, w budget.Window, from, to time.Time) {
 	t.Helper()
 	maxWall := wallOf(from.Add(-time.Minute), w.Location)
@@ -383,5 +405,22 @@ func scanAround(t *testing.T, w budget.Window, from, to time.Time) {
 		if got := w.Start(u); !got.Equal(start) {
 			t.Fatalf("%s at %s: start %s, the scan says %s", w, u.In(w.Location), got.In(w.Location), start.In(w.Location))
 		}
+	}
+}
+
+// BenchmarkWindowBounds is what a decision would pay per window: one
+// Bounds (a few zone lookups).
+func BenchmarkWindowBounds(b *testing.B) {
+	loc, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := utc(2026, 11, 1, 6, 30)
+	for _, w := range []budget.Window{{Unit: budget.WindowHour, Location: loc}, {Unit: budget.WindowDay, Location: loc, ResetAt: 9 * time.Hour}, {Unit: budget.WindowMonth, Location: time.UTC}} {
+		b.Run(string(w.Unit), func(b *testing.B) {
+			for b.Loop() {
+				_, _ = w.Bounds(now)
+			}
+		})
 	}
 }
