@@ -27,6 +27,8 @@ var (
 	//go:embed sql/price_lock.sql
 	priceLockSQL string
 
+	//go:embed sql/price_currency.sql
+	priceCurrencySQL string
 	//go:embed sql/price_now.sql
 	priceNowSQL string
 
@@ -188,6 +190,20 @@ func PriceList(ctx context.Context, db DB, model string, t time.Time) ([]Price, 
 		return nil, fmt.Errorf("estimator: list prices: %w", err)
 	}
 	return ps, nil
+}
+
+// PriceCurrency returns the deployment's currency: the one its stored
+// prices are in, or DefaultCurrency before any is stored.
+func PriceCurrency(ctx context.Context, db DB) (string, error) {
+	var cur string
+	err := db.QueryRow(ctx, priceCurrencySQL).Scan(&cur)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return DefaultCurrency, nil
+	case err != nil:
+		return "", fmt.Errorf("estimator: price currency: %w", err)
+	}
+	return cur, nil
 }
 
 // PriceHistory returns every price row of model, oldest first, including
