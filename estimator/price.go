@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -87,8 +88,8 @@ const maxPriceMicro = 1_000_000 * 1_000_000
 // name).
 func (p *Price) Validate() error {
 	switch {
-	case p.Model == "" || len(p.Model) > 256 || strings.TrimSpace(p.Model) != p.Model:
-		return invalid("model", "must be 1 to 256 characters without surrounding spaces")
+	case p.Model == "" || len(p.Model) > 256 || strings.TrimSpace(p.Model) != p.Model || strings.IndexFunc(p.Model, unicode.IsControl) >= 0:
+		return invalid("model", "must be 1 to 256 characters without surrounding spaces or control characters")
 	case len(p.Currency) != 3 || strings.ToUpper(p.Currency) != p.Currency || strings.Trim(p.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "":
 		return invalid("currency", "must be an ISO 4217 code such as USD")
 	}
