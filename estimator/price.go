@@ -286,10 +286,12 @@ type PriceFile struct {
 // PriceProvider is one provider's prices, with where and when they were
 // taken, so an auditor can check them against the published page.
 type PriceProvider struct {
-	Provider string       `json:"provider"`
-	Source   string       `json:"source"`
-	Taken    string       `json:"taken"`
-	Models   []PriceEntry `json:"models"`
+	Provider string `json:"provider"`
+	Source   string `json:"source"`
+	Taken    string `json:"taken"`
+	// Note says how the prices were read, when not from the page itself.
+	Note   string       `json:"note,omitempty"`
+	Models []PriceEntry `json:"models"`
 }
 
 // PriceEntry is one model's prices in a PriceFile.
