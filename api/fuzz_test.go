@@ -39,6 +39,9 @@ var fuzzRoutes = []struct {
 	{"POST", "/v1/admin/alerts/endpoints", true, []string{`{"url":"https://example.com/hook","description":"d"}`, `{"url":"http://x"}`}},
 	{"POST", "/v1/admin/alerts/rules", true, []string{`{"endpoint":"EP","kind":"period_budget","tenant":"acme","thresholds":[50,80]}`,
 		`{"endpoint":"EP","kind":"throttled","limit":"tokens","sustain_minutes":3}`, `{"endpoint":"EP","kind":"invariant","thresholds":[1e9]}`}},
+	{"POST", "/v1/admin/prices", true, []string{`{"model":"gpt-4o","input":"2.5","output":10,"cached_input":"1.25","long_context":{"threshold":200000,"input":5,"output":20}}`,
+		`{"model":"m\u0000","input":1,"output":1}`, `{"model":"m","input":1e300,"output":-1}`, `{"model":"m","input":"1","output":"1","effective_from":"0000-01-01T00:00:00Z"}`,
+		`{"model":"m","input":"1","output":"1","currency":"\u0000XY"}`, `{"model":"m","input":"1","output":"1","long_context":{"threshold":9223372036854775807,"input":1,"output":1}}`}},
 }
 
 // FuzzAPIBodies sends arbitrary bodies to every route that takes one, on a

@@ -444,7 +444,7 @@ func TestBrowserScenario(t *testing.T) {
 	}{{1280, 800}, {390, 844}} {
 		br.do("viewport", chromedp.EmulateViewport(vp.w, vp.h))
 		for _, pg := range []struct{ name, path string }{
-			{"overview", "/"}, {"tenant", "/tenants/acme"}, {"ledger", "/ledger"}, {"models", "/models"},
+			{"overview", "/"}, {"tenant", "/tenants/acme"}, {"ledger", "/ledger"}, {"models", "/models"}, {"prices", "/prices"},
 		} {
 			br.navigate(pg.path)
 			br.do("wait for "+pg.path, chromedp.WaitVisible(chromedp.CSS("main")))

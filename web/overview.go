@@ -19,13 +19,14 @@ const sparkMinutes = 15
 // flashes are the messages a redirect may ask for with ?done=; the query
 // picks one, it never supplies text.
 var flashes = map[string]string{
-	"created":  "Tenant created. Create a key for it below.",
-	"limits":   "Limits saved. Every replica decides the next admission with them.",
-	"disabled": "Tenant disabled: its keys are refused until it is enabled again.",
-	"enabled":  "Tenant enabled.",
-	"adjusted": "Adjustment recorded in the ledger.",
-	"revoked":  "Key revoked. Requests with it are refused from now on.",
-	"saved":    "Model saved. This replica estimates with it now, the others within their refresh interval.",
+	"created":     "Tenant created. Create a key for it below.",
+	"limits":      "Limits saved. Every replica decides the next admission with them.",
+	"disabled":    "Tenant disabled: its keys are refused until it is enabled again.",
+	"enabled":     "Tenant enabled.",
+	"adjusted":    "Adjustment recorded in the ledger.",
+	"revoked":     "Key revoked. Requests with it are refused from now on.",
+	"price_added": "Price added. It applies from its effective time on; earlier charges keep their price.",
+	"saved":       "Model saved. This replica estimates with it now, the others within their refresh interval.",
 
 	"model_limits":  "Model limits saved. Every replica decides the next admission of the model with them.",
 	"model_removed": "Model limits removed: this tenant has no buckets of its own for the model any more.",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -34,7 +35,7 @@ var (
 // layout is what every page's frame needs.
 type layout struct {
 	Title   string
-	Nav     string // the active section: overview, models, pools, alerts, ledger
+	Nav     string // the active section: overview, models, prices, pools, alerts, ledger
 	Session *credential.Session
 	// Flash is a fixed message chosen by a ?done= code, never text from
 	// the request.
@@ -48,7 +49,7 @@ type layout struct {
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.html", "pools.html", "alerts.html", "ledger.html", "error.html"}
+var pageNames = []string{"login.html", "overview.html", "tenant.html", "models.html", "prices.html", "pools.html", "alerts.html", "ledger.html", "error.html"}
 
 func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -61,14 +62,28 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"bigtokens": func(t budget.Total) string { return groupDecimal(t.Tokens()) },
 		"rate":      budget.FormatRate,
 		"weight":    budget.FormatRate, // model weights share the micro scale
-		"optnum":    optNum,
-		"time":      fmtTime,
-		"opttime":   fmtOptTime,
-		"duration":  fmtDuration,
-		"pathesc":   pathEscape,
-		"field":     newField,
-		"prefixed":  func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
-		"limits":    func() []budget.Limit { return budget.AllLimits },
+		// price shows a money price (micro-units per million tokens), or of
+		// an optional one; deref reads an optional number.
+		"price": func(v any) string {
+			switch x := v.(type) {
+			case int64:
+				return estimator.FormatPrice(x)
+			case *int64:
+				if x != nil {
+					return estimator.FormatPrice(*x)
+				}
+			}
+			return ""
+		},
+		"deref":    func(v *int64) int64 { return *v },
+		"optnum":   optNum,
+		"time":     fmtTime,
+		"opttime":  fmtOptTime,
+		"duration": fmtDuration,
+		"pathesc":  pathEscape,
+		"field":    newField,
+		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
+		"limits":   func() []budget.Limit { return budget.AllLimits },
 		// wasfields are the limits form's hidden fields holding the values
 		// shown, so that only the fields an admin edits are sent.
 		"wasfields": func() []string { return wasFields },

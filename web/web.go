@@ -115,6 +115,9 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.GET("/models", d.models, page...)
 	e.POST("/models", d.modelSave, change...)
 
+	e.GET("/prices", d.pricesPage, page...)
+	e.POST("/prices", d.priceAdd, change...)
+
 	e.GET("/pools", d.poolsPage, page...)
 	e.POST("/pools", d.poolCreate, change...)
 	e.POST("/pools/:id/limits", d.poolSetLimits, change...)

@@ -57,6 +57,7 @@ type cli struct {
 	Tenant     tenantCmd     `cmd:"" help:"Manage tenants."`
 	Key        keyCmd        `cmd:"" help:"Manage tenant API keys."`
 	Model      modelCmd      `cmd:"" help:"Manage the model table."`
+	Prices     pricesCmd     `cmd:"" help:"Manage the money price table (per model, per million tokens, effective-from rows never changed in place)."`
 	Ledger     ledgerCmd     `cmd:"" help:"Verify and report on the ledger."`
 	AdminToken adminTokenCmd `cmd:"" name:"admin-token" help:"Manage admin tokens (admin API and dashboard)."`
 	Gateway    gatewayCmd    `cmd:"" help:"Manage gateway credentials (the rate limit service, serve --rls-addr)."`

@@ -1,0 +1,1 @@
+SELECT currency FROM model_prices LIMIT 1

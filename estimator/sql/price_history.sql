@@ -1,0 +1,1 @@
+SELECT * FROM model_prices WHERE model = $1 ORDER BY effective_from
