@@ -16,6 +16,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -144,15 +145,8 @@ func (p *Proxy) countTokensUpstream(w http.ResponseWriter, r *http.Request, body
 	if err != nil {
 		return false
 	}
-	for k, vs := range r.Header {
-		if !upstreamHeaderDrops[http.CanonicalHeaderKey(k)] {
-			ureq.Header[k] = vs
-		}
-	}
+	anthropicHeaders(&p.cfg, r, ureq.Header)
 	ureq.Header.Set("Content-Type", "application/json")
-	if p.cfg.AnthropicKey != "" {
-		ureq.Header.Set("X-Api-Key", p.cfg.AnthropicKey)
-	}
 	resp, err := p.cfg.Client.Do(ureq)
 	if err != nil {
 		p.logger.Warn("count_tokens upstream did not answer: answered with the estimate", "error", err.Error())
@@ -192,68 +186,45 @@ var upstreamHeaderDrops = map[string]bool{
 	"Trailer": true, "Upgrade": true, "Proxy-Connection": true, "Host": true, "Accept-Encoding": true,
 }
 
-func (c *call) forwardMessages(w http.ResponseWriter, r *http.Request, body []byte) {
-	target := c.p.cfg.AnthropicUpstream.JoinPath(r.URL.Path)
-	target.RawQuery = r.URL.RawQuery
-	ureq, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target.String(), strings.NewReader(string(body)))
-	if err != nil {
-		c.release()
-		writeAnthropicError(w, http.StatusBadGateway, "api_error", "the upstream request could not be built")
-		return
-	}
-	// anthropic-version, anthropic-beta and the client's other headers
-	// pass; the tenant's key never does.
-	for k, vs := range r.Header {
+// anthropicDialect is Anthropic's wire: tokengate's x-api-key with the
+// client's other headers (anthropic-version, anthropic-beta), Anthropic's
+// error shape, its SSE events and usage, and the upstream's own
+// anthropic-ratelimit-* headers (the organisation's) never relayed.
+var anthropicDialect = dialect{
+	base:    func(cfg *Config) *url.URL { return cfg.AnthropicUpstream },
+	headers: anthropicHeaders,
+	fail: func(w http.ResponseWriter, status int, message string) {
+		writeAnthropicError(w, status, "api_error", message)
+	},
+	stream: (*call).streamMessages,
+	answer: func(c *call, out []byte) {
+		var v struct {
+			Usage *anthropicUsage `json:"usage"`
+		}
+		if json.Unmarshal(out, &v) == nil && v.Usage != nil && v.Usage.complete() {
+			c.settleMessages(v.Usage.messagesUsage())
+		} else {
+			c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+		}
+	},
+	answered: dropUpstreamRateHeaders,
+}
+
+// anthropicHeaders passes the client's headers but the dropped ones (its
+// key above all) and sets tokengate's own key.
+func anthropicHeaders(cfg *Config, from *http.Request, to http.Header) {
+	for k, vs := range from.Header {
 		if !upstreamHeaderDrops[http.CanonicalHeaderKey(k)] {
-			ureq.Header[k] = vs
+			to[k] = vs
 		}
 	}
-	ureq.Header.Set("Content-Type", "application/json")
-	if c.p.cfg.AnthropicKey != "" {
-		ureq.Header.Set("X-Api-Key", c.p.cfg.AnthropicKey)
+	if cfg.AnthropicKey != "" {
+		to.Set("X-Api-Key", cfg.AnthropicKey)
 	}
-	resp, err := c.p.cfg.Client.Do(ureq)
-	if err != nil {
-		c.release()
-		c.p.calls.WithLabelValues("upstream_error").Inc()
-		writeAnthropicError(w, http.StatusBadGateway, "api_error", "the upstream did not answer")
-		return
-	}
-	defer resp.Body.Close()
-	dropUpstreamRateHeaders(resp.Header)
-	if resp.StatusCode >= 300 {
-		// Refused or failed before any output: released, and its answer
-		// relayed as it is (the SDK retries Anthropic's 429 and 529).
-		c.release()
-		c.p.calls.WithLabelValues("upstream_error").Inc()
-		copyHeaders(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
-		return
-	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		c.streamMessages(w, resp)
-		return
-	}
-	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		// The answer broke off: no usage to settle from, and the model ran.
-		c.settle(c.est.InputTokens, c.est.OutputTokens, 0)
-		writeAnthropicError(w, http.StatusBadGateway, "api_error", "the upstream's answer broke off")
-		return
-	}
-	var v struct {
-		Usage *anthropicUsage `json:"usage"`
-	}
-	if json.Unmarshal(out, &v) == nil && v.Usage != nil && v.Usage.complete() {
-		c.settleMessages(v.Usage.messagesUsage())
-	} else {
-		c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
-	}
-	copyHeaders(w.Header(), resp.Header)
-	w.Header().Del("Content-Length")
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(out)
+}
+
+func (c *call) forwardMessages(w http.ResponseWriter, r *http.Request, body []byte) {
+	c.relay(w, r, body, anthropicDialect)
 }
 
 // anthropicUsage is Anthropic's usage object, in a whole answer, in

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -38,69 +36,38 @@ type messagesEvent struct {
 // factor). A stream the upstream broke off without an error event is
 // broken off to the client too.
 func (c *call) streamMessages(w http.ResponseWriter, resp *http.Response) {
-	copyHeaders(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	flusher, _ := w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush()
-	}
 	var streamed strings.Builder
 	var u messagesUsage
-	started, clientGone, settled, sawError := false, false, false, false
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	var event, data bytes.Buffer
-	for {
-		line, err := rd.ReadBytes('\n')
-		if len(line) > 0 {
-			event.Write(line)
-			trimmed := bytes.TrimRight(line, "\r\n")
-			if d, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
-				data.Write(bytes.TrimPrefix(d, []byte(" ")))
+	started, settled, sawError := false, false, false
+	clientGone := relayEvents(w, resp, func(data []byte) bool {
+		var ev messagesEvent
+		if len(data) == 0 || json.Unmarshal(data, &ev) != nil {
+			return true
+		}
+		switch ev.Type {
+		case "message_start":
+			if ev.Message != nil && ev.Message.Usage != nil {
+				u.merge(ev.Message.Usage)
+				started = true
 			}
-			if len(trimmed) == 0 { // the event is complete
-				var ev messagesEvent
-				if data.Len() > 0 && json.Unmarshal(data.Bytes(), &ev) == nil {
-					switch ev.Type {
-					case "message_start":
-						if ev.Message != nil && ev.Message.Usage != nil {
-							u.merge(ev.Message.Usage)
-							started = true
-						}
-					case "content_block_delta":
-						if ev.Delta != nil {
-							streamed.WriteString(ev.Delta.Text)
-							streamed.WriteString(ev.Delta.Thinking)
-							streamed.WriteString(ev.Delta.PartialJSON)
-						}
-					case "message_delta":
-						u.merge(ev.Usage)
-					case "error":
-						sawError = true
-					case "message_stop":
-						if !settled {
-							c.settleStreamed(u, started, true, "")
-							settled = true
-						}
-					}
-				}
-				if !clientGone {
-					if _, werr := w.Write(event.Bytes()); werr != nil {
-						clientGone = true
-					} else if flusher != nil {
-						flusher.Flush()
-					}
-				}
-				event.Reset()
-				data.Reset()
-				if clientGone {
-					break // stop reading: the context's end cancels the upstream too
-				}
+		case "content_block_delta":
+			if ev.Delta != nil {
+				streamed.WriteString(ev.Delta.Text)
+				streamed.WriteString(ev.Delta.Thinking)
+				streamed.WriteString(ev.Delta.PartialJSON)
+			}
+		case "message_delta":
+			u.merge(ev.Usage)
+		case "error":
+			sawError = true
+		case "message_stop":
+			if !settled {
+				c.settleStreamed(u, started, true, "")
+				settled = true
 			}
 		}
-		if err != nil {
-			break // the stream ended, whole or broken: what was read settles below
-		}
-	}
+		return true
+	})
 	if settled {
 		return
 	}

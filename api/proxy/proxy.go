@@ -15,6 +15,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -228,35 +229,81 @@ type call struct {
 	stripUsage bool
 }
 
+// dialect is what differs between the upstream APIs the proxy relays to:
+// where a call goes and with which headers, how a failure is written, how
+// a stream is relayed and settled, and how a whole answer's usage is read.
+// relay is the rest, once for both.
+type dialect struct {
+	base    func(*Config) *url.URL
+	headers func(cfg *Config, from *http.Request, to http.Header)
+	fail    func(w http.ResponseWriter, status int, message string)
+	stream  func(c *call, w http.ResponseWriter, resp *http.Response)
+	answer  func(c *call, out []byte) // settles from a whole answer
+	// answered edits the upstream's answer headers before they are relayed
+	// (nil: as they are).
+	answered func(http.Header)
+}
+
+// openAIDialect is OpenAI's wire: a bearer upstream key, OpenAI's error
+// object, its SSE chunks and usage.
+var openAIDialect = dialect{
+	base: func(cfg *Config) *url.URL { return cfg.Upstream },
+	headers: func(cfg *Config, from *http.Request, to http.Header) {
+		if a := from.Header.Get("Accept"); a != "" {
+			to.Set("Accept", a)
+		}
+		if cfg.UpstreamKey != "" {
+			to.Set("Authorization", "Bearer "+cfg.UpstreamKey)
+		}
+	},
+	fail: func(w http.ResponseWriter, status int, message string) {
+		writeError(w, status, "api_error", "", message)
+	},
+	stream: (*call).stream,
+	answer: func(c *call, out []byte) {
+		if u, ok := readUsage(c.kind, out); ok {
+			c.settle(u.input, u.output, u.cached)
+		} else {
+			c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+		}
+	},
+}
+
 func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
-	target := c.p.cfg.Upstream.JoinPath(r.URL.Path)
+	c.relay(w, r, body, openAIDialect)
+}
+
+// relay sends an admitted call upstream and its answer back, and ends its
+// reservation on every path: released when nothing reached the model or
+// the upstream refused before any output; settled from the usage the
+// answer or stream reports, else from the estimate or what was streamed.
+func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dialect) {
+	target := d.base(&c.p.cfg).JoinPath(r.URL.Path)
 	target.RawQuery = r.URL.RawQuery
-	ureq, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target.String(), strings.NewReader(string(body)))
+	ureq, err := http.NewRequestWithContext(r.Context(), http.MethodPost, target.String(), bytes.NewReader(body))
 	if err != nil {
 		c.release()
-		writeError(w, http.StatusBadGateway, "api_error", "", "the upstream request could not be built")
+		d.fail(w, http.StatusBadGateway, "the upstream request could not be built")
 		return
 	}
+	d.headers(&c.p.cfg, r, ureq.Header)
 	ureq.Header.Set("Content-Type", "application/json")
-	if a := r.Header.Get("Accept"); a != "" {
-		ureq.Header.Set("Accept", a)
-	}
-	if c.p.cfg.UpstreamKey != "" {
-		ureq.Header.Set("Authorization", "Bearer "+c.p.cfg.UpstreamKey)
-	}
 	resp, err := c.p.cfg.Client.Do(ureq)
 	if err != nil {
 		// Nothing reached the model (or nothing came back before the
 		// client left): nothing is charged.
 		c.release()
 		c.p.calls.WithLabelValues("upstream_error").Inc()
-		writeError(w, http.StatusBadGateway, "api_error", "", "the upstream did not answer")
+		d.fail(w, http.StatusBadGateway, "the upstream did not answer")
 		return
 	}
 	defer resp.Body.Close()
+	if d.answered != nil {
+		d.answered(resp.Header)
+	}
 	if resp.StatusCode >= 300 {
 		// The upstream refused or failed before any output: released, and
-		// its answer relayed as it is.
+		// its answer relayed as it is (the SDKs retry its 429s and 5xxs).
 		c.release()
 		c.p.calls.WithLabelValues("upstream_error").Inc()
 		copyHeaders(w.Header(), resp.Header)
@@ -265,22 +312,17 @@ func (c *call) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		c.stream(w, resp)
+		d.stream(c, w, resp)
 		return
 	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		// The answer broke off: no usage to settle from, and the model ran.
 		c.settle(c.est.InputTokens, c.est.OutputTokens, 0)
-		writeError(w, http.StatusBadGateway, "api_error", "", "the upstream's answer broke off")
+		d.fail(w, http.StatusBadGateway, "the upstream's answer broke off")
 		return
 	}
-	u, ok := readUsage(c.kind, out)
-	if ok {
-		c.settle(u.input, u.output, u.cached)
-	} else {
-		c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
-	}
+	d.answer(c, out)
 	copyHeaders(w.Header(), resp.Header)
 	w.Header().Del("Content-Length")
 	w.WriteHeader(resp.StatusCode)

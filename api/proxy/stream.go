@@ -95,50 +95,17 @@ type chunk struct {
 // as it does after a whole answer: its next call is not refused for a
 // reservation the finished one still held.
 func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
-	copyHeaders(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	flusher, _ := w.(http.Flusher)
-	if flusher != nil {
-		flusher.Flush()
-	}
 	var streamed strings.Builder // every output text delta, in order
 	var got *usage
-	clientGone, settled := false, false
-	rd := bufio.NewReaderSize(resp.Body, 64<<10)
-	var event bytes.Buffer
-	var data bytes.Buffer
-	for {
-		line, err := rd.ReadBytes('\n')
-		if len(line) > 0 {
-			event.Write(line)
-			trimmed := bytes.TrimRight(line, "\r\n")
-			if d, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
-				data.Write(bytes.TrimPrefix(d, []byte(" ")))
-			}
-			if len(trimmed) == 0 { // the event is complete
-				forward := c.read(data.Bytes(), &streamed, &got)
-				if got != nil && !settled && c.terminal(data.Bytes()) {
-					c.settle(got.input, got.output, got.cached)
-					settled = true
-				}
-				if forward && !clientGone {
-					if _, werr := w.Write(event.Bytes()); werr != nil {
-						clientGone = true
-					} else if flusher != nil {
-						flusher.Flush()
-					}
-				}
-				event.Reset()
-				data.Reset()
-				if clientGone {
-					break // stop reading: the context's end cancels the upstream too
-				}
-			}
+	settled := false
+	relayEvents(w, resp, func(data []byte) bool {
+		forward := c.read(data, &streamed, &got)
+		if got != nil && !settled && c.terminal(data) {
+			c.settle(got.input, got.output, got.cached)
+			settled = true
 		}
-		if err != nil {
-			break // the stream ended, whole or broken: what was read settles below
-		}
-	}
+		return forward
+	})
 	if settled {
 		return
 	}
@@ -205,5 +172,50 @@ func (c *call) read(data []byte, streamed *strings.Builder, got **usage) bool {
 			}
 		}
 		return true
+	}
+}
+
+// relayEvents relays an SSE answer to the client event by event, as each
+// completes, after the upstream's status and headers. Each event's data
+// (its data: lines joined) is shown to event first, which says whether the
+// event goes on to the client; the caller settles from what event saw. It
+// stops reading when the stream ends, whole or broken, or when the client
+// is gone (the request's context then cancels the upstream call), and
+// reports whether the client went away.
+func relayEvents(w http.ResponseWriter, resp *http.Response, event func(data []byte) (forward bool)) (clientGone bool) {
+	copyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	var raw, data bytes.Buffer
+	for {
+		line, err := rd.ReadBytes('\n')
+		if len(line) > 0 {
+			raw.Write(line)
+			trimmed := bytes.TrimRight(line, "\r\n")
+			if d, ok := bytes.CutPrefix(trimmed, []byte("data:")); ok {
+				data.Write(bytes.TrimPrefix(d, []byte(" ")))
+			}
+			if len(trimmed) == 0 { // the event is complete
+				if event(data.Bytes()) && !clientGone {
+					if _, werr := w.Write(raw.Bytes()); werr != nil {
+						clientGone = true
+					} else if flusher != nil {
+						flusher.Flush()
+					}
+				}
+				raw.Reset()
+				data.Reset()
+				if clientGone {
+					return true
+				}
+			}
+		}
+		if err != nil {
+			return clientGone
+		}
 	}
 }
