@@ -102,12 +102,12 @@ soak: pg-image image ## A randomized workload over 3 replicas with faults, check
 FUZZ_TIME ?= 15s
 .PHONY: fuzz
 fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's and the OpenAI proxy's bodies on real servers, the estimator, the tokenizer.
-	go test -run '^$$' -fuzz '^FuzzAPIBodies$$' -fuzztime $(FUZZ_TIME) ./api/
-	go test -run '^$$' -fuzz '^FuzzProxyBodies$$' -fuzztime $(FUZZ_TIME) ./api/proxy/
-	go test -run '^$$' -fuzz '^FuzzEstimate$$' -fuzztime $(FUZZ_TIME) ./estimator/
-	go test -run '^$$' -fuzz '^FuzzEmbeddings$$' -fuzztime $(FUZZ_TIME) ./estimator/
-	go test -run '^$$' -fuzz '^FuzzEstimateMessages$$' -fuzztime $(FUZZ_TIME) ./estimator/
-	go test -run '^$$' -fuzz '^FuzzCountText$$' -fuzztime $(FUZZ_TIME) ./estimator/
+	integration/fuzz.sh FuzzAPIBodies ./api/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzProxyBodies ./api/proxy/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzEstimate ./estimator/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzEmbeddings ./estimator/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzEstimateMessages ./estimator/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzCountText ./estimator/ $(FUZZ_TIME)
 
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
