@@ -90,6 +90,9 @@ type limitsPatch struct {
 	// Shadow lists the limits evaluated and counted but never enforced
 	// (null or [] enforces every limit).
 	Shadow json.RawMessage `json:"shadow"`
+	// Windows replaces the tenant's calendar windows (null or [] removes
+	// them): budget.WindowJSON each.
+	Windows json.RawMessage `json:"windows"`
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
@@ -206,6 +209,23 @@ func (p *limitsPatch) patch() (budget.LimitsPatch, error) {
 			return out, err
 		}
 		out.Shadow = budget.Set(set)
+	}
+	switch {
+	case p.Windows == nil:
+	case isNull(p.Windows):
+		out.Windows = budget.Unset[[]budget.WindowLimit]()
+	default:
+		var js []budget.WindowJSON
+		dec := json.NewDecoder(bytes.NewReader(p.Windows))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&js); err != nil {
+			return out, invalid("windows", "must be a list of windows: {name, unit, time_zone, reset_at, week_start, tokens or money, overage_percent, thresholds}")
+		}
+		ws, err := budget.ParseWindows(js)
+		if err != nil {
+			return out, err
+		}
+		out.Windows = budget.Set(ws)
 	}
 	return out, out.Check()
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -73,15 +74,23 @@ type entryJSON struct {
 	Detail      json.RawMessage `json:"detail,omitempty"`
 	PrevHash    string          `json:"prev_hash"`
 	Hash        string          `json:"hash"`
+	// Money is what the entry moved in the deployment's currency, a
+	// decimal exact to the micro-unit; absent for an entry of no priced
+	// admission. Windows is every window's usage after it.
+	Money   *json.Number `json:"money,omitempty"`
+	Windows string       `json:"windows,omitempty"`
 }
 
 func entryOf(e *ledger.Entry) entryJSON {
-	rec := ledger.CSVRecord(e)
 	out := entryJSON{TenantID: e.TenantID, Seq: e.Seq, Kind: string(e.Kind), CreatedAt: e.CreatedAt, AdmissionID: e.AdmissionID,
 		Model: e.Model, Estimate: e.Estimate, Actual: e.Actual, Refill: json.Number(ledger.Tokens(e.RefillMicro)),
 		Delta: json.Number(ledger.Tokens(e.DeltaMicro)), Balance: json.Number(ledger.Tokens(e.BalanceMicro)),
 		PeriodStart: e.PeriodStart, PeriodUsed: e.PeriodUsed, Late: e.Late, Actor: e.Actor, Reason: e.Reason,
-		PrevHash: rec[len(rec)-2], Hash: rec[len(rec)-1]}
+		PrevHash: hex.EncodeToString(e.PrevHash), Hash: hex.EncodeToString(e.Hash), Windows: e.Windows}
+	if e.MoneyMicro != nil {
+		m := json.Number(ledger.Tokens(*e.MoneyMicro))
+		out.Money = &m
+	}
 	if e.Detail != "" && json.Valid([]byte(e.Detail)) {
 		out.Detail = json.RawMessage(e.Detail)
 	}

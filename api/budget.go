@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -29,6 +30,9 @@ type budgetJSON struct {
 		MaxWaitMS          int64        `json:"max_wait_ms"`
 		OnStoreUnavailable *string      `json:"on_store_unavailable"`
 		Shadow             []string     `json:"shadow"`
+		// Windows are the tenant's calendar windows, the "period" window
+		// (period_budget, period) among them.
+		Windows []budget.WindowJSON `json:"windows"`
 	} `json:"limits"`
 	Balances struct {
 		Tokens           json.Number  `json:"tokens"`
@@ -39,6 +43,7 @@ type budgetJSON struct {
 		PeriodRemaining  *int64       `json:"period_remaining"`
 		PeriodStart      *time.Time   `json:"period_start"`
 		PeriodEnd        *time.Time   `json:"period_end"`
+		Windows          []windowJSON `json:"windows"`
 	} `json:"balances"`
 	At time.Time `json:"at"`
 }
@@ -82,6 +87,11 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 	if l.MaxConcurrent > 0 {
 		out.Limits.MaxConcurrent = &l.MaxConcurrent
 	}
+	out.Limits.Windows = budget.WindowsJSON(l.Windows)
+	out.Balances.Windows = make([]windowJSON, 0, len(snap.Windows))
+	for _, w := range snap.Windows {
+		out.Balances.Windows = append(out.Balances.Windows, windowOf(w, snap.At))
+	}
 	if l.PeriodBudget > 0 {
 		period := string(l.Period)
 		remaining := snap.PeriodRemaining()
@@ -90,6 +100,40 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 		out.Balances.PeriodStart, out.Balances.PeriodEnd = &snap.PeriodStart, &snap.PeriodEnd
 	}
 	return out
+}
+
+// windowJSON is one window's current span and usage. Amounts are whole
+// cost units for a tokens window and decimal amounts of the deployment's
+// currency for a money window; start and end are in the window's time
+// zone (their offset is the zone's at that instant), so the reset reads as
+// the tenant set it.
+type windowJSON struct {
+	Name      string      `json:"name"`
+	Counts    string      `json:"counts"`
+	Limit     json.Number `json:"limit"`
+	Ceiling   json.Number `json:"ceiling"`
+	Used      json.Number `json:"used"`
+	Remaining json.Number `json:"remaining"`
+	Start     string      `json:"start"`
+	End       string      `json:"end"`
+	TimeZone  string      `json:"time_zone"`
+	ResetInMS int64       `json:"reset_in_ms"`
+}
+
+func windowOf(w budget.WindowSnapshot, at time.Time) windowJSON {
+	amount := func(n int64) json.Number {
+		if w.Counts == budget.CountMoney {
+			return json.Number(formatMicro(n))
+		}
+		return json.Number(strconv.FormatInt(n, 10))
+	}
+	loc := w.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	return windowJSON{Name: w.Name, Counts: string(w.Counts), Limit: amount(w.Limit), Ceiling: amount(w.Ceiling()),
+		Used: amount(w.Used), Remaining: amount(w.Remaining()), Start: w.Start.In(loc).Format(time.RFC3339),
+		End: w.End.In(loc).Format(time.RFC3339), TimeZone: loc.String(), ResetInMS: max(0, w.End.Sub(at).Milliseconds())}
 }
 
 // respond writes a JSON body with the tenant's rate-limit headers, reading

@@ -29,8 +29,11 @@ type Error struct {
 	Level string `json:"level,omitempty"`
 	// Model is the model whose own limits refused (input_tokens,
 	// output_tokens); Pool the upstream pool (limit pool).
-	Model        string `json:"model,omitempty"`
-	Pool         string `json:"pool,omitempty"`
+	Model string `json:"model,omitempty"`
+	Pool  string `json:"pool,omitempty"`
+	// Window names the calendar window that refused (limit
+	// period_budget): retry_after_ms is the time to its reset.
+	Window       string `json:"window,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 }
 
@@ -95,11 +98,11 @@ func httpError(err error) *Error {
 		if rej.Pool != "" {
 			of = " of the upstream pool " + rej.Pool
 		}
-		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model, Pool: rej.Pool,
-			Message: "rejected by the " + string(rej.Limit) + " limit" + of + "; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model, Pool: rej.Pool, Window: rej.Window,
+			Message: "rejected by the " + rej.Named() + " limit" + of + "; retry after " + strconv.FormatInt(ms, 10) + " ms", RetryAfterMS: &ms}
 	case errors.As(err, &tooLarge):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level, Model: tooLarge.Model, Pool: tooLarge.Pool,
-			Message: tooLarge.Error()}
+			Window: tooLarge.Window, Message: tooLarge.Error()}
 	case errors.As(err, &usage):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "usage_out_of_bounds", Field: "usage." + usage.Field,
 			Message: usage.Reason + "; no request could have produced this usage, and nothing was charged"}

@@ -84,13 +84,20 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 		t.Requests.CapacityMicro, t.Requests.RateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
 		t.Requests.BalanceMicro = min(t.Requests.BalanceMicro, t.Requests.CapacityMicro)
 	}
-	switch {
-	case l.Period == PeriodNone:
-		t.PeriodStart, t.PeriodUsed = nil, 0
-	case l.Period != before.Period:
-		start := l.Period.start(now)
-		t.PeriodStart, t.PeriodUsed = &start, 0
+	// A window keeps what it used while its calendar stays the same (a
+	// new limit, overage or thresholds); a new window, or one whose unit,
+	// zone, reset or count changed, starts afresh now.
+	usage := make([]WindowUsage, len(l.Windows))
+	for i, w := range l.Windows {
+		start := w.Start(now)
+		usage[i] = WindowUsage{Start: &start}
+		for j, old := range before.Windows {
+			if old.Name == w.Name && old.sameCalendar(w) && j < len(t.TenantState.Windows) {
+				usage[i] = t.TenantState.Windows[j]
+			}
+		}
 	}
+	t.TenantState.Windows = usage
 
 	e := t.entry(ledger.KindLimits, now, actorOr(p.Actor, "admin"))
 	e.DeltaMicro = cut
@@ -99,7 +106,7 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 
 	w := &writes{}
 	w.statement(1, tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
-		l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
+		l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
 		string(l.OnStoreUnavailable), l.Shadow.Strings())
 	w.entry(t, e)
 	if err := tx.commit(ctx, w); err != nil {

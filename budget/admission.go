@@ -52,6 +52,14 @@ type Admission struct {
 	ModelLevels []string
 	// PoolID is the upstream pool it drew on ("" for none).
 	PoolID string
+	// PriceModel and PriceFrom name the price it was reserved at (the
+	// model_prices row), MoneyEstimate the money of its estimate and
+	// MoneyActual of its usage at that price: all nil when its model had
+	// no price.
+	PriceModel    string
+	PriceFrom     *time.Time
+	MoneyEstimate *int64
+	MoneyActual   *int64
 }
 
 // admissionRow is a row of admissions, as every query of it reads it
@@ -80,6 +88,10 @@ type admissionRow struct {
 	Family            *string    `db:"family"`
 	ModelLevels       []string   `db:"model_levels"`
 	PoolID            *string    `db:"pool_id"`
+	PriceModel        *string    `db:"price_model"`
+	PriceFrom         *time.Time `db:"price_from"`
+	MoneyEstimate     *int64     `db:"money_estimate"`
+	MoneyActual       *int64     `db:"money_actual"`
 }
 
 func (r *admissionRow) admission() *Admission {
@@ -89,7 +101,8 @@ func (r *admissionRow) admission() *Admission {
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, EndedAt: r.EndedAt, Late: r.Late,
 		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
 		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed,
-		Family: deref0(r.Family), ModelLevels: r.ModelLevels, PoolID: deref0(r.PoolID)}
+		Family: deref0(r.Family), ModelLevels: r.ModelLevels, PoolID: deref0(r.PoolID),
+		PriceModel: deref0(r.PriceModel), PriceFrom: r.PriceFrom, MoneyEstimate: r.MoneyEstimate, MoneyActual: r.MoneyActual}
 }
 
 // scanAdmission reads one admission row. It returns ErrAdmissionNotFound.

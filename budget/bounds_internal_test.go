@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -107,7 +108,12 @@ func TestBucketRefundStopsAtTheFloor(t *testing.T) {
 
 func TestTenantStateArithmeticErrs(t *testing.T) {
 	t.Parallel()
-	s := TenantState{Limits: Limits{TokensCapacity: 100, Period: PeriodDay}, Tokens: Bucket{CapacityMicro: 100 * Micro, BalanceMicro: 100 * Micro}}
+	l := Limits{TokensCapacity: 100, TokensRateMicro: 1, PeriodBudget: 100, Period: PeriodDay}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := TenantState{Limits: l, Tokens: Bucket{CapacityMicro: 100 * Micro, BalanceMicro: 100 * Micro}}
+	s.Advance(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
 	start := s.Tokens
 	if _, err := s.Debit(math.MaxInt64 / 2); !errors.Is(err, ErrOverflow) {
 		t.Fatalf("debit of MaxInt64/2: %v", err)
@@ -115,11 +121,11 @@ func TestTenantStateArithmeticErrs(t *testing.T) {
 	if _, err := s.End(0, math.MaxInt64/2, s.Tokens.At, false); !errors.Is(err, ErrOverflow) {
 		t.Fatalf("end with an actual of MaxInt64/2: %v", err)
 	}
-	s.PeriodUsed = math.MaxInt64 - 1
+	s.Windows[0].Used = math.MaxInt64 - 1
 	if _, err := s.End(0, 10, s.Tokens.At, false); !errors.Is(err, ErrOverflow) {
 		t.Fatalf("period past int64: %v", err)
 	}
-	if s.Tokens != start || s.Open != 0 {
+	if s.Tokens != start || s.Open != 0 || s.Windows[0].Used != math.MaxInt64-1 {
 		t.Fatalf("a refused change moved the state: %+v", s)
 	}
 }

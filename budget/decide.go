@@ -317,7 +317,7 @@ func (b *batch) decisionFor(it Item) (*decision, error) {
 			}
 		}
 		d = &decision{t: t, chain: chain, models: b.models, pools: b.pools, routes: b.routes, now: b.now, w: b.w,
-			adms: map[string]*Admission{}, fresh: map[string]*freshKey{}, table: b.table}
+			adms: map[string]*Admission{}, fresh: map[string]*freshKey{}, table: b.table, prices: b.prices}
 		b.decisions[it.TenantID] = d
 	}
 	if k := op.keyID(); k != "" {

@@ -30,6 +30,7 @@ type decision struct {
 	adms   map[string]*Admission // admissions named by settles and releases, as the batch left them
 	fresh  map[string]*freshKey  // idempotency keys admitted in this batch
 	table  *estimator.Table      // bounds settles' usage (nil: the seeded table)
+	prices *estimator.PriceBook  // prices admissions in money (nil: none)
 	note   string                // added to the reason of the entries end appends ("" for none)
 }
 
@@ -69,7 +70,11 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	}
 	cost := p.Estimate.Cost
 	mkey := ModelKey(p.Estimate)
-	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, p.HoldbackMicro, now, d.models)
+	money, price, err := d.moneyOf(p.Estimate)
+	if err != nil {
+		return nil, err
+	}
+	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, money, p.HoldbackMicro, now, d.models)
 	var pl *pool
 	if id, ok := d.routes[mkey]; ok {
 		pl = d.pools[id]
@@ -99,13 +104,16 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		Shadowed:  shadowedOf(d.chain, skips),
 		Family:    mkey,
 	}
+	if price != nil {
+		a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
+	}
 	if pl != nil {
 		a.PoolID = pl.id
 		pl.serve(t.id, poolNeed, now, p.PoolBacklogged)
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
-		applied, err := lv.DebitExcept(cost, skips[i])
+		applied, err := lv.DebitExcept(Amount{Cost: cost, Money: money}, skips[i])
 		if err != nil {
 			return nil, err // not a decision: the batch is aborted, nothing moves
 		}
@@ -113,6 +121,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		e.AdmissionID, e.Model = a.ID, a.Estimate.Model
 		e.Estimate = &cost
 		e.DeltaMicro = applied
+		e.MoneyMicro = a.MoneyEstimate
 		var detail []string
 		if m := d.models[[2]string{lv.id, mkey}]; m != nil {
 			m.debit(p.Estimate.InputTokens, p.Estimate.OutputTokens, skips[i])
@@ -171,6 +180,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	if usage != nil {
 		in, out = usage.Usage(a.Estimate, d.table)
 	}
+
 	switch a.State {
 	case StateSettled, StateReleased:
 		same := a.State == target
@@ -194,6 +204,16 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		}
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
 	}
+	// The money of what it used, at the price it was reserved at (0 for a
+	// release; nil when the model had no price then).
+	var moneyActual *int64
+	if a.MoneyEstimate != nil {
+		m, err := d.moneyActual(a, usage)
+		if err != nil {
+			return nil, err
+		}
+		moneyActual = &m
+	}
 	cost := a.Estimate.Cost
 	kind := ledger.KindSettle
 	if target == StateReleased {
@@ -203,7 +223,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	var applied int64
 	for _, lv := range d.chain {
 		skip := skipOf(a.Shadowed, lv.id)
-		delta, err := lv.EndExcept(cost, actual, a.CreatedAt, late, skip)
+		delta, err := lv.EndExcept(Amount{Cost: cost, Money: deref(a.MoneyEstimate)}, Amount{Cost: actual, Money: deref(moneyActual)}, a.CreatedAt, late, skip)
 		if err != nil {
 			return nil, err // not a decision: the batch is aborted, nothing moves
 		}
@@ -215,6 +235,10 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		e.Estimate = &cost
 		e.Actual = &actual
 		e.DeltaMicro = delta
+		if moneyActual != nil {
+			moved := *moneyActual - *a.MoneyEstimate
+			e.MoneyMicro = &moved
+		}
 		var detail []string
 		if m := d.models[[2]string{lv.id, a.Family}]; m != nil && slices.Contains(a.ModelLevels, lv.id) {
 			m.end(a.Estimate.InputTokens, a.Estimate.OutputTokens, in, out, skip)
@@ -238,6 +262,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		ended.ActualInput, ended.ActualOutput = &in, &out
 	}
 	ended.ActualCost = &actual
+	ended.MoneyActual = moneyActual
 	balance := t.Tokens.BalanceMicro
 	ended.EndDeltaMicro, ended.EndBalanceMicro = &applied, &balance
 	d.adms[admissionID] = &ended

@@ -67,6 +67,9 @@ type RejectedError struct {
 	Level string
 	// Model is the model whose limits refused (input_tokens, output_tokens).
 	Model string
+	// Window names the window that refused (limit period_budget): its
+	// RetryAfter is the exact time to that window's reset.
+	Window string
 	// Pool is the upstream pool that refused (limit pool), and PoolState
 	// its balance and counters as the decision saw them.
 	Pool      string
@@ -84,14 +87,24 @@ type RejectedError struct {
 }
 
 func (e *RejectedError) Error() string {
+	lim := e.Named()
 	if e.Level != "" {
-		return fmt.Sprintf("budget: rejected by the %s limit of %s; retry after %s", e.Limit, e.Level, e.RetryAfter)
+		return fmt.Sprintf("budget: rejected by the %s limit of %s; retry after %s", lim, e.Level, e.RetryAfter)
 	}
-	return fmt.Sprintf("budget: rejected by the %s limit; retry after %s", e.Limit, e.RetryAfter)
+	return fmt.Sprintf("budget: rejected by the %s limit; retry after %s", lim, e.RetryAfter)
 }
 
 // Unwrap makes errors.Is(err, ErrRejected) true.
 func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+// Named is the refusing limit as a message names it: "period_budget
+// (window daily)" for a window.
+func (e *RejectedError) Named() string {
+	if e.Window != "" {
+		return string(e.Limit) + " (window " + e.Window + ")"
+	}
+	return string(e.Limit)
+}
 
 // TooLargeError says which capacity a request's cost exceeds.
 type TooLargeError struct {
@@ -100,6 +113,11 @@ type TooLargeError struct {
 	Level string
 	// Model is the model whose limit it exceeds (input_tokens, output_tokens).
 	Model string
+	// Window names the window whose ceiling it exceeds (limit
+	// period_budget), and Counts what that window counts: for money, Cost
+	// and Capacity are micro-units of the currency.
+	Window string
+	Counts Counts
 	// Pool is the upstream pool whose capacity it exceeds (limit pool).
 	Pool     string
 	Cost     int64
@@ -116,6 +134,12 @@ func (e *TooLargeError) Error() string {
 	}
 	if e.Pool != "" {
 		of += " of pool " + e.Pool
+	}
+	if e.Window != "" {
+		if e.Counts == CountMoney {
+			return fmt.Sprintf("request cost %s exceeds the ceiling of window %s (%s)%s, so it can never be admitted", FormatRate(e.Cost), e.Window, FormatRate(e.Capacity), of)
+		}
+		of += " of window " + e.Window
 	}
 	return fmt.Sprintf("request cost %d exceeds the %s capacity (%d)%s, so it can never be admitted", e.Cost, e.Limit, e.Capacity, of)
 }

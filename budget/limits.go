@@ -24,10 +24,18 @@ type Limits struct {
 	RequestsCapacity  int64 // optional request Bucket
 	RequestsRateMicro int64
 	MaxConcurrent     int64 // optional cap on open reservations
-	PeriodBudget      int64 // optional hard cap per calendar period
-	Period            Period
-	ReservationTTL    time.Duration
-	MaxWait           time.Duration // longest max_wait_ms honoured
+	// PeriodBudget and Period are the window named "period" (a budget of
+	// tokens per UTC day or month), as the API spelled it before Windows:
+	// setting them sets that window, and a plain "period" window shows in
+	// them (syncPeriod).
+	PeriodBudget int64
+	Period       Period
+	// Windows are the tenant's calendar windows (windows.go), each a
+	// budget of tokens or money per hour, day, week or month in a time
+	// zone.
+	Windows        []WindowLimit
+	ReservationTTL time.Duration
+	MaxWait        time.Duration // longest max_wait_ms honoured
 	// OnStoreUnavailable is the tenant's failure policy; "" defers to the
 	// server's default. A model's own policy takes precedence.
 	OnStoreUnavailable Policy
@@ -173,8 +181,13 @@ func (l *Limits) Validate() error {
 		return &LimitError{"shadow", "requests is not configured, so it cannot be a shadow limit"}
 	case l.Shadow.Has(LimitConcurrency) && l.MaxConcurrent == 0:
 		return &LimitError{"shadow", "concurrency is not configured, so it cannot be a shadow limit"}
-	case l.Shadow.Has(LimitPeriodBudget) && l.PeriodBudget == 0:
-		return &LimitError{"shadow", "period_budget is not configured, so it cannot be a shadow limit"}
+	}
+	l.syncPeriod()
+	if err := validateWindows(l.Windows); err != nil {
+		return err
+	}
+	if l.Shadow.Has(LimitPeriodBudget) && len(l.Windows) == 0 {
+		return &LimitError{"shadow", "no window is configured, so period_budget (every window) cannot be a shadow limit"}
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/estimator"
 )
 
 //go:embed sql/gateway_live.sql
@@ -44,6 +46,7 @@ type loaded struct {
 	adms    map[string]*Admission      // admissions settles and releases name, locked, by id
 	named   map[[2]string]string       // admission ids named by (tenant, idempotency key)
 	overdue map[string][]*Admission    // overdue reservations, locked, by tenant
+	prices  *estimator.PriceBook       // current as of the lock round trip
 }
 
 // liveKey is an unrevoked tenant key, as a decision checks it.
@@ -161,6 +164,10 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 	}
 	l.tx, l.tenants, l.now = tx, ts, now
 	if err := s.loadLate(ctx, l, w.tenants, queueModels); err != nil {
+		tx.abort()
+		return nil, err
+	}
+	if l.prices, err = s.priceBookFor(ctx, tx); err != nil {
 		tx.abort()
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package budget
 import (
 	"fmt"
 	"math"
+	"reflect"
+	"slices"
 	"time"
 )
 
@@ -70,12 +72,21 @@ type LimitsPatch struct {
 	MaxWaitMS        Change[int64]
 	// OnStoreUnavailable unset defers to the server's default.
 	OnStoreUnavailable Change[Policy]
+	// Windows replaces the tenant's windows (null removes them all). A
+	// window that keeps its name and calendar keeps what it used.
+	Windows Change[[]WindowLimit]
 	// Shadow unset is the empty set: every limit enforced.
 	Shadow Change[LimitSet]
 }
 
 // Empty reports whether the patch changes nothing.
-func (p LimitsPatch) Empty() bool { return p == LimitsPatch{} }
+func (p LimitsPatch) Empty() bool {
+	if !p.Windows.Absent() {
+		return false
+	}
+	p.Windows = Change[[]WindowLimit]{}
+	return reflect.DeepEqual(p, LimitsPatch{})
+}
 
 // Check validates each field of the patch on its own and returns a
 // *LimitError (ErrInvalidLimits) naming the first bad one, in the API's
@@ -157,12 +168,20 @@ func (p LimitsPatch) Apply(l Limits) Limits {
 	if p.MaxConcurrent.IsUnset() {
 		l.MaxConcurrent = 0
 	}
+	if v, ok := p.Windows.Value(); ok {
+		l.Windows, l.PeriodBudget, l.Period = slices.Clone(v), 0, PeriodNone
+	} else if p.Windows.IsUnset() {
+		l.Windows, l.PeriodBudget, l.Period = nil, 0, PeriodNone
+	}
 	set(&l.PeriodBudget, p.PeriodBudget)
 	if v, ok := p.Period.Value(); ok {
 		l.Period = v
 	}
 	if p.PeriodBudget.IsUnset() || p.Period.IsUnset() {
+		// The period budget is the window named "period": removing it
+		// removes that window.
 		l.PeriodBudget, l.Period = 0, PeriodNone
+		l.Windows = slices.DeleteFunc(slices.Clone(l.Windows), func(w WindowLimit) bool { return w.Name == PeriodWindowName })
 	}
 	if v, ok := p.ReservationTTLMS.Value(); ok {
 		l.ReservationTTL = time.Duration(v) * time.Millisecond

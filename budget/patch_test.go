@@ -3,6 +3,7 @@ package budget_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -61,13 +62,13 @@ func TestLimitsPatchApply(t *testing.T) {
 	base := budget.Limits{TokensCapacity: 100, TokensRateMicro: 1, RequestsCapacity: 10, RequestsRateMicro: 2, MaxConcurrent: 4,
 		PeriodBudget: 1000, Period: budget.PeriodDay, ReservationTTL: time.Hour, MaxWait: time.Second,
 		OnStoreUnavailable: budget.PolicyLocal, Shadow: budget.LimitSet(0).With(budget.LimitTokens)}
-	if got := (budget.LimitsPatch{}).Apply(base); got != base {
+	if got := (budget.LimitsPatch{}).Apply(base); !reflect.DeepEqual(got, base) {
 		t.Fatalf("an empty patch changed %+v into %+v", base, got)
 	}
 	got := budget.LimitsPatch{MaxConcurrent: budget.Set[int64](7), ReservationTTLMS: budget.Set[int64](90_000)}.Apply(base)
 	want := base
 	want.MaxConcurrent, want.ReservationTTL = 7, 90*time.Second
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("set: %+v, want %+v", got, want)
 	}
 	got = budget.LimitsPatch{
@@ -76,7 +77,7 @@ func TestLimitsPatchApply(t *testing.T) {
 		OnStoreUnavailable: budget.Unset[budget.Policy](), Shadow: budget.Unset[budget.LimitSet](),
 	}.Apply(base)
 	want = budget.Limits{TokensCapacity: 100, TokensRateMicro: 1, ReservationTTL: budget.DefaultReservationTTL, MaxWait: budget.DefaultMaxWait}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("unset: %+v, want %+v", got, want)
 	}
 }
@@ -124,7 +125,10 @@ func TestUpdateLimitsPatchesConcurrently(t *testing.T) {
 		want := budget.Limits{TokensCapacity: int64(1000 + r), TokensRateMicro: 1_000_000, MaxConcurrent: int64(1 + r),
 			PeriodBudget: int64(5000 + r), Period: budget.PeriodMonth, RequestsCapacity: int64(50 + r), RequestsRateMicro: int64(1_000_000 + r),
 			MaxWait: time.Duration(100+r) * time.Millisecond, ReservationTTL: budget.DefaultReservationTTL}
-		if s.Limits != want {
+		if err := want.Validate(); err != nil { // the period budget is the window "period"
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(s.Limits, want) {
 			t.Fatalf("round %d: %+v, want %+v", r, s.Limits, want)
 		}
 	}

@@ -95,9 +95,25 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		created, expires := replayTimes(p, now)
 		cost := p.Estimate.Cost
 		w := &writes{}
+		// Priced as the store would have priced it when it was made: the
+		// price in effect at its (database) creation time. A model without
+		// a price is counted in tokens only: the admission was made and
+		// served, and refusing its replay would lose it from the ledger.
+		book, err := s.priceBookFor(ctx, tx)
+		if err != nil {
+			tx.abort()
+			return err
+		}
+		pricer := &decision{chain: chain, now: created, prices: book}
+		money, price, _ := pricer.moneyOf(p.Estimate)
+		a := &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
+			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires}
+		if price != nil {
+			a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
+		}
 		for _, lv := range chain { // every level, as a decision of the store would
 			lv.advance(now)
-			applied, err := lv.Debit(cost)
+			applied, err := lv.DebitExcept(Amount{Cost: cost, Money: money}, 0)
 			if err != nil {
 				tx.abort()
 				return err
@@ -105,13 +121,12 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			e := lv.entry(ledger.KindReserve, now, "replica:"+p.Replica)
 			e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model
 			e.Estimate = &cost
+			e.MoneyMicro = a.MoneyEstimate
 			e.DeltaMicro = applied
 			e.Reason = "admitted locally during a store outage at " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
 			lv.seal(e)
 			w.entry(lv, e)
 		}
-		a := &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
-			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires}
 		w.inserted = append(w.inserted, a)
 		if p.IdempotencyKey != "" {
 			// In the same transaction: the admission and its key land
@@ -123,7 +138,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		if kept != nil {
 			// Its settle (or release) came first and was kept: it ends the
 			// admission in this transaction, after its reserve.
-			d := &decision{t: t, chain: chain, now: now, w: w, adms: map[string]*Admission{}, table: s.modelTable()}
+			d := &decision{t: t, chain: chain, now: now, w: w, adms: map[string]*Admission{}, table: s.modelTable(), prices: book}
 			if err := d.applyDeferred(a, kept); err != nil {
 				tx.abort()
 				return err

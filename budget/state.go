@@ -17,15 +17,13 @@ type TenantState struct {
 	Requests Bucket // CapacityMicro == 0: no request bucket
 	// Open counts reservations not yet settled, released or expired.
 	Open int64
-	// PeriodStart is the window PeriodUsed counts (nil before the first
-	// decision of a tenant with a period budget).
-	PeriodStart *time.Time
-	PeriodUsed  int64
+	// Windows is what each of Limits.Windows has counted, index for index.
+	Windows []WindowUsage
 }
 
-// Advance brings every balance to now: token and request refill, and the
-// period window. It returns the token refill it added, and whether a new
-// period began.
+// Advance brings every balance to now: token and request refill, and each
+// window. It returns the token refill it added, and whether a window began
+// anew.
 func (s *TenantState) Advance(now time.Time) (refill int64, rolled bool) {
 	refill = s.Tokens.Refill(now)
 	if s.Requests.CapacityMicro > 0 {
@@ -34,45 +32,67 @@ func (s *TenantState) Advance(now time.Time) (refill int64, rolled bool) {
 		}
 		s.Requests.Refill(now)
 	}
-	if s.Limits.Period != PeriodNone {
-		start := s.Limits.Period.start(now)
-		if s.PeriodStart == nil || start.After(*s.PeriodStart) {
-			s.PeriodStart = &start
-			s.PeriodUsed = 0
+	if len(s.Windows) != len(s.Limits.Windows) {
+		s.Windows = append(s.Windows[:0:0], make([]WindowUsage, len(s.Limits.Windows))...)
+	}
+	for i, w := range s.Limits.Windows {
+		u := &s.Windows[i]
+		if start := w.Start(now); u.Start == nil || start.After(*u.Start) {
+			u.Start, u.Used = &start, 0
 			rolled = true
 		}
 	}
 	return refill, rolled
 }
 
+// Amount is what an admission counts against a tenant: Cost in cost units
+// (the buckets and token windows) and Money in micro-units of the currency
+// (money windows; 0 when the model has no price).
+type Amount struct {
+	Cost  int64
+	Money int64
+}
+
+// of is the part of a that window w counts.
+func (a Amount) of(w WindowLimit) int64 {
+	if w.Counts == CountMoney {
+		return a.Money
+	}
+	return a.Cost
+}
+
 // Decide is the admission decision: whether a request costing cost fits s
 // at now (s advanced to now). It returns nil; a *TooLargeError when the cost
 // exceeds a capacity, so the request can never fit; or a *RejectedError
 // naming the first limit that refuses it, in the order tokens, requests,
-// concurrency, period_budget, with the exact time until it could fit
-// (rounded up to the millisecond). It changes nothing: a refusal consumes
-// nothing. Shadow limits are not exempt here: the store's decision, which
-// knows them, uses Refusals.
+// concurrency, period_budget (the windows, in their order), with the exact
+// time until it could fit (rounded up to the millisecond). It changes
+// nothing: a refusal consumes nothing. Shadow limits are not exempt here:
+// the store's decision, which knows them, uses Refusals.
 func Decide(s TenantState, cost int64, now time.Time) error {
-	if r := Refusals(s, cost, now); len(r) > 0 {
+	if r := Refusals(s, Amount{Cost: cost}, now); len(r) > 0 {
 		return r[0]
 	}
 	return nil
 }
 
-// Refusals is every limit of s that refuses a request costing cost at now,
+// Refusals is every limit of s that refuses a request counting a at now,
 // each a *TooLargeError or a *RejectedError: the too-large ones first, then
-// the rest in the order tokens, requests, concurrency, period_budget. A
+// the rest in the order tokens, requests, concurrency, period_budget (each
+// window that refuses, naming it, with the exact time to its reset). A
 // decision needs them all to tell shadow limits (counted, never refusing)
 // from enforced ones.
-func Refusals(s TenantState, cost int64, now time.Time) []error {
+func Refusals(s TenantState, a Amount, now time.Time) []error {
 	l := s.Limits
+	cost := a.Cost
 	var out []error
 	if cost > l.TokensCapacity {
 		out = append(out, &TooLargeError{Limit: LimitTokens, Cost: cost, Capacity: l.TokensCapacity})
 	}
-	if l.PeriodBudget > 0 && cost > l.PeriodBudget {
-		out = append(out, &TooLargeError{Limit: LimitPeriodBudget, Cost: cost, Capacity: l.PeriodBudget})
+	for _, w := range l.Windows {
+		if n := a.of(w); n > w.Ceiling() {
+			out = append(out, &TooLargeError{Limit: LimitPeriodBudget, Window: w.Name, Counts: w.Counts, Cost: n, Capacity: w.Ceiling()})
+		}
 	}
 	if need := cost * Micro; need > s.Tokens.BalanceMicro && cost <= l.TokensCapacity {
 		out = append(out, &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(s.Tokens.TimeUntil(need))})
@@ -83,8 +103,13 @@ func Refusals(s TenantState, cost int64, now time.Time) []error {
 	if l.MaxConcurrent > 0 && s.Open >= l.MaxConcurrent {
 		out = append(out, &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint})
 	}
-	if l.PeriodBudget > 0 && cost <= l.PeriodBudget && s.PeriodStart != nil && s.PeriodUsed+cost > l.PeriodBudget {
-		out = append(out, &RejectedError{Limit: LimitPeriodBudget, RetryAfter: roundUpMS(l.Period.next(*s.PeriodStart).Sub(now))})
+	for i, w := range l.Windows {
+		if i >= len(s.Windows) || s.Windows[i].Start == nil {
+			continue
+		}
+		if n := a.of(w); n <= w.Ceiling() && s.Windows[i].Used+n > w.Ceiling() {
+			out = append(out, &RejectedError{Limit: LimitPeriodBudget, Window: w.Name, RetryAfter: roundUpMS(w.Next(*s.Windows[i].Start).Sub(now))})
+		}
 	}
 	return out
 }
@@ -106,29 +131,31 @@ func limitOf(err error) Limit {
 const ConcurrencyRetryHint = time.Second
 
 // Debit takes an admitted request from s: its cost from the tokens and the
-// period, one request, one open slot. The balance may go negative only
-// through replay of decisions made without the store, and never below the
-// debt floor (minus one capacity). It returns the effective change of the
-// token balance, or an *OverflowError (ErrOverflow) with s unchanged.
-func (s *TenantState) Debit(cost int64) (int64, error) { return s.DebitExcept(cost, 0) }
+// token windows, one request, one open slot. The balance may go negative
+// only through replay of decisions made without the store, and never below
+// the debt floor (minus one capacity). It returns the effective change of
+// the token balance, or an *OverflowError (ErrOverflow) with s unchanged.
+func (s *TenantState) Debit(cost int64) (int64, error) { return s.DebitExcept(Amount{Cost: cost}, 0) }
 
-// DebitExcept is Debit, leaving out the limits in skip: shadow limits that
-// would have refused the request. A shadow limit's state is what it would
-// be if it were enforced, so that turning enforcement on changes nothing
-// but the answers, and its would-be refusals count what it would refuse.
-func (s *TenantState) DebitExcept(cost int64, skip LimitSet) (int64, error) {
-	if cost < 0 {
+// DebitExcept is Debit of a (money windows count a.Money), leaving out the
+// limits in skip: shadow limits that would have refused the request. A
+// shadow limit's state is what it would be if it were enforced, so that
+// turning enforcement on changes nothing but the answers, and its would-be
+// refusals count what it would refuse. period_budget in skip leaves out
+// every window.
+func (s *TenantState) DebitExcept(a Amount, skip LimitSet) (int64, error) {
+	if a.Cost < 0 || a.Money < 0 {
 		return 0, &OverflowError{Field: "cost", Op: "a negative cost"}
 	}
-	need, err := micro("cost", cost)
+	need, err := micro("cost", a.Cost)
 	if err != nil {
 		return 0, err
 	}
-	used := s.PeriodUsed
-	if s.Limits.Period != PeriodNone && !skip.Has(LimitPeriodBudget) {
-		if used, err = addMicro("period_used", used, cost); err != nil {
-			return 0, err
-		}
+	used, err := s.windowsAfter(func(w WindowLimit, u WindowUsage) (int64, error) {
+		return addMicro("period_used", u.Used, a.of(w))
+	}, skip)
+	if err != nil {
+		return 0, err
 	}
 	var applied int64
 	if !skip.Has(LimitTokens) {
@@ -140,8 +167,42 @@ func (s *TenantState) DebitExcept(cost int64, skip LimitSet) (int64, error) {
 	if !skip.Has(LimitConcurrency) {
 		s.Open++
 	}
-	s.PeriodUsed = used
+	s.setUsed(used)
 	return applied, nil
+}
+
+// windowsAfter computes every window's usage after a change (f of each
+// window not skipped; a skipped one keeps its own), without changing s, so
+// that an overflow in any window leaves s as it was.
+func (s *TenantState) windowsAfter(f func(WindowLimit, WindowUsage) (int64, error), skip LimitSet) ([]int64, error) {
+	if len(s.Limits.Windows) == 0 {
+		return nil, nil
+	}
+	used := make([]int64, len(s.Limits.Windows))
+	for i, w := range s.Limits.Windows {
+		u := WindowUsage{}
+		if i < len(s.Windows) {
+			u = s.Windows[i]
+		}
+		used[i] = u.Used
+		if skip.Has(LimitPeriodBudget) {
+			continue
+		}
+		n, err := f(w, u)
+		if err != nil {
+			return nil, err
+		}
+		used[i] = n
+	}
+	return used, nil
+}
+
+func (s *TenantState) setUsed(used []int64) {
+	for i := range used {
+		if i < len(s.Windows) {
+			s.Windows[i].Used = used[i]
+		}
+	}
 }
 
 // Undebit gives back a Debit that was never made durable (a local decision
@@ -152,8 +213,10 @@ func (s *TenantState) Undebit(cost, applied int64) {
 		s.Requests.BalanceMicro += Micro
 	}
 	s.Open--
-	if s.Limits.Period != PeriodNone {
-		s.PeriodUsed -= cost
+	for i, w := range s.Limits.Windows {
+		if i < len(s.Windows) && w.Counts == CountTokens {
+			s.Windows[i].Used -= cost
+		}
 	}
 }
 
@@ -161,35 +224,39 @@ func (s *TenantState) Undebit(cost, applied int64) {
 // what it actually cost (0 for a release): it refunds estimate - actual,
 // capped at capacity, or charges the excess, which may drive the balance
 // negative down to the debt floor (minus one capacity), and frees the open
-// slot unless expiry freed it already (late). The period window: an extra
-// charge always counts against the current window; a refund only returns
-// what was taken from it, so a reservation from a previous window refunds
-// nothing there. It returns the effective change of the token balance, or
-// an *OverflowError (ErrOverflow) with s unchanged.
+// slot unless expiry freed it already (late). Each window: an extra charge
+// always counts against its current window; a refund only returns what was
+// taken from it, so a reservation from a previous window refunds nothing
+// there. It returns the effective change of the token balance, or an
+// *OverflowError (ErrOverflow) with s unchanged.
 func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool) (int64, error) {
-	return s.EndExcept(estimate, actual, createdAt, late, 0)
+	return s.EndExcept(Amount{Cost: estimate}, Amount{Cost: actual}, createdAt, late, 0)
 }
 
-// EndExcept is End for an admission whose debit left out the limits in
+// EndExcept is End of an admission that reserved estimate and used actual
+// (money windows count their Money), whose debit left out the limits in
 // skip (DebitExcept): they get neither refund nor charge.
-func (s *TenantState) EndExcept(estimate, actual int64, createdAt time.Time, late bool, skip LimitSet) (int64, error) {
-	if estimate < 0 || actual < 0 {
+func (s *TenantState) EndExcept(estimate, actual Amount, createdAt time.Time, late bool, skip LimitSet) (int64, error) {
+	if estimate.Cost < 0 || actual.Cost < 0 || estimate.Money < 0 || actual.Money < 0 {
 		return 0, &OverflowError{Field: "cost", Op: "a negative cost"}
 	}
-	diff := actual - estimate // both non-negative: cannot overflow
+	diff := actual.Cost - estimate.Cost // both non-negative: cannot overflow
 	refund, err := micro("cost", -diff)
 	if err != nil {
 		return 0, err
 	}
-	used := s.PeriodUsed
-	if s.Limits.Period == PeriodNone || skip.Has(LimitPeriodBudget) {
-		// no period budget: nothing to count
-	} else if diff > 0 {
-		if used, err = addMicro("period_used", used, diff); err != nil {
-			return 0, err
+	used, err := s.windowsAfter(func(w WindowLimit, u WindowUsage) (int64, error) {
+		d := actual.of(w) - estimate.of(w)
+		switch {
+		case d > 0:
+			return addMicro("period_used", u.Used, d)
+		case u.Start != nil && !createdAt.Before(*u.Start):
+			return max(0, u.Used+d), nil
 		}
-	} else if s.PeriodStart != nil && !createdAt.Before(*s.PeriodStart) {
-		used = max(0, used+diff)
+		return u.Used, nil
+	}, skip)
+	if err != nil {
+		return 0, err
 	}
 	var applied int64
 	if !skip.Has(LimitTokens) {
@@ -198,7 +265,7 @@ func (s *TenantState) EndExcept(estimate, actual int64, createdAt time.Time, lat
 	if !late && !skip.Has(LimitConcurrency) {
 		s.Open--
 	}
-	s.PeriodUsed = used
+	s.setUsed(used)
 	return applied, nil
 }
 
@@ -228,11 +295,27 @@ type Snapshot struct {
 	RequestsMicro    int64 // meaningful when Limits.RequestsCapacity > 0
 	RequestsFullIn   time.Duration
 	OpenReservations int64
-	PeriodStart      time.Time // zero without a period budget
-	PeriodEnd        time.Time
-	PeriodUsed       int64
-	LedgerSeq        int64
+	// PeriodStart, PeriodEnd and PeriodUsed are the "period" window's
+	// (zero without one), as period_budget showed them before windows.
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+	PeriodUsed  int64
+	// Windows are every window's current span and usage.
+	Windows   []WindowSnapshot
+	LedgerSeq int64
 }
+
+// WindowSnapshot is one window at one instant: its span [Start, End) in
+// the tenant's zone, and what it has used of its limit.
+type WindowSnapshot struct {
+	WindowLimit
+	Start, End time.Time
+	Used       int64
+}
+
+// Remaining is what the window has left below its limit (not counting the
+// overage), never below zero.
+func (w WindowSnapshot) Remaining() int64 { return max(0, w.Limit-w.Used) }
 
 // Snapshot renders s at now for tenantID.
 func (s TenantState) Snapshot(tenantID string, now time.Time) Snapshot {
@@ -243,15 +326,20 @@ func (s TenantState) Snapshot(tenantID string, now time.Time) Snapshot {
 		TokensMicro:      s.Tokens.BalanceMicro,
 		TokensFullIn:     roundUpMS(s.Tokens.TimeUntilFull()),
 		OpenReservations: s.Open,
-		PeriodUsed:       s.PeriodUsed,
 	}
 	if s.Requests.CapacityMicro > 0 {
 		snap.RequestsMicro = s.Requests.BalanceMicro
 		snap.RequestsFullIn = roundUpMS(s.Requests.TimeUntilFull())
 	}
-	if s.Limits.Period != PeriodNone && s.PeriodStart != nil {
-		snap.PeriodStart = *s.PeriodStart
-		snap.PeriodEnd = s.Limits.Period.next(*s.PeriodStart)
+	for i, w := range s.Limits.Windows {
+		if i >= len(s.Windows) || s.Windows[i].Start == nil {
+			continue
+		}
+		ws := WindowSnapshot{WindowLimit: w, Start: *s.Windows[i].Start, End: w.Next(*s.Windows[i].Start), Used: s.Windows[i].Used}
+		snap.Windows = append(snap.Windows, ws)
+		if w.Name == PeriodWindowName {
+			snap.PeriodStart, snap.PeriodEnd, snap.PeriodUsed = ws.Start, ws.End, ws.Used
+		}
 	}
 	return snap
 }

@@ -23,6 +23,8 @@ var (
 	tenantGetSQL string
 	//go:embed sql/clock.sql
 	clockSQL string
+	//go:embed sql/clock_prices.sql
+	clockPricesSQL string
 	//go:embed sql/tenant_insert.sql
 	tenantInsertSQL string
 	//go:embed sql/admission_lock.sql
@@ -58,6 +60,7 @@ type Store struct {
 	answered atomic.Int64
 
 	routes atomic.Pointer[routeCache] // pool routes, see poolRoutes
+	prices atomic.Pointer[priceBook]  // the price book, see priceBookFor
 	// periodAlerts caches whether any period_budget alert rule exists,
 	// see periodAlertRules.
 	periodAlerts atomic.Pointer[alertRuleCache]
@@ -202,6 +205,9 @@ type lockedTx struct {
 	// deadline when it began); the write phase gets as long again.
 	allowance time.Duration
 	since     time.Time
+	// priceVersion is the price book's version as the lock round trip read
+	// it (prices.go).
+	priceVersion int64
 }
 
 // lockTenants acquires a connection, begins a transaction and locks the
@@ -223,7 +229,7 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(tenantLockSQL, ids)
-	b.Queue(clockSQL, s.clock())
+	b.Queue(clockPricesSQL, s.clock())
 	if extra != nil {
 		extra(b)
 	}
@@ -237,7 +243,7 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 			return nil, time.Time{}, err
 		}
 		var now time.Time
-		if err := br.QueryRow().Scan(&now); err != nil {
+		if err := br.QueryRow().Scan(&now, &tx.priceVersion); err != nil {
 			return nil, time.Time{}, fmt.Errorf("budget: clock: %w", err)
 		}
 		if readExtra != nil {

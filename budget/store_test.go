@@ -275,7 +275,8 @@ func TestPeriodBudgetAndReset(t *testing.T) {
 		t.Fatalf("window %s .. %s is not a UTC day", rej.Snapshot.PeriodStart, rej.Snapshot.PeriodEnd)
 	}
 	// Yesterday's window: the stored period start moves back a day.
-	if _, err := b.pool.Exec(ctx, `UPDATE tenants SET period_start = period_start - interval '1 day' WHERE id = 'acme'`); err != nil {
+	if _, err := b.pool.Exec(ctx, `UPDATE tenants SET window_usage = jsonb_build_array(jsonb_set(window_usage->0, '{start}',
+		to_jsonb((window_usage->0->>'start')::timestamptz - interval '1 day'))) WHERE id = 'acme'`); err != nil {
 		t.Fatal(err)
 	}
 	r = b.mustReserve(t, "acme", 100)

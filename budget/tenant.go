@@ -40,6 +40,8 @@ type limitsDetail struct {
 	MaxWaitMilli        int64    `json:"max_wait_ms"`
 	OnStoreUnavailable  string   `json:"on_store_unavailable,omitempty"`
 	Shadow              []string `json:"shadow,omitempty"`
+	// Windows are the tenant's windows (the "period" window among them).
+	Windows []WindowJSON `json:"windows,omitempty"`
 }
 
 func detailOf(l Limits) limitsDetail {
@@ -56,6 +58,9 @@ func detailOf(l Limits) limitsDetail {
 	}
 	if l.Shadow != 0 {
 		d.Shadow = l.Shadow.Strings()
+	}
+	if len(l.Windows) > 0 {
+		d.Windows = WindowsJSON(l.Windows)
 	}
 	if l.RequestsRateMicro > 0 {
 		d.RequestsPerSecond = FormatRate(l.RequestsRateMicro)
@@ -128,7 +133,7 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 
 		var seq int64
 		err := tx.QueryRow(ctx, tenantInsertSQL, p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
-			l.RequestsRateMicro, l.MaxConcurrent, l.PeriodBudget, string(l.Period), l.ReservationTTL.Milliseconds(),
+			l.RequestsRateMicro, l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(),
 			l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable),
 			l.Shadow.Strings(), p.Parent, path).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -3,6 +3,9 @@ package budget
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,16 +24,14 @@ type tenantRow struct {
 	RequestsCapacity   *int64     `db:"requests_capacity"`
 	RequestsRateMicro  *int64     `db:"requests_rate_micro"`
 	MaxConcurrent      *int64     `db:"max_concurrent"`
-	PeriodBudget       *int64     `db:"period_budget"`
-	Period             *string    `db:"period"`
+	Windows            []byte     `db:"windows"`
 	ReservationTTLMS   int64      `db:"reservation_ttl_ms"`
 	TokensMicro        int64      `db:"tokens_micro"`
 	TokensAt           time.Time  `db:"tokens_at"`
 	RequestsMicro      *int64     `db:"requests_micro"`
 	RequestsAt         *time.Time `db:"requests_at"`
 	OpenReservations   int64      `db:"open_reservations"`
-	PeriodStart        *time.Time `db:"period_start"`
-	PeriodUsed         int64      `db:"period_used"`
+	WindowUsage        []byte     `db:"window_usage"`
 	LedgerSeq          int64      `db:"ledger_seq"`
 	LedgerHash         []byte     `db:"ledger_hash"`
 	MaxWaitMS          int64      `db:"max_wait_ms"`
@@ -40,6 +41,8 @@ type tenantRow struct {
 	Depth              int        `db:"depth"`
 	ShadowLimits       []string   `db:"shadow_limits"`
 	ModelLimits        int        `db:"model_limits"`
+
+	decodeErr error
 }
 
 // tenant is a tenant as a decision holds it: its TenantState, and the ledger
@@ -53,10 +56,9 @@ type tenant struct {
 	modelLimits  int   // how many model limits it has
 	pendingFill  int64 // token refill not yet attributed to a ledger entry
 	periodRolled bool
-	// lockedPeriod and lockedUsed are the period usage as the row was read:
-	// the decision's writes compare against them for alert thresholds.
-	lockedPeriod *time.Time
-	lockedUsed   int64
+	// locked is the windows' usage as the row was read: the decision's
+	// writes compare against it for alert thresholds.
+	locked []WindowUsage
 }
 
 func deref0[T any](p *T) T {
@@ -74,14 +76,16 @@ func (r *tenantRow) tenant() *tenant {
 		RequestsCapacity:   deref0(r.RequestsCapacity),
 		RequestsRateMicro:  deref0(r.RequestsRateMicro),
 		MaxConcurrent:      deref0(r.MaxConcurrent),
-		PeriodBudget:       deref0(r.PeriodBudget),
-		Period:             Period(deref0(r.Period)),
 		ReservationTTL:     time.Duration(r.ReservationTTLMS) * time.Millisecond,
 		MaxWait:            time.Duration(r.MaxWaitMS) * time.Millisecond,
 		OnStoreUnavailable: Policy(deref0(r.OnStoreUnavailable)),
 	}
-	// The column only ever holds names ParseLimitSet accepted.
+	// The columns only ever hold what ParseLimitSet and validateWindows
+	// accepted.
 	l.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
+	var usage []WindowUsage
+	l.Windows, usage, r.decodeErr = decodeWindows(r.Windows, r.WindowUsage)
+	l.syncPeriod()
 	t := &tenant{
 		modelLimits: r.ModelLimits,
 		id:          r.ID,
@@ -89,14 +93,13 @@ func (r *tenantRow) tenant() *tenant {
 		disabled:    r.DisabledAt != nil,
 		head:        ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
 		TenantState: TenantState{
-			Limits:      l,
-			Tokens:      Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},
-			Open:        r.OpenReservations,
-			PeriodStart: r.PeriodStart,
-			PeriodUsed:  r.PeriodUsed,
+			Limits:  l,
+			Tokens:  Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},
+			Open:    r.OpenReservations,
+			Windows: usage,
 		},
 	}
-	t.lockedPeriod, t.lockedUsed = r.PeriodStart, r.PeriodUsed
+	t.locked = slices.Clone(usage)
 	if l.RequestsCapacity > 0 {
 		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro}
 		if r.RequestsMicro != nil && r.RequestsAt != nil {
@@ -118,6 +121,9 @@ func scanTenants(rows pgx.Rows, err error) (map[string]*tenant, error) {
 	out := make(map[string]*tenant, len(rs))
 	for _, r := range rs {
 		out[r.ID] = r.tenant()
+		if r.decodeErr != nil {
+			return nil, r.decodeErr
+		}
 	}
 	return out, nil
 }
@@ -134,7 +140,8 @@ func scanTenant(rows pgx.Rows, err error) (*tenant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("budget: scan tenant: %w", err)
 	}
-	return r.tenant(), nil
+	t := r.tenant()
+	return t, r.decodeErr
 }
 
 // advance brings every balance to now (TenantState.Advance); the token refill is
@@ -162,8 +169,7 @@ func (t *tenant) entry(kind ledger.Kind, now time.Time, actor string) *ledger.En
 // seal completes e with the balances after the change and chains it.
 func (t *tenant) seal(e *ledger.Entry) {
 	e.BalanceMicro = t.Tokens.BalanceMicro
-	e.PeriodStart = t.PeriodStart
-	e.PeriodUsed = t.PeriodUsed
+	e.PeriodStart, e.PeriodUsed, e.Windows = t.windowsOfEntry()
 	t.head = t.head.Seal(e)
 }
 
@@ -173,4 +179,30 @@ func (t *tenant) snapshot(now time.Time) Snapshot {
 	s.LedgerSeq = t.head.Seq
 	s.Path = t.path
 	return s
+}
+
+// windowsOfEntry is what an entry records of the windows after its change:
+// the "period" window's start and usage in the columns that held the
+// period budget's (the first window's when none is named so), and every
+// window's usage as "name=used,name=used" ("" without windows).
+func (t *tenant) windowsOfEntry() (start *time.Time, used int64, all string) {
+	ws := t.Limits.Windows
+	if len(ws) == 0 || len(t.TenantState.Windows) != len(ws) {
+		return nil, 0, ""
+	}
+	pick := 0
+	var b strings.Builder
+	for i, w := range ws {
+		if w.Name == PeriodWindowName {
+			pick = i
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(w.Name)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(t.TenantState.Windows[i].Used, 10))
+	}
+	u := t.TenantState.Windows[pick]
+	return u.Start, u.Used, b.String()
 }

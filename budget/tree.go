@@ -44,7 +44,7 @@ func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
 // does (nearest the caller's tenant on a tie). holdback is
 // taken from the caller's own tenant before deciding: callers queued ahead
 // of it there are served first.
-func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now time.Time, models map[[2]string]*modelBucket) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
+func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback int64, now time.Time, models map[[2]string]*modelBucket) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
 	skips = make([]LimitSet, len(chain))
 	var tooLarge *TooLargeError
 	var rejected *RejectedError
@@ -58,7 +58,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, holdback int64, now t
 		if i == len(chain)-1 {
 			st.Tokens.BalanceMicro -= max(0, holdback)
 		}
-		refusals := Refusals(st, est.Cost, now)
+		refusals := Refusals(st, Amount{Cost: est.Cost, Money: money}, now)
 		shadowSet := lv.Limits.Shadow
 		if m := models[[2]string{lv.id, mkey}]; m != nil {
 			// The model's own limits at this level: a shadow flag of the

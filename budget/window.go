@@ -75,9 +75,9 @@ type Window struct {
 func (p Period) Window() (w Window, ok bool) {
 	switch p {
 	case PeriodDay:
-		return Window{Unit: WindowDay, Location: time.UTC}, true
+		return Window{Unit: WindowDay, Location: time.UTC, WeekStart: time.Monday}, true
 	case PeriodMonth:
-		return Window{Unit: WindowMonth, Location: time.UTC}, true
+		return Window{Unit: WindowMonth, Location: time.UTC, WeekStart: time.Monday}, true
 	}
 	return Window{}, false
 }

@@ -22,7 +22,7 @@ func TestWindowKeepsTodaysPeriod(t *testing.T) {
 	from, to := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, p := range []Period{PeriodDay, PeriodMonth} {
 		w, ok := p.Window()
-		if !ok || w != (Window{Unit: WindowUnit(p), Location: time.UTC}) {
+		if !ok || w != (Window{Unit: WindowUnit(p), Location: time.UTC, WeekStart: time.Monday}) {
 			t.Fatalf("%s: window %+v %v", p, w, ok)
 		}
 		if err := w.Validate(); err != nil {

@@ -114,16 +114,20 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		expect = append(expect, x.expect)
 	}
 	if n := len(w.tenants); n > 0 {
-		ids, tokens, tokensAt, open, used, seq := make([]string, n), make([]int64, n), make([]time.Time, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		reqs, reqsAt, periodStart, hash := make([]*int64, n), make([]*time.Time, n), make([]*time.Time, n), make([][]byte, n)
+		ids, tokens, tokensAt, open, seq := make([]string, n), make([]int64, n), make([]time.Time, n), make([]int64, n), make([]int64, n)
+		reqs, reqsAt, usage, hash := make([]*int64, n), make([]*time.Time, n), make([]*string, n), make([][]byte, n)
 		for i, t := range w.tenants {
-			ids[i], tokens[i], tokensAt[i], open[i], used[i], seq[i] = t.id, t.Tokens.BalanceMicro, t.Tokens.At, t.Open, t.PeriodUsed, t.head.Seq
+			ids[i], tokens[i], tokensAt[i], open[i], seq[i] = t.id, t.Tokens.BalanceMicro, t.Tokens.At, t.Open, t.head.Seq
 			if t.Requests.CapacityMicro > 0 {
 				reqs[i], reqsAt[i] = &t.Requests.BalanceMicro, &t.Requests.At
 			}
-			periodStart[i], hash[i] = t.PeriodStart, t.head.Hash
+			if u := encodeUsage(t.Limits.Windows, t.TenantState.Windows); u != nil {
+				s := string(u)
+				usage[i] = &s
+			}
+			hash[i] = t.head.Hash
 		}
-		b.Queue(tenantUpdateSQL, ids, tokens, tokensAt, reqs, reqsAt, open, periodStart, used, seq, hash)
+		b.Queue(tenantUpdateSQL, ids, tokens, tokensAt, reqs, reqsAt, open, usage, seq, hash)
 		expect = append(expect, int64(n))
 		if args := w.crossings(); w.alerts && args != nil {
 			b.Queue(alert.ThresholdsCrossedSQL, args...)
@@ -148,24 +152,29 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		in, out, cost, inW, outW := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		approx, created, expires, shadowed := make([]bool, n), make([]time.Time, n), make([]time.Time, n), make([]string, n)
 		families, modelLevels, pools := make([]string, n), make([]string, n), make([]string, n)
+		priceModels, priceFrom, money := make([]string, n), make([]*time.Time, n), make([]*int64, n)
 		for i, a := range w.inserted {
+			priceModels[i], priceFrom[i], money[i] = a.PriceModel, a.PriceFrom, a.MoneyEstimate
 			e := a.Estimate
 			shadowed[i], families[i], modelLevels[i] = strings.Join(a.Shadowed, ","), a.Family, strings.Join(a.ModelLevels, ",")
 			pools[i] = a.PoolID
 			ids[i], tenants[i], models[i], created[i], expires[i] = a.ID, a.TenantID, e.Model, a.CreatedAt, a.ExpiresAt
 			in[i], out[i], cost[i], approx[i], inW[i], outW[i] = e.InputTokens, e.OutputTokens, e.Cost, e.Approximate, e.InputWeightMicro, e.OutputWeightMicro
 		}
-		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels, pools)
+		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels, pools,
+			priceModels, priceFrom, money)
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.ended); n > 0 {
 		ids, states, ended, late := make([]string, n), make([]string, n), make([]*time.Time, n), make([]bool, n)
 		in, out, cost, delta, balance := make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		money := make([]*int64, n)
 		for i, a := range w.ended {
+			money[i] = a.MoneyActual
 			ids[i], states[i], ended[i], late[i] = a.ID, string(a.State), a.EndedAt, a.Late
 			in[i], out[i], cost[i], delta[i], balance[i] = a.ActualInput, a.ActualOutput, a.ActualCost, a.EndDeltaMicro, a.EndBalanceMicro
 		}
-		b.Queue(admissionEndSQL, ids, states, ended, late, in, out, cost, delta, balance)
+		b.Queue(admissionEndSQL, ids, states, ended, late, in, out, cost, delta, balance, money)
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.keys); n > 0 {
@@ -187,19 +196,23 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 	return b, expect
 }
 
-// crossings are the period usage rises of this transaction's tenants, for
+// crossings are the window usage rises of this transaction's tenants, for
 // the alert thresholds they may cross (nil if none rose).
 func (w *writes) crossings() []any {
 	var c alert.Crossings
 	for _, t := range w.tenants {
-		if t.Limits.PeriodBudget <= 0 || t.PeriodStart == nil || t.Limits.Period == PeriodNone {
-			continue
+		for i, win := range t.Limits.Windows {
+			if i >= len(t.TenantState.Windows) || t.TenantState.Windows[i].Start == nil {
+				continue
+			}
+			u := t.TenantState.Windows[i]
+			before := int64(0)
+			if i < len(t.locked) && t.locked[i].Start != nil && t.locked[i].Start.Equal(*u.Start) {
+				before = t.locked[i].Used
+			}
+			c.Add(alert.Crossing{Tenant: t.id, Window: win.Name, Counts: string(win.Counts), Before: before, After: u.Used,
+				Limit: win.Limit, Start: *u.Start, End: win.Next(*u.Start), Thresholds: win.AlertThresholds()})
 		}
-		before := int64(0)
-		if t.lockedPeriod != nil && t.lockedPeriod.Equal(*t.PeriodStart) {
-			before = t.lockedUsed
-		}
-		c.Add(t.id, before, t.PeriodUsed, t.Limits.PeriodBudget, *t.PeriodStart, t.Limits.Period.next(*t.PeriodStart))
 	}
 	return c.Args()
 }

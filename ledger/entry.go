@@ -41,8 +41,16 @@ type Entry struct {
 	Actor        string
 	Reason       string
 	Detail       string // JSON describing the change (limits before/after, ...)
-	PrevHash     []byte
-	Hash         []byte
+	// MoneyMicro is the money the entry moved, in micro-units of the
+	// deployment's currency (the estimate's at reserve, actual - estimate
+	// at settle, - estimate at release), at the price the admission was
+	// reserved at; nil when the entry concerns no priced admission.
+	MoneyMicro *int64
+	// Windows is every window's usage after the change, "name=used,..."
+	// in the tenant's window order ("" for a tenant without windows).
+	Windows  string
+	PrevHash []byte
+	Hash     []byte
 }
 
 // Head is the end of a tenant's chain: the last sequence number and hash.
@@ -123,5 +131,17 @@ func Canonical(e *Entry) []byte {
 	field(e.Actor)
 	field(e.Reason)
 	field(e.Detail)
+	// Entries before money and windows (both unset) encode as they always
+	// did, so their hashes still verify; a later entry appends both, behind
+	// a marker, and its hash covers them.
+	if e.MoneyMicro != nil || e.Windows != "" {
+		field("v2")
+		optNum(e.MoneyMicro)
+		if e.Windows == "" {
+			b = append(b, '~')
+		} else {
+			field(e.Windows)
+		}
+	}
 	return b
 }

@@ -126,6 +126,8 @@ type entryRow struct {
 	Detail       *string    `db:"detail"`
 	PrevHash     []byte     `db:"prev_hash"`
 	Hash         []byte     `db:"hash"`
+	MoneyMicro   *int64     `db:"money_micro"`
+	Windows      *string    `db:"windows"`
 }
 
 func str(p *string) string {
@@ -143,7 +145,8 @@ func scanEntry(row pgx.CollectableRow) (Entry, error) {
 	return Entry{TenantID: r.TenantID, Seq: r.Seq, Kind: Kind(r.Kind), CreatedAt: r.CreatedAt, AdmissionID: str(r.AdmissionID),
 		Model: str(r.Model), Estimate: r.Estimate, Actual: r.Actual, RefillMicro: r.RefillMicro, DeltaMicro: r.DeltaMicro,
 		BalanceMicro: r.BalanceMicro, PeriodStart: r.PeriodStart, PeriodUsed: r.PeriodUsed, Late: r.Late, Actor: r.Actor,
-		Reason: str(r.Reason), Detail: str(r.Detail), PrevHash: r.PrevHash, Hash: r.Hash}, nil
+		Reason: str(r.Reason), Detail: str(r.Detail), PrevHash: r.PrevHash, Hash: r.Hash, MoneyMicro: r.MoneyMicro,
+		Windows: str(r.Windows)}, nil
 }
 
 func (f Filter) sql() string {
@@ -215,7 +218,7 @@ func EntryEach(ctx context.Context, q Querier, f Filter, fn func(*Entry) error) 
 // CSVHeader is the first line of a CSV export.
 var CSVHeader = []string{"tenant_id", "seq", "kind", "created_at", "admission_id", "model", "estimate", "actual",
 	"refill_tokens", "delta_tokens", "balance_tokens", "period_start", "period_used", "late", "actor", "reason",
-	"detail", "prev_hash", "hash"}
+	"detail", "prev_hash", "hash", "money", "windows"}
 
 // Tokens renders micro-tokens as an exact decimal. Every int64 renders,
 // math.MinInt64 too: the magnitude is taken in uint64, where negating the
@@ -251,6 +254,10 @@ func CSVRecord(e *Entry) []string {
 		}
 		return strconv.FormatInt(*n, 10)
 	}
+	money := ""
+	if e.MoneyMicro != nil {
+		money = Tokens(*e.MoneyMicro) // micro-units render as an exact decimal like micro-tokens
+	}
 	period := ""
 	if e.PeriodStart != nil {
 		period = e.PeriodStart.UTC().Format(time.RFC3339)
@@ -258,7 +265,7 @@ func CSVRecord(e *Entry) []string {
 	return []string{e.TenantID, strconv.FormatInt(e.Seq, 10), string(e.Kind), e.CreatedAt.UTC().Format(time.RFC3339Nano),
 		cell(e.AdmissionID), cell(e.Model), opt(e.Estimate), opt(e.Actual), Tokens(e.RefillMicro), Tokens(e.DeltaMicro),
 		Tokens(e.BalanceMicro), period, strconv.FormatInt(e.PeriodUsed, 10), strconv.FormatBool(e.Late), cell(e.Actor),
-		cell(e.Reason), cell(e.Detail), hex.EncodeToString(e.PrevHash), hex.EncodeToString(e.Hash)}
+		cell(e.Reason), cell(e.Detail), hex.EncodeToString(e.PrevHash), hex.EncodeToString(e.Hash), money, e.Windows}
 }
 
 // WriteCSV streams every entry matching f to w as CSV, header first.

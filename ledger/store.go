@@ -35,6 +35,8 @@ func QueueInsert(b *pgx.Batch, entries ...*Entry) {
 		periodStart                       = make([]*time.Time, n)
 		late                              = make([]bool, n)
 		prev, hash                        = make([][]byte, n), make([][]byte, n)
+		money                             = make([]*int64, n)
+		windows                           = make([]*string, n)
 	)
 	orNull := func(s string) *string {
 		if s == "" {
@@ -47,9 +49,10 @@ func QueueInsert(b *pgx.Batch, entries ...*Entry) {
 		admission[i], model[i], estimate[i], actual[i] = orNull(e.AdmissionID), orNull(e.Model), e.Estimate, e.Actual
 		refill[i], delta[i], balance[i], periodStart[i], used[i], late[i] = e.RefillMicro, e.DeltaMicro, e.BalanceMicro, e.PeriodStart, e.PeriodUsed, e.Late
 		actor[i], reason[i], detail[i], prev[i], hash[i] = e.Actor, orNull(e.Reason), orNull(e.Detail), e.PrevHash, e.Hash
+		money[i], windows[i] = e.MoneyMicro, orNull(e.Windows)
 	}
 	b.Queue(entryInsertSQL, tenant, seq, kind, at, admission, model, estimate, actual,
-		refill, delta, balance, periodStart, used, late, actor, reason, detail, prev, hash)
+		refill, delta, balance, periodStart, used, late, actor, reason, detail, prev, hash, money, windows)
 }
 
 // EntryList returns up to limit entries of a tenant with seq > afterSeq, in

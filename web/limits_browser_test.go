@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -46,7 +47,7 @@ func TestBrowserLimitsFormKeepsOthersChanges(t *testing.T) {
 	if errs := br.formErrors("#limits"); len(errs) == 0 || errs[0] != "max_concurrent: must be between 1 and 2147483647 (blank removes the cap)" {
 		t.Fatalf("max_concurrent 0: %q", errs)
 	}
-	if s2, _ := b.store.TenantSnapshot(ctx, "acme"); s2.Limits != s.Limits {
+	if s2, _ := b.store.TenantSnapshot(ctx, "acme"); !reflect.DeepEqual(s2.Limits, s.Limits) {
 		t.Fatalf("a refused form changed %+v into %+v", s.Limits, s2.Limits)
 	}
 }

@@ -3,6 +3,7 @@ package web_test
 import (
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -84,7 +85,7 @@ func TestLimitsFormSendsOnlyEditedFields(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM ledger_entries WHERE tenant_id = 'acme' AND kind = 'limits'`); n != entries {
 		t.Fatalf("an unedited form wrote %d limits entries", n-entries)
 	}
-	if s2, _ := b.store.TenantSnapshot(ctx, "acme"); s2.Limits != s.Limits {
+	if s2, _ := b.store.TenantSnapshot(ctx, "acme"); !reflect.DeepEqual(s2.Limits, s.Limits) {
 		t.Fatalf("an unedited form changed %+v into %+v", s.Limits, s2.Limits)
 	}
 

@@ -414,7 +414,7 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
 		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error",
-			"tokengate: rejected by the tenant's "+string(rej.Limit)+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
+			"tokengate: rejected by the tenant's "+rej.Named()+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
 	case errors.As(err, &thr):
 		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
 		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "too many failed authentications from this address")

@@ -464,7 +464,7 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "",
-			"tokengate: rejected by the tenant's "+string(rej.Limit)+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
+			"tokengate: rejected by the tenant's "+rej.Named()+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
 	case errors.As(err, &thr):
 		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "too many failed authentications from this address")

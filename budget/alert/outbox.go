@@ -2,6 +2,8 @@ package alert
 
 import (
 	_ "embed"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -17,24 +19,39 @@ var ThresholdsCrossedSQL string
 // reads it every few seconds, and queues ThresholdsCrossedSQL only then.
 const PeriodRulesExistSQL = `SELECT EXISTS (SELECT 1 FROM alert_rules WHERE kind = 'period_budget' AND deleted_at IS NULL)`
 
-// Crossings collects the period usage changes of one transaction, for
+// Crossings collects the window usage rises of one transaction, for
 // ThresholdsCrossedSQL's arguments.
 type Crossings struct {
-	tenants            []string
-	before, after, per []int64
-	starts, ends       []time.Time
+	tenants, windows, counts, own []string
+	before, after, per            []int64
+	starts, ends                  []time.Time
 }
 
-// Add records that tenant's period usage went from before to after, of a
-// budget of per, in the period [start, end). Usage that did not grow cannot
-// cross a threshold and is not recorded.
-func (c *Crossings) Add(tenant string, before, after, per int64, start, end time.Time) {
-	if after <= before || per <= 0 {
+// Crossing is one window's usage rise in a transaction: from Before to
+// After, of a limit of Limit, in the window [Start, End). Thresholds are
+// the window's own percents (a soft budget's limit among them), raised
+// beside those of the tenant's period_budget rules.
+type Crossing struct {
+	Tenant, Window, Counts string
+	Before, After, Limit   int64
+	Start, End             time.Time
+	Thresholds             []int64
+}
+
+// Add records x. Usage that did not grow cannot cross a threshold and is
+// not recorded.
+func (c *Crossings) Add(x Crossing) {
+	if x.After <= x.Before || x.Limit <= 0 {
 		return
 	}
-	c.tenants = append(c.tenants, tenant)
-	c.before, c.after, c.per = append(c.before, before), append(c.after, after), append(c.per, per)
-	c.starts, c.ends = append(c.starts, start), append(c.ends, end)
+	own := make([]string, len(x.Thresholds))
+	for i, p := range x.Thresholds {
+		own[i] = strconv.FormatInt(p, 10)
+	}
+	c.tenants, c.windows, c.counts = append(c.tenants, x.Tenant), append(c.windows, x.Window), append(c.counts, x.Counts)
+	c.own = append(c.own, strings.Join(own, ","))
+	c.before, c.after, c.per = append(c.before, x.Before), append(c.after, x.After), append(c.per, x.Limit)
+	c.starts, c.ends = append(c.starts, x.Start), append(c.ends, x.End)
 }
 
 // Args returns the statement's arguments, or nil when nothing grew.
@@ -42,5 +59,5 @@ func (c *Crossings) Args() []any {
 	if len(c.tenants) == 0 {
 		return nil
 	}
-	return []any{c.tenants, c.before, c.after, c.per, c.starts, c.ends}
+	return []any{c.tenants, c.before, c.after, c.per, c.starts, c.ends, c.windows, c.counts, c.own}
 }

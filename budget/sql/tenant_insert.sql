@@ -1,13 +1,13 @@
 INSERT INTO tenants (
     id, tokens_capacity, tokens_rate_micro, requests_capacity, requests_rate_micro,
-    max_concurrent, period_budget, period, reservation_ttl_ms, max_wait_ms,
+    max_concurrent, windows, reservation_ttl_ms, max_wait_ms,
     tokens_micro, tokens_at, requests_micro, requests_at, created_at, on_store_unavailable,
     shadow_limits, parent_id, path, depth
 ) VALUES (
     $1, $2, $3, NULLIF($4, 0), NULLIF($5, 0),
-    NULLIF($6, 0), NULLIF($7, 0), NULLIF($8, ''), $9, $10,
-    $11, $12, $13, $14, $12, NULLIF($15, ''),
-    $16, NULLIF($17, ''), $18, cardinality($18::text[])
+    NULLIF($6, 0), $7::jsonb, $8, $9,
+    $10, $11, $12, $13, $11, NULLIF($14, ''),
+    $15, NULLIF($16, ''), $17, cardinality($17::text[])
 )
 ON CONFLICT (id) DO NOTHING
 RETURNING ledger_seq
