@@ -169,6 +169,15 @@ func TestMoneyWindowSettlesAtTheReservesPrice(t *testing.T) {
 	if want := time.Date(y, m, d+1, 0, 0, 0, 0, paris).Sub(clock.Now()); rej.Window != "spend" || rej.RetryAfter != want {
 		t.Fatalf("refused by %q in %s, want spend in %s", rej.Window, rej.RetryAfter, want)
 	}
+	// The drift report in money: estimated 0.45, cost 0.35 at the
+	// reserve's price, over-reserved by 0.10.
+	rows, err := b.store.DriftReport(ctx, budget.DriftParams{TenantID: "acme", From: clock.Now().Add(-time.Hour), To: clock.Now().Add(time.Hour)})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("drift %+v: %v", rows, err)
+	}
+	if r := rows[0]; r.Priced != 1 || r.EstimatedMoneyMicro.String() != "450000" || r.ActualMoneyMicro.String() != "350000" || r.MoneyDriftMicro.String() != "100000" {
+		t.Fatalf("drift in money: %+v", r)
+	}
 	// A model with no price cannot be admitted where money is counted.
 	q := reserve(10)
 	q.TenantID, q.Estimate.Model = "acme", "unpriced-model"
