@@ -81,8 +81,9 @@ func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
 		return sh
 	}
 	lim := snap.Limits
-	// Period budgets are not enforced locally: no replica knows what the
-	// others spend in the period.
+	// Windows (the period budget among them) are not enforced locally: no
+	// replica knows what the others spend in the window. The replay counts
+	// the admission in every window, priced as of its creation.
 	mine := budget.Limits{TokensCapacity: l.divide(lim.TokensCapacity*budget.Micro) / budget.Micro,
 		TokensRateMicro: l.divide(lim.TokensRateMicro), ReservationTTL: lim.ReservationTTL}
 	sh := &share{tenant: lim, open: map[string]opened{}}
