@@ -314,59 +314,83 @@ func (t *Table) exact(name string) (Model, bool) {
 	return Model{}, false
 }
 
-// Lookup finds the family of a model name: the exact name first; then the
-// name with dated suffixes ("-YYYY-MM-DD", "-MMDD") and "-preview" stripped
-// from its end, one at a time, retrying after each; then the longest table
-// name N such that name starts with N + "-". So "gpt-4o-mini-2024-07-18" is
-// gpt-4o-mini (never gpt-4o), "gpt-4-0613" is gpt-4. Names are
-// case-sensitive. known is false, and m the zero Model, when nothing
-// matches.
+// Lookup finds the family of a model name by [resolveName] over the
+// table's names and aliases: the exact name first; then the name with
+// version suffixes ("-YYYY-MM-DD", "-YYYYMMDD", "@YYYYMMDD", "-MMDD",
+// "-preview", "-latest") stripped from its end, one at a time, retrying
+// after each; then the longest table name N such that name starts with
+// N + "-". So "gpt-4o-mini-2024-07-18" is gpt-4o-mini (never gpt-4o),
+// "gpt-4-0613" is gpt-4. Names are case-sensitive. known is false, and m
+// the zero Model, when nothing matches.
 func (t *Table) Lookup(name string) (m Model, known bool) {
-	if t == nil || name == "" {
+	if t == nil {
 		return Model{}, false
 	}
-	if m, ok := t.exact(name); ok {
-		return m, true
+	return resolveName(name, t.exact)
+}
+
+// resolveName finds what a request's model name stands for, given find,
+// which looks a name up exactly. It is the one naming rule of tokengate:
+// the model table (Table.Lookup) and the price book (PriceBook.At) both
+// use it, so a request's family and its price never disagree about which
+// model a dated snapshot is. The rule: the exact name; then the name with
+// one version suffix stripped (stripSuffix), retrying after each strip;
+// then the longest prefix N of the name, cut at a '-', that find knows
+// ("gpt-4o-mini-search" is gpt-4o-mini, never gpt-4o: the longest wins).
+// Only substrings of name are looked up, so a resolution allocates
+// nothing.
+func resolveName[V any](name string, find func(string) (V, bool)) (V, bool) {
+	var zero V
+	if name == "" {
+		return zero, false
+	}
+	if v, ok := find(name); ok {
+		return v, true
 	}
 	for s := name; ; {
 		stripped, ok := stripSuffix(s)
 		if !ok {
 			break
 		}
-		if m, ok := t.exact(stripped); ok {
-			return m, true
+		if v, ok := find(stripped); ok {
+			return v, true
 		}
 		s = stripped
 	}
-	best := ""
-	consider := func(cand string) {
-		if len(cand) > len(best) && len(name) > len(cand) && name[len(cand)] == '-' && strings.HasPrefix(name, cand) {
-			best = cand
+	// Every known N with name = N + "-" + rest is name[:i] for some dash
+	// at i > 0: trying the dashes from the right finds the longest first.
+	for i := len(name) - 1; i > 0; i-- {
+		if name[i] != '-' {
+			continue
+		}
+		if v, ok := find(name[:i]); ok {
+			return v, true
 		}
 	}
-	for n := range t.models {
-		consider(n)
-	}
-	for n := range t.aliases {
-		consider(n)
-	}
-	if best == "" {
-		return Model{}, false
-	}
-	return t.exact(best)
+	return zero, false
 }
 
-// stripSuffix removes one trailing "-YYYY-MM-DD", "-MMDD" or "-preview".
+// stripSuffix removes one trailing version suffix: "-preview", "-latest",
+// a date "-YYYY-MM-DD" (OpenAI), "-YYYYMMDD" (Anthropic), "@YYYYMMDD"
+// (Anthropic's models on Vertex AI), or "-MMDD" (OpenAI's older
+// snapshots). It never strips a whole name.
 func stripSuffix(s string) (string, bool) {
-	if base, ok := strings.CutSuffix(s, "-preview"); ok && base != "" {
-		return base, true
+	for _, word := range []string{"-preview", "-latest"} {
+		if base, ok := strings.CutSuffix(s, word); ok && base != "" {
+			return base, true
+		}
 	}
+	n := len(s)
 	// -YYYY-MM-DD
-	if n := len(s); n > 11 && s[n-11] == '-' && digits(s[n-10:n-6]) && s[n-6] == '-' && digits(s[n-5:n-3]) && s[n-3] == '-' && digits(s[n-2:]) {
+	if n > 11 && s[n-11] == '-' && digits(s[n-10:n-6]) && s[n-6] == '-' && digits(s[n-5:n-3]) && s[n-3] == '-' && digits(s[n-2:]) {
 		return s[:n-11], true
 	}
+	// -YYYYMMDD or @YYYYMMDD
+	if n > 9 && (s[n-9] == '-' || s[n-9] == '@') && digits(s[n-8:]) {
+		return s[:n-9], true
+	}
 	// -MMDD
-	if n := len(s); n > 5 && s[n-5] == '-' && digits(s[n-4:]) {
+	if n > 5 && s[n-5] == '-' && digits(s[n-4:]) {
 		return s[:n-5], true
 	}
 	return s, false
