@@ -1,0 +1,1 @@
+SELECT * FROM model_prices ORDER BY model, effective_from
