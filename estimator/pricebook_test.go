@@ -3,10 +3,14 @@ package estimator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -549,4 +553,121 @@ func BenchmarkPriceBookAt(b *testing.B) {
 			_, _ = p.Cost(u)
 		}
 	})
+}
+
+// TestPriceBookVersionUnderConcurrentInserts: while writers add prices
+// from many connections, every book loaded holds every row created up to
+// its Version (inserts hold the price lock and take created_at after it,
+// so none commits later with an earlier created_at). A book whose Version
+// equals the table's max(created_at) is therefore complete, which is the
+// reload rule's premise.
+func TestPriceBookVersionUnderConcurrentInserts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, func(c *pgxpool.Config) { c.MaxConns = 10 })
+	const writers, each = 4, 5
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if _, err := estimator.PriceInsert(ctx, pool, estimator.Price{Model: fmt.Sprintf("m-%d-%d", w, i), Currency: "USD",
+					InputMicro: int64(i), OutputMicro: 1, CreatedBy: "w"}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	loads := 0
+	check := func() {
+		t.Helper()
+		book, err := estimator.PriceBookLoad(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loads++
+		rows, err := pool.Query(ctx, `SELECT model, effective_from FROM model_prices WHERE created_at <= $1`, book.Version())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var model string
+			var from time.Time
+			if err := rows.Scan(&model, &from); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := book.Exact(model, from); !ok {
+				t.Fatalf("load %d: %s at %v was created before the book's version %v but is not in it", loads, model, from, book.Version())
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		check()
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	check()
+	book, _ := estimator.PriceBookLoad(ctx, pool)
+	var version time.Time
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT max(created_at), count(*) FROM model_prices`).Scan(&version, &n); err != nil {
+		t.Fatal(err)
+	}
+	if n != writers*each || !book.Version().Equal(version) {
+		t.Fatalf("%d rows, version %v; book version %v", n, version, book.Version())
+	}
+	for w := range writers {
+		for i := range each {
+			if p, ok := book.At(fmt.Sprintf("m-%d-%d", w, i), version); !ok || p.InputMicro != int64(i) {
+				t.Fatalf("m-%d-%d: %+v %v", w, i, p, ok)
+			}
+		}
+	}
+	t.Logf("%d loads while %d rows were added", loads, n)
+}
+
+// TestPriceBookConcurrentAt: one book priced from many goroutines at once
+// (run with -race) answers each as it does alone.
+func TestPriceBookConcurrentAt(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	book := estimator.NewPriceBook(bookRows(t, t0, t0))
+	names := map[string]int64{"gpt-4o-2024-08-06": 2_500_000, "claude-sonnet-4-5@20250929": 3_000_000, "gemini-2.5-flash-lite": 100_000}
+	var wg sync.WaitGroup
+	bad := make(chan string, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				for name, input := range names {
+					if p, ok := book.At(name, t0); !ok || p.InputMicro != input {
+						bad <- name
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(bad)
+	for name := range bad {
+		t.Errorf("%s priced wrong under concurrency", name)
+	}
 }
