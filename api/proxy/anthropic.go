@@ -204,7 +204,7 @@ var anthropicDialect = dialect{
 		if json.Unmarshal(out, &v) == nil && v.Usage != nil && v.Usage.complete() {
 			c.settleMessages(v.Usage.messagesUsage())
 		} else {
-			c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+			c.settle(c.estimated()) // no usage reported: the estimate stands
 		}
 	},
 	answered: dropUpstreamRateHeaders,
@@ -300,19 +300,20 @@ func (m *messagesUsage) merge(u *anthropicUsage) {
 }
 
 func (c *call) settleMessages(u messagesUsage) {
-	c.settleCache(u.input, u.output, u.cache)
+	c.settleCache(u.input, u.output, 0, u.cache) // Anthropic's usage does not split out thinking
 }
 
 // settleCache reconciles the admission with what the call used, whatever
 // happened to the client meanwhile: in input tokens, of which cache
-// touched the provider's prompt cache, and out output tokens.
+// touched the provider's prompt cache, and out output tokens, of which
+// reasoning were spent reasoning.
 //
 // The upstream's usage is a fact, not a claim: the request already ran. But
 // usage beyond what the request could produce (more output than it
 // reserved, more than the model's context window: budget.UsageBounds) is
 // an upstream's error, and would charge the tenant without bound: it is
 // clamped to the bound, logged, and counted as outcome usage_clamped.
-func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
+func (c *call) settleCache(in, out, reasoning int64, cache estimator.CacheUsage) {
 	table := c.p.estimator.Table()
 	cin, cout, clamped := budget.ClampUsage(c.est, table, in, out)
 	// The cache's tokens are priced by the domain, at the model's cache
@@ -325,6 +326,8 @@ func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
 		return n
 	}
 	read, w5, w1 := take(cache.Read), take(cache.Write5m), take(cache.Write1h)
+	// Reasoning is part of the (clamped) output, likewise.
+	reasoning = min(max(reasoning, 0), cout)
 	if clamped {
 		maxOut, maxTotal := budget.UsageBounds(c.est, table)
 		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
@@ -334,7 +337,7 @@ func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
-		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1,
+		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1, ReasoningTokens: reasoning,
 		Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.

@@ -262,9 +262,9 @@ var openAIDialect = dialect{
 	stream: (*call).stream,
 	answer: func(c *call, out []byte) {
 		if u, ok := readUsage(c.kind, out); ok {
-			c.settle(u.input, u.output, u.cached)
+			c.settle(u)
 		} else {
-			c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+			c.settle(c.estimated()) // no usage reported: the estimate stands
 		}
 	},
 }
@@ -318,7 +318,7 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dial
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		// The answer broke off: no usage to settle from, and the model ran.
-		c.settle(c.est.InputTokens, c.est.OutputTokens, 0)
+		c.settle(c.estimated())
 		d.fail(w, http.StatusBadGateway, "the upstream's answer broke off")
 		return
 	}
@@ -337,8 +337,13 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dial
 // reserved, more than the model's context window: budget.UsageBounds) is
 // an upstream's error, and would charge the tenant without bound: it is
 // clamped to the bound, logged, and counted as outcome usage_clamped.
-func (c *call) settle(in, out, cached int64) {
-	c.settleCache(in, out, estimator.CacheUsage{Read: cached})
+func (c *call) settle(u usage) {
+	c.settleCache(u.input, u.output, u.reasoning, estimator.CacheUsage{Read: u.cached})
+}
+
+// estimated is the usage of a call that reported none: its estimate.
+func (c *call) estimated() usage {
+	return usage{input: c.est.InputTokens, output: c.est.OutputTokens}
 }
 
 func (c *call) release() {
