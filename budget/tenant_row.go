@@ -40,6 +40,9 @@ type tenantRow struct {
 	Depth              int        `db:"depth"`
 	ShadowLimits       []string   `db:"shadow_limits"`
 	ModelLimits        int        `db:"model_limits"`
+	EndUserOf          *string    `db:"end_user_of"`
+	EndUserID          *string    `db:"end_user_id"`
+	EndUserExpiredAt   *time.Time `db:"end_user_expired_at"`
 }
 
 // tenant is a tenant as a decision holds it: its TenantState, and the ledger
@@ -57,6 +60,10 @@ type tenant struct {
 	// the decision's writes compare against them for alert thresholds.
 	lockedPeriod *time.Time
 	lockedUsed   int64
+	// endUserOf is the tenant whose end user this is ("" for none), and
+	// endUserExpired whether it idled out (enduser.go).
+	endUserOf      string
+	endUserExpired bool
 }
 
 func deref0[T any](p *T) T {
@@ -87,6 +94,8 @@ func (r *tenantRow) tenant() *tenant {
 		id:          r.ID,
 		path:        r.Path,
 		disabled:    r.DisabledAt != nil,
+		endUserOf:   deref0(r.EndUserOf),
+		endUserExpired: r.EndUserExpiredAt != nil,
 		head:        ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
 		TenantState: TenantState{
 			Limits:      l,
