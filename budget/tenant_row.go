@@ -90,13 +90,13 @@ func (r *tenantRow) tenant() *tenant {
 	// The column only ever holds names ParseLimitSet accepted.
 	l.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
 	t := &tenant{
-		modelLimits: r.ModelLimits,
-		id:          r.ID,
-		path:        r.Path,
-		disabled:    r.DisabledAt != nil,
-		endUserOf:   deref0(r.EndUserOf),
+		modelLimits:    r.ModelLimits,
+		id:             r.ID,
+		path:           r.Path,
+		disabled:       r.DisabledAt != nil,
+		endUserOf:      deref0(r.EndUserOf),
 		endUserExpired: r.EndUserExpiredAt != nil,
-		head:        ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
+		head:           ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
 		TenantState: TenantState{
 			Limits:      l,
 			Tokens:      Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},
