@@ -117,7 +117,8 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
 	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceAPI, Start: start, Body: body})
+		Face: admission.FaceAPI, Start: start, Body: body,
+		EndUser: admission.EndUser{Fields: req.EndUserFields(), HeaderFunc: c.Request().Header.Get}})
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}

@@ -1,0 +1,144 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// EndUser is what a face found in a request that may name the caller's end
+// user: the body's candidate fields and, for an HTTP face, its headers.
+// Which one counts is the tenant's end-user policy's (budget.EndUserPolicy),
+// so a face extracts them all, cheaply, and never reads a policy.
+type EndUser struct {
+	Fields estimator.EndUserFields
+	// HeaderFunc returns a request header's value ("" when absent); nil for
+	// a face without headers.
+	HeaderFunc func(name string) string
+}
+
+// id is the end-user id the request gives from pol's source, the field it
+// names (for errors), and whether it gives one at all.
+func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, err error) {
+	var v any
+	field = string(pol.Source)
+	switch pol.Source {
+	case budget.SourceUser:
+		v = e.Fields.User
+	case budget.SourceSafetyIdentifier:
+		v = e.Fields.SafetyIdentifier
+	case budget.SourceMetadataUserID:
+		v = e.Fields.MetadataUserID
+	case budget.SourceHeader:
+		field = pol.Header
+		if e.HeaderFunc != nil {
+			if h := e.HeaderFunc(pol.Header); h != "" {
+				v = h
+			}
+		}
+	}
+	switch s := v.(type) {
+	case nil:
+		return "", field, false, nil
+	case string:
+		return s, field, true, budget.ValidateEndUserID(field, s)
+	default:
+		return "", field, true, &budget.InvalidError{Field: field, Reason: "must be a string (it names the end user)"}
+	}
+}
+
+// maxEndUserCache bounds a replica's (tenant, end user) -> tenant id
+// entries. Past it the cache starts over: a miss costs one short
+// transaction (EndUserEnsure), never a wrong answer, since the id is a
+// function of the pair and a stale entry of an expired end user is caught
+// by the decision (budget.ErrEndUserExpired).
+const maxEndUserCache = 100_000
+
+// endUserCache remembers the end users this replica has resolved.
+type endUserCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (c *endUserCache) get(key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.m[key]
+	return id, ok
+}
+
+func (c *endUserCache) put(key, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxEndUserCache {
+		c.m = make(map[string]string)
+	}
+	c.m[key] = id
+}
+
+func (c *endUserCache) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
+// endUser resolves the end user a request names, when its tenant has an
+// end-user policy and the request gives an id from the policy's source:
+// the end user's tenant id (created on first sight, or revived, by
+// budget.Store.EndUserEnsure; the cap applies), or "" to decide as the
+// tenant's own. A tenant without a policy costs a map lookup. While the
+// store is down nothing is resolved: the request is the tenant's, and its
+// failure policy applies as it would. It returns an *InvalidError (a bad
+// id), budget.ErrEndUserCap, or the store's error.
+func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (string, error) {
+	if a.Down() {
+		return "", nil
+	}
+	pol, err := a.cfg.Store.EndUserPolicyOf(ctx, req.TenantID)
+	if err != nil || pol == nil {
+		return "", err
+	}
+	id, _, present, err := req.EndUser.id(pol)
+	if !present || err != nil {
+		return "", err
+	}
+	key := req.TenantID + "\x00" + id
+	if !fresh {
+		if child, ok := a.endUsers.get(key); ok {
+			return child, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
+	defer cancel()
+	child, err := a.cfg.Store.EndUserEnsure(ctx, req.TenantID, id)
+	switch {
+	case errors.Is(err, budget.ErrNoEndUserPolicy):
+		return "", nil // deleted since this replica read it
+	case err != nil:
+		a.endUsers.forget(key)
+		return "", err
+	}
+	a.endUsers.put(key, child)
+	return child, nil
+}
+
+// endUserOfAdmission is the end user, of tenantID, whose admission a
+// settle or release by id names ("" for the tenant's own, or when the
+// tenant has no end-user policy: one read, only then). A face that
+// authenticated the tenant's key settles its end users' admissions by id
+// without knowing them.
+func (a *Admitter) endUserOfAdmission(ctx context.Context, tenantID, admissionID string) (string, error) {
+	if admissionID == "" || a.Down() {
+		return "", nil
+	}
+	pol, err := a.cfg.Store.EndUserPolicyOf(ctx, tenantID)
+	if err != nil || pol == nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
+	defer cancel()
+	return a.cfg.Store.EndUserAdmissionTenant(ctx, tenantID, admissionID)
+}
