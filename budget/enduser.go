@@ -67,6 +67,8 @@ var (
 	endUserIdleSQL string
 	//go:embed sql/end_user_list.sql
 	endUserListSQL string
+	//go:embed sql/end_user_lock.sql
+	endUserLockSQL string
 	//go:embed sql/end_user_admission_tenant.sql
 	endUserAdmissionTenantSQL string
 )
@@ -543,13 +545,19 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 	childID := EndUserTenantID(parent, endUserID)
 	var pol *EndUserPolicy
 	var live int
-	tx, ts, now, err := s.lockTenants(ctx, []string{childID, parent},
+	var c *tenant
+	tx, ts, now, err := s.lockTenants(ctx, []string{parent},
 		func(b *pgx.Batch) {
+			b.Queue(endUserLockSQL, childID)
 			b.Queue(endUserPolicyGetSQL, parent)
 			b.Queue(endUserLiveCountSQL, parent)
 		},
 		func(br pgx.BatchResults) error {
-			var err error
+			cs, err := scanTenants(br.Query())
+			if err != nil {
+				return err
+			}
+			c = cs[childID]
 			if pol, err = scanPolicy(br.Query()); err != nil {
 				return err
 			}
@@ -558,7 +566,7 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 	if err != nil {
 		return "", err
 	}
-	t, c := ts[parent], ts[childID]
+	t := ts[parent]
 	switch {
 	case t == nil:
 		tx.abort()
