@@ -27,7 +27,7 @@ type endUsersPage struct {
 		EndUserID string  `json:"end_user_id"`
 		ExpiredAt *string `json:"expired_at"`
 		Budget    struct {
-			Tenant    string `json:"tenant"`
+			Tenant   string `json:"tenant"`
 			Balances struct {
 				Tokens json.Number `json:"tokens"` // decimal: refill is fractional
 			} `json:"balances"`
