@@ -498,7 +498,12 @@ func (s *Store) EndUserPolicyOf(ctx context.Context, tenantID string) (*EndUserP
 	return c.byTenant[tenantID], nil
 }
 
+// loadPolicies reads every policy into a new copy, within
+// DefaultStoreTimeout (a replica whose store went away learns it from its
+// decisions, not from here).
 func (s *Store) loadPolicies(ctx context.Context) (*policyCache, error) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultStoreTimeout)
+	defer cancel()
 	at := time.Now()
 	rows, err := s.pool.Query(ctx, endUserPolicyAllSQL)
 	if err != nil {

@@ -94,12 +94,9 @@ func (c *endUserCache) forget(key string) {
 // failure policy applies as it would. It returns an *InvalidError (a bad
 // id), budget.ErrEndUserCap, or the store's error.
 func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (string, error) {
-	if a.Down() {
+	pol := a.endUserPolicy(ctx, req.TenantID)
+	if pol == nil {
 		return "", nil
-	}
-	pol, err := a.cfg.Store.EndUserPolicyOf(ctx, req.TenantID)
-	if err != nil || pol == nil {
-		return "", err
 	}
 	id, _, present, err := req.EndUser.id(pol)
 	if !present || err != nil {
@@ -119,10 +116,31 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 		return "", nil // deleted since this replica read it
 	case err != nil:
 		a.endUsers.forget(key)
+		if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
+			a.MarkDown(err)
+		}
 		return "", err
 	}
 	a.endUsers.put(key, child)
 	return child, nil
+}
+
+// endUserPolicy is the tenant's end-user policy, nil for none, and nil
+// while the store is down or when this replica could not read any copy of
+// the policies yet (budget.Store.EndUserPolicyOf): the request is then
+// decided as the tenant's own, which finds the outage, if there is one,
+// and applies the failure policy as for any request. (A store that is up
+// but failed that one read decides one request as the tenant's: its bound
+// holds, its end user's is not consulted.)
+func (a *Admitter) endUserPolicy(ctx context.Context, tenantID string) *budget.EndUserPolicy {
+	if a.Down() {
+		return nil
+	}
+	pol, err := a.cfg.Store.EndUserPolicyOf(ctx, tenantID) // bounds its own refresh
+	if err != nil {
+		return nil
+	}
+	return pol
 }
 
 // endUserOfAdmission is the end user, of tenantID, whose admission a
@@ -131,12 +149,8 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 // authenticated the tenant's key settles its end users' admissions by id
 // without knowing them.
 func (a *Admitter) endUserOfAdmission(ctx context.Context, tenantID, admissionID string) (string, error) {
-	if admissionID == "" || a.Down() {
+	if admissionID == "" || a.endUserPolicy(ctx, tenantID) == nil {
 		return "", nil
-	}
-	pol, err := a.cfg.Store.EndUserPolicyOf(ctx, tenantID)
-	if err != nil || pol == nil {
-		return "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
 	defer cancel()
