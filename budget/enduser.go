@@ -38,6 +38,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode"
@@ -473,27 +474,37 @@ type policyCache struct {
 // this replica's copy, refreshed when older than EndUserPolicyRefresh, and
 // at once after a policy write through this store. A tenant without a
 // policy costs a map lookup: the refresh is one query for every tenant,
-// made by one caller while the others read the copy they have. When the
-// copy cannot be read and there is none yet, it answers nil (no policy):
-// requests are decided as their tenant's, as before the policy existed.
+// made by one caller while the others read the copy they have (a failed
+// refresh keeps it). With no copy at all, callers wait for one read, and
+// its failure is their error.
 func (s *Store) EndUserPolicyOf(ctx context.Context, tenantID string) (*EndUserPolicy, error) {
 	c := s.endUserPolicies.Load()
-	if c == nil || time.Since(c.at) > EndUserPolicyRefresh {
-		if s.endUserRefreshing.CompareAndSwap(false, true) {
-			fresh, err := s.loadPolicies(ctx)
-			s.endUserRefreshing.Store(false)
-			switch {
-			case err == nil:
-				c = fresh
-			case c == nil:
+	switch {
+	case c == nil:
+		// No copy (the first read, or a write through this store): every
+		// caller waits for the one read, so that none decides as if the
+		// tenant had no policy.
+		s.endUserLoading.Lock()
+		defer s.endUserLoading.Unlock()
+		if c = s.endUserPolicies.Load(); c == nil {
+			// The callers queued behind a failed read share its failure
+			// for a second rather than each wait for one of their own.
+			if f := s.endUserFailed; f != nil && time.Since(f.at) < time.Second {
+				return nil, f.err
+			}
+			var err error
+			if c, err = s.loadPolicies(ctx); err != nil {
+				s.endUserFailed = &failedRead{at: time.Now(), err: err}
 				return nil, err
 			}
+			s.endUserFailed = nil
 		}
-	}
-	if c == nil {
-		// Another caller is reading the first copy: decide as the tenant's
-		// own rather than wait (at most one refresh).
-		return nil, nil
+	case time.Since(c.at) > EndUserPolicyRefresh && s.endUserRefreshing.CompareAndSwap(false, true):
+		// Stale: one caller reads a new copy, the others use this one.
+		if fresh, err := s.loadPolicies(ctx); err == nil {
+			c = fresh
+		}
+		s.endUserRefreshing.Store(false)
 	}
 	return c.byTenant[tenantID], nil
 }
@@ -529,6 +540,14 @@ func (s *Store) loadPolicies(ctx context.Context) (*policyCache, error) {
 type endUserCache struct {
 	endUserPolicies   atomic.Pointer[policyCache]
 	endUserRefreshing atomic.Bool
+	endUserLoading    sync.Mutex
+	endUserFailed     *failedRead // the last first read's failure, under endUserLoading
+}
+
+// failedRead is a read that failed, and when.
+type failedRead struct {
+	at  time.Time
+	err error
 }
 
 // EndUserEnsure returns the tenant id of the end user endUserID of tenant
