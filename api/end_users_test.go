@@ -143,6 +143,18 @@ func TestEndUserAdmissionsThroughTheAPI(t *testing.T) {
 	if err != nil || a.State != budget.StateSettled {
 		t.Fatalf("u1's admission: %+v %v", a, err)
 	}
+	// Read by id with the tenant's key.
+	if r := b.call(t, key, http.MethodGet, "/v1/admissions/"+ids[0], ""); r.Code != http.StatusOK || !strings.Contains(r.Body.String(), `"settled"`) {
+		t.Fatalf("get: %d %s", r.Code, r.Body)
+	}
+	// Another tenant's key finds none of them.
+	other := b.tenant(t, "other", lim(1000, "1"))
+	if r := b.call(t, other, http.MethodGet, "/v1/admissions/"+ids[0], ""); r.Code != http.StatusNotFound {
+		t.Fatalf("another tenant's get: %d %s", r.Code, r.Body)
+	}
+	if r := b.call(t, other, http.MethodPost, "/v1/admissions/"+ids[2]+"/release", ""); r.Code != http.StatusNotFound {
+		t.Fatalf("another tenant's release: %d %s", r.Code, r.Body)
+	}
 	// Past the cap.
 	r := b.call(t, key, http.MethodPost, "/v1/admissions", body("u4"))
 	if e := r.errorBody(); r.Code != http.StatusTooManyRequests || e.Error.Type != "end_user_cap" {
@@ -188,7 +200,7 @@ func TestEndUserAdmissionsThroughTheAPI(t *testing.T) {
 		} `json:"tenants"`
 	}
 	b.adminCall(t, admin, http.MethodGet, "/v1/admin/tenants", nil).json(&list)
-	if len(list.Tenants) != 1 {
+	if len(list.Tenants) != 2 {
 		t.Fatalf("tenants %+v", list)
 	}
 }

@@ -55,6 +55,7 @@ type Budget interface {
 	EndUserPolicyGet(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
 	EndUserPolicyDelete(ctx context.Context, tenantID, actor string) error
 	EndUserList(ctx context.Context, parent, after string, limit int) ([]budget.EndUser, error)
+	EndUserAdmissionTenant(ctx context.Context, parent, admissionID string) (string, error)
 }
 
 // DefaultBodyLimit bounds every request body: estimator.DefaultMaxRequestBytes.
