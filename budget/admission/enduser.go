@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
@@ -57,10 +58,29 @@ func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, 
 // by the decision (budget.ErrEndUserExpired).
 const maxEndUserCache = 100_000
 
-// endUserCache remembers the end users this replica has resolved.
+// endUserCapWait is how long a replica answers ErrEndUserCap for an end
+// user the store refused at its tenant's cap, without asking again: a
+// refused end user's every request would otherwise be a transaction on
+// its tenant's lock. A slot freed meanwhile (an expiry, a larger cap) is
+// seen after it.
+const endUserCapWait = time.Second
+
+// endUserCache remembers the end users this replica has resolved, those
+// the cap refused lately, and the resolutions in flight (concurrent first
+// sights of one end user on a replica make one transaction).
 type endUserCache struct {
-	mu sync.Mutex
-	m  map[string]string
+	mu       sync.Mutex
+	m        map[string]string
+	capped   map[string]time.Time
+	inFlight map[string]*ensuring
+}
+
+// ensuring is one EndUserEnsure in flight, which callers of the same end
+// user wait for.
+type ensuring struct {
+	done  chan struct{}
+	child string
+	err   error
 }
 
 func (c *endUserCache) get(key string) (string, bool) {
@@ -70,19 +90,54 @@ func (c *endUserCache) get(key string) (string, bool) {
 	return id, ok
 }
 
-func (c *endUserCache) put(key, id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxEndUserCache {
-		c.m = make(map[string]string)
-	}
-	c.m[key] = id
-}
-
 func (c *endUserCache) forget(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, key)
+}
+
+// ensure resolves key through fn, once for all the callers that ask at
+// the same time, remembering the answer (or a refusal at the cap).
+func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, error) {
+	c.mu.Lock()
+	if at, ok := c.capped[key]; ok {
+		if time.Since(at) < endUserCapWait {
+			c.mu.Unlock()
+			return "", budget.ErrEndUserCap
+		}
+		delete(c.capped, key)
+	}
+	if e, ok := c.inFlight[key]; ok {
+		c.mu.Unlock()
+		<-e.done
+		return e.child, e.err
+	}
+	e := &ensuring{done: make(chan struct{})}
+	if c.inFlight == nil {
+		c.inFlight = map[string]*ensuring{}
+	}
+	c.inFlight[key] = e
+	c.mu.Unlock()
+
+	e.child, e.err = fn()
+
+	c.mu.Lock()
+	delete(c.inFlight, key)
+	switch {
+	case e.err == nil && e.child != "":
+		if c.m == nil || len(c.m) >= maxEndUserCache {
+			c.m = make(map[string]string)
+		}
+		c.m[key] = e.child
+	case errors.Is(e.err, budget.ErrEndUserCap):
+		if c.capped == nil || len(c.capped) >= maxEndUserCache {
+			c.capped = make(map[string]time.Time)
+		}
+		c.capped[key] = time.Now()
+	}
+	c.mu.Unlock()
+	close(e.done)
+	return e.child, e.err
 }
 
 // endUser resolves the end user a request names, when its tenant has an
@@ -91,8 +146,9 @@ func (c *endUserCache) forget(key string) {
 // budget.Store.EndUserEnsure; the cap applies), or "" to decide as the
 // tenant's own. A tenant without a policy costs a map lookup. While the
 // store is down nothing is resolved: the request is the tenant's, and its
-// failure policy applies as it would. It returns an *InvalidError (a bad
-// id), budget.ErrEndUserCap, or the store's error.
+// failure policy applies as it would. fresh skips the cache (an end user
+// found expired). It returns an *InvalidError (a bad id),
+// budget.ErrEndUserCap, or the store's error.
 func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (string, error) {
 	pol := a.endUserPolicy(ctx, req.TenantID)
 	if pol == nil {
@@ -103,26 +159,26 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 		return "", err
 	}
 	key := req.TenantID + "\x00" + id
-	if !fresh {
-		if child, ok := a.endUsers.get(key); ok {
-			return child, nil
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
-	defer cancel()
-	child, err := a.cfg.Store.EndUserEnsure(ctx, req.TenantID, id)
-	switch {
-	case errors.Is(err, budget.ErrNoEndUserPolicy):
-		return "", nil // deleted since this replica read it
-	case err != nil:
+	if fresh {
 		a.endUsers.forget(key)
-		if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
-			a.MarkDown(err)
-		}
-		return "", err
+	} else if child, ok := a.endUsers.get(key); ok {
+		return child, nil
 	}
-	a.endUsers.put(key, child)
-	return child, nil
+	parent := req.TenantID
+	child, err := a.endUsers.ensure(key, func() (string, error) {
+		// Not the caller's ctx: callers of the same end user share this.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StoreTimeout)
+		defer cancel()
+		child, err := a.cfg.Store.EndUserEnsure(ctx, parent, id)
+		if errors.Is(err, budget.ErrNoEndUserPolicy) {
+			return "", nil // deleted since this replica read it
+		}
+		return child, err
+	})
+	if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
+		a.MarkDown(err)
+	}
+	return child, err
 }
 
 // endUserPolicy is the tenant's end-user policy, nil for none, and nil
