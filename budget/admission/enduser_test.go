@@ -107,3 +107,71 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 		t.Fatalf("admitted only %d: the load did not reach the limits", total)
 	}
 }
+
+// An end user that idled out after a replica resolved it: the replica's
+// next request for it finds it expired in the decision, revives it (the
+// cap applying) and decides again, keeping what it spent.
+func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t, nil)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	store := budget.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceMetadataUserID,
+		Template: budget.Limits{TokensCapacity: 100, TokensRateMicro: 1}, MaxEndUsers: 1, IdleTTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	a := admission.New(admission.Config{Store: store, Pool: pool})
+	as := func(user string, cost int64) (*budget.Reservation, error) {
+		req := request("acme", cost, 0)
+		req.EndUser = admission.EndUser{Fields: estimator.EndUserFields{MetadataUserID: user}}
+		r, _, err := a.Reserve(ctx, req)
+		return r, err
+	}
+	r, err := as("alice", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := r.Snapshot.TenantID
+	if _, _, err := a.Release(ctx, admission.FaceAPI, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); err != nil {
+		t.Fatal(err) // by the tenant's id: the admitter finds the end user's admission
+	}
+	if _, err := as("alice", 40); err != nil {
+		t.Fatal(err)
+	}
+	advance(2 * time.Hour)
+	if _, err := store.SweepOnce(ctx, nil); err != nil { // expires the reservation: a change
+		t.Fatal(err)
+	}
+	advance(2 * time.Hour)
+	if n, err := store.EndUserExpireIdle(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("expired %d, %v", n, err)
+	}
+	r, err = as("alice", 10)
+	if err != nil || r.Snapshot.TenantID != alice || r.Snapshot.Tokens() != 100-40-10 {
+		t.Fatalf("alice after expiry: %+v, %v", r, err)
+	}
+	// Expired again, and bob takes the only slot: alice is refused at the cap.
+	advance(2 * time.Hour)
+	if _, err := store.SweepOnce(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	advance(2 * time.Hour)
+	if n, err := store.EndUserExpireIdle(ctx, 10); err != nil || n != 1 {
+		t.Fatalf("expired %d, %v", n, err)
+	}
+	if _, err := as("bob", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := as("alice", 5); !errors.Is(err, budget.ErrEndUserCap) {
+		t.Fatalf("alice at the cap: %v", err)
+	}
+	tally, err := ledger.Verify(ctx, pool, alice)
+	if err != nil || tally.BalanceMicro/budget.Micro != 50 {
+		t.Fatalf("alice's chain: %+v %v", tally, err)
+	}
+}
