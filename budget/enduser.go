@@ -542,6 +542,7 @@ type endUserCache struct {
 	endUserRefreshing atomic.Bool
 	endUserLoading    sync.Mutex
 	endUserFailed     *failedRead // the last first read's failure, under endUserLoading
+	endUserSwept      atomic.Int64 // unix nanoseconds of the last idle sweep (endUserSweepDue)
 }
 
 // failedRead is a read that failed, and when.
@@ -649,6 +650,27 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 		return "", err
 	}
 	return childID, nil
+}
+
+// EndUserSweepEvery is how often a replica's sweeps look for idle end
+// users: the scan reads every live end user's row (an index on their last
+// change would cost every decision its HOT update), and an idle TTL is
+// meant in minutes or more, so a minute late is on time.
+const EndUserSweepEvery = time.Minute
+
+// endUserSweepDue reports whether this replica's sweep should look for
+// idle end users now (by the store's clock: a test's frozen one), and
+// if so marks it done.
+func (s *Store) endUserSweepDue() bool {
+	now := time.Now()
+	if s.nowFunc != nil {
+		now = s.nowFunc()
+	}
+	last := s.endUserSwept.Load()
+	if last != 0 && now.Sub(time.Unix(0, last)) < EndUserSweepEvery && now.UnixNano() >= last {
+		return false
+	}
+	return s.endUserSwept.CompareAndSwap(last, now.UnixNano())
 }
 
 // EndUserExpireIdle marks expired, up to limit of them, the end users
