@@ -541,7 +541,7 @@ type endUserCache struct {
 	endUserPolicies   atomic.Pointer[policyCache]
 	endUserRefreshing atomic.Bool
 	endUserLoading    sync.Mutex
-	endUserFailed     *failedRead // the last first read's failure, under endUserLoading
+	endUserFailed     *failedRead  // the last first read's failure, under endUserLoading
 	endUserSwept      atomic.Int64 // unix nanoseconds of the last idle sweep (endUserSweepDue)
 }
 
