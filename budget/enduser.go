@@ -562,7 +562,8 @@ type failedRead struct {
 // CreateTenant writes); a revival keeps the end user's balances and chain
 // and appends a tenant entry (event revived), after a limits entry if the
 // template changed while it was expired. It returns ErrEndUserCap,
-// ErrNoEndUserPolicy, ErrTenantNotFound, or an *InvalidError (a bad id).
+// ErrNoEndUserPolicy, ErrTenantNotFound, ErrTenantDisabled (the tenant or
+// an ancestor is: it would admit nothing), or an *InvalidError (a bad id).
 func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (string, error) {
 	if err := ValidateEndUserID("end_user", endUserID); err != nil {
 		return "", err
@@ -599,6 +600,9 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 	case pol == nil:
 		tx.abort()
 		return "", ErrNoEndUserPolicy
+	case disabledChain(ts, t):
+		tx.abort()
+		return "", ErrTenantDisabled // it would admit nothing: no end user is made for it
 	case c != nil && c.endUserOf != parent:
 		tx.abort()
 		return "", fmt.Errorf("budget: end user %q of %s: its tenant id %s is taken by a tenant that is not its end user", endUserID, parent, childID)
@@ -671,6 +675,13 @@ func (s *Store) endUserSweepDue() bool {
 		return false
 	}
 	return s.endUserSwept.CompareAndSwap(last, now.UnixNano())
+}
+
+// disabledChain reports whether t or one of its ancestors (locked in ts)
+// is disabled.
+func disabledChain(ts map[string]*tenant, t *tenant) bool {
+	chain, err := chainOf(ts, t)
+	return err == nil && anyDisabled(chain)
 }
 
 // EndUserExpireIdle marks expired, up to limit of them, the end users

@@ -402,6 +402,16 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	if _, err := b.store.EndUserPolicySet(ctx, p); !errors.As(err, &le) || le.Field != "tenant" {
 		t.Fatal(err)
 	}
+	// A disabled tenant (or ancestor) makes no end user: it admits nothing.
+	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "org", Disabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.EndUserEnsure(ctx, "team", "w"); !errors.Is(err, budget.ErrTenantDisabled) {
+		t.Fatalf("end user of a disabled tree: %v", err)
+	}
+	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "org", Disabled: false}); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.store.EndUserPolicyDelete(ctx, "team", "test"); err != nil {
 		t.Fatal(err)
 	}
