@@ -330,34 +330,14 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 		a.Invalid(req.Face, start)
 		return nil, false, err
 	}
-	child, err := a.endUser(ctx, &req, false)
-	if err == nil && child != "" {
-		parent := req.TenantID
-		req.TenantID = child
-		r, local, err := a.reserve(ctx, req)
-		if errors.Is(err, budget.ErrEndUserExpired) {
-			// It idled out since this replica resolved it: revive it (the
-			// cap applies) and decide again, once.
-			req.TenantID = parent
-			if child, err = a.endUser(ctx, &req, true); err == nil && child != "" {
-				req.TenantID = child
-				r, local, err = a.reserve(ctx, req)
-			} else if err == nil {
-				r, local, err = a.reserve(ctx, req) // its policy is gone: the tenant's own
-			}
-		}
-		a.count(ctx, req.Face, start, r, err)
-		return r, local, err
+	r, local, asEndUser, err := a.reserveEndUser(ctx, req)
+	if !asEndUser {
+		r, local, err = a.reserve(ctx, req)
 	}
-	if inv := (*budget.InvalidError)(nil); errors.As(err, &inv) {
-		a.Invalid(req.Face, start)
+	if inv := (*budget.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
+		a.Invalid(req.Face, start) // the end-user id
 		return nil, false, err
 	}
-	if err != nil {
-		a.count(ctx, req.Face, start, nil, err)
-		return nil, false, err
-	}
-	r, local, err := a.reserve(ctx, req)
 	a.count(ctx, req.Face, start, r, err)
 	return r, local, err
 }
@@ -435,11 +415,9 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}
-	if child, err := a.endUserOfAdmission(ctx, p.TenantID, p.AdmissionID); err != nil {
+	if p.TenantID, err = a.endUserOfAdmission(ctx, p.TenantID, p.AdmissionID); err != nil {
 		a.metrics.ended(ctx, face, kindSettle, nil, false, err)
 		return nil, false, err
-	} else if child != "" {
-		p.TenantID = child
 	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) },
@@ -454,11 +432,9 @@ func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParam
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}
-	if child, err := a.endUserOfAdmission(ctx, p.TenantID, p.AdmissionID); err != nil {
+	if p.TenantID, err = a.endUserOfAdmission(ctx, p.TenantID, p.AdmissionID); err != nil {
 		a.metrics.ended(ctx, face, kindRelease, nil, false, err)
 		return nil, false, err
-	} else if child != "" {
-		p.TenantID = child
 	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) },

@@ -199,16 +199,50 @@ func (a *Admitter) endUserPolicy(ctx context.Context, tenantID string) *budget.E
 	return pol
 }
 
-// endUserOfAdmission is the end user, of tenantID, whose admission a
-// settle or release by id names ("" for the tenant's own, or when the
-// tenant has no end-user policy: one read, only then). A face that
-// authenticated the tenant's key settles its end users' admissions by id
-// without knowing them.
+// endUserOfAdmission is the tenant a settle or release by id of tenantID
+// is decided as: the end user of tenantID whose admission it names, else
+// tenantID (one read, only when the tenant has an end-user policy). A face
+// that authenticated the tenant's key settles its end users' admissions by
+// id without knowing them.
 func (a *Admitter) endUserOfAdmission(ctx context.Context, tenantID, admissionID string) (string, error) {
 	if admissionID == "" || a.endUserPolicy(ctx, tenantID) == nil {
-		return "", nil
+		return tenantID, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
 	defer cancel()
-	return a.cfg.Store.EndUserAdmissionTenant(ctx, tenantID, admissionID)
+	child, err := a.cfg.Store.EndUserAdmissionTenant(ctx, tenantID, admissionID)
+	if err != nil || child == "" {
+		return tenantID, err
+	}
+	return child, nil
+}
+
+// reserveEndUser decides req as the end user it names (endUser), and says
+// whether it did (false: the request is its tenant's own, to decide as
+// usual). An end user found expired by the decision (it idled out since
+// this replica resolved it) is revived, the cap applying, and decided
+// again, once.
+func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *budget.Reservation, local, asEndUser bool, err error) {
+	child, err := a.endUser(ctx, &req, false)
+	switch {
+	case err != nil:
+		return nil, false, true, err
+	case child == "":
+		return nil, false, false, nil
+	}
+	parent := req.TenantID
+	req.TenantID = child
+	r, local, err = a.reserve(ctx, req)
+	if !errors.Is(err, budget.ErrEndUserExpired) {
+		return r, local, true, err
+	}
+	req.TenantID = parent
+	if child, err = a.endUser(ctx, &req, true); err != nil {
+		return nil, false, true, err
+	}
+	if child != "" { // else its policy is gone: the tenant's own
+		req.TenantID = child
+	}
+	r, local, err = a.reserve(ctx, req)
+	return r, local, true, err
 }
