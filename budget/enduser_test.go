@@ -412,6 +412,10 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "org", Disabled: false}); err != nil {
 		t.Fatal(err)
 	}
+	var pe *budget.LimitError
+	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "below", Parent: id, Limits: limits(1, "1")}); !errors.As(err, &pe) || pe.Field != "parent" {
+		t.Fatalf("a tenant below an end user: %v", err)
+	}
 	if err := b.store.EndUserPolicyDelete(ctx, "team", "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -98,12 +98,16 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		path := []string{}
 		if p.Parent != "" {
 			// The parent's path is immutable, so no lock is needed to copy it.
-			err := tx.QueryRow(ctx, tenantParentSQL, p.Parent).Scan(&path)
+			var endUser bool
+			err := tx.QueryRow(ctx, tenantParentSQL, p.Parent).Scan(&path, &endUser)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return &LimitError{Field: "parent", Reason: fmt.Sprintf("no tenant has the id %q", p.Parent)}
 			}
 			if err != nil {
 				return err
+			}
+			if endUser {
+				return &LimitError{Field: "parent", Reason: fmt.Sprintf("%s is an end user, a leaf: it cannot have tenants below it", p.Parent)}
 			}
 			path = append(path, p.Parent)
 			if len(path) >= MaxDepth {
