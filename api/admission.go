@@ -117,7 +117,8 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
 	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceAPI, Start: start, Body: body})
+		Face: admission.FaceAPI, Start: start, Body: body,
+		EndUser: admission.EndUser{Fields: req.EndUserFields(), HeaderFunc: c.Request().Header.Get}})
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
@@ -456,7 +457,14 @@ type admissionJSON struct {
 }
 
 func (s *Server) getAdmission(c *echo.Context) error {
-	a, err := s.budget.AdmissionGet(c.Request().Context(), tenantOf(c), c.Param("id"))
+	ctx := c.Request().Context()
+	a, err := s.budget.AdmissionGet(ctx, tenantOf(c), c.Param("id"))
+	if errors.Is(err, budget.ErrAdmissionNotFound) {
+		// One of the tenant's end users' (end-user policy)?
+		if child, cerr := s.budget.EndUserAdmissionTenant(ctx, tenantOf(c), c.Param("id")); cerr == nil && child != "" {
+			a, err = s.budget.AdmissionGet(ctx, child, c.Param("id"))
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON deferred_settles TO " + quoted,
 		"GRANT SELECT, INSERT ON model_prices TO " + quoted,
 		"GRANT SELECT, UPDATE ON price_book_version TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON end_user_policies TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

@@ -47,6 +47,8 @@ type tenantView struct {
 	Entries entryTable
 	Chart   costChart
 	Drift   driftView
+	// EndUsers is the tenant's end-user policy and end users (end_users.go).
+	EndUsers endUsersView
 }
 
 type newKey struct {
@@ -96,6 +98,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	endUsers, err := d.endUsers(ctx, id)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -114,6 +120,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Entries:     entryTable{Entries: entries},
 		Chart:       newCostChart(adms),
 		Drift:       drift,
+		EndUsers:    endUsers,
 	}
 	if edit != nil {
 		edit(v)

@@ -80,7 +80,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeEstimateError(w, err)
 		return
 	}
-	res, _, err := p.admitter.Reserve(ctx, admission.Request{Face: admission.FaceProxy, Start: start, Body: body,
+	res, _, err := p.admitter.Reserve(ctx, admission.Request{Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(req, r),
 		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
@@ -336,7 +336,7 @@ func (c *call) settleCache(in, out, reasoning int64, cache estimator.CacheUsage)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
+	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
 		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1, ReasoningTokens: reasoning,
 		Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
@@ -429,6 +429,9 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid tokengate key")
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
 		writeAnthropicError(w, http.StatusForbidden, "permission_error", "the tenant is disabled")
+	case errors.Is(err, budget.ErrEndUserCap):
+		w.Header().Set("X-Should-Retry", "false")
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "end_user_cap: "+"the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		w.Header().Set("X-Should-Retry", "false")
 		writeAnthropicError(w, http.StatusConflict, "invalid_request_error", "this Idempotency-Key was used for another request")

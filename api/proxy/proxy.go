@@ -194,7 +194,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		stripUsage = true
 	}
 	res, _, err := p.admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceProxy, Start: start, Body: body,
+		Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(req, r),
 		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
@@ -349,7 +349,7 @@ func (c *call) estimated() usage {
 func (c *call) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, budget.ReleaseParams{TenantID: c.principal.TenantID,
+	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, budget.ReleaseParams{TenantID: c.tenantID(),
 		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID}); err != nil {
 		c.p.logger.Error("proxy release failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
 		return
@@ -484,6 +484,8 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "", "incorrect tokengate key")
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
 		writeError(w, http.StatusForbidden, "permission_denied", "", "the tenant is disabled")
+	case errors.Is(err, budget.ErrEndUserCap):
+		writeError(w, http.StatusTooManyRequests, "end_user_cap", "", "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		writeError(w, http.StatusConflict, "invalid_request_error", "Idempotency-Key", "this Idempotency-Key was used for another request")
 	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
