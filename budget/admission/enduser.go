@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -244,5 +245,10 @@ func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *budget.R
 		req.TenantID = child
 	}
 	r, local, err = a.reserve(ctx, req)
+	if errors.Is(err, budget.ErrEndUserExpired) {
+		// Expired again in between (a sweep each time): rare, and retrying
+		// succeeds, as for a busy store.
+		err = fmt.Errorf("%w: the end user expired while it was decided", budget.ErrBusy)
+	}
 	return r, local, true, err
 }

@@ -91,7 +91,7 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if (500*budget.Micro-tally.BalanceMicro)/budget.Micro != spent[id] {
+		if !exact(spent[id], 500, tally.BalanceMicro) {
 			t.Fatalf("end user %s: its chain's balance %d, callers were admitted %d", u.EndUserID, tally.BalanceMicro, spent[id])
 		}
 		total += spent[id]
@@ -100,12 +100,20 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total > 2000 || (2000*budget.Micro-tally.BalanceMicro)/budget.Micro != total {
+	if total > 2000 || !exact(total, 2000, tally.BalanceMicro) {
 		t.Fatalf("the tenant admitted %d (capacity 2000); its chain's balance %d", total, tally.BalanceMicro)
 	}
 	if total < 1900 {
 		t.Fatalf("admitted only %d: the load did not reach the limits", total)
 	}
+}
+
+// exact reports whether a level that started full at capacity and now
+// holds balance (micro-tokens) spent exactly admitted tokens: the refill at
+// one micro-token a second over the test is all that may differ.
+func exact(admitted, capacity, balance int64) bool {
+	refill := balance - (capacity-admitted)*budget.Micro
+	return refill >= 0 && refill < 1000
 }
 
 // An end user that idled out after a replica resolved it: the replica's
