@@ -430,3 +430,63 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	}
 	b.verify(t, "team")
 }
+
+// End users whose template has a money window: each end user's window
+// and its tenant's count what the ledger's money deltas say, exactly, and
+// neither passes its limit, with 200 callers over two replicas.
+func TestEndUserMoneyWindowsExact(t *testing.T) {
+	t.Parallel()
+	b, stores := replicas(t)
+	price(t, b, "gpt-4o", time.Now().Add(-time.Hour), 1_000_000, 1_000_000) // one micro-unit a token
+	day, err := budget.ParseWindow("day", "Europe/Berlin", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	money := func(limit int64) []budget.WindowLimit {
+		return []budget.WindowLimit{{Name: "daily", Window: day, Counts: budget.CountMoney, Limit: limit}}
+	}
+	tl := limits(1_000_000, "1000")
+	tl.Windows = money(3000)
+	b.tenant(t, "acme", tl)
+	ul := limits(1_000_000, "1000")
+	ul.Windows = money(1000)
+	b.endUserPolicy(t, "acme", ul, 100, time.Hour)
+	var users []string
+	for i := range 5 {
+		id, err := b.store.EndUserEnsure(ctx, "acme", fmt.Sprintf("u%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, id)
+	}
+	hammer(stores, func(g int, s *budget.Store) {
+		for i := range 5 {
+			u := users[(g+i)%len(users)]
+			if _, err := s.Reserve(ctx, reserveFor(u, int64(5+(g*7+i*13)%45))); err != nil && !errors.Is(err, budget.ErrRejected) {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	used := func(id string) (window, ledgerSum int64) {
+		snap, err := b.store.TenantSnapshot(ctx, id)
+		if err != nil || len(snap.Windows) != 1 {
+			t.Fatalf("%s: %+v %v", id, snap.Windows, err)
+		}
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(money_micro), 0) FROM ledger_entries WHERE tenant_id = $1`, id).Scan(&ledgerSum); err != nil {
+			t.Fatal(err)
+		}
+		return snap.Windows[0].Used, ledgerSum
+	}
+	var total int64
+	for _, u := range users {
+		w, l := used(u)
+		if w != l || w > 1000 {
+			t.Fatalf("end user %s: window %d, ledger %d, limit 1000", u, w, l)
+		}
+		total += w
+	}
+	if w, l := used("acme"); w != l || w != total || w > 3000 || w < 3000-50 {
+		t.Fatalf("tenant: window %d, ledger %d, end users %d, limit 3000", w, l, total)
+	}
+}
