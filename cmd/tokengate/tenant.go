@@ -38,6 +38,7 @@ type tenantCreateCmd struct {
 	IfNotExists        bool          `name:"if-not-exists" help:"Succeed without change when the tenant exists."`
 	Parent             string        `name:"parent" help:"Nest this tenant's budget in another tenant's (up to 4 levels; fixed at creation): every admission must fit each level."`
 	Shadow             []string      `name:"shadow" help:"Limits to evaluate and count without enforcing (tokens, requests, concurrency, period_budget); repeat or comma-separate."`
+	Windows            []string      `name:"window" sep:"none" placeholder:"SPEC" help:"${window_help}"`
 }
 
 func (c tenantCreateCmd) limits() (budget.Limits, error) {
@@ -54,6 +55,11 @@ func (c tenantCreateCmd) limits() (budget.Limits, error) {
 	var err error
 	if l.Shadow, err = budget.ParseLimitSet("shadow", c.Shadow); err != nil {
 		return l, fmt.Errorf("--shadow: %w", err)
+	}
+	if len(c.Windows) > 0 {
+		if l.Windows, err = parseWindowSpecs(c.Windows); err != nil {
+			return l, err
+		}
 	}
 	if l.TokensRateMicro, err = budget.ParseRate(c.TokensPerSecond); err != nil {
 		return l, fmt.Errorf("--tokens-per-second: %w", err)
