@@ -300,6 +300,8 @@ type overviewView struct {
 	Create    *form
 	// Parents are the tenants a new tenant may nest under.
 	Parents []parentOption
+	// Windows are every tenant's calendar windows, in tree order.
+	Windows windowsView
 }
 
 // overview lists the tenants; ?parent= preselects the create form's
@@ -325,6 +327,9 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 		Rows:    rows,
 		Create:  create,
 		Parents: parentOptions(snaps, create.Get("parent")),
+	}
+	if v.Windows, err = d.windowLines(ctx, snaps, rows); err != nil {
+		return err
 	}
 	for _, r := range rows {
 		if r.Status == "throttled" {

@@ -47,6 +47,8 @@ type tenantView struct {
 	Entries entryTable
 	Chart   costChart
 	Drift   driftView
+	// Windows are the calendar windows of every tenant of Tree.
+	Windows windowsView
 }
 
 type newKey struct {
@@ -96,6 +98,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	windows, err := d.windowLines(ctx, snaps, rows)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -114,6 +120,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Entries:     entryTable{Entries: entries},
 		Chart:       newCostChart(adms),
 		Drift:       drift,
+		Windows:     windows,
 	}
 	if edit != nil {
 		edit(v)
@@ -138,6 +145,7 @@ func (d *Dashboard) tenantLimits(c *echo.Context) error {
 	posted := postForm(c)
 	f := formFrom(posted, append(slices.Clone(limitFields), wasFields...)...)
 	p := f.limitsPatch(posted)
+	f.windowsPatch(posted, &p)
 	if f.OK() && !p.Empty() {
 		_, err := d.store.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
