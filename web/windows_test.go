@@ -1,0 +1,114 @@
+package web_test
+
+import (
+	"html"
+	"net/http"
+	"net/url"
+	"regexp"
+	"testing"
+
+	"github.com/tokengate/tokengate/budget"
+)
+
+var wasWindows = regexp.MustCompile(`name="was_windows" value="([^"]*)"`)
+
+// TestLimitsFormWindowsRows: the windows rows are sent in the patch only
+// when edited, so another admin's change of the windows made while the
+// form was open is not undone by saving another field; edited, they
+// replace the list; a post without rows (a script) leaves the windows
+// alone; and a row error never reaches the store.
+func TestLimitsFormWindowsRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	l := limits(1000, "1")
+	daily, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", TimeZone: "Europe/Paris", ResetAt: "09:00", Tokens: ptr(int64(5000))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Windows = daily
+	b.tenant(t, "acme", l)
+	c := b.client(t, "192.0.2.32")
+	c.mustLogin()
+	csrf := c.csrf("/")
+	page := c.get("/tenants/acme").Body.String()
+	form := limitsFormAsShown(t, page, csrf)
+	m := wasWindows.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("no was_windows field")
+	}
+	form.Del("windows")
+	form.Set("was_windows", html.UnescapeString(m[1]))
+	row := url.Values{"win_rows_total": {"3"}, "win0_name": {"daily"}, "win0_unit": {"day"}, "win0_zone": {"Europe/Paris"},
+		"win0_reset": {"09:00"}, "win0_week": {""}, "win0_counts": {"tokens"}, "win0_amount": {"5000"}, "win0_overage": {""}, "win0_thresholds": {""},
+		"win1_unit": {"day"}, "win1_counts": {"tokens"}, "win2_unit": {"day"}, "win2_counts": {"tokens"}}
+	for k, v := range row {
+		form[k] = v
+	}
+
+	// Another admin adds a window meanwhile.
+	hourly, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", TimeZone: "Europe/Paris", ResetAt: "09:00", Tokens: ptr(int64(5000))},
+		{Name: "hourly", Unit: "hour", Tokens: ptr(int64(100))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other", Patch: budget.LimitsPatch{Windows: budget.Set(hourly)}}); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		t.Helper()
+		s, err := b.store.TenantSnapshot(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, w := range s.Limits.Windows {
+			out = append(out, w.Name+":"+budget.FormatRate(w.Limit*budget.Micro))
+		}
+		return out
+	}
+	edited := cloneValues(form)
+	edited.Set("tokens_capacity", "2000")
+	if rec := c.post("/tenants/acme/limits", edited); rec.Code != http.StatusSeeOther {
+		t.Fatalf("save tokens_capacity: %d %s", rec.Code, rec.Body.String())
+	}
+	if got := names(); len(got) != 2 || got[1] != "hourly:100" {
+		t.Fatalf("saving another field undid the other admin's windows: %v", got)
+	}
+	// A script's post without rows leaves them too.
+	if rec := c.post("/tenants/acme/limits", url.Values{"csrf": {csrf}, "tokens_capacity": {"3000"}, "tokens_per_second": {"1"}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("script post: %d", rec.Code)
+	}
+	if got := names(); len(got) != 2 {
+		t.Fatalf("a post without rows changed the windows: %v", got)
+	}
+	// Edited rows replace the list.
+	edited = cloneValues(form)
+	edited.Set("win0_amount", "7,500")
+	edited.Set("tokens_capacity", "3000")
+	if rec := c.post("/tenants/acme/limits", edited); rec.Code != http.StatusSeeOther {
+		t.Fatalf("save windows: %d %s", rec.Code, rec.Body.String())
+	}
+	if got := names(); len(got) != 1 || got[0] != "daily:7500" {
+		t.Fatalf("edited rows: %v, want daily:7500 alone", got)
+	}
+	// A row's own error (not a number) names its field and saves nothing.
+	for _, bad := range []struct{ field, value, want string }{
+		{"win0_amount", "lots", "windows[0].tokens: must be a whole number"},
+		{"win0_overage", "ten", "windows[0].overage_percent: must be a whole percent"},
+		{"win0_thresholds", "50, high", "windows[0].thresholds: must be percents"},
+		{"win0_unit", "fortnight", "windows[0].unit: must be"},
+		{"win0_reset", "9am", `windows[0].reset_at: "9am": want a time of day`},
+	} {
+		edited = cloneValues(form)
+		edited.Set(bad.field, bad.value)
+		rec := c.post("/tenants/acme/limits", edited)
+		if rec.Code != http.StatusUnprocessableEntity || !regexp.MustCompile(regexp.QuoteMeta(html.EscapeString(bad.want))).MatchString(rec.Body.String()) {
+			t.Errorf("%s=%q: %d, want 422 naming %q", bad.field, bad.value, rec.Code, bad.want)
+		}
+		if got := names(); len(got) != 1 || got[0] != "daily:7500" {
+			t.Fatalf("a refused form changed the windows: %v", got)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
