@@ -342,10 +342,21 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 // tenantCreate creates a tenant from the overview's form. A refused form
 // comes back filled in, with the reason next to the field.
 func (d *Dashboard) tenantCreate(c *echo.Context) error {
-	f := formFrom(postForm(c), append([]string{"id", "parent"}, limitFields...)...)
+	posted := postForm(c)
+	f := formFrom(posted, append([]string{"id", "parent"}, limitFields...)...)
 	id := f.Get("id")
 	f.limitError(budget.ValidateTenantID(id))
+	windowsFromPost(f, posted)
+	js, rowOf := windowsFromForm(f)
+	f.windowRows = rowOf
 	l := f.limits()
+	if f.OK() && len(js) > 0 {
+		ws, err := budget.ParseWindows(js)
+		if !f.limitError(err) {
+			l.Windows = ws
+			f.limitError(l.Validate())
+		}
+	}
 	if !f.OK() {
 		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
 	}

@@ -112,3 +112,39 @@ func TestLimitsFormWindowsRows(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestCreateFormWindows: the overview's create form makes a tenant with
+// its windows; a bad row names windows[row].field and creates nothing.
+func TestCreateFormWindows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	c := b.client(t, "192.0.2.33")
+	c.mustLogin()
+	csrf := c.csrf("/")
+	if page := c.get("/").Body.String(); !regexp.MustCompile(`name="win1_name"`).MatchString(page) {
+		t.Fatal("the create form has no window rows")
+	}
+	form := func(zone string) url.Values {
+		return url.Values{"csrf": {csrf}, "id": {"acme"}, "tokens_capacity": {"1000"}, "tokens_per_second": {"1"},
+			"win_rows_total": {"2"}, "win0_remove": {"1"}, "win0_name": {"ignored"}, "win0_amount": {"x"},
+			"win1_name": {"monthly"}, "win1_unit": {"month"}, "win1_zone": {zone}, "win1_counts": {"money"}, "win1_amount": {"100"},
+			"win1_overage": {"5"}}
+	}
+	rec := c.post("/tenants", form("Mars/Olympus"))
+	if rec.Code != http.StatusUnprocessableEntity || !regexp.MustCompile(regexp.QuoteMeta("windows[1].time_zone: unknown time zone")).MatchString(rec.Body.String()) {
+		t.Fatalf("bad zone: %d, want 422 naming windows[1].time_zone", rec.Code)
+	}
+	if _, err := b.store.TenantSnapshot(ctx, "acme"); err == nil {
+		t.Fatal("a refused create made the tenant")
+	}
+	if rec := c.post("/tenants", form("Asia/Tokyo")); rec.Code != http.StatusSeeOther {
+		t.Fatalf("create: %d %s", rec.Code, rec.Body.String())
+	}
+	s, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil || len(s.Limits.Windows) != 1 {
+		t.Fatalf("created %+v: %v", s.Limits.Windows, err)
+	}
+	if w := s.Limits.Windows[0]; w.Name != "monthly" || w.Counts != budget.CountMoney || w.Limit != 100_000_000 || w.OveragePercent != 5 || w.Location.String() != "Asia/Tokyo" {
+		t.Fatalf("created window %+v", w)
+	}
+}
