@@ -218,14 +218,18 @@ func windowRows(f *form) []windowRow {
 func windowsFromPost(f *form, posted url.Values) {
 	n, _ := strconv.Atoi(posted.Get("win_rows_total"))
 	n = min(max(n, 0), budget.MaxWindows)
-	f.Set("win_rows", strconv.Itoa(n))
 	f.Set(wasPrefix+"windows", posted.Get(wasPrefix+"windows"))
+	rows := 0 // up to the last row with something typed: a refused form does not grow blank rows
 	for i := range n {
 		for _, c := range append(windowCols, struct{ col, field string }{"remove", ""}) {
 			name := fmt.Sprintf("win%d_%s", i, c.col)
 			f.Set(name, strings.TrimSpace(posted.Get(name)))
 		}
+		if f.Get(fmt.Sprintf("win%d_name", i)) != "" || f.Get(fmt.Sprintf("win%d_amount", i)) != "" {
+			rows = i + 1
+		}
 	}
+	f.Set("win_rows", strconv.Itoa(rows))
 }
 
 var thresholdSep = regexp.MustCompile(`[\s,/]+`)

@@ -111,8 +111,13 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 		t.Fatalf("the overview's daily window: %q", got)
 	}
 
-	// A bad money amount names windows[0].money; nothing changes.
+	// A bad money amount names windows[0].money; nothing changes, and the
+	// refused form comes back with as many rows as it had.
 	br.navigate("/tenants/acme")
+	rowCount := `document.querySelectorAll('#limits fieldset.window-row').length`
+	if n := eval[int](br, rowCount); n != 4 {
+		t.Fatalf("two windows show %d rows, want 4 (two blank)", n)
+	}
 	br.do("bad money",
 		chromedp.SetValue(chromedp.CSS("#win0-amount"), "12.3456789"),
 		submit(`#limits button[type="submit"]`))
@@ -121,6 +126,12 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 	}
 	if got := eval[string](br, `document.querySelector('#win0-amount').value`); got != "12.3456789" {
 		t.Fatalf("the refused form lost what was typed: %q", got)
+	}
+	if n := eval[int](br, rowCount); n != 4 {
+		t.Fatalf("the refused form shows %d rows, want 4", n)
+	}
+	if got := eval[string](br, `(document.querySelector('#win0-amount').closest('.field').querySelector('.field-error') || {}).textContent`); !strings.HasPrefix(got, "windows[0].money: ") {
+		t.Fatalf("the row's own error: %q", got)
 	}
 	if s2, _ := b.store.TenantSnapshot(ctx, "acme"); !reflect.DeepEqual(s2.Limits, s.Limits) {
 		t.Fatalf("a refused form changed %+v into %+v", s.Limits, s2.Limits)
