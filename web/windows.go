@@ -321,6 +321,17 @@ func (f *form) windowsPatch(posted url.Values, p *budget.LimitsPatch) {
 		return
 	}
 	p.Windows = budget.Set(ws)
+	// Windows replace the period fields (budget.LimitsPatch.Apply), so a
+	// period budget edited with them goes whole, amount and period, or
+	// the half not edited would be lost.
+	if !p.PeriodBudget.Absent() || !p.Period.Absent() {
+		if p.Period.Absent() && f.Get("period") != "" {
+			p.Period = budget.Set(budget.Period(f.Get("period")))
+		}
+		if p.PeriodBudget.Absent() && f.Get("period_budget") != "" {
+			p.PeriodBudget = budget.Set(f.Int("period_budget", false))
+		}
+	}
 }
 
 // windowField maps an error's windows[k] (k: the window's index in what

@@ -148,3 +148,43 @@ func TestCreateFormWindows(t *testing.T) {
 		t.Fatalf("created window %+v", w)
 	}
 }
+
+// TestLimitsFormPeriodBudgetWithWindows: the period budget is the window
+// named "period"; an admin who edits its amount and adds a window in one
+// save gets both, the period kept.
+func TestLimitsFormPeriodBudgetWithWindows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	l := limits(1000, "1")
+	l.PeriodBudget, l.Period = 5000, budget.PeriodMonth
+	b.tenant(t, "acme", l)
+	c := b.client(t, "192.0.2.34")
+	c.mustLogin()
+	csrf := c.csrf("/")
+	page := c.get("/tenants/acme").Body.String()
+	form := limitsFormAsShown(t, page, csrf)
+	form.Del("windows")
+	form.Set("was_windows", html.UnescapeString(wasWindows.FindStringSubmatch(page)[1]))
+	if !regexp.MustCompile(`name="win0_name" value="period"`).MatchString(page) {
+		t.Fatal("the period budget is not shown as the window named period")
+	}
+	for k, v := range map[string]string{"win_rows_total": "3", "win0_name": "period", "win0_unit": "month", "win0_zone": "UTC", "win0_reset": "00:00",
+		"win0_counts": "tokens", "win0_amount": "5000", "win1_name": "hourly", "win1_unit": "hour", "win1_counts": "tokens", "win1_amount": "100",
+		"period_budget": "6000"} {
+		form.Set(k, v)
+	}
+	if rec := c.post("/tenants/acme/limits", form); rec.Code != http.StatusSeeOther {
+		t.Fatalf("save: %d %s", rec.Code, rec.Body.String())
+	}
+	s, err := b.store.TenantSnapshot(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, w := range s.Limits.Windows {
+		got[w.Name] = w.Limit
+	}
+	if s.Limits.PeriodBudget != 6000 || s.Limits.Period != budget.PeriodMonth || len(got) != 2 || got["period"] != 6000 || got["hourly"] != 100 {
+		t.Fatalf("period %d per %q, windows %v; want 6000 per month and hourly 100", s.Limits.PeriodBudget, s.Limits.Period, got)
+	}
+}
