@@ -88,6 +88,7 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		// shown, so that only the fields an admin edits are sent.
 		"wasfields":   func() []string { return wasFields },
 		"windowrows":  windowRows,
+		"money":       fmtMoney,
 		"windowunits": func() []budget.WindowUnit { return budget.WindowUnits },
 		"weekdays": func() []string {
 			return []string{"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -102,6 +103,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	currency, err := estimator.PriceCurrency(ctx, d.db)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -117,7 +122,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Keys:        keys,
 		ModelLimits: modelLimitRows(models),
 		ModelForm:   modelLimitsEdit(models, c.QueryParam("model")),
-		Entries:     entryTable{Entries: entries},
+		Entries:     entryTable{Entries: entries, Currency: currency},
 		Chart:       newCostChart(adms),
 		Drift:       drift,
 		Windows:     windows,

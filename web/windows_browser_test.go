@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,10 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 		weekly["spent"] != "0.45 USD" || weekly["resets"] != "resets "+wantWeek.Format("2006-01-02")+" 00:00 America/New_York" ||
 		wantWeek.Weekday() != time.Sunday {
 		t.Fatalf("the weekly tokens window shows %q; want 120,000 of 1,000,000, 0.45 USD spent, reset Sunday 00:00 New York (%s)", weekly, wantWeek)
+	}
+	// The ledger's money shows with the currency in the recent entries.
+	if got := br.texts(`Array.from(document.querySelectorAll('#entries-section td[data-col="money"]')).map(function (e) { return e.textContent.trim(); })`); !slices.Contains(got, "0.45 USD") {
+		t.Fatalf("recent entries' money: %q, want the reserve's 0.45 USD", got)
 	}
 	br.noViolations("tenant page with windows")
 	br.navigate("/")
