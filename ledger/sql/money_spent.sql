@@ -1,7 +1,8 @@
 -- The money each (tenant, since) pair's entries moved from since on: one
--- sum per pair, in the order given. Each sum reads the tenant's entries by
--- created_at through ledger_entries_created_idx (created_at, tenant_id,
--- seq), so a window's span costs the entries in it, not the whole chain.
+-- sum per pair, in the order given. Each sum is a range scan of
+-- ledger_entries_tenant_created_idx (tenant_id, created_at, seq) from
+-- since: a window's span costs the tenant's entries in it, neither its
+-- whole chain nor other tenants' entries of the span.
 SELECT (
     SELECT coalesce(sum(e.money_micro), 0)::bigint
     FROM ledger_entries e
