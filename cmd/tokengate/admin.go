@@ -98,6 +98,31 @@ func (tenantListCmd) Run(ctx context.Context, g *globals) error {
 	})
 }
 
+// tenantShowCmd prints one tenant as tenant list does.
+type tenantShowCmd struct {
+	ID string `arg:"" help:"Tenant id."`
+}
+
+func (c tenantShowCmd) Run(ctx context.Context, g *globals) error {
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		s, err := budget.NewStore(pool).TenantSnapshot(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		state := "active"
+		if s.Disabled {
+			state = "disabled"
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TENANT\tPARENT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.TenantID, orDash(s.Parent()), state, levelColumns(s))
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return printWindows(ctx, g.stdout, pool, []budget.Snapshot{s})
+	})
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"

@@ -14,7 +14,8 @@ import (
 
 type tenantCmd struct {
 	Create  tenantCreateCmd  `cmd:"" help:"Create a tenant with a full token bucket."`
-	List    tenantListCmd    `cmd:"" help:"List tenants with their balances."`
+	List    tenantListCmd    `cmd:"" help:"List tenants with their balances and windows."`
+	Show    tenantShowCmd    `cmd:"" help:"Show one tenant's balances and windows (each window's next reset in its zone)."`
 	Update  tenantUpdateCmd  `cmd:"" help:"Change a tenant's limits (the others are kept)."`
 	Disable tenantDisableCmd `cmd:"" help:"Disable a tenant: its requests answer 403."`
 	Enable  tenantEnableCmd  `cmd:"" help:"Enable a disabled tenant."`

@@ -100,6 +100,12 @@ func TestTenantWindowsFromTheCLI(t *testing.T) {
 			t.Errorf("the weekly tokens window's spend is not shown: %q", line)
 		}
 	}
+	if show := must("tenant", "show", "acme"); !strings.Contains(show, "0.45 USD / 25.50 USD") || !strings.Contains(show, weekly) {
+		t.Errorf("tenant show lacks the windows:\n%s", show)
+	}
+	if _, _, err := cli2(t, "tenant", "show", "nobody", "--database-url", url); err == nil {
+		t.Error("tenant show of a missing tenant succeeded")
+	}
 	if tree := must("tenant", "tree", "acme"); !strings.Contains(tree, "0.45 USD / 25.50 USD") || !strings.Contains(tree, daily) {
 		t.Errorf("tenant tree lacks the windows:\n%s", tree)
 	}
