@@ -20,11 +20,13 @@ type SpanParams struct {
 }
 
 // MoneySpent returns, for each span, the money the tenant's entries moved
-// in it, in micro-units of the deployment's currency: the sum of their
-// MoneyMicro (reserve +estimate, settle actual-estimate, release and
-// expiry -estimate), so settled admissions count what they cost and open
-// ones what they reserved. An admission reserved before Since counts only
-// its correction at settle, as a window counts it.
+// in it, in micro-units of the deployment's currency, counted as a window
+// counts: the MoneyMicro of every entry of an admission reserved in the
+// span (reserve +estimate, settle actual-estimate, release -estimate), so
+// settled admissions count what they cost and open ones what they
+// reserved; of an admission reserved before the span, only a settle's
+// extra charge (its refund went to the span that bore its estimate). So a
+// money window's Used equals its span's MoneySpent.
 //
 // Why the ledger and not the tenant row: a window that counts tokens keeps
 // no money, and the ledger has every entry's money exactly (each level of a
