@@ -108,6 +108,7 @@ fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the AP
 	integration/fuzz.sh FuzzEmbeddings ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEstimateMessages ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzCountText ./estimator/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzPriceCost ./estimator/ $(FUZZ_TIME)
 
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 

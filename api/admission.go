@@ -117,7 +117,8 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
 	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceAPI, Start: start, Body: body})
+		Face: admission.FaceAPI, Start: start, Body: body,
+		EndUser: admission.EndUser{Fields: req.EndUserFields(), HeaderFunc: c.Request().Header.Get}})
 	if local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
@@ -192,8 +193,8 @@ func endedOf(st *budget.Settlement) endedJSON {
 }
 
 // settleBody accepts OpenAI's usage names and the generic ones, the
-// cached input tokens of either OpenAI API's details, and Anthropic's
-// usage as its Messages API reports it.
+// cached input and reasoning output tokens of either OpenAI API's
+// details, and Anthropic's usage as its Messages API reports it.
 type settleBody struct {
 	Usage *struct {
 		PromptTokens        *int64         `json:"prompt_tokens"`
@@ -202,6 +203,10 @@ type settleBody struct {
 		OutputTokens        *int64         `json:"output_tokens"`
 		PromptTokensDetails *cachedDetails `json:"prompt_tokens_details"`
 		InputTokensDetails  *cachedDetails `json:"input_tokens_details"`
+		// The part of the output spent reasoning, by Chat Completions'
+		// name and by the Responses API's.
+		CompletionTokensDetails *reasoningDetails `json:"completion_tokens_details"`
+		OutputTokensDetails     *reasoningDetails `json:"output_tokens_details"`
 		// Anthropic's: its input_tokens leaves out the tokens read from
 		// and written to the prompt cache, which it counts apart.
 		CacheReadInputTokens     *int64         `json:"cache_read_input_tokens"`
@@ -220,10 +225,15 @@ type cachedDetails struct {
 	CachedTokens *int64 `json:"cached_tokens"`
 }
 
+type reasoningDetails struct {
+	ReasoningTokens *int64 `json:"reasoning_tokens"`
+}
+
 // settleUsage is a settle's usage: in is every input token, of which
 // cached were served from the provider's cache, and write5m and write1h
-// written to it (Anthropic's cache writes, for 5 minutes and for an hour).
-type settleUsage struct{ in, out, cached, write5m, write1h int64 }
+// written to it (Anthropic's cache writes, for 5 minutes and for an hour);
+// out is every output token, of which reasoning were spent reasoning.
+type settleUsage struct{ in, out, cached, write5m, write1h, reasoning int64 }
 
 const maxUsageTokens = 1_000_000_000
 
@@ -269,7 +279,38 @@ func parseUsage(body []byte) (u settleUsage, err error) {
 		}
 		u.cached = *d.details.CachedTokens
 	}
+	if u.reasoning, err = reasoningTokens(u.out, w.CompletionTokensDetails, w.OutputTokensDetails); err != nil {
+		return u, err
+	}
 	return anthropicCache(u, w.CacheReadInputTokens, w.CacheCreationInputTokens, w.CacheCreation)
+}
+
+// reasoningTokens reads the part of out output tokens spent reasoning,
+// by either API's name (the same figure if both are given), 0 when
+// neither says.
+func reasoningTokens(out int64, chat, responses *reasoningDetails) (int64, error) {
+	var c, r *int64
+	if chat != nil {
+		c = chat.ReasoningTokens
+	}
+	if responses != nil {
+		r = responses.ReasoningTokens
+	}
+	switch {
+	case c != nil && r != nil && *c != *r:
+		return 0, invalid("usage.output_tokens_details.reasoning_tokens", "disagrees with usage.completion_tokens_details.reasoning_tokens")
+	case c != nil:
+		if *c < 0 || *c > out {
+			return 0, invalid("usage.completion_tokens_details.reasoning_tokens", "must be between 0 and the output tokens")
+		}
+		return *c, nil
+	case r != nil:
+		if *r < 0 || *r > out {
+			return 0, invalid("usage.output_tokens_details.reasoning_tokens", "must be between 0 and the output tokens")
+		}
+		return *r, nil
+	}
+	return 0, nil
 }
 
 // anthropicCache adds Anthropic's cache counts to u. Anthropic's
@@ -372,7 +413,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	// model's cached weight, in the settle's own transaction.
 	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, budget.SettleParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: u.in, OutputTokens: u.out, CachedInputTokens: u.cached,
-		CacheWriteTokens: u.write5m, CacheWrite1hTokens: u.write1h, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		CacheWriteTokens: u.write5m, CacheWrite1hTokens: u.write1h, ReasoningTokens: u.reasoning, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
 }
@@ -416,7 +457,14 @@ type admissionJSON struct {
 }
 
 func (s *Server) getAdmission(c *echo.Context) error {
-	a, err := s.budget.AdmissionGet(c.Request().Context(), tenantOf(c), c.Param("id"))
+	ctx := c.Request().Context()
+	a, err := s.budget.AdmissionGet(ctx, tenantOf(c), c.Param("id"))
+	if errors.Is(err, budget.ErrAdmissionNotFound) {
+		// One of the tenant's end users' (end-user policy)?
+		if child, cerr := s.budget.EndUserAdmissionTenant(ctx, tenantOf(c), c.Param("id")); cerr == nil && child != "" {
+			a, err = s.budget.AdmissionGet(ctx, child, c.Param("id"))
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -135,6 +135,11 @@ func httpError(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such pool"}
 	case errors.Is(err, budget.ErrModelLimitsNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}
+	case errors.Is(err, budget.ErrEndUserCap):
+		return &Error{Status: http.StatusTooManyRequests, Type: "end_user_cap", Limit: "end_user_cap",
+			Message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
+	case errors.Is(err, budget.ErrNoEndUserPolicy):
+		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no end-user policy"}
 	case errors.Is(err, budget.ErrTenantNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
 	case errors.Is(err, budget.ErrConflict):

@@ -25,7 +25,11 @@ var fuzzRoutes = []struct {
 	{"POST", "/v1/admissions/ADM/release", false, []string{``, `{}`, `{"x":1}`}},
 	{"POST", "/v1/admin/tenants", true, []string{`{"id":"t1","parent":"acme","tokens_capacity":10,"tokens_per_second":"1","shadow":["tokens"]}`, `{"id":"t2","tokens_capacity":-1}`, `{"id":"x","parent":"x","tokens_capacity":1,"tokens_per_second":1}`}},
 	{"PATCH", "/v1/admin/tenants/acme/limits", true, []string{`{"max_concurrent":5,"shadow":["concurrency"]}`, `{"period":"week"}`, `{"requests_capacity":null}`,
-		`{"reservation_ttl_ms":288230376151771744}`, `{"max_wait_ms":9223372036854775807}`, `{"max_concurrent":0}`, `{"tokens_capacity":5}{"tokens_capacity":6}`, `{"tokens_capacity":5} x`}},
+		`{"reservation_ttl_ms":288230376151771744}`, `{"max_wait_ms":9223372036854775807}`, `{"max_concurrent":0}`, `{"tokens_capacity":5}{"tokens_capacity":6}`, `{"tokens_capacity":5} x`,
+		`{"windows":[{"name":"daily","unit":"day","time_zone":"Europe/Paris","reset_at":"09:00","money":"25.50","overage_percent":10,"thresholds":[50,100]}]}`,
+		`{"windows":[{"name":"w","unit":"week","week_start":"friday","tokens":1000},{"name":"w","unit":"hour","reset_at":"00:30","tokens":1}]}`,
+		`{"windows":[{"name":"x","unit":"month","time_zone":"Local","money":"1e3","tokens":5}]}`, `{"windows":null,"period_budget":100,"period":"day"}`,
+		`{"windows":[{"name":"q","unit":"day","time_zone":"Mars/Olympus","reset_at":"24:00","tokens":-1,"thresholds":[0,1001]}]}`}},
 	{"POST", "/v1/admin/tenants/acme/disable", true, []string{`{"reason":"why"}`, `{"reason":5}`}},
 	{"POST", "/v1/admin/tenants/acme/adjustments", true, []string{`{"tokens":5,"reason":"gift"}`, `{"tokens":0,"reason":""}`, `{"tokens":1e30,"reason":"x"}`}},
 	{"PUT", "/v1/admin/tenants/acme/model-limits", true, []string{`{"model":"gpt-4o","input_tokens_capacity":100,"input_tokens_per_second":1}`, `{"model":"a/b","output_tokens_capacity":1}`}},
@@ -42,6 +46,20 @@ var fuzzRoutes = []struct {
 	{"POST", "/v1/admin/prices", true, []string{`{"model":"gpt-4o","input":"2.5","output":10,"cached_input":"1.25","long_context":{"threshold":200000,"input":5,"output":20}}`,
 		`{"model":"m\u0000","input":1,"output":1}`, `{"model":"m","input":1e300,"output":-1}`, `{"model":"m","input":"1","output":"1","effective_from":"0000-01-01T00:00:00Z"}`,
 		`{"model":"m","input":"1","output":"1","currency":"\u0000XY"}`, `{"model":"m","input":"1","output":"1","long_context":{"threshold":9223372036854775807,"input":1,"output":1}}`}},
+	// End users: the policy is fuzzed on a tenant of its own ("team"), so
+	// that a policy a mutated body sets never turns the admissions fuzzed
+	// above into first sights of end users (a first sight creates its end
+	// user even when a limit then refuses the request).
+	{"PUT", "/v1/admin/tenants/team/end-user-policy", true, []string{
+		`{"source":"user","template":{"tokens_capacity":1000,"tokens_per_second":"1"},"max_end_users":10,"idle_ttl_s":3600}`,
+		`{"source":"header","header":"X-End-User","template":{"tokens_capacity":10,"tokens_per_second":1,"max_concurrent":2},"max_end_users":1,"idle_ttl_s":1}`,
+		`{"source":"metadata.user_id","template":{"tokens_capacity":0},"max_end_users":0,"idle_ttl_s":-1}`,
+		`{"source":"header","header":"bad header","template":{},"max_end_users":1,"idle_ttl_s":1}`,
+		`{"source":"cookie","template":{"tokens_capacity":1,"tokens_per_second":1},"max_end_users":1,"idle_ttl_s":1}`,
+		`{"source":"user","header":"X","template":{"tokens_capacity":1,"tokens_per_second":1},"max_end_users":9223372036854775807,"idle_ttl_s":1e30}`,
+		`{"source":"user","template":{"tokens_capacity":1,"tokens_per_second":1,"nope":1},"max_end_users":1,"idle_ttl_s":1}`,
+		`{"source":"user","template":{"tokens_capacity":1,"tokens_per_second":1},"max_end_users":1,"idle_ttl_s":1} {}`,
+	}},
 }
 
 // FuzzAPIBodies sends arbitrary bodies to every route that takes one, on a
@@ -83,9 +101,12 @@ func FuzzAPIBodies(f *testing.F) {
 	f.Add(uint8(7), `{"tokens":-9223372036854775808,"reason":"x"}`)
 	f.Add(uint8(7), `{"tokens":9223372036854775807,"reason":"x"}`)
 	f.Add(uint8(7), `{"tokens":-1000000000000,"reason":"past the debt floor"}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"user":"alice","safety_identifier":"a\u0000"}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","prompt":"x","max_tokens":5,"user":42,"metadata":{"user_id":[1]}}`)
 	b := setupAPI(f, func(c *testConfig) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(f, "ops")
 	key := b.tenant(f, "acme", lim(1_000_000, "1000"))
+	b.tenant(f, "team", lim(1_000_000, "1000"))
 	if r := b.adminCall(f, admin, http.MethodPost, "/v1/admin/pools", `{"id":"gpu","tokens_capacity":100000,"tokens_per_second":1000}`); r.Code != http.StatusCreated {
 		f.Fatal(r.Body)
 	}

@@ -51,6 +51,11 @@ type Budget interface {
 	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
 	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
 	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
+	EndUserPolicySet(ctx context.Context, p budget.EndUserPolicyParams) (*budget.EndUserPolicy, error)
+	EndUserPolicyGet(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
+	EndUserPolicyDelete(ctx context.Context, tenantID, actor string) error
+	EndUserList(ctx context.Context, parent, after string, limit int) ([]budget.EndUser, error)
+	EndUserAdmissionTenant(ctx context.Context, parent, admissionID string) (string, error)
 }
 
 // DefaultBodyLimit bounds every request body: estimator.DefaultMaxRequestBytes.
@@ -187,6 +192,10 @@ func (s *Server) routes() {
 	admin.PUT("/tenants/:id/model-limits", s.adminModelLimitsPut)
 	admin.DELETE("/tenants/:id/model-limits", s.adminModelLimitsDelete)
 	admin.PATCH("/tenants/:id/keys/:key", s.adminKeyPatch)
+	admin.PUT("/tenants/:id/end-user-policy", s.adminEndUserPolicyPut)
+	admin.GET("/tenants/:id/end-user-policy", s.adminEndUserPolicyGet)
+	admin.DELETE("/tenants/:id/end-user-policy", s.adminEndUserPolicyDelete)
+	admin.GET("/tenants/:id/end-users", s.adminEndUserList)
 	admin.POST("/alerts/endpoints", s.adminAlertEndpointCreate)
 	admin.GET("/alerts/endpoints", s.adminAlertEndpointList)
 	admin.POST("/alerts/endpoints/:endpoint/rotate", s.adminAlertEndpointRotate)

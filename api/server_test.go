@@ -51,6 +51,10 @@ type errorBody struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 		Field   string `json:"field"`
+		Limit   string `json:"limit"`
+		Window  string `json:"window"`
+		// RetryAfterMS is set on a refusal.
+		RetryAfterMS *int64 `json:"retry_after_ms"`
 	} `json:"error"`
 }
 

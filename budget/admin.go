@@ -57,6 +57,22 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 		tx.abort()
 		return Snapshot{}, err
 	}
+	w := &writes{}
+	if err := t.relimit(l, now, actorOr(p.Actor, "admin"), w); err != nil {
+		tx.abort()
+		return Snapshot{}, err
+	}
+	if err := tx.commit(ctx, w); err != nil {
+		return Snapshot{}, err
+	}
+	return t.snapshot(now), nil
+}
+
+// relimit sets t's limits (locked, read at now) to l, valid, and queues on
+// w the limits row and a limits entry with the limits before and after:
+// what UpdateLimits does to a tenant, and a template change to each end
+// user (enduser.go).
+func (t *tenant) relimit(l Limits, now time.Time, actor string, w *writes) error {
 	t.advance(now)
 	before := t.Limits
 	detail, err := json.Marshal(struct {
@@ -64,8 +80,7 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 		After  limitsDetail `json:"after"`
 	}{detailOf(before), detailOf(l)})
 	if err != nil {
-		tx.abort()
-		return Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
+		return fmt.Errorf("budget: encode limits: %w", err)
 	}
 
 	t.Limits = l
@@ -99,20 +114,16 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 	}
 	t.TenantState.Windows = usage
 
-	e := t.entry(ledger.KindLimits, now, actorOr(p.Actor, "admin"))
+	e := t.entry(ledger.KindLimits, now, actor)
 	e.DeltaMicro = cut
 	e.Detail = string(detail)
 	t.seal(e)
 
-	w := &writes{}
 	w.statement(1, tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
 		l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
 		string(l.OnStoreUnavailable), l.Shadow.Strings())
 	w.entry(t, e)
-	if err := tx.commit(ctx, w); err != nil {
-		return Snapshot{}, err
-	}
-	return t.snapshot(now), nil
+	return nil
 }
 
 // SetDisabledParams disables or re-enables a tenant.

@@ -22,8 +22,9 @@ var ErrUsageOutOfBounds = errors.New("budget: usage out of bounds")
 
 // UsageError names the usage field that is out of bounds and why.
 type UsageError struct {
-	// Field is "prompt_tokens", "completion_tokens" or
-	// "prompt_tokens_details.cached_tokens" (OpenAI's names), or
+	// Field is "prompt_tokens", "completion_tokens",
+	// "prompt_tokens_details.cached_tokens" or
+	// "completion_tokens_details.reasoning_tokens" (OpenAI's names), or
 	// "cache_creation_input_tokens" (Anthropic's).
 	Field  string
 	Reason string

@@ -320,9 +320,12 @@ func (b *batch) decisionFor(it Item) (*decision, error) {
 			adms: map[string]*Admission{}, fresh: map[string]*freshKey{}, table: b.table, prices: b.prices}
 		b.decisions[it.TenantID] = d
 	}
+	if op.Reserve != nil && t.endUserExpired {
+		return nil, ErrEndUserExpired // enduser.go: revived by EndUserEnsure, cap applies
+	}
 	if k := op.keyID(); k != "" {
 		switch {
-		case b.keys[k].tenantID != it.TenantID:
+		case b.keys[k].tenantID != it.TenantID && (t.endUserOf == "" || b.keys[k].tenantID != t.endUserOf): // an end user decides with its tenant's keys
 			return nil, ErrKeyRevoked
 		case anyDisabled(d.chain):
 			return nil, ErrTenantDisabled // as authenticating the key would have said
@@ -355,5 +358,6 @@ func isDecision(err error) bool {
 	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
 		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds) ||
-		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope) || errors.As(err, new(*InvalidError))
+		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope) || errors.As(err, new(*InvalidError)) ||
+		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired)
 }

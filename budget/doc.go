@@ -13,6 +13,10 @@
 //   - Budgets nest (tree.go): an admission must fit every level of its
 //     tenant's tree, debits each, and every level's ledger chain records
 //     its own entry; a rejection consumes nothing at any level.
+//   - End users (enduser.go) are tenant rows below their tenant, so the
+//     rules of nested budgets hold for them unchanged. One is created (or
+//     revived) only under its tenant's lock, after counting the tenant's
+//     live end users: one row per end user, and the cap is exact.
 //   - A shadow limit is evaluated and counted but never refuses; its state
 //     is what it would be if enforced (a request it would refuse is not
 //     debited from it), so enforcing it changes only the answers.

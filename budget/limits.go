@@ -187,7 +187,7 @@ func (l *Limits) Validate() error {
 		return err
 	}
 	if l.Shadow.Has(LimitPeriodBudget) && len(l.Windows) == 0 {
-		return &LimitError{"shadow", "no window is configured, so period_budget (every window) cannot be a shadow limit"}
+		return &LimitError{"shadow", "period_budget is not configured (no window), so it cannot be a shadow limit"}
 	}
 	return nil
 }

@@ -72,7 +72,8 @@ func (d *decision) moneyActual(a *Admission, usage *SettleParams) (int64, error)
 		return 0, fmt.Errorf("budget: admission %s names the price of %s from %s, which the price book does not hold", a.ID, a.PriceModel, a.PriceFrom)
 	}
 	m, err := p.Cost(estimator.MoneyUsage{Input: usage.InputTokens, CachedRead: usage.CachedInputTokens,
-		CacheWrite5m: usage.CacheWriteTokens, CacheWrite1h: usage.CacheWrite1hTokens, Output: usage.OutputTokens})
+		CacheWrite5m: usage.CacheWriteTokens, CacheWrite1h: usage.CacheWrite1hTokens, Output: usage.OutputTokens,
+		Reasoning: usage.ReasoningTokens})
 	if err != nil {
 		return 0, &OverflowError{Field: "money", Op: err.Error()}
 	}

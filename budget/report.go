@@ -48,6 +48,15 @@ type DriftRow struct {
 	// ShadowRefused counts the admissions a shadow limit (of the tenant or
 	// an ancestor) would have refused: what enforcing it would have cost.
 	ShadowRefused int64 `json:"shadow_refused" db:"shadow_refused"`
+	// Money, in micro-units of the deployment's currency, of the
+	// admissions whose model had a price when reserved (Priced of them):
+	// their estimates, what they actually cost at that price (settled and
+	// released ones), and the settled ones' estimate - actual (positive:
+	// the estimates reserved more money than was spent).
+	Priced              int64 `json:"priced" db:"priced"`
+	EstimatedMoneyMicro Total `json:"estimated_money_micro" db:"estimated_money_micro"`
+	ActualMoneyMicro    Total `json:"actual_money_micro" db:"actual_money_micro"`
+	MoneyDriftMicro     Total `json:"money_drift_micro" db:"money_drift_micro"`
 }
 
 // DriftReport reconciles estimates against actual usage per tenant and

@@ -43,6 +43,15 @@ type SettleParams struct {
 	// *UsageError).
 	CacheWriteTokens   int64
 	CacheWrite1hTokens int64
+	// ReasoningTokens is the part of OutputTokens the model spent
+	// reasoning (OpenAI's completion_tokens_details.reasoning_tokens, the
+	// Responses API's output_tokens_details.reasoning_tokens; 0 when the
+	// usage does not say, as Anthropic's never does), so that money can
+	// price them apart where a provider does (estimator.Price's
+	// ReasoningOutputMicro). The token budget counts them as the output
+	// they are part of. 0 <= ReasoningTokens <= OutputTokens, else a
+	// *UsageError.
+	ReasoningTokens int64
 	// RefundTokens states the usage as a refund of the estimate instead (a
 	// gateway's negative hits): the actual input is
 	// max(0, estimate cost - RefundTokens) and the output 0. The estimate's
@@ -68,7 +77,8 @@ type SettleParams struct {
 // Validate returns an *InvalidError when p names its admission neither or
 // both ways, or states its usage both ways, and a *UsageError
 // (ErrUsageOutOfBounds) when its cached input tokens are negative or more
-// than its input tokens. The decision applies it first; a replica deciding
+// than its input tokens, or its reasoning tokens negative or more than its
+// output tokens. The decision applies it first; a replica deciding
 // without the store (budget/outage) applies it too.
 func (p SettleParams) Validate() error {
 	if err := nameProblem(p.AdmissionID, p.IdempotencyKey); err != nil {
@@ -87,6 +97,9 @@ func (p SettleParams) Validate() error {
 		return &UsageError{Field: "cache_creation_input_tokens", Bound: max(p.InputTokens, 0) - p.CachedInputTokens,
 			Reason: fmt.Sprintf("%d and %d written to the cache must not be negative nor add up, with %d cache reads, to more than the %d input tokens they are part of",
 				p.CacheWriteTokens, p.CacheWrite1hTokens, p.CachedInputTokens, p.InputTokens)}
+	case p.ReasoningTokens < 0 || p.ReasoningTokens > max(p.OutputTokens, 0):
+		return &UsageError{Field: "completion_tokens_details.reasoning_tokens", Bound: max(p.OutputTokens, 0),
+			Reason: fmt.Sprintf("%d must be between 0 and the %d output tokens it is part of", p.ReasoningTokens, p.OutputTokens)}
 	}
 	return nil
 }

@@ -67,6 +67,9 @@ type Store struct {
 	// modelTenants are the tenants this replica saw with model limits at
 	// some level of their tree (see modelQueue).
 	modelTenants sync.Map
+	// endUserCache is this replica's copy of the end-user policies
+	// (EndUserPolicyOf).
+	endUserCache
 
 	pingMu sync.Mutex
 	probe  *pgx.Conn // outside the pool, for Answering

@@ -13,7 +13,8 @@ import (
 type ExpireFunc func(ctx context.Context, tenantID string) (int, error)
 
 // SweepOnce expires every reservation whose expires_at has passed, tenant by
-// tenant, through expire (nil: Store.Expire), and purges idempotency keys
+// tenant, through expire (nil: Store.Expire), expires idle end users
+// (EndUserExpireIdle, up to 1000, once every EndUserSweepEvery), and purges idempotency keys
 // and kept settles (deferred.go) older than 24 h. Every replica may run it at once: each tenant's expiry
 // holds its row lock, and overdue admissions are taken FOR UPDATE SKIP
 // LOCKED. It returns how many reservations it expired.
@@ -47,6 +48,11 @@ func (s *Store) SweepOnce(ctx context.Context, expire ExpireFunc) (int, error) {
 		total += progress
 		if len(tenants) < 100 || progress == 0 {
 			break
+		}
+	}
+	if s.endUserSweepDue() {
+		if _, err := s.EndUserExpireIdle(ctx, 1000); err != nil {
+			return total, fmt.Errorf("budget: sweep end users: %w", err)
 		}
 	}
 	if _, err := s.pool.Exec(ctx, idempotencyPurgeSQL, 10000); err != nil {

@@ -44,6 +44,8 @@ type limitsDetail struct {
 	Windows []WindowJSON `json:"windows,omitempty"`
 }
 
+// detailOf is l as a ledger entry's detail shows it; limitsOf reads it
+// back (an end-user policy's template is stored in this shape).
 func detailOf(l Limits) limitsDetail {
 	d := limitsDetail{
 		TokensCapacity:      l.TokensCapacity,
@@ -79,6 +81,7 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 	if err := l.Validate(); err != nil {
 		return Snapshot{}, err
 	}
+	p.Limits = l // with its defaults
 	if p.Parent == p.ID {
 		return Snapshot{}, &LimitError{Field: "parent", Reason: "a tenant cannot be its own parent"}
 	}
@@ -100,42 +103,25 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		path := []string{}
 		if p.Parent != "" {
 			// The parent's path is immutable, so no lock is needed to copy it.
-			err := tx.QueryRow(ctx, tenantParentSQL, p.Parent).Scan(&path)
+			var endUser bool
+			err := tx.QueryRow(ctx, tenantParentSQL, p.Parent).Scan(&path, &endUser)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return &LimitError{Field: "parent", Reason: fmt.Sprintf("no tenant has the id %q", p.Parent)}
 			}
 			if err != nil {
 				return err
 			}
+			if endUser {
+				return &LimitError{Field: "parent", Reason: fmt.Sprintf("%s is an end user, a leaf: it cannot have tenants below it", p.Parent)}
+			}
 			path = append(path, p.Parent)
 			if len(path) >= MaxDepth {
 				return &LimitError{Field: "parent", Reason: fmt.Sprintf("budgets nest at most %d levels, and %s is already at level %d", MaxDepth, p.Parent, len(path))}
 			}
 		}
-		t := &tenant{id: p.ID, path: path, TenantState: TenantState{Limits: l}}
-		t.Tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
-		var reqMicro *int64
-		var reqAt *time.Time
-		if l.RequestsCapacity > 0 {
-			t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro,
-				BalanceMicro: l.RequestsCapacity * Micro, At: now}
-			reqMicro, reqAt = &t.Requests.BalanceMicro, &now
-		}
-		t.advance(now)
-		// The starting balance is the first entry's delta, so that the
-		// ledger alone sums to every later balance.
-		t.Tokens.BalanceMicro = t.Tokens.CapacityMicro
-		e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "cli"))
-		e.DeltaMicro = t.Tokens.CapacityMicro
-		e.Reason = "created"
-		e.Detail = string(detail)
-		t.seal(e)
-
+		t, e, args := newTenant(p, path, now, string(detail), "")
 		var seq int64
-		err := tx.QueryRow(ctx, tenantInsertSQL, p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
-			l.RequestsRateMicro, l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(),
-			l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable),
-			l.Shadow.Strings(), p.Parent, path).Scan(&seq)
+		err := tx.QueryRow(ctx, tenantInsertSQL, args...).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrTenantExists
 		}
@@ -159,6 +145,42 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		return Snapshot{}, fmt.Errorf("budget: create tenant %s: %w", p.ID, err)
 	}
 	return snap, nil
+}
+
+// newTenant is a new tenant of p below path, created at now with a full
+// token bucket: its state, its first ledger entry (kind tenant, with
+// detail), and the arguments of tenantInsertSQL (endUserID "" for a tenant
+// that is no end user; its end_user_of is then p.Parent). CreateTenant and
+// EndUserEnsure both create tenants through it.
+func newTenant(p CreateTenantParams, path []string, now time.Time, detail, endUserID string) (*tenant, *ledger.Entry, []any) {
+	l := p.Limits
+	t := &tenant{id: p.ID, path: path, TenantState: TenantState{Limits: l}}
+	t.Tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
+	var reqMicro *int64
+	var reqAt *time.Time
+	if l.RequestsCapacity > 0 {
+		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro,
+			BalanceMicro: l.RequestsCapacity * Micro, At: now}
+		reqMicro, reqAt = &t.Requests.BalanceMicro, &now
+	}
+	t.advance(now)
+	// The starting balance is the first entry's delta, so that the
+	// ledger alone sums to every later balance.
+	t.Tokens.BalanceMicro = t.Tokens.CapacityMicro
+	e := t.entry(ledger.KindTenant, now, actorOr(p.Actor, "cli"))
+	e.DeltaMicro = t.Tokens.CapacityMicro
+	e.Reason = "created"
+	e.Detail = detail
+	t.seal(e)
+	endUserOf := ""
+	if endUserID != "" {
+		endUserOf = p.Parent
+		t.endUserOf = p.Parent
+	}
+	return t, e, []any{p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
+		l.RequestsRateMicro, l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(),
+		l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable),
+		l.Shadow.Strings(), p.Parent, path, endUserOf, endUserID}
 }
 
 // TenantSnapshot returns a tenant's limits and balances as of the database's

@@ -41,6 +41,9 @@ type tenantRow struct {
 	Depth              int        `db:"depth"`
 	ShadowLimits       []string   `db:"shadow_limits"`
 	ModelLimits        int        `db:"model_limits"`
+	EndUserOf          *string    `db:"end_user_of"`
+	EndUserID          *string    `db:"end_user_id"`
+	EndUserExpiredAt   *time.Time `db:"end_user_expired_at"`
 
 	decodeErr error
 }
@@ -59,6 +62,10 @@ type tenant struct {
 	// locked is the windows' usage as the row was read: the decision's
 	// writes compare against it for alert thresholds.
 	locked []WindowUsage
+	// endUserOf is the tenant whose end user this is ("" for none), and
+	// endUserExpired whether it idled out (enduser.go).
+	endUserOf      string
+	endUserExpired bool
 }
 
 func deref0[T any](p *T) T {
@@ -87,11 +94,13 @@ func (r *tenantRow) tenant() *tenant {
 	l.Windows, usage, r.decodeErr = decodeWindows(r.Windows, r.WindowUsage)
 	l.syncPeriod()
 	t := &tenant{
-		modelLimits: r.ModelLimits,
-		id:          r.ID,
-		path:        r.Path,
-		disabled:    r.DisabledAt != nil,
-		head:        ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
+		modelLimits:    r.ModelLimits,
+		id:             r.ID,
+		path:           r.Path,
+		disabled:       r.DisabledAt != nil,
+		endUserOf:      deref0(r.EndUserOf),
+		endUserExpired: r.EndUserExpiredAt != nil,
+		head:           ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
 		TenantState: TenantState{
 			Limits:  l,
 			Tokens:  Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},

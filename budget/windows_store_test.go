@@ -169,6 +169,15 @@ func TestMoneyWindowSettlesAtTheReservesPrice(t *testing.T) {
 	if want := time.Date(y, m, d+1, 0, 0, 0, 0, paris).Sub(clock.Now()); rej.Window != "spend" || rej.RetryAfter != want {
 		t.Fatalf("refused by %q in %s, want spend in %s", rej.Window, rej.RetryAfter, want)
 	}
+	// The drift report in money: estimated 0.45, cost 0.35 at the
+	// reserve's price, over-reserved by 0.10.
+	rows, err := b.store.DriftReport(ctx, budget.DriftParams{TenantID: "acme", From: clock.Now().Add(-time.Hour), To: clock.Now().Add(time.Hour)})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("drift %+v: %v", rows, err)
+	}
+	if r := rows[0]; r.Priced != 1 || r.EstimatedMoneyMicro.String() != "450000" || r.ActualMoneyMicro.String() != "350000" || r.MoneyDriftMicro.String() != "100000" {
+		t.Fatalf("drift in money: %+v", r)
+	}
 	// A model with no price cannot be admitted where money is counted.
 	q := reserve(10)
 	q.TenantID, q.Estimate.Model = "acme", "unpriced-model"
@@ -262,3 +271,39 @@ func TestPriceBookFollowsOtherReplicas(t *testing.T) {
 }
 
 func stores1Pool(b *testBundle) estimator.TxDB { return b.pool }
+
+// A settle's money prices each part of its usage at the reserve's price:
+// cache reads and writes, reasoning, and the rest.
+func TestMoneyPricesEveryPartOfASettle(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	// Per million: input 3, cached read 0.30, 5 min write 3.75, 1 h write 6,
+	// output 15, reasoning 20.
+	if _, err := b.pool.Exec(ctx, `INSERT INTO model_prices (model, effective_from, input_micro, output_micro, cached_input_micro,
+		cache_write_5m_micro, cache_write_1h_micro, reasoning_output_micro, created_by)
+		VALUES ('gpt-4o', $1, 3000000, 15000000, 300000, 3750000, 6000000, 20000000, 'test')`, clock.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	b.tenant(t, "acme", limits(10_000_000, "1000"))
+	p := reserve(0)
+	p.TenantID = "acme"
+	p.Estimate.InputTokens, p.Estimate.OutputTokens, p.Estimate.Cost = 1_000_000, 100_000, 1_100_000
+	r, err := b.store.Reserve(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1_000_000,
+		CachedInputTokens: 400_000, CacheWriteTokens: 100_000, CacheWrite1hTokens: 100_000, OutputTokens: 100_000, ReasoningTokens: 50_000}); err != nil {
+		t.Fatal(err)
+	}
+	// uncached 400 000 * 3 = 1.20; read 400 000 * 0.30 = 0.12; writes
+	// 100 000 * 3.75 + 100 000 * 6 = 0.975; output 50 000 * 15 = 0.75;
+	// reasoning 50 000 * 20 = 1.00: 4.045. Reserved: 3 + 1.5 = 4.50.
+	a, err := b.store.AdmissionGet(ctx, "acme", r.AdmissionID)
+	if err != nil || *a.MoneyEstimate != 4_500_000 || *a.MoneyActual != 4_045_000 {
+		t.Fatalf("money %v / %v: %v", a.MoneyEstimate, a.MoneyActual, err)
+	}
+	if e := lastEntry(t, b, "acme"); *e.MoneyMicro != 4_045_000-4_500_000 {
+		t.Fatalf("settle entry moved %d", *e.MoneyMicro)
+	}
+}

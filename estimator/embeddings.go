@@ -26,7 +26,7 @@ func ParseEmbeddings(body []byte) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{n: 1, source: "input", embeddings: true}
+	r := &Request{n: 1, source: "input", embeddings: true, endUser: endUserFieldsOf(obj)}
 	var ierr *InvalidError
 	if r.model, ierr = modelField(obj); ierr != nil {
 		return nil, ierr

@@ -352,6 +352,9 @@ func TestLookup(t *testing.T) {
 		"claude-sonnet-4-5-20250929": "claude-sonnet-4-5", "claude-sonnet-4-20250514": "claude-sonnet-4",
 		"claude-sonnet-4-0": "claude-sonnet-4", "claude-opus-4-1-20250805": "claude-opus-4-1",
 		"claude-opus-5": "claude-opus-5", "claude-opus-5-5": "claude-opus-5-5", "claude-fable-5-2": "claude-fable-5-2",
+		// Vertex AI's "@YYYYMMDD" and the "-latest" aliases are stripped.
+		"claude-sonnet-4-5@20250929": "claude-sonnet-4-5", "claude-opus-4-1@20250805": "claude-opus-4-1",
+		"claude-haiku-4-5-latest": "claude-haiku-4-5", "gpt-4o-latest": "gpt-4o", "claude-opus-4-5-20251101-latest": "claude-opus-4-5",
 	}
 	for name, fam := range cases {
 		m, ok := tbl.Lookup(name)
@@ -359,7 +362,7 @@ func TestLookup(t *testing.T) {
 			t.Errorf("Lookup(%q) = %q, %v; want %q", name, m.Name, ok, fam)
 		}
 	}
-	for _, name := range []string{"", "GPT-4o", "gpt-4o ", " gpt-4o", "gpt-4.5-preview", "gpt-40", "gpt-4x", "claude-3", "o1x", "chatgpt-4o-latest", "gpt", "-preview", "-0613"} {
+	for _, name := range []string{"", "GPT-4o", "gpt-4o ", " gpt-4o", "gpt-4.5-preview", "gpt-40", "gpt-4x", "claude-3", "o1x", "chatgpt-4o-latest", "gpt", "-preview", "-0613", "-latest", "@20250929", "gpt-4o@20250929x", "gpt-4o@"} {
 		if m, ok := tbl.Lookup(name); ok {
 			t.Errorf("Lookup(%q) = %q, want unknown", name, m.Name)
 		}

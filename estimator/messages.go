@@ -56,7 +56,7 @@ func parseMessages(body []byte, needMax bool) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{n: 1, source: "messages", approximate: true, messagesAPI: true, fixed: replyFraming}
+	r := &Request{n: 1, source: "messages", approximate: true, messagesAPI: true, fixed: replyFraming, endUser: endUserFieldsOf(obj)}
 	p := &parser{r: r}
 	if err := p.messagesRequest(obj, needMax); err != nil {
 		return nil, err

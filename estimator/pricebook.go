@@ -258,11 +258,12 @@ func (x *uint128) addMul(a, b int64) {
 // table's latest created_at and reload when it moved. A PriceBook is
 // immutable and safe for concurrent use.
 type PriceBook struct {
-	// names maps every name a request's model can resolve to onto its
-	// key in history: priced models map to themselves, and so do the
-	// families of the default model table that have no price, so that
-	// resolution stops at them (see At).
-	names map[string]string
+	// names maps every name a request's model can resolve to onto the
+	// history it is priced by: a priced model's own, an alias's family's,
+	// and none (nil) for the families of the default model table that
+	// have no price, so that resolution stops at them (see At). One map
+	// lookup per name tried.
+	names map[string][]Price
 	// history holds each priced model's rows, oldest effective_from
 	// first.
 	history map[string][]Price
@@ -274,22 +275,8 @@ type PriceBook struct {
 // so (Model, EffectiveFrom) is unique; of duplicates, At and Exact answer
 // with the one created last.
 func NewPriceBook(rows []Price) *PriceBook {
-	b := &PriceBook{names: map[string]string{}, history: map[string][]Price{}}
-	// The seeded families and aliases, priced or not: without them a
-	// family with no price would borrow the price of a shorter name by
-	// the prefix rule (gpt-4.1-nano would be charged as gpt-4.1,
-	// claude-opus-5-5 as claude-opus-5).
-	for _, m := range defaultModels {
-		b.names[m.Name] = m.Name
-	}
-	for _, m := range claudeFamilies {
-		b.names[m.Name] = m.Name
-	}
-	for alias, fam := range defaultAliases {
-		b.names[alias] = fam
-	}
+	b := &PriceBook{names: map[string][]Price{}, history: map[string][]Price{}}
 	for _, r := range rows {
-		b.names[r.Model] = r.Model
 		b.history[r.Model] = append(b.history[r.Model], r)
 		if r.CreatedAt.After(b.version) {
 			b.version = r.CreatedAt
@@ -302,6 +289,22 @@ func NewPriceBook(rows []Price) *PriceBook {
 			}
 			return a.CreatedAt.Compare(c.CreatedAt)
 		})
+	}
+	// The seeded families and aliases, priced or not: without them a
+	// family with no price would borrow the price of a shorter name by
+	// the prefix rule (gpt-4.1-nano would be charged as gpt-4.1,
+	// claude-opus-5-5 as claude-opus-5).
+	for _, m := range defaultModels {
+		b.names[m.Name] = b.history[m.Name]
+	}
+	for _, m := range claudeFamilies {
+		b.names[m.Name] = b.history[m.Name]
+	}
+	for alias, fam := range defaultAliases {
+		b.names[alias] = b.history[fam]
+	}
+	for model, h := range b.history {
+		b.names[model] = h
 	}
 	return b
 }
@@ -331,11 +334,10 @@ func (b *PriceBook) At(model string, t time.Time) (Price, bool) {
 	if b == nil {
 		return Price{}, false
 	}
-	key, ok := resolveName(model, b.key)
+	h, ok := resolveName(model, b.lookup)
 	if !ok {
 		return Price{}, false
 	}
-	h := b.history[key]
 	// The first row taking effect after t; the one before it is in
 	// effect.
 	lo, hi := 0, len(h)
@@ -353,9 +355,9 @@ func (b *PriceBook) At(model string, t time.Time) (Price, bool) {
 	return h[lo-1], true
 }
 
-func (b *PriceBook) key(name string) (string, bool) {
-	k, ok := b.names[name]
-	return k, ok
+func (b *PriceBook) lookup(name string) ([]Price, bool) {
+	h, ok := b.names[name]
+	return h, ok
 }
 
 // Exact returns the row of model (its key, as At returned it, not a

@@ -83,6 +83,8 @@ type Request struct {
 	// counted with o200k_base times the family's safety factor
 	// (MessagesSafetyFactorMilli), Claude's tokenizer being unpublished.
 	messagesAPI bool
+
+	endUser EndUserFields // see EndUserFields
 }
 
 type promptEntry struct {
@@ -144,7 +146,7 @@ func Parse(body []byte) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{r: &Request{n: 1}}
+	p := &parser{r: &Request{n: 1, endUser: endUserFieldsOf(obj)}}
 	if err := p.request(obj); err != nil {
 		return nil, err
 	}

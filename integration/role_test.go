@@ -43,6 +43,9 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE ON alert_endpoints, alert_rules, alert_events, alert_attempts TO " + quoted,
 		"GRANT SELECT ON rejection_counts TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON deferred_settles TO " + quoted,
+		"GRANT SELECT, INSERT ON model_prices TO " + quoted,
+		"GRANT SELECT, UPDATE ON price_book_version TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON end_user_policies TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
@@ -89,7 +92,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	if _, err := alert.NewStore(owner, alertKey).CreateRule(ctx, alert.RuleParams{TenantID: "acme", EndpointID: ep.ID, Kind: alert.KindPeriodBudget, Thresholds: []int32{1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := owner.Exec(ctx, `UPDATE tenants SET period_budget = 1000, period = 'day' WHERE id = 'acme'`); err != nil {
+	if _, err := owner.Exec(ctx, `UPDATE tenants SET windows = '[{"name":"period","unit":"day","time_zone":"UTC","tokens":1000}]' WHERE id = 'acme'`); err != nil {
 		t.Fatal(err)
 	}
 	code, body := post(t, tmp+"/v1/admissions", key, `{"model":"gpt-4o","prompt":"hi","max_tokens":10}`)

@@ -36,6 +36,10 @@ ALTER TABLE admissions
     ADD CONSTRAINT admissions_price CHECK ((price_model IS NULL) = (price_from IS NULL)
                                        AND (price_model IS NULL) = (money_estimate IS NULL));
 
+-- A settle kept for an admission not replayed yet keeps its reasoning
+-- tokens, which money prices apart for some models.
+ALTER TABLE deferred_settles ADD COLUMN reasoning_tokens bigint NOT NULL DEFAULT 0 CHECK (reasoning_tokens >= 0);
+
 -- Every ledger entry records the money it moved next to the tokens
 -- (money_micro, micro-units of the deployment's currency: the estimate's at
 -- reserve, actual - estimate at settle, - estimate at release), and the
@@ -124,6 +128,7 @@ AS $$ SELECT ledger_field('tokengate-ledger-v1')
     || ledger_field(coalesce(e.detail, '')) $$;
 -- +goose StatementEnd
 ALTER TABLE ledger_entries DROP COLUMN windows, DROP COLUMN money_micro;
+ALTER TABLE deferred_settles DROP COLUMN reasoning_tokens;
 ALTER TABLE admissions DROP CONSTRAINT admissions_price, DROP COLUMN money_actual, DROP COLUMN money_estimate,
     DROP COLUMN price_from, DROP COLUMN price_model;
 ALTER TABLE tenants

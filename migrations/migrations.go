@@ -62,6 +62,16 @@ func (m *Migrator) Up(ctx context.Context) ([]int64, error) {
 	return applied, nil
 }
 
+// UpTo applies the pending migrations up to version, and no further: an
+// upgrade is tested from the schema a release before it left, with the data
+// that release wrote.
+func (m *Migrator) UpTo(ctx context.Context, version int64) error {
+	if _, err := m.provider.UpTo(ctx, version); err != nil {
+		return fmt.Errorf("migrations: up to %d: %w", version, err)
+	}
+	return nil
+}
+
 // Check returns ErrPending when the database is behind this binary, and a
 // wrapped connection error when the database cannot be asked.
 func (m *Migrator) Check(ctx context.Context) error {

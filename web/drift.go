@@ -30,9 +30,13 @@ type driftRow struct {
 	// refused: what enforcing it would have cost this model's callers.
 	ShadowRefused   int64
 	Refunded, Extra budget.Total // micro-tokens, rendered with bigtokens
-	Y, TextY        int
-	EstW, ActW      string
-	Over            bool
+	// The money of the priced admissions (micro-units of the currency,
+	// rendered with bigtokens as an exact decimal).
+	Priced                         int64
+	EstMoney, ActMoney, MoneyDrift budget.Total
+	Y, TextY                       int
+	EstW, ActW                     string
+	Over                           bool
 }
 
 func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
@@ -67,6 +71,7 @@ func newDrift(rows []budget.DriftRow) driftView {
 			EstIn: r.EstimatedInput, EstOut: r.EstimatedOutput, ActIn: r.ActualInput, Act: r.ActualOutput,
 			MeanErr: mean, P95Err: p95,
 			Refunded: r.RefundedMicro, Extra: r.ExtraChargedMicro,
+			Priced: r.Priced, EstMoney: r.EstimatedMoneyMicro, ActMoney: r.ActualMoneyMicro, MoneyDrift: r.MoneyDriftMicro,
 			Y: 8 + i*36, TextY: 8 + i*36 + 20,
 			EstW: w(r.EstimatedCost), ActW: w(r.ActualCost), Over: r.ActualCost.Cmp(r.EstimatedCost) > 0,
 		})

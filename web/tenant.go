@@ -50,6 +50,8 @@ type tenantView struct {
 	Drift   driftView
 	// Windows are the calendar windows of every tenant of Tree.
 	Windows windowsView
+	// EndUsers is the tenant's end-user policy and end users (end_users.go).
+	EndUsers endUsersView
 }
 
 type newKey struct {
@@ -107,6 +109,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	endUsers, err := d.endUsers(ctx, id)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -126,6 +132,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Chart:       newCostChart(adms),
 		Drift:       drift,
 		Windows:     windows,
+		EndUsers:    endUsers,
 	}
 	if edit != nil {
 		edit(v)

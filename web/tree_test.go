@@ -134,7 +134,7 @@ func TestTreeAndShadowFormsNameTheBadField(t *testing.T) {
 		{"/tenants", url.Values{"id": {"l5"}, "parent": {"l4"}, "tokens_capacity": {"10"}, "tokens_per_second": {"1"}}, "parent: budgets nest at most 4 levels"},
 		{"/tenants", url.Values{"id": {"n1"}, "parent": {"nope"}, "tokens_capacity": {"10"}, "tokens_per_second": {"1"}}, "parent: no tenant has the id &#34;nope&#34;"},
 		{"/tenants", url.Values{"id": {"n2"}, "parent": {"n2"}, "tokens_capacity": {"10"}, "tokens_per_second": {"1"}}, "parent: a tenant cannot be its own parent"},
-		{"/tenants", url.Values{"id": {"n3"}, "tokens_capacity": {"10"}, "tokens_per_second": {"1"}, "shadow": {"tokens", "period_budget"}}, "shadow: no window is configured, so period_budget (every window) cannot be a shadow limit"},
+		{"/tenants", url.Values{"id": {"n3"}, "tokens_capacity": {"10"}, "tokens_per_second": {"1"}, "shadow": {"tokens", "period_budget"}}, "shadow: period_budget is not configured"},
 		{"/tenants/l1/limits", url.Values{"tokens_capacity": {"10"}, "tokens_per_second": {"1"}, "shadow": {"concurrency"}}, "shadow: concurrency is not configured, so it cannot be a shadow limit"},
 		{"/tenants/l1/limits", url.Values{"tokens_capacity": {"10"}, "tokens_per_second": {"1"}, "shadow": {"bogus"}}, "shadow: unknown limit &#34;bogus&#34;"},
 	} {

@@ -133,6 +133,10 @@ type Usage struct {
 	// CachedInputTokens is the part of InputTokens served from the
 	// provider's cache (counted at the model's cached-input weight).
 	CachedInputTokens int64
+	// ReasoningTokens is the part of OutputTokens the model spent
+	// reasoning (OpenAI's reasoning_tokens): counted as output, and
+	// carried for pricing in money.
+	ReasoningTokens int64
 }
 
 // Ended is the answer to a settle or release.
@@ -224,7 +228,8 @@ func (c *Client) Reserve(ctx context.Context, req Request) (*Admission, error) {
 func (c *Client) Settle(ctx context.Context, a *Admission, u Usage) (*Ended, error) {
 	body, _ := json.Marshal(map[string]any{"usage": map[string]any{
 		"prompt_tokens": u.InputTokens, "completion_tokens": u.OutputTokens,
-		"prompt_tokens_details": map[string]int64{"cached_tokens": u.CachedInputTokens},
+		"prompt_tokens_details":     map[string]int64{"cached_tokens": u.CachedInputTokens},
+		"completion_tokens_details": map[string]int64{"reasoning_tokens": u.ReasoningTokens},
 	}})
 	return c.end(ctx, a, "settle", body)
 }

@@ -126,6 +126,30 @@ func (b *bundle) tokens(t *testing.T) int64 {
 	return snap.Tokens()
 }
 
+// TestSettleReasoningTokens: the client sends the reasoning part of the
+// output; the server takes it within the output and refuses it beyond,
+// naming the field and charging nothing.
+func TestSettleReasoningTokens(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1})
+	c := b.client(t, nil, client.Config{})
+	a, err := c.Reserve(ctx, client.Request{Body: chat(100, "Think, then say hello.")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := b.tokens(t)
+	_, err = c.Settle(ctx, a, client.Usage{InputTokens: a.Estimate.InputTokens, OutputTokens: 12, ReasoningTokens: 13})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || apiErr.Field != "usage.completion_tokens_details.reasoning_tokens" ||
+		b.tokens(t) != before {
+		t.Fatalf("13 reasoning of 12 output: %v, balance %d (was %d)", err, b.tokens(t), before)
+	}
+	e, err := c.Settle(ctx, a, client.Usage{InputTokens: a.Estimate.InputTokens, OutputTokens: 12, ReasoningTokens: 12})
+	if err != nil || e.State != "settled" || b.tokens(t) != 10_000-a.Estimate.InputTokens-12 {
+		t.Fatalf("settled: %+v %v, balance %d", e, err, b.tokens(t))
+	}
+}
+
 // TestReserveSettleRelease: the three calls against a real server, the
 // balance exact after each.
 func TestReserveSettleRelease(t *testing.T) {

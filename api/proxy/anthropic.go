@@ -80,7 +80,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeEstimateError(w, err)
 		return
 	}
-	res, _, err := p.admitter.Reserve(ctx, admission.Request{Face: admission.FaceProxy, Start: start, Body: body,
+	res, _, err := p.admitter.Reserve(ctx, admission.Request{Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(req, r),
 		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
@@ -204,7 +204,7 @@ var anthropicDialect = dialect{
 		if json.Unmarshal(out, &v) == nil && v.Usage != nil && v.Usage.complete() {
 			c.settleMessages(v.Usage.messagesUsage())
 		} else {
-			c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+			c.settle(c.estimated()) // no usage reported: the estimate stands
 		}
 	},
 	answered: dropUpstreamRateHeaders,
@@ -300,19 +300,20 @@ func (m *messagesUsage) merge(u *anthropicUsage) {
 }
 
 func (c *call) settleMessages(u messagesUsage) {
-	c.settleCache(u.input, u.output, u.cache)
+	c.settleCache(u.input, u.output, 0, u.cache) // Anthropic's usage does not split out thinking
 }
 
 // settleCache reconciles the admission with what the call used, whatever
 // happened to the client meanwhile: in input tokens, of which cache
-// touched the provider's prompt cache, and out output tokens.
+// touched the provider's prompt cache, and out output tokens, of which
+// reasoning were spent reasoning.
 //
 // The upstream's usage is a fact, not a claim: the request already ran. But
 // usage beyond what the request could produce (more output than it
 // reserved, more than the model's context window: budget.UsageBounds) is
 // an upstream's error, and would charge the tenant without bound: it is
 // clamped to the bound, logged, and counted as outcome usage_clamped.
-func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
+func (c *call) settleCache(in, out, reasoning int64, cache estimator.CacheUsage) {
 	table := c.p.estimator.Table()
 	cin, cout, clamped := budget.ClampUsage(c.est, table, in, out)
 	// The cache's tokens are priced by the domain, at the model's cache
@@ -325,6 +326,8 @@ func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
 		return n
 	}
 	read, w5, w1 := take(cache.Read), take(cache.Write5m), take(cache.Write1h)
+	// Reasoning is part of the (clamped) output, likewise.
+	reasoning = min(max(reasoning, 0), cout)
 	if clamped {
 		maxOut, maxTotal := budget.UsageBounds(c.est, table)
 		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
@@ -333,8 +336,8 @@ func (c *call) settleCache(in, out int64, cache estimator.CacheUsage) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.principal.TenantID, AdmissionID: c.admission.AdmissionID,
-		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1,
+	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
+		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1, ReasoningTokens: reasoning,
 		Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.
@@ -426,6 +429,9 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid tokengate key")
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
 		writeAnthropicError(w, http.StatusForbidden, "permission_error", "the tenant is disabled")
+	case errors.Is(err, budget.ErrEndUserCap):
+		w.Header().Set("X-Should-Retry", "false")
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "end_user_cap: "+"the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		w.Header().Set("X-Should-Retry", "false")
 		writeAnthropicError(w, http.StatusConflict, "invalid_request_error", "this Idempotency-Key was used for another request")

@@ -194,7 +194,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		stripUsage = true
 	}
 	res, _, err := p.admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceProxy, Start: start, Body: body,
+		Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(req, r),
 		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
@@ -262,9 +262,9 @@ var openAIDialect = dialect{
 	stream: (*call).stream,
 	answer: func(c *call, out []byte) {
 		if u, ok := readUsage(c.kind, out); ok {
-			c.settle(u.input, u.output, u.cached)
+			c.settle(u)
 		} else {
-			c.settle(c.est.InputTokens, c.est.OutputTokens, 0) // no usage reported: the estimate stands
+			c.settle(c.estimated()) // no usage reported: the estimate stands
 		}
 	},
 }
@@ -318,7 +318,7 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dial
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		// The answer broke off: no usage to settle from, and the model ran.
-		c.settle(c.est.InputTokens, c.est.OutputTokens, 0)
+		c.settle(c.estimated())
 		d.fail(w, http.StatusBadGateway, "the upstream's answer broke off")
 		return
 	}
@@ -337,14 +337,19 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dial
 // reserved, more than the model's context window: budget.UsageBounds) is
 // an upstream's error, and would charge the tenant without bound: it is
 // clamped to the bound, logged, and counted as outcome usage_clamped.
-func (c *call) settle(in, out, cached int64) {
-	c.settleCache(in, out, estimator.CacheUsage{Read: cached})
+func (c *call) settle(u usage) {
+	c.settleCache(u.input, u.output, u.reasoning, estimator.CacheUsage{Read: u.cached})
+}
+
+// estimated is the usage of a call that reported none: its estimate.
+func (c *call) estimated() usage {
+	return usage{input: c.est.InputTokens, output: c.est.OutputTokens}
 }
 
 func (c *call) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, budget.ReleaseParams{TenantID: c.principal.TenantID,
+	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, budget.ReleaseParams{TenantID: c.tenantID(),
 		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID}); err != nil {
 		c.p.logger.Error("proxy release failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
 		return
@@ -479,6 +484,8 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "", "incorrect tokengate key")
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
 		writeError(w, http.StatusForbidden, "permission_denied", "", "the tenant is disabled")
+	case errors.Is(err, budget.ErrEndUserCap):
+		writeError(w, http.StatusTooManyRequests, "end_user_cap", "", "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		writeError(w, http.StatusConflict, "invalid_request_error", "Idempotency-Key", "this Idempotency-Key was used for another request")
 	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):

@@ -77,6 +77,34 @@ type bundle struct {
 
 	admitter   *admission.Admitter
 	rejections *budget.Rejections
+	spy        *settleSpy
+}
+
+// settleSpy is the store the admission layer decides through: the real
+// one, noting each settle it is given, so a test sees what the face parsed
+// (the reasoning tokens, which no balance shows).
+type settleSpy struct {
+	*budget.Store
+	mu      sync.Mutex
+	settles []budget.SettleParams
+}
+
+func (s *settleSpy) DecideBatch(ctx context.Context, items []budget.Item) ([]budget.OpResult, error) {
+	s.mu.Lock()
+	for _, it := range items {
+		if it.Op.Settle != nil {
+			s.settles = append(s.settles, *it.Op.Settle)
+		}
+	}
+	s.mu.Unlock()
+	return s.Store.DecideBatch(ctx, items)
+}
+
+// settled returns the settles decided so far, in order.
+func (s *settleSpy) settled() []budget.SettleParams {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]budget.SettleParams(nil), s.settles...)
 }
 
 // setup runs the proxy in front of an emulated upstream, with a tenant
@@ -112,7 +140,8 @@ func setupWith(t testing.TB, limits budget.Limits, configure func(*proxy.Config)
 	upURL, _ := url.Parse(upSrv.URL)
 	reg := prometheus.NewRegistry()
 	rejections := budget.NewRejections(pool)
-	rep, err := replica.New(replica.Config{DB: pool, Store: store, Estimator: est, Registry: reg, Rejections: rejections})
+	spy := &settleSpy{Store: store}
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Admissions: spy, Estimator: est, Registry: reg, Rejections: rejections})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +155,7 @@ func setupWith(t testing.TB, limits budget.Limits, configure func(*proxy.Config)
 	srv := httptest.NewServer(p)
 	t.Cleanup(srv.Close)
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0))
-	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL, reg: reg, admitter: a, rejections: rejections}
+	return &bundle{pool: pool, store: store, up: up, client: client, key: key, est: est, base: srv.URL, reg: reg, admitter: a, rejections: rejections, spy: spy}
 }
 
 func chatParams(max int64) openai.ChatCompletionNewParams {
@@ -195,7 +224,7 @@ func chatChunk(text string) string {
 	return fmt.Sprintf(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`, text)
 }
 
-const usageChunk = `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29}}`
+const usageChunk = `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29,"completion_tokens_details":{"reasoning_tokens":4}}}`
 
 // TestChatSettlesFromUsage: the SDK's call is admitted, forwarded with the
 // upstream's key (never the tenant's), and settled from the usage: cached
@@ -222,6 +251,10 @@ func TestChatSettlesFromUsage(t *testing.T) {
 	// 10 uncached + 30 cached at half weight = 25 input; 25 output.
 	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualInput != 25 || *as[0].ActualOutput != 25 || *as[0].ActualCost != 50 {
 		t.Fatalf("admission: %+v", as)
+	}
+	// The settle carries the reasoning part of the output, for money.
+	if s := b.spy.settled(); len(s) != 1 || s[0].ReasoningTokens != 10 || s[0].OutputTokens != 25 || s[0].CachedInputTokens != 30 {
+		t.Fatalf("settles: %+v", s)
 	}
 	b.verify(t)
 }
@@ -270,6 +303,57 @@ func TestStreamingChat(t *testing.T) {
 	for _, a := range b.admissions(t) {
 		if a.State != budget.StateSettled || *a.ActualInput != 20 || *a.ActualOutput != 9 {
 			t.Fatalf("admission: %+v", a)
+		}
+	}
+	if s := b.spy.settled(); len(s) != 2 || s[0].ReasoningTokens != 4 || s[1].ReasoningTokens != 4 {
+		t.Fatalf("settles: %+v", s)
+	}
+	b.verify(t)
+}
+
+// TestReasoningTokensWithinOutput: the upstream's reasoning count is part
+// of its output; one that is negative, larger than the output, or beyond
+// an output clamped to the request's bound is held within the output the
+// settle charges, so the settle is never refused for it.
+func TestReasoningTokensWithinOutput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	var answer atomic.Value
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
+			"usage":`+answer.Load().(string)+`}`)
+	}
+	for _, tc := range []struct {
+		usage               string
+		output, reasoning   int64
+		outputBelowReported bool
+	}{
+		{`{"prompt_tokens":10,"completion_tokens":5,"completion_tokens_details":{"reasoning_tokens":9}}`, 5, 5, false},
+		{`{"prompt_tokens":10,"completion_tokens":5,"completion_tokens_details":{"reasoning_tokens":-3}}`, 5, 0, false},
+		{`{"prompt_tokens":10,"completion_tokens":5,"completion_tokens_details":{}}`, 5, 0, false},
+		// 500 output tokens for a call that could write 100: clamped,
+		// and its 450 reasoning tokens with it.
+		{`{"prompt_tokens":10,"completion_tokens":500,"completion_tokens_details":{"reasoning_tokens":450}}`, 0, 0, true},
+	} {
+		answer.Store(tc.usage)
+		if _, err := b.client.Chat.Completions.New(ctx, chatParams(100)); err != nil {
+			t.Fatal(err)
+		}
+		s := b.spy.settled()
+		got := s[len(s)-1]
+		switch {
+		case tc.outputBelowReported:
+			if got.OutputTokens >= 500 || got.ReasoningTokens != got.OutputTokens {
+				t.Errorf("%s: settled %+v, want the output clamped and reasoning with it", tc.usage, got)
+			}
+		case got.OutputTokens != tc.output || got.ReasoningTokens != tc.reasoning:
+			t.Errorf("%s: settled output %d, reasoning %d; want %d, %d", tc.usage, got.OutputTokens, got.ReasoningTokens, tc.output, tc.reasoning)
+		}
+	}
+	for _, a := range b.admissions(t) {
+		if a.State != budget.StateSettled {
+			t.Fatalf("admission not settled: %+v", a)
 		}
 	}
 	b.verify(t)
@@ -517,6 +601,12 @@ func TestResponsesAndCompletions(t *testing.T) {
 		if a.State != budget.StateSettled || *a.ActualInput != want[i][0] || *a.ActualOutput != want[i][1] {
 			t.Fatalf("admission %d: %+v; want %v", i, a, want[i])
 		}
+	}
+	// output_tokens_details.reasoning_tokens, whole and streamed; legacy
+	// completions report none.
+	settles := b.spy.settled()
+	if len(settles) != 3 || settles[0].ReasoningTokens != 3 || settles[1].ReasoningTokens != 3 || settles[2].ReasoningTokens != 0 {
+		t.Fatalf("settles: %+v", settles)
 	}
 	b.verify(t)
 }

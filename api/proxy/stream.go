@@ -11,9 +11,10 @@ import (
 )
 
 // usage is what a call used, as the upstream reports it: input (cached
-// included, with how many were cached) and output (reasoning included).
+// included, with how many were cached) and output (reasoning included,
+// with how many were reasoning).
 type usage struct {
-	input, cached, output int64
+	input, cached, output, reasoning int64
 }
 
 // wireUsage reads the usage objects of the three APIs.
@@ -28,6 +29,12 @@ type wireUsage struct {
 	InputTokensDetails *struct {
 		CachedTokens int64 `json:"cached_tokens"`
 	} `json:"input_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+	OutputTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
 }
 
 func (w *wireUsage) usage() (usage, bool) {
@@ -41,10 +48,16 @@ func (w *wireUsage) usage() (usage, bool) {
 		if w.PromptTokensDetails != nil {
 			u.cached = w.PromptTokensDetails.CachedTokens
 		}
+		if w.CompletionTokensDetails != nil {
+			u.reasoning = w.CompletionTokensDetails.ReasoningTokens
+		}
 	case w.InputTokens != nil && w.OutputTokens != nil:
 		u.input, u.output = *w.InputTokens, *w.OutputTokens
 		if w.InputTokensDetails != nil {
 			u.cached = w.InputTokensDetails.CachedTokens
+		}
+		if w.OutputTokensDetails != nil {
+			u.reasoning = w.OutputTokensDetails.ReasoningTokens
 		}
 	default:
 		return usage{}, false
@@ -101,7 +114,7 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
 	relayEvents(w, resp, func(data []byte) bool {
 		forward := c.read(data, &streamed, &got)
 		if got != nil && !settled && c.terminal(data) {
-			c.settle(got.input, got.output, got.cached)
+			c.settle(*got)
 			settled = true
 		}
 		return forward
@@ -110,7 +123,7 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
 		return
 	}
 	if got != nil {
-		c.settle(got.input, got.output, got.cached)
+		c.settle(*got)
 		return
 	}
 	// The stream ended without its usage: it broke, or the client left.
@@ -121,7 +134,7 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
 			out = int64(n)
 		}
 	}
-	c.settle(c.est.InputTokens, out, 0)
+	c.settle(usage{input: c.est.InputTokens, output: out})
 }
 
 // terminal says whether an event's data ends the stream.

@@ -275,6 +275,8 @@ func verdictOf(err error) verdict {
 		return verdict{code: codes.OK, reason: "unauthenticated"}
 	case errors.Is(err, budget.ErrOutOfScope):
 		return verdict{code: codes.OK, reason: "out_of_scope"}
+	case errors.Is(err, budget.ErrEndUserCap):
+		return verdict{code: codes.OK, reason: "end_user_cap"}
 	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
 		errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
 		// The caller's own mistake (usage no request could produce, for

@@ -25,6 +25,10 @@ type Store interface {
 	outage.Store
 	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
 	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
+	// End users (enduser.go).
+	EndUserPolicyOf(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
+	EndUserEnsure(ctx context.Context, parent, endUserID string) (string, error)
+	EndUserAdmissionTenant(ctx context.Context, parent, admissionID string) (string, error)
 }
 
 // Config configures an Admitter. Zero fields take defaults; Store is
@@ -102,6 +106,8 @@ type Admitter struct {
 	down  atomic.Bool
 	since atomic.Int64 // unix nanoseconds of the first failure
 	snaps sync.Map     // tenant id -> the last budget.Snapshot seen
+
+	endUsers endUserCache // (tenant, end user) -> the end user's tenant id
 
 	// replayErr is the last spool replay's failure, nil once one succeeds:
 	// Ready fails while decisions made without the store are not in it.
@@ -284,6 +290,12 @@ type Request struct {
 	// fingerprint: a retry with the same key and body is answered with the
 	// first admission, the key with another body is a mismatch.
 	Body []byte
+	// EndUser is what may name the caller's end user: when the tenant has
+	// an end-user policy and the request gives an id from its source, the
+	// request is decided as that end user (a leaf budget below the tenant,
+	// with the tenant's key), and Reservation.Snapshot.TenantID is the end
+	// user's tenant id, which its settle or release names.
+	EndUser EndUser
 }
 
 // prepare applies the rules every face's request follows before it is
@@ -318,7 +330,14 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 		a.Invalid(req.Face, start)
 		return nil, false, err
 	}
-	r, local, err := a.reserve(ctx, req)
+	r, local, asEndUser, err := a.reserveEndUser(ctx, req)
+	if !asEndUser {
+		r, local, err = a.reserve(ctx, req)
+	}
+	if inv := (*budget.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
+		a.Invalid(req.Face, start) // the end-user id
+		return nil, false, err
+	}
 	a.count(ctx, req.Face, start, r, err)
 	return r, local, err
 }
@@ -396,6 +415,10 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}
+	if p.TenantID, err = a.endUserOfAdmission(ctx, p.TenantID, p.AdmissionID); err != nil {
+		a.metrics.ended(ctx, face, kindSettle, nil, false, err)
+		return nil, false, err
+	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) },
 		func(l *outage.Local) error { return l.Settle(p) })
@@ -408,6 +431,10 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
+	}
+	if p.TenantID, err = a.endUserOfAdmission(ctx, p.TenantID, p.AdmissionID); err != nil {
+		a.metrics.ended(ctx, face, kindRelease, nil, false, err)
+		return nil, false, err
 	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) },

@@ -120,6 +120,8 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 		}
 	case errors.As(err, &tl):
 		a.metrics.decided(face, OutcomeTooLarge, string(tl.Limit), start)
+	case errors.Is(err, budget.ErrEndUserCap):
+		a.metrics.decided(face, OutcomeRejected, "end_user_cap", start)
 	case errors.Is(err, budget.ErrKeyRevoked), errors.Is(err, budget.ErrGatewayRevoked), errors.Is(err, budget.ErrOutOfScope),
 		errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, budget.ErrTenantNotFound):
 		a.metrics.decided(face, OutcomeUnauthorized, "", start)

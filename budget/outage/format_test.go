@@ -40,6 +40,9 @@ func TestSpoolRecordFormat(t *testing.T) {
 		// replica knew it, for a replay that finds no admission yet.
 		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-4", CreatedAt: at, InputTokens: 6, Actor: "gateway:edge",
 			Defer: &budget.Deferral{Model: budget.PolicyLocal, Default: budget.PolicyReject}},
+		// A settle whose output was partly reasoning.
+		{Kind: outage.KindSettle, AdmissionID: "adm_c", TenantID: "acme", CreatedAt: at, InputTokens: 9, OutputTokens: 20, ReasoningTokens: 12,
+			Actor: "key:abc"},
 	}
 	var got bytes.Buffer
 	for _, r := range records {

@@ -81,8 +81,9 @@ func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
 		return sh
 	}
 	lim := snap.Limits
-	// Period budgets are not enforced locally: no replica knows what the
-	// others spend in the period.
+	// Windows (the period budget among them) are not enforced locally: no
+	// replica knows what the others spend in the window. The replay counts
+	// the admission in every window, priced as of its creation.
 	mine := budget.Limits{TokensCapacity: l.divide(lim.TokensCapacity*budget.Micro) / budget.Micro,
 		TokensRateMicro: l.divide(lim.TokensRateMicro), ReservationTTL: lim.ReservationTTL}
 	sh := &share{tenant: lim, open: map[string]opened{}}
@@ -231,6 +232,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, dp *budget.Deferra
 		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, usage.InputTokens, usage.OutputTokens
 		rec.CachedInputTokens, rec.RefundTokens = usage.CachedInputTokens, usage.RefundTokens
 		rec.CacheWriteTokens, rec.CacheWrite1hTokens = usage.CacheWriteTokens, usage.CacheWrite1hTokens
+		rec.ReasoningTokens = usage.ReasoningTokens
 	}
 	// Usage no request could have produced is refused here, as the store
 	// would refuse it: of an admission made here the reservation is known;
@@ -362,7 +364,8 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		if r.Kind == KindSettle {
 			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
-				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, Actor: r.Actor, Defer: r.Defer})
+				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, ReasoningTokens: r.ReasoningTokens,
+				Actor: r.Actor, Defer: r.Defer})
 		} else {
 			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				Actor: r.Actor, Defer: r.Defer})

@@ -470,7 +470,8 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, err := range []error{
-		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20}),
+		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20,
+			ReasoningTokens: 5}),
 		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-2", RefundTokens: 30}),
 		b.local.Release(budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-3"}),
 		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "loc-1", InputTokens: 4, CachedInputTokens: 4, OutputTokens: 1}),
@@ -487,16 +488,20 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 	if err != nil || len(recs) != 5 {
 		t.Fatalf("spool: %d records (%v)", len(recs), err)
 	}
-	if r := recs[1]; r.AdmissionID != "" || r.IdempotencyKey != "rls:r-1" || r.CachedInputTokens != 30 {
+	if r := recs[1]; r.AdmissionID != "" || r.IdempotencyKey != "rls:r-1" || r.CachedInputTokens != 30 || r.ReasoningTokens != 5 {
 		t.Fatalf("a settle by key of a store admission is journaled by key: %+v", r)
 	}
 	if r := recs[4]; r.AdmissionID != local.AdmissionID || r.IdempotencyKey != "" {
 		t.Fatalf("a settle by key of a local admission is journaled by id: %+v", r)
 	}
 
-	rep, err := b.local.Replay(ctx, b.store)
+	spy := &replaySpy{Store: b.store}
+	rep, err := b.local.Replay(ctx, spy)
 	if err != nil || rep.Reserved != 1 || rep.Ended != 4 || rep.Rejected != 0 {
 		t.Fatalf("replay: %+v %v", rep, err)
+	}
+	if len(spy.settles) != 3 || spy.settles[0].IdempotencyKey != "rls:r-1" || spy.settles[0].ReasoningTokens != 5 {
+		t.Fatalf("the replay's settles: %+v", spy.settles)
 	}
 	for key, want := range map[string]struct {
 		state   budget.State
@@ -522,4 +527,16 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 	if _, err := ledger.Verify(ctx, poolOf(t, b), "acme"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// replaySpy is the store a replay writes to, noting the settles it is
+// given (their reasoning tokens, which no balance shows).
+type replaySpy struct {
+	*budget.Store
+	settles []budget.SettleParams
+}
+
+func (s *replaySpy) Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error) {
+	s.settles = append(s.settles, p)
+	return s.Store.Settle(ctx, p)
 }

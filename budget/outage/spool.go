@@ -55,6 +55,9 @@ type Record struct {
 	CacheWriteTokens   int64 `json:"cache_write_tokens,omitempty"`
 	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens,omitempty"`
 	RefundTokens       int64 `json:"refund_tokens,omitempty"`
+	// ReasoningTokens is the part of OutputTokens spent reasoning
+	// (budget.SettleParams.ReasoningTokens), kept for the replay's settle.
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 	// Defer is, on a settle or release by IdempotencyKey, the request's
 	// failure policy as the replica knew it (budget.SettleParams.Defer): if
 	// the replay finds no admission for the key, because the replica that

@@ -12,7 +12,11 @@ SELECT tenant_id, model, count(*) AS admissions,
                 FILTER (WHERE state = 'settled'), 0) AS p95_abs_relative_error,
        coalesce(sum(end_delta_micro::numeric) FILTER (WHERE end_delta_micro > 0), 0) AS refunded_micro,
        coalesce(-sum(end_delta_micro::numeric) FILTER (WHERE end_delta_micro < 0), 0) AS extra_charged_micro,
-       count(*) FILTER (WHERE cardinality(shadowed) > 0) AS shadow_refused
+       count(*) FILTER (WHERE cardinality(shadowed) > 0) AS shadow_refused,
+       count(money_estimate) AS priced,
+       coalesce(sum(money_estimate::numeric), 0) AS estimated_money_micro,
+       coalesce(sum(money_actual::numeric), 0) AS actual_money_micro,
+       coalesce(sum((money_estimate - money_actual)::numeric) FILTER (WHERE state = 'settled'), 0) AS money_drift_micro
 FROM admissions
 WHERE ($1 = '' OR tenant_id = $1)
   AND ($2 = '' OR model = $2)

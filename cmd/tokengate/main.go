@@ -56,6 +56,7 @@ type cli struct {
 	Proxy      proxyCmd      `cmd:"" help:"Serve with the OpenAI-compatible proxy on (--proxy-addr, default :8082): admit, forward to --upstream, settle from its usage."`
 	Tenant     tenantCmd     `cmd:"" help:"Manage tenants."`
 	Key        keyCmd        `cmd:"" help:"Manage tenant API keys."`
+	EndUsers   endUsersCmd   `cmd:"" name:"end-users" help:"Manage a tenant's end users: leaf budgets made on first sight from its end-user policy."`
 	Model      modelCmd      `cmd:"" help:"Manage the model table."`
 	Prices     pricesCmd     `cmd:"" help:"Manage the money price table (per model, per million tokens, effective-from rows never changed in place)."`
 	Ledger     ledgerCmd     `cmd:"" help:"Verify and report on the ledger."`

@@ -1,0 +1,26 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// endUserOf is what may name a call's end user: the body's fields the
+// estimator read (OpenAI's user and safety_identifier, Anthropic's
+// metadata.user_id) and the call's headers. The admission layer picks the
+// one the tenant's end-user policy names, if it has one.
+func endUserOf(req *estimator.Request, r *http.Request) admission.EndUser {
+	return admission.EndUser{Fields: req.EndUserFields(), HeaderFunc: r.Header.Get}
+}
+
+// tenantID is the tenant the call was admitted as: its end user's, when
+// the key's tenant has an end-user policy that named one, whose settle or
+// release must name it; else the key's tenant.
+func (c *call) tenantID() string {
+	if id := c.admission.Snapshot.TenantID; id != "" {
+		return id
+	}
+	return c.principal.TenantID
+}
