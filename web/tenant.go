@@ -101,15 +101,20 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
-	windows, err := d.windowLines(ctx, snaps, rows)
+	endUsers, err := d.endUsers(ctx, id)
 	if err != nil {
 		return err
+	}
+	// The windows of the tree, and of the end users the page lists.
+	wsnaps, wrows, userNames := withEndUsers(snaps, rows, row, endUsers.Users)
+	windows, err := d.windowLines(ctx, wsnaps, wrows)
+	if err != nil {
+		return err
+	}
+	for i := range windows.Lines {
+		windows.Lines[i].EndUser = userNames[windows.Lines[i].Tenant]
 	}
 	currency, err := estimator.PriceCurrency(ctx, d.db)
-	if err != nil {
-		return err
-	}
-	endUsers, err := d.endUsers(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,9 @@ type windowLine struct {
 	Tenant  string
 	Depth   int
 	Current bool
+	// EndUser is the end user's id when the tenant is one of the page's
+	// tenant's end users (a leaf below it).
+	EndUser string
 	Name    string
 	// Counts is "tokens" or "money"; Unit the window's length.
 	Counts, Unit string
@@ -108,6 +112,22 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []budget.Snapshot, ro
 		l.ResetsAt = w.End.In(loc).Format(time.RFC3339)
 	}
 	return v, nil
+}
+
+// withEndUsers appends the windows of a tenant's end users (shown on its
+// page) to rows and snaps, one level below it, for windowLines.
+func withEndUsers(snaps []budget.Snapshot, rows []*tenantRow, tenant *tenantRow, users []budget.EndUser) ([]budget.Snapshot, []*tenantRow, map[string]string) {
+	names := map[string]string{}
+	if tenant == nil || len(users) == 0 {
+		return snaps, rows, names
+	}
+	snaps, rows = slices.Clone(snaps), slices.Clone(rows)
+	for _, u := range users {
+		snaps = append(snaps, u.Snapshot)
+		rows = append(rows, &tenantRow{ID: u.Snapshot.TenantID, Depth: tenant.Depth + 1})
+		names[u.Snapshot.TenantID] = u.EndUserID
+	}
+	return snaps, rows, names
 }
 
 // fmtMoney writes micro-units of currency with thousands separators and at

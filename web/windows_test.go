@@ -5,9 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 var wasWindows = regexp.MustCompile(`name="was_windows" value="([^"]*)"`)
@@ -186,5 +189,65 @@ func TestLimitsFormPeriodBudgetWithWindows(t *testing.T) {
 	}
 	if s.Limits.PeriodBudget != 6000 || s.Limits.Period != budget.PeriodMonth || len(got) != 2 || got["period"] != 6000 || got["hourly"] != 100 {
 		t.Fatalf("period %d per %q, windows %v; want 6000 per month and hourly 100", s.Limits.PeriodBudget, s.Limits.Period, got)
+	}
+}
+
+// TestTenantPageShowsEndUsersWindows: a tenant's page shows the windows of
+// its end users (made from its template) beside its own, each with what
+// its span cost; the tenant's own window counts its end users' spend.
+func TestTenantPageShowsEndUsersWindows(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	if _, err := b.pool.Exec(ctx, `INSERT INTO model_prices (model, effective_from, input_micro, output_micro, created_by)
+		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	day := func(name, money string) []budget.WindowLimit {
+		ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: name, Unit: "day", TimeZone: "Asia/Tokyo", ResetAt: "06:00", Money: &money}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	}
+	l := limits(10_000_000, "1000")
+	l.Windows = day("team-daily", "100")
+	b.tenant(t, "acme", l)
+	tpl := limits(1_000_000, "100")
+	tpl.Windows = day("user-daily", "2")
+	if _, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceHeader, Header: "x-end-user",
+		Template: tpl, MaxEndUsers: 7, IdleTTL: 2 * time.Hour, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	alice, err := b.store.EndUserEnsure(ctx, "acme", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.client(t, "192.0.2.35")
+	c.mustLogin()
+	page := c.get("/tenants/acme").Body.String()
+	section := page[strings.Index(page, `id="windows-section"`):]
+	section = section[:strings.Index(section, "</section>")]
+	row := func(tenant, window string) string {
+		t.Helper()
+		i := strings.Index(section, `data-window-tenant="`+tenant+`" data-window="`+window+`"`)
+		if i < 0 {
+			t.Fatalf("no %s window of %s in:\n%s", window, tenant, section)
+		}
+		r := section[i:]
+		return r[:strings.Index(r, "</tr>")]
+	}
+	for _, want := range []string{`end user <span class="mono">alice</span>`, "0.45 USD / 2.00 USD", `data-col="spent">0.45 USD<`, "06:00 Asia/Tokyo"} {
+		if r := row(alice, "user-daily"); !strings.Contains(r, want) {
+			t.Errorf("alice's window lacks %q:\n%s", want, r)
+		}
+	}
+	for _, want := range []string{"0.45 USD / 100.00 USD", `data-col="spent">0.45 USD<`} {
+		if r := row("acme", "team-daily"); !strings.Contains(r, want) {
+			t.Errorf("acme's window lacks %q:\n%s", want, r)
+		}
 	}
 }
