@@ -112,3 +112,52 @@ func TestAdminWindowsShowMoneySpent(t *testing.T) {
 		t.Fatalf("GET /v1/budget: %s", r.Body.String())
 	}
 }
+
+// An end user's windows show their money spent in the admin API's list of
+// end users, as a tenant's do: a money window's equals its used.
+func TestAdminEndUsersShowMoneySpent(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	token := b.admin(t, "ops")
+	if _, err := b.pool.Exec(ctx, `INSERT INTO model_prices (model, effective_from, input_micro, output_micro, created_by)
+		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: lim(10_000_000, "1000")}); err != nil {
+		t.Fatal(err)
+	}
+	money := "2"
+	tpl := lim(1_000_000, "100")
+	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "user-daily", Unit: "day", TimeZone: "Asia/Tokyo", Money: &money}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl.Windows = ws
+	if _, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceUser, Template: tpl,
+		MaxEndUsers: 5, IdleTTL: time.Hour, Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	alice, err := b.store.EndUserEnsure(ctx, "acme", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		EndUsers []struct {
+			EndUserID string    `json:"end_user_id"`
+			Budget    spendJSON `json:"budget"`
+		} `json:"end_users"`
+	}
+	b.adminCall(t, token, http.MethodGet, "/v1/admin/tenants/acme/end-users", nil).json(&list)
+	if len(list.EndUsers) != 1 || len(list.EndUsers[0].Budget.Balances.Windows) != 1 {
+		t.Fatalf("end users %+v", list)
+	}
+	w := list.EndUsers[0].Budget.Balances.Windows[0]
+	if w.Name != "user-daily" || w.Counts != "money" || w.Used.String() != "0.45" || w.MoneySpent == nil || w.MoneySpent.String() != "0.45" ||
+		w.Currency != "USD" || w.TimeZone != "Asia/Tokyo" || !strings.HasSuffix(w.End, "+09:00") {
+		t.Fatalf("alice's window %+v (money_spent %v)", w, w.MoneySpent)
+	}
+}

@@ -126,3 +126,56 @@ func TestTenantWindowsFromTheCLI(t *testing.T) {
 		t.Errorf("a listing of no windows shows a windows table:\n%s", out)
 	}
 }
+
+// End users' windows from the CLI: the policy's template takes --window,
+// each end user gets it, and end-users list prints each one's windows with
+// what its span cost and its next reset in its zone.
+func TestEndUserWindowsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url, nil)
+	store := budget.NewStore(pool)
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := cli2(t, append(args, "--database-url", url)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut)
+		}
+		return out
+	}
+	must("tenant", "create", "acme", "--tokens-capacity", "10000000", "--tokens-per-second", "1000")
+	if _, _, err := cli2(t, "end-users", "policy", "set", "acme", "--source", "user", "--max-end-users", "5", "--tokens-capacity", "1000000",
+		"--tokens-per-second", "100", "--window", "name=user-daily,unit=day,zone=Asia/Tokyo,reset=06:00,money=nope", "--database-url", url); err == nil ||
+		!strings.Contains(err.Error(), "windows[0].money") {
+		t.Fatalf("a bad template window: %v", err)
+	}
+	must("end-users", "policy", "set", "acme", "--source", "user", "--max-end-users", "5", "--tokens-capacity", "1000000",
+		"--tokens-per-second", "100", "--window", "name=user-daily,unit=day,zone=Asia/Tokyo,reset=06:00,money=2")
+	alice, err := store.EndUserEnsure(ctx, "acme", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO model_prices (model, effective_from, input_micro, output_micro, created_by)
+		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := store.TenantSnapshot(ctx, alice)
+	if err != nil || len(snap.Windows) != 1 {
+		t.Fatalf("alice's windows %+v: %v", snap.Windows, err)
+	}
+	reset := snap.Windows[0].End.In(snap.Windows[0].Location).Format("2006-01-02 15:04 MST") + " (Asia/Tokyo)"
+	out := must("end-users", "list", "acme")
+	for _, want := range []string{alice, "user-daily", "money per day", "0.45 USD / 2.00 USD", reset} {
+		if !strings.Contains(out, want) {
+			t.Errorf("end-users list lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(reset, "06:00 JST") {
+		t.Errorf("reset %q: want 06:00 in Tokyo", reset)
+	}
+}
