@@ -236,8 +236,13 @@ func (s *Server) adminTenantList(c *echo.Context) error {
 		return err
 	}
 	out := make([]budgetJSON, len(snaps))
+	ptrs := make([]*budgetJSON, len(snaps))
 	for i, snap := range snaps {
 		out[i] = budgetOf(snap)
+		ptrs[i] = &out[i]
+	}
+	if err := s.withSpend(c.Request().Context(), ptrs...); err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"tenants": out})
 }
@@ -263,7 +268,7 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusCreated, budgetOf(snap))
+	return s.adminBudget(c, http.StatusCreated, snap)
 }
 
 // treeJSON is a tenant and the tenants nested below it, each with its
@@ -281,15 +286,21 @@ func (s *Server) adminTenantTree(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
+	var all []*budgetJSON
 	var render func(n *budget.TreeNode) *treeJSON
 	render = func(n *budget.TreeNode) *treeJSON {
 		out := &treeJSON{budgetJSON: budgetOf(n.Snapshot), Children: []*treeJSON{}}
+		all = append(all, &out.budgetJSON)
 		for _, ch := range n.Children {
 			out.Children = append(out.Children, render(ch))
 		}
 		return out
 	}
-	return c.JSON(http.StatusOK, render(roots))
+	root := render(roots)
+	if err := s.withSpend(c.Request().Context(), all...); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, root)
 }
 
 func (s *Server) adminTenantGet(c *echo.Context) error {
@@ -297,7 +308,7 @@ func (s *Server) adminTenantGet(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, budgetOf(snap))
+	return s.adminBudget(c, http.StatusOK, snap)
 }
 
 func (s *Server) adminTenantLimits(c *echo.Context) error {
@@ -313,7 +324,7 @@ func (s *Server) adminTenantLimits(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, budgetOf(snap))
+	return s.adminBudget(c, http.StatusOK, snap)
 }
 
 func (s *Server) setDisabled(c *echo.Context, disabled bool) error {
@@ -333,7 +344,7 @@ func (s *Server) setDisabled(c *echo.Context, disabled bool) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, budgetOf(snap))
+	return s.adminBudget(c, http.StatusOK, snap)
 }
 
 func (s *Server) adminTenantDisable(c *echo.Context) error { return s.setDisabled(c, true) }
@@ -361,7 +372,7 @@ func (s *Server) adminTenantAdjust(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, budgetOf(snap))
+	return s.adminBudget(c, http.StatusOK, snap)
 }
 
 // modelLimitsJSON is a tenant's limits for one model and their balances.

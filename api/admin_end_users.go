@@ -153,9 +153,14 @@ func (s *Server) adminEndUserList(c *echo.Context) error {
 		EndUsers []endUserJSON `json:"end_users"`
 		Next     *string       `json:"next"`
 	}{EndUsers: make([]endUserJSON, len(list))}
+	budgets := make([]*budgetJSON, len(list))
 	for i, u := range list {
 		out.EndUsers[i] = endUserJSON{ID: u.Snapshot.TenantID, EndUserID: u.EndUserID, CreatedAt: u.CreatedAt, LastSeen: u.LastSeen,
 			ExpiredAt: u.ExpiredAt, Budget: budgetOf(u.Snapshot)}
+		budgets[i] = &out.EndUsers[i].Budget
+	}
+	if err := s.withSpend(ctx, budgets...); err != nil {
+		return err
 	}
 	if len(list) == limit {
 		next := list[len(list)-1].Snapshot.TenantID

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
 )
 
 type budgetJSON struct {
@@ -118,6 +121,14 @@ type windowJSON struct {
 	End       string      `json:"end"`
 	TimeZone  string      `json:"time_zone"`
 	ResetInMS int64       `json:"reset_in_ms"`
+	// MoneySpent is what the tenant's ledger entries moved in money since
+	// start, and Currency the deployment's: the spend of a window that
+	// counts tokens (for a money window, what its entries say it used).
+	// Only the admin routes fill them (withSpend): it is a ledger query,
+	// which GET /v1/budget, on a caller's hot path, does not pay.
+	MoneySpent *json.Number `json:"money_spent,omitempty"`
+	Currency   string       `json:"currency,omitempty"`
+	start      time.Time
 }
 
 func windowOf(w budget.WindowSnapshot, at time.Time) windowJSON {
@@ -133,7 +144,50 @@ func windowOf(w budget.WindowSnapshot, at time.Time) windowJSON {
 	}
 	return windowJSON{Name: w.Name, Counts: string(w.Counts), Limit: amount(w.Limit), Ceiling: amount(w.Ceiling()),
 		Used: amount(w.Used), Remaining: amount(w.Remaining()), Start: w.Start.In(loc).Format(time.RFC3339),
-		End: w.End.In(loc).Format(time.RFC3339), TimeZone: loc.String(), ResetInMS: max(0, w.End.Sub(at).Milliseconds())}
+		End: w.End.In(loc).Format(time.RFC3339), TimeZone: loc.String(), ResetInMS: max(0, w.End.Sub(at).Milliseconds()),
+		start: w.Start}
+}
+
+// withSpend fills money_spent and currency in every window of tenants, in
+// two round trips whatever their number (a tree, a listing).
+func (s *Server) withSpend(ctx context.Context, tenants ...*budgetJSON) error {
+	var (
+		spans []ledger.SpanParams
+		dst   []*windowJSON
+	)
+	for _, t := range tenants {
+		for i := range t.Balances.Windows {
+			w := &t.Balances.Windows[i]
+			spans = append(spans, ledger.SpanParams{TenantID: t.Tenant, Since: w.start})
+			dst = append(dst, w)
+		}
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	spent, err := ledger.MoneySpent(ctx, s.db, spans)
+	if err != nil {
+		return err
+	}
+	currency, err := estimator.PriceCurrency(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	for i, w := range dst {
+		n := json.Number(formatMicro(spent[i]))
+		w.MoneySpent, w.Currency = &n, currency
+	}
+	return nil
+}
+
+// adminBudget renders snap for the admin routes: budgetOf with each
+// window's money spent.
+func (s *Server) adminBudget(c *echo.Context, status int, snap budget.Snapshot) error {
+	out := budgetOf(snap)
+	if err := s.withSpend(c.Request().Context(), &out); err != nil {
+		return err
+	}
+	return c.JSON(status, out)
 }
 
 // respond writes a JSON body with the tenant's rate-limit headers, reading

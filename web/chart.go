@@ -118,4 +118,6 @@ func niceCeil(v int64) int64 {
 type entryTable struct {
 	Entries    []ledger.Entry
 	ShowTenant bool
+	// Currency is the deployment's, of the entries' money.
+	Currency string
 }

@@ -19,6 +19,9 @@ type form struct {
 	// Order lists the fields with errors in the order they were found, for
 	// the summary at the top of the form.
 	order []string
+	// windowRows maps the index of a window sent to the limits form's row
+	// it came from (windowsPatch), so its errors land on that row.
+	windowRows []int
 }
 
 func newForm() *form { return &form{values: map[string]string{}, errs: map[string]string{}} }
@@ -322,6 +325,7 @@ func (f *form) limitError(err error) bool {
 		case "max_wait_ms":
 			field = "max_wait"
 		}
+		field = f.windowField(field)
 		// A form field has no null: a blank one removes the limit.
 		f.Fail(field, strings.ReplaceAll(le.Reason, "null", "blank"))
 		return true
@@ -352,6 +356,7 @@ func limitsForm(l budget.Limits) *form {
 	for _, n := range limitFields {
 		f.Set(wasPrefix+n, f.Get(n))
 	}
+	windowsIntoForm(f, l.Windows)
 	return f
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -116,6 +117,9 @@ func (d *Dashboard) ledgerPage(c *echo.Context) error {
 		return err
 	}
 	v.Entries.Entries = entries
+	if v.Entries.Currency, err = estimator.PriceCurrency(c.Request().Context(), d.db); err != nil {
+		return err
+	}
 	if next != nil {
 		nq := f.query()
 		nq.Set("after", next.String())

@@ -300,6 +300,8 @@ type overviewView struct {
 	Create    *form
 	// Parents are the tenants a new tenant may nest under.
 	Parents []parentOption
+	// Windows are every tenant's calendar windows, in tree order.
+	Windows windowsView
 }
 
 // overview lists the tenants; ?parent= preselects the create form's
@@ -326,6 +328,9 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 		Create:  create,
 		Parents: parentOptions(snaps, create.Get("parent")),
 	}
+	if v.Windows, err = d.windowLines(ctx, snaps, rows); err != nil {
+		return err
+	}
 	for _, r := range rows {
 		if r.Status == "throttled" {
 			v.Throttled++
@@ -337,10 +342,21 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 // tenantCreate creates a tenant from the overview's form. A refused form
 // comes back filled in, with the reason next to the field.
 func (d *Dashboard) tenantCreate(c *echo.Context) error {
-	f := formFrom(postForm(c), append([]string{"id", "parent"}, limitFields...)...)
+	posted := postForm(c)
+	f := formFrom(posted, append([]string{"id", "parent"}, limitFields...)...)
 	id := f.Get("id")
 	f.limitError(budget.ValidateTenantID(id))
+	windowsFromPost(f, posted)
+	js, rowOf := windowsFromForm(f)
+	f.windowRows = rowOf
 	l := f.limits()
+	if f.OK() && len(js) > 0 {
+		ws, err := budget.ParseWindows(js)
+		if !f.limitError(err) {
+			l.Windows = ws
+			f.limitError(l.Validate())
+		}
+	}
 	if !f.OK() {
 		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
 	}

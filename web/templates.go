@@ -86,7 +86,13 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"limits":   func() []budget.Limit { return budget.AllLimits },
 		// wasfields are the limits form's hidden fields holding the values
 		// shown, so that only the fields an admin edits are sent.
-		"wasfields": func() []string { return wasFields },
+		"wasfields":   func() []string { return wasFields },
+		"windowrows":  windowRows,
+		"money":       fmtMoney,
+		"windowunits": func() []budget.WindowUnit { return budget.WindowUnits },
+		"weekdays": func() []string {
+			return []string{"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+		},
 		// modellimits are a model's shadowable limits; priorities a key's classes.
 		"modellimits": func() []budget.Limit { return budget.ModelLimitNames },
 		"priorities":  func() []budget.Priority { return priorities },

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -47,6 +48,8 @@ type tenantView struct {
 	Entries entryTable
 	Chart   costChart
 	Drift   driftView
+	// Windows are the calendar windows of every tenant of Tree.
+	Windows windowsView
 	// EndUsers is the tenant's end-user policy and end users (end_users.go).
 	EndUsers endUsersView
 }
@@ -102,6 +105,19 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	// The windows of the tree, and of the end users the page lists.
+	wsnaps, wrows, userNames := withEndUsers(snaps, rows, row, endUsers.Users)
+	windows, err := d.windowLines(ctx, wsnaps, wrows)
+	if err != nil {
+		return err
+	}
+	for i := range windows.Lines {
+		windows.Lines[i].EndUser = userNames[windows.Lines[i].Tenant]
+	}
+	currency, err := estimator.PriceCurrency(ctx, d.db)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -117,9 +133,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Keys:        keys,
 		ModelLimits: modelLimitRows(models),
 		ModelForm:   modelLimitsEdit(models, c.QueryParam("model")),
-		Entries:     entryTable{Entries: entries},
+		Entries:     entryTable{Entries: entries, Currency: currency},
 		Chart:       newCostChart(adms),
 		Drift:       drift,
+		Windows:     windows,
 		EndUsers:    endUsers,
 	}
 	if edit != nil {
@@ -145,6 +162,7 @@ func (d *Dashboard) tenantLimits(c *echo.Context) error {
 	posted := postForm(c)
 	f := formFrom(posted, append(slices.Clone(limitFields), wasFields...)...)
 	p := f.limitsPatch(posted)
+	f.windowsPatch(posted, &p)
 	if f.OK() && !p.Empty() {
 		_, err := d.store.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {

@@ -91,7 +91,35 @@ func (tenantListCmd) Run(ctx context.Context, g *globals) error {
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.TenantID, orDash(s.Parent()), state, levelColumns(s))
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return printWindows(ctx, g.stdout, pool, snaps)
+	})
+}
+
+// tenantShowCmd prints one tenant as tenant list does.
+type tenantShowCmd struct {
+	ID string `arg:"" help:"Tenant id."`
+}
+
+func (c tenantShowCmd) Run(ctx context.Context, g *globals) error {
+	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+		s, err := budget.NewStore(pool).TenantSnapshot(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		state := "active"
+		if s.Disabled {
+			state = "disabled"
+		}
+		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "TENANT\tPARENT\tSTATE\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.TenantID, orDash(s.Parent()), state, levelColumns(s))
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return printWindows(ctx, g.stdout, pool, []budget.Snapshot{s})
 	})
 }
 
@@ -133,8 +161,10 @@ func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
 		}
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "TENANT\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
+		var snaps []budget.Snapshot
 		var walk func(n *budget.TreeNode, depth int)
 		walk = func(n *budget.TreeNode, depth int) {
+			snaps = append(snaps, n.Snapshot)
 			name := strings.Repeat("  ", depth) + n.Snapshot.TenantID
 			if n.Snapshot.Disabled {
 				name += " (disabled)"
@@ -145,7 +175,10 @@ func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
 			}
 		}
 		walk(root, 0)
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return printWindows(ctx, g.stdout, pool, snaps)
 	})
 }
 
@@ -164,6 +197,8 @@ type tenantUpdateCmd struct {
 	MaxWait            *time.Duration `name:"max-wait" help:"Longest max_wait_ms honoured: 1ms to 10m."`
 	OnStoreUnavailable *string        `name:"on-store-unavailable" enum:"reject,local,default," help:"Failure policy when the store is unreachable (default: the server's)."`
 	Shadow             *[]string      `name:"shadow" help:"The limits to evaluate without enforcing (replaces the set; --shadow= enforces every limit)."`
+	Windows            []string       `name:"window" sep:"none" placeholder:"SPEC" help:"${window_help} Given, the windows replace ALL of the tenant's windows (repeat --window for each to keep); a window keeping its name and calendar keeps what it used."`
+	NoWindows          bool           `name:"no-windows" help:"Remove every calendar window (the period budget among them)."`
 	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
 }
 
@@ -221,6 +256,18 @@ func (c tenantUpdateCmd) patch() (budget.LimitsPatch, error) {
 		if *c.OnStoreUnavailable == "default" || *c.OnStoreUnavailable == "" {
 			p.OnStoreUnavailable = budget.Unset[budget.Policy]()
 		}
+	}
+	switch {
+	case c.NoWindows && len(c.Windows) > 0:
+		return p, fmt.Errorf("--no-windows and --window: give one (--window replaces every window)")
+	case c.NoWindows:
+		p.Windows = budget.Unset[[]budget.WindowLimit]()
+	case len(c.Windows) > 0:
+		ws, err := parseWindowSpecs(c.Windows)
+		if err != nil {
+			return p, err
+		}
+		p.Windows = budget.Set(ws)
 	}
 	if c.Shadow != nil {
 		set, err := budget.ParseLimitSet("shadow", *c.Shadow)

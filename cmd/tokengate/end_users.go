@@ -43,13 +43,14 @@ type endUserPolicySetCmd struct {
 	Period            string        `name:"period" enum:"day,month," default:"" help:"Period of --period-budget."`
 	ReservationTTL    time.Duration `name:"reservation-ttl" default:"10m" help:"How long a reservation stays open."`
 	MaxWait           time.Duration `name:"max-wait" default:"30s" help:"Longest max_wait_ms honoured."`
+	Windows           []string      `name:"window" sep:"none" placeholder:"SPEC" help:"Each end user's calendar windows, as tenant create takes them. ${window_help}"`
 	Actor             string        `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
 }
 
 func (c endUserPolicySetCmd) Run(ctx context.Context, g *globals) error {
 	l, err := tenantCreateCmd{TokensCapacity: c.TokensCapacity, TokensPerSecond: c.TokensPerSecond, RequestsCapacity: c.RequestsCapacity,
 		RequestsPerSecond: c.RequestsPerSecond, MaxConcurrent: c.MaxConcurrent, PeriodBudget: c.PeriodBudget, Period: c.Period,
-		ReservationTTL: c.ReservationTTL, MaxWait: c.MaxWait}.limits()
+		ReservationTTL: c.ReservationTTL, MaxWait: c.MaxWait, Windows: c.Windows}.limits()
 	if err != nil {
 		return err
 	}
@@ -123,6 +124,13 @@ func (c endUsersListCmd) Run(ctx context.Context, g *globals) error {
 			fmt.Fprintf(w, "%s\t%q\t%d/%d\t%d\t%s\t%s\n", u.Snapshot.TenantID, u.EndUserID, u.Snapshot.Tokens(), u.Snapshot.Limits.TokensCapacity,
 				u.Snapshot.OpenReservations, u.LastSeen.UTC().Format(time.RFC3339), expired)
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		snaps := make([]budget.Snapshot, len(list))
+		for i, u := range list {
+			snaps[i] = u.Snapshot
+		}
+		return printWindows(ctx, g.stdout, pool, snaps)
 	})
 }

@@ -92,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"pipelines":         strconv.Itoa(admission.DefaultPipelines),
 			"gather":            admission.DefaultGather.String(),
 			"store_timeout":     budget.DefaultStoreTimeout.String(),
+			"window_help":       windowFlagHelp,
 		},
 	)
 	if err != nil {

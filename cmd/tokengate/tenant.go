@@ -14,7 +14,8 @@ import (
 
 type tenantCmd struct {
 	Create  tenantCreateCmd  `cmd:"" help:"Create a tenant with a full token bucket."`
-	List    tenantListCmd    `cmd:"" help:"List tenants with their balances."`
+	List    tenantListCmd    `cmd:"" help:"List tenants with their balances and windows."`
+	Show    tenantShowCmd    `cmd:"" help:"Show one tenant's balances and windows (each window's next reset in its zone)."`
 	Update  tenantUpdateCmd  `cmd:"" help:"Change a tenant's limits (the others are kept)."`
 	Disable tenantDisableCmd `cmd:"" help:"Disable a tenant: its requests answer 403."`
 	Enable  tenantEnableCmd  `cmd:"" help:"Enable a disabled tenant."`
@@ -38,6 +39,7 @@ type tenantCreateCmd struct {
 	IfNotExists        bool          `name:"if-not-exists" help:"Succeed without change when the tenant exists."`
 	Parent             string        `name:"parent" help:"Nest this tenant's budget in another tenant's (up to 4 levels; fixed at creation): every admission must fit each level."`
 	Shadow             []string      `name:"shadow" help:"Limits to evaluate and count without enforcing (tokens, requests, concurrency, period_budget); repeat or comma-separate."`
+	Windows            []string      `name:"window" sep:"none" placeholder:"SPEC" help:"${window_help}"`
 }
 
 func (c tenantCreateCmd) limits() (budget.Limits, error) {
@@ -54,6 +56,11 @@ func (c tenantCreateCmd) limits() (budget.Limits, error) {
 	var err error
 	if l.Shadow, err = budget.ParseLimitSet("shadow", c.Shadow); err != nil {
 		return l, fmt.Errorf("--shadow: %w", err)
+	}
+	if len(c.Windows) > 0 {
+		if l.Windows, err = parseWindowSpecs(c.Windows); err != nil {
+			return l, err
+		}
 	}
 	if l.TokensRateMicro, err = budget.ParseRate(c.TokensPerSecond); err != nil {
 		return l, fmt.Errorf("--tokens-per-second: %w", err)
