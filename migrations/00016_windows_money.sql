@@ -28,13 +28,14 @@ ALTER TABLE tenants
 -- model_prices: its model key and effective_from) and the money of its
 -- estimate; its end records the money of its actual usage, at that same
 -- price, whatever price took effect since. NULL: the model had no price.
+-- The decision computes all four together from one price row; like the
+-- hot path's references (migration 13), they hold by construction and
+-- carry no per-row CHECK.
 ALTER TABLE admissions
     ADD COLUMN price_model text,
     ADD COLUMN price_from timestamptz,
-    ADD COLUMN money_estimate bigint CHECK (money_estimate >= 0),
-    ADD COLUMN money_actual bigint CHECK (money_actual >= 0),
-    ADD CONSTRAINT admissions_price CHECK ((price_model IS NULL) = (price_from IS NULL)
-                                       AND (price_model IS NULL) = (money_estimate IS NULL));
+    ADD COLUMN money_estimate bigint,
+    ADD COLUMN money_actual bigint;
 
 -- A settle kept for an admission not replayed yet keeps its reasoning
 -- tokens, which money prices apart for some models.
@@ -129,7 +130,7 @@ AS $$ SELECT ledger_field('tokengate-ledger-v1')
 -- +goose StatementEnd
 ALTER TABLE ledger_entries DROP COLUMN windows, DROP COLUMN money_micro;
 ALTER TABLE deferred_settles DROP COLUMN reasoning_tokens;
-ALTER TABLE admissions DROP CONSTRAINT admissions_price, DROP COLUMN money_actual, DROP COLUMN money_estimate,
+ALTER TABLE admissions DROP COLUMN money_actual, DROP COLUMN money_estimate,
     DROP COLUMN price_from, DROP COLUMN price_model;
 ALTER TABLE tenants
     ADD COLUMN period_budget bigint CHECK (period_budget > 0),
