@@ -84,6 +84,7 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	c.kill(old)
 	killed := time.Now() // docker kill has returned: the primary's processes are gone
 	t.Logf("killed the primary %s", old.name)
+	next, promoted := c.promoted(old, 60*time.Second)
 	waitFor(t, "an admission after the kill", 60*time.Second, func() bool {
 		_, ok := l.firstCreatedAfter(killed)
 		return ok
@@ -103,8 +104,12 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	verifyLedger(t, c, "acme")
 
 	refused, back := recovery(t, l, killed)
-	t.Logf("RECOVERY (primary killed): first 201 sent after the kill at +%s (first refusal +%s, writes back +%s); %d keys admitted once each; answers %v",
-		firstOK.Sub(killed).Round(10*time.Millisecond), refused.Round(10*time.Millisecond), back.Round(10*time.Millisecond), len(l.final), tl.expected)
+	if leader != next {
+		t.Fatalf("%s was promoted, but %s leads: %+v", next.name, leader.name, ms)
+	}
+	t.Logf("RECOVERY (primary killed): first 201 sent after the kill at +%s; Patroni promoted %s at +%s (first refusal +%s, writes back +%s); %d keys admitted once each; answers %v",
+		firstOK.Sub(killed).Round(10*time.Millisecond), next.name, promoted.Sub(killed).Round(10*time.Millisecond),
+		refused.Round(10*time.Millisecond), back.Round(10*time.Millisecond), len(l.final), tl.expected)
 }
 
 // TestPlannedSwitchover: under load, Patroni hands the primary to the

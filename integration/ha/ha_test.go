@@ -338,6 +338,26 @@ func (c *cluster) waitHealthy(timeout time.Duration, down string) []member {
 	return ms
 }
 
+// promoted waits until another node than old leads and runs, and returns
+// when it was first seen (polled every 100 ms).
+func (c *cluster) promoted(old *node, timeout time.Duration) (*node, time.Time) {
+	c.t.Helper()
+	var ms []member
+	var err error
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ms, err = c.members()
+		for _, m := range ms {
+			if err == nil && m.Role == "leader" && m.State == "running" && m.Name != old.name {
+				return c.node(m.Name), time.Now()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("no node but %s leads after %s: %+v %v", old.name, timeout, ms, err)
+	return nil, time.Time{}
+}
+
 // leader is the node Patroni's /cluster names leader.
 func (c *cluster) leader() *node {
 	c.t.Helper()

@@ -83,9 +83,14 @@ type load struct {
 // failover the tests cause.
 const keyDeadline = 90 * time.Second
 
+// startLoad starts callers (see load), plus one more, the probe, which
+// retries every 50 ms instead of after the Retry-After (1 s for
+// store_unavailable): it times the recovery to within 50 ms rather than to
+// within the callers' backoff.
 func startLoad(t *testing.T, replicas []*replica, key, prefix string, callers int) *load {
 	l := &load{t: t, final: map[string]string{}, stop: make(chan struct{})}
-	for w := range callers {
+	for w := range callers + 1 {
+		probe := w == callers
 		l.wg.Go(func() {
 			for i := 0; ; i++ {
 				select {
@@ -114,7 +119,9 @@ func startLoad(t *testing.T, replicas []*replica, key, prefix string, callers in
 						return
 					}
 					wait := s.retryAfter
-					if wait == 0 {
+					if probe {
+						wait = 50 * time.Millisecond
+					} else if wait == 0 {
 						wait = 250 * time.Millisecond
 					}
 					time.Sleep(wait)
