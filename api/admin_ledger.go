@@ -102,7 +102,7 @@ func (s *Server) adminLedger(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.db, f)
+	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.reads, f)
 	if err != nil {
 		return err
 	}
@@ -137,14 +137,14 @@ func (s *Server) exportLedger(c *echo.Context, f ledger.Filter) error {
 	if format == "csv" {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
 		h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.csv"`)
-		write = func() error { return ledger.WriteCSV(c.Request().Context(), s.db, f, c.Response()) }
+		write = func() error { return ledger.WriteCSV(c.Request().Context(), s.reads, f, c.Response()) }
 	} else {
 		h.Set("Content-Type", "application/x-ndjson")
 		h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.ndjson"`)
 		write = func() error {
 			enc := json.NewEncoder(c.Response())
 			n := 0
-			return ledger.EntryEach(c.Request().Context(), s.db, f, func(e *ledger.Entry) error {
+			return ledger.EntryEach(c.Request().Context(), s.reads, f, func(e *ledger.Entry) error {
 				if err := enc.Encode(entryOf(e)); err != nil {
 					return err
 				}
@@ -181,7 +181,7 @@ func (s *Server) tenantLedger(c *echo.Context) error {
 		s.ensureRateHeaders(c)
 		return s.exportLedger(c, f)
 	}
-	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.db, f)
+	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.reads, f)
 	if err != nil {
 		return err
 	}

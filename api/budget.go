@@ -165,7 +165,7 @@ func (s *Server) withSpend(ctx context.Context, tenants ...*budgetJSON) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	spent, err := ledger.MoneySpent(ctx, s.db, spans)
+	spent, err := ledger.MoneySpent(ctx, s.reads, spans)
 	if err != nil {
 		return err
 	}

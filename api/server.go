@@ -86,8 +86,11 @@ type Config struct {
 
 // Server is one tokengate replica's HTTP server: a face of the replica.
 type Server struct {
-	echo     *echo.Echo
-	db       *pgxpool.Pool
+	echo *echo.Echo
+	db   *pgxpool.Pool
+	// reads is where ledger queries, exports and spend tallies go: a
+	// streaming replica's pool with --read-database-url, else db.
+	reads    *pgxpool.Pool
 	logger   *slog.Logger
 	registry *prometheus.Registry
 	migrator *migrations.Migrator
@@ -126,6 +129,7 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 	}
 	s := &Server{
 		db:       rep.DB,
+		reads:    rep.Reads,
 		logger:   rep.Logger,
 		registry: rep.Registry,
 		migrator: migrator,

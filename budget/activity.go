@@ -24,7 +24,7 @@ type Activity struct {
 // A tenant with no activity is absent.
 func (s *Store) Activity(ctx context.Context, now time.Time, minutes int) (map[string]*Activity, error) {
 	window := time.Duration(minutes) * time.Minute
-	admitted, err := ledger.KindCounts(ctx, s.pool, ledger.KindReserve, window)
+	admitted, err := ledger.KindCounts(ctx, s.reads, ledger.KindReserve, window)
 	if err != nil {
 		return nil, err
 	}

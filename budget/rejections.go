@@ -110,7 +110,7 @@ type RejectionCount struct {
 // RejectionsSince returns the flushed tallies of the minutes that overlap
 // the last `window`, by the database's clock.
 func (s *Store) RejectionsSince(ctx context.Context, window time.Duration) ([]RejectionCount, error) {
-	rows, err := s.pool.Query(ctx, rejectionsSinceSQL, window.Seconds())
+	rows, err := s.reads.Query(ctx, rejectionsSinceSQL, window.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("budget: rejections: %w", err)
 	}

@@ -74,7 +74,7 @@ func (s *Store) DriftReport(ctx context.Context, p DriftParams) ([]DriftRow, err
 	if p.ByModel {
 		query = driftReportByModelSQL
 	}
-	rows, err := s.pool.Query(ctx, query, p.TenantID, p.Model, p.From, p.To)
+	rows, err := s.reads.Query(ctx, query, p.TenantID, p.Model, p.From, p.To)
 	if err != nil {
 		return nil, fmt.Errorf("budget: drift report: %w", err)
 	}

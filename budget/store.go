@@ -71,6 +71,11 @@ type Store struct {
 	// (EndUserPolicyOf).
 	endUserCache
 
+	// reads is where the reports read (Activity, DriftReport,
+	// RejectionsSince): a replica's pool with WithReads, else pool. The
+	// decisions never read from it.
+	reads *pgxpool.Pool
+
 	pingMu sync.Mutex
 	probe  *pgx.Conn // outside the pool, for Answering
 	pingAt time.Time // the last ping, and its outcome
@@ -79,7 +84,20 @@ type Store struct {
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+	return &Store{pool: pool, reads: pool}
+}
+
+// WithReads makes the store's reports (Activity, DriftReport,
+// RejectionsSince) read from reads, a pool on a streaming replica, and
+// returns the store: they scan the ledger and admissions over hours, which
+// a replica can answer without taking the primary's CPU from decisions.
+// Nothing a decision reads ever comes from it (a replica lags). nil keeps
+// the store's own pool.
+func (s *Store) WithReads(reads *pgxpool.Pool) *Store {
+	if reads != nil {
+		s.reads = reads
+	}
+	return s
 }
 
 // WithClock makes the store decide at now() instead of the database's
@@ -148,7 +166,11 @@ func (s *Store) ping(ctx context.Context) bool {
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if err := s.probe.Ping(pctx); err != nil {
+	// A standby answers too: the probe asks whether this node takes
+	// writes, so that a primary demoted by a failover, still up, is not
+	// taken for a store that merely is busy.
+	var standby bool
+	if err := s.probe.QueryRow(pctx, "SELECT pg_is_in_recovery()").Scan(&standby); err != nil || standby {
 		_ = s.probe.Close(context.Background())
 		s.probe = nil
 		return false

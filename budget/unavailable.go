@@ -54,6 +54,15 @@ func classify(err error, acquiring, committing bool) error {
 				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
 			}
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		case pgErr.Code == pgerrcode.ReadOnlySQLTransaction:
+			// The node answered as a standby: a primary demoted by a
+			// failover (Patroni) that still answers, or a URL that reached
+			// a replica. The write was refused, so nothing was committed,
+			// even at COMMIT: an outage of the primary, for the failure
+			// policy, never a 500. The admission layer's MarkDown drops the
+			// pool's connections, and new ones go to a writable node only
+			// (cmd's pool checks target_session_attrs=read-write).
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		case pgErr.Code == pgerrcode.NumericValueOutOfRange:
 			// Postgres never wraps: bigint arithmetic past int64 is an
 			// error, and it is the caller's amount, not an outage.

@@ -112,7 +112,7 @@ func (d *Dashboard) ledgerPage(c *echo.Context) error {
 	if !f.OK() {
 		return d.render(c, http.StatusBadRequest, "ledger.html", v)
 	}
-	entries, next, err := ledger.EntryQuery(c.Request().Context(), d.db, filter)
+	entries, next, err := ledger.EntryQuery(c.Request().Context(), d.reads, filter)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (d *Dashboard) ledgerCSV(c *echo.Context) error {
 	h.Set("Content-Type", "text/csv; charset=utf-8")
 	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	c.Response().WriteHeader(http.StatusOK)
-	if err := ledger.WriteCSV(c.Request().Context(), d.db, filter, c.Response()); err != nil {
+	if err := ledger.WriteCSV(c.Request().Context(), d.reads, filter, c.Response()); err != nil {
 		// The status is sent; the truncated file is all the client gets.
 		d.logger.ErrorContext(c.Request().Context(), "ledger export failed", "error", err.Error(),
 			"request_id", h.Get(echo.HeaderXRequestID))

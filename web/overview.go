@@ -302,6 +302,37 @@ type overviewView struct {
 	Parents []parentOption
 	// Windows are every tenant's calendar windows, in tree order.
 	Windows windowsView
+	// Reads says where the ledger pages and tallies read and how far
+	// behind that is, nil without --read-database-url.
+	Reads *readsNote
+}
+
+// readsNote is the state of the reads pool (a streaming replica) as the
+// overview shows it: an operator reading the ledger pages must know how
+// stale they may be.
+type readsNote struct {
+	Standby bool
+	OK      bool
+	Lag     string // "0.4 s, 12.0 kB", "none"
+	Seconds string // the lag in seconds, for data-lag-seconds
+	At      string // the reading's time, UTC
+	Err     string
+}
+
+// readsNote is nil when the reads go to the primary's pool.
+func (d *Dashboard) readsNote() *readsNote {
+	if d.lag == nil {
+		return nil
+	}
+	r := d.lag.Last()
+	n := &readsNote{Standby: r.Standby, OK: r.OK, Err: r.Err, Seconds: strconv.FormatFloat(r.Seconds, 'f', 3, 64), Lag: "none"}
+	if !r.At.IsZero() {
+		n.At = r.At.UTC().Format("15:04:05")
+	}
+	if r.Bytes > 0 {
+		n.Lag = strconv.FormatFloat(r.Seconds, 'f', 1, 64) + " s, " + strconv.FormatFloat(float64(r.Bytes)/1000, 'f', 1, 64) + " kB of WAL"
+	}
+	return n
 }
 
 // overview lists the tenants; ?parent= preselects the create form's
@@ -327,6 +358,7 @@ func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) er
 		Rows:    rows,
 		Create:  create,
 		Parents: parentOptions(snaps, create.Get("parent")),
+		Reads:   d.readsNote(),
 	}
 	if v.Windows, err = d.windowLines(ctx, snaps, rows); err != nil {
 		return err

@@ -85,7 +85,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
-	entries, _, err := ledger.EntryQuery(ctx, d.db, ledger.Filter{TenantID: id, Limit: recentEntries})
+	entries, _, err := ledger.EntryQuery(ctx, d.reads, ledger.Filter{TenantID: id, Limit: recentEntries})
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,12 @@ type Config struct {
 // Dashboard serves the admin pages. Build it with New and add its routes to
 // the API's router with Register.
 type Dashboard struct {
-	db     *pgxpool.Pool
+	db *pgxpool.Pool
+	// reads is where the ledger pages, exports and spend tallies read
+	// (a streaming replica with --read-database-url, else db).
+	reads *pgxpool.Pool
+	// lag is how far reads is behind db, nil when reads is db.
+	lag    *replica.Lag
 	store  *budget.Store
 	alerts *alert.Store
 	est    *estimator.Estimator
@@ -60,6 +65,8 @@ func New(rep *replica.Replica, cfg *Config) (*Dashboard, error) {
 	}
 	d := &Dashboard{
 		db:     rep.DB,
+		reads:  rep.Reads,
+		lag:    rep.Lag,
 		store:  rep.Store,
 		alerts: rep.Alerts,
 		est:    rep.Estimator,

@@ -77,7 +77,7 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []budget.Snapshot, ro
 	if len(spans) == 0 {
 		return v, nil
 	}
-	spent, err := ledger.MoneySpent(ctx, d.db, spans)
+	spent, err := ledger.MoneySpent(ctx, d.reads, spans)
 	if err != nil {
 		return v, err
 	}

@@ -528,7 +528,7 @@ func (a *Admitter) RecoverOnce(ctx context.Context) {
 		return
 	}
 	if a.cfg.Pool != nil {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		pctx, cancel := context.WithTimeout(ctx, recoveryPingTimeout(a.cfg.Pool))
 		err := a.cfg.Pool.Ping(pctx)
 		cancel()
 		if err != nil {
@@ -555,4 +555,14 @@ func (a *Admitter) RecoverOnce(ctx context.Context) {
 		a.logger.Info("store reachable again", "down_for", time.Since(time.Unix(0, a.since.Load())).Round(time.Millisecond).String())
 		a.storeUp.Set(1)
 	}
+}
+
+// recoveryPingTimeout bounds the recovery loop's ping: a second, plus a
+// connect timeout for each host of a multi-host URL. After a failover the
+// first hosts may be a killed primary, which costs a whole connect timeout
+// before the next host is tried: a one-second ping would never reach the
+// new primary behind it.
+func recoveryPingTimeout(pool *pgxpool.Pool) time.Duration {
+	cfg := pool.Config().ConnConfig
+	return time.Second + cfg.ConnectTimeout*time.Duration(1+len(cfg.Fallbacks))
 }

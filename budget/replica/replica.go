@@ -31,6 +31,12 @@ type Config struct {
 	// DB is the pool every replica shares state through. It belongs to
 	// the caller.
 	DB *pgxpool.Pool
+	// Reads, when set, is a pool on a streaming replica (or one that may
+	// fall back to the primary) for the reads that may lag: ledger
+	// queries, exports, drift reports and the dashboard's tallies. The
+	// decisions never read from it. It belongs to the caller. Defaults to
+	// DB.
+	Reads *pgxpool.Pool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registry collects the replica's metrics, served by the HTTP API at
@@ -80,7 +86,12 @@ type Config struct {
 // Replica is one replica's domain services. Its fields are set by New and
 // shared by every face; they are safe for concurrent use.
 type Replica struct {
-	DB         *pgxpool.Pool
+	DB *pgxpool.Pool
+	// Reads is where the reads that may lag go (Config.Reads, else DB).
+	Reads *pgxpool.Pool
+	// Lag measures how far Reads is behind DB: nil when Reads is DB. The
+	// caller runs its Check periodically.
+	Lag        *Lag
 	Logger     *slog.Logger
 	Registry   *prometheus.Registry
 	Estimator  *estimator.Estimator
@@ -111,6 +122,14 @@ func New(cfg Config) (*Replica, error) {
 	if cfg.Store == nil {
 		cfg.Store = budget.NewStore(cfg.DB)
 	}
+	var lag *Lag
+	if cfg.Reads == nil {
+		cfg.Reads = cfg.DB
+	} else {
+		cfg.Store.WithReads(cfg.Reads)
+		lag = NewLag(cfg.DB, cfg.Reads)
+		cfg.Registry.MustRegister(lag)
+	}
 	// The store bounds and prices settles with the table the replica
 	// estimates with (admins change it at run time).
 	cfg.Store.WithModels(cfg.Estimator.Table)
@@ -140,7 +159,7 @@ func New(cfg Config) (*Replica, error) {
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
 		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
 	return &Replica{
-		DB: cfg.DB, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
+		DB: cfg.DB, Reads: cfg.Reads, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections,
 	}, nil
 }

@@ -71,7 +71,7 @@ type ledgerReportCmd struct {
 }
 
 func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+	return g.withReadPool(ctx, func(pool *pgxpool.Pool) error {
 		rows, err := budget.NewStore(pool).DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
 		if err != nil {
 			return err

@@ -22,6 +22,7 @@ import (
 
 	"github.com/alecthomas/kong"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -40,7 +41,8 @@ import (
 
 // globals are the settings every command shares.
 type globals struct {
-	DatabaseURL string        `name:"database-url" env:"TOKENGATE_DATABASE_URL" help:"Postgres connection string (every command but loadgen)."`
+	DatabaseURL string        `name:"database-url" env:"TOKENGATE_DATABASE_URL" help:"Postgres connection string (every command but loadgen). Several hosts fail over: postgres://u:p@a,b,c/db (connections go to the one that takes writes)."`
+	ReadURL     string        `name:"read-database-url" env:"TOKENGATE_READ_DATABASE_URL" help:"Optional Postgres connection string for reads that may lag: ledger queries, exports, drift reports and the dashboard's tallies, e.g. postgres://u:p@a,b,c/db?target_session_attrs=prefer-standby. Decisions never read from it."`
 	LogLevel    string        `name:"log-level" env:"TOKENGATE_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
 	Wait        time.Duration `name:"wait" env:"TOKENGATE_DB_WAIT" default:"30s" help:"How long to wait for the database to accept connections at start."`
 
@@ -122,12 +124,38 @@ func (g *globals) pool(ctx context.Context, logger *slog.Logger, maxConns int32)
 	if err != nil {
 		return nil, fmt.Errorf("parse TOKENGATE_DATABASE_URL: %w", err)
 	}
+	if cfg.ConnConfig.ValidateConnect == nil {
+		// Every connection of this pool writes: whatever the URL says
+		// (no target_session_attrs, or any), a node that does not take
+		// writes (a standby, a primary demoted by a failover) is skipped
+		// for the next host, as target_session_attrs=read-write does.
+		cfg.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
+	}
+	return g.open(ctx, logger, cfg, maxConns)
+}
+
+// readPool opens the pool of --read-database-url, or returns nil when it
+// is not set. Its connections may go to a standby, or to the primary when
+// the URL allows it (target_session_attrs=prefer-standby).
+func (g *globals) readPool(ctx context.Context, logger *slog.Logger, maxConns int32) (*pgxpool.Pool, error) {
+	if g.ReadURL == "" {
+		return nil, nil
+	}
+	cfg, err := pgxpool.ParseConfig(g.ReadURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse TOKENGATE_READ_DATABASE_URL: %w", err)
+	}
+	return g.open(ctx, logger, cfg, maxConns)
+}
+
+// open opens a pool on cfg and waits up to --wait for it to answer.
+func (g *globals) open(ctx context.Context, logger *slog.Logger, cfg *pgxpool.Config, maxConns int32) (*pgxpool.Pool, error) {
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 2*time.Second {
 		// A black-holed database must not hold a request until the OS
-		// gives up on the connection.
+		// gives up on the connection (per host of a multi-host URL).
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -136,7 +164,9 @@ func (g *globals) pool(ctx context.Context, logger *slog.Logger, maxConns int32)
 	}
 	deadline := time.Now().Add(g.Wait)
 	for {
-		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		// A connect timeout per host: a dead first host of a multi-host
+		// URL must leave time for the others.
+		pingCtx, cancel := context.WithTimeout(ctx, time.Second+cfg.ConnConfig.ConnectTimeout*time.Duration(1+len(cfg.ConnConfig.Fallbacks)))
 		err = pool.Ping(pingCtx)
 		cancel()
 		if err == nil {
@@ -227,6 +257,13 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	defer pool.Close()
+	reads, err := g.readPool(ctx, logger, max(4, s.MaxConns/4))
+	if err != nil {
+		return err
+	}
+	if reads != nil {
+		defer reads.Close()
+	}
 
 	if s.Migrate {
 		if err := migrate(ctx, pool, logger); err != nil {
@@ -264,7 +301,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	// the HTTP API, the dashboard, the proxy and the rate limit service
 	// admit through one admission layer and authenticate through one guard.
 	rep, err := replica.New(replica.Config{
-		DB: pool, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
+		DB: pool, Reads: reads, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
 		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 	})
@@ -315,6 +352,9 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	periodic(s.WatchInterval, "ledger invariant watch", watch.Check)
 	bg.Go(func() error { s.Alerts.run(bgCtx, alerts, replicaID, logger); return nil })
 	periodic(500*time.Millisecond, "store recovery", func(ctx context.Context) error { rep.Admitter.RecoverOnce(ctx); return nil })
+	if rep.Lag != nil {
+		periodic(2*time.Second, "read replica lag", rep.Lag.Check)
+	}
 	defer func() {
 		stopBackground()
 		_ = bg.Wait()
@@ -515,6 +555,20 @@ func displayURL(addr net.Addr) string {
 // commands.
 func (g *globals) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
 	pool, err := g.pool(ctx, g.logger(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return fn(pool)
+}
+
+// withReadPool is withPool on --read-database-url when it is set: for
+// the one-shot commands that only read what may lag (the drift report).
+func (g *globals) withReadPool(ctx context.Context, fn func(*pgxpool.Pool) error) error {
+	if g.ReadURL == "" {
+		return g.withPool(ctx, fn)
+	}
+	pool, err := g.readPool(ctx, g.logger(), 2)
 	if err != nil {
 		return err
 	}
