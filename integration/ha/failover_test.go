@@ -74,6 +74,7 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	c := newCluster(t, 2, reject)
 	old := c.leader()
 	key := c.tenant(c.pool(old), "acme", roomy)
+	c.readsOnStandby(30 * time.Second)
 
 	l := startLoad(t, c.replicas, key, "k", 200)
 	time.Sleep(4 * time.Second)
@@ -102,6 +103,9 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	assertOnlyPolicy503s(t, tl)
 	checkLedger(t, c.pool(leader), "acme", l.final)
 	verifyLedger(t, c, "acme")
+	// The reads follow a standby of the new primary (the promoted node was
+	// one, so the reads pool must have moved off it).
+	c.readsOnStandby(30 * time.Second)
 
 	refused, back := recovery(t, l, killed)
 	if leader != next {

@@ -433,6 +433,38 @@ func (c *cluster) tenant(pool *pgxpool.Pool, id string, l budget.Limits) string 
 	return key
 }
 
+// metric reads one unlabelled gauge from the replica's /metrics.
+func (r *replica) metric(name string) (float64, bool) {
+	resp, err := restClient.Get(r.url + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// readsOnStandby waits until every replica's reads pool
+// (TOKENGATE_READ_DATABASE_URL, prefer-standby) measures its lag on a
+// standby: tokengate_read_replica_standby and _up are 1.
+func (c *cluster) readsOnStandby(timeout time.Duration) {
+	c.t.Helper()
+	for _, r := range c.replicas {
+		var standby, up float64
+		waitFor(c.t, r.name+"'s reads on a standby", timeout, func() bool {
+			standby, _ = r.metric("tokengate_read_replica_standby")
+			up, _ = r.metric("tokengate_read_replica_up")
+			return standby == 1 && up == 1
+		}, func() string { return fmt.Sprintf("standby %v, up %v", standby, up) })
+	}
+}
+
 // ledgerVerify runs `tokengate ledger verify` inside a replica's container,
 // through the replica's own multi-host URL: on whichever node is primary.
 func (c *cluster) ledgerVerify(r *replica) string {
