@@ -193,21 +193,25 @@ func TestOldPrimaryRejoinsAsReplica(t *testing.T) {
 
 	c.restart(old)
 	restarted := time.Now()
-	ms = c.waitHealthy(90*time.Second, "")
+	// Back in good health, and the old primary follows on the new
+	// primary's timeline (the one the promotion began).
 	var oldM, leaderM member
-	for _, m := range ms {
-		switch m.Name {
-		case old.name:
-			oldM = m
-		case leader.name:
-			leaderM = m
+	var err error
+	waitFor(t, old.name+" to follow on the leader's timeline", 90*time.Second, func() bool {
+		ms, err = c.members()
+		oldM, leaderM = member{}, member{}
+		for _, m := range ms {
+			switch m.Name {
+			case old.name:
+				oldM = m
+			case leader.name:
+				leaderM = m
+			}
 		}
-	}
-	if leaderM.Role != "leader" || oldM.Role == "leader" {
-		t.Fatalf("after the old primary's return: %+v (%s should lead)", ms, leader.name)
-	}
-	if oldM.Timeline != leaderM.Timeline {
-		t.Fatalf("%s is on timeline %d, the leader on %d", old.name, oldM.Timeline, leaderM.Timeline)
+		return err == nil && healthy(ms, len(c.nodes), "") && oldM.Timeline == leaderM.Timeline
+	}, func() string { return fmt.Sprintf("members %+v, err %v", ms, err) })
+	if leaderM.Role != "leader" || oldM.Role == "leader" || leaderM.Timeline < 2 {
+		t.Fatalf("after the old primary's return: %+v (%s should lead, on a new timeline)", ms, leader.name)
 	}
 	leaderPool, oldPool := c.pool(leader), c.pool(old)
 	var inRecovery bool
@@ -221,6 +225,12 @@ func TestOldPrimaryRejoinsAsReplica(t *testing.T) {
 	}, func() string { return state })
 	rejoined := time.Now()
 	t.Logf("%s rejoined as %s %s after %s", old.name, oldM.Role, oldM.State, rejoined.Sub(restarted).Round(100*time.Millisecond))
+	for _, line := range strings.Split(logs(old.ctr), "\n") {
+		if strings.Contains(line, "pg_rewind exit code") || strings.Contains(line, "servers diverged") ||
+			strings.Contains(line, "emoving data directory") {
+			t.Logf("%s: %s", old.name, strings.TrimSpace(line)) // how it rejoined: rewound, or cloned afresh
+		}
+	}
 
 	before := count(t, leaderPool)
 	waitFor(t, "admissions after the rejoin", 30*time.Second, func() bool { return l.createdSince(rejoined) >= 100 }, nil)
