@@ -258,6 +258,7 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	if extra != nil {
 		extra(b)
 	}
+	countTrip(ctx)
 	br := conn.SendBatch(ctx, b)
 	ts, now, err := func() (map[string]*tenant, time.Time, error) {
 		if _, err := br.Exec(); err != nil {
