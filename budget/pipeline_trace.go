@@ -38,9 +38,16 @@ type tripsKey struct{}
 // countTrip counts a round trip of the transaction ctx belongs to, when
 // its pipeline traces it (a context lookup otherwise).
 func countTrip(ctx context.Context) {
-	if n, ok := ctx.Value(tripsKey{}).(*atomic.Int64); ok {
+	if n := tripsOf(ctx); n != nil {
 		n.Add(1)
 	}
+}
+
+// tripsOf is the round-trip counter of the traced transaction ctx belongs
+// to, or nil.
+func tripsOf(ctx context.Context) *atomic.Int64 {
+	n, _ := ctx.Value(tripsKey{}).(*atomic.Int64)
+	return n
 }
 
 // traceCall remembers the caller's span, when it records, for the
