@@ -138,7 +138,10 @@ func endSettleSpan(span trace.Span, face Face, tenantID, admissionID string, st 
 		case err == nil && st != nil:
 			attrs = append(attrs, decidedBy(false), AttrDelta.Float64(float64(st.DeltaMicro)/float64(budget.Micro)))
 			if ad := st.Admission; ad != nil {
-				attrs = append(attrs, AttrAdmissionID.String(ad.ID), AttrModel.String(ad.Estimate.Model),
+				if admissionID == "" { // named by idempotency key
+					attrs = append(attrs, AttrAdmissionID.String(ad.ID))
+				}
+				attrs = append(attrs, AttrModel.String(ad.Estimate.Model),
 					AttrEstInput.Int64(ad.Estimate.InputTokens), AttrEstOutput.Int64(ad.Estimate.OutputTokens),
 					AttrEstCost.Int64(ad.Estimate.Cost))
 				if ad.ActualInput != nil {

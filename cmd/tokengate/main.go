@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -305,6 +306,9 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 	if tracing.On() {
 		logger.Info("tracing on: exporting spans by OTLP (OTEL_ variables)")
+		// The exporter's failures (a collector down) go to the log, not
+		// to the standard logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing", "error", err.Error()) }))
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

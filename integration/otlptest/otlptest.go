@@ -85,7 +85,7 @@ func Start(t testing.TB) *Receiver {
 // Setenv points the standard variables at the receiver, over protocol
 // (grpc or http/protobuf), for the test (t.Setenv: the test may not be
 // parallel).
-func (r *Receiver) Setenv(t *testing.T, protocol string) {
+func (r *Receiver) Setenv(t testing.TB, protocol string) {
 	t.Helper()
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
 	switch protocol {
