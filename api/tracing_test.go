@@ -200,3 +200,60 @@ func grepLines(s, what string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestAPIDecisionSpansDuringAnOutage: with the store cut off, an
+// admission decided under the local policy and its journaled settle say
+// decided_by local, beside one the store decided.
+func TestAPIDecisionSpansDuringAnOutage(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	rcv := otlptest.Start(t)
+	rcv.Setenv(t, "grpc")
+	tr, err := replica.TracingFromEnv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
+	b := setupOutage(t, budget.PolicyLocal, nil, func(c *testConfig) { c.Tracing = tr })
+	key := b.tenant(t, "acme", lim(2_000, "0.1"))
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(100, "x"), "traceparent", "00-"+traceID+"-00000000000000a1-01"); r.Code != http.StatusCreated {
+		t.Fatal(r.Body)
+	}
+	b.proxy.cut()
+	r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(100, "x"), "traceparent", "00-"+traceID+"-00000000000000a2-01")
+	if r.Code != http.StatusCreated || r.Header().Get("X-Tokengate-Decided-By") != "local" {
+		t.Fatalf("during the outage: %d %s", r.Code, r.Body)
+	}
+	var a admitted
+	r.json(&a)
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions/"+a.ID+"/settle", `{"usage":{"prompt_tokens":8,"completion_tokens":20}}`,
+		"traceparent", "00-"+traceID+"-00000000000000a3-01"); r.Code != http.StatusAccepted {
+		t.Fatalf("settle during the outage: %d %s", r.Code, r.Body)
+	}
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.Wait(t, "2 admissions and a settle", func(s []otlptest.Span) bool {
+		return len(otlptest.Named(s, admission.SpanAdmission)) == 2 && len(otlptest.Named(s, admission.SpanSettle)) == 1
+	})
+	want := map[string]map[string]any{
+		"00000000000000a1": {"tokengate.outcome": "admitted", "tokengate.decided_by": "store"},
+		"00000000000000a2": {"tokengate.outcome": "admitted", "tokengate.decided_by": "local", "tokengate.admission_id": a.ID},
+		"00000000000000a3": {"tokengate.outcome": "journaled", "tokengate.decided_by": "local", "tokengate.admission_id": a.ID},
+	}
+	for _, s := range spans {
+		w, ok := want[s.ParentSpanID]
+		if !ok || s.TraceID != traceID {
+			continue
+		}
+		delete(want, s.ParentSpanID)
+		for k, v := range w {
+			if s.Attrs[k] != v {
+				t.Errorf("%s under %s: %s = %v, want %v", s.Name, s.ParentSpanID, k, s.Attrs[k], v)
+			}
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("no decision spans under %v", want)
+	}
+}
