@@ -105,10 +105,9 @@ type pipeCall struct {
 	done  chan OpResult // buffered: the drainer never blocks on it
 	// Guarded by the shard's mutex.
 	taken, abandoned bool
-	// span is the caller's span, when traced and recording, and queued
-	// when the call was queued (pipeline_trace.go).
-	span   trace.Span
-	queued time.Time
+	// traced is the caller's recording span, nil when it has none or the
+	// pipeline is not traced (pipeline_trace.go).
+	traced *callTrace
 }
 
 // DefaultStoreTimeout bounds how long a decision waits for its turn, and

@@ -50,11 +50,17 @@ func tripsOf(ctx context.Context) *atomic.Int64 {
 	return n
 }
 
+// callTrace is a call's recording span, and when the call was queued.
+type callTrace struct {
+	span   trace.Span
+	queued time.Time
+}
+
 // traceCall remembers the caller's span, when it records, for the
 // transaction that will carry the call.
 func (p *Pipeline) traceCall(ctx context.Context, c *pipeCall) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		c.span, c.queued = span, time.Now()
+		c.traced = &callTrace{span: span, queued: time.Now()}
 	}
 }
 
@@ -71,8 +77,8 @@ type txTrace struct {
 func (p *Pipeline) startTx(batch []*pipeCall) (context.Context, *txTrace) {
 	var links []trace.Link
 	for _, c := range batch {
-		if c.span != nil {
-			links = append(links, trace.Link{SpanContext: c.span.SpanContext()})
+		if c.traced != nil {
+			links = append(links, trace.Link{SpanContext: c.traced.span.SpanContext()})
 		}
 	}
 	t := &txTrace{trips: &atomic.Int64{}, began: time.Now()}
@@ -109,10 +115,10 @@ func (t *txTrace) end(batch []*pipeCall, err error) {
 	t.span.End()
 	link := trace.Link{SpanContext: t.span.SpanContext()}
 	for _, c := range batch {
-		if c.span != nil {
-			c.span.AddLink(link)
-			c.span.SetAttributes(AttrBatchSize.Int(len(batch)),
-				AttrQueuedMS.Float64(float64(t.began.Sub(c.queued).Microseconds())/1000))
+		if c.traced != nil {
+			c.traced.span.AddLink(link)
+			c.traced.span.SetAttributes(AttrBatchSize.Int(len(batch)),
+				AttrQueuedMS.Float64(float64(t.began.Sub(c.traced.queued).Microseconds())/1000))
 		}
 	}
 }

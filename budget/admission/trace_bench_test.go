@@ -37,7 +37,7 @@ func BenchmarkAdmitSettleTracing(b *testing.B) {
 			pool := pgtest.New(b, nil)
 			store := budget.NewStore(pool)
 			if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme",
-				Limits: budget.Limits{TokensCapacity: 1 << 40, TokensRateMicro: budget.Micro}}); err != nil {
+				Limits: budget.Limits{TokensCapacity: 1_000_000_000_000, TokensRateMicro: budget.Micro}}); err != nil {
 				b.Fatal(err)
 			}
 			a := admission.New(admission.Config{Store: store, Pool: pool, TracerProvider: tr.TracerProvider()})
