@@ -134,3 +134,70 @@ func TestProxyPassesTraceparentWhileOff(t *testing.T) {
 		t.Fatalf("tracestate %q", got)
 	}
 }
+
+// TestProxyTracesStreamsAndFailures: a streamed call's upstream span ends
+// with the stream and holds the usage of its last chunk; an upstream that
+// fails is an error span with its status, and the reservation's release is
+// a decision span in the caller's trace.
+func TestProxyTracesStreamsAndFailures(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	rcv := otlptest.Start(t)
+	rcv.Setenv(t, "http/protobuf")
+	tr, err := replica.TracingFromEnv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
+	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		if body["stream"] != true {
+			http.Error(w, `{"error":{"message":"down","type":"server_error"}}`, http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		writeSSE(w, chatChunk("Hello"), chatChunk(" team!"), usageChunk, "[DONE]")
+	}
+	const trace = "33333333333333333333333333333333"
+	if code, _, body := b.post(t, `{"model":"gpt-4o","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Say hello."}]}`,
+		"traceparent", "00-"+trace+"-3333333333333331-01"); code != http.StatusOK || !strings.Contains(body, "team!") {
+		t.Fatalf("stream: %d %s", code, body)
+	}
+	if code, _, body := b.post(t, `{"model":"gpt-4o","max_tokens":64,"messages":[{"role":"user","content":"Say hello."}]}`,
+		"traceparent", "00-"+trace+"-3333333333333332-01"); code != http.StatusInternalServerError {
+		t.Fatalf("failure: %d %s", code, body)
+	}
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spans := rcv.Wait(t, "2 upstream calls, a settle and a release", func(s []otlptest.Span) bool {
+		return len(otlptest.Named(s, "chat gpt-4o")) == 2 && len(otlptest.Named(s, admission.SpanSettle)) == 1 &&
+			len(otlptest.Named(s, admission.SpanRelease)) == 1
+	})
+	ups := otlptest.Named(spans, "chat gpt-4o")
+	streamed, failed := ups[0], ups[1]
+	if streamed.ParentSpanID != "3333333333333331" {
+		streamed, failed = failed, streamed
+	}
+	if streamed.Attrs["gen_ai.usage.input_tokens"] != int64(20) || streamed.Attrs["gen_ai.usage.output_tokens"] != int64(9) ||
+		streamed.StatusError || streamed.Attrs["http.response.status_code"] != int64(200) {
+		t.Errorf("streamed: %+v", streamed)
+	}
+	if failed.ParentSpanID != "3333333333333332" || !failed.StatusError || failed.Attrs["http.response.status_code"] != int64(500) ||
+		failed.Attrs["gen_ai.usage.input_tokens"] != nil {
+		t.Errorf("failed: %+v", failed)
+	}
+	rel := otlptest.Named(spans, admission.SpanRelease)[0]
+	if rel.TraceID != trace || rel.ParentSpanID != "3333333333333332" || rel.Attrs["tokengate.outcome"] != "applied" ||
+		rel.Attrs["tokengate.face"] != "proxy" || rel.Attrs["tokengate.actual.cost"] != int64(0) {
+		t.Errorf("release: %+v", rel)
+	}
+	set := otlptest.Named(spans, admission.SpanSettle)[0]
+	if set.TraceID != trace || set.ParentSpanID != "3333333333333331" || set.Attrs["tokengate.actual.input_tokens"] != int64(20) ||
+		set.Attrs["tokengate.actual.output_tokens"] != int64(9) {
+		t.Errorf("settle: %+v", set)
+	}
+	// The stream's span ends after its last event: after the settle began.
+	if !streamed.End.After(set.Start) {
+		t.Errorf("the upstream span ended at %v, before the settle at %v", streamed.End, set.Start)
+	}
+}
