@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -186,4 +187,21 @@ func TestTracingKeepsTransactionsOfSampledDecisions(t *testing.T) {
 	if d.TraceID != sampled.TraceID().String() || d.ParentSpanID != sampled.SpanID().String() {
 		t.Fatalf("decision in trace %s under %s, want %s under %s", d.TraceID, d.ParentSpanID, sampled.TraceID(), sampled.SpanID())
 	}
+}
+
+// TestTracingOnByExporterAlone: OTEL_TRACES_EXPORTER=otlp asks for the
+// default endpoint, as the specification says.
+func TestTracingOnByExporterAlone(t *testing.T) {
+	unsetOTEL(t)
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	tr, err := replica.TracingFromEnv(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.On() {
+		t.Fatal("OTEL_TRACES_EXPORTER=otlp left tracing off")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = tr.Shutdown(ctx) // nothing listens on the default endpoint: nothing to export either
 }
