@@ -88,8 +88,6 @@ type Config struct {
 	// BodyLimit bounds a request body. Default
 	// estimator.DefaultMaxRequestBytes.
 	BodyLimit int64
-
-	tracing *replica.Tracing // the replica's
 }
 
 // Proxy is the OpenAI-compatible face.
@@ -99,7 +97,8 @@ type Proxy struct {
 	guard     *credential.Guard
 	estimator *estimator.Estimator
 	logger    *slog.Logger
-	tracer    trace.Tracer // nil: tracing is off
+	tracing   *replica.Tracing // the replica's (nil-safe)
+	tracer    trace.Tracer     // nil: tracing is off
 	calls     *prometheus.CounterVec
 }
 
@@ -121,12 +120,11 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if cfg.ClientAddr == nil {
 		cfg.ClientAddr = peerAddr
 	}
-	cfg.tracing = rep.Tracing
 	var tracer trace.Tracer
 	if tp := rep.Tracing.TracerProvider(); tp != nil {
 		tracer = tp.Tracer(TracerName)
 	}
-	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger, tracer: tracer,
+	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, upstream_error).",

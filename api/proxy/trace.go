@@ -48,7 +48,7 @@ func (p *Proxy) withTrace(r *http.Request) *http.Request {
 	if p.tracer == nil {
 		return r
 	}
-	return r.WithContext(p.cfg.tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+	return r.WithContext(p.tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 }
 
 // startUpstream starts the upstream call's client span and puts its trace
@@ -79,7 +79,7 @@ func (c *call) startUpstream(r, ureq *http.Request, provider string) {
 		span.SetAttributes(attrOperation.String(op), attrProvider.String(provider), attrRequestModel.String(c.est.Model),
 			attrServerAddr.String(ureq.URL.Hostname()), attrServerPort.Int(port), attrAdmissionID.String(c.admission.AdmissionID))
 	}
-	c.p.cfg.tracing.Inject(ctx, propagation.HeaderCarrier(ureq.Header))
+	c.p.tracing.Inject(ctx, propagation.HeaderCarrier(ureq.Header))
 }
 
 // upstreamAnswered records the upstream's status on the span.
