@@ -51,6 +51,8 @@ var layout = map[string][]string{
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
 	"integration/pgtest": {"migrations"},
+	// The OTLP trace receiver, for tests only.
+	"integration/otlptest": nil,
 }
 
 // faces may not import one another. (The dashboard's own tests run a whole
