@@ -23,7 +23,6 @@ package budget
 
 import (
 	_ "embed"
-	"errors"
 	"fmt"
 	"time"
 
@@ -112,15 +111,25 @@ func (d *decision) deferEnd(key string, dp *Deferral, target State, actor, keyID
 	return ErrDeferred
 }
 
-// deferEnd records a kept settle or release; the first of a key in the
-// batch wins, as the table's first row does.
+// maxKeptPerKey bounds the settles and releases kept for one key: a
+// gateway sends one stream end per request, so more than a few for a key
+// is a client's fault, and the rest are dropped (answered ErrDeferred all
+// the same, as nothing can be checked yet).
+const maxKeptPerKey = 8
+
+// deferEnd records a kept settle or release, in the batch's order, up to
+// maxKeptPerKey of a key in the batch (deferred_settle_put.sql bounds the
+// rows of a key the same way).
 func (w *writes) deferEnd(k deferredEnd) {
+	n := 0
 	for _, seen := range w.deferred {
 		if seen.tenantID == k.tenantID && seen.key == k.key {
-			return
+			n++
 		}
 	}
-	w.deferred = append(w.deferred, k)
+	if n < maxKeptPerKey {
+		w.deferred = append(w.deferred, k)
+	}
 }
 
 // queueDeferred queues the batch's kept settles and releases as one
@@ -145,43 +154,61 @@ func (k deferredEnd) kind() string {
 	return "settle"
 }
 
-// scanDeferred reads the kept settle or release of a replayed admission's
-// key (deferred_settle_get.sql); nil if none.
-func scanDeferred(br pgx.BatchResults, tenantID, key string) (*deferredEnd, error) {
-	k := deferredEnd{tenantID: tenantID, key: key}
-	var kind string
-	err := br.QueryRow().Scan(&kind, &k.usage.InputTokens, &k.usage.OutputTokens, &k.usage.CachedInputTokens,
-		&k.usage.RefundTokens, &k.actor, &k.at, &k.usage.CacheWriteTokens, &k.usage.CacheWrite1hTokens, &k.usage.ReasoningTokens)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("budget: deferred settle: %w", err)
+// scanDeferred reads the kept settles and releases of a replayed
+// admission's key, in the order they came (deferred_settle_get.sql).
+func scanDeferred(br pgx.BatchResults, tenantID, key string) ([]*deferredEnd, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("budget: deferred settles: %w", err)
 	}
-	k.state = StateSettled
-	if kind == "release" {
-		k.state = StateReleased
+	defer rows.Close()
+	var ks []*deferredEnd
+	for rows.Next() {
+		k := &deferredEnd{tenantID: tenantID, key: key}
+		var kind string
+		if err := rows.Scan(&kind, &k.usage.InputTokens, &k.usage.OutputTokens, &k.usage.CachedInputTokens,
+			&k.usage.RefundTokens, &k.actor, &k.at, &k.usage.CacheWriteTokens, &k.usage.CacheWrite1hTokens, &k.usage.ReasoningTokens); err != nil {
+			return nil, fmt.Errorf("budget: deferred settle: %w", err)
+		}
+		k.state = StateSettled
+		if kind == "release" {
+			k.state = StateReleased
+		}
+		ks = append(ks, k)
 	}
-	return &k, nil
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("budget: deferred settles: %w", err)
+	}
+	return ks, nil
 }
 
 // applyDeferred ends a replayed admission a, as d's chain holds it after
-// its reserve, with the settle or release kept for its key, and deletes
-// the kept row, all in the replay's transaction: the ledger shows the
-// settle with its own actor, noted as kept. A kept settle the decision
-// refuses (usage out of the admission's bounds) is deleted unapplied, as
-// it would have been refused had it come after the replay; the
-// reservation then expires at its estimate.
-func (d *decision) applyDeferred(a *Admission, k *deferredEnd) error {
+// its reserve, with the settles and releases kept for its key, in the
+// order they came, as the live path would have decided them: the first
+// the decision accepts ends it, one it refuses (usage out of the
+// admission's bounds) moves nothing and the next is tried, and the ones
+// after the accepted one would have been repeats (the same answer, or a
+// conflict that moves nothing). All are deleted, in the replay's
+// transaction: the ledger shows the settle with its own actor, noted as
+// kept. If the decision refuses them all, the reservation expires at its
+// estimate.
+func (d *decision) applyDeferred(a *Admission, ks []*deferredEnd) error {
 	d.adms[a.ID] = a
-	d.note = "kept from " + k.at.UTC().Format(time.RFC3339Nano) + ": it arrived before its admission was replayed"
-	var usage *SettleParams
-	if k.state == StateSettled {
-		usage = &k.usage
+	for _, k := range ks {
+		d.note = "kept from " + k.at.UTC().Format(time.RFC3339Nano) + ": it arrived before its admission was replayed"
+		var usage *SettleParams
+		if k.state == StateSettled {
+			usage = &k.usage
+		}
+		_, err := d.end(nil, a.ID, k.actor, k.state, usage)
+		if err == nil {
+			break
+		}
+		if !isDecision(err) {
+			return err
+		}
 	}
-	if _, err := d.end(nil, a.ID, k.actor, k.state, usage); err != nil && !isDecision(err) {
-		return err
-	}
-	d.w.after = append(d.w.after, write{sql: deferredSettleDeleteSQL, expect: -1, args: []any{k.tenantID, k.key}})
+	d.note = ""
+	d.w.after = append(d.w.after, write{sql: deferredSettleDeleteSQL, expect: -1, args: []any{ks[0].tenantID, ks[0].key}})
 	return nil
 }

@@ -19,7 +19,7 @@ var local = &budget.Deferral{}
 // keptKeys are the keys of the kept settles and releases, in order.
 func (b *testBundle) keptKeys(t *testing.T) []string {
 	t.Helper()
-	rows, err := b.pool.Query(ctx, `SELECT key FROM deferred_settles ORDER BY key`)
+	rows, err := b.pool.Query(ctx, `SELECT key FROM deferred_settles ORDER BY key, seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func replayed(tenantID, key string, cost int64, now time.Time) budget.ReplayRese
 
 // TestKeptSettleIsAppliedByTheReplay: a settle by key that finds no
 // admission, for a tenant whose requests may be admitted locally, is kept
-// (the first of its key wins) and answered ErrDeferred, which is an
+// (every one of its key, in order) and answered ErrDeferred, which is an
 // ErrAdmissionNotFound; the replay of the admission with that key applies
 // it in its own transaction (the settle entry carries the settle's actor
 // and says it was kept) and deletes it; replaying again changes nothing. A
@@ -67,8 +67,8 @@ func TestKeptSettleIsAppliedByTheReplay(t *testing.T) {
 		errors.Is(err, budget.ErrDeferred) || !errors.Is(err, budget.ErrAdmissionNotFound) {
 		t.Fatalf("settle without a deferral: %v, want ErrAdmissionNotFound alone", err)
 	}
-	if keys := b.keptKeys(t); len(keys) != 2 || keys[0] != "rls:a" || keys[1] != "rls:b" {
-		t.Fatalf("kept %v, want rls:a and rls:b", keys)
+	if keys := b.keptKeys(t); strings.Join(keys, " ") != "rls:a rls:a rls:b" {
+		t.Fatalf("kept %v, want rls:a twice and rls:b", keys)
 	}
 
 	clock.Advance(time.Second)
@@ -169,6 +169,68 @@ func TestKeptSettleKeepsItsCacheWrites(t *testing.T) {
 	// 100 uncached + 100 x 1.25 + 100 x 2 = 425 input.
 	if err != nil || a.State != budget.StateSettled || *a.ActualInput != 425 || *a.ActualCost != 435 {
 		t.Fatalf("the replayed admission: %+v %v; want settled at 425 input, cost 435", a, err)
+	}
+	b.verify(t, "acme")
+}
+
+// TestKeptSettlesApplyTheFirstAccepted: the settles kept for one key are
+// applied as the live path would have decided them, in the order they
+// came: one with usage no request could produce (answered OK by the
+// stream end's face, since nothing could be checked before the replay) is
+// refused and moves nothing, and the next one settles the admission; a
+// release after it is a conflict and moves nothing. (Found by the soak on
+// Patroni: keeping only the first row dropped the real usage, and the
+// reservation expired at its estimate.) A key keeps at most 8.
+func TestKeptSettlesApplyTheFirstAccepted(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	l := limits(1_000_000, "1")
+	l.OnStoreUnavailable = budget.PolicyLocal
+	b.tenant(t, "acme", l)
+	settle := func(key string, in int64) {
+		t.Helper()
+		if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: key, InputTokens: in, Actor: "gateway:edge", Defer: local})); !errors.Is(err, budget.ErrDeferred) {
+			t.Fatalf("settle %s with %d: %v, want ErrDeferred", key, in, err)
+		}
+	}
+	settle("rls:x", 1_000_000_000) // beyond any context window
+	settle("rls:x", 7)
+	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:x", Actor: "gateway:edge", Defer: local})); !errors.Is(err, budget.ErrDeferred) {
+		t.Fatal(err)
+	}
+	for range 10 {
+		settle("rls:many", 3)
+	}
+	if keys := b.keptKeys(t); strings.Count(strings.Join(keys, " "), "rls:many") != 8 || strings.Count(strings.Join(keys, " "), "rls:x") != 3 {
+		t.Fatalf("kept %v, want rls:many 8 times and rls:x 3 times", keys)
+	}
+
+	clock.Advance(time.Second)
+	before := balance(t, b, "acme")
+	p := replayed("acme", "rls:x", 12, clock.Now())
+	if _, err := b.store.ReplayReserve(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	a, err := b.store.AdmissionGet(ctx, "acme", p.AdmissionID)
+	if err != nil || a.State != budget.StateSettled || *a.ActualInput != 7 || *a.ActualCost != 7 {
+		t.Fatalf("the replayed admission: %+v %v; want settled at the second kept usage, 7", a, err)
+	}
+	if got := balance(t, b, "acme"); got != before-7 {
+		t.Fatalf("balance %d after the replay, want %d - 7", got, before)
+	}
+	entries, _, err := ledger.EntryQuery(ctx, b.pool, ledger.Filter{TenantID: "acme", AdmissionID: p.AdmissionID, Oldest: true, Limit: 10})
+	if err != nil || len(entries) != 2 || entries[1].Kind != ledger.KindSettle || *entries[1].Actual != 7 {
+		t.Fatalf("ledger of the admission: %+v %v; want a reserve and one settle of 7", entries, err)
+	}
+	pm := replayed("acme", "rls:many", 12, clock.Now())
+	if _, err := b.store.ReplayReserve(ctx, pm); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := b.store.AdmissionGet(ctx, "acme", pm.AdmissionID); err != nil || a.State != budget.StateSettled || *a.ActualInput != 3 {
+		t.Fatalf("the admission of rls:many: %+v %v", a, err)
+	}
+	if keys := b.keptKeys(t); len(keys) != 0 {
+		t.Fatalf("kept %v left after their replays", keys)
 	}
 	b.verify(t, "acme")
 }

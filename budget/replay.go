@@ -62,7 +62,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 	var wrote bool
 	err := retry(ctx, func() error {
 		var exists int
-		var kept *deferredEnd
+		var kept []*deferredEnd
 		tx, ts, now, err := s.lockTenants(ctx, []string{p.TenantID},
 			func(b *pgx.Batch) {
 				b.Queue(admissionExistsSQL, p.AdmissionID)
@@ -135,7 +135,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			w.after = append(w.after, write{sql: idempotencyPutReplaySQL, expect: -1,
 				args: []any{p.TenantID, p.IdempotencyKey, p.AdmissionID, p.RequestHash, p.Response, created}})
 		}
-		if kept != nil {
+		if len(kept) > 0 {
 			// Its settle (or release) came first and was kept: it ends the
 			// admission in this transaction, after its reserve.
 			d := &decision{t: t, chain: chain, now: now, w: w, adms: map[string]*Admission{}, table: s.modelTable(), prices: book}

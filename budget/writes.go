@@ -187,7 +187,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 	}
 	if len(w.deferred) > 0 {
 		queueDeferred(b, w.deferred)
-		expect = append(expect, -1) // the first row of a key wins
+		expect = append(expect, -1) // up to 8 rows of a key
 	}
 	for _, x := range w.after {
 		b.Queue(x.sql, x.args...)
