@@ -51,6 +51,8 @@ var layout = map[string][]string{
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
 	"integration/pgtest": {"migrations"},
+	// A Patroni cluster for failover tests: none of tokengate's packages.
+	"integration/patroni": nil,
 }
 
 // faces may not import one another. (The dashboard's own tests run a whole

@@ -32,10 +32,26 @@ import (
 // this process emulates) and Envoy's rate limit service. SOAK_SECONDS
 // (default 60) and SOAK_SEED (default: from the clock, printed) choose the
 // run; `make soak` runs it.
-func TestSoak(t *testing.T) {
+func TestSoak(t *testing.T) { soak(t, false) }
+
+// TestSoakHA is the soak on a highly available store: three Postgres
+// nodes under Patroni in synchronous mode (integration/patroni) instead of
+// one Postgres, and the faults that only one Postgres has replaced by a
+// cluster's: the primary killed (a failover to the synchronous standby,
+// the old primary started again later to rejoin as a replica), the
+// primary restarted, a planned switchover, a node paused. The model is the
+// same: synchronous mode loses no commit it acknowledged, so a failover
+// may only lose what a client was never told of. `make soak-ha` runs it.
+func TestSoakHA(t *testing.T) { soak(t, true) }
+
+func soak(t *testing.T, ha bool) {
 	seconds := envInt("SOAK_SECONDS", 60)
 	seed := int64(envInt("SOAK_SEED", int(time.Now().UnixNano()%1_000_000_000)))
-	t.Logf("soak: %d s, seed %d (reproduce with make soak SOAK_SEED=%d SOAK_SECONDS=%d)", seconds, seed, seed, seconds)
+	target := "soak"
+	if ha {
+		target = "soak-ha"
+	}
+	t.Logf("soak: %d s, seed %d (reproduce with make %s SOAK_SEED=%d SOAK_SECONDS=%d)", seconds, seed, target, seed, seconds)
 
 	// Every replica reaches Postgres through its own TCP proxy (cut and
 	// slowed at random), and one replica's clock is off by a skew the seed
@@ -49,7 +65,7 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
 	var up *provider // the OpenAI upstream the proxies call
-	c := startCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
+	c := startClusterOn(t, ha, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
 		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082"},
 		func(c *cluster, name string) map[string]string {
 			if up == nil {
@@ -124,7 +140,11 @@ func TestSoak(t *testing.T) {
 	}
 	wg.Go(func() { w.operator(rand.New(rand.NewPCG(uint64(seed), 1000)), stop) })
 	faults := map[string]int{}
-	wg.Go(func() { w.faults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	if ha {
+		wg.Go(func() { w.haFaults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	} else {
+		wg.Go(func() { w.faults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	}
 	time.Sleep(time.Duration(seconds) * time.Second)
 	close(stop)
 	wg.Wait()
@@ -145,6 +165,10 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("soak: admitted locally (the local failure policy), by replica: %v", local)
 	t.Logf("soak: %d requests; answers %v; faults %v", len(h.events), ops, faults)
+	if ha {
+		h.logFailovers(t)
+		sameOnEveryNode(t, c)
+	}
 	if problems := check(t, c.pool, h, up, append(names, "org"), parents); len(problems) > 0 {
 		for i, p := range problems {
 			if i == 10 {
@@ -167,8 +191,11 @@ func envInt(name string, def int) int {
 }
 
 // reconnect opens the test's pool again: a Postgres restart may have moved
-// its host port.
+// its host port. (A Patroni cluster's pool finds the primary by itself.)
 func (c *cluster) reconnect(t *testing.T) {
+	if c.ha != nil {
+		return
+	}
 	dsn, err := c.pg.ConnectionString(ctx, "sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +256,8 @@ type history struct {
 	start  time.Time
 	events []event
 	faults [][2]time.Time // when each fault began, and when its effects were over
+	// failovers are the Patroni cluster's changes of leader (TestSoakHA).
+	failovers []failover
 }
 
 func (h *history) fault(from, to time.Time) {
@@ -531,41 +560,7 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 		// connections back: 3 s after it ends.
 		func() {
 			defer func() { w.h.fault(began, time.Now().Add(3*time.Second)) }()
-			switch r.IntN(7) {
-			case 5:
-				rep := w.replica(r)
-				w.proxies.cut(rep.name, time.Duration(200+r.IntN(2000))*time.Millisecond)
-				count["connections cut (proxy)"]++
-			case 6:
-				rep := w.replica(r)
-				w.proxies.slow(rep.name, time.Duration(50+r.IntN(400))*time.Millisecond, 100*time.Millisecond,
-					time.Duration(1000+r.IntN(3000))*time.Millisecond)
-				count["postgres slow (proxy latency)"]++
-			case 3:
-				// A replica cut off from the network (a partition): its
-				// connections to Postgres and its clients' die mid-flight.
-				rep := w.replica(r)
-				docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
-				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
-				docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
-				count["replica partitioned"]++
-			case 4:
-				// Slow responses: a transaction holds the row of one tenant
-				// for a while, so every decision touching it waits its turn.
-				tenant := []string{"tok", "req", "conc", "per", "loc", "org"}[r.IntN(6)]
-				hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
-				func() {
-					tx, err := w.c.pool.Begin(ctx)
-					if err != nil {
-						return // Postgres restarting: no fault this time
-					}
-					defer func() { _ = tx.Rollback(ctx) }()
-					if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
-						return
-					}
-					time.Sleep(hold)
-				}()
-				count["postgres slow (row held)"]++
+			switch k := r.IntN(7); k {
 			case 0:
 				docker(t, "pause", w.c.pg.GetContainerID())
 				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
@@ -574,20 +569,66 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			case 1:
 				docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
 				w.c.reconnect(t) // its host port may have moved
-				w.proxies.retarget(w.c)
+				w.proxies.retarget(w.c, "")
 				count["postgres restarted"]++
 			default:
-				rep := w.replica(r)
-				docker(t, "kill", rep.ctr.GetContainerID())
-				time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
-				docker(t, "start", rep.ctr.GetContainerID())
-				w.mu.Lock()
-				if err := rep.locate(); err != nil {
-					t.Logf("soak: %s started again: %v", rep.name, err)
-				}
-				w.mu.Unlock()
-				count["replica killed"]++
+				w.sharedFault(t, r, k, count)
 			}
 		}()
+	}
+}
+
+// sharedFault strikes one of the faults that do not touch the store's own
+// containers, the same on one Postgres and on a Patroni cluster: k is 5 for
+// a replica's connections cut at its proxies, 6 for Postgres's answers to
+// a replica slowed there, 3 for a replica partitioned, 4 for one tenant's
+// row held, anything else for a replica killed and started again.
+func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[string]int) {
+	switch k {
+	case 5:
+		rep := w.replica(r)
+		w.proxies.cut(rep.name, time.Duration(200+r.IntN(2000))*time.Millisecond)
+		count["connections cut (proxy)"]++
+	case 6:
+		rep := w.replica(r)
+		w.proxies.slow(rep.name, time.Duration(50+r.IntN(400))*time.Millisecond, 100*time.Millisecond,
+			time.Duration(1000+r.IntN(3000))*time.Millisecond)
+		count["postgres slow (proxy latency)"]++
+	case 3:
+		// A replica cut off from the network (a partition): its
+		// connections to Postgres and its clients' die mid-flight.
+		rep := w.replica(r)
+		docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
+		time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+		docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
+		count["replica partitioned"]++
+	case 4:
+		// Slow responses: a transaction holds the row of one tenant
+		// for a while, so every decision touching it waits its turn.
+		tenant := []string{"tok", "req", "conc", "per", "loc", "org"}[r.IntN(6)]
+		hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
+		func() {
+			tx, err := w.c.pool.Begin(ctx)
+			if err != nil {
+				return // Postgres restarting: no fault this time
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
+				return
+			}
+			time.Sleep(hold)
+		}()
+		count["postgres slow (row held)"]++
+	default:
+		rep := w.replica(r)
+		docker(t, "kill", rep.ctr.GetContainerID())
+		time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
+		docker(t, "start", rep.ctr.GetContainerID())
+		w.mu.Lock()
+		if err := rep.locate(); err != nil {
+			t.Logf("soak: %s started again: %v", rep.name, err)
+		}
+		w.mu.Unlock()
+		count["replica killed"]++
 	}
 }
