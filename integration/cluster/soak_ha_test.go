@@ -115,7 +115,6 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 	case "primary restarted":
 		// SIGTERM: Patroni stops Postgres and gives up the leader key;
 		// SIGKILL after 5 s if it has not.
-		w.proxies.down(f.from)
 		if out, err := dockerOut("restart", "--time", "5", ha.ContainerID(f.from)); err != nil {
 			return f, fmt.Errorf("docker restart: %v: %s", err, out)
 		}
@@ -125,10 +124,10 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 		// the synchronous standby, which has every acknowledged commit,
 		// is promoted. The old primary stays down a few seconds, the
 		// cluster on two nodes, and then comes back as a replica.
-		w.proxies.down(f.from)
 		if err := ha.Kill(ctx, f.from); err != nil {
 			return f, err
 		}
+		w.proxies.down(f.from)
 		if f.to, err = ha.WaitLeader(ctx, haTimeout, f.from); err != nil {
 			return f, err
 		}
