@@ -3,6 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PG_IMAGE     ?= tc.local/postgres:15-bookworm
+HA_IMAGE     ?= tc.local/patroni:15-bookworm
 PG_CONTAINER ?= tokengate-pg
 PG_VOLUME    ?= tokengate-pgdata
 PG_PORT      ?= 55432
@@ -15,7 +16,7 @@ GO_TEST_FLAGS ?=
 # would otherwise make it dial the bridge gateway instead of localhost.
 export TESTCONTAINERS_RYUK_DISABLED   = true
 export TESTCONTAINERS_HOST_OVERRIDE  ?= localhost
-export PG_IMAGE
+export PG_IMAGE HA_IMAGE
 
 .PHONY: help
 help: ## List the targets.
@@ -29,6 +30,16 @@ pg-image: ## Build the Postgres image from Debian packages (no registry); no-op 
 		integration/pgimage/build.sh $(PG_IMAGE); \
 	else \
 		docker pull $(PG_IMAGE); \
+	fi
+
+.PHONY: ha-image
+ha-image: ## Build the Patroni + etcd image (Postgres 15 under Patroni 3.0, etcd 3.4) from Debian packages; no-op if present.
+	@if docker image inspect $(HA_IMAGE) >/dev/null 2>&1; then \
+		echo "ha-image: $(HA_IMAGE) present"; \
+	elif [[ "$(HA_IMAGE)" == tc.local/* ]]; then \
+		integration/haimage/build.sh $(HA_IMAGE); \
+	else \
+		docker pull $(HA_IMAGE); \
 	fi
 
 # The dashboard tests drive a real browser: Debian's chromium, headless, with
@@ -128,12 +139,26 @@ cluster-down: ## Stop the run-cluster topology and remove its volumes.
 test-cluster: pg-image image ## Replicas as containers on one network: aggregate quota, Postgres paused and restarted, a replica killed.
 	go test -tags cluster -race -count=1 -timeout 20m -v $(GO_TEST_FLAGS) ./integration/cluster/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)'; exit $${PIPESTATUS[0]}
 
+.PHONY: run-ha
+run-ha: ha-image image ## etcd, three Postgres nodes under Patroni and two replicas (ports 8091-8092) with compose, in the foreground.
+	$(COMPOSE) -f integration/ha/compose.yaml -p tokengate-ha up
+
+.PHONY: ha-down
+ha-down: ## Stop the run-ha topology and remove its volumes.
+	$(COMPOSE) -f integration/ha/compose.yaml -p tokengate-ha down -v
+
+.PHONY: test-ha
+test-ha: ha-image image ## Patroni failover under load: the primary killed, a switchover, the old primary rejoining.
+	go test -tags ha -race -count=1 -timeout 10m -v $(GO_TEST_FLAGS) ./integration/ha/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)'; exit $${PIPESTATUS[0]}
+
 .PHONY: lint
 lint: ## go vet, staticcheck and gofmt (the cluster tests too).
 	go vet ./...
 	go vet -tags cluster,soak ./integration/cluster/
+	go vet -tags ha ./integration/ha/
 	go tool staticcheck ./...
 	go tool staticcheck -tags cluster,soak ./integration/cluster/
+	go tool staticcheck -tags ha ./integration/ha/
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 
 .PHONY: bench
