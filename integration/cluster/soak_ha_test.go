@@ -105,7 +105,7 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 	if f.from, err = ha.Primary(ctx); err != nil {
 		return f, err
 	}
-	f.at = time.Now()
+	f.at = time.Now() // a kill's is when it is done, below
 	switch f.kind {
 	case "switchover":
 		if _, f.to, err = ha.Switchover(ctx); err != nil {
@@ -127,6 +127,7 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 		if err := ha.Kill(ctx, f.from); err != nil {
 			return f, err
 		}
+		f.at = time.Now() // no request that begins after it reaches the old primary
 		w.proxies.down(f.from)
 		if f.to, err = ha.WaitLeader(ctx, haTimeout, f.from); err != nil {
 			return f, err
@@ -155,36 +156,41 @@ func dockerOut(args ...string) (string, error) {
 }
 
 // logFailovers reports each failover: when it struck, how long until a
-// new leader and until all nodes were up, and the recovery the clients
-// saw: the first admission decided by the store (201 from the API, not a
-// local decision) that a client asked for after the kill, and the errors
-// (5xx, no answer) in between.
+// new leader (with a synchronous standby) and until every node was up,
+// the errors clients saw while it lasted (5xx, or no answer, through any
+// face, until 3 s after every node was up), and, for a kill, the recovery
+// the clients saw: the first admission decided by the store (a 201 from
+// the API, not a local decision) that a client asked for after the kill.
 func (h *history) logFailovers(t *testing.T) {
 	t.Helper()
 	for i, f := range h.failovers {
-		since := f.at.Sub(h.start)
-		first := time.Duration(-1)
+		since, until := f.at.Sub(h.start), f.at.Sub(h.start)+f.healthy+3*time.Second
+		first, last := time.Duration(-1), time.Duration(-1)
 		errs := map[string]int{}
 		for _, e := range h.events {
-			if e.begin < since {
+			if e.begin < since || e.begin > until {
 				continue
 			}
 			if e.face == faceAPI && e.op == "reserve" && e.code == http.StatusCreated && !e.local && (first < 0 || e.end < first) {
 				first = e.end
 			}
-		}
-		for _, e := range h.events {
-			if e.begin >= since && (first < 0 || e.end <= first) && (e.code == 0 || e.code >= 500) {
-				errs[fmt.Sprintf("%d %s", e.code, e.typ)]++
+			if e.code == 0 || e.code >= 500 {
+				errs[fmt.Sprintf("%s %d %s", e.face, e.code, e.typ)]++
+				last = max(last, e.end)
 			}
 		}
-		recovered := "never"
-		if first >= 0 {
+		recovered := "-"
+		if f.kind == "primary killed" && first >= 0 {
 			recovered = (first - since).Round(10 * time.Millisecond).String()
 		}
-		t.Logf("soak: failover %d: %s at +%s, %s -> %s: new leader after %s, every node up after %s; first 201 after %s; errors before it: %v",
+		lastErr := "-"
+		if last >= 0 {
+			lastErr = (last - since).Round(10 * time.Millisecond).String()
+		}
+		t.Logf("soak: failover %d: %s at +%s, %s -> %s: new leader and a synchronous standby after %s, every node up after %s; "+
+			"first 201 after %s, last error after %s; errors %v",
 			i+1, f.kind, since.Round(100*time.Millisecond), f.from, f.to, f.elected.Round(10*time.Millisecond),
-			f.healthy.Round(10*time.Millisecond), recovered, errs)
+			f.healthy.Round(10*time.Millisecond), recovered, lastErr, errs)
 	}
 }
 
