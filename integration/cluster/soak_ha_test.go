@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,7 +160,8 @@ func dockerOut(args ...string) (string, error) {
 // logFailovers reports each failover: when it struck, how long until a
 // new leader (with a synchronous standby) and until every node was up,
 // the errors clients saw while it lasted (5xx, or no answer, through any
-// face, until 3 s after every node was up), and, for a kill, the recovery
+// face, until 3 s after every node was up; but the upstream's own 500s
+// through the proxy), and, for a kill, the recovery
 // the clients saw: the first admission decided by the store (a 201 from
 // the API, not a local decision) that a client asked for after the kill.
 func (h *history) logFailovers(t *testing.T) {
@@ -174,7 +177,8 @@ func (h *history) logFailovers(t *testing.T) {
 			if e.face == faceAPI && e.op == "reserve" && e.code == http.StatusCreated && !e.local && (first < 0 || e.end < first) {
 				first = e.end
 			}
-			if e.code == 0 || e.code >= 500 {
+			// (A proxy's 500 is the upstream's own, as its client planned.)
+			if e.code == 0 || e.code >= 500 && !(e.face == faceProxy && e.code == http.StatusInternalServerError) {
 				errs[fmt.Sprintf("%s %d %s", e.face, e.code, e.typ)]++
 				last = max(last, e.end)
 			}
@@ -244,4 +248,24 @@ func sameOnEveryNode(t *testing.T, c *cluster) {
 		}
 	}
 	t.Logf("soak: every node holds %s (primary %s)", want, primary)
+}
+
+// dumpHistory writes every request, a line each (begin and end since the
+// start, replica, face, op, tenant, code, error type, local), to the file
+// SOAK_DUMP names, if any: for a look at a run's timeline.
+func (h *history) dumpHistory(t *testing.T) {
+	path := os.Getenv("SOAK_DUMP")
+	if path == "" {
+		return
+	}
+	var b strings.Builder
+	for _, f := range h.failovers {
+		fmt.Fprintf(&b, "# %s %s -> %s at %.3f, healthy after %.3f\n", f.kind, f.from, f.to, f.at.Sub(h.start).Seconds(), f.healthy.Seconds())
+	}
+	for _, e := range h.events {
+		fmt.Fprintf(&b, "%.3f\t%.3f\t%s\t%s\t%s\t%s\t%d\t%s\t%t\n", e.begin.Seconds(), e.end.Seconds(), e.replica, e.face, e.op, e.tenant, e.code, e.typ, e.local)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Log(err)
+	}
 }

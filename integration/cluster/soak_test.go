@@ -167,6 +167,7 @@ func soak(t *testing.T, ha bool) {
 	t.Logf("soak: %d requests; answers %v; faults %v", len(h.events), ops, faults)
 	if ha {
 		h.logFailovers(t)
+		h.dumpHistory(t)
 		sameOnEveryNode(t, c)
 	}
 	if problems := check(t, c.pool, h, up, append(names, "org"), parents); len(problems) > 0 {
