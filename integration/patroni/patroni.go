@@ -266,10 +266,18 @@ func (c *Cluster) newPool(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-var restClient = &http.Client{Timeout: 3 * time.Second}
+var restClient = &http.Client{}
 
 // rest calls a node's Patroni REST API and decodes a JSON answer into out.
+// A GET is given 3 s; a POST (a switchover, which Patroni answers once it
+// is over) a minute.
 func (c *Cluster) rest(ctx context.Context, name, method, path string, body, out any) error {
+	timeout := 3 * time.Second
+	if method != http.MethodGet {
+		timeout = time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	hp, err := c.hostPort(ctx, name, "8008/tcp")
 	if err != nil {
 		return err
