@@ -401,6 +401,17 @@ func (c *Cluster) Switchover(ctx context.Context) (from, to string, err error) {
 	return from, to, nil
 }
 
+// Configure changes the cluster's dynamic configuration (PATCH /config on
+// the primary, which Patroni applies to every node): patch is merged into
+// it, e.g. {"postgresql": {"parameters": {"synchronous_commit": "local"}}}.
+func (c *Cluster) Configure(ctx context.Context, patch map[string]any) error {
+	primary, err := c.Primary(ctx)
+	if err != nil {
+		return err
+	}
+	return c.rest(ctx, primary, http.MethodPatch, "/config", patch, nil)
+}
+
 // healthy reports whether, among the members but those in down, exactly
 // one runs as the leader, one streams as its synchronous standby, and
 // want of them are up in all.
