@@ -52,9 +52,9 @@ func (w *workload) haFaults(t *testing.T, r *rand.Rand, stop <-chan struct{}, co
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
 		}
-		began := time.Now()
+		began, before := time.Now(), total(count)
 		func() {
-			defer func() { w.h.fault(began, time.Now().Add(3*time.Second)) }()
+			defer func() { w.h.fault(began, time.Now().Add(3*time.Second), count, before) }()
 			k := r.IntN(10)
 			if n == 0 {
 				k = 7
@@ -259,6 +259,9 @@ func (h *history) dumpHistory(t *testing.T) {
 		return
 	}
 	var b strings.Builder
+	for i, f := range h.faults {
+		fmt.Fprintf(&b, "# fault %s from %.3f to %.3f\n", h.faultKinds[i], f[0].Sub(h.start).Seconds(), f[1].Sub(h.start).Seconds())
+	}
 	for _, f := range h.failovers {
 		fmt.Fprintf(&b, "# %s %s -> %s at %.3f, healthy after %.3f\n", f.kind, f.from, f.to, f.at.Sub(h.start).Seconds(), f.healthy.Seconds())
 	}

@@ -161,6 +161,7 @@ func soak(t *testing.T, ha bool) {
 	// Every replica up, every spool of local decisions replayed, and then
 	// every reservation past its TTL and the sweep.
 	c.reconnect(t)
+	replicasUp(t, c)
 	// (One that never comes is a commit lost: the checker reports it.)
 	deadline := time.Now().Add(90 * time.Second)
 	for m := missing(c.pool, h); len(m) > 0; m = missing(c.pool, h) {
@@ -197,6 +198,35 @@ func soak(t *testing.T, ha bool) {
 		t.Logf("the history around the first divergence:\n%s", h.around(problems[0]))
 		t.Logf("the ledger of its admission:\n%s", ledgerOf(c.pool, problems[0]))
 		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
+	}
+}
+
+// replicasUp checks that every replica answers again once the faults are
+// over: one that is down for good would leave the rest of a run to two.
+func replicasUp(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, rep := range c.replicas {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			resp, err := client.Get(rep.url + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				st, _ := rep.ctr.State(ctx)
+				logs := ""
+				if rc, lerr := rep.ctr.Logs(ctx); lerr == nil {
+					raw, _ := io.ReadAll(rc)
+					logs = string(raw[max(0, len(raw)-4000):])
+				}
+				t.Errorf("soak: %s does not answer at %s once the faults are over: %v; its container: %+v\n%s", rep.name, rep.url, err, st, logs)
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	}
 }
 
@@ -273,14 +303,44 @@ type history struct {
 	start  time.Time
 	events []event
 	faults [][2]time.Time // when each fault began, and when its effects were over
+	// faultKinds names each fault (for SOAK_DUMP); counted is the counts
+	// as of the last fault.
+	faultKinds []string
+	counted    map[string]int
 	// failovers are the Patroni cluster's changes of leader (TestSoakHA).
 	failovers []failover
 }
 
-func (h *history) fault(from, to time.Time) {
+// fault records a fault's window, and what it was: the count that grew.
+func (h *history) fault(from, to time.Time, count map[string]int, before int) {
 	h.mu.Lock()
 	h.faults = append(h.faults, [2]time.Time{from, to})
+	kind := "none"
+	total := 0
+	for k, n := range count {
+		total += n
+		if n == h.counted[k]+1 {
+			kind = k
+		}
+		if h.counted == nil {
+			h.counted = map[string]int{}
+		}
+		h.counted[k] = n
+	}
+	if total == before {
+		kind = "none"
+	}
+	h.faultKinds = append(h.faultKinds, kind)
 	h.mu.Unlock()
+}
+
+// total is the number of faults count holds.
+func total(count map[string]int) int {
+	n := 0
+	for _, c := range count {
+		n += c
+	}
+	return n
 }
 
 // quiet reports whether no fault overlapped [from, to].
@@ -572,11 +632,11 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
 		}
-		began := time.Now()
+		began, before := time.Now(), total(count)
 		// A fault's effects last until the replicas have their
 		// connections back: 3 s after it ends.
 		func() {
-			defer func() { w.h.fault(began, time.Now().Add(3*time.Second)) }()
+			defer func() { w.h.fault(began, time.Now().Add(3*time.Second), count, before) }()
 			switch k := r.IntN(7); k {
 			case 0:
 				docker(t, "pause", w.c.pg.GetContainerID())
@@ -618,6 +678,12 @@ func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[stri
 		docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
 		time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
 		docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
+		// Connected again, its published ports are new ones.
+		w.mu.Lock()
+		if err := rep.locate(); err != nil {
+			t.Logf("soak: %s connected again: %v", rep.name, err)
+		}
+		w.mu.Unlock()
 		count["replica partitioned"]++
 	case 4:
 		// Slow responses: a transaction holds the row of one tenant
