@@ -126,8 +126,34 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 		// the synchronous standby, which has every acknowledged commit,
 		// is promoted. The old primary stays down a few seconds, the
 		// cluster on two nodes, and then comes back as a replica.
+		behind := ""
+		if w.plantAsync {
+			// The planted weakness's worst moment: the synchronous
+			// standby a second behind (paused) when the primary dies.
+			ms, err := ha.Members(ctx)
+			if err != nil {
+				return f, err
+			}
+			for _, m := range ms {
+				if m.Role == "sync_standby" {
+					behind = m.Name
+					docker(w.c.t, "pause", ha.ContainerID(behind))
+				}
+			}
+			// 30 MB of WAL first, more than the standby's socket buffers
+			// hold while it is paused: what is committed after it never
+			// reaches the standby.
+			if _, err := w.c.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS soak_pad (b text);
+				INSERT INTO soak_pad SELECT repeat(md5(i::text), 32) FROM generate_series(1, 30000) i`); err != nil {
+				return f, err
+			}
+			time.Sleep(time.Second)
+		}
 		if err := ha.Kill(ctx, f.from); err != nil {
 			return f, err
+		}
+		if behind != "" {
+			docker(w.c.t, "unpause", ha.ContainerID(behind))
 		}
 		f.at = time.Now() // no request that begins after it reaches the old primary
 		w.proxies.down(f.from)

@@ -81,11 +81,15 @@ func soak(t *testing.T, ha bool) {
 	if ha && os.Getenv("SOAK_HA_PLANT") == "async" {
 		// A planted weakness, to see that the checker catches what it
 		// costs: a commit is acknowledged before the synchronous standby
-		// has it, so a killed primary takes the last ones with it.
-		if err := c.ha.Configure(ctx, map[string]any{"postgresql": map[string]any{"parameters": map[string]any{"synchronous_commit": "local"}}}); err != nil {
+		// has it, so a killed primary takes the last ones with it (and
+		// each kill pauses that standby before, and writes 30 MB of WAL
+		// it will not get: failover), and a standby that far behind may
+		// still be promoted.
+		if err := c.ha.Configure(ctx, map[string]any{"maximum_lag_on_failover": 1 << 30,
+			"postgresql": map[string]any{"parameters": map[string]any{"synchronous_commit": "local"}}}); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("soak: planted: synchronous_commit=local (a commit does not wait for the standby)")
+		t.Logf("soak: planted: synchronous_commit=local (a commit does not wait for the standby), maximum_lag_on_failover 1 GiB")
 	}
 	const ttl = 3 * time.Second
 	tenants := map[string]budget.Limits{
@@ -131,7 +135,7 @@ func soak(t *testing.T, ha bool) {
 
 	h := &history{start: time.Now()}
 	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
-		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]])}
+		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]]), plantAsync: ha && os.Getenv("SOAK_HA_PLANT") == "async"}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// Client i is the same frontend whatever the seed: 0-11 call the API,
@@ -421,6 +425,7 @@ type workload struct {
 	names        []string
 	admin        string
 	promptTokens []int64    // the input tokens of each prompt the proxy's clients send
+	plantAsync   bool       // SOAK_HA_PLANT=async
 	mu           sync.Mutex // replicas' addresses change when a replica restarts
 }
 
