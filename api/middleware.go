@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // requestLogger writes one JSON line per request. It logs the path without
@@ -46,6 +49,7 @@ func (s *Server) requestLogger() echo.MiddlewareFunc {
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	traced   bool // the latency carries exemplars
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
@@ -78,12 +82,42 @@ func (m *httpMetrics) middleware() echo.MiddlewareFunc {
 				status = httpError(err).Status
 			}
 			m.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(status)).Inc()
-			m.latency.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
+			observe(c.Request().Context(), m.traced, m.latency.WithLabelValues(route, c.Request().Method), time.Since(start).Seconds())
 			return err
 		}
 	}
 }
 
+// metricsHandler serves the registry in the text format, or in OpenMetrics
+// to a scraper that asks for it (Prometheus does), which is the format that
+// carries the latency histograms' exemplars (the trace of a sampled
+// request in a bucket).
 func (s *Server) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry})
+	return promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{Registry: s.registry, EnableOpenMetrics: true})
+}
+
+// traceContext puts the caller's W3C trace context (traceparent,
+// tracestate) in the request's context: the decision spans the admission
+// layer starts are then children of the caller's span. Used only while
+// tracing is on.
+func (s *Server) traceContext(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		r := c.Request()
+		c.SetRequest(r.WithContext(s.tracing.Extract(r.Context(), propagation.HeaderCarrier(r.Header))))
+		return next(c)
+	}
+}
+
+// observe observes v, with the sampled trace of ctx as its exemplar when
+// traced is true (Prometheus keeps one per bucket, served in OpenMetrics).
+func observe(ctx context.Context, traced bool, o prometheus.Observer, v float64) {
+	if traced {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+			if eo, ok := o.(prometheus.ExemplarObserver); ok {
+				eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String(), "span_id": sc.SpanID().String()})
+				return
+			}
+		}
+	}
+	o.Observe(v)
 }

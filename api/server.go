@@ -102,6 +102,7 @@ type Server struct {
 	admitter  *admission.Admitter
 	guard     *credential.Guard
 	alerts    *alert.Store
+	tracing   *replica.Tracing // nil or off: no trace context is read
 }
 
 // New builds the router and its middleware on the replica's services. It
@@ -140,8 +141,10 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 		admitter:  rep.Admitter,
 		guard:     rep.Guard,
 		alerts:    rep.Alerts,
+		tracing:   rep.Tracing,
 	}
 	s.metrics = newHTTPMetrics(rep.Registry)
+	s.metrics.traced = rep.Tracing.On()
 
 	e := echo.NewWithConfig(echo.Config{Logger: rep.Logger})
 	e.IPExtractor = echo.ExtractIPDirect()
@@ -153,6 +156,11 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader(opts...)
 	}
 	e.HTTPErrorHandler = s.handleError
+	if rep.Tracing.On() {
+		// First, so that the latency's exemplar and the decision spans are
+		// in the caller's trace.
+		e.Use(s.traceContext)
+	}
 	e.Use(
 		middleware.RequestID(),
 		s.requestLogger(),

@@ -368,6 +368,7 @@ func (s *Store) EndUserPolicySet(ctx context.Context, p EndUserPolicyParams) (*E
 		MaxEndUsers: p.MaxEndUsers, IdleTTL: p.IdleTTL, UpdatedAt: now, UpdatedBy: actorOr(p.Actor, "admin")}
 	w := &writes{}
 	if before != nil && !sameLimits(before.Template, after.Template) {
+		countTrip(ctx)
 		rows, err := tx.conn.Query(ctx, endUserLiveLockSQL, p.TenantID)
 		ends, err := scanTenants(rows, err)
 		if err != nil {

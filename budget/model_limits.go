@@ -186,6 +186,7 @@ func (s *Store) modelQueue(ids []string) bool {
 // readModelsLate reads model limits in a decision's transaction, after
 // the locks (a tenant this replica had not seen with model limits).
 func (tx *lockedTx) readModelsLate(ctx context.Context, ids []string) (map[[2]string]*modelBucket, error) {
+	countTrip(ctx)
 	m, err := scanModelBuckets(tx.conn.Query(ctx, modelLimitsLockSQL, ids))
 	if err != nil {
 		return nil, tx.store.classify(ctx, fmt.Errorf("budget: model limits: %w", err), false, false, tx.since)

@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Decider decides a batch of requests of any tenants; *Store is one.
@@ -45,6 +47,9 @@ type PipelineConfig struct {
 	// transaction's own duration, and a shard whose batches are small never
 	// waits, so a light load pays no latency for it.
 	Gather time.Duration
+	// Tracer starts a span for each transaction (pipeline_trace.go), which
+	// the decisions it carried link to. Nil: no span, and no work for one.
+	Tracer trace.Tracer
 }
 
 // GatherFrom is the smallest batch after which a shard gathers
@@ -81,6 +86,7 @@ type Pipeline struct {
 	maxBytes int
 	maxQueue int
 	shards   []*shard
+	tracer   trace.Tracer // nil: not traced
 }
 
 type shard struct {
@@ -99,6 +105,9 @@ type pipeCall struct {
 	done  chan OpResult // buffered: the drainer never blocks on it
 	// Guarded by the shard's mutex.
 	taken, abandoned bool
+	// traced is the caller's recording span, nil when it has none or the
+	// pipeline is not traced (pipeline_trace.go).
+	traced *callTrace
 }
 
 // DefaultStoreTimeout bounds how long a decision waits for its turn, and
@@ -127,7 +136,7 @@ func NewPipeline(d Decider, cfg *PipelineConfig) *Pipeline {
 	if c.Shards <= 0 {
 		c.Shards = 4
 	}
-	p := &Pipeline{decider: d, timeout: c.Timeout, gather: max(c.Gather, 0), maxBatch: c.MaxBatch, maxBytes: c.MaxBatchBytes, maxQueue: c.MaxQueue}
+	p := &Pipeline{decider: d, timeout: c.Timeout, gather: max(c.Gather, 0), maxBatch: c.MaxBatch, maxBytes: c.MaxBatchBytes, maxQueue: c.MaxQueue, tracer: c.Tracer}
 	for range c.Shards {
 		p.shards = append(p.shards, &shard{grown: make(chan struct{}, 1)})
 	}
@@ -189,6 +198,9 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 		return OpResult{Err: err}
 	}
 	c := &pipeCall{item: it, bytes: size(it), done: make(chan OpResult, 1)}
+	if p.tracer != nil {
+		p.traceCall(ctx, c)
+	}
 	sh := p.shardOf(it.TenantID)
 	sh.mu.Lock()
 	if len(sh.calls) >= p.maxQueue {
@@ -277,10 +289,18 @@ func (p *Pipeline) drain(sh *shard) {
 			items[i] = c.item
 		}
 		began := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+		base := context.Background()
+		var tx *txTrace
+		if p.tracer != nil {
+			base, tx = p.startTx(batch)
+		}
+		ctx, cancel := context.WithTimeout(base, p.timeout)
 		results, err := p.decider.DecideBatch(ctx, items)
 		cancel()
 		last, took = len(batch), time.Since(began)
+		if tx != nil {
+			tx.end(batch, err)
+		}
 		for i, c := range batch {
 			switch {
 			case err != nil:

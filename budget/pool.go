@@ -166,6 +166,7 @@ func (s *Store) poolRoutes(ctx context.Context) (map[string]string, error) {
 	if c := s.routes.Load(); c != nil && time.Since(c.at) < poolRoutesTTL {
 		return c.routes, nil
 	}
+	countTrip(ctx)
 	rows, err := s.pool.Query(ctx, poolRoutesSQL)
 	if err != nil {
 		return nil, classify(fmt.Errorf("budget: pool routes: %w", err), false, false)
@@ -224,6 +225,7 @@ func (tx *lockedTx) lockPoolsLate(ctx context.Context, ids []string, into map[st
 	b := &pgx.Batch{}
 	b.Queue(poolLockIDsSQL, ids)
 	b.Queue(poolSharesIDsSQL, ids)
+	countTrip(ctx)
 	br := tx.conn.SendBatch(ctx, b)
 	more, err := scanPools(br)
 	if cerr := br.Close(); err == nil {

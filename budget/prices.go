@@ -24,6 +24,7 @@ func (s *Store) priceBookFor(ctx context.Context, tx *lockedTx) (*estimator.Pric
 	if pb := s.prices.Load(); pb != nil && pb.version == tx.priceVersion {
 		return pb.book, nil
 	}
+	countTrip(ctx)
 	book, err := estimator.PriceBookLoad(ctx, tx.conn)
 	if err != nil {
 		return nil, s.classify(ctx, fmt.Errorf("budget: price book: %w", err), false, false, tx.since)

@@ -233,6 +233,10 @@ type lockedTx struct {
 	// priceVersion is the price book's version as the lock round trip read
 	// it (prices.go).
 	priceVersion int64
+	// trips counts the round trips of a traced transaction (nil: not
+	// traced; pipeline_trace.go), for the rollback, which runs on a
+	// context of its own.
+	trips *atomic.Int64
 }
 
 // lockTenants acquires a connection, begins a transaction and locks the
@@ -250,7 +254,7 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	if err != nil {
 		return nil, nil, time.Time{}, s.classify(ctx, fmt.Errorf("budget: acquire: %w", err), true, false, start)
 	}
-	tx := &lockedTx{store: s, conn: conn, open: true, allowance: allowance, since: start}
+	tx := &lockedTx{store: s, conn: conn, open: true, allowance: allowance, since: start, trips: tripsOf(ctx)}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(tenantLockSQL, ids)
@@ -258,6 +262,7 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	if extra != nil {
 		extra(b)
 	}
+	countTrip(ctx)
 	br := conn.SendBatch(ctx, b)
 	ts, now, err := func() (map[string]*tenant, time.Time, error) {
 		if _, err := br.Exec(); err != nil {
@@ -312,6 +317,9 @@ func (tx *lockedTx) abort() {
 	}
 	if tx.open {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if tx.trips != nil {
+			tx.trips.Add(1)
+		}
 		if _, err := tx.conn.Exec(ctx, "ROLLBACK"); err != nil {
 			_ = tx.conn.Conn().Close(ctx)
 		}

@@ -240,6 +240,7 @@ func (tx *lockedTx) commit(ctx context.Context, w *writes) error {
 	b, expect := w.batch()
 	b.Queue("COMMIT")
 	expect = append(expect, -1)
+	countTrip(ctx)
 	br := tx.conn.SendBatch(ctx, b)
 	var err error
 	for i := range b.Len() {

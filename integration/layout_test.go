@@ -53,6 +53,8 @@ var layout = map[string][]string{
 	"integration/pgtest": {"migrations"},
 	// A Patroni cluster for failover tests: none of tokengate's packages.
 	"integration/patroni": nil,
+	// The OTLP trace receiver, for tests only.
+	"integration/otlptest": nil,
 }
 
 // faces may not import one another. (The dashboard's own tests run a whole

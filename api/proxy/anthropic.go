@@ -11,7 +11,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -191,8 +190,9 @@ var upstreamHeaderDrops = map[string]bool{
 // error shape, its SSE events and usage, and the upstream's own
 // anthropic-ratelimit-* headers (the organisation's) never relayed.
 var anthropicDialect = dialect{
-	base:    func(cfg *Config) *url.URL { return cfg.AnthropicUpstream },
-	headers: anthropicHeaders,
+	base:     func(cfg *Config) *url.URL { return cfg.AnthropicUpstream },
+	provider: "anthropic",
+	headers:  anthropicHeaders,
 	fail: func(w http.ResponseWriter, status int, message string) {
 		writeAnthropicError(w, status, "api_error", message)
 	},
@@ -334,7 +334,8 @@ func (c *call) settleCache(in, out, reasoning int64, cache estimator.CacheUsage)
 			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", in, "output_tokens", out,
 			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", cin, "settled_output", cout)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	c.upstreamUsage(in, out)
+	ctx, cancel := c.endCtx()
 	defer cancel()
 	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
 		InputTokens: cin, OutputTokens: cout, CachedInputTokens: read, CacheWriteTokens: w5, CacheWrite1hTokens: w1, ReasoningTokens: reasoning,

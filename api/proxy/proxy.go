@@ -16,7 +16,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -29,6 +28,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
@@ -97,6 +97,8 @@ type Proxy struct {
 	guard     *credential.Guard
 	estimator *estimator.Estimator
 	logger    *slog.Logger
+	tracing   *replica.Tracing // the replica's (nil-safe)
+	tracer    trace.Tracer     // nil: tracing is off
 	calls     *prometheus.CounterVec
 }
 
@@ -118,7 +120,11 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if cfg.ClientAddr == nil {
 		cfg.ClientAddr = peerAddr
 	}
-	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger,
+	var tracer trace.Tracer
+	if tp := rep.Tracing.TracerProvider(); tp != nil {
+		tracer = tp.Tracer(TracerName)
+	}
+	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, upstream_error).",
@@ -129,6 +135,7 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 
 // ServeHTTP serves the OpenAI endpoints of kinds.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = p.withTrace(r)
 	if isMessagesPath(r.URL.Path) {
 		p.serveMessages(w, r)
 		return
@@ -227,6 +234,9 @@ type call struct {
 	admission  *budget.Reservation
 	est        estimator.Estimate
 	stripUsage bool
+	// parent is the caller's span and upstream the upstream call's, while
+	// tracing is on (trace.go).
+	parent, upstream trace.Span
 }
 
 // dialect is what differs between the upstream APIs the proxy relays to:
@@ -234,11 +244,12 @@ type call struct {
 // a stream is relayed and settled, and how a whole answer's usage is read.
 // relay is the rest, once for both.
 type dialect struct {
-	base    func(*Config) *url.URL
-	headers func(cfg *Config, from *http.Request, to http.Header)
-	fail    func(w http.ResponseWriter, status int, message string)
-	stream  func(c *call, w http.ResponseWriter, resp *http.Response)
-	answer  func(c *call, out []byte) // settles from a whole answer
+	base     func(*Config) *url.URL
+	provider string // gen_ai.provider.name
+	headers  func(cfg *Config, from *http.Request, to http.Header)
+	fail     func(w http.ResponseWriter, status int, message string)
+	stream   func(c *call, w http.ResponseWriter, resp *http.Response)
+	answer   func(c *call, out []byte) // settles from a whole answer
 	// answered edits the upstream's answer headers before they are relayed
 	// (nil: as they are).
 	answered func(http.Header)
@@ -247,7 +258,8 @@ type dialect struct {
 // openAIDialect is OpenAI's wire: a bearer upstream key, OpenAI's error
 // object, its SSE chunks and usage.
 var openAIDialect = dialect{
-	base: func(cfg *Config) *url.URL { return cfg.Upstream },
+	base:     func(cfg *Config) *url.URL { return cfg.Upstream },
+	provider: "openai",
 	headers: func(cfg *Config, from *http.Request, to http.Header) {
 		if a := from.Header.Get("Accept"); a != "" {
 			to.Set("Accept", a)
@@ -288,8 +300,11 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dial
 	}
 	d.headers(&c.p.cfg, r, ureq.Header)
 	ureq.Header.Set("Content-Type", "application/json")
+	c.startUpstream(r, ureq, d.provider)
+	defer c.endUpstream()
 	resp, err := c.p.cfg.Client.Do(ureq)
 	if err != nil {
+		c.upstreamAnswered(0, err)
 		// Nothing reached the model (or nothing came back before the
 		// client left): nothing is charged.
 		c.release()
@@ -298,6 +313,7 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte, d dial
 		return
 	}
 	defer resp.Body.Close()
+	c.upstreamAnswered(resp.StatusCode, nil)
 	if d.answered != nil {
 		d.answered(resp.Header)
 	}
@@ -346,8 +362,11 @@ func (c *call) estimated() usage {
 	return usage{input: c.est.InputTokens, output: c.est.OutputTokens}
 }
 
+// endTimeout bounds a call's settle or release.
+const endTimeout = 10 * time.Second
+
 func (c *call) release() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := c.endCtx()
 	defer cancel()
 	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, budget.ReleaseParams{TenantID: c.tenantID(),
 		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID}); err != nil {

@@ -117,6 +117,12 @@ func setup(t testing.TB, limits budget.Limits) *bundle {
 // setupWith is setup with the proxy's configuration changed by configure.
 func setupWith(t testing.TB, limits budget.Limits, configure func(*proxy.Config)) *bundle {
 	t.Helper()
+	return setupTraced(t, limits, configure, nil)
+}
+
+// setupTraced is setupWith with the replica's tracing.
+func setupTraced(t testing.TB, limits budget.Limits, configure func(*proxy.Config), tracing *replica.Tracing) *bundle {
+	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
@@ -141,7 +147,8 @@ func setupWith(t testing.TB, limits budget.Limits, configure func(*proxy.Config)
 	reg := prometheus.NewRegistry()
 	rejections := budget.NewRejections(pool)
 	spy := &settleSpy{Store: store}
-	rep, err := replica.New(replica.Config{DB: pool, Store: store, Admissions: spy, Estimator: est, Registry: reg, Rejections: rejections})
+	rep, err := replica.New(replica.Config{DB: pool, Store: store, Admissions: spy, Estimator: est, Registry: reg, Rejections: rejections,
+		Tracing: tracing})
 	if err != nil {
 		t.Fatal(err)
 	}

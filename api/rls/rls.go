@@ -56,6 +56,7 @@ type Server struct {
 	guard     *credential.Guard
 	estimator *estimator.Estimator // resolves model families (their failure policy)
 	logger    *slog.Logger
+	tracing   *replica.Tracing // nil or off: no trace context is read
 	calls     *prometheus.CounterVec
 	refused   *prometheus.CounterVec
 }
@@ -64,7 +65,7 @@ type Server struct {
 // replica's registry.
 func New(rep *replica.Replica) *Server {
 	s := &Server{
-		admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger,
+		admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger, tracing: rep.Tracing,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_rls_calls_total",
 			Help: "ShouldRateLimit calls by phase (request, response) and outcome (ok, over_limit, error).",
@@ -179,6 +180,12 @@ func (s *Server) gatewayOf(ctx context.Context) (credential.Gateway, error) {
 // decision. A store failure is a gRPC Unavailable error, so Envoy applies
 // its failure_mode_deny.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.tracing.On() {
+		// The caller's trace (Envoy's traceparent metadata): each
+		// decision's span is a child of its span.
+		md, _ := metadata.FromIncomingContext(ctx)
+		ctx = s.tracing.Extract(ctx, metadataCarrier(md))
+	}
 	ds, err := parse(req)
 	if err != nil {
 		s.calls.WithLabelValues("request", "error").Inc()
@@ -418,4 +425,25 @@ func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Head
 		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(longest), 10)})
 	}
 	return h
+}
+
+// metadataCarrier reads and writes a gRPC call's metadata as W3C trace
+// context headers (its keys are lower case, as traceparent is).
+type metadataCarrier metadata.MD
+
+func (m metadataCarrier) Get(key string) string {
+	if v := metadata.MD(m).Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (m metadataCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
+
+func (m metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }

@@ -56,12 +56,18 @@ func setup(t *testing.T) *bundle { t.Helper(); return setupWith(t, nil) }
 // setupWith is setup with the pool configured by configure.
 func setupWith(t *testing.T, configure func(*pgxpool.Config)) *bundle {
 	t.Helper()
+	return setupTraced(t, configure, nil)
+}
+
+// setupTraced is setupWith with the replica's tracing.
+func setupTraced(t *testing.T, configure func(*pgxpool.Config), tracing *replica.Tracing) *bundle {
+	t.Helper()
 	pool := pgtest.New(t, configure)
 	store := budget.NewStore(pool)
 	reg := prometheus.NewRegistry()
 	rejections := budget.NewRejections(pool)
 	rep, err := replica.New(replica.Config{DB: pool, Store: store, Registry: reg, Rejections: rejections,
-		AuthFailuresPerSecond: 1000, AuthFailureBurst: 1000})
+		AuthFailuresPerSecond: 1000, AuthFailureBurst: 1000, Tracing: tracing})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
@@ -66,6 +67,10 @@ type Config struct {
 	// Rejections tallies, for the dashboard, what shadow limits would have
 	// refused. Nil tallies nothing (the metric still counts).
 	Rejections *budget.Rejections
+	// TracerProvider makes the decision spans (trace.go) and the pipeline's
+	// transaction spans, and puts exemplars on the latency. Nil: tracing
+	// is off, and costs a nil check per decision.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultPipelines is how many decision transactions a replica keeps in
@@ -102,6 +107,7 @@ type Admitter struct {
 	waiters  *waitQueues
 	pools    *poolQueues
 	logger   *slog.Logger
+	tracer   trace.Tracer // nil: tracing is off
 
 	down  atomic.Bool
 	since atomic.Int64 // unix nanoseconds of the first failure
@@ -143,9 +149,14 @@ func New(cfg Config) *Admitter {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // unserved
 	}
+	var pipeTracer trace.Tracer
+	if cfg.TracerProvider != nil {
+		pipeTracer = cfg.TracerProvider.Tracer(budget.TracerName)
+	}
 	a := &Admitter{
 		cfg:      cfg,
-		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather}),
+		tracer:   newTracer(cfg.TracerProvider),
+		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: pipeTracer}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
 		pools:    newPoolQueues(),
 		logger:   cfg.Logger,
@@ -166,6 +177,7 @@ func New(cfg Config) *Admitter {
 	a.storeUp.Set(1)
 	reg.MustRegister(a.storeUp, a.replayFail, a.shadow)
 	a.metrics = newMetrics(reg)
+	a.metrics.traced = a.tracer != nil
 	if cfg.Local != nil {
 		spool := cfg.Local.Spool
 		reg.MustRegister(
@@ -326,8 +338,15 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	if start.IsZero() {
 		start = time.Now()
 	}
+	var span trace.Span
+	if a.tracer != nil {
+		ctx, span = a.tracer.Start(ctx, SpanAdmission, trace.WithTimestamp(start))
+	}
 	if err := req.prepare(); err != nil {
 		a.Invalid(req.Face, start)
+		if span != nil {
+			endAdmissionSpan(span, &req, nil, false, OutcomeInvalid, "", err)
+		}
 		return nil, false, err
 	}
 	r, local, asEndUser, err := a.reserveEndUser(ctx, req)
@@ -336,9 +355,15 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	}
 	if inv := (*budget.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
 		a.Invalid(req.Face, start) // the end-user id
+		if span != nil {
+			endAdmissionSpan(span, &req, nil, false, OutcomeInvalid, "", err)
+		}
 		return nil, false, err
 	}
-	a.count(ctx, req.Face, start, r, err)
+	outcome, limit := a.count(ctx, req.Face, start, r, err)
+	if span != nil {
+		endAdmissionSpan(span, &req, r, local, outcome, limit, err)
+	}
 	return r, local, err
 }
 
@@ -412,6 +437,14 @@ func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
 //
 // Every outcome is counted here, by face: tokengate_settlements_total.
 func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
+	if a.tracer != nil {
+		var span trace.Span
+		ctx, span = a.tracer.Start(ctx, SpanSettle)
+		tenantID := p.TenantID
+		defer func() {
+			endSettleSpan(span, face, tenantID, p.AdmissionID, st, journaled, a.metrics.outcomeOf(ctx, st, journaled, err), err)
+		}()
+	}
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}
@@ -429,6 +462,14 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 // Release refunds an admission whose request never ran, like Settle (one
 // by key is kept the same way).
 func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
+	if a.tracer != nil {
+		var span trace.Span
+		ctx, span = a.tracer.Start(ctx, SpanRelease)
+		tenantID := p.TenantID
+		defer func() {
+			endSettleSpan(span, face, tenantID, p.AdmissionID, st, journaled, a.metrics.outcomeOf(ctx, st, journaled, err), err)
+		}()
+	}
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}
@@ -500,6 +541,9 @@ func (a *Admitter) end(tenantID, admissionID string, decide func() (*budget.Sett
 func (a *Admitter) SweepOnce(ctx context.Context) (int, error) {
 	if a.Down() {
 		return 0, nil
+	}
+	if a.tracer != nil {
+		return a.cfg.Store.SweepOnce(ctx, a.expireTraced)
 	}
 	return a.cfg.Store.SweepOnce(ctx, a.pipeline.Expire)
 }

@@ -19,10 +19,11 @@
 // tokengate_admissions_total and tokengate_settlements_total by face, and
 // a refusal in the dashboard's tally that the throttled alerts read, so
 // that the API, the proxy and the rate limit service cannot disagree on
-// what was admitted, refused or settled. A face decodes its wire format
-// into a Request, calls, and encodes the answer through its one table of
-// the domain's errors; adding a face is a handful of files that do only
-// that (see api/rls, the smallest).
+// what was admitted, refused or settled. Every decision is traced here
+// too, once (trace.go): a face only puts its caller's trace context in
+// ctx. A face decodes its wire format into a Request, calls, and encodes
+// the answer through its one table of the domain's errors; adding a face
+// is a handful of files that do only that (see api/rls, the smallest).
 //
 // The replica builds one Admitter (budget/replica) and hands it to every
 // face.

@@ -64,6 +64,8 @@ type metrics struct {
 	latency    *prometheus.HistogramVec
 	ends       *prometheus.CounterVec
 	deltas     *prometheus.HistogramVec
+	// traced: the latency carries exemplars (tracing is on).
+	traced bool
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -91,47 +93,53 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) decided(face Face, outcome, limit string, start time.Time) {
+// decided counts a decision and its latency. The latency carries the
+// decision span's trace as an exemplar when ctx has a sampled one
+// (exemplar.go): an operator goes from a slow bucket to its trace.
+func (m *metrics) decided(ctx context.Context, face Face, outcome, limit string, start time.Time) {
 	m.admissions.WithLabelValues(string(face), outcome, limit).Inc()
-	m.latency.WithLabelValues(string(face)).Observe(time.Since(start).Seconds())
+	observe(ctx, m.traced, m.latency.WithLabelValues(string(face)), time.Since(start).Seconds())
 }
 
 // Invalid counts a request its face refused before it could be decided (a
 // body that does not parse, a bad idempotency key): such a request is an
 // admission attempt too, whatever the face.
 func (a *Admitter) Invalid(face Face, start time.Time) {
-	a.metrics.decided(face, OutcomeInvalid, "", start)
+	a.metrics.decided(context.Background(), face, OutcomeInvalid, "", start)
 }
 
 // count records one Reserve's outcome: the metric, and a rejection in the
-// dashboard's tally (which the throttled alerts read), whichever face asked.
-func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *budget.Reservation, err error) {
+// dashboard's tally (which the throttled alerts read), whichever face
+// asked. It returns the outcome and the refusing limit, for the span.
+func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *budget.Reservation, err error) (outcome, limit string) {
 	var rej *budget.RejectedError
 	var tl *budget.TooLargeError
 	switch {
 	case err == nil && r.Replayed:
-		a.metrics.decided(face, OutcomeReplayed, "", start)
+		outcome = OutcomeReplayed
 	case err == nil:
-		a.metrics.decided(face, OutcomeAdmitted, "", start)
+		outcome = OutcomeAdmitted
 	case errors.As(err, &rej):
-		a.metrics.decided(face, OutcomeRejected, string(rej.Limit), start)
+		outcome, limit = OutcomeRejected, string(rej.Limit)
 		if a.cfg.Rejections != nil {
 			a.cfg.Rejections.Add(rej)
 		}
 	case errors.As(err, &tl):
-		a.metrics.decided(face, OutcomeTooLarge, string(tl.Limit), start)
+		outcome, limit = OutcomeTooLarge, string(tl.Limit)
 	case errors.Is(err, budget.ErrEndUserCap):
-		a.metrics.decided(face, OutcomeRejected, "end_user_cap", start)
+		outcome, limit = OutcomeRejected, "end_user_cap"
 	case errors.Is(err, budget.ErrKeyRevoked), errors.Is(err, budget.ErrGatewayRevoked), errors.Is(err, budget.ErrOutOfScope),
 		errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, budget.ErrTenantNotFound):
-		a.metrics.decided(face, OutcomeUnauthorized, "", start)
+		outcome = OutcomeUnauthorized
 	case ctx.Err() != nil:
-		a.metrics.decided(face, OutcomeCancelled, "", start)
+		outcome = OutcomeCancelled
 	case isInvalid(err):
-		a.metrics.decided(face, OutcomeInvalid, "", start)
+		outcome = OutcomeInvalid
 	default:
-		a.metrics.decided(face, OutcomeError, "", start)
+		outcome = OutcomeError
 	}
+	a.metrics.decided(ctx, face, outcome, limit, start)
+	return outcome, limit
 }
 
 // isInvalid tells a request the store refused as the caller's mistake (a
@@ -140,32 +148,37 @@ func isInvalid(err error) bool { return budget.IsInvalidInput(err) }
 
 // ended records one settle's or release's outcome, whichever face asked,
 // and the estimate's error of one that moved the balance (a replay moves
-// nothing and is not counted again).
-func (m *metrics) ended(ctx context.Context, face Face, kind string, st *budget.Settlement, journaled bool, err error) {
-	outcome := OutcomeApplied
-	switch {
-	case err == nil && journaled:
-		outcome = OutcomeJournaled
-	case err == nil && st.Replayed:
-		outcome = OutcomeReplayed
-	case err == nil:
-		if st.Admission != nil && st.Admission.ActualCost != nil {
-			m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
-		}
-	case errors.Is(err, budget.ErrDeferred):
-		outcome = OutcomeDeferred
-	case errors.Is(err, budget.ErrAdmissionNotFound):
-		outcome = OutcomeNotFound
-	case errors.Is(err, budget.ErrConflict):
-		outcome = OutcomeConflict
-	case ctx.Err() != nil:
-		outcome = OutcomeCancelled
-	case isInvalid(err) || errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow):
-		outcome = OutcomeInvalid
-	default:
-		outcome = OutcomeError
+// nothing and is not counted again). It returns the outcome, for the span.
+func (m *metrics) ended(ctx context.Context, face Face, kind string, st *budget.Settlement, journaled bool, err error) string {
+	outcome := m.outcomeOf(ctx, st, journaled, err)
+	if outcome == OutcomeApplied && st.Admission != nil && st.Admission.ActualCost != nil {
+		m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
 	}
 	m.ends.WithLabelValues(string(face), kind, outcome).Inc()
+	return outcome
+}
+
+// outcomeOf is the outcome of a settle or release.
+func (m *metrics) outcomeOf(ctx context.Context, st *budget.Settlement, journaled bool, err error) string {
+	switch {
+	case err == nil && journaled:
+		return OutcomeJournaled
+	case err == nil && st.Replayed:
+		return OutcomeReplayed
+	case err == nil:
+		return OutcomeApplied
+	case errors.Is(err, budget.ErrDeferred):
+		return OutcomeDeferred
+	case errors.Is(err, budget.ErrAdmissionNotFound):
+		return OutcomeNotFound
+	case errors.Is(err, budget.ErrConflict):
+		return OutcomeConflict
+	case ctx.Err() != nil:
+		return OutcomeCancelled
+	case isInvalid(err) || errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow):
+		return OutcomeInvalid
+	}
+	return OutcomeError
 }
 
 // Settlements is the counter of one face's settles (kind "settle") or

@@ -151,7 +151,16 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 	var me *waiter
 	var mine *poolWaiter // my place among the pool's waiters, once I wait for it
 	var myPool string
+	var waited time.Duration // paused for tokens, in waits pauses
+	var paused time.Time     // when the pause under way began
+	waits := 0
 	defer func() {
+		if !paused.IsZero() {
+			waited += time.Since(paused)
+		}
+		if waits > 0 && a.tracer != nil {
+			noteWaited(ctx, waited, waits)
+		}
 		if me != nil {
 			a.waiters.leave(p.TenantID, me)
 		}
@@ -227,6 +236,8 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			}
 		}
 		timer := time.NewTimer(pause)
+		paused = time.Now()
+		waits++
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -240,5 +251,7 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			timer.Stop()
 		case <-timer.C:
 		}
+		waited += time.Since(paused)
+		paused = time.Time{}
 	}
 }

@@ -81,6 +81,10 @@ type Config struct {
 	// authentication limiter's buckets. Default 5 and 20.
 	AuthFailuresPerSecond float64
 	AuthFailureBurst      int
+	// Tracing makes the admission layer's and the faces' spans
+	// (TracingFromEnv). Nil: off. It belongs to the caller, who shuts it
+	// down.
+	Tracing *Tracing
 }
 
 // Replica is one replica's domain services. Its fields are set by New and
@@ -100,6 +104,9 @@ type Replica struct {
 	Guard      *credential.Guard
 	Alerts     *alert.Store
 	Rejections *budget.Rejections
+	// Tracing is Config.Tracing: the faces extract their callers' trace
+	// context with it (nil: off; its methods are nil-safe).
+	Tracing *Tracing
 }
 
 // New builds a replica's services. It starts nothing: the periodic work
@@ -154,13 +161,14 @@ func New(cfg Config) (*Replica, error) {
 		},
 		StoreTimeout: cfg.StoreTimeout, MaxWaiters: cfg.MaxWaiters, Pipelines: cfg.Pipelines,
 		Gather: cfg.Gather, Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
+		TracerProvider: cfg.Tracing.TracerProvider(),
 	})
 	guard := credential.NewGuard(credential.GuardConfig{DB: cfg.DB, Health: adm,
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
 		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
 	return &Replica{
 		DB: cfg.DB, Reads: cfg.Reads, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
-		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections,
+		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
 	}, nil
 }
 

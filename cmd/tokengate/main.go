@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
@@ -297,6 +298,25 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
+	// Tracing, only from the standard OTEL_ variables: off unless an OTLP
+	// endpoint is set.
+	tracing, err := replica.TracingFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	if tracing.On() {
+		logger.Info("tracing on: exporting spans by OTLP (OTEL_ variables)")
+		// The exporter's failures (a collector down) go to the log, not
+		// to the standard logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("tracing", "error", err.Error()) }))
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracing.Shutdown(sctx); err != nil {
+				logger.Warn("tracing: the last spans could not be exported", "error", err.Error())
+			}
+		}()
+	}
 	// The replica's domain services, built once and handed to every face:
 	// the HTTP API, the dashboard, the proxy and the rate limit service
 	// admit through one admission layer and authenticate through one guard.
@@ -304,6 +324,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		DB: pool, Reads: reads, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
 		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
+		Tracing: tracing,
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -192,4 +193,49 @@ func TestServeWithTheProxy(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("serve after shutdown: %v", err)
 	}
+}
+
+// TestServeWithAMultiHostURLAndAReadURL: serve takes a multi-host URL
+// whose first host is down (a failed primary) and connects to the next
+// one, and --read-database-url gives it a reads pool whose lag it measures
+// and exports (0, from a node that is not a standby).
+func TestServeWithAMultiHostURLAndAReadURL(t *testing.T) {
+	t.Parallel()
+	good := pgtest.URL(t)
+	u, err := url.Parse(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi := *u
+	multi.Host = freeAddr(t) + "," + u.Host // nothing listens on the first
+	addr := freeAddr(t)
+	startServe(t, []string{"serve", "--database-url", multi.String(), "--read-database-url", good, "--addr", addr, "--log-level", "error"},
+		"http://"+addr+"/readyz")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "tokengate_read_replica_up 1\n") && strings.Contains(string(body), "tokengate_read_replica_standby 0\n") &&
+			strings.Contains(string(body), "tokengate_read_replica_lag_seconds 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed the reads pool's lag:\n%s", grepLines(string(body), "tokengate_read_replica"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -32,7 +32,7 @@ trap '$sudo rm -rf "$work"' EXIT
 # needed even though the v2 API is never used. Named here rather than left to
 # debootstrap's choice among patroni's alternative dependencies.
 packages=postgresql-15,patroni,python3-psycopg2,python3-etcd,etcd-server
-echo "ha-image: debootstrap bookworm with $packages from $mirror (about 4 minutes)"
+echo "ha-image: debootstrap bookworm with $packages from $mirror (one to four minutes)"
 $sudo debootstrap --variant=minbase --include="$packages" bookworm "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
 	tail -n 50 "$work/debootstrap.log" >&2
 	exit 1
