@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -171,5 +173,46 @@ func TestReadOnlyStoreIsAnOutage(t *testing.T) {
 	}
 	if n != 2 {
 		t.Fatalf("%d reserve entries, want the 2 admitted", n)
+	}
+}
+
+// TestReadsPoolOnAPrimaryChoosesAgain: a reads pool over several hosts
+// found on a primary (after a failover promoted the standby it was on)
+// drops its connections, so that new ones choose a standby again if one
+// answers; at most every 10 s, and never for a one-host URL.
+func TestReadsPoolOnAPrimaryChoosesAgain(t *testing.T) {
+	t.Parallel()
+	primary := pgtest.New(t, nil)
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	single := pgtest.Pool(t, u.String(), nil)
+	u.Host = "127.0.0.1:" + port + ",localhost:" + port // two hosts, one primary
+	multi := pgtest.Pool(t, u.String(), nil)
+	for _, p := range []*pgxpool.Pool{single, multi} {
+		if err := p.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ls, lm := replica.NewLag(primary, single), replica.NewLag(primary, multi)
+	for _, l := range []*replica.Lag{ls, lm} {
+		if err := l.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := single.Stat().TotalConns(); n == 0 {
+		t.Fatal("a one-host reads pool dropped its connections")
+	}
+	if n := multi.Stat().TotalConns(); n != 0 {
+		t.Fatalf("a multi-host reads pool on a primary kept %d connections", n)
+	}
+	// Within 10 s it does not drop them again.
+	if err := lm.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := multi.Stat().TotalConns(); n == 0 {
+		t.Fatal("the reads pool dropped its connections again within 10 s")
 	}
 }

@@ -18,9 +18,14 @@ import (
 type Lag struct {
 	primary, reads *pgxpool.Pool
 
-	mu   sync.Mutex
-	last LagReading
+	mu        sync.Mutex
+	last      LagReading
+	lastReset time.Time // when the reads pool was last made to choose again
 }
+
+// rechoose is how often, at most, a reads pool found on a primary drops
+// its connections so that new ones choose again (moveToStandby).
+const rechoose = 10 * time.Second
 
 // LagReading is one measure of the reads pool.
 type LagReading struct {
@@ -58,7 +63,23 @@ func (l *Lag) Check(ctx context.Context) error {
 		return err
 	}
 	l.last = r
+	l.moveToStandby(r)
 	return nil
+}
+
+// moveToStandby drops the reads pool's connections when they are on a
+// primary though its URL names several hosts: after a failover that
+// promoted the standby they were on, prefer-standby would otherwise keep
+// them on the new primary for the connections' lifetime (it chooses only
+// when a connection is made), and the reads would load the node that
+// decides. New connections choose again: a standby if one answers, else
+// the primary again, at most every rechoose. The caller holds mu.
+func (l *Lag) moveToStandby(r LagReading) {
+	if r.Standby || len(l.reads.Config().ConnConfig.Fallbacks) == 0 || time.Since(l.lastReset) < rechoose {
+		return
+	}
+	l.lastReset = time.Now()
+	l.reads.Reset()
 }
 
 func (l *Lag) read(ctx context.Context) (LagReading, error) {
