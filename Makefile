@@ -110,6 +110,10 @@ SOAK_SEED ?=
 soak: pg-image image ## A randomized workload over 3 replicas with faults, checked against a model (SOAK_SECONDS, SOAK_SEED).
 	TOKENGATE_IMAGE=$(IMAGE) SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) go test -tags cluster,soak -run '^TestSoak$$' -count=1 -v -timeout 0 ./integration/cluster/
 
+.PHONY: soak-ha
+soak-ha: ha-image image ## The soak on three Postgres under Patroni: the primary killed, restarted, switched over, checked by the same model (SOAK_SECONDS, SOAK_SEED).
+	TOKENGATE_IMAGE=$(IMAGE) SOAK_SECONDS=$(SOAK_SECONDS) SOAK_SEED=$(SOAK_SEED) go test -tags cluster,soak -run '^TestSoakHA$$' -count=1 -v -timeout 0 ./integration/cluster/
+
 FUZZ_TIME ?= 15s
 .PHONY: fuzz
 fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's and the OpenAI proxy's bodies on real servers, the estimator, the tokenizer.

@@ -51,6 +51,8 @@ var layout = map[string][]string{
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
 	"integration/pgtest": {"migrations"},
+	// A Patroni cluster for failover tests: none of tokengate's packages.
+	"integration/patroni": nil,
 	// The OTLP trace receiver, for tests only.
 	"integration/otlptest": nil,
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/integration/patroni"
 )
 
 var ctx = context.Background()
@@ -47,11 +48,17 @@ func image(env, fallback string) string {
 	return fallback
 }
 
-// cluster is one Postgres and some tokengate replicas on their own network.
+// cluster is one Postgres (or a Patroni cluster) and some tokengate
+// replicas on their own network.
 type cluster struct {
-	t        *testing.T
-	net      *testcontainers.DockerNetwork
-	pg       *tcpostgres.PostgresContainer
+	t   *testing.T
+	net *testcontainers.DockerNetwork
+	pg  *tcpostgres.PostgresContainer // nil when the store is ha
+	// ha, when set, is the store instead of pg: three Postgres nodes
+	// under Patroni (integration/patroni).
+	ha *patroni.Cluster
+	// dbURL is the store as the replicas reach it on the network.
+	dbURL    string
 	pool     *pgxpool.Pool // the test's own connection, through the mapped port
 	store    *budget.Store
 	replicas []*replica
@@ -111,11 +118,36 @@ func newCluster(t *testing.T, n int, env map[string]string) *cluster {
 // environment once Postgres runs (a replica's own route to it, say).
 func startCluster(t *testing.T, n int, env map[string]string, replicaEnv func(c *cluster, name string) map[string]string) *cluster {
 	t.Helper()
+	return startClusterOn(t, false, n, env, replicaEnv)
+}
+
+// startClusterOn is startCluster on a Patroni cluster (three Postgres
+// nodes, etcd) when ha is set, else on one Postgres.
+func startClusterOn(t *testing.T, ha bool, n int, env map[string]string, replicaEnv func(c *cluster, name string) map[string]string) *cluster {
+	t.Helper()
 	nw, err := network.New(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = nw.Remove(ctx) })
+	if ha {
+		began := time.Now()
+		hc, err := patroni.Start(ctx, nw.Name, 120*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hc.Terminate(ctx) })
+		primary, _ := hc.Primary(ctx)
+		t.Logf("patroni: etcd and %v up in %s, %s leads", hc.Nodes(), time.Since(began).Round(100*time.Millisecond), primary)
+		c := &cluster{t: t, net: nw, ha: hc, dbURL: hc.URL(), env: env, pool: hc.Pool(), store: budget.NewStore(hc.Pool())}
+		if replicaEnv != nil {
+			c.replicaEnv = func(name string) map[string]string { return replicaEnv(c, name) }
+		}
+		for i := range n {
+			c.addReplica(fmt.Sprintf("replica-%d", i+1), i == 0)
+		}
+		return c
+	}
 	pg, err := tcpostgres.Run(ctx, image("PG_IMAGE", "tc.local/postgres:15-bookworm"),
 		tcpostgres.WithDatabase("tokengate"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
 		tcpostgres.BasicWaitStrategies(),
@@ -126,7 +158,7 @@ func startCluster(t *testing.T, n int, env map[string]string, replicaEnv func(c 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{t: t, net: nw, pg: pg, env: env}
+	c := &cluster{t: t, net: nw, pg: pg, env: env, dbURL: "postgres://postgres:postgres@pg:5432/tokengate?sslmode=disable&connect_timeout=2"}
 	if replicaEnv != nil {
 		c.replicaEnv = func(name string) map[string]string { return replicaEnv(c, name) }
 	}
@@ -149,7 +181,7 @@ func startCluster(t *testing.T, n int, env map[string]string, replicaEnv func(c 
 func (c *cluster) addReplica(name string, migrate bool) *replica {
 	c.t.Helper()
 	env := map[string]string{
-		"TOKENGATE_DATABASE_URL": "postgres://postgres:postgres@pg:5432/tokengate?sslmode=disable&connect_timeout=2",
+		"TOKENGATE_DATABASE_URL": c.dbURL,
 		"TOKENGATE_REPLICA_ID":   name,
 		"TOKENGATE_LOG_LEVEL":    "warn",
 		"TOKENGATE_DB_WAIT":      "60s",

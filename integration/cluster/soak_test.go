@@ -32,10 +32,26 @@ import (
 // this process emulates) and Envoy's rate limit service. SOAK_SECONDS
 // (default 60) and SOAK_SEED (default: from the clock, printed) choose the
 // run; `make soak` runs it.
-func TestSoak(t *testing.T) {
+func TestSoak(t *testing.T) { soak(t, false) }
+
+// TestSoakHA is the soak on a highly available store: three Postgres
+// nodes under Patroni in synchronous mode (integration/patroni) instead of
+// one Postgres, and the faults that only one Postgres has replaced by a
+// cluster's: the primary killed (a failover to the synchronous standby,
+// the old primary started again later to rejoin as a replica), the
+// primary restarted, a planned switchover, a node paused. The model is the
+// same: synchronous mode loses no commit it acknowledged, so a failover
+// may only lose what a client was never told of. `make soak-ha` runs it.
+func TestSoakHA(t *testing.T) { soak(t, true) }
+
+func soak(t *testing.T, ha bool) {
 	seconds := envInt("SOAK_SECONDS", 60)
 	seed := int64(envInt("SOAK_SEED", int(time.Now().UnixNano()%1_000_000_000)))
-	t.Logf("soak: %d s, seed %d (reproduce with make soak SOAK_SEED=%d SOAK_SECONDS=%d)", seconds, seed, seed, seconds)
+	target := "soak"
+	if ha {
+		target = "soak-ha"
+	}
+	t.Logf("soak: %d s, seed %d (reproduce with make %s SOAK_SEED=%d SOAK_SECONDS=%d)", seconds, seed, target, seed, seconds)
 
 	// Every replica reaches Postgres through its own TCP proxy (cut and
 	// slowed at random), and one replica's clock is off by a skew the seed
@@ -49,7 +65,7 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
 	var up *provider // the OpenAI upstream the proxies call
-	c := startCluster(t, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
+	c := startClusterOn(t, ha, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
 		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082"},
 		func(c *cluster, name string) map[string]string {
 			if up == nil {
@@ -62,6 +78,19 @@ func TestSoak(t *testing.T) {
 			}
 			return env
 		})
+	if ha && os.Getenv("SOAK_HA_PLANT") == "async" {
+		// A planted weakness, to see that the checker catches what it
+		// costs: a commit is acknowledged before the synchronous standby
+		// has it, so a killed primary takes the last ones with it (and
+		// each kill pauses that standby before, and writes 30 MB of WAL
+		// it will not get: failover), and a standby that far behind may
+		// still be promoted.
+		if err := c.ha.Configure(ctx, map[string]any{"maximum_lag_on_failover": 1 << 30,
+			"postgresql": map[string]any{"parameters": map[string]any{"synchronous_commit": "local"}}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("soak: planted: synchronous_commit=local (a commit does not wait for the standby), maximum_lag_on_failover 1 GiB")
+	}
 	const ttl = 3 * time.Second
 	tenants := map[string]budget.Limits{
 		"tok":  {TokensCapacity: 3000, TokensRateMicro: 300 * budget.Micro, ReservationTTL: ttl},
@@ -106,7 +135,7 @@ func TestSoak(t *testing.T) {
 
 	h := &history{start: time.Now()}
 	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
-		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]])}
+		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]]), plantAsync: ha && os.Getenv("SOAK_HA_PLANT") == "async"}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// Client i is the same frontend whatever the seed: 0-11 call the API,
@@ -124,7 +153,11 @@ func TestSoak(t *testing.T) {
 	}
 	wg.Go(func() { w.operator(rand.New(rand.NewPCG(uint64(seed), 1000)), stop) })
 	faults := map[string]int{}
-	wg.Go(func() { w.faults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	if ha {
+		wg.Go(func() { w.haFaults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	} else {
+		wg.Go(func() { w.faults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
+	}
 	time.Sleep(time.Duration(seconds) * time.Second)
 	close(stop)
 	wg.Wait()
@@ -132,9 +165,17 @@ func TestSoak(t *testing.T) {
 	// Every replica up, every spool of local decisions replayed, and then
 	// every reservation past its TTL and the sweep.
 	c.reconnect(t)
-	waitFor(t, "every admission a client was told of to be in the ledger (spools replayed)", 90*time.Second, func() bool {
-		return len(missing(c.pool, h)) == 0
-	})
+	replicasUp(t, c)
+	// (One that never comes is a commit lost: the checker reports it.)
+	deadline := time.Now().Add(90 * time.Second)
+	for m := missing(c.pool, h); len(m) > 0; m = missing(c.pool, h) {
+		if time.Now().After(deadline) {
+			t.Errorf("soak: after 90 s, %d admissions clients were told of are not in the ledger (a spool not replayed, or a commit lost): %v",
+				len(m), m[:min(5, len(m))])
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	time.Sleep(ttl + 3*time.Second)
 	ops, local := map[string]int{}, map[string]int{}
 	for _, e := range h.events {
@@ -145,6 +186,11 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("soak: admitted locally (the local failure policy), by replica: %v", local)
 	t.Logf("soak: %d requests; answers %v; faults %v", len(h.events), ops, faults)
+	if ha {
+		h.logFailovers(t)
+		h.dumpHistory(t)
+		sameOnEveryNode(t, c)
+	}
 	if problems := check(t, c.pool, h, up, append(names, "org"), parents); len(problems) > 0 {
 		for i, p := range problems {
 			if i == 10 {
@@ -159,6 +205,35 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// replicasUp checks that every replica answers again once the faults are
+// over: one that is down for good would leave the rest of a run to two.
+func replicasUp(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, rep := range c.replicas {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			resp, err := client.Get(rep.url + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				st, _ := rep.ctr.State(ctx)
+				logs := ""
+				if rc, lerr := rep.ctr.Logs(ctx); lerr == nil {
+					raw, _ := io.ReadAll(rc)
+					logs = string(raw[max(0, len(raw)-4000):])
+				}
+				t.Errorf("soak: %s does not answer at %s once the faults are over: %v; its container: %+v\n%s", rep.name, rep.url, err, st, logs)
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
@@ -167,8 +242,11 @@ func envInt(name string, def int) int {
 }
 
 // reconnect opens the test's pool again: a Postgres restart may have moved
-// its host port.
+// its host port. (A Patroni cluster's pool finds the primary by itself.)
 func (c *cluster) reconnect(t *testing.T) {
+	if c.ha != nil {
+		return
+	}
 	dsn, err := c.pg.ConnectionString(ctx, "sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
@@ -229,12 +307,44 @@ type history struct {
 	start  time.Time
 	events []event
 	faults [][2]time.Time // when each fault began, and when its effects were over
+	// faultKinds names each fault (for SOAK_DUMP); counted is the counts
+	// as of the last fault.
+	faultKinds []string
+	counted    map[string]int
+	// failovers are the Patroni cluster's changes of leader (TestSoakHA).
+	failovers []failover
 }
 
-func (h *history) fault(from, to time.Time) {
+// fault records a fault's window, and what it was: the count that grew.
+func (h *history) fault(from, to time.Time, count map[string]int, before int) {
 	h.mu.Lock()
 	h.faults = append(h.faults, [2]time.Time{from, to})
+	kind := "none"
+	total := 0
+	for k, n := range count {
+		total += n
+		if n == h.counted[k]+1 {
+			kind = k
+		}
+		if h.counted == nil {
+			h.counted = map[string]int{}
+		}
+		h.counted[k] = n
+	}
+	if total == before {
+		kind = "none"
+	}
+	h.faultKinds = append(h.faultKinds, kind)
 	h.mu.Unlock()
+}
+
+// total is the number of faults count holds.
+func total(count map[string]int) int {
+	n := 0
+	for _, c := range count {
+		n += c
+	}
+	return n
 }
 
 // quiet reports whether no fault overlapped [from, to].
@@ -315,6 +425,7 @@ type workload struct {
 	names        []string
 	admin        string
 	promptTokens []int64    // the input tokens of each prompt the proxy's clients send
+	plantAsync   bool       // SOAK_HA_PLANT=async
 	mu           sync.Mutex // replicas' addresses change when a replica restarts
 }
 
@@ -526,46 +637,12 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
 		}
-		began := time.Now()
+		began, before := time.Now(), total(count)
 		// A fault's effects last until the replicas have their
 		// connections back: 3 s after it ends.
 		func() {
-			defer func() { w.h.fault(began, time.Now().Add(3*time.Second)) }()
-			switch r.IntN(7) {
-			case 5:
-				rep := w.replica(r)
-				w.proxies.cut(rep.name, time.Duration(200+r.IntN(2000))*time.Millisecond)
-				count["connections cut (proxy)"]++
-			case 6:
-				rep := w.replica(r)
-				w.proxies.slow(rep.name, time.Duration(50+r.IntN(400))*time.Millisecond, 100*time.Millisecond,
-					time.Duration(1000+r.IntN(3000))*time.Millisecond)
-				count["postgres slow (proxy latency)"]++
-			case 3:
-				// A replica cut off from the network (a partition): its
-				// connections to Postgres and its clients' die mid-flight.
-				rep := w.replica(r)
-				docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
-				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
-				docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
-				count["replica partitioned"]++
-			case 4:
-				// Slow responses: a transaction holds the row of one tenant
-				// for a while, so every decision touching it waits its turn.
-				tenant := []string{"tok", "req", "conc", "per", "loc", "org"}[r.IntN(6)]
-				hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
-				func() {
-					tx, err := w.c.pool.Begin(ctx)
-					if err != nil {
-						return // Postgres restarting: no fault this time
-					}
-					defer func() { _ = tx.Rollback(ctx) }()
-					if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
-						return
-					}
-					time.Sleep(hold)
-				}()
-				count["postgres slow (row held)"]++
+			defer func() { w.h.fault(began, time.Now().Add(3*time.Second), count, before) }()
+			switch k := r.IntN(7); k {
 			case 0:
 				docker(t, "pause", w.c.pg.GetContainerID())
 				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
@@ -574,20 +651,72 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			case 1:
 				docker(t, "restart", "--time", "1", w.c.pg.GetContainerID())
 				w.c.reconnect(t) // its host port may have moved
-				w.proxies.retarget(w.c)
+				w.proxies.retarget(w.c, "")
 				count["postgres restarted"]++
 			default:
-				rep := w.replica(r)
-				docker(t, "kill", rep.ctr.GetContainerID())
-				time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
-				docker(t, "start", rep.ctr.GetContainerID())
-				w.mu.Lock()
-				if err := rep.locate(); err != nil {
-					t.Logf("soak: %s started again: %v", rep.name, err)
-				}
-				w.mu.Unlock()
-				count["replica killed"]++
+				w.sharedFault(t, r, k, count)
 			}
 		}()
+	}
+}
+
+// sharedFault strikes one of the faults that do not touch the store's own
+// containers, the same on one Postgres and on a Patroni cluster: k is 5 for
+// a replica's connections cut at its proxies, 6 for Postgres's answers to
+// a replica slowed there, 3 for a replica partitioned, 4 for one tenant's
+// row held, anything else for a replica killed and started again.
+func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[string]int) {
+	switch k {
+	case 5:
+		rep := w.replica(r)
+		w.proxies.cut(rep.name, time.Duration(200+r.IntN(2000))*time.Millisecond)
+		count["connections cut (proxy)"]++
+	case 6:
+		rep := w.replica(r)
+		w.proxies.slow(rep.name, time.Duration(50+r.IntN(400))*time.Millisecond, 100*time.Millisecond,
+			time.Duration(1000+r.IntN(3000))*time.Millisecond)
+		count["postgres slow (proxy latency)"]++
+	case 3:
+		// A replica cut off from the network (a partition): its
+		// connections to Postgres and its clients' die mid-flight.
+		rep := w.replica(r)
+		docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
+		time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+		docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
+		// Connected again, its published ports are new ones.
+		w.mu.Lock()
+		if err := rep.locate(); err != nil {
+			t.Logf("soak: %s connected again: %v", rep.name, err)
+		}
+		w.mu.Unlock()
+		count["replica partitioned"]++
+	case 4:
+		// Slow responses: a transaction holds the row of one tenant
+		// for a while, so every decision touching it waits its turn.
+		tenant := []string{"tok", "req", "conc", "per", "loc", "org"}[r.IntN(6)]
+		hold := time.Duration(300+r.IntN(2200)) * time.Millisecond
+		func() {
+			tx, err := w.c.pool.Begin(ctx)
+			if err != nil {
+				return // Postgres restarting: no fault this time
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
+				return
+			}
+			time.Sleep(hold)
+		}()
+		count["postgres slow (row held)"]++
+	default:
+		rep := w.replica(r)
+		docker(t, "kill", rep.ctr.GetContainerID())
+		time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
+		docker(t, "start", rep.ctr.GetContainerID())
+		w.mu.Lock()
+		if err := rep.locate(); err != nil {
+			t.Logf("soak: %s started again: %v", rep.name, err)
+		}
+		w.mu.Unlock()
+		count["replica killed"]++
 	}
 }
