@@ -11,7 +11,6 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
-	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/otlptest"
 )
 
@@ -22,13 +21,7 @@ import (
 // trace as an exemplar on /metrics in OpenMetrics.
 func TestAPIDecisionSpans(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	rcv := otlptest.Start(t)
-	rcv.Setenv(t, "http/protobuf")
-	tr, err := replica.TracingFromEnv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
+	rcv, tr := otlptest.Traced(t, "http/protobuf")
 	var now atomic.Pointer[time.Time]
 	start := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	now.Store(&start)
@@ -150,12 +143,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 // caller's own sampled trace, which tokengate does not decide).
 func TestAPISamplerAtZeroSendsNothing(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
-	rcv := otlptest.Start(t)
-	rcv.Setenv(t, "grpc")
-	tr, err := replica.TracingFromEnv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rcv, tr := otlptest.Traced(t, "grpc")
 	b := setupAPI(t, func(c *testConfig) { c.Tracing = tr })
 	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100000, TokensRateMicro: budget.Micro})
 	tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -206,13 +194,7 @@ func grepLines(s, what string) string {
 // decided_by local, beside one the store decided.
 func TestAPIDecisionSpansDuringAnOutage(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	rcv := otlptest.Start(t)
-	rcv.Setenv(t, "grpc")
-	tr, err := replica.TracingFromEnv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
+	rcv, tr := otlptest.Traced(t, "grpc")
 	b := setupOutage(t, budget.PolicyLocal, nil, func(c *testConfig) { c.Tracing = tr })
 	key := b.tenant(t, "acme", lim(2_000, "0.1"))
 	const traceID = "0af7651916cd43dd8448eb211c80319c"

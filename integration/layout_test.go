@@ -53,8 +53,9 @@ var layout = map[string][]string{
 	"integration/pgtest": {"migrations"},
 	// A Patroni cluster for failover tests: none of tokengate's packages.
 	"integration/patroni": nil,
-	// The OTLP trace receiver, for tests only.
-	"integration/otlptest": nil,
+	// The OTLP trace receiver, and a replica's tracing pointed at it, for
+	// tests only.
+	"integration/otlptest": {"budget/replica"},
 }
 
 // faces may not import one another. (The dashboard's own tests run a whole

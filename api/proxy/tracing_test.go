@@ -8,7 +8,6 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
-	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/otlptest"
 )
 
@@ -20,13 +19,7 @@ import (
 // transactions.
 func TestProxyTraces(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	rcv := otlptest.Start(t)
-	rcv.Setenv(t, "grpc")
-	tr, err := replica.TracingFromEnv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
+	rcv, tr := otlptest.Traced(t, "grpc")
 	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
@@ -141,13 +134,7 @@ func TestProxyPassesTraceparentWhileOff(t *testing.T) {
 // a decision span in the caller's trace.
 func TestProxyTracesStreamsAndFailures(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	rcv := otlptest.Start(t)
-	rcv.Setenv(t, "http/protobuf")
-	tr, err := replica.TracingFromEnv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
+	rcv, tr := otlptest.Traced(t, "http/protobuf")
 	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if body["stream"] != true {

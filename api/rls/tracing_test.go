@@ -19,17 +19,7 @@ func traced(t *testing.T, protocol string) (*otlptest.Receiver, *replica.Tracing
 	t.Helper()
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
 	t.Setenv("OTEL_SERVICE_NAME", "")
-	rcv := otlptest.Start(t)
-	rcv.Setenv(t, protocol)
-	tr, err := replica.TracingFromEnv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !tr.On() {
-		t.Fatal("tracing is off with an endpoint set")
-	}
-	t.Cleanup(func() { _ = tr.Shutdown(ctx) })
-	return rcv, tr
+	return otlptest.Traced(t, protocol)
 }
 
 // TestRLSDecisionSpans: a gateway's reserve, its refusal and its stream-end

@@ -21,6 +21,8 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tokengate/tokengate/budget/replica"
 )
 
 // Span is a received span, flattened.
@@ -80,6 +82,25 @@ func Start(t testing.TB) *Receiver {
 		_ = hs.Close()
 	})
 	return r
+}
+
+// Traced starts a receiver, points the OTEL_ variables at it over
+// protocol (the test's own OTEL_TRACES_SAMPLER and OTEL_SERVICE_NAME are
+// kept), and builds the replica's tracing from them as serve does, shut
+// down when the test ends.
+func Traced(t testing.TB, protocol string) (*Receiver, *replica.Tracing) {
+	t.Helper()
+	rcv := Start(t)
+	rcv.Setenv(t, protocol)
+	tr, err := replica.TracingFromEnv(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tr.On() {
+		t.Fatal("otlptest: tracing is off with an endpoint set")
+	}
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	return rcv, tr
 }
 
 // Setenv points the standard variables at the receiver, over protocol
