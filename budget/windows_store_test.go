@@ -252,7 +252,9 @@ func TestConcurrentMoneyWindowWithOverage(t *testing.T) {
 func TestPriceBookFollowsOtherReplicas(t *testing.T) {
 	t.Parallel()
 	b, stores := replicas(t)
-	b.tenant(t, "acme", limits(1_000_000, "1000"))
+	// Room for both reserves: the replicas run on the real clock, so the
+	// bucket must not depend on refill between them.
+	b.tenant(t, "acme", limits(2_000_000, "1000"))
 	if _, err := stores[0].Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: reserve(10).Estimate}); err != nil {
 		t.Fatal(err)
 	}
