@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/tokengate/tokengate/integration/patroni"
 )
 
 // The soak's faults on a Patroni cluster (TestSoakHA): the cluster's own
@@ -233,12 +231,11 @@ func sameOnEveryNode(t *testing.T, c *cluster) {
 		t.Fatal(err)
 	}
 	digest := func(node string) (string, bool, error) {
-		addr, err := c.ha.Addr(ctx, node)
+		url, err := c.ha.NodeURL(ctx, node)
 		if err != nil {
 			return "", false, err
 		}
-		conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable&connect_timeout=5",
-			patroni.SuperUser, patroni.SuperPassword, addr, patroni.Database))
+		conn, err := pgx.Connect(ctx, url)
 		if err != nil {
 			return "", false, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/integration/patroni"
 )
 
 // reject is the failure policy of every test: between the old primary and
@@ -82,9 +83,11 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 		l.finish()
 		t.Fatalf("no admission before the kill: %+v", l.tally())
 	}
-	c.kill(old)
+	if err := c.ha.Kill(ctx, old); err != nil {
+		t.Fatal(err)
+	}
 	killed := time.Now() // docker kill has returned: the primary's processes are gone
-	t.Logf("killed the primary %s", old.name)
+	t.Logf("killed the primary %s", old)
 	next, promoted := c.promoted(old, 60*time.Second)
 	waitFor(t, "an admission after the kill", 60*time.Second, func() bool {
 		_, ok := l.firstCreatedAfter(killed)
@@ -94,10 +97,10 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	time.Sleep(5 * time.Second) // load on the new primary
 	l.finish()
 
-	ms := c.waitHealthy(60*time.Second, old.name)
+	ms := c.waitHealthy(60*time.Second, old)
 	leader := c.byRole(ms, "leader")
 	if leader == old {
-		t.Fatalf("the killed node %s still leads: %+v", old.name, ms)
+		t.Fatalf("the killed node %s still leads: %+v", old, ms)
 	}
 	tl := l.tally()
 	assertOnlyPolicy503s(t, tl)
@@ -110,10 +113,10 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 
 	refused, back := recovery(t, l, killed)
 	if leader != next {
-		t.Fatalf("%s was promoted, but %s leads: %+v", next.name, leader.name, ms)
+		t.Fatalf("%s was promoted, but %s leads: %+v", next, leader, ms)
 	}
 	t.Logf("RECOVERY (primary killed): first 201 sent after the kill at +%s; Patroni promoted %s at +%s (first refusal +%s, writes back +%s); %d keys admitted once each; answers %v",
-		firstOK.Sub(killed).Round(10*time.Millisecond), next.name, promoted.Sub(killed).Round(10*time.Millisecond),
+		firstOK.Sub(killed).Round(10*time.Millisecond), next, promoted.Sub(killed).Round(10*time.Millisecond),
 		refused.Round(10*time.Millisecond), back.Round(10*time.Millisecond), len(l.final), tl.expected)
 }
 
@@ -123,22 +126,26 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 // nothing else, and they stop within 15 s of the switchover.
 func TestPlannedSwitchover(t *testing.T) {
 	c := newCluster(t, 2, reject)
-	ms := c.waitHealthy(30*time.Second, "")
+	ms := c.waitHealthy(30 * time.Second)
 	old, candidate := c.byRole(ms, "leader"), c.byRole(ms, "sync_standby")
 	key := c.tenant(c.pool(old), "acme", roomy)
 
 	l := startLoad(t, c.replicas, key, "s", 100)
 	time.Sleep(3 * time.Second)
 	asked := time.Now()
-	c.switchover(old, candidate)
+	// Patroni hands over to the synchronous standby, and answers once it
+	// leads.
+	if from, to, err := c.ha.Switchover(ctx); err != nil || from != old || to != candidate {
+		t.Fatalf("switchover %s -> %s (wanted %s -> %s): %v", from, to, old, candidate, err)
+	}
 	switched := time.Now()
 	const bound = 15 * time.Second
 	time.Sleep(bound + 5*time.Second - time.Since(asked)) // load past the bound
 	l.finish()
 
-	ms = c.waitHealthy(60*time.Second, "")
+	ms = c.waitHealthy(60 * time.Second)
 	if leader := c.byRole(ms, "leader"); leader != candidate {
-		t.Fatalf("%s leads after the switchover to %s: %+v", leader.name, candidate.name, ms)
+		t.Fatalf("%s leads after the switchover to %s: %+v", leader, candidate, ms)
 	}
 	tl := l.tally()
 	assertOnlyPolicy503s(t, tl)
@@ -173,53 +180,60 @@ func TestOldPrimaryRejoinsAsReplica(t *testing.T) {
 	key := c.tenant(c.pool(old), "acme", roomy)
 	l := startLoad(t, c.replicas, key, "r", 20)
 	time.Sleep(2 * time.Second)
-	c.kill(old)
+	if err := c.ha.Kill(ctx, old); err != nil {
+		t.Fatal(err)
+	}
 	killed := time.Now()
-	ms := c.waitHealthy(60*time.Second, old.name)
+	ms := c.waitHealthy(60*time.Second, old)
 	leader := c.byRole(ms, "leader")
 	waitFor(t, "an admission after the failover", 60*time.Second, func() bool {
 		_, ok := l.firstCreatedAfter(killed)
 		return ok
 	}, nil)
 
-	c.restart(old)
+	if err := c.ha.Start(ctx, old); err != nil {
+		t.Fatal(err)
+	}
 	restarted := time.Now()
 	// Back in good health, and the old primary follows on the new
 	// primary's timeline (the one the promotion began).
-	var oldM, leaderM member
-	var err error
-	waitFor(t, old.name+" to follow on the leader's timeline", 90*time.Second, func() bool {
-		ms, err = c.members()
-		oldM, leaderM = member{}, member{}
+	var oldM, leaderM patroni.Member
+	waitFor(t, old+" to follow on the leader's timeline", 90*time.Second, func() bool {
+		ms = c.waitHealthy(90 * time.Second)
+		oldM, leaderM = patroni.Member{}, patroni.Member{}
 		for _, m := range ms {
 			switch m.Name {
-			case old.name:
+			case old:
 				oldM = m
-			case leader.name:
+			case leader:
 				leaderM = m
 			}
 		}
-		return err == nil && healthy(ms, len(c.nodes), "") && oldM.Timeline == leaderM.Timeline
-	}, func() string { return fmt.Sprintf("members %+v, err %v", ms, err) })
+		return oldM.Timeline == leaderM.Timeline
+	}, func() string { return fmt.Sprintf("members %+v", ms) })
 	if leaderM.Role != "leader" || oldM.Role == "leader" || leaderM.Timeline < 2 {
-		t.Fatalf("after the old primary's return: %+v (%s should lead, on a new timeline)", ms, leader.name)
+		t.Fatalf("after the old primary's return: %+v (%s should lead, on a new timeline)", ms, leader)
 	}
 	leaderPool, oldPool := c.pool(leader), c.pool(old)
 	var inRecovery bool
 	if err := oldPool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil || !inRecovery {
-		t.Fatalf("%s: pg_is_in_recovery() = %v (%v), want true", old.name, inRecovery, err)
+		t.Fatalf("%s: pg_is_in_recovery() = %v (%v), want true", old, inRecovery, err)
 	}
 	var state string
-	waitFor(t, old.name+" streaming from the leader", 30*time.Second, func() bool {
-		err := leaderPool.QueryRow(ctx, `SELECT state FROM pg_stat_replication WHERE application_name = $1`, old.name).Scan(&state)
+	waitFor(t, old+" streaming from the leader", 30*time.Second, func() bool {
+		err := leaderPool.QueryRow(ctx, `SELECT state FROM pg_stat_replication WHERE application_name = $1`, old).Scan(&state)
 		return err == nil && state == "streaming"
 	}, func() string { return state })
 	rejoined := time.Now()
-	t.Logf("%s rejoined as %s %s after %s", old.name, oldM.Role, oldM.State, rejoined.Sub(restarted).Round(100*time.Millisecond))
-	for _, line := range strings.Split(logs(old.ctr), "\n") {
+	t.Logf("%s rejoined as %s %s after %s", old, oldM.Role, oldM.State, rejoined.Sub(restarted).Round(100*time.Millisecond))
+	oldLogs, err := c.ha.Logs(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(oldLogs, "\n") {
 		if strings.Contains(line, "pg_rewind exit code") || strings.Contains(line, "servers diverged") ||
 			strings.Contains(line, "emoving data directory") {
-			t.Logf("%s: %s", old.name, strings.TrimSpace(line)) // how it rejoined: rewound, or cloned afresh
+			t.Logf("%s: %s", old, strings.TrimSpace(line)) // how it rejoined: rewound, or cloned afresh
 		}
 	}
 
@@ -233,12 +247,12 @@ func TestOldPrimaryRejoinsAsReplica(t *testing.T) {
 	// The old primary holds exactly the leader's admissions once it has
 	// replayed: it follows, it was never written to.
 	var onOld int
-	waitFor(t, old.name+" to replay the leader's admissions", 30*time.Second, func() bool {
+	waitFor(t, old+" to replay the leader's admissions", 30*time.Second, func() bool {
 		onOld = count(t, oldPool)
 		return onOld == after
-	}, func() string { return fmt.Sprintf("%d on %s, %d on the leader", onOld, old.name, after) })
+	}, func() string { return fmt.Sprintf("%d on %s, %d on the leader", onOld, old, after) })
 	if err := oldPool.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&inRecovery); err != nil || !inRecovery {
-		t.Fatalf("%s: pg_is_in_recovery() = %v (%v) at the end, want true", old.name, inRecovery, err)
+		t.Fatalf("%s: pg_is_in_recovery() = %v (%v) at the end, want true", old, inRecovery, err)
 	}
 	tl := l.tally()
 	assertOnlyPolicy503s(t, tl)
@@ -273,12 +287,7 @@ func TestReadOnlyPrimaryIsAnOutage(t *testing.T) {
 	key := c.tenant(c.pool(leader), "acme", roomy)
 	// The test's own session keeps writing: a setting from the startup
 	// packet outranks the configuration file.
-	admin, err := pgxpool.New(ctx, fmt.Sprintf("postgres://postgres:%s@%s/tokengate?sslmode=disable&default_transaction_read_only=off",
-		superPassword, hostPort(t, leader.ctr, "5432/tcp")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := c.pool(leader, "default_transaction_read_only=off")
 	readOnly := func(on bool) {
 		t.Helper()
 		stmt := `ALTER SYSTEM RESET default_transaction_read_only`
@@ -320,7 +329,7 @@ func TestReadOnlyPrimaryIsAnOutage(t *testing.T) {
 		t.Errorf("no 503 store_unavailable while the primary refused writes: %v", tl.expected)
 	}
 	if leaderNow := c.leader(); leaderNow != leader {
-		t.Fatalf("%s leads, not %s: Patroni saw no reason to fail over", leaderNow.name, leader.name)
+		t.Fatalf("%s leads, not %s: Patroni saw no reason to fail over", leaderNow, leader)
 	}
 	checkLedger(t, c.pool(leader), "acme", l.final)
 	verifyLedger(t, c, "acme")

@@ -201,6 +201,37 @@ func (c *Cluster) URL(hosts ...string) string {
 		AppUser, AppPassword, strings.Join(hosts, ","), Database)
 }
 
+// ReadURL is the connection string, as the application role, that a
+// replica's reads pool is given (--read-database-url): a standby among
+// hosts if one answers (target_session_attrs=prefer-standby), else the
+// primary. hosts default to every node, as for URL.
+func (c *Cluster) ReadURL(hosts ...string) string {
+	return strings.Replace(c.URL(hosts...), "target_session_attrs=read-write", "target_session_attrs=prefer-standby", 1)
+}
+
+// NodeURL is the superuser's connection string to one node at its host
+// port of the moment, for the test process to look at that node alone
+// (whatever its role); params are added to the query, e.g.
+// "default_transaction_read_only=off".
+func (c *Cluster) NodeURL(ctx context.Context, name string, params ...string) (string, error) {
+	addr, err := c.Addr(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("postgres://%s:%s@%s/%s?%s", SuperUser, SuperPassword, addr, Database,
+		strings.Join(append([]string{"sslmode=disable", "connect_timeout=5"}, params...), "&")), nil
+}
+
+// Logs is the end of a node's logs (Patroni's and Postgres's), e.g. to
+// tell how an old primary rejoined: rewound or cloned afresh.
+func (c *Cluster) Logs(ctx context.Context, name string) (string, error) {
+	ctr, ok := c.nodes[name]
+	if !ok {
+		return "", fmt.Errorf("patroni: no node %q", name)
+	}
+	return tail(ctx, ctr), nil
+}
+
 // Addr is where this process reaches a node's Postgres: its host port as it
 // is now (a node started again may have a new one).
 func (c *Cluster) Addr(ctx context.Context, name string) (string, error) {
