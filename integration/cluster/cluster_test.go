@@ -27,17 +27,13 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/integration/patroni"
+	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
 var ctx = context.Background()
 
 func TestMain(m *testing.M) {
-	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
-		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
-	}
-	if _, err := os.Stat("/.dockerenv"); err == nil && os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
-		_ = os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "localhost")
-	}
+	pgtest.DockerDefaults()
 	os.Exit(m.Run())
 }
 

@@ -40,20 +40,26 @@ var (
 	createMu sync.Mutex
 )
 
-// Main runs m and then stops the Postgres container, if one was started.
-// The container starts lazily, on the first test that asks for a database,
-// so packages whose selected tests need none pay nothing.
-func Main(m *testing.M) {
-	mainCalled = true
-	// The Makefile sets these; default them too, so that a plain `go test`
-	// works here: the reaper image cannot be pulled without a registry, and
-	// with a /.dockerenv testcontainers would dial the bridge gateway.
+// DockerDefaults sets testcontainers' settings for a machine with no
+// registry, where unset. The Makefile sets them; defaulting them here lets
+// a plain `go test` work too: the reaper image cannot be pulled, and with a
+// /.dockerenv testcontainers would dial the bridge gateway. Packages that
+// start their own containers call it from TestMain.
+func DockerDefaults() {
 	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
 		_ = os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 	}
 	if _, err := os.Stat("/.dockerenv"); err == nil && os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
 		_ = os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "localhost")
 	}
+}
+
+// Main runs m and then stops the Postgres container, if one was started.
+// The container starts lazily, on the first test that asks for a database,
+// so packages whose selected tests need none pay nothing.
+func Main(m *testing.M) {
+	mainCalled = true
+	DockerDefaults()
 	code := m.Run()
 	if admin != nil {
 		if code == 0 && template != "" {
