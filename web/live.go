@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -15,6 +16,24 @@ import (
 type liveJSON struct {
 	At      time.Time    `json:"at"`
 	Tenants []liveTenant `json:"tenants"`
+	// Windows are the calendar windows the page shows (its tenants', and
+	// on a tenant page its end users'), so that their use, spend and next
+	// reset move with the rest.
+	Windows []liveWindow `json:"windows"`
+}
+
+// liveWindow is one row of the windows table: the gauge, its used / limit
+// text, the money spent in the span and the next reset, as the page
+// renders them.
+type liveWindow struct {
+	Tenant   string `json:"tenant"`
+	Name     string `json:"name"`
+	Used     string `json:"used"`
+	Pct      string `json:"pct"`
+	Level    string `json:"level"`
+	Spent    string `json:"spent"`
+	Resets   string `json:"resets"`
+	ResetsAt string `json:"resets_at"`
 }
 
 type liveTenant struct {
@@ -50,16 +69,26 @@ func (d *Dashboard) liveOverview(c *echo.Context) error {
 	} else {
 		snaps, err = d.store.TenantList(ctx)
 	}
-	var rows []*tenantRow
+	var (
+		rows    []*tenantRow
+		windows windowsView
+	)
 	if err == nil {
 		rows, err = d.tenantRows(ctx, snaps)
+	}
+	if err == nil {
+		windows, err = d.liveWindows(ctx, c.QueryParam("tenant"), snaps, rows)
 	}
 	if err != nil {
 		d.logger.ErrorContext(ctx, "dashboard live update failed", "error", err.Error(),
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 		return c.JSON(http.StatusInternalServerError, jsonError{Error: jsonErrorBody{Type: "internal_error", Message: "internal server error"}})
 	}
-	out := liveJSON{At: time.Now().UTC(), Tenants: make([]liveTenant, 0, len(rows))}
+	out := liveJSON{At: time.Now().UTC(), Tenants: make([]liveTenant, 0, len(rows)), Windows: make([]liveWindow, 0, len(windows.Lines))}
+	for _, l := range windows.Lines {
+		out.Windows = append(out.Windows, liveWindow{Tenant: l.Tenant, Name: l.Name, Used: l.Gauge.Text, Pct: l.Gauge.Pct,
+			Level: l.Gauge.Level, Spent: l.Spent, Resets: l.Resets, ResetsAt: l.ResetsAt})
+	}
 	if len(snaps) > 0 {
 		out.At = snaps[0].At.UTC()
 	}
@@ -81,4 +110,25 @@ func (d *Dashboard) liveOverview(c *echo.Context) error {
 		out.Tenants = append(out.Tenants, t)
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// liveWindows is the windows a page shows, as windowLines renders them: a
+// tenant page's tree and end users (as renderTenant lists them), or the
+// overview's tenants.
+func (d *Dashboard) liveWindows(ctx context.Context, tenant string, snaps []budget.Snapshot, rows []*tenantRow) (windowsView, error) {
+	if tenant == "" {
+		return d.windowLines(ctx, snaps, rows)
+	}
+	var row *tenantRow
+	for _, r := range rows {
+		if r.ID == tenant {
+			row = r
+		}
+	}
+	users, err := d.endUsers(ctx, tenant)
+	if err != nil {
+		return windowsView{}, err
+	}
+	wsnaps, wrows, _ := withEndUsers(snaps, rows, row, users.Users)
+	return d.windowLines(ctx, wsnaps, wrows)
 }

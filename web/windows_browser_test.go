@@ -1,8 +1,10 @@
 package web_test
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,13 +108,29 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 		wantWeek.Weekday() != time.Sunday {
 		t.Fatalf("the weekly tokens window shows %q; want 120,000 of 1,000,000, 0.45 USD spent, reset Sunday 00:00 New York (%s)", weekly, wantWeek)
 	}
+	// The page's live script moves the windows with the rest, without a
+	// reload: a second admission of 0.45 shows as 0.90 used and spent on
+	// the daily window, and as 240,000 on the weekly one's text and gauge.
+	weeklyFill := `parseFloat(document.querySelector('#windows-section tr[data-window-tenant="acme"][data-window="weekly"] [data-gauge] .fill').getAttribute('width'))`
+	fillBefore := eval[float64](br, weeklyFill)
+	br.waitFor("the live script's first answer", `document.getElementById('live-status').textContent.startsWith('live ·')`, 10*time.Second)
+	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
+		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
+		t.Fatal(err)
+	}
+	row := `document.querySelector('#windows-section tr[data-window-tenant="acme"][data-window="%s"] [data-col="%s"]').textContent.trim()`
+	br.waitFor("the windows' live update", fmt.Sprintf(row, "daily", "used")+` === '0.90 USD / 25.50 USD' && `+fmt.Sprintf(row, "daily", "spent")+` === '0.90 USD' && `+
+		fmt.Sprintf(row, "weekly", "used")+` === '240,000 / 1,000,000' && `+weeklyFill+` > `+strconv.FormatFloat(fillBefore, 'f', -1, 64), 10*time.Second)
+	if got := windowCells(br, "acme", "daily"); got["resets"] != daily["resets"] || got["datetime"] != daily["datetime"] {
+		t.Fatalf("the live update moved the daily reset: %q, was %q", got, daily)
+	}
 	// The ledger's money shows with the currency in the recent entries.
 	if got := br.texts(`Array.from(document.querySelectorAll('#entries-section td[data-col="money"]')).map(function (e) { return e.textContent.trim(); })`); !slices.Contains(got, "0.45 USD") {
 		t.Fatalf("recent entries' money: %q, want the reserve's 0.45 USD", got)
 	}
 	br.noViolations("tenant page with windows")
 	br.navigate("/")
-	if got := windowCells(br, "acme", "daily"); got["spent"] != "0.45 USD" || got["resets"] != daily["resets"] {
+	if got := windowCells(br, "acme", "daily"); got["spent"] != "0.90 USD" || got["resets"] != daily["resets"] {
 		t.Fatalf("the overview's daily window: %q", got)
 	}
 
@@ -160,7 +178,7 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 		submit(`#limits button[type="submit"]`))
 	br.flash("Limits saved.")
 	s3, err := b.store.TenantSnapshot(ctx, "acme")
-	if err != nil || len(s3.Windows) != 1 || s3.Windows[0].Name != "weekly" || s3.Windows[0].Used != 120_000 {
+	if err != nil || len(s3.Windows) != 1 || s3.Windows[0].Name != "weekly" || s3.Windows[0].Used != 240_000 {
 		t.Fatalf("after removing daily: %+v %v", s3.Windows, err)
 	}
 }

@@ -1,10 +1,12 @@
 package web_test
 
 import (
+	"encoding/json"
 	"html"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +250,42 @@ func TestTenantPageShowsEndUsersWindows(t *testing.T) {
 	for _, want := range []string{"0.45 USD / 100.00 USD", `data-col="spent">0.45 USD<`} {
 		if r := row("acme", "team-daily"); !strings.Contains(r, want) {
 			t.Errorf("acme's window lacks %q:\n%s", want, r)
+		}
+	}
+
+	// The live JSON each page polls carries the very windows it shows, as
+	// it renders them, so that the script can move every row.
+	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
+		t.Fatal(err)
+	}
+	rowRE := regexp.MustCompile(`data-window-tenant="([^"]+)" data-window="([^"]+)"`)
+	for _, pg := range []struct{ page, live string }{{"/tenants/acme", "/ui/overview.json?tenant=acme"}, {"/", "/ui/overview.json"}} {
+		var shown []string
+		for _, m := range rowRE.FindAllStringSubmatch(c.get(pg.page).Body.String(), -1) {
+			shown = append(shown, m[1]+" "+m[2])
+		}
+		rec := c.get(pg.live)
+		var live struct {
+			Windows []struct {
+				Tenant, Name, Used, Pct, Level, Spent, Resets string
+				ResetsAt                                      string `json:"resets_at"`
+			} `json:"windows"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &live); err != nil || rec.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", pg.live, rec.Code, rec.Body.String())
+		}
+		var got []string
+		for _, w := range live.Windows {
+			got = append(got, w.Tenant+" "+w.Name)
+			want := map[string][2]string{alice + " user-daily": {"0.90 USD / 2.00 USD", "45.0"}, "acme team-daily": {"0.90 USD / 100.00 USD", "0.9"}}[w.Tenant+" "+w.Name]
+			if w.Used != want[0] || w.Pct != want[1] || w.Level != "ok" || w.Spent != "0.90 USD" ||
+				!strings.HasSuffix(w.Resets, "06:00 Asia/Tokyo") || !strings.HasSuffix(w.ResetsAt, "T06:00:00+09:00") {
+				t.Errorf("%s: window %+v; want used %q, %s %%, 0.90 USD spent, reset 06:00 Tokyo", pg.live, w, want[0], want[1])
+			}
+		}
+		if !slices.Equal(got, shown) || len(got) == 0 {
+			t.Errorf("%s carries windows %q; %s shows %q", pg.live, got, pg.page, shown)
 		}
 	}
 }

@@ -116,6 +116,42 @@
     });
   }
 
+  // The windows table's rows, by tenant and window name: the gauge, its
+  // used / limit text, the span's spend and the next reset.
+  function updateWindows(windows) {
+    var rows = {};
+    document.querySelectorAll('tr[data-window-tenant]').forEach(function (tr) {
+      rows[tr.getAttribute('data-window-tenant') + '\n' + tr.getAttribute('data-window')] = tr;
+    });
+    windows.forEach(function (w) {
+      var tr = rows[w.tenant + '\n' + w.name];
+      if (!tr) {
+        return;
+      }
+      var g = tr.querySelector('[data-gauge]');
+      if (g) {
+        g.setAttribute('class', 'gauge level-' + w.level);
+        var fill = g.querySelector('.fill');
+        if (fill) {
+          fill.setAttribute('width', w.pct);
+        }
+      }
+      var used = tr.querySelector('[data-col="used"] .gt');
+      if (used) {
+        setText(used, w.used);
+      }
+      var spent = tr.querySelector('[data-col="spent"]');
+      if (spent) {
+        setText(spent, w.spent);
+      }
+      var t = tr.querySelector('[data-col="resets"] time');
+      if (t) {
+        setText(t, w.resets);
+        t.setAttribute('datetime', w.resets_at);
+      }
+    });
+  }
+
   // A tenant may show more than once (its page, and its row in its tree).
   function update(data) {
     var els = {};
@@ -151,6 +187,7 @@
         want.forEach(function (el) { tbody.appendChild(el); });
       }
     }
+    updateWindows(data.windows || []);
     var summary = document.querySelector('[data-summary="throttled"]');
     if (summary) {
       setText(summary, String(throttled));
