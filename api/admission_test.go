@@ -535,7 +535,10 @@ func TestMaxWaitWaitsForRefill(t *testing.T) {
 func TestWaitQueueIsBounded(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, func(c *testConfig) { c.MaxWaiters = 1 })
-	l := lim(100, "0.5")
+	// 1.5 tokens/s: the first waiter below needs about 7 s of refill, and
+	// the second, queued behind it, about 15 s: both within their 20 s
+	// max_wait, so a refusal at once can only be the full queue.
+	l := lim(100, "1.5")
 	b.tenant(t, "acme", l)
 	_, key, err := credential.KeyCreate(ctx, b.pool, "acme")
 	if err != nil {
@@ -545,7 +548,6 @@ func TestWaitQueueIsBounded(t *testing.T) {
 		t.Fatal(r.Body)
 	}
 	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"x"}],"max_tokens":5,"max_wait_ms":20000}`
-	// The first waiter holds the only place (it needs ~6 s of refill).
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	first := make(chan int, 1)
@@ -556,19 +558,35 @@ func TestWaitQueueIsBounded(t *testing.T) {
 		b.srv.ServeHTTP(rec, req)
 		first <- rec.Code
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		start := time.Now()
-		r := b.call(t, key, http.MethodPost, "/v1/admissions", body)
-		if r.Code != 429 {
-			t.Fatalf("second waiter: %d %s", r.Code, r.Body)
-		}
-		if time.Since(start) < 500*time.Millisecond {
-			break // refused at once: the queue is full
+	// The first waiter holds the only place: the gauge says it waits.
+	waiting := func() bool {
+		return strings.Contains(b.call(t, "", http.MethodGet, "/metrics", "").Body.String(), "\ntokengate_waiting_callers 1\n")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !waiting() {
+		select {
+		case code := <-first:
+			t.Fatalf("the first caller was answered (%d) instead of waiting", code)
+		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the second waiter was never refused at once")
+			t.Fatal("the first caller never reached the wait")
 		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The second, which could wait as long, is refused at once: 429 while
+	// the first still waits (its refill is seconds away).
+	r := b.call(t, key, http.MethodPost, "/v1/admissions", body)
+	if r.Code != http.StatusTooManyRequests {
+		t.Fatalf("second waiter: %d %s", r.Code, r.Body)
+	}
+	select {
+	case code := <-first:
+		t.Fatalf("the first waiter was answered (%d) before the second's refusal", code)
+	default:
+	}
+	if !waiting() {
+		t.Fatal("the first waiter left the queue")
 	}
 	cancel()
 	<-first
