@@ -146,7 +146,9 @@ func limits(capacity int64, perSecond string) budget.Limits {
 
 func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// A frozen clock: at 2 tokens/s, half a second between the reserves
+	// on the real clock would refill a token and move the exact 20 below.
+	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(100, "2"))
 
 	b.mustReserve(t, "acme", 40)
