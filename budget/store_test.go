@@ -362,7 +362,9 @@ func TestIdempotentRetryDebitsOnce(t *testing.T) {
 func TestReplayNowRetryDebitsOnceAndAnswersTheBalancesNow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.tenant(t, "acme", limits(100, "1"))
+	// A slow refill: the real clock runs between the reserves, and the
+	// check below allows 5 tokens of it, which 1/s would give in 5 s.
+	b.tenant(t, "acme", limits(100, "0.001"))
 	p := reserve(30)
 	p.TenantID, p.IdempotencyKey, p.RequestHash, p.ReplayNow = "acme", "req-1", []byte("hash-a"), true
 	first, err := b.store.Reserve(ctx, p)
