@@ -106,7 +106,7 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 	rc.behave = func(n int64, w http.ResponseWriter) bool {
 		switch n {
 		case 1: // slow: answers after the dispatcher gave up waiting
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(3 * time.Second)
 			return true
 		case 2:
 			w.WriteHeader(http.StatusInternalServerError)
@@ -115,7 +115,9 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 		return true
 	}
 	srv := httptest.NewUnstartedServer(rc)
-	client := &http.Client{Timeout: 300 * time.Millisecond}
+	// A timeout a stalled machine's TLS request still makes: at 300 ms, the
+	// 500 and the delivery that follow the slow answer could time out too.
+	client := &http.Client{Timeout: 2 * time.Second}
 	d := &alert.Dispatcher{Store: s, Replica: "r1", Client: client, Lease: 5 * time.Second, Base: 100 * time.Millisecond, Max: time.Second}
 
 	deadline := time.Now().Add(20 * time.Second)
