@@ -312,9 +312,10 @@ func TestTwoDispatchersDeliverEachEventOnce(t *testing.T) {
 func TestLeaseRunsOutAnotherReplicaDelivers(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	release := make(chan struct{})
+	release, arrived := make(chan struct{}), make(chan struct{})
 	rc := &receiver{t: t, seen: map[string]int{}, bodies: map[string]string{}, behave: func(n int64, w http.ResponseWriter) bool {
 		if n == 1 {
+			close(arrived)
 			<-release // the first replica's request hangs
 		}
 		return true
@@ -332,6 +333,14 @@ func TestLeaseRunsOutAnotherReplicaDelivers(t *testing.T) {
 		}
 		done <- n
 	}()
+	// r1 leased the event before its request arrived: its lease runs from
+	// then, not from when its goroutine was started (which a stalled
+	// machine may run late).
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("r1's request never arrived")
+	}
 	time.Sleep(500 * time.Millisecond) // past r1's lease
 	other := &alert.Dispatcher{Store: s, Replica: "r2", Client: srv.Client()}
 	if n, err := other.Once(ctx); err != nil || n != 1 {
