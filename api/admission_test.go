@@ -250,7 +250,10 @@ func TestAdmitSettleReadBudgetRoundTrip(t *testing.T) {
 
 func TestRejectionIs429WithRetryAfter(t *testing.T) {
 	t.Parallel()
-	b := setupAPI(t, nil)
+	// A frozen clock: at 2 tokens/s, a 2.5 s stall between the two calls
+	// on the real clock would refill past the 46 the headers may show.
+	at := time.Now()
+	b := setupAPI(t, func(c *testConfig) { c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return at }) })
 	key := b.tenant(t, "acme", lim(300, "2"))
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(250, "hi")); r.Code != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.Code, r.Body)

@@ -170,9 +170,10 @@ func TestStoreUnavailableRejectPolicy(t *testing.T) {
 	if time.Since(start) > 3*time.Second {
 		t.Fatalf("the 503 took %s", time.Since(start))
 	}
-	// Once marked down, requests do not wait on the store at all.
+	// Once marked down, requests do not wait on the store at all: well
+	// under its 1 s timeout, with room for a stalled machine (not 200 ms).
 	start = time.Now()
-	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x")); r.Code != http.StatusServiceUnavailable || time.Since(start) > 200*time.Millisecond {
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x")); r.Code != http.StatusServiceUnavailable || time.Since(start) > 900*time.Millisecond {
 		t.Fatalf("second request: %d after %s", r.Code, time.Since(start))
 	}
 	b.proxy.restore()

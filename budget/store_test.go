@@ -146,7 +146,9 @@ func limits(capacity int64, perSecond string) budget.Limits {
 
 func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// A frozen clock: at 2 tokens/s, half a second between the reserves
+	// on the real clock would refill a token and move the exact 20 below.
+	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(100, "2"))
 
 	b.mustReserve(t, "acme", 40)
@@ -360,7 +362,9 @@ func TestIdempotentRetryDebitsOnce(t *testing.T) {
 func TestReplayNowRetryDebitsOnceAndAnswersTheBalancesNow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.tenant(t, "acme", limits(100, "1"))
+	// A slow refill: the real clock runs between the reserves, and the
+	// check below allows 5 tokens of it, which 1/s would give in 5 s.
+	b.tenant(t, "acme", limits(100, "0.001"))
 	p := reserve(30)
 	p.TenantID, p.IdempotencyKey, p.RequestHash, p.ReplayNow = "acme", "req-1", []byte("hash-a"), true
 	first, err := b.store.Reserve(ctx, p)
@@ -399,7 +403,10 @@ func TestReplayNowRetryDebitsOnceAndAnswersTheBalancesNow(t *testing.T) {
 
 func TestSettleRefundExtraChargeAndDebt(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	// A frozen clock: the rewind below lets exactly the debt plus 10 s pass;
+	// on the real clock, 2 s more between the settle and the last reserve
+	// would leave more than the 6 tokens it allows.
+	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(100, "1"))
 
 	// Refund: estimate 60, actual 25.

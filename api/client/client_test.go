@@ -230,7 +230,11 @@ func TestLostAnswersAreRetriedWithoutDoubleCharge(t *testing.T) {
 // key is not retried at all.
 func TestRetryAfterIsHonouredWithinTheDeadline(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 200 * budget.Micro})
+	// 20 tokens/s: the second request is about 66 tokens short, a Retry-After
+	// of about 3.3 s (within the client's 5 s MaxBackoff). At 200/s it was
+	// 330 ms, and a stall of half that on the real clock refilled enough to
+	// admit at once what the test expects refused.
+	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 20 * budget.Micro})
 	net := &faulty{}
 	c := b.client(t, net, client.Config{})
 	first, err := c.Reserve(ctx, client.Request{Body: chat(100, "hello")}) // about 108 of 150

@@ -372,7 +372,10 @@ func TestMessagesToolsAndImages(t *testing.T) {
 // invalid_request_error, which the SDK does not retry.
 func TestMessagesRefusalAndTheSDKRetries(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 700, TokensRateMicro: 1000 * budget.Micro})
+	// 100 tokens/s: the second call is about 340 tokens short, about 3.4 s
+	// of refill. At 1000/s it was 340 ms, and a stall that long on the real
+	// clock admitted what the test expects refused.
+	b := setup(t, budget.Limits{TokensCapacity: 700, TokensRateMicro: 100 * budget.Micro})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)

@@ -511,7 +511,10 @@ func TestUpstreamFailsBeforeFirstByte(t *testing.T) {
 // charges nothing; the SDK's own retry, honouring it, then succeeds.
 func TestRefusalIsOpenAIs429AndTheSDKRetries(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 200 * budget.Micro})
+	// 20 tokens/s: the second request is about 78 tokens short, about 4 s of
+	// refill. At 200/s it was 390 ms, and a stall that long on the real
+	// clock admitted what the test expects refused.
+	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 20 * budget.Micro})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":100,"total_tokens":114}}`)

@@ -110,12 +110,27 @@ func TestRevokedGatewayRefusedAtOnceWhileCached(t *testing.T) {
 			}
 		})
 	}
+	// Each phase lasts 200 ms and until a call has ended in it: a stalled
+	// machine may answer none in 200 ms.
+	until := func(what string, done func() bool) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !done() {
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("no call %s in 10 s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	time.Sleep(200 * time.Millisecond)
+	until("admitted before the revocation", func() bool { return admittedBefore.Load() > 0 })
 	if err := credential.GatewayRevoke(ctx, b.pool, gws[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	revokedAt.Store(time.Now().UnixNano())
 	time.Sleep(200 * time.Millisecond)
+	until("refused after the revocation", func() bool { return refused.Load() > 0 })
 	close(stop)
 	wg.Wait()
 	if admittedAfter.Load() != 0 {

@@ -123,14 +123,17 @@ func TestTransactionSpansCountWhatTheyCarried(t *testing.T) {
 // caller that does not wait is refused, with the limit and when to retry.
 func TestDecisionSpanWaitedForTokens(t *testing.T) {
 	t.Parallel()
-	a, exp := traced(t, budget.Limits{TokensCapacity: 100, TokensRateMicro: 1000 * budget.Micro, MaxWait: 5 * time.Second}, "acme")
+	// 50 tokens/s: the bucket takes 2 s to refill, so a stall on the real
+	// clock shorter than that neither admits the second nor spares the
+	// third its wait. (At 1000/s, 100 ms did.)
+	a, exp := traced(t, budget.Limits{TokensCapacity: 100, TokensRateMicro: 50 * budget.Micro, MaxWait: 5 * time.Second}, "acme")
 	if _, _, err := a.Reserve(ctx, request("acme", 100, 0)); err != nil { // empty the bucket
 		t.Fatal(err)
 	}
 	if _, _, err := a.Reserve(ctx, request("acme", 100, 0)); err == nil {
 		t.Fatal("admitted from an empty bucket")
 	}
-	if _, _, err := a.Reserve(ctx, request("acme", 100, 2*time.Second)); err != nil {
+	if _, _, err := a.Reserve(ctx, request("acme", 100, 4*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	var adm []map[string]any

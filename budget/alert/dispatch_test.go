@@ -106,7 +106,7 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 	rc.behave = func(n int64, w http.ResponseWriter) bool {
 		switch n {
 		case 1: // slow: answers after the dispatcher gave up waiting
-			time.Sleep(700 * time.Millisecond)
+			time.Sleep(3 * time.Second)
 			return true
 		case 2:
 			w.WriteHeader(http.StatusInternalServerError)
@@ -115,7 +115,9 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 		return true
 	}
 	srv := httptest.NewUnstartedServer(rc)
-	client := &http.Client{Timeout: 300 * time.Millisecond}
+	// A timeout a stalled machine's TLS request still makes: at 300 ms, the
+	// 500 and the delivery that follow the slow answer could time out too.
+	client := &http.Client{Timeout: 2 * time.Second}
 	d := &alert.Dispatcher{Store: s, Replica: "r1", Client: client, Lease: 5 * time.Second, Base: 100 * time.Millisecond, Max: time.Second}
 
 	deadline := time.Now().Add(20 * time.Second)
@@ -310,9 +312,10 @@ func TestTwoDispatchersDeliverEachEventOnce(t *testing.T) {
 func TestLeaseRunsOutAnotherReplicaDelivers(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	release := make(chan struct{})
+	release, arrived := make(chan struct{}), make(chan struct{})
 	rc := &receiver{t: t, seen: map[string]int{}, bodies: map[string]string{}, behave: func(n int64, w http.ResponseWriter) bool {
 		if n == 1 {
+			close(arrived)
 			<-release // the first replica's request hangs
 		}
 		return true
@@ -330,6 +333,14 @@ func TestLeaseRunsOutAnotherReplicaDelivers(t *testing.T) {
 		}
 		done <- n
 	}()
+	// r1 leased the event before its request arrived: its lease runs from
+	// then, not from when its goroutine was started (which a stalled
+	// machine may run late).
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("r1's request never arrived")
+	}
 	time.Sleep(500 * time.Millisecond) // past r1's lease
 	other := &alert.Dispatcher{Store: s, Replica: "r2", Client: srv.Client()}
 	if n, err := other.Once(ctx); err != nil || n != 1 {

@@ -115,7 +115,10 @@ func (f *failingStore) ReplayReserve(ctx context.Context, p budget.ReplayReserve
 
 func TestReplayIsExactlyOnceAcrossInterruptions(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	// One token per 11 days: the store replays on the real clock, and at
+	// 1/s a second between the first replayed reserve and the last end
+	// moved the exact balance checked below.
+	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
 	var ids []string
 	for range 6 {
 		r, err := b.local.Reserve(b.snap, rp(est(10), ""))
