@@ -140,3 +140,13 @@ func (e *encoder) pieces(s string) []string {
 	}
 	return out
 }
+
+// countLimit counts the tokens of s, stopping as soon as the count exceeds
+// limit: a caller that will refuse any text over limit tokens needs no more.
+// It returns the count and true when the count is at most limit; otherwise a
+// count above limit (a lower bound of the true count) and false. A negative
+// limit means no limit.
+func (e *encoder) countLimit(s string, limit int) (int, bool) {
+	n := e.count(s)
+	return n, limit < 0 || n <= limit
+}
