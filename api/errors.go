@@ -78,6 +78,7 @@ func httpError(err error) *Error {
 		alertErr  *alert.FieldError
 		usage     *budget.UsageError
 		overflow  *budget.OverflowError
+		otherFace *budget.OtherFaceError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -142,6 +143,16 @@ func httpError(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no end-user policy"}
 	case errors.Is(err, budget.ErrTenantNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
+	case errors.As(err, &otherFace):
+		// 409, not 404: the admission is the caller's own tenant's (another
+		// tenant's is never found, and answered 404), its id came to the
+		// caller from its own traffic or ledger, and "no such admission"
+		// would send an honest client looking for a wrong id. What refuses
+		// it is its state: it belongs to the face that made it, which ends
+		// it from the upstream's usage.
+		return &Error{Status: http.StatusConflict, Type: "admission_other_face", Field: "id",
+			Message: "admission " + otherFace.AdmissionID + " was made through the " + string(otherFace.Face) +
+				" face, which settles or releases it itself; only that face may end it, and nothing was changed"}
 	case errors.Is(err, budget.ErrConflict):
 		return &Error{Status: http.StatusConflict, Type: "conflict", Message: "the admission was already settled with different usage, or released"}
 	case errors.Is(err, estimator.ErrModelExists):

@@ -60,6 +60,13 @@ type Admission struct {
 	PriceFrom     *time.Time
 	MoneyEstimate *int64
 	MoneyActual   *int64
+	// Face is the face that made it, the only one that may end it.
+	Face Face
+	// DebitedMicro is what its reserve took from its tenant's token
+	// balance, when that was less than its estimate: a local admission
+	// replayed at the debt floor, whose debit stopped there (nil: the whole
+	// estimate). Its end refunds at most that (TenantState.EndDebited).
+	DebitedMicro *int64
 }
 
 // admissionRow is a row of admissions, as every query of it reads it
@@ -92,6 +99,8 @@ type admissionRow struct {
 	PriceFrom         *time.Time `db:"price_from"`
 	MoneyEstimate     *int64     `db:"money_estimate"`
 	MoneyActual       *int64     `db:"money_actual"`
+	Face              string     `db:"face"`
+	DebitedMicro      *int64     `db:"debited_micro"`
 }
 
 func (r *admissionRow) admission() *Admission {
@@ -102,7 +111,8 @@ func (r *admissionRow) admission() *Admission {
 		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
 		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed,
 		Family: deref0(r.Family), ModelLevels: r.ModelLevels, PoolID: deref0(r.PoolID),
-		PriceModel: deref0(r.PriceModel), PriceFrom: r.PriceFrom, MoneyEstimate: r.MoneyEstimate, MoneyActual: r.MoneyActual}
+		PriceModel: deref0(r.PriceModel), PriceFrom: r.PriceFrom, MoneyEstimate: r.MoneyEstimate, MoneyActual: r.MoneyActual,
+		Face: Face(r.Face), DebitedMicro: r.DebitedMicro}
 }
 
 // scanAdmission reads one admission row. It returns ErrAdmissionNotFound.

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -14,6 +15,9 @@ type Op struct {
 	Settle  *SettleParams
 	Release *ReleaseParams
 	Expire  *ExpireParams
+	// invalid refuses the request before it is decided, and before
+	// anything is read for it (namespaced).
+	invalid error
 }
 
 // ExpireParams asks for a tenant's overdue reservations to be expired (at
@@ -74,8 +78,12 @@ func (op Op) admissionKey() string {
 }
 
 // validate is the form of a settle's or release's parameters
-// (SettleParams.Validate), checked before anything is read of the state.
+// (SettleParams.Validate), and of its Idempotency-Key as its face sent it
+// (namespaced), checked before anything is read of the state.
 func (op Op) validate() error {
+	if op.invalid != nil {
+		return op.invalid
+	}
 	switch {
 	case op.Settle != nil:
 		return op.Settle.Validate()
@@ -83,6 +91,74 @@ func (op Op) validate() error {
 		return op.Release.Validate()
 	}
 	return nil
+}
+
+// face is the face the request came through (FaceAPI for none).
+func (op Op) face() Face {
+	switch {
+	case op.Reserve != nil:
+		return op.Reserve.Face.or()
+	case op.Settle != nil:
+		return op.Settle.Face.or()
+	case op.Release != nil:
+		return op.Release.Face.or()
+	}
+	return FaceAPI
+}
+
+// faceKey is the Idempotency-Key of a reserve, or the one a settle or
+// release names its admission by, as its face sent it ("" for none).
+func (op Op) faceKey() string {
+	if op.Reserve != nil {
+		return op.Reserve.IdempotencyKey
+	}
+	return op.admissionKey()
+}
+
+// namespaced returns items with every Idempotency-Key in its face's
+// namespace (Face.StoredKey), as the decision reads and writes them, the
+// params of those it changes copied (the caller's are not changed). A key
+// whose form is wrong (IdempotencyKeyProblem: one with a space could name
+// another face's) is not read: its request is refused (Op.invalid).
+func namespaced(items []Item) []Item {
+	var out []Item
+	for i, it := range items {
+		op := it.Op
+		f := op.face()
+		k := op.faceKey()
+		if k == "" {
+			continue
+		}
+		problem := IdempotencyKeyProblem(k)
+		if problem == "" && f == FaceAPI {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(items)
+		}
+		if problem != "" {
+			out[i].Op.invalid = &InvalidError{Field: "Idempotency-Key", Reason: problem}
+			continue
+		}
+		switch {
+		case op.Reserve != nil:
+			p := *op.Reserve
+			p.IdempotencyKey = f.StoredKey(k)
+			out[i].Op = Op{Reserve: &p}
+		case op.Settle != nil:
+			p := *op.Settle
+			p.IdempotencyKey = f.StoredKey(k)
+			out[i].Op = Op{Settle: &p}
+		case op.Release != nil:
+			p := *op.Release
+			p.IdempotencyKey = f.StoredKey(k)
+			out[i].Op = Op{Release: &p}
+		}
+	}
+	if out == nil {
+		return items
+	}
+	return out
 }
 
 // OpResult is the decision on one Op: a Reservation for a reserve, a
@@ -131,6 +207,7 @@ func (s *Store) Decide(ctx context.Context, tenantID string, ops []Op) ([]OpResu
 // at fault fails. The returned error is for the whole batch (ErrBusy,
 // ErrUnavailable, ErrOutcomeUnknown); each result carries its own decision.
 func (s *Store) DecideBatch(ctx context.Context, items []Item) ([]OpResult, error) {
+	items = namespaced(items)
 	var res []OpResult
 	err := retry(ctx, func() error {
 		var err error
@@ -235,13 +312,13 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 			results[i].Reservation, results[i].Err = d.reserve(rp, l.priors[[2]string{it.TenantID, rp.IdempotencyKey}])
 		case op.Settle != nil:
 			p := op.Settle
-			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateSettled, p)
+			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, p.Face, StateSettled, p)
 			if errors.Is(results[i].Err, ErrAdmissionNotFound) {
 				results[i].Err = d.deferEnd(p.IdempotencyKey, p.Defer, StateSettled, p.Actor, p.KeyID, p.GatewayID, p)
 			}
 		case op.Release != nil:
 			p := op.Release
-			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, StateReleased, nil)
+			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, p.Face, StateReleased, nil)
 			if errors.Is(results[i].Err, ErrAdmissionNotFound) {
 				results[i].Err = d.deferEnd(p.IdempotencyKey, p.Defer, StateReleased, p.Actor, p.KeyID, p.GatewayID, nil)
 			}
@@ -359,5 +436,5 @@ func isDecision(err error) bool {
 		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
 		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds) ||
 		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope) || errors.As(err, new(*InvalidError)) ||
-		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired)
+		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired) || errors.Is(err, ErrOtherFace)
 }

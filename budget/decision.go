@@ -103,6 +103,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		ExpiresAt: now.Add(t.Limits.ReservationTTL),
 		Shadowed:  shadowedOf(d.chain, skips),
 		Family:    mkey,
+		Face:      p.Face.or(),
 	}
 	if price != nil {
 		a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
@@ -160,13 +161,16 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 }
 
 // end settles (usage set) or releases (usage nil) an admission: it refunds
-// estimate - actual (capped at capacity) or charges the excess, frees the
+// estimate - actual (capped at capacity, and at what its reserve debited:
+// TenantState.EndDebited) or charges the excess, frees the
 // concurrency slot and appends the entry. Ending it again the same way
 // returns the original answer; another way is ErrConflict. A settle of an
 // expired admission still reconciles, marked late. The usage charged is
 // usage.Usage: refunds and cached input are priced with the admission,
-// which is locked, so pricing costs no read.
-func (d *decision) end(locked map[string]*Admission, admissionID, actor string, target State, usage *SettleParams) (*Settlement, error) {
+// which is locked, so pricing costs no read. Only the face that made the
+// admission may end it (*OtherFaceError), whatever its state, so that
+// another face learns nothing of how it ended either.
+func (d *decision) end(locked map[string]*Admission, admissionID, actor string, face Face, target State, usage *SettleParams) (*Settlement, error) {
 	t, now := d.t, d.now
 	a, ok := d.adms[admissionID]
 	if !ok {
@@ -175,6 +179,9 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		if a, ok = locked[admissionID]; !ok || a.TenantID != t.id {
 			return nil, ErrAdmissionNotFound
 		}
+	}
+	if a.Face.or() != face.or() {
+		return nil, &OtherFaceError{AdmissionID: a.ID, Face: a.Face.or()}
 	}
 	var in, out int64
 	if usage != nil {
@@ -223,7 +230,11 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	var applied int64
 	for _, lv := range d.chain {
 		skip := skipOf(a.Shadowed, lv.id)
-		delta, err := lv.EndExcept(Amount{Cost: cost, Money: deref(a.MoneyEstimate)}, Amount{Cost: actual, Money: deref(moneyActual)}, a.CreatedAt, late, skip)
+		var debited *int64 // what its reserve took from this level, when not its estimate
+		if lv == t {
+			debited = a.DebitedMicro
+		}
+		delta, err := lv.EndDebited(Amount{Cost: cost, Money: deref(a.MoneyEstimate)}, Amount{Cost: actual, Money: deref(moneyActual)}, debited, a.CreatedAt, late, skip)
 		if err != nil {
 			return nil, err // not a decision: the batch is aborted, nothing moves
 		}

@@ -200,7 +200,7 @@ func (d *decision) applyDeferred(a *Admission, ks []*deferredEnd) error {
 		if k.state == StateSettled {
 			usage = &k.usage
 		}
-		_, err := d.end(nil, a.ID, k.actor, k.state, usage)
+		_, err := d.end(nil, a.ID, k.actor, a.Face, k.state, usage) // kept under a's key, in its face's namespace
 		if err == nil {
 			break
 		}

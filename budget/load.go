@@ -95,6 +95,9 @@ func wantsOf(items []Item) wants {
 		if once("tenant", it.TenantID) {
 			w.tenants = append(w.tenants, it.TenantID)
 		}
+		if op.invalid != nil {
+			continue // refused before it is decided: nothing of it is read
+		}
 		if op.Expire != nil && once("expire", it.TenantID) {
 			w.expiring = append(w.expiring, it.TenantID)
 		}

@@ -43,6 +43,10 @@ type ReplayReserveParams struct {
 	IdempotencyKey string
 	RequestHash    []byte
 	Response       []byte
+	// Face is the face the admission came through ("" is FaceAPI): the
+	// admission remembers it, and IdempotencyKey is in its namespace
+	// (ReserveParams.Face).
+	Face Face
 }
 
 // ReplayReserve writes a local admission into the store: the admission row
@@ -59,6 +63,12 @@ type ReplayReserveParams struct {
 // replica's spool the admission comes from, and however often it is
 // replayed, the kept settle is applied once.
 func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool, error) {
+	if p.IdempotencyKey != "" {
+		if problem := IdempotencyKeyProblem(p.IdempotencyKey); problem != "" {
+			return false, fmt.Errorf("budget: replay %s: %w", p.AdmissionID, &InvalidError{Field: "Idempotency-Key", Reason: problem})
+		}
+	}
+	p.IdempotencyKey = p.Face.StoredKey(p.IdempotencyKey)
 	var wrote bool
 	err := retry(ctx, func() error {
 		var exists int
@@ -107,7 +117,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		pricer := &decision{chain: chain, now: created, prices: book}
 		money, price, _ := pricer.moneyOf(p.Estimate)
 		a := &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
-			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires}
+			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires, Face: p.Face.or()}
 		if price != nil {
 			a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
 		}
@@ -117,6 +127,12 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			if err != nil {
 				tx.abort()
 				return err
+			}
+			if full := cost * Micro; lv == t && -applied != full { // cost*Micro: DebitExcept checked it fits
+				// Stopped at the debt floor: its end refunds no more than
+				// this (TenantState.EndDebited).
+				debited := -applied
+				a.DebitedMicro = &debited
 			}
 			e := lv.entry(ledger.KindReserve, now, "replica:"+p.Replica)
 			e.AdmissionID, e.Model = p.AdmissionID, p.Estimate.Model

@@ -54,6 +54,11 @@ type ReserveParams struct {
 	// Priority is the class of the request's key; the decision fills it in
 	// from the key's row (KeyID), and reports it back.
 	Priority Priority
+	// Face is the face the request came through ("" is FaceAPI): the
+	// admission remembers it, only it may end the admission, and
+	// IdempotencyKey lives in its namespace (Face.StoredKey). The
+	// admission layer sets it from the face that called it.
+	Face Face
 }
 
 // Reservation is an admitted request: the admission and the tenant's

@@ -66,6 +66,10 @@ type SettleParams struct {
 	// face knows it: the admission layer resolves the request's failure
 	// policy by it, for Defer. The store does not read it.
 	Family string
+	// Face is the face that ends the admission ("" is FaceAPI): one another
+	// face made is refused (*OtherFaceError), and IdempotencyKey names an
+	// admission in this face's namespace (ReserveParams.Face).
+	Face Face
 	// Defer, for a settle by IdempotencyKey, is the request's failure
 	// policy as far as the caller knows it: when the key names no
 	// admission and the policy could be local, the settle is kept for the
@@ -177,6 +181,7 @@ type ReleaseParams struct {
 	GatewayID      string    // as ReserveParams.GatewayID
 	Family         string    // as SettleParams.Family
 	Defer          *Deferral // as SettleParams.Defer
+	Face           Face      // as SettleParams.Face
 }
 
 // Validate returns an *InvalidError when p names its admission neither or

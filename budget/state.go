@@ -237,13 +237,31 @@ func (s *TenantState) End(estimate, actual int64, createdAt time.Time, late bool
 // (money windows count their Money), whose debit left out the limits in
 // skip (DebitExcept): they get neither refund nor charge.
 func (s *TenantState) EndExcept(estimate, actual Amount, createdAt time.Time, late bool, skip LimitSet) (int64, error) {
-	if estimate.Cost < 0 || actual.Cost < 0 || estimate.Money < 0 || actual.Money < 0 {
+	return s.EndDebited(estimate, actual, nil, createdAt, late, skip)
+}
+
+// EndDebited is EndExcept of an admission whose debit took debitedMicro
+// from the token balance (nil: its whole estimate): the balance gets back
+// debitedMicro - actual, never what was not taken. A local admission
+// replayed at the debt floor was debited less than its estimate (the debit
+// stops there); refunding its whole estimate gave a tenant at the floor
+// the difference, once per such admission (issue 36, item 4). Its
+// windows were debited the whole estimate, and are corrected from it.
+func (s *TenantState) EndDebited(estimate, actual Amount, debitedMicro *int64, createdAt time.Time, late bool, skip LimitSet) (int64, error) {
+	if estimate.Cost < 0 || actual.Cost < 0 || estimate.Money < 0 || actual.Money < 0 || debitedMicro != nil && *debitedMicro < 0 {
 		return 0, &OverflowError{Field: "cost", Op: "a negative cost"}
 	}
 	diff := actual.Cost - estimate.Cost // both non-negative: cannot overflow
 	refund, err := micro("cost", -diff)
 	if err != nil {
 		return 0, err
+	}
+	if debitedMicro != nil {
+		used, err := micro("cost", actual.Cost)
+		if err != nil {
+			return 0, err
+		}
+		refund = *debitedMicro - used // both non-negative: cannot overflow
 	}
 	used, err := s.windowsAfter(func(w WindowLimit, u WindowUsage) (int64, error) {
 		d := actual.of(w) - estimate.of(w)

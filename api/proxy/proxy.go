@@ -479,9 +479,15 @@ func writeDomainError(w http.ResponseWriter, err error) {
 	var tl *budget.TooLargeError
 	var thr *credential.ThrottledError
 	var inv *budget.InvalidError
+	var other *budget.OtherFaceError
 	switch {
 	case errors.As(err, &inv):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Field, inv.Reason)
+	case errors.As(err, &other):
+		// As the HTTP API answers it (409): the proxy ends only what it
+		// admitted, so no proxy call meets it today.
+		writeError(w, http.StatusConflict, "invalid_request_error", "",
+			"admission "+other.AdmissionID+" was made through the "+string(other.Face)+" face; only that face may end it")
 	case errors.As(err, &rej):
 		setRateHeaders(w.Header(), rej.Snapshot)
 		ms := budget.RetryAfterMillis(rej.RetryAfter)

@@ -282,6 +282,10 @@ func verdictOf(err error) verdict {
 		return verdict{code: codes.OK, reason: "unauthenticated"}
 	case errors.Is(err, budget.ErrOutOfScope):
 		return verdict{code: codes.OK, reason: "out_of_scope"}
+	case errors.Is(err, budget.ErrOtherFace):
+		// An admission another face made: not the gateway's to end (its
+		// keys live in its own namespace, so a stream end never names one).
+		return verdict{code: codes.PermissionDenied, message: err.Error()}
 	case errors.Is(err, budget.ErrEndUserCap):
 		return verdict{code: codes.OK, reason: "end_user_cap"}
 	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),

@@ -291,7 +291,9 @@ type Request struct {
 	// MaxWait is how long the caller will wait for tokens instead of a
 	// rejection (capped by the tenant's max_wait).
 	MaxWait time.Duration
-	// Face is the front door the request came through, for the metrics.
+	// Face is the front door the request came through: the admission's
+	// owner (ReserveParams.Face is set from it: "" is the API), and the
+	// metrics' label.
 	Face Face
 	// Start is when the face took the request, so that the latency
 	// counts its estimation; zero means when Reserve was called.
@@ -342,6 +344,7 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	if a.tracer != nil {
 		ctx, span = a.tracer.Start(ctx, SpanAdmission, trace.WithTimestamp(start))
 	}
+	req.ReserveParams.Face = req.Face // the face that called, whatever the params say
 	if err := req.prepare(); err != nil {
 		a.Invalid(req.Face, start)
 		if span != nil {
@@ -445,6 +448,7 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 			endSettleSpan(span, face, tenantID, p.AdmissionID, st, journaled, a.metrics.outcomeOf(ctx, st, journaled, err), err)
 		}()
 	}
+	p.Face = face // only the face that made the admission may end it
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}
@@ -470,6 +474,7 @@ func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParam
 			endSettleSpan(span, face, tenantID, p.AdmissionID, st, journaled, a.metrics.outcomeOf(ctx, st, journaled, err), err)
 		}()
 	}
+	p.Face = face
 	if p.IdempotencyKey != "" && p.Defer == nil {
 		p.Defer = a.deferral(p.Family)
 	}

@@ -10,17 +10,19 @@ import (
 	"github.com/tokengate/tokengate/budget"
 )
 
-// Face names the front door a request came through, for the metrics: every
-// face counts its admissions here, once, so that a refusal through the
-// proxy or the rate limit service moves the same counter, and the same
-// dashboard tally and throttled alerts, as one through the HTTP API.
-type Face string
+// Face names the front door a request came through (budget.Face): the
+// admission remembers it, and only it may end the admission. And for the
+// metrics: every face counts its admissions here, once, so that a refusal
+// through the proxy or the rate limit service moves the same counter, and
+// the same dashboard tally and throttled alerts, as one through the HTTP
+// API.
+type Face = budget.Face
 
 // The faces of a replica.
 const (
-	FaceAPI   Face = "api"
-	FaceProxy Face = "proxy"
-	FaceRLS   Face = "rls"
+	FaceAPI   = budget.FaceAPI
+	FaceProxy = budget.FaceProxy
+	FaceRLS   = budget.FaceRLS
 )
 
 // Outcomes of an admission, the values of tokengate_admissions_total's
@@ -45,6 +47,9 @@ const (
 	OutcomeJournaled = "journaled" // the store was down: kept for the recovery loop
 	OutcomeNotFound  = "not_found" // no such admission (or another tenant's)
 	OutcomeConflict  = "conflict"  // ended already another way
+	// OutcomeOtherFace: made through another face, the only one that may
+	// end it (budget.ErrOtherFace).
+	OutcomeOtherFace = "other_face"
 	// OutcomeDeferred: named by key, no such admission yet, and kept for
 	// the one a replica may have made on its own (budget.ErrDeferred).
 	OutcomeDeferred = "deferred"
@@ -173,6 +178,8 @@ func (m *metrics) outcomeOf(ctx context.Context, st *budget.Settlement, journale
 		return OutcomeNotFound
 	case errors.Is(err, budget.ErrConflict):
 		return OutcomeConflict
+	case errors.Is(err, budget.ErrOtherFace):
+		return OutcomeOtherFace
 	case ctx.Err() != nil:
 		return OutcomeCancelled
 	case isInvalid(err) || errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow):

@@ -39,9 +39,17 @@ type Local struct {
 
 	mu     sync.Mutex
 	shares map[string]*share
-	// idempotent holds this outage's admissions by tenant and
-	// Idempotency-Key, so a retry to this replica is not admitted twice.
-	idempotent map[[2]string]idempotent
+	// idempotent holds this outage's admissions by tenant, face and
+	// Idempotency-Key, so a retry to this replica is not admitted twice
+	// (and a key sent through another face never meets it).
+	idempotent map[idemKey]idempotent
+}
+
+// idemKey is an Idempotency-Key in its tenant and face.
+type idemKey struct {
+	tenantID string
+	face     budget.Face
+	key      string
 }
 
 type idempotent struct {
@@ -58,8 +66,9 @@ type share struct {
 }
 
 type opened struct {
-	est estimator.Estimate
-	at  time.Time
+	est  estimator.Estimate
+	at   time.Time
+	face budget.Face // the face that made it, the only one that may end it
 }
 
 func (l *Local) now() time.Time {
@@ -121,9 +130,9 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	est, actor := p.Estimate, p.Actor
+	est, actor, face := p.Estimate, p.Actor, faceOr(p.Face)
 	if p.IdempotencyKey != "" {
-		if prior, ok := l.idempotent[[2]string{snap.TenantID, p.IdempotencyKey}]; ok {
+		if prior, ok := l.idempotent[idemKey{snap.TenantID, face, p.IdempotencyKey}]; ok {
 			if !bytes.Equal(prior.hash, p.RequestHash) {
 				return nil, budget.ErrIdempotencyMismatch
 			}
@@ -162,7 +171,7 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	r.Snapshot = sh.snapshot(snap.TenantID, now)
 	stored := budget.StoreEstimate(est)
 	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &stored, CreatedAt: now,
-		ExpiresAt: r.ExpiresAt, Actor: actor}
+		ExpiresAt: r.ExpiresAt, Actor: actor, Face: face}
 	if p.IdempotencyKey != "" {
 		response, err := budget.EncodeReservation(r)
 		if err != nil {
@@ -175,12 +184,12 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 		sh.state.Undebit(est.Cost, applied) // not journaled: not admitted
 		return nil, err
 	}
-	sh.open[id] = opened{est: est, at: now}
+	sh.open[id] = opened{est: est, at: now, face: face}
 	if p.IdempotencyKey != "" {
 		if l.idempotent == nil {
-			l.idempotent = map[[2]string]idempotent{}
+			l.idempotent = map[idemKey]idempotent{}
 		}
-		l.idempotent[[2]string{snap.TenantID, p.IdempotencyKey}] = idempotent{hash: p.RequestHash, r: r}
+		l.idempotent[idemKey{snap.TenantID, face, p.IdempotencyKey}] = idempotent{hash: p.RequestHash, r: r}
 	}
 	return r, nil
 }
@@ -196,7 +205,7 @@ func (l *Local) Settle(p budget.SettleParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, p.Defer, &p)
+	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, faceOr(p.Face), p.Defer, &p)
 }
 
 // Release journals a release like Settle; the whole estimate comes back.
@@ -205,7 +214,15 @@ func (l *Local) Release(p budget.ReleaseParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, p.Defer, nil)
+	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, faceOr(p.Face), p.Defer, nil)
+}
+
+// faceOr is f, or the API for none (budget.Face's zero).
+func faceOr(f budget.Face) budget.Face {
+	if f == "" {
+		return budget.FaceAPI
+	}
+	return f
 }
 
 // End is Settle (usage in and out) or Release of an admission named by id.
@@ -217,14 +234,21 @@ func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, ac
 }
 
 // end journals a settle (usage set) or a release of any admission; one by
-// key keeps its deferral (dp) for the replay.
-func (l *Local) end(tenantID, admissionID, key, actor string, dp *budget.Deferral, usage *budget.SettleParams) error {
+// key keeps its deferral (dp) for the replay. An admission made here
+// through another face is refused as the store refuses it
+// (*budget.OtherFaceError); of any other, the replay's store decides.
+func (l *Local) end(tenantID, admissionID, key, actor string, face budget.Face, dp *budget.Deferral, usage *budget.SettleParams) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if prior, ok := l.idempotent[[2]string{tenantID, key}]; key != "" && ok {
+	if prior, ok := l.idempotent[idemKey{tenantID, face, key}]; key != "" && ok {
 		admissionID, key = prior.r.AdmissionID, "" // made here: journaled by its id
 	}
-	rec := Record{Kind: KindRelease, AdmissionID: admissionID, IdempotencyKey: key, TenantID: tenantID, CreatedAt: l.now(), Actor: actor}
+	if s, ok := l.shares[tenantID]; ok && admissionID != "" {
+		if o, ok := s.open[admissionID]; ok && o.face != face {
+			return &budget.OtherFaceError{AdmissionID: admissionID, Face: o.face}
+		}
+	}
+	rec := Record{Kind: KindRelease, AdmissionID: admissionID, IdempotencyKey: key, TenantID: tenantID, CreatedAt: l.now(), Actor: actor, Face: face}
 	if key != "" {
 		rec.Defer = dp
 	}
@@ -348,7 +372,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		}
 		wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
 			Estimate: r.Estimate.Estimate(), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaNow: l.now(), Replica: l.Replica,
-			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response})
+			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response, Face: r.FaceOf()})
 		if err != nil {
 			return err
 		}
@@ -365,19 +389,20 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
 				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, ReasoningTokens: r.ReasoningTokens,
-				Actor: r.Actor, Defer: r.Defer})
+				Actor: r.Actor, Defer: r.Defer, Face: r.FaceOf()})
 		} else {
 			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
-				Actor: r.Actor, Defer: r.Defer})
+				Actor: r.Actor, Defer: r.Defer, Face: r.FaceOf()})
 		}
 		switch {
 		case errors.Is(err, budget.ErrDeferred):
 			// Its admission was made by another replica on its own, which
 			// has not replayed it yet: the store keeps it for that replay.
 			rep.Deferred++
-		case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound):
-			// Settled otherwise meanwhile, or never existed: the store's
-			// answer stands; the record has nothing left to apply.
+		case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound), errors.Is(err, budget.ErrOtherFace):
+			// Settled otherwise meanwhile, never existed, or another face's
+			// to end: the store's answer stands; the record has nothing
+			// left to apply.
 			if l.Logger != nil {
 				l.Logger.Warn("spooled settle or release not applied", "admission", r.AdmissionID, "tenant", r.TenantID, "error", err.Error())
 			}
