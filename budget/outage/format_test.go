@@ -43,6 +43,10 @@ func TestSpoolRecordFormat(t *testing.T) {
 		// A settle whose output was partly reasoning.
 		{Kind: outage.KindSettle, AdmissionID: "adm_c", TenantID: "acme", CreatedAt: at, InputTokens: 9, OutputTokens: 20, ReasoningTokens: 12,
 			Actor: "key:abc"},
+		// A reserve through the proxy, which only the proxy may end, its
+		// key in the proxy's namespace.
+		{Kind: outage.KindReserve, AdmissionID: "adm_d", TenantID: "acme", Estimate: &est, CreatedAt: at, ExpiresAt: at.Add(10 * time.Minute),
+			Actor: "proxy:key:abc", IdempotencyKey: "k-2", RequestHash: []byte{4}, Response: json.RawMessage(`{"admission_id":"adm_d"}`), Face: budget.FaceProxy},
 	}
 	var got bytes.Buffer
 	for _, r := range records {
