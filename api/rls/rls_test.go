@@ -401,7 +401,7 @@ func TestStreamEndBeforeItsAdmissionIsKept(t *testing.T) {
 			t.Fatalf("%s: %v %v", c.id, r, err)
 		}
 		var kept int
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM deferred_settles WHERE key = $1`, "rls:"+c.id).Scan(&kept); err != nil {
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM deferred_settles WHERE key = $1`, budget.FaceRLS.StoredKey("rls:"+c.id)).Scan(&kept); err != nil {
 			t.Fatal(err)
 		}
 		if (kept == 1) != c.kept {

@@ -109,10 +109,11 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 // TestKeyRuleAndFingerprintForEveryFace: the admission layer applies the
 // idempotency key's rule and fingerprints the request itself, whichever
 // face asks. 32 callers through the three faces send one key with one
-// body at once: exactly one admission is made and debited, every other
-// caller gets it back as a replay; the key with another body is a
-// mismatch; a key no face may send is refused as invalid, counted, and
-// debits nothing.
+// body at once: each face's key lives in its own namespace (issue 36, P1),
+// so exactly one admission is made and debited per face, every other
+// caller of that face gets it back as a replay; the key with another body
+// is a mismatch; a key no face may send is refused as invalid, counted,
+// and debits nothing.
 func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
@@ -145,15 +146,15 @@ func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	wg.Wait()
 	fresh := 0
 	for i := range callers {
-		if ids[i] != ids[0] {
-			t.Fatalf("caller %d got admission %s, caller 0 %s", i, ids[i], ids[0])
+		if f := i % len(faces); ids[i] != ids[f] {
+			t.Fatalf("caller %d through %s got admission %s, caller %d %s", i, faces[f], ids[i], f, ids[f])
 		}
 		if !replayed[i] {
 			fresh++
 		}
 	}
-	if fresh != 1 {
-		t.Fatalf("%d callers were admitted afresh, want 1", fresh)
+	if fresh != len(faces) || ids[0] == ids[1] || ids[1] == ids[2] || ids[0] == ids[2] {
+		t.Fatalf("%d callers were admitted afresh (%v), want one per face", fresh, ids[:len(faces)])
 	}
 	if _, err := reserve(admission.FaceRLS, "req-42", `{"other":"body"}`); !errors.Is(err, budget.ErrIdempotencyMismatch) {
 		t.Fatalf("the key with another body: %v, want a mismatch", err)
@@ -175,8 +176,8 @@ func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Tokens() != 10_000-100 {
-		t.Fatalf("balance %d, want one debit of 100", snap.Tokens())
+	if snap.Tokens() != 10_000-3*100 {
+		t.Fatalf("balance %d, want one debit of 100 per face", snap.Tokens())
 	}
 }
 
