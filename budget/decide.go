@@ -165,7 +165,8 @@ func namespaced(items []Item) []Item {
 // Settlement for a settle or release, or Err (a *RejectedError, a
 // *TooLargeError, ErrTenantNotFound, ErrTenantDisabled,
 // ErrIdempotencyMismatch, ErrAdmissionNotFound, ErrConflict, a *UsageError,
-// an *InvalidError, ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope).
+// an *InvalidError, an *OtherFaceError, ErrKeyRevoked, ErrGatewayRevoked or
+// ErrOutOfScope).
 type OpResult struct {
 	Reservation *Reservation
 	Settlement  *Settlement

@@ -163,8 +163,9 @@ type Settlement struct {
 // tenant's admission, or a key that names none), ErrDeferred (which wraps
 // it) when a key named none and the settle was kept (p.Defer), ErrConflict when the
 // admission was released or settled with different usage, what
-// p.Validate returns, a *UsageError (ErrUsageOutOfBounds), ErrKeyRevoked,
-// ErrGatewayRevoked or ErrOutOfScope.
+// p.Validate returns, a *UsageError (ErrUsageOutOfBounds), an
+// *OtherFaceError (ErrOtherFace) when another face than p.Face made the
+// admission, ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope.
 func (s *Store) Settle(ctx context.Context, p SettleParams) (*Settlement, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Settle: &p})
 	return r.Settlement, err
@@ -191,8 +192,8 @@ func (p ReleaseParams) Validate() error { return nameProblem(p.AdmissionID, p.Id
 // Release refunds an admission's whole estimate (capped at capacity): the
 // request never ran. Releasing again returns the original answer. It
 // returns ErrAdmissionNotFound, ErrDeferred (as Settle), ErrConflict when the admission was
-// already settled, what p.Validate returns, ErrKeyRevoked,
-// ErrGatewayRevoked or ErrOutOfScope.
+// already settled, what p.Validate returns, an *OtherFaceError (as
+// Settle), ErrKeyRevoked, ErrGatewayRevoked or ErrOutOfScope.
 func (s *Store) Release(ctx context.Context, p ReleaseParams) (*Settlement, error) {
 	r, err := s.decideOne(ctx, p.TenantID, Op{Release: &p})
 	return r.Settlement, err
