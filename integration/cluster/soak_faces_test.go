@@ -108,7 +108,7 @@ func (w *workload) proxyClient(r *rand.Rand, id int, stop <-chan struct{}) {
 		body := chatBody(p, maxOut, callID, stream, asked)
 		seen := proxySeen{call: callID, in: in, maxOut: maxOut, stream: stream, askedUsage: asked}
 		for attempt := 0; attempt < 4; attempt++ {
-			e := event{face: faceProxy, client: id, op: "call", tenant: tenant, key: idem, body: body, begin: time.Since(w.h.start), reservedCost: in + maxOut}
+			e := event{face: faceProxy, client: id, op: "call", tenant: tenant, key: proxyKey(idem), body: body, begin: time.Since(w.h.start), reservedCost: in + maxOut}
 			rep := w.pick(r)
 			e.replica = rep.name
 			e.code, e.typ, e.admission, e.retryAfter, e.proxy = proxyCall(rep.proxyURL, w.keys[tenant], idem, body, seen)
@@ -261,9 +261,20 @@ func (w *workload) rlsRetried(r *rand.Rand, client int, a rlsHeld, end bool, hit
 }
 
 // rlsKey is the idempotency key under which the service reserves a
-// request id (api/rls: "rls:" and the id), by which the checker finds its
-// admission.
-func rlsKey(requestID string) string { return "rls:" + requestID }
+// request id (api/rls: "rls:" and the id), as the store keeps it, in the
+// service's namespace (budget.Face.StoredKey: "rls " before it), by which
+// the checker finds its admission.
+func rlsKey(requestID string) string { return "rls rls:" + requestID }
+
+// proxyKey is a proxy call's Idempotency-Key as the store keeps it, in the
+// proxy's namespace (budget.Face.StoredKey: "proxy " before it; "" for
+// none).
+func proxyKey(idem string) string {
+	if idem == "" {
+		return ""
+	}
+	return "proxy " + idem
+}
 
 // rlsClients keeps one gRPC connection a replica address (a replica
 // started again has a new one) with the gateway's credential.
