@@ -60,6 +60,13 @@
 //     keeps it (deferred_settles, under the tenant lock, ErrDeferred), and
 //     the replay of the admission applies and deletes it in its own
 //     transaction (deferred.go): exactly once. Kept rows live 24 h.
+//   - An admission belongs to the face that made it (face.go: the API, the
+//     proxy, the rate limit service): only that face settles or releases
+//     it (OtherFaceError), and Idempotency-Keys live in their face's
+//     namespace (Face.StoredKey), so a tenant can neither end nor reach by
+//     key what the proxy or a gateway ends from the upstream's usage.
+//   - A replayed local admission whose debit stopped at the debt floor is
+//     refunded at most what it was debited (Admission.DebitedMicro).
 //
 // A decision is three steps and costs two round trips on one connection:
 // load (load.go: BEGIN; lock the tenant rows; read the clock and all the
