@@ -96,6 +96,20 @@ func classify(err error, acquiring, committing bool) error {
 	return err
 }
 
+// ReadError classifies the error of a read outside any decision (a ledger
+// page, a report, a tally): it wraps ErrUnavailable when the database
+// could not be reached (a connection refused, broken or timed out, a node
+// shutting down), so that the reads pool can fall back to the primary and
+// a face answer 503, and is err itself for an SQL error or a caller gone.
+func ReadError(err error) error {
+	err = classify(err, true, false)
+	var r errRetry
+	if errors.As(err, &r) {
+		return r.err
+	}
+	return err
+}
+
 func isClosedConn(err error) bool {
 	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }
