@@ -101,7 +101,15 @@ func classify(err error, acquiring, committing bool) error {
 // could not be reached (a connection refused, broken or timed out, a node
 // shutting down), so that the reads pool can fall back to the primary and
 // a face answer 503, and is err itself for an SQL error or a caller gone.
+//
+// Any failure to connect counts, whatever the server answered (a database
+// that refuses connections, one starting up or shutting down): the read
+// was not made there.
 func ReadError(err error) error {
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	err = classify(err, true, false)
 	var r errRetry
 	if errors.As(err, &r) {
