@@ -120,6 +120,14 @@ func (s *Server) adminLedgerExport(c *echo.Context) error {
 // exportLedger streams every entry matching f, oldest first by default, as
 // CSV or NDJSON, in constant memory: rows go out page by page as they are
 // read.
+//
+// A 200 is a complete export. The first page's query runs before the status
+// is sent, so a store that cannot answer is a JSON error like any other. A
+// failure after rows went out can no longer change the status: the
+// connection is broken off (http.ErrAbortHandler) without the chunked
+// body's last chunk, so that every HTTP client reports a truncated body as
+// an error (Go's io.ErrUnexpectedEOF, curl's exit 18) rather than a short
+// file that looks whole.
 func (s *Server) exportLedger(c *echo.Context, f ledger.Filter) error {
 	format := c.QueryParam("format")
 	if format == "" {
@@ -131,20 +139,25 @@ func (s *Server) exportLedger(c *echo.Context, f ledger.Filter) error {
 	if c.QueryParam("order") == "" {
 		f.Oldest = true // auditors read from the first entry
 	}
+	x, err := ledger.OpenExport(c.Request().Context(), s.reads, f)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
 	h := c.Response().Header()
 	h.Set("Cache-Control", "no-store")
 	var write func() error
 	if format == "csv" {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
 		h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.csv"`)
-		write = func() error { return ledger.WriteCSV(c.Request().Context(), s.reads, f, c.Response()) }
+		write = func() error { return x.WriteCSV(c.Response()) }
 	} else {
 		h.Set("Content-Type", "application/x-ndjson")
 		h.Set("Content-Disposition", `attachment; filename="tokengate-ledger.ndjson"`)
 		write = func() error {
 			enc := json.NewEncoder(c.Response())
 			n := 0
-			return ledger.EntryEach(c.Request().Context(), s.reads, f, func(e *ledger.Entry) error {
+			return x.Each(func(e *ledger.Entry) error {
 				if err := enc.Encode(entryOf(e)); err != nil {
 					return err
 				}
@@ -159,8 +172,11 @@ func (s *Server) exportLedger(c *echo.Context, f ledger.Filter) error {
 	}
 	c.Response().WriteHeader(http.StatusOK)
 	if err := write(); err != nil {
-		// The status is sent; a truncated body is the only signal left.
-		s.logger.Error("ledger export failed", "error", err.Error())
+		s.logger.Error("ledger export failed after its first rows: breaking the connection off", "error", err.Error())
+		// What was written goes out first, so that the client has the
+		// status and the rows, then a body that breaks.
+		_ = http.NewResponseController(c.Response()).Flush()
+		panic(http.ErrAbortHandler)
 	}
 	return nil
 }

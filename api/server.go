@@ -89,8 +89,9 @@ type Server struct {
 	echo *echo.Echo
 	db   *pgxpool.Pool
 	// reads is where ledger queries, exports and spend tallies go: a
-	// streaming replica's pool with --read-database-url, else db.
-	reads    *pgxpool.Pool
+	// streaming replica's pool with --read-database-url, db while it is
+	// down or without one (replica.Reads).
+	reads    *replica.Reads
 	logger   *slog.Logger
 	registry *prometheus.Registry
 	migrator *migrations.Migrator

@@ -267,7 +267,8 @@ func limitsOf(d limitsDetail) (Limits, error) {
 		return l, err
 	}
 	if len(d.Windows) > 0 {
-		if l.Windows, err = ParseWindows(d.Windows); err != nil {
+		// A stored template: its zones load as storedZone reads them.
+		if l.Windows, err = parseWindows(d.Windows, storedZone); err != nil {
 			return l, err
 		}
 	}

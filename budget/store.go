@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
 )
 
 var (
@@ -74,7 +75,7 @@ type Store struct {
 	// reads is where the reports read (Activity, DriftReport,
 	// RejectionsSince): a replica's pool with WithReads, else pool. The
 	// decisions never read from it.
-	reads *pgxpool.Pool
+	reads ledger.Querier
 
 	pingMu sync.Mutex
 	probe  *pgx.Conn // outside the pool, for Answering
@@ -88,12 +89,13 @@ func NewStore(pool *pgxpool.Pool) *Store {
 }
 
 // WithReads makes the store's reports (Activity, DriftReport,
-// RejectionsSince) read from reads, a pool on a streaming replica, and
-// returns the store: they scan the ledger and admissions over hours, which
-// a replica can answer without taking the primary's CPU from decisions.
-// Nothing a decision reads ever comes from it (a replica lags). nil keeps
-// the store's own pool.
-func (s *Store) WithReads(reads *pgxpool.Pool) *Store {
+// RejectionsSince) read from reads, a pool on a streaming replica (or a
+// router that falls back to the primary, replica.Reads), and returns the
+// store: they scan the ledger and admissions over hours, which a replica
+// can answer without taking the primary's CPU from decisions. Nothing a
+// decision reads ever comes from it (a replica lags). nil keeps the store's
+// own pool.
+func (s *Store) WithReads(reads ledger.Querier) *Store {
 	if reads != nil {
 		s.reads = reads
 	}

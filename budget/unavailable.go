@@ -96,6 +96,28 @@ func classify(err error, acquiring, committing bool) error {
 	return err
 }
 
+// ReadError classifies the error of a read outside any decision (a ledger
+// page, a report, a tally): it wraps ErrUnavailable when the database
+// could not be reached (a connection refused, broken or timed out, a node
+// shutting down), so that the reads pool can fall back to the primary and
+// a face answer 503, and is err itself for an SQL error or a caller gone.
+//
+// Any failure to connect counts, whatever the server answered (a database
+// that refuses connections, one starting up or shutting down): the read
+// was not made there.
+func ReadError(err error) error {
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) && !errors.Is(err, ErrUnavailable) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	err = classify(err, true, false)
+	var r errRetry
+	if errors.As(err, &r) {
+		return r.err
+	}
+	return err
+}
+
 func isClosedConn(err error) bool {
 	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }

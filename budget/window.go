@@ -5,13 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	// The IANA database is embedded so that a window's boundaries do not
-	// depend on the host: the release image is FROM scratch and has no
-	// /usr/share/zoneinfo, and a tenant's "Europe/Paris" must mean the same
-	// on every replica. (Go still prefers a host's zoneinfo when it has one;
-	// the embedded copy is the floor.)
-	_ "time/tzdata"
 )
 
 // WindowUnit is the length of a calendar window.
@@ -122,9 +115,18 @@ func (w Window) Validate() error {
 // and case-insensitive but the zone name, which IANA spells with capitals.
 // It returns a *LimitError naming the field. "Local" is refused: it is the
 // host's zone, and replicas on different hosts would disagree.
+//
+// The zone must be in the IANA database built into tokengate (zone.go),
+// not merely on this host, so that every replica accepts it.
 func ParseWindow(unit, zone, resetAt, weekStart string) (Window, error) {
+	return parseWindow(unit, zone, resetAt, weekStart, parseZone)
+}
+
+// parseWindow is ParseWindow with the zone read by zoneOf (storedZone for
+// stored rows).
+func parseWindow(unit, zone, resetAt, weekStart string, zoneOf func(string) (*time.Location, error)) (Window, error) {
 	w := Window{Unit: WindowUnit(strings.ToLower(strings.TrimSpace(unit))), WeekStart: time.Monday}
-	loc, err := parseZone(strings.TrimSpace(zone))
+	loc, err := zoneOf(strings.TrimSpace(zone))
 	if err != nil {
 		return Window{}, err
 	}
@@ -148,24 +150,6 @@ func ParseWindow(unit, zone, resetAt, weekStart string) (Window, error) {
 var weekdays = map[string]time.Weekday{
 	"sunday": time.Sunday, "monday": time.Monday, "tuesday": time.Tuesday, "wednesday": time.Wednesday,
 	"thursday": time.Thursday, "friday": time.Friday, "saturday": time.Saturday,
-}
-
-// parseZone loads an IANA zone; the embedded database (time/tzdata) makes
-// every name known on every host.
-func parseZone(name string) (*time.Location, error) {
-	switch {
-	case name == "":
-		return time.UTC, nil
-	case name == "Local":
-		return nil, &LimitError{windowFieldZone, `"Local" is the host's zone: name an IANA zone such as "Europe/Paris"`}
-	case len(name) > 64 || TextProblem(name) != "":
-		return nil, &LimitError{windowFieldZone, "must be an IANA time zone name such as \"Europe/Paris\""}
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		return nil, &LimitError{windowFieldZone, fmt.Sprintf("unknown time zone %q: want an IANA name such as \"Europe/Paris\"", name)}
-	}
-	return loc, nil
 }
 
 // parseResetAt reads "HH:MM" (one or two hour digits, two minute digits).

@@ -167,8 +167,11 @@ func (w WindowLimit) JSON() WindowJSON {
 
 // Limit reads j, returning a *LimitError naming field.<part> (field is
 // "windows[i]").
-func (j WindowJSON) Limit(field string) (WindowLimit, error) {
-	cal, err := ParseWindow(j.Unit, j.TimeZone, j.ResetAt, j.WeekStart)
+func (j WindowJSON) Limit(field string) (WindowLimit, error) { return j.limit(field, parseZone) }
+
+// limit is Limit with the zone read by zoneOf.
+func (j WindowJSON) limit(field string, zoneOf func(string) (*time.Location, error)) (WindowLimit, error) {
+	cal, err := parseWindow(j.Unit, j.TimeZone, j.ResetAt, j.WeekStart, zoneOf)
 	if err != nil {
 		le := err.(*LimitError)
 		return WindowLimit{}, &LimitError{field + "." + strings.TrimPrefix(le.Field, "window."), le.Reason}
@@ -199,10 +202,14 @@ func WindowsJSON(ws []WindowLimit) []WindowJSON {
 }
 
 // ParseWindows reads and validates windows as the API sends them.
-func ParseWindows(js []WindowJSON) ([]WindowLimit, error) {
+func ParseWindows(js []WindowJSON) ([]WindowLimit, error) { return parseWindows(js, parseZone) }
+
+// parseWindows is ParseWindows with the zones read by zoneOf (storedZone
+// for stored rows).
+func parseWindows(js []WindowJSON, zoneOf func(string) (*time.Location, error)) ([]WindowLimit, error) {
 	out := make([]WindowLimit, 0, len(js))
 	for i, j := range js {
-		w, err := j.Limit(fmt.Sprintf("windows[%d]", i))
+		w, err := j.limit(fmt.Sprintf("windows[%d]", i), zoneOf)
 		if err != nil {
 			return nil, err
 		}
@@ -254,7 +261,7 @@ func decodeWindows(config, usage []byte) ([]WindowLimit, []WindowUsage, error) {
 	}
 	ws := make([]WindowLimit, len(js))
 	for i, j := range js {
-		w, err := j.Limit("windows")
+		w, err := j.limit("windows", storedZone) // a zone this build cannot load never refuses the tenant
 		if err != nil {
 			return nil, nil, fmt.Errorf("budget: decode windows: %w", err)
 		}

@@ -183,36 +183,106 @@ func EntryQuery(ctx context.Context, q Querier, f Filter) ([]Entry, *Cursor, err
 // EntryEach streams every entry matching f (ignoring Limit) to fn, page by
 // page, so memory stays constant however many rows match.
 func EntryEach(ctx context.Context, q Querier, f Filter, fn func(*Entry) error) error {
-	f.Limit = 5000
-	for {
-		rows, err := q.Query(ctx, f.sql(), f.args()...)
+	x, err := OpenExport(ctx, q, f)
+	if err != nil {
+		return err
+	}
+	return x.Each(fn)
+}
+
+// exportPage is how many entries an export reads per query.
+const exportPage = 5000
+
+// Export is an export of every entry matching a filter whose first query
+// has answered and whose first row is read: a store that cannot answer
+// fails OpenExport, before its caller has written anything, so that the
+// caller still answers an error instead of a 200 with a header and no
+// rows. A failure after that (a later page) is Each's error, once rows
+// have gone out: the caller must then break the response off so that the
+// client sees it was cut (see the API's and the dashboard's exports).
+type Export struct {
+	ctx   context.Context
+	q     Querier
+	f     Filter
+	rows  pgx.Rows // the current page
+	first *Entry   // the first page's first entry, read by OpenExport; nil once given, or if none matched
+}
+
+// OpenExport runs the first page's query of an export of every entry
+// matching f (ignoring Limit) and reads its first row. The caller calls
+// Each, or Close.
+func OpenExport(ctx context.Context, q Querier, f Filter) (*Export, error) {
+	f.Limit = exportPage
+	rows, err := q.Query(ctx, f.sql(), f.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: export: %w", err)
+	}
+	x := &Export{ctx: ctx, q: q, f: f, rows: rows}
+	if rows.Next() {
+		e, err := scanEntry(rows)
 		if err != nil {
-			return fmt.Errorf("ledger: export: %w", err)
+			rows.Close()
+			return nil, fmt.Errorf("ledger: export: %w", err)
 		}
-		n := 0
-		var last Entry
-		for rows.Next() {
-			e, err := scanEntry(rows)
-			if err != nil {
-				rows.Close()
-				return fmt.Errorf("ledger: export: %w", err)
-			}
-			if err := fn(&e); err != nil {
-				rows.Close()
-				return err
-			}
-			last = e
-			n++
+		x.first = &e
+		return x, nil
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: export: %w", err)
+	}
+	return x, nil
+}
+
+// Close releases the current page's rows. Each closes them itself.
+func (x *Export) Close() { x.rows.Close() }
+
+// Each streams every entry to fn, page by page, so memory stays constant
+// however many rows match.
+func (x *Export) Each(fn func(*Entry) error) error {
+	defer x.Close()
+	for {
+		n, last, err := x.page(fn)
+		if err != nil {
+			return err
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("ledger: export: %w", err)
-		}
-		if n < f.Limit {
+		if n < x.f.Limit {
 			return nil
 		}
-		f.After = &Cursor{CreatedAt: last.CreatedAt, TenantID: last.TenantID, Seq: last.Seq}
+		x.f.After = &Cursor{CreatedAt: last.CreatedAt, TenantID: last.TenantID, Seq: last.Seq}
+		if x.rows, err = x.q.Query(x.ctx, x.f.sql(), x.f.args()...); err != nil {
+			return fmt.Errorf("ledger: export: %w", err)
+		}
 	}
+}
+
+// page gives fn the current page's entries, and returns how many there
+// were and the last.
+func (x *Export) page(fn func(*Entry) error) (n int, last Entry, err error) {
+	defer x.rows.Close()
+	if e := x.first; e != nil {
+		x.first = nil
+		if err := fn(e); err != nil {
+			return 0, last, err
+		}
+		last, n = *e, 1
+	}
+	for x.rows.Next() {
+		e, err := scanEntry(x.rows)
+		if err != nil {
+			return 0, last, fmt.Errorf("ledger: export: %w", err)
+		}
+		if err := fn(&e); err != nil {
+			return 0, last, err
+		}
+		last = e
+		n++
+	}
+	x.rows.Close()
+	if err := x.rows.Err(); err != nil {
+		return 0, last, fmt.Errorf("ledger: export: %w", err)
+	}
+	return n, last, nil
 }
 
 // CSVHeader is the first line of a CSV export.
@@ -270,12 +340,22 @@ func CSVRecord(e *Entry) []string {
 
 // WriteCSV streams every entry matching f to w as CSV, header first.
 func WriteCSV(ctx context.Context, q Querier, f Filter, w io.Writer) error {
+	x, err := OpenExport(ctx, q, f)
+	if err != nil {
+		return err
+	}
+	return x.WriteCSV(w)
+}
+
+// WriteCSV streams the export to w as CSV, header first.
+func (x *Export) WriteCSV(w io.Writer) error {
+	defer x.Close()
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
 	}
 	n := 0
-	err := EntryEach(ctx, q, f, func(e *Entry) error {
+	err := x.Each(func(e *Entry) error {
 		if err := cw.Write(CSVRecord(e)); err != nil {
 			return err
 		}

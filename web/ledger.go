@@ -132,22 +132,32 @@ func (d *Dashboard) ledgerPage(c *echo.Context) error {
 }
 
 // ledgerCSV streams every entry matching the filter (all pages) as a CSV
-// attachment; memory stays flat however many rows match.
+// attachment; memory stays flat however many rows match. As the API's
+// export: the first query answers before the status is sent (a failure is
+// an error page), and a failure after rows went out breaks the connection
+// off, so that the browser reports a failed download instead of saving a
+// short file.
 func (d *Dashboard) ledgerCSV(c *echo.Context) error {
 	filter, f := parseFilter(c.QueryParams())
 	if !f.OK() {
 		return pageErr(http.StatusBadRequest, "The export's filter is not valid: "+f.Problems()[0]+".")
 	}
 	filter.After = nil
+	x, err := ledger.OpenExport(c.Request().Context(), d.reads, filter)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
 	name := "tokengate-ledger-" + time.Now().UTC().Format("20060102T150405Z") + ".csv"
 	h := c.Response().Header()
 	h.Set("Content-Type", "text/csv; charset=utf-8")
 	h.Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	c.Response().WriteHeader(http.StatusOK)
-	if err := ledger.WriteCSV(c.Request().Context(), d.reads, filter, c.Response()); err != nil {
-		// The status is sent; the truncated file is all the client gets.
-		d.logger.ErrorContext(c.Request().Context(), "ledger export failed", "error", err.Error(),
+	if err := x.WriteCSV(c.Response()); err != nil {
+		d.logger.ErrorContext(c.Request().Context(), "ledger export failed after its first rows: breaking the connection off", "error", err.Error(),
 			"request_id", h.Get(echo.HeaderXRequestID))
+		_ = http.NewResponseController(c.Response()).Flush() // the rows so far, then a body that breaks
+		panic(http.ErrAbortHandler)
 	}
 	return nil
 }

@@ -317,6 +317,10 @@ type readsNote struct {
 	Seconds string // the lag in seconds, for data-lag-seconds
 	At      string // the reading's time, UTC
 	Err     string
+	// Down: the replica could not be reached, and the reads go to the
+	// primary until it answers again (replica.Reads); DownErr says why.
+	Down    bool
+	DownErr string
 }
 
 // readsNote is nil when the reads go to the primary's pool.
@@ -325,7 +329,9 @@ func (d *Dashboard) readsNote() *readsNote {
 		return nil
 	}
 	r := d.lag.Last()
-	n := &readsNote{Standby: r.Standby, OK: r.OK, Err: r.Err, Seconds: strconv.FormatFloat(r.Seconds, 'f', 3, 64), Lag: "none"}
+	n := &readsNote{Standby: r.Standby, OK: r.OK, Err: r.Err, Seconds: strconv.FormatFloat(r.Seconds, 'f', 3, 64), Lag: "none",
+		DownErr: d.reads.DownReason()}
+	n.Down = n.DownErr != ""
 	if !r.At.IsZero() {
 		n.At = r.At.UTC().Format("15:04:05")
 	}

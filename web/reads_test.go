@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -61,4 +63,42 @@ func between(s, from, to string) string {
 		return s[:j]
 	}
 	return s
+}
+
+// TestDashboardWithTheReadsPoolDown: with the reads pool's server down,
+// the overview, the tenant, ledger and drift pages and the ledger's CSV
+// answer from the primary (they answered 500), and the overview says so.
+func TestDashboardWithTheReadsPoolDown(t *testing.T) {
+	t.Parallel()
+	reads := pgtest.New(t, nil)
+	b := setup(t, func(rc *replica.Config, _ *web.Config) { rc.Reads = reads })
+	key := b.tenant(t, "acme", limits(100_000, "1"))
+	if rec := b.admit(t, key, 100); rec.Code != http.StatusCreated {
+		t.Fatalf("admit: %d %s", rec.Code, rec.Body)
+	}
+	c := b.client(t, "192.0.2.62")
+	c.mustLogin()
+	// As a stopped server is to its clients: sessions ended, connections refused.
+	db := pgx.Identifier{reads.Config().ConnConfig.Database}.Sanitize()
+	admin := pgtest.Admin(t)
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS false"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(ctx, "ALTER DATABASE "+db+" ALLOW_CONNECTIONS true") })
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+		reads.Config().ConnConfig.Database); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/ledger", "/", "/tenants/acme", "/models", "/ledger.csv"} {
+		rec := c.get(path)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s with the reads pool down: %d %s", path, rec.Code, rec.Body)
+		}
+		if path == "/ledger.csv" && strings.Count(rec.Body.String(), "\nacme,") != 2 {
+			t.Fatalf("the CSV with the reads pool down: %s", rec.Body)
+		}
+	}
+	if body := c.get("/").Body.String(); !strings.Contains(body, "read from the primary while the replica is unreachable") {
+		t.Fatalf("the overview's read note: %s", between(body, `id="read-replica"`, "</p>"))
+	}
 }

@@ -36,8 +36,9 @@ type Config struct {
 type Dashboard struct {
 	db *pgxpool.Pool
 	// reads is where the ledger pages, exports and spend tallies read
-	// (a streaming replica with --read-database-url, else db).
-	reads *pgxpool.Pool
+	// (a streaming replica with --read-database-url, db while it is down
+	// or without one: replica.Reads).
+	reads *replica.Reads
 	// lag is how far reads is behind db, nil when reads is db.
 	lag    *replica.Lag
 	store  *budget.Store

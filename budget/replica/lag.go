@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokengate/tokengate/budget"
 )
 
 // Lag measures how far the reads pool (a streaming replica) is behind the
@@ -17,6 +20,9 @@ import (
 // prometheus.Collector.
 type Lag struct {
 	primary, reads *pgxpool.Pool
+	// route, when set, is told whether the reads pool answered: a reading
+	// that reaches it sends the reads back to it (Reads).
+	route *Reads
 
 	mu        sync.Mutex
 	last      LagReading
@@ -55,7 +61,15 @@ func NewLag(primary, reads *pgxpool.Pool) *Lag {
 // Check takes one reading. It returns the error that made it fail, which
 // the reading also keeps.
 func (l *Lag) Check(ctx context.Context) error {
-	r, err := l.read(ctx)
+	r, readsErr, err := l.read(ctx)
+	if l.route != nil {
+		switch {
+		case readsErr == nil:
+			l.route.markUp()
+		case errors.Is(budget.ReadError(readsErr), budget.ErrUnavailable):
+			l.route.markDown(readsErr)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
@@ -82,30 +96,32 @@ func (l *Lag) moveToStandby(r LagReading) {
 	l.reads.Reset()
 }
 
-func (l *Lag) read(ctx context.Context) (LagReading, error) {
+// read takes a reading; readsErr is the reads pool's own failure (nil
+// when it answered, though the primary may not have).
+func (l *Lag) read(ctx context.Context) (r LagReading, readsErr, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r := LagReading{At: time.Now(), OK: true}
+	r = LagReading{At: time.Now(), OK: true}
 	var replayed string
 	var secs float64
-	err := l.reads.QueryRow(ctx, `SELECT pg_is_in_recovery(), coalesce(pg_last_wal_replay_lsn()::text, ''),
+	err = l.reads.QueryRow(ctx, `SELECT pg_is_in_recovery(), coalesce(pg_last_wal_replay_lsn()::text, ''),
 		CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
 		     ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)::float8 END`).
 		Scan(&r.Standby, &replayed, &secs)
 	if err != nil {
-		return r, fmt.Errorf("replica lag: the reads pool: %w", err)
+		return r, err, fmt.Errorf("replica lag: the reads pool: %w", err)
 	}
 	if !r.Standby {
-		return r, nil
+		return r, nil, nil
 	}
 	if err := l.primary.QueryRow(ctx, `SELECT greatest(pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn), 0)::bigint`, replayed).
 		Scan(&r.Bytes); err != nil {
-		return r, fmt.Errorf("replica lag: the primary: %w", err)
+		return r, nil, fmt.Errorf("replica lag: the primary: %w", err)
 	}
 	if r.Bytes > 0 {
 		r.Seconds = secs
 	}
-	return r, nil
+	return r, nil, nil
 }
 
 // Last is the last reading.
@@ -124,6 +140,8 @@ var (
 		"1 when the reads pool's connections go to a standby, 0 when to the primary.", nil, nil)
 	lagUpDesc = prometheus.NewDesc("tokengate_read_replica_up",
 		"1 when the last lag reading succeeded.", nil, nil)
+	lagFallbackDesc = prometheus.NewDesc("tokengate_read_replica_fallback",
+		"1 while the reads that may lag go to the primary because the reads pool cannot be reached.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -132,6 +150,7 @@ func (l *Lag) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagBytesDesc
 	ch <- lagStandbyDesc
 	ch <- lagUpDesc
+	ch <- lagFallbackDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -145,6 +164,7 @@ func (l *Lag) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lagBytesDesc, prometheus.GaugeValue, bytes)
 	ch <- prometheus.MustNewConstMetric(lagStandbyDesc, prometheus.GaugeValue, b2f(r.Standby))
 	ch <- prometheus.MustNewConstMetric(lagUpDesc, prometheus.GaugeValue, b2f(r.OK))
+	ch <- prometheus.MustNewConstMetric(lagFallbackDesc, prometheus.GaugeValue, b2f(l.route != nil && l.route.Down()))
 }
 
 func b2f(b bool) float64 {

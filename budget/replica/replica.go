@@ -34,8 +34,8 @@ type Config struct {
 	// Reads, when set, is a pool on a streaming replica (or one that may
 	// fall back to the primary) for the reads that may lag: ledger
 	// queries, exports, drift reports and the dashboard's tallies. The
-	// decisions never read from it. It belongs to the caller. Defaults to
-	// DB.
+	// decisions never read from it. It belongs to the caller. Nil: those
+	// reads go to DB.
 	Reads *pgxpool.Pool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
@@ -91,8 +91,9 @@ type Config struct {
 // shared by every face; they are safe for concurrent use.
 type Replica struct {
 	DB *pgxpool.Pool
-	// Reads is where the reads that may lag go (Config.Reads, else DB).
-	Reads *pgxpool.Pool
+	// Reads is where the reads that may lag go: Config.Reads, or DB
+	// while it is down or when there is none (Reads).
+	Reads *Reads
 	// Lag measures how far Reads is behind DB: nil when Reads is DB. The
 	// caller runs its Check periodically.
 	Lag        *Lag
@@ -130,11 +131,11 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Store = budget.NewStore(cfg.DB)
 	}
 	var lag *Lag
-	if cfg.Reads == nil {
-		cfg.Reads = cfg.DB
-	} else {
-		cfg.Store.WithReads(cfg.Reads)
+	reads := NewReads(cfg.DB, cfg.Reads)
+	if cfg.Reads != nil {
+		cfg.Store.WithReads(reads)
 		lag = NewLag(cfg.DB, cfg.Reads)
+		lag.route = reads
 		cfg.Registry.MustRegister(lag)
 	}
 	// The store bounds and prices settles with the table the replica
@@ -167,7 +168,7 @@ func New(cfg Config) (*Replica, error) {
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
 		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
 	return &Replica{
-		DB: cfg.DB, Reads: cfg.Reads, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
+		DB: cfg.DB, Reads: reads, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
 	}, nil
 }

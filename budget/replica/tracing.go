@@ -58,8 +58,15 @@ const (
 // (default parentbased_always_on); a value the SDK would ignore with a
 // warning is an error here, so that a typo does not trace everything.
 func TracingFromEnv(ctx context.Context) (*Tracing, error) {
-	if on, _ := strconv.ParseBool(strings.TrimSpace(os.Getenv(envSDKDisabled))); on {
-		return nil, nil
+	if v := strings.TrimSpace(os.Getenv(envSDKDisabled)); v != "" {
+		// A value that is not a boolean ("yes") would leave tracing on.
+		off, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, envError(envSDKDisabled, v, "use true or false")
+		}
+		if off {
+			return nil, nil
+		}
 	}
 	exporter := strings.ToLower(strings.TrimSpace(os.Getenv(envTracesExporter)))
 	switch exporter {
@@ -72,6 +79,9 @@ func TracingFromEnv(ctx context.Context) (*Tracing, error) {
 	if exporter == "" && os.Getenv(envEndpoint) == "" && os.Getenv(envTracesEndpoint) == "" {
 		return nil, nil
 	}
+	if err := checkTracingEnv(); err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
 	sampler, err := samplerFromEnv()
 	if err != nil {
 		return nil, err
@@ -80,6 +90,8 @@ func TracingFromEnv(ctx context.Context) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Both protocol variables are checked (checkTracingEnv); the
+	// _TRACES_ one wins.
 	protocol := strings.TrimSpace(os.Getenv(envTracesProtocol))
 	if protocol == "" {
 		protocol = strings.TrimSpace(os.Getenv(envProtocol))

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
@@ -56,5 +60,45 @@ func TestServeTracesFromTheEnvironment(t *testing.T) {
 	if a := adm[0]; a.TraceID != "5b8efff798038103d269b633813fc60c" || a.ParentSpanID != "eee19b7ec3c1b174" ||
 		a.Resource["service.name"] != "tokengate-eu" || a.Attrs["tokengate.outcome"] != "admitted" {
 		t.Fatalf("admission span %+v", a)
+	}
+}
+
+// TestServeExitsOnABadTracingVariable: `serve` with an OTEL_ variable the
+// SDK would misread exits with status 1 and a message naming it, as an
+// operator sees it (the test binary runs main in a child process): never a
+// panic (a negative OTEL_BSP_MAX_QUEUE_SIZE made the batch processor's
+// channel panic, status 2), never a replica exporting to localhost.
+func TestServeExitsOnABadTracingVariable(t *testing.T) {
+	if args := os.Getenv("TOKENGATE_TEST_MAIN"); args != "" {
+		os.Args = append([]string{"tokengate"}, strings.Fields(args)...)
+		main()
+		os.Exit(0)
+	}
+	dbURL := pgtest.EmptyURL(t)
+	for _, tc := range []struct{ key, value string }{
+		{"OTEL_BSP_MAX_QUEUE_SIZE", "-5"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			// A serve that accepted the value would run until killed: 60 s
+			// is far past a start that fails on the environment.
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestServeExitsOnABadTracingVariable$")
+			cmd.Env = append(os.Environ(),
+				"TOKENGATE_TEST_MAIN=serve --database-url "+dbURL+" --migrate --addr "+freeAddr(t)+" --log-level error",
+				"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:1", tc.key+"="+tc.value)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if ctx.Err() != nil {
+				t.Fatalf("serve with %s=%s was still serving after 60 s; output:\n%s", tc.key, tc.value, out)
+			}
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("serve with %s=%s: %v, want exit status 1; output:\n%s", tc.key, tc.value, err, out)
+			}
+			if want := "tokengate: tracing: " + tc.key + "="; !strings.Contains(string(out), want) || strings.Contains(string(out), "panic") {
+				t.Fatalf("serve with %s=%s said:\n%s\nwant a line with %q and no panic", tc.key, tc.value, out, want)
+			}
+		})
 	}
 }
