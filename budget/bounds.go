@@ -60,8 +60,12 @@ var ErrDebtFloor = errors.New("budget: the balance would go below the debt floor
 
 // UsageBounds is the most usage a settle of an admission that reserved e
 // may report: output up to the output it reserved, and input plus output
-// up to the model's context window in t (or the reservation, if larger: a
-// batch of prompts or n > 1 reserves for several sequences). A model t
+// up to the model's widest context window in t (or the reservation, if
+// larger: a batch of prompts or n > 1 reserves for several sequences).
+// The widest: a call of a model that offers Anthropic's 1M-context beta
+// may have carried it (estimator.Model.WidestContextWindow), and an
+// admission does not record whether it did. The counts are raw tokens,
+// before any cache weight (SettleParams.Usage weighs them after). A model t
 // does not know is held to MaxUnknownModelUsage. A nil t is the seeded
 // table.
 func UsageBounds(e estimator.Estimate, t *estimator.Table) (maxOutput, maxTotal int64) {
@@ -70,7 +74,7 @@ func UsageBounds(e estimator.Estimate, t *estimator.Table) (maxOutput, maxTotal 
 	}
 	window := int64(MaxUnknownModelUsage)
 	if m, known := t.Lookup(e.Model); known {
-		window = m.ContextWindow
+		window = m.WidestContextWindow()
 	}
 	reserved, ok := add64(max(e.InputTokens, 0), max(e.OutputTokens, 0))
 	if !ok {

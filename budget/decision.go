@@ -206,7 +206,9 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	if usage != nil {
 		// Usage no request could have produced is refused before anything
 		// moves: it would charge without bound.
-		if err := CheckUsage(a.Estimate, d.table, in, out); err != nil {
+		// The bounds count raw tokens: cache weights come after.
+		rawIn, rawOut := usage.Tokens(a.Estimate)
+		if err := CheckUsage(a.Estimate, d.table, rawIn, rawOut); err != nil {
 			return nil, err
 		}
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)

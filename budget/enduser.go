@@ -94,9 +94,12 @@ type EndUserSource string
 
 // The sources of end-user ids.
 const (
-	// SourceUser is OpenAI's `user` body field.
+	// SourceUser is OpenAI's `user` body field; on Anthropic's Messages
+	// wire, its one end-user field, `metadata.user_id`
+	// (estimator.EndUserFields.Field).
 	SourceUser EndUserSource = "user"
-	// SourceSafetyIdentifier is OpenAI's `safety_identifier` body field.
+	// SourceSafetyIdentifier is OpenAI's `safety_identifier` body field;
+	// on Anthropic's Messages wire, `metadata.user_id`.
 	SourceSafetyIdentifier EndUserSource = "safety_identifier"
 	// SourceMetadataUserID is Anthropic's `metadata.user_id` body field.
 	SourceMetadataUserID EndUserSource = "metadata.user_id"

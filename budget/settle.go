@@ -109,7 +109,7 @@ func (p SettleParams) Validate() error {
 }
 
 // Usage is the input and output tokens a settle p charges an admission
-// reserved as e, before the usage bounds (CheckUsage) apply to them: with
+// reserved as e (the usage bounds apply to its Tokens, before weights): with
 // RefundTokens, the estimate's cost less the refund (never below 0) as
 // input and no output; otherwise the input with its cached parts priced at
 // the cache weights of e's model in t (nil: the seeded table), and
@@ -128,6 +128,18 @@ func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out i
 		in = m.EffectiveCacheInput(in, estimator.CacheUsage{Read: p.CachedInputTokens, Write5m: p.CacheWriteTokens, Write1h: p.CacheWrite1hTokens})
 	}
 	return in, out
+}
+
+// Tokens is the input and output tokens p reports as they were counted,
+// before any cache weight: what the usage bounds (CheckUsage) judge, since
+// a context window holds tokens, not their price. A 150 000-token write to
+// the one-hour cache fits a 200 000-token window, though Usage charges it
+// as 300 000 input tokens. A refund's is what Usage charges.
+func (p SettleParams) Tokens(e estimator.Estimate) (in, out int64) {
+	if p.RefundTokens > 0 {
+		return p.Usage(e, nil)
+	}
+	return p.InputTokens, p.OutputTokens
 }
 
 // nameProblem is the rule of a settle's or release's admission: named by

@@ -201,14 +201,15 @@ func TestReleaseByKeyGivesThePoolBack(t *testing.T) {
 
 // TestCachedInputPricedInTheDecision: a settle's cached input tokens are
 // priced at the cached-input weight of the admission's model in the
-// store's model table, and the usage bounds apply to that effective input,
-// which the admission records. Cached tokens outside 0..input are refused
+// store's model table, which the admission records as its effective
+// input; the usage bounds apply to the raw tokens, before the weights. Cached tokens outside 0..input are refused
 // and nothing changes.
 func TestCachedInputPricedInTheDecision(t *testing.T) {
 	t.Parallel()
 	b, _ := setupFrozen(t)
 	m, _ := estimator.DefaultTable().Lookup("gpt-4o")
 	m.CachedInputWeightMicro = estimator.WeightOne / 2
+	m.CacheWriteWeightMicro = 2 * estimator.WeightOne
 	table, err := estimator.DefaultTable().With([]estimator.Model{m})
 	if err != nil {
 		t.Fatal(err)
@@ -227,15 +228,20 @@ func TestCachedInputPricedInTheDecision(t *testing.T) {
 		t.Fatalf("the same settle again: %+v %v", st, err)
 	}
 
-	// The bounds apply to the effective input: 200,000 prompt tokens, all
-	// cached, are 100,000 at the cached weight, within gpt-4o's window.
+	// The bounds apply to the raw tokens, before any weight (issue 36 P2):
+	// 200,000 prompt tokens never fit gpt-4o's 128,000-token window, cached
+	// or not; 100,000 written to the cache at a weight of 2 do, and are
+	// charged as 200,000.
 	r2 := b.mustReserve(t, "acme", 100)
-	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 200_000, OutputTokens: 10})); !errors.Is(err, budget.ErrUsageOutOfBounds) {
-		t.Fatalf("200,000 uncached input tokens: %v", err)
+	for _, cached := range []int64{0, 200_000} {
+		if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 200_000,
+			CachedInputTokens: cached, OutputTokens: 10})); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+			t.Fatalf("200,000 input tokens, %d cached: %v", cached, err)
+		}
 	}
-	st, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 200_000, CachedInputTokens: 200_000, OutputTokens: 10})
-	if err != nil || *st.Admission.ActualInput != 100_000 {
-		t.Fatalf("200,000 cached input tokens: %+v %v", st, err)
+	st, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 100_000, CacheWriteTokens: 100_000, OutputTokens: 10})
+	if err != nil || *st.Admission.ActualInput != 200_000 || *st.Admission.ActualCost != 200_010 {
+		t.Fatalf("100,000 input tokens written to the cache: %+v %v", st, err)
 	}
 
 	r3 := b.mustReserve(t, "acme", 100)

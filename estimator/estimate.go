@@ -104,6 +104,9 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 		m = unknownModel
 		outLimit = m.ContextWindow
 	}
+	if r.context1M {
+		m.ContextWindow = m.WidestContextWindow() // Anthropic's 1M-context beta
+	}
 	enc, err := getEncoder(m.Encoding)
 	if err != nil {
 		return Estimate{}, err

@@ -85,6 +85,8 @@ type Request struct {
 	messagesAPI bool
 
 	endUser EndUserFields // see EndUserFields
+
+	context1M bool // estimated with the model's widest window (WithContext1M)
 }
 
 type promptEntry struct {

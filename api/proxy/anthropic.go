@@ -72,7 +72,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 	req, err := estimator.ParseMessages(body)
 	var est estimator.Estimate
 	if err == nil {
-		est, err = p.estimator.Estimate(req)
+		est, err = p.estimator.Estimate(withContext1M(req, r))
 	}
 	if err != nil {
 		p.invalid(start)
@@ -114,7 +114,7 @@ func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, body []byte)
 	req, err := estimator.ParseCountTokens(body)
 	var est estimator.Estimate
 	if err == nil {
-		est, err = p.estimator.Estimate(req)
+		est, err = p.estimator.Estimate(withContext1M(req, r))
 	}
 	if err != nil {
 		p.calls.WithLabelValues("invalid").Inc()
@@ -229,7 +229,7 @@ func (c *call) forwardMessages(w http.ResponseWriter, r *http.Request, body []by
 
 // anthropicUsage is Anthropic's usage object, in a whole answer, in
 // message_start's message and in message_delta (where each field given is
-// the total so far).
+// the total so far: merge).
 type anthropicUsage struct {
 	InputTokens              *int64 `json:"input_tokens"`
 	OutputTokens             *int64 `json:"output_tokens"`
@@ -273,26 +273,34 @@ func (u *anthropicUsage) messagesUsage() messagesUsage {
 }
 
 // merge applies the fields u gives over m's (a stream's message_delta
-// over its message_start).
+// over its message_start). Anthropic's counts are cumulative: each one
+// message_delta states is the total so far, never less than message_start
+// said. So a field takes the larger of what is known and what u says: a
+// zero or an absent field (a message_delta with input_tokens 0, as some
+// relays write it) never erases a known count, and a later, larger total
+// replaces an earlier one. The cache's writes are one total; their split
+// by lifetime is u's when it states one for a total at least as large,
+// else the 1 hour part known so far, the rest at 5 minutes.
 func (m *messagesUsage) merge(u *anthropicUsage) {
 	if u == nil {
 		return
 	}
 	uncached := m.input - m.cache.Read - m.cache.Write5m - m.cache.Write1h
 	if u.InputTokens != nil {
-		uncached = tokenCount(u.InputTokens)
+		uncached = max(uncached, tokenCount(u.InputTokens))
 	}
 	if u.OutputTokens != nil {
-		m.output = tokenCount(u.OutputTokens)
+		m.output = max(m.output, tokenCount(u.OutputTokens))
 	}
 	if u.CacheReadInputTokens != nil {
-		m.cache.Read = tokenCount(u.CacheReadInputTokens)
+		m.cache.Read = max(m.cache.Read, tokenCount(u.CacheReadInputTokens))
 	}
 	if u.CacheCreationInputTokens != nil {
-		written := tokenCount(u.CacheCreationInputTokens)
-		m.cache.Write5m, m.cache.Write1h = written, 0
-		if cc := u.CacheCreation; cc != nil && cc.Ephemeral1h != nil {
-			m.cache.Write1h = min(tokenCount(cc.Ephemeral1h), written)
+		if written := tokenCount(u.CacheCreationInputTokens); written >= m.cache.Write5m+m.cache.Write1h {
+			m.cache.Write1h = min(m.cache.Write1h, written)
+			if cc := u.CacheCreation; cc != nil && cc.Ephemeral1h != nil {
+				m.cache.Write1h = min(tokenCount(cc.Ephemeral1h), written)
+			}
 			m.cache.Write5m = written - m.cache.Write1h
 		}
 	}

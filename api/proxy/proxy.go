@@ -407,24 +407,34 @@ func peerAddr(r *http.Request) string {
 // streamOptions is what the proxy must know of a request's streaming.
 type streamOptions struct{ stream, includeUsage bool }
 
+// readStreamOptions reads stream and stream_options.include_usage by
+// their exact names. OpenAI's API reads its JSON keys case-sensitively: a
+// "Stream_Options" or "Include_Usage" is no option upstream, so it must be
+// none here either (encoding/json's struct fields would match it
+// case-insensitively, and the usage chunk the proxy settles from would
+// never be asked for).
 func readStreamOptions(body []byte) (streamOptions, error) {
-	var v struct {
-		Stream        *bool `json:"stream"`
-		StreamOptions *struct {
-			IncludeUsage *bool `json:"include_usage"`
-		} `json:"stream_options"`
-	}
-	if err := json.Unmarshal(body, &v); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
 		return streamOptions{}, errors.New("must be an object")
 	}
 	var o streamOptions
-	if v.Stream != nil {
-		o.stream = *v.Stream
-	}
-	if v.StreamOptions != nil && v.StreamOptions.IncludeUsage != nil {
-		o.includeUsage = *v.StreamOptions.IncludeUsage
+	var so map[string]json.RawMessage
+	switch {
+	case !optional(top["stream"], &o.stream):
+		return o, errors.New("stream must be a boolean")
+	case !optional(top["stream_options"], &so):
+		return o, errors.New("must be an object")
+	case !optional(so["include_usage"], &o.includeUsage):
+		return o, errors.New("include_usage must be a boolean")
 	}
 	return o, nil
+}
+
+// optional decodes raw into v when it is given and not null, and says
+// whether it could.
+func optional(raw json.RawMessage, v any) bool {
+	return raw == nil || string(raw) == "null" || json.Unmarshal(raw, v) == nil
 }
 
 // withIncludeUsage returns body with stream_options.include_usage set.

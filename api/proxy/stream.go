@@ -89,7 +89,10 @@ type chunk struct {
 	Choices []struct {
 		Index int `json:"index"`
 		Delta struct {
-			Content string `json:"content"`
+			Content      string         `json:"content"`
+			Refusal      string         `json:"refusal"`
+			ToolCalls    []toolCallPart `json:"tool_calls"`
+			FunctionCall *functionPart  `json:"function_call"` // the legacy functions API
 		} `json:"delta"`
 		Text string `json:"text"` // completions
 	} `json:"choices"`
@@ -97,6 +100,32 @@ type chunk struct {
 	Response *struct {
 		Usage *wireUsage `json:"usage"`
 	} `json:"response"`
+}
+
+// toolCallPart and functionPart are a streamed tool call's pieces: the
+// model writes its name and arguments as output tokens.
+type toolCallPart struct {
+	Function *functionPart `json:"function"`
+}
+
+type functionPart struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func (f *functionPart) writeTo(sb *strings.Builder) {
+	if f != nil {
+		sb.WriteString(f.Name)
+		sb.WriteString(f.Arguments)
+	}
+}
+
+// responsesOutputDeltas are the Responses API's streamed events whose
+// delta is text the model wrote: its answer, a refusal, a function call's
+// or a custom tool's input, and its reasoning text.
+var responsesOutputDeltas = map[string]bool{
+	"response.output_text.delta": true, "response.refusal.delta": true, "response.function_call_arguments.delta": true,
+	"response.custom_tool_call_input.delta": true, "response.reasoning_text.delta": true, "response.reasoning_summary_text.delta": true,
 }
 
 // stream relays an SSE answer event by event, collecting what it streamed
@@ -108,7 +137,7 @@ type chunk struct {
 // as it does after a whole answer: its next call is not refused for a
 // reservation the finished one still held.
 func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
-	var streamed strings.Builder // every output text delta, in order
+	var streamed strings.Builder // every output the model wrote (text, refusals, tool calls), in order
 	var got *usage
 	settled := false
 	relayEvents(w, resp, func(data []byte) bool {
@@ -164,7 +193,7 @@ func (c *call) read(data []byte, streamed *strings.Builder, got **usage) bool {
 	}
 	switch c.kind {
 	case responses:
-		if ch.Type == "response.output_text.delta" {
+		if responsesOutputDeltas[ch.Type] {
 			streamed.WriteString(ch.Delta)
 		}
 		if ch.Response != nil {
@@ -176,6 +205,11 @@ func (c *call) read(data []byte, streamed *strings.Builder, got **usage) bool {
 	default:
 		for _, choice := range ch.Choices {
 			streamed.WriteString(choice.Delta.Content)
+			streamed.WriteString(choice.Delta.Refusal)
+			for _, tc := range choice.Delta.ToolCalls {
+				tc.Function.writeTo(streamed)
+			}
+			choice.Delta.FunctionCall.writeTo(streamed)
 			streamed.WriteString(choice.Text)
 		}
 		if u, ok := ch.Usage.usage(); ok {

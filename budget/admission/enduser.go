@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,16 +25,23 @@ type EndUser struct {
 
 // id is the end-user id the request gives from pol's source, the field it
 // names (for errors), and whether it gives one at all.
+//
+// A body source names the field of the request's wire that carries it
+// (estimator.EndUserFields.Field): on Anthropic's Messages wire,
+// metadata.user_id for every body source, so that a policy of user names
+// a Claude call's end user as it does an OpenAI call's. A request that
+// does not give the field the policy reads but names an end user in
+// another one (safety_identifier under a policy of user, a body's user
+// under a policy of a header) is refused, naming the field the policy
+// reads: deciding it as the tenant's own would charge the team for an end
+// user's call in silence. A request that names no end user at all is the
+// tenant's own.
 func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, err error) {
 	var v any
-	field = string(pol.Source)
+	field = e.Fields.Field(string(pol.Source))
 	switch pol.Source {
-	case budget.SourceUser:
-		v = e.Fields.User
-	case budget.SourceSafetyIdentifier:
-		v = e.Fields.SafetyIdentifier
-	case budget.SourceMetadataUserID:
-		v = e.Fields.MetadataUserID
+	case budget.SourceUser, budget.SourceSafetyIdentifier, budget.SourceMetadataUserID:
+		v = e.Fields.Value(field)
 	case budget.SourceHeader:
 		field = pol.Header
 		if e.HeaderFunc != nil {
@@ -44,6 +52,11 @@ func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, 
 	}
 	switch s := v.(type) {
 	case nil:
+		if named := e.Fields.Named(); len(named) > 0 {
+			return "", field, true, &budget.InvalidError{Field: field, Reason: fmt.Sprintf(
+				"is required: the tenant's end-user policy names end users by %s, and this request names one by %s instead (send it as %s, or have the policy's source changed)",
+				field, strings.Join(named, " and "), field)}
+		}
 		return "", field, false, nil
 	case string:
 		return s, field, true, budget.ValidateEndUserID(field, s)

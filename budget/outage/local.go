@@ -278,7 +278,8 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face budget.Face, 
 	actual := int64(0)
 	if usage != nil && mine != nil {
 		in, out := usage.Usage(mine.est, table)
-		if err := budget.CheckUsage(mine.est, table, in, out); err != nil {
+		rawIn, rawOut := usage.Tokens(mine.est) // the bounds count raw tokens, before cache weights
+		if err := budget.CheckUsage(mine.est, table, rawIn, rawOut); err != nil {
 			return err
 		}
 		actual = estimator.Cost(in, out, mine.est.InputWeightMicro, mine.est.OutputWeightMicro)

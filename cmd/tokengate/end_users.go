@@ -28,7 +28,7 @@ type endUserPolicyCmd struct {
 
 type endUserPolicySetCmd struct {
 	Tenant      string        `arg:"" help:"Tenant id."`
-	Source      string        `name:"source" required:"" enum:"user,safety_identifier,metadata.user_id,header" help:"Where a request names its end user: user, safety_identifier (OpenAI bodies), metadata.user_id (Anthropic), or header."`
+	Source      string        `name:"source" required:"" enum:"user,safety_identifier,metadata.user_id,header" help:"Where a request names its end user: user, safety_identifier (OpenAI bodies; on Anthropic's Messages API both read metadata.user_id), metadata.user_id, or header. A request naming one only in another field is refused (400 naming this one)."`
 	Header      string        `name:"header" help:"The header's name, with --source header."`
 	MaxEndUsers int           `name:"max-end-users" required:"" help:"How many live end users the tenant may have."`
 	IdleTTL     time.Duration `name:"idle-ttl" default:"720h" help:"An end user idle this long (and with no open reservation) expires."`
