@@ -1,7 +1,6 @@
 package estimator_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/tokengate/tokengate/estimator"
@@ -63,22 +62,21 @@ func BenchmarkEstimateParallel(b *testing.B) {
 	})
 }
 
+// BenchmarkCountText measures each input class of [estimator.TextClasses]:
+// prose and the shapes that make long pre-tokenizer pieces.
+//
+//	go test -run '^$' -bench CountText -benchtime 20x -count 5 ./estimator/
 func BenchmarkCountText(b *testing.B) {
-	for _, c := range []struct{ name, text string }{
-		{"prose-2KB", strings.Repeat("The quick brown fox jumps over the lazy dog, and then it runs away. ", 30)},
-		{"one-word-1MB", strings.Repeat("a", 1<<20)},
-		{"spaces-1MB", strings.Repeat(" ", 1<<20) + "x"},
-		{"cjk-64KB", strings.Repeat("お誕生日おめでとう", 2427)},
-	} {
+	for _, c := range estimator.TextClasses() {
 		for _, enc := range []string{"o200k_base", "cl100k_base"} {
 			if _, err := estimator.CountText(enc, "warm up"); err != nil {
 				b.Fatal(err)
 			}
-			b.Run(c.name+"/"+enc, func(b *testing.B) {
-				b.SetBytes(int64(len(c.text)))
+			b.Run(c.Name+"/"+enc, func(b *testing.B) {
+				b.SetBytes(int64(len(c.Text)))
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := estimator.CountText(enc, c.text); err != nil {
+					if _, err := estimator.CountText(enc, c.Text); err != nil {
 						b.Fatal(err)
 					}
 				}
