@@ -190,7 +190,7 @@ func TestBPELongMatchesSmall(t *testing.T) {
 				b[j] = "aabbcdeéx \xe4\xb8\xad"[rng.IntN(14)]
 			}
 			s := string(b)
-			if got, want := bpeLong(s, enc.ranks, enc.maxTokenLen), bpeSmall(s, enc.ranks); got != want {
+			if got, want := bpeLong(s, enc.v), bpeSmall(s, enc.v); got != want {
 				t.Fatalf("%s: bpeLong(%q)=%d, bpeSmall=%d", name, s, got, want)
 			}
 		}
@@ -220,15 +220,217 @@ func TestLongPieces(t *testing.T) {
 }
 
 func FuzzCountText(f *testing.F) {
-	for _, s := range []string{"hello world", "I'm", "a\u0301B", " \n\tx", "<|endoftext|>", "😀'S"} {
-		f.Add(s)
+	for _, s := range []string{"hello world", "I'm", "a\u0301B", " \n\tx", "<|endoftext|>", "😀'S", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "中文中文中文中文中文中文中文中文中文"} {
+		f.Add(s, uint8(3))
 	}
-	f.Fuzz(func(t *testing.T, s string) {
+	f.Fuzz(func(t *testing.T, s string, reps uint8) {
 		if len(s) > 2000 {
 			return
 		}
 		for _, name := range []string{EncodingO200K, EncodingCL100K} {
 			checkAgainstReference(t, name, s)
 		}
+		// The chunked count of long pieces against the whole-piece merge:
+		// s repeated makes long pieces, and small chunks many cuts.
+		long := strings.Repeat(s, 1+int(reps)%64)
+		for _, name := range []string{EncodingO200K, EncodingCL100K} {
+			e := *mustEncoder(t, name)
+			want := refCount(&e, long)
+			for _, sz := range []struct{ chunk, tail int }{{chunkBytes, chunkTail}, {200, 8}, {97, 0}} {
+				e.chunk, e.tail = sz.chunk, sz.tail
+				if got := e.count(long); got != want {
+					t.Fatalf("%s: chunk %d tail %d: count of %q = %d, whole-piece merge says %d", name, sz.chunk, sz.tail, long, got, want)
+				}
+			}
+		}
 	})
+}
+
+// bpeLong computes the same merge as bpeSmall in O(n log n) (the counter of
+// long pieces before chunking, kept as the reference of countLong): a linked list
+// of parts and a tournament tree over the parts' pair keys rank<<32|start,
+// whose root is the lowest rank with ties to the leftmost pair, exactly as
+// the linear scan chooses. Part i always starts at byte i (a merge keeps the
+// left part). Updates stop climbing as soon as a subtree's minimum is
+// unchanged, and neighbouring updates share their paths, which keeps this
+// cache friendly on pieces of megabytes.
+func bpeLong(piece string, v *vocab) int {
+	n := len(piece)
+	next := make([]int32, n) // start of the following part, n at the end
+	prev := make([]int32, n) // start of the preceding part, -1 at the start
+	size := 1
+	for size < n {
+		size <<= 1
+	}
+	const none = ^uint64(0)
+	tree := make([]uint64, 2*size)
+	for i := range tree {
+		tree[i] = none
+	}
+	key := func(i int) uint64 {
+		j := int(next[i])
+		if j >= n {
+			return none
+		}
+		end := int(next[j])
+		if end-i > v.maxLen {
+			return none
+		}
+		if r := v.rank(piece[i:end]); r >= 0 {
+			return uint64(r)<<32 | uint64(i)
+		}
+		return none
+	}
+	set := func(i int, k uint64) {
+		x := size + i
+		tree[x] = k
+		for x > 1 {
+			x >>= 1
+			m := min(tree[2*x], tree[2*x+1])
+			if tree[x] == m {
+				return
+			}
+			tree[x] = m
+		}
+	}
+	for i := 0; i < n; i++ {
+		next[i], prev[i] = int32(i+1), int32(i-1)
+	}
+	for i := 0; i < n; i++ {
+		tree[size+i] = key(i)
+	}
+	for x := size - 1; x >= 1; x-- {
+		tree[x] = min(tree[2*x], tree[2*x+1])
+	}
+	count := n
+	for tree[1] != none {
+		i := int(uint32(tree[1]))
+		j := int(next[i])
+		next[i] = next[j]
+		if k := int(next[j]); k < n {
+			prev[k] = int32(i)
+		}
+		count--
+		set(j, none)
+		set(i, key(i))
+		if p := int(prev[i]); p >= 0 {
+			set(p, key(p))
+		}
+	}
+	return count
+}
+
+// TestEveryTokenEncodesToItself checks the premise of countLong's proof:
+// every token of both vocabularies is its own BPE (tiktoken's merge gives
+// one part), and the backtracking encoder finds it whole.
+func TestEveryTokenEncodesToItself(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{EncodingO200K, EncodingCL100K} {
+		v := mustEncoder(t, name).v
+		st := new(btState)
+		for id := range uint32(len(v.starts) - 1) {
+			tok := v.token(id)
+			n := 1
+			if len(tok) > 1 {
+				if len(tok) <= smallPiece {
+					n = bpeSmall(tok, v)
+				} else {
+					n = bpeLong(tok, v)
+				}
+			}
+			if n != 1 {
+				t.Fatalf("%s: token %d %q merges into %d parts", name, id, tok, n)
+			}
+			if !v.encodeChunk(tok, -1, st) || len(st.tokens) != 1 || st.tokens[0] != id {
+				t.Fatalf("%s: token %d %q: backtracking gives %v", name, id, tok, st.tokens)
+			}
+			if v.rank(tok) != int(id) {
+				t.Fatalf("%s: rank(%q) = %d, want %d", name, tok, v.rank(tok), id)
+			}
+		}
+	}
+}
+
+// longPieces are adversarial long pre-tokenizer pieces: one letter, letters
+// of several scripts, CJK, emoji, punctuation, whitespace.
+func longPieces(rng *rand.Rand, size int) []string {
+	randomOf := func(alphabet []string) string {
+		var sb strings.Builder
+		for sb.Len() < size {
+			sb.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		return sb.String()
+	}
+	return []string{
+		strings.Repeat("a", size),
+		strings.Repeat("ab", size/2),
+		strings.Repeat("中", size/3),
+		strings.Repeat("😀", size/4),
+		strings.Repeat("!", size),
+		strings.Repeat(" ", size) + "x",
+		strings.Repeat("\n", size),
+		randomOf([]string{"a", "b", "e", "r", "s", "t", "th", "in", "é", "ß"}),
+		randomOf([]string{"中", "文", "字", "お", "め", "で", "と", "う", "한", "국"}),
+		randomOf([]string{"😀", "🎉", "👍", "🏽", "\u200d", "❤", "\ufe0f"}),
+		randomOf([]string{"!", "?", ".", "-", "=", "*", "#", "(", ")", "{", "}", "«", "»", "—"}),
+		randomOf([]string{"x", "y", "Ж", "я", "ع", "ب", "中", "\u0301"}),
+		randomOf([]string{"a", "\xff", "\xe4\xb8", "b"}),
+	}
+}
+
+// refCount counts s as countLong did before chunking: the scanner's pieces,
+// each merged whole by bpeLong (itself checked against tiktoken-go).
+func refCount(e *encoder, s string) int {
+	if !utf8.ValidString(s) {
+		s = string([]rune(s))
+	}
+	n := 0
+	for _, p := range e.pieces(s) {
+		switch {
+		case len(p) <= 1:
+			n += len(p)
+		case len(p) <= smallPiece:
+			n += bpeSmall(p, e.v)
+		default:
+			n += bpeLong(p, e.v)
+		}
+	}
+	return n
+}
+
+// TestLongPiecesChunked compares the chunked count of long pieces (100 KB
+// and more, several chunks each) with the whole-piece merge, at the real
+// chunk size and at small ones that put many cuts in every piece.
+func TestLongPiecesChunked(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, name := range []string{EncodingO200K, EncodingCL100K} {
+		enc := mustEncoder(t, name)
+		retries, fallbacks := chunkRetries.Load(), chunkFallbacks.Load()
+		for _, s := range longPieces(rng, 100<<10) {
+			want := refCount(enc, s)
+			for _, sz := range []struct{ chunk, tail int }{{chunkBytes, chunkTail}, {4096, 64}, {300, 8}, {150, 0}} {
+				e := *enc
+				e.chunk, e.tail = sz.chunk, sz.tail
+				if got := e.count(s); got != want {
+					t.Fatalf("%s: chunk %d tail %d: count of %q... (%d bytes) = %d, whole-piece merge says %d",
+						name, sz.chunk, sz.tail, s[:min(len(s), 12)], len(s), got, want)
+				}
+			}
+		}
+		t.Logf("%s: cuts moved left %d times, pieces encoded whole %d times",
+			name, chunkRetries.Load()-retries, chunkFallbacks.Load()-fallbacks)
+	}
+	// One of them against tiktoken-go itself, at a size its quadratic
+	// merge still does in seconds.
+	for _, name := range []string{EncodingO200K, EncodingCL100K} {
+		enc := mustEncoder(t, name)
+		e := *enc
+		e.chunk, e.tail = 500, 16
+		s := longPieces(rng, 6000)[7]
+		ref, _ := reference(t, name)
+		if got, want := e.count(s), len(ref.EncodeOrdinary(s)); got != want {
+			t.Fatalf("%s: chunked count %d, tiktoken-go %d", name, got, want)
+		}
+	}
 }
