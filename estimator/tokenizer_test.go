@@ -2,10 +2,12 @@ package estimator
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -431,6 +433,81 @@ func TestLongPiecesChunked(t *testing.T) {
 		ref, _ := reference(t, name)
 		if got, want := e.count(s), len(ref.EncodeOrdinary(s)); got != want {
 			t.Fatalf("%s: chunked count %d, tiktoken-go %d", name, got, want)
+		}
+	}
+}
+
+// TestCountAllocatesLessThanTheText asserts that counting allocates, per
+// call, no more bytes than the text has, for every input class: memory is
+// bounded by the request, not by the shape of its text.
+func TestCountAllocatesLessThanTheText(t *testing.T) {
+	// Not parallel: TotalAlloc counts every goroutine's allocations.
+	for _, c := range TextClasses() {
+		for _, name := range []string{EncodingO200K, EncodingCL100K} {
+			enc := mustEncoder(t, name)
+			enc.count(c.Text) // fill the pools
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			const runs = 3
+			for range runs {
+				enc.count(c.Text)
+			}
+			runtime.ReadMemStats(&after)
+			if per := (after.TotalAlloc - before.TotalAlloc) / runs; per > uint64(len(c.Text)) {
+				t.Errorf("%s %s: counting %d bytes allocates %d bytes", c.Name, name, len(c.Text), per)
+			}
+		}
+	}
+}
+
+// TestCountLimitStopsEarly asserts that countLimit stops once the count
+// passes the limit: after the piece that passes it, or inside one long
+// piece as soon as a lower bound passes it.
+func TestCountLimitStopsEarly(t *testing.T) {
+	for _, name := range []string{EncodingO200K, EncodingCL100K} {
+		enc := mustEncoder(t, name)
+
+		// Many pieces of one token each: it stops at the first piece over.
+		words := strings.Repeat(" hello", 1<<20)
+		if n, ok := enc.countLimit(words, 1000); ok || n != 1001 {
+			t.Errorf("%s: countLimit(words, 1000) = %d, %v; want 1001, false", name, n, ok)
+		}
+		if n, ok := enc.countLimit(words, -1); !ok || n != 1<<20 {
+			t.Errorf("%s: countLimit(words, -1) = %d, %v; want %d, true", name, n, ok, 1<<20)
+		}
+
+		// One piece of 4 MB: a lower bound passes 1000 tokens after the
+		// first chunk, long before the end.
+		word := strings.Repeat("a", 4<<20)
+		full := enc.count(word)
+		limit, got := 1000, 0
+		var ok bool
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		for range 10 {
+			got, ok = enc.countLimit(word, limit)
+		}
+		limited := time.Since(start) / 10
+		runtime.ReadMemStats(&after)
+		start = time.Now()
+		enc.count(word)
+		whole := time.Since(start)
+		if ok || got <= limit || got > full {
+			t.Errorf("%s: countLimit(4 MB word, %d) = %d, %v; want a bound in (%d, %d], false", name, limit, got, ok, limit, full)
+		}
+		if alloc := (after.TotalAlloc - before.TotalAlloc) / 10; alloc > 64<<10 {
+			t.Errorf("%s: countLimit(4 MB word, %d) allocates %d bytes", name, limit, alloc)
+		}
+		// The whole count encodes 128 chunks, the limited one a single one.
+		if limited*20 > whole {
+			t.Errorf("%s: countLimit(4 MB word, %d) takes %v, the whole count %v", name, limit, limited, whole)
+		}
+		if n, ok := enc.countLimit(word, full); !ok || n != full {
+			t.Errorf("%s: countLimit(word, %d) = %d, %v; want the count, true", name, full, n, ok)
+		}
+		if n, ok := enc.countLimit(word, full-1); ok || n < full-1 || n > full {
+			t.Errorf("%s: countLimit(word, %d) = %d, %v; want a bound over the limit, false", name, full-1, n, ok)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // vocab holds an encoding's tokens by rank (a token's id is its rank). It is
@@ -33,6 +34,7 @@ type vocab struct {
 	// the root; an edge is found by hashing (node, byte). tok[node] is the
 	// token spelled by the path to node, or -1.
 	root     [256]uint32
+	root2    []uint32 // the node after the two bytes b0<<8|b1, or 0
 	edges    []uint64 // (node<<8|byte)+1 in the high 32 bits, child in the low 32; 0 is empty
 	edgeMask uint64
 	tok      []int32
@@ -45,7 +47,21 @@ type vocab struct {
 	pairKeys    []uint64 // left<<32|right, +1 so that 0 is empty
 	pairVals    []uint32
 	pairMask    uint64
+	// pairBits has the bit pairHash(key)>>pairShift set for every pair: 1 MB
+	// that stays in cache and answers most absent pairs without a probe.
+	pairBits []uint64
+
+	// seen remembers the answers of compatible, which natural text asks
+	// again and again: a direct-mapped cache of ((a<<24|b)+1)<<1|answer,
+	// shared by all goroutines (atomic words, so a race only loses an entry).
+	seen []atomic.Uint64
 }
+
+const seenBits = 15 // 32768 entries, 256 KB
+
+const pairShift = 64 - 23 // 1<<23 bits
+
+func pairHash(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
 
 type slot struct {
 	k0, k1 uint64
@@ -131,8 +147,17 @@ func (v *vocab) child(node uint32, b byte) uint32 {
 func (v *vocab) longest(s string, i int) uint32 {
 	node := v.root[s[i]]
 	best := v.tok[node]
+	if i+1 >= len(s) {
+		return uint32(best)
+	}
+	if node = v.root2[uint32(s[i])<<8|uint32(s[i+1])]; node == 0 {
+		return uint32(best)
+	}
+	if t := v.tok[node]; t >= 0 {
+		best = t
+	}
 	end := min(len(s), i+v.maxLen)
-	for i++; i < end; i++ {
+	for i += 2; i < end; i++ {
 		if node = v.child(node, s[i]); node == 0 {
 			break
 		}
@@ -147,7 +172,11 @@ func (v *vocab) longest(s string, i int) uint32 {
 // way.
 func (v *vocab) pair(a, b uint32) (uint32, bool) {
 	key := uint64(a)<<32 | uint64(b) + 1
-	for i := (key * 0x9e3779b97f4a7c15 >> 32) & v.pairMask; ; i = (i + 1) & v.pairMask {
+	h := pairHash(key)
+	if bit := h >> pairShift; v.pairBits[bit>>6]&(1<<(bit&63)) == 0 {
+		return 0, false
+	}
+	for i := (h >> 32) & v.pairMask; ; i = (i + 1) & v.pairMask {
 		k := v.pairKeys[i]
 		if k == 0 {
 			return 0, false
@@ -168,6 +197,22 @@ func (v *vocab) pair(a, b uint32) (uint32, bool) {
 // merged across the boundary and never produced a next to b. This is the
 // test of GitHub's rust-gems bpe crate (crates/bpe, "is_valid_token_pair").
 func (v *vocab) compatible(a, b uint32) bool {
+	key := (uint64(a)<<24 | uint64(b)) + 1
+	e := &v.seen[key*0x9e3779b97f4a7c15>>(64-seenBits)]
+	if w := e.Load(); w>>1 == key {
+		return w&1 == 1
+	}
+	ok := v.compatibleUncached(a, b)
+	w := key << 1
+	if ok {
+		w |= 1
+	}
+	e.Store(w)
+	return ok
+}
+
+// compatibleUncached is compatible without the cache.
+func (v *vocab) compatibleUncached(a, b uint32) bool {
 	limit := uint32(math.MaxUint32)
 	for {
 		if m, ok := v.pair(a, b); ok && m < limit {
@@ -256,6 +301,7 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 	}
 	size = tableSize(nodes)
 	v.edges, v.edgeMask = make([]uint64, size), uint64(size-1)
+	v.root2 = make([]uint32, 1<<16)
 	v.tok = make([]int32, 1, nodes)
 	v.tok[0] = -1
 	for r, tok := range byRank {
@@ -273,6 +319,8 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 				v.edges[j] = uint64(key)<<32 | uint64(c)
 				if node == 0 {
 					v.root[tok[i]] = c
+				} else if i == 1 {
+					v.root2[uint32(tok[0])<<8|uint32(tok[1])] = c
 				}
 			}
 			node = c
@@ -304,17 +352,21 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 	v.left, v.right = make([]uint32, n), make([]uint32, n)
 	size = tableSize(n)
 	v.pairKeys, v.pairVals, v.pairMask = make([]uint64, size), make([]uint32, size), uint64(size-1)
+	v.pairBits = make([]uint64, (1<<(64-pairShift))/64)
+	v.seen = make([]atomic.Uint64, 1<<seenBits)
 	for r, tok := range byRank {
 		t := uint32(r)
 		v.left[t], v.right[t] = t, t
 		for a := v.prefix[r]; a >= 0; a = v.prefix[a] {
 			b := v.rank(tok[v.tokenLen(uint32(a)):])
-			if int(a) >= r || b < 0 || b >= r || !v.compatible(uint32(a), uint32(b)) {
+			if int(a) >= r || b < 0 || b >= r || !v.compatibleUncached(uint32(a), uint32(b)) {
 				continue
 			}
 			v.left[t], v.right[t] = uint32(a), uint32(b)
 			key := uint64(a)<<32 | uint64(b) + 1
-			j := (key * 0x9e3779b97f4a7c15 >> 32) & v.pairMask
+			h := pairHash(key)
+			v.pairBits[h>>pairShift>>6] |= 1 << (h >> pairShift & 63)
+			j := (h >> 32) & v.pairMask
 			for v.pairKeys[j] != 0 {
 				j = (j + 1) & v.pairMask
 			}
