@@ -35,7 +35,7 @@ import (
 // token left and the chunk is encoded again. Memory is that of two chunks,
 // whatever the length of the piece.
 const (
-	chunkBytes = 32 << 10
+	chunkBytes = 16 << 10
 	chunkTail  = 256
 )
 
@@ -52,6 +52,14 @@ type btState struct {
 }
 
 var btPool = sync.Pool{New: func() any { return new([2]btState) }}
+
+// putState returns st to btPool unless a fallback made it grow past two
+// chunks.
+func (e *encoder) putState(st *[2]btState) {
+	if cap(st[0].tokens) <= e.chunk && cap(st[1].tokens) <= e.chunk {
+		btPool.Put(st)
+	}
+}
 
 // encodeChunk sets st.tokens to a sequence of tokens spelling s whose
 // neighbours are all compatible, the first one also with prev when prev is
@@ -107,14 +115,8 @@ func (v *vocab) encodeChunk(s string, prev int64, st *btState) bool {
 // countLong counts the tokens of a piece in chunks of e.chunk bytes. With a
 // budget that is not negative, it stops as soon as a lower bound of the
 // count exceeds the budget, and returns that bound and false.
-func (e *encoder) countLong(piece string, budget int) (int, bool) {
+func (e *encoder) countLong(piece string, budget int, st *[2]btState) (int, bool) {
 	v := e.v
-	st := btPool.Get().(*[2]btState)
-	defer func() {
-		if cap(st[0].tokens) <= e.chunk && cap(st[1].tokens) <= e.chunk {
-			btPool.Put(st)
-		}
-	}()
 	cur, kept := &st[0], &st[1]
 	kept.tokens = kept.tokens[:0]
 	total, pos, prev := 0, 0, int64(-1)

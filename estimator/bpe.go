@@ -9,16 +9,19 @@ import (
 // pieceCount returns the number of BPE tokens of one pre-split piece. With
 // a budget that is not negative, a long piece stops as soon as a lower bound
 // of its count exceeds the budget, and returns that bound and false.
-func (e *encoder) pieceCount(piece string, budget int) (int, bool) {
+func (e *encoder) pieceCount(piece string, budget int, st *[2]btState) (int, bool) {
 	n := 1
 	switch {
 	case len(piece) <= 1:
 		n = len(piece)
 	case e.v.rank(piece) >= 0:
-	case len(piece) <= smallPiece:
+	case len(piece) <= mergePiece:
 		n = bpeSmall(piece, e.v)
+	case len(piece) <= e.chunk:
+		e.v.encodeChunk(piece, -1, &st[0])
+		n = len(st[0].tokens)
 	default:
-		return e.countLong(piece, budget)
+		return e.countLong(piece, budget, st)
 	}
 	return n, budget < 0 || n <= budget
 }
@@ -66,3 +69,8 @@ func bpeSmall(piece string, v *vocab) int {
 	}
 	return len(parts) - 1
 }
+
+// mergePiece is the longest piece counted with bpeSmall; longer ones go to
+// the backtracking encoder, whose cost grows with the tokens, not with the
+// square of the bytes.
+var mergePiece = 4

@@ -201,6 +201,9 @@ func nextO200K(s string, i int) int {
 	if e := asciiWord(s, i, true); e > 0 {
 		return e
 	}
+	if e := asciiDigits(s, i); e > 0 {
+		return e
+	}
 	r0, sz0, c0 := at(s, i)
 	p := isP(r0, c0)
 	if p {
@@ -262,6 +265,22 @@ func asciiWord(s string, i int, upper bool) int {
 	return k
 }
 
+// asciiDigits is the fast path for \p{N}{1,3} on ASCII digits (both
+// patterns): up to three of them, unless a non-ASCII rune, which may be a
+// digit, comes before the third. It returns 0 when the general scanner must
+// decide. The word alternatives cannot match at a digit (it is neither a
+// letter nor in [^\r\n\p{L}\p{N}]).
+func asciiDigits(s string, i int) int {
+	j := i
+	for j < len(s) && j < i+3 && '0' <= s[j] && s[j] <= '9' {
+		j++
+	}
+	if j == i || (j < i+3 && j < len(s) && s[j] >= utf8.RuneSelf) {
+		return 0
+	}
+	return j
+}
+
 // nextCL100K returns the end of the piece starting at i under cl100k_base's
 // split pattern:
 //
@@ -269,6 +288,9 @@ func asciiWord(s string, i int, upper bool) int {
 //	| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func nextCL100K(s string, i int) int {
 	if e := asciiWord(s, i, false); e > 0 {
+		return e
+	}
+	if e := asciiDigits(s, i); e > 0 {
 		return e
 	}
 	if e := contraction(s, i); e > i {

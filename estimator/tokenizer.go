@@ -138,8 +138,18 @@ func (e *encoder) countLimit(s string, limit int) (int, bool) {
 	var fix *[]byte
 	if !valid {
 		fix = fixPool.Get().(*[]byte)
-		defer fixPool.Put(fix)
+		defer func() {
+			if cap(*fix) <= 64<<10 {
+				fixPool.Put(fix)
+			}
+		}()
 	}
+	var st *[2]btState // the backtracking encoder's memory, taken when needed
+	defer func() {
+		if st != nil {
+			e.putState(st)
+		}
+	}()
 	n := 0
 	for i := 0; i < len(s); {
 		var j int
@@ -161,11 +171,14 @@ func (e *encoder) countLimit(s string, limit int) (int, bool) {
 			*fix = b
 			piece = unsafe.String(unsafe.SliceData(b), len(b))
 		}
+		if st == nil && len(piece) > mergePiece {
+			st = btPool.Get().(*[2]btState)
+		}
 		budget := -1
 		if limit >= 0 {
 			budget = limit - n
 		}
-		c, ok := e.pieceCount(piece, budget)
+		c, ok := e.pieceCount(piece, budget, st)
 		n += c
 		if !ok {
 			return n, false
@@ -175,6 +188,7 @@ func (e *encoder) countLimit(s string, limit int) (int, bool) {
 	return n, true
 }
 
-// fixPool holds the buffers of pieces rewritten from invalid UTF-8; the
-// string made over one is used only until the next piece.
+// fixPool holds the buffers of pieces rewritten from invalid UTF-8 (at most
+// three times the piece: a byte becomes the three of U+FFFD); the string
+// made over one is used only until the next piece.
 var fixPool = sync.Pool{New: func() any { return new([]byte) }}

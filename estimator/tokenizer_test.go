@@ -1,6 +1,7 @@
 package estimator
 
 import (
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -448,7 +449,9 @@ func TestCountAllocatesLessThanTheText(t *testing.T) {
 			enc.count(c.Text) // fill the pools
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			const runs = 3
+			// Averaged over runs: a garbage collection empties the pools,
+			// and the next count takes its working memory anew.
+			const runs = 10
 			for range runs {
 				enc.count(c.Text)
 			}
@@ -480,27 +483,31 @@ func TestCountLimitStopsEarly(t *testing.T) {
 		// first chunk, long before the end.
 		word := strings.Repeat("a", 4<<20)
 		full := enc.count(word)
-		limit, got := 1000, 0
-		var ok bool
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		start := time.Now()
-		for range 10 {
-			got, ok = enc.countLimit(word, limit)
-		}
-		limited := time.Since(start) / 10
-		runtime.ReadMemStats(&after)
-		start = time.Now()
-		enc.count(word)
-		whole := time.Since(start)
+		limit := 1000
+		got, ok := enc.countLimit(word, limit)
 		if ok || got <= limit || got > full {
 			t.Errorf("%s: countLimit(4 MB word, %d) = %d, %v; want a bound in (%d, %d], false", name, limit, got, ok, limit, full)
 		}
-		if alloc := (after.TotalAlloc - before.TotalAlloc) / 10; alloc > 64<<10 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		limited, whole := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+		for range 3 { // the fastest of three: the machine is shared
+			start := time.Now()
+			enc.countLimit(word, limit)
+			limited = min(limited, time.Since(start))
+		}
+		runtime.ReadMemStats(&after)
+		for range 3 {
+			start := time.Now()
+			enc.count(word)
+			whole = min(whole, time.Since(start))
+		}
+		if alloc := (after.TotalAlloc - before.TotalAlloc) / 3; alloc > 64<<10 {
 			t.Errorf("%s: countLimit(4 MB word, %d) allocates %d bytes", name, limit, alloc)
 		}
-		// The whole count encodes 128 chunks, the limited one a single one.
-		if limited*20 > whole {
+		// The whole count encodes 256 chunks, the limited one a single one;
+		// both scan the piece to find its end (about a tenth of the work).
+		if limited*5 > whole {
 			t.Errorf("%s: countLimit(4 MB word, %d) takes %v, the whole count %v", name, limit, limited, whole)
 		}
 		if n, ok := enc.countLimit(word, full); !ok || n != full {
