@@ -119,9 +119,12 @@ func (e *encoder) countLong(piece string, budget int, st *[2]btState) (int, bool
 	v := e.v
 	cur, kept := &st[0], &st[1]
 	kept.tokens = kept.tokens[:0]
-	total, pos, prev := 0, 0, int64(-1)
+	// kept holds the tokens of the last chunk, from keptStart to pos: a
+	// retry may take them back, so only those before keptStart count as
+	// found in the lower bound.
+	total, pos, prev, keptStart := 0, 0, int64(-1), 0
 	for {
-		end := min(len(piece), pos+e.chunk)
+		start, end := pos, min(len(piece), pos+e.chunk)
 		if !v.encodeChunk(piece[pos:end], prev, cur) {
 			if len(kept.tokens) < 2 {
 				// The cut cannot move into an earlier chunk: encode the
@@ -152,8 +155,9 @@ func (e *encoder) countLong(piece string, budget int, st *[2]btState) (int, bool
 		pos = end - dropped
 		prev = int64(cur.tokens[k-1])
 		cur, kept = kept, cur
+		keptStart = start
 		// The rest is at least one token per maxLen bytes.
-		if lower := total + (len(piece)-pos+v.maxLen-1)/v.maxLen; budget >= 0 && lower > budget {
+		if lower := total - k + (len(piece)-keptStart+v.maxLen-1)/v.maxLen; budget >= 0 && lower > budget {
 			return lower, false
 		}
 	}

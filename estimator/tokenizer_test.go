@@ -226,6 +226,13 @@ func FuzzCountText(f *testing.F) {
 	for _, s := range []string{"hello world", "I'm", "a\u0301B", " \n\tx", "<|endoftext|>", "😀'S", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "中文中文中文中文中文中文中文中文中文"} {
 		f.Add(s, uint8(3))
 	}
+	// Load the encoders and the reference before fuzzing: under the
+	// fuzzer's instrumentation loading takes seconds, which the first
+	// input would otherwise pay and be taken for a hang.
+	for _, name := range []string{EncodingO200K, EncodingCL100K} {
+		mustEncoder(f, name)
+		reference(f, name)
+	}
 	f.Fuzz(func(t *testing.T, s string, reps uint8) {
 		if len(s) > 2000 {
 			return
@@ -244,6 +251,7 @@ func FuzzCountText(f *testing.F) {
 				if got := e.count(long); got != want {
 					t.Fatalf("%s: chunk %d tail %d: count of %q = %d, whole-piece merge says %d", name, sz.chunk, sz.tail, long, got, want)
 				}
+				checkLimits(t, &e, long, want)
 			}
 		}
 	})
@@ -401,6 +409,22 @@ func refCount(e *encoder, s string) int {
 	return n
 }
 
+// checkLimits checks countLimit's contract on s, whose count is want: the
+// count and true at or over it, a lower bound over the limit and false
+// under it.
+func checkLimits(t *testing.T, e *encoder, s string, want int) {
+	t.Helper()
+	for _, limit := range []int{0, want / 3, want - 1, want, want + 1} {
+		if limit < 0 { // no limit
+			continue
+		}
+		n, ok := e.countLimit(s, limit)
+		if limit >= want && (!ok || n != want) || limit < want && (ok || n <= limit || n > want) {
+			t.Fatalf("%s: countLimit(%q..., %d) = %d, %v; the count is %d", e.name, s[:min(len(s), 12)], limit, n, ok, want)
+		}
+	}
+}
+
 // TestLongPiecesChunked compares the chunked count of long pieces (100 KB
 // and more, several chunks each) with the whole-piece merge, at the real
 // chunk size and at small ones that put many cuts in every piece.
@@ -419,6 +443,7 @@ func TestLongPiecesChunked(t *testing.T) {
 					t.Fatalf("%s: chunk %d tail %d: count of %q... (%d bytes) = %d, whole-piece merge says %d",
 						name, sz.chunk, sz.tail, s[:min(len(s), 12)], len(s), got, want)
 				}
+				checkLimits(t, &e, s, want)
 			}
 		}
 		t.Logf("%s: cuts moved left %d times, pieces encoded whole %d times",
