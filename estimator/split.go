@@ -28,9 +28,13 @@ const (
 	cLower = cLl | cLm | cLo | cM
 )
 
+// tableRunes is the number of runes whose classes are in runeClasses; the
+// others are computed from the unicode tables each time.
+const tableRunes = 0x30000
+
 var (
 	classesOnce sync.Once
-	bmpClasses  []uint16 // classes of U+0000..U+FFFF
+	runeClasses []uint16 // classes of U+0000..U+2FFFF (BMP, emoji and CJK planes; 384 KB)
 
 	// asciiClasses are the classes of U+0000..U+007F, in an array the
 	// compiler indexes without a bounds check (the scanner's fast path).
@@ -44,11 +48,11 @@ var (
 
 func initClasses() {
 	classesOnce.Do(func() {
-		t := make([]uint16, 0x10000)
+		t := make([]uint16, tableRunes)
 		for r := range t {
 			t[r] = computeClass(rune(r))
 		}
-		bmpClasses = t
+		runeClasses = t
 	})
 }
 
@@ -91,8 +95,8 @@ func atSlow(s string, i int) (rune, int, uint16) {
 		return -1, 0, 0
 	}
 	r, sz := utf8.DecodeRuneInString(s[i:])
-	if r < 0x10000 {
-		return r, sz, bmpClasses[r]
+	if r < tableRunes {
+		return r, sz, runeClasses[r]
 	}
 	return r, sz, computeClass(r)
 }

@@ -102,7 +102,7 @@ func representatives() []rune {
 		}
 		var c uint16
 		if r < 0x10000 {
-			c = bmpClasses[r]
+			c = runeClasses[r]
 		} else {
 			c = computeClass(r)
 		}
