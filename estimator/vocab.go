@@ -35,6 +35,7 @@ type vocab struct {
 	// token spelled by the path to node, or -1.
 	root     [256]uint32
 	root2    []uint32 // the node after the two bytes b0<<8|b1, or 0
+	info     []uint16 // a node's byte (from its parent) <<8 | hasKids | oneKid
 	edges    []uint64 // (node<<8|byte)+1 in the high 32 bits, child in the low 32; 0 is empty
 	edgeMask uint64
 	tok      []int32
@@ -58,6 +59,13 @@ type vocab struct {
 }
 
 const seenBits = 15 // 32768 entries, 256 KB
+
+// Flags of vocab.info: the node has children (the first is the next node),
+// and exactly one.
+const (
+	hasKids = 1 << iota
+	oneKid
+)
 
 const pairShift = 64 - 23 // 1<<23 bits
 
@@ -130,6 +138,16 @@ func (v *vocab) tokenLen(t uint32) int { return int(v.starts[t+1] - v.starts[t])
 func edgeKey(node uint32, b byte) uint32 { return node<<8 | uint32(b) + 1 }
 
 func (v *vocab) child(node uint32, b byte) uint32 {
+	f := v.info[node]
+	if f&hasKids == 0 {
+		return 0
+	}
+	if byte(v.info[node+1]>>8) == b {
+		return node + 1
+	}
+	if f&oneKid != 0 {
+		return 0
+	}
 	key := edgeKey(node, b)
 	for i := (uint64(key) * 0x9e3779b97f4a7c15 >> 32) & v.edgeMask; ; i = (i + 1) & v.edgeMask {
 		e := v.edges[i]
@@ -283,50 +301,78 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 		v.slots[i] = slot{k0, k1, uint32(len(tok)), uint32(r)}
 	}
 
-	// The trie: count its nodes from the sorted tokens (each token adds
-	// the bytes past its common prefix with the previous one), then insert.
-	sorted := slices.Clone(byRank)
-	slices.Sort(sorted)
-	nodes, prev := 1, ""
-	for _, tok := range sorted {
-		lcp := 0
-		for lcp < len(tok) && lcp < len(prev) && tok[lcp] == prev[lcp] {
-			lcp++
+	// The trie, built from the sorted tokens so that nodes are numbered in
+	// depth-first order: a node's first child is the next node, found
+	// without hashing; only the other children go to the edge table. First
+	// count the nodes and the other children (each token adds the bytes past
+	// its common prefix with the previous one; the first of them is another
+	// child when the previous token went on past that prefix).
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	slices.SortFunc(ids, func(a, b uint32) int { return strings.Compare(byRank[a], byRank[b]) })
+	lcp := func(a, b string) int {
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
 		}
-		nodes += len(tok) - lcp
+		return i
+	}
+	nodes, others, prev := 1, 0, ""
+	for _, id := range ids {
+		tok := byRank[id]
+		l := lcp(tok, prev)
+		nodes += len(tok) - l
+		if l < len(prev) {
+			others++
+		}
 		prev = tok
 	}
 	if nodes >= 1<<24 {
 		return nil, fmt.Errorf("trie of %d nodes", nodes)
 	}
-	size = tableSize(nodes)
+	size = tableSize(others)
 	v.edges, v.edgeMask = make([]uint64, size), uint64(size-1)
 	v.root2 = make([]uint32, 1<<16)
 	v.tok = make([]int32, 1, nodes)
 	v.tok[0] = -1
-	for r, tok := range byRank {
-		node := uint32(0)
-		for i := 0; i < len(tok); i++ {
-			c := v.child(node, tok[i])
-			if c == 0 {
-				c = uint32(len(v.tok))
-				v.tok = append(v.tok, -1)
-				key := edgeKey(node, tok[i])
+	v.info = make([]uint16, 1, nodes+1)
+	path, prev := []uint32{0}, ""
+	for _, id := range ids {
+		tok := byRank[id]
+		l := lcp(tok, prev)
+		path = path[:l+1]
+		for i := l; i < len(tok); i++ {
+			p, c := path[i], uint32(len(v.tok))
+			v.tok = append(v.tok, -1)
+			v.info = append(v.info, uint16(tok[i])<<8)
+			if v.info[p]&hasKids == 0 {
+				if c != p+1 { // cannot happen: p is the last node made
+					return nil, fmt.Errorf("trie: first child %d of %d", c, p)
+				}
+				v.info[p] |= hasKids | oneKid
+			} else {
+				v.info[p] &^= oneKid
+				key := edgeKey(p, tok[i])
 				j := (uint64(key) * 0x9e3779b97f4a7c15 >> 32) & v.edgeMask
 				for v.edges[j] != 0 {
 					j = (j + 1) & v.edgeMask
 				}
 				v.edges[j] = uint64(key)<<32 | uint64(c)
-				if node == 0 {
-					v.root[tok[i]] = c
-				} else if i == 1 {
-					v.root2[uint32(tok[0])<<8|uint32(tok[1])] = c
-				}
 			}
-			node = c
+			switch i {
+			case 0:
+				v.root[tok[0]] = c
+			case 1:
+				v.root2[uint32(tok[0])<<8|uint32(tok[1])] = c
+			}
+			path = append(path, c)
 		}
-		v.tok[node] = int32(r)
+		v.tok[path[len(tok)]] = int32(id)
+		prev = tok
 	}
+	v.info = append(v.info, 0) // info[node+1] exists for every node
 	for b := 0; b < 256; b++ {
 		if v.root[b] == 0 || v.tok[v.root[b]] < 0 {
 			return nil, fmt.Errorf("byte %#x is not a token", b)
