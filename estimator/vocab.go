@@ -35,7 +35,7 @@ type vocab struct {
 	// token spelled by the path to node, or -1.
 	root     [256]uint32
 	root2    []uint32 // the node after the two bytes b0<<8|b1, or 0
-	info     []uint16 // a node's byte (from its parent) <<8 | hasKids | oneKid
+	info     []uint16 // a node's byte (from its parent) <<8 | hasKids | oneKid | isToken
 	edges    []uint64 // (node<<8|byte)+1 in the high 32 bits, child in the low 32; 0 is empty
 	edgeMask uint64
 	tok      []int32
@@ -65,6 +65,7 @@ const seenBits = 15 // 32768 entries, 256 KB
 const (
 	hasKids = 1 << iota
 	oneKid
+	isToken // the path to the node spells a token
 )
 
 const pairShift = 64 - 23 // 1<<23 bits
@@ -164,26 +165,26 @@ func (v *vocab) child(node uint32, b byte) uint32 {
 // not empty; every byte is a token).
 func (v *vocab) longest(s string, i int) uint32 {
 	node := v.root[s[i]]
-	best := v.tok[node]
+	best := node
 	if i+1 >= len(s) {
-		return uint32(best)
+		return uint32(v.tok[best])
 	}
 	if node = v.root2[uint32(s[i])<<8|uint32(s[i+1])]; node == 0 {
-		return uint32(best)
+		return uint32(v.tok[best])
 	}
-	if t := v.tok[node]; t >= 0 {
-		best = t
+	if v.info[node]&isToken != 0 {
+		best = node
 	}
 	end := min(len(s), i+v.maxLen)
 	for i += 2; i < end; i++ {
 		if node = v.child(node, s[i]); node == 0 {
 			break
 		}
-		if t := v.tok[node]; t >= 0 {
-			best = t
+		if v.info[node]&isToken != 0 {
+			best = node
 		}
 	}
-	return uint32(best)
+	return uint32(v.tok[best])
 }
 
 // pair returns the token made by merging a and b, if BPE makes one that
@@ -370,6 +371,7 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 			path = append(path, c)
 		}
 		v.tok[path[len(tok)]] = int32(id)
+		v.info[path[len(tok)]] |= isToken
 		prev = tok
 	}
 	v.info = append(v.info, 0) // info[node+1] exists for every node
