@@ -22,9 +22,11 @@ import (
 //     pair of neighbours is compatible.
 //
 // encodeChunk finds, by depth-first search (longest token first, shorter
-// prefixes on failure, dead positions remembered), a sequence spelling its
-// text whose neighbours are all compatible, the first one also with a given
-// previous token. countLong encodes a chunk of at most chunkBytes, keeps its
+// prefixes on failure, dead positions remembered: the crate's backtracking
+// encoder), a sequence spelling its text whose neighbours are all
+// compatible, the first one also with a given previous token; without a
+// previous token, by fact 2 that sequence is BPE(text), which is how
+// pieceCount counts every piece of one chunk or less. countLong encodes a chunk of at most chunkBytes, keeps its
 // tokens but a tail of at least chunkTail bytes, and encodes the next chunk
 // from where the kept tokens end, with the last kept token as the previous
 // one. The kept tokens of all chunks spell the piece, and each pair of
@@ -32,8 +34,15 @@ import (
 // the previous-token constraint), so by fact 2 they are exactly
 // BPE(piece): the count is tiktoken's. When a chunk finds no sequence under
 // its constraint, the cut was not a boundary of BPE(piece); it moves one
-// token left and the chunk is encoded again. Memory is that of two chunks,
-// whatever the length of the piece.
+// token left and the chunk is encoded again (never past the previous
+// chunk: then the piece is encoded whole, exact but with memory in
+// proportion to the piece; no test or fuzz input has needed it). Memory is
+// otherwise that of two chunks, whatever the length of the piece.
+//
+// The early stop: the tokens of every chunk but the last one kept are final
+// (a retry only takes back tokens of the last), and what follows them needs
+// at least one token per maxLen bytes; their sum is a lower bound of the
+// count.
 const (
 	chunkBytes = 16 << 10
 	chunkTail  = 256
