@@ -44,7 +44,7 @@ import (
 // at least one token per maxLen bytes; their sum is a lower bound of the
 // count.
 const (
-	chunkBytes = 16 << 10
+	chunkBytes = 8 << 10
 	chunkTail  = 256
 )
 

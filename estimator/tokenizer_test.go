@@ -530,7 +530,7 @@ func TestCountLimitStopsEarly(t *testing.T) {
 		if alloc := (after.TotalAlloc - before.TotalAlloc) / 3; alloc > 64<<10 {
 			t.Errorf("%s: countLimit(4 MB word, %d) allocates %d bytes", name, limit, alloc)
 		}
-		// The whole count encodes 256 chunks, the limited one a single one;
+		// The whole count encodes 512 chunks, the limited one a single one;
 		// both scan the piece to find its end (about a tenth of the work).
 		if limited*5 > whole {
 			t.Errorf("%s: countLimit(4 MB word, %d) takes %v, the whole count %v", name, limit, limited, whole)
