@@ -17,6 +17,7 @@ func (e *encoder) pieceCount(piece string, budget int, st *[2]btState) (int, boo
 	switch {
 	case len(piece) <= 1:
 		n = len(piece)
+	case len(piece) <= 3 && e.v.digits && isDigits(piece):
 	case e.v.rank(piece) >= 0:
 	case len(piece) <= mergePiece:
 		n = bpeSmall(piece, e.v)
@@ -78,3 +79,13 @@ func bpeSmall(piece string, v *vocab) int {
 // the backtracking encoder, whose cost grows with the tokens, not with the
 // square of the bytes (measured: from about 8 bytes it is faster).
 const mergePiece = 4
+
+// isDigits reports whether s is made of ASCII digits only.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

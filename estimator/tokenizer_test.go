@@ -338,6 +338,9 @@ func TestEveryTokenEncodesToItself(t *testing.T) {
 	t.Parallel()
 	for _, name := range []string{EncodingO200K, EncodingCL100K} {
 		v := mustEncoder(t, name).v
+		if !v.digits {
+			t.Errorf("%s: the strings of one to three digits are not all tokens", name)
+		}
 		st := new(btState)
 		for id := range uint32(len(v.starts) - 1) {
 			tok := v.token(id)

@@ -23,6 +23,7 @@ type vocab struct {
 	blob   string   // every token's bytes, in rank order
 	starts []uint32 // token t is blob[starts[t]:starts[t+1]]
 	maxLen int      // longest token, in bytes
+	digits bool     // every string of one to three ASCII digits is a token
 
 	// Exact lookup: open addressing with linear probing over the first 16
 	// bytes and the length of a token (hashing costs the same whatever the
@@ -379,6 +380,20 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 		if v.root[b] == 0 || v.tok[v.root[b]] < 0 {
 			return nil, fmt.Errorf("byte %#x is not a token", b)
 		}
+	}
+
+	v.digits = true
+	for d := 0; d < 1110; d++ { // "0".."9", "00".."99", "000".."999"
+		var s string
+		switch {
+		case d < 10:
+			s = fmt.Sprintf("%d", d)
+		case d < 110:
+			s = fmt.Sprintf("%02d", d-10)
+		default:
+			s = fmt.Sprintf("%03d", d-110)
+		}
+		v.digits = v.digits && v.rank(s) >= 0
 	}
 
 	// The longest proper prefix of each token.
