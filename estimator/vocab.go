@@ -17,8 +17,9 @@ import (
 // vocab holds an encoding's tokens by rank (a token's id is its rank). It is
 // immutable once built and safe for concurrent use.
 //
-// Memory, o200k_base (200k tokens): the lookup table 12 MB, the trie about
-// 10 MB, the merge tables 5 MB; cl100k_base about half of that.
+// Memory, o200k_base (200k tokens): the lookup table 12.6 MB, the trie 7 MB,
+// the merge tables 10 MB, the tokens' bytes 2 MB (32 MB live in all, built
+// in about a second); cl100k_base about half of that.
 type vocab struct {
 	blob   string   // every token's bytes, in rank order
 	starts []uint32 // token t is blob[starts[t]:starts[t+1]]
