@@ -1,4 +1,4 @@
-// Byte pair merging of one pre-split piece, as tiktoken's byte_pair_merge.
+// Counting the tokens of one pre-split piece.
 
 package estimator
 
@@ -6,33 +6,38 @@ import (
 	"math"
 )
 
-// pieceTokens returns the number of BPE tokens of one pre-split piece.
-func (e *encoder) pieceTokens(piece string) int {
-	if len(piece) <= 1 {
-		return len(piece)
+// pieceCount returns the number of BPE tokens of one pre-split piece: 1 for
+// a token (most pieces of prose), tiktoken's merge for a few bytes, the
+// backtracking encoder up to a chunk, countLong past it. With a budget that
+// is not negative, a long piece stops as soon as a lower bound of its count
+// exceeds the budget, and returns that bound and false. st is countLimit's
+// working memory (nil when the piece is at most mergePiece bytes).
+func (e *encoder) pieceCount(piece string, budget int, st *[2]btState) (int, bool) {
+	n := 1
+	switch {
+	case len(piece) <= 1:
+		n = len(piece)
+	case len(piece) <= 3 && e.v.digits && isDigits(piece):
+	case e.v.rank(piece) >= 0:
+	case len(piece) <= mergePiece:
+		n = bpeSmall(piece, e.v)
+	case len(piece) <= e.chunk:
+		e.v.encodeChunk(piece, -1, &st[0])
+		n = len(st[0].tokens)
+	default:
+		return e.countLong(piece, budget, st)
 	}
-	if len(piece) >= math.MaxInt32 {
-		// Beyond bpeLong's int32 indexes (2 GiB in one piece): count the
-		// halves, which can only overestimate.
-		h := len(piece) / 2
-		return e.pieceTokens(piece[:h]) + e.pieceTokens(piece[h:])
-	}
-	if _, ok := e.ranks[piece]; ok {
-		return 1
-	}
-	if len(piece) <= smallPiece {
-		return bpeSmall(piece, e.ranks)
-	}
-	return bpeLong(piece, e.ranks, e.maxTokenLen)
+	return n, budget < 0 || n <= budget
 }
 
-// smallPiece is the longest piece merged with the simple quadratic algorithm
-// (allocation free); longer pieces use bpeLong, O(n log n).
+// smallPiece is the longest piece bpeSmall can merge (its buffer is on the
+// stack); pieceCount gives it pieces of at most mergePiece bytes, the tests
+// up to smallPiece.
 const smallPiece = 64
 
 // bpeSmall is tiktoken's byte_pair_merge, counting the resulting parts.
 // Ties between equal ranks go to the leftmost pair, as in tiktoken.
-func bpeSmall(piece string, ranks map[string]int) int {
+func bpeSmall(piece string, v *vocab) int {
 	type part struct{ start, rank int }
 	var buf [smallPiece + 1]part
 	parts := buf[:len(piece)+1]
@@ -41,7 +46,7 @@ func bpeSmall(piece string, ranks map[string]int) int {
 	}
 	rank := func(i, skip int) int {
 		if i+skip+2 < len(parts) {
-			if r, ok := ranks[piece[parts[i].start:parts[i+skip+2].start]]; ok {
+			if r := v.rank(piece[parts[i].start:parts[i+skip+2].start]); r >= 0 {
 				return r
 			}
 		}
@@ -70,75 +75,17 @@ func bpeSmall(piece string, ranks map[string]int) int {
 	return len(parts) - 1
 }
 
-// bpeLong computes the same merge as bpeSmall in O(n log n): a linked list
-// of parts and a tournament tree over the parts' pair keys rank<<32|start,
-// whose root is the lowest rank with ties to the leftmost pair, exactly as
-// the linear scan chooses. Part i always starts at byte i (a merge keeps the
-// left part). Updates stop climbing as soon as a subtree's minimum is
-// unchanged, and neighbouring updates share their paths, which keeps this
-// cache friendly on pieces of megabytes.
-func bpeLong(piece string, ranks map[string]int, maxTokenLen int) int {
-	n := len(piece)
-	next := make([]int32, n) // start of the following part, n at the end
-	prev := make([]int32, n) // start of the preceding part, -1 at the start
-	size := 1
-	for size < n {
-		size <<= 1
-	}
-	const none = ^uint64(0)
-	tree := make([]uint64, 2*size)
-	for i := range tree {
-		tree[i] = none
-	}
-	key := func(i int) uint64 {
-		j := int(next[i])
-		if j >= n {
-			return none
-		}
-		end := int(next[j])
-		if end-i > maxTokenLen {
-			return none
-		}
-		if r, ok := ranks[piece[i:end]]; ok {
-			return uint64(r)<<32 | uint64(i)
-		}
-		return none
-	}
-	set := func(i int, k uint64) {
-		x := size + i
-		tree[x] = k
-		for x > 1 {
-			x >>= 1
-			m := min(tree[2*x], tree[2*x+1])
-			if tree[x] == m {
-				return
-			}
-			tree[x] = m
+// mergePiece is the longest piece counted with bpeSmall; longer ones go to
+// the backtracking encoder, whose cost grows with the tokens, not with the
+// square of the bytes (measured: from about 8 bytes it is faster).
+const mergePiece = 4
+
+// isDigits reports whether s is made of ASCII digits only.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
 		}
 	}
-	for i := 0; i < n; i++ {
-		next[i], prev[i] = int32(i+1), int32(i-1)
-	}
-	for i := 0; i < n; i++ {
-		tree[size+i] = key(i)
-	}
-	for x := size - 1; x >= 1; x-- {
-		tree[x] = min(tree[2*x], tree[2*x+1])
-	}
-	count := n
-	for tree[1] != none {
-		i := int(uint32(tree[1]))
-		j := int(next[i])
-		next[i] = next[j]
-		if k := int(next[j]); k < n {
-			prev[k] = int32(i)
-		}
-		count--
-		set(j, none)
-		set(i, key(i))
-		if p := int(prev[i]); p >= 0 {
-			set(p, key(p))
-		}
-	}
-	return count
+	return true
 }

@@ -28,18 +28,31 @@ const (
 	cLower = cLl | cLm | cLo | cM
 )
 
+// tableRunes is the number of runes whose classes are in runeClasses; the
+// others are computed from the unicode tables each time.
+const tableRunes = 0x30000
+
 var (
 	classesOnce sync.Once
-	bmpClasses  []uint16 // classes of U+0000..U+FFFF
+	runeClasses []uint16 // classes of U+0000..U+2FFFF (BMP, emoji and CJK planes; 384 KB)
+
+	// asciiClasses are the classes of U+0000..U+007F, in an array the
+	// compiler indexes without a bounds check (the scanner's fast path).
+	asciiClasses = func() (t [128]uint16) {
+		for r := range t {
+			t[r] = computeClass(rune(r))
+		}
+		return t
+	}()
 )
 
 func initClasses() {
 	classesOnce.Do(func() {
-		t := make([]uint16, 0x10000)
+		t := make([]uint16, tableRunes)
 		for r := range t {
 			t[r] = computeClass(rune(r))
 		}
-		bmpClasses = t
+		runeClasses = t
 	})
 }
 
@@ -69,15 +82,21 @@ func computeClass(r rune) uint16 {
 // at decodes the rune at byte offset i of s and returns it, its size (0 at
 // the end of s) and its classes.
 func at(s string, i int) (rune, int, uint16) {
+	if i < len(s) && s[i] < utf8.RuneSelf {
+		b := s[i]
+		return rune(b), 1, asciiClasses[b&0x7f]
+	}
+	return atSlow(s, i)
+}
+
+// atSlow is at for a multibyte rune or the end of s.
+func atSlow(s string, i int) (rune, int, uint16) {
 	if i >= len(s) {
 		return -1, 0, 0
 	}
-	if b := s[i]; b < utf8.RuneSelf {
-		return rune(b), 1, bmpClasses[b]
-	}
 	r, sz := utf8.DecodeRuneInString(s[i:])
-	if r < 0x10000 {
-		return r, sz, bmpClasses[r]
+	if r < tableRunes {
+		return r, sz, runeClasses[r]
 	}
 	return r, sz, computeClass(r)
 }
@@ -94,7 +113,14 @@ func isQ(c uint16) bool { return c&(cS|cL|cN) == 0 }
 // intersect mask.
 func runEnd(s string, i int, mask uint16) int {
 	for i < len(s) {
-		_, sz, c := at(s, i)
+		if b := s[i]; b < utf8.RuneSelf {
+			if asciiClasses[b&0x7f]&mask == 0 {
+				break
+			}
+			i++
+			continue
+		}
+		_, sz, c := atSlow(s, i)
 		if c&mask == 0 {
 			break
 		}
@@ -176,6 +202,12 @@ func o200kUpperWord(s string, i int) int {
 // Alternatives are tried in order and each is backtracked fully before the
 // next, as a backtracking engine does.
 func nextO200K(s string, i int) int {
+	if e := asciiWord(s, i, true); e > 0 {
+		return e
+	}
+	if e := asciiDigits(s, i); e > 0 {
+		return e
+	}
 	r0, sz0, c0 := at(s, i)
 	p := isP(r0, c0)
 	if p {
@@ -197,12 +229,74 @@ func nextO200K(s string, i int) int {
 	return nextCommon(s, i, r0, sz0, c0, true)
 }
 
+// asciiWord is the scanners' fast path for the commonest piece of prose: an
+// optional ASCII character of [^\r\n\p{L}\p{N}] (not a quote) and ASCII
+// letters, followed by an ASCII character that is neither a letter nor a
+// quote, or by the end. For o200k (upper) the letters are [A-Z]*[a-z]*, the
+// only ASCII letters both of its word alternatives accept in that order; for
+// cl100k any [A-Za-z]+. On such text both patterns match exactly these
+// bytes (the word alternative comes first, is greedy, and what follows can
+// neither extend it nor start a contraction). It returns 0 when the general
+// scanner must decide.
+func asciiWord(s string, i int, upper bool) int {
+	j := i
+	if b := s[i]; b >= utf8.RuneSelf || b == '\'' {
+		return 0
+	} else if b != '\r' && b != '\n' && asciiClasses[b]&(cL|cN) == 0 {
+		j++
+	}
+	k := j
+	if upper {
+		for k < len(s) && 'A' <= s[k] && s[k] <= 'Z' {
+			k++
+		}
+		for k < len(s) && 'a' <= s[k] && s[k] <= 'z' {
+			k++
+		}
+	} else {
+		for k < len(s) && asciiClasses[s[k]&0x7f]&cL != 0 && s[k] < utf8.RuneSelf {
+			k++
+		}
+	}
+	if k == j {
+		return 0
+	}
+	if k < len(s) {
+		if b := s[k]; b >= utf8.RuneSelf || b == '\'' || asciiClasses[b]&cL != 0 {
+			return 0
+		}
+	}
+	return k
+}
+
+// asciiDigits is the fast path for \p{N}{1,3} on ASCII digits (both
+// patterns): up to three of them, unless a non-ASCII rune, which may be a
+// digit, comes before the third. It returns 0 when the general scanner must
+// decide. The word alternatives cannot match at a digit (it is neither a
+// letter nor in [^\r\n\p{L}\p{N}]).
+func asciiDigits(s string, i int) int {
+	j := i
+	for j < len(s) && j < i+3 && '0' <= s[j] && s[j] <= '9' {
+		j++
+	}
+	if j == i || (j < i+3 && j < len(s) && s[j] >= utf8.RuneSelf) {
+		return 0
+	}
+	return j
+}
+
 // nextCL100K returns the end of the piece starting at i under cl100k_base's
 // split pattern:
 //
 //	(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
 //	| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func nextCL100K(s string, i int) int {
+	if e := asciiWord(s, i, false); e > 0 {
+		return e
+	}
+	if e := asciiDigits(s, i); e > 0 {
+		return e
+	}
 	if e := contraction(s, i); e > i {
 		return e
 	}

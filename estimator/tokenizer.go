@@ -2,9 +2,9 @@ package estimator
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -22,15 +22,19 @@ const (
 // a backtracking regexp engine (about 1 ms for 2 KB of prose) and merges each
 // piece with a quadratic loop (2 s for one 40 KB word, hours for a 4 MB one),
 // which is not acceptable on the admission path. Instead it uses the same
-// ranks (tiktoken-go-loader's embedded files), a hand-written linear scanner
-// equivalent to the encoding's split pattern, and an O(n log n) merge for
-// long pieces (180 ms for a 1 MB word). The tests check it token for token against tiktoken-go.
+// ranks (tiktoken-go-loader's embedded files) in flat tables ([vocab]), a
+// hand-written linear scanner equivalent to the encoding's split pattern, a
+// lookup of the whole piece (most pieces of prose are one token), tiktoken's
+// merge for other short pieces, and a linear backtracking encoder over
+// bounded chunks for long ones ([encoder.countLong]), so that memory is
+// bounded whatever the shape of the text. The tests check it token for token
+// against tiktoken-go.
 type encoder struct {
 	name  string
-	ranks map[string]int
+	v     *vocab
 	o200k bool // which split pattern: o200k_base or cl100k_base
 
-	maxTokenLen int // longest token, in bytes
+	chunk, tail int // countLong's chunk and kept tail, in bytes (changed by tests)
 }
 
 type lazyEncoder struct {
@@ -67,15 +71,12 @@ func getEncoder(name string) (*encoder, error) {
 			l.err = fmt.Errorf("estimator: load %s ranks: empty", name)
 			return
 		}
-		enc := &encoder{name: name, ranks: ranks, o200k: name == EncodingO200K}
-		for tok, r := range ranks {
-			if r < 0 || r > math.MaxInt32 {
-				l.err = fmt.Errorf("estimator: load %s ranks: rank %d out of range", name, r)
-				return
-			}
-			enc.maxTokenLen = max(enc.maxTokenLen, len(tok))
+		v, err := newVocab(ranks)
+		if err != nil {
+			l.err = fmt.Errorf("estimator: load %s ranks: %w", name, err)
+			return
 		}
-		l.enc = enc
+		l.enc = &encoder{name: name, v: v, o200k: name == EncodingO200K, chunk: chunkBytes, tail: chunkTail}
 	})
 	return l.enc, l.err
 }
@@ -95,29 +96,7 @@ func CountText(encoding, s string) (int, error) {
 
 // count returns the number of tokens of s.
 func (e *encoder) count(s string) int {
-	if s == "" {
-		return 0
-	}
-	if !utf8.ValidString(s) {
-		// tiktoken-go converts the text to runes, which turns every invalid
-		// byte into U+FFFD; do the same so the counts agree.
-		s = string([]rune(s))
-	}
-	n := 0
-	for i := 0; i < len(s); {
-		var j int
-		if e.o200k {
-			j = nextO200K(s, i)
-		} else {
-			j = nextCL100K(s, i)
-		}
-		if j <= i { // cannot happen; guarantees progress whatever the input
-			_, sz := utf8.DecodeRuneInString(s[i:])
-			j = i + sz
-		}
-		n += e.pieceTokens(s[i:j])
-		i = j
-	}
+	n, _ := e.countLimit(s, -1)
 	return n
 }
 
@@ -146,7 +125,70 @@ func (e *encoder) pieces(s string) []string {
 // It returns the count and true when the count is at most limit; otherwise a
 // count above limit (a lower bound of the true count) and false. A negative
 // limit means no limit.
+//
+// It stops after the piece that passes the limit, or inside a long piece as
+// soon as the tokens proved so far plus one per longest token's length of
+// what remains pass it.
 func (e *encoder) countLimit(s string, limit int) (int, bool) {
-	n := e.count(s)
-	return n, limit < 0 || n <= limit
+	// Invalid UTF-8: tiktoken-go converts the text to runes, which turns
+	// every invalid byte into U+FFFD. The scanner already reads an invalid
+	// byte as U+FFFD (same classes, so the same pieces); only the pieces
+	// that hold one are rewritten, in a pooled buffer.
+	valid := utf8.ValidString(s)
+	var fix *[]byte
+	if !valid {
+		fix = fixPool.Get().(*[]byte)
+		defer func() {
+			if cap(*fix) <= 64<<10 {
+				fixPool.Put(fix)
+			}
+		}()
+	}
+	var st *[2]btState // the backtracking encoder's memory, taken when needed
+	defer func() {
+		if st != nil {
+			e.putState(st)
+		}
+	}()
+	n := 0
+	for i := 0; i < len(s); {
+		var j int
+		if e.o200k {
+			j = nextO200K(s, i)
+		} else {
+			j = nextCL100K(s, i)
+		}
+		if j <= i { // cannot happen; guarantees progress whatever the input
+			_, sz := utf8.DecodeRuneInString(s[i:])
+			j = i + sz
+		}
+		piece := s[i:j]
+		if !valid && !utf8.ValidString(piece) {
+			b := (*fix)[:0]
+			for _, r := range piece {
+				b = utf8.AppendRune(b, r)
+			}
+			*fix = b
+			piece = unsafe.String(unsafe.SliceData(b), len(b))
+		}
+		if st == nil && len(piece) > mergePiece {
+			st = btPool.Get().(*[2]btState)
+		}
+		budget := -1
+		if limit >= 0 {
+			budget = limit - n
+		}
+		c, ok := e.pieceCount(piece, budget, st)
+		n += c
+		if !ok {
+			return n, false
+		}
+		i = j
+	}
+	return n, true
 }
+
+// fixPool holds the buffers of pieces rewritten from invalid UTF-8 (at most
+// three times the piece: a byte becomes the three of U+FFFD); the string
+// made over one is used only until the next piece.
+var fixPool = sync.Pool{New: func() any { return new([]byte) }}

@@ -1,0 +1,442 @@
+// The vocabulary of one encoding in flat tables built for counting: an exact
+// lookup of a byte string's rank, a trie for the longest token at a
+// position, and the merge tree of every token, which decides whether two
+// tokens can stand side by side in a BPE output.
+
+package estimator
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// vocab holds an encoding's tokens by rank (a token's id is its rank). It is
+// immutable once built and safe for concurrent use.
+//
+// Memory, o200k_base (200k tokens): the lookup table 12.6 MB, the trie 7 MB,
+// the merge tables 10 MB, the tokens' bytes 2 MB (32 MB live in all, built
+// in about a second); cl100k_base about half of that.
+type vocab struct {
+	blob   string   // every token's bytes, in rank order
+	starts []uint32 // token t is blob[starts[t]:starts[t+1]]
+	maxLen int      // longest token, in bytes
+	digits bool     // every string of one to three ASCII digits is a token
+
+	// Exact lookup: open addressing with linear probing over the first 16
+	// bytes and the length of a token (hashing costs the same whatever the
+	// length; longer tokens compare their tail with the blob).
+	slots    []slot
+	slotMask uint64
+
+	// The trie of all tokens, for the longest token at a position. Node 0 is
+	// the root; an edge is found by hashing (node, byte). tok[node] is the
+	// token spelled by the path to node, or -1.
+	root     [256]uint32
+	root2    []uint32 // the node after the two bytes b0<<8|b1, or 0
+	info     []uint16 // a node's byte (from its parent) <<8 | hasKids | oneKid | isToken
+	edges    []uint64 // (node<<8|byte)+1 in the high 32 bits, child in the low 32; 0 is empty
+	edgeMask uint64
+	tok      []int32
+
+	// prefix[t] is the longest token that is a proper prefix of t, or -1.
+	prefix []int32
+	// left[t], right[t]: the two tokens BPE merges last to make t (t, t for
+	// a byte). pairs maps a (left, right) pair to the token it makes.
+	left, right []uint32
+	pairKeys    []uint64 // left<<32|right, +1 so that 0 is empty
+	pairVals    []uint32
+	pairMask    uint64
+	// pairBits has the bit pairHash(key)>>pairShift set for every pair: 1 MB
+	// that stays in cache and answers most absent pairs without a probe.
+	pairBits []uint64
+
+	// seen remembers the answers of compatible, which natural text asks
+	// again and again: a direct-mapped cache of ((a<<24|b)+1)<<1|answer,
+	// shared by all goroutines (atomic words, so a race only loses an entry).
+	seen []atomic.Uint64
+}
+
+const seenBits = 15 // 32768 entries, 256 KB
+
+// Flags of vocab.info: the node has children (the first is the next node),
+// and exactly one.
+const (
+	hasKids = 1 << iota
+	oneKid
+	isToken // the path to the node spells a token
+)
+
+const pairShift = 64 - 23 // 1<<23 bits
+
+func pairHash(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
+
+type slot struct {
+	k0, k1 uint64
+	n, id  uint32 // n == 0: empty
+}
+
+// le64 loads 8 bytes of s at i, little endian (the compiler makes it one
+// load).
+func le64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string, i int) uint64 {
+	s = s[i : i+4]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
+}
+
+// key16 returns the first 16 bytes of s as two words, zero padded, with
+// overlapping loads instead of a byte loop.
+func key16(s string) (k0, k1 uint64) {
+	switch n := len(s); {
+	case n >= 16:
+		return le64(s, 0), le64(s, 8)
+	case n > 8:
+		return le64(s, 0), le64(s, n-8) >> (8 * (16 - n))
+	case n == 8:
+		return le64(s, 0), 0
+	case n >= 4:
+		return le32(s, 0) | le32(s, n-4)<<(8*(n-4)), 0
+	case n > 0:
+		return uint64(s[0]) | uint64(s[n/2])<<(8*(n/2)) | uint64(s[n-1])<<(8*(n-1)), 0
+	}
+	return 0, 0
+}
+
+func hash16(k0, k1 uint64, n int) uint64 {
+	hi, lo := bits.Mul64(k0^0x243f6a8885a308d3, k1^0x13198a2e03707344^uint64(n)<<56)
+	return hi ^ lo
+}
+
+// rank returns the rank of s, or -1 when s is not a token.
+func (v *vocab) rank(s string) int {
+	n := len(s)
+	if n == 0 || n > v.maxLen {
+		return -1
+	}
+	k0, k1 := key16(s)
+	for i := hash16(k0, k1, n) & v.slotMask; ; i = (i + 1) & v.slotMask {
+		sl := &v.slots[i]
+		if sl.n == 0 {
+			return -1
+		}
+		if sl.k0 == k0 && sl.k1 == k1 && sl.n == uint32(n) &&
+			(n <= 16 || v.blob[v.starts[sl.id]+16:v.starts[sl.id+1]] == s[16:]) {
+			return int(sl.id)
+		}
+	}
+}
+
+func (v *vocab) token(t uint32) string { return v.blob[v.starts[t]:v.starts[t+1]] }
+
+func (v *vocab) tokenLen(t uint32) int { return int(v.starts[t+1] - v.starts[t]) }
+
+func edgeKey(node uint32, b byte) uint32 { return node<<8 | uint32(b) + 1 }
+
+func (v *vocab) child(node uint32, b byte) uint32 {
+	f := v.info[node]
+	if f&hasKids == 0 {
+		return 0
+	}
+	if byte(v.info[node+1]>>8) == b {
+		return node + 1
+	}
+	if f&oneKid != 0 {
+		return 0
+	}
+	key := edgeKey(node, b)
+	for i := (uint64(key) * 0x9e3779b97f4a7c15 >> 32) & v.edgeMask; ; i = (i + 1) & v.edgeMask {
+		e := v.edges[i]
+		if e == 0 {
+			return 0
+		}
+		if uint32(e>>32) == key {
+			return uint32(e)
+		}
+	}
+}
+
+// longest returns the longest token that is a prefix of s[i:] (s[i:] is
+// not empty; every byte is a token).
+func (v *vocab) longest(s string, i int) uint32 {
+	node := v.root[s[i]]
+	best := node
+	if i+1 >= len(s) {
+		return uint32(v.tok[best])
+	}
+	if node = v.root2[uint32(s[i])<<8|uint32(s[i+1])]; node == 0 {
+		return uint32(v.tok[best])
+	}
+	if v.info[node]&isToken != 0 {
+		best = node
+	}
+	end := min(len(s), i+v.maxLen)
+	for i += 2; i < end; i++ {
+		if node = v.child(node, s[i]); node == 0 {
+			break
+		}
+		if v.info[node]&isToken != 0 {
+			best = node
+		}
+	}
+	return uint32(v.tok[best])
+}
+
+// pair returns the token made by merging a and b, if BPE makes one that
+// way.
+func (v *vocab) pair(a, b uint32) (uint32, bool) {
+	key := uint64(a)<<32 | uint64(b) + 1
+	h := pairHash(key)
+	if bit := h >> pairShift; v.pairBits[bit>>6]&(1<<(bit&63)) == 0 {
+		return 0, false
+	}
+	for i := (h >> 32) & v.pairMask; ; i = (i + 1) & v.pairMask {
+		k := v.pairKeys[i]
+		if k == 0 {
+			return 0, false
+		}
+		if k == key {
+			return v.pairVals[i], true
+		}
+	}
+}
+
+// compatible reports whether BPE of the bytes of a followed by the bytes of
+// b is exactly [a, b]: whether a and b can be neighbours in a BPE output.
+//
+// It undoes the merges of a and b in reverse order (the later merge, the
+// higher rank, first) down to the boundary between them, and at each step
+// asks whether the two parts touching the boundary would have merged into a
+// token of lower rank than the merges still to undo: if so, BPE would have
+// merged across the boundary and never produced a next to b. This is the
+// test of GitHub's rust-gems bpe crate (crates/bpe, "is_valid_token_pair").
+func (v *vocab) compatible(a, b uint32) bool {
+	key := (uint64(a)<<24 | uint64(b)) + 1
+	e := &v.seen[key*0x9e3779b97f4a7c15>>(64-seenBits)]
+	if w := e.Load(); w>>1 == key {
+		return w&1 == 1
+	}
+	ok := v.compatibleUncached(a, b)
+	w := key << 1
+	if ok {
+		w |= 1
+	}
+	e.Store(w)
+	return ok
+}
+
+// compatibleUncached is compatible without the cache.
+func (v *vocab) compatibleUncached(a, b uint32) bool {
+	limit := uint32(math.MaxUint32)
+	for {
+		if m, ok := v.pair(a, b); ok && m < limit {
+			return false
+		}
+		if a > b {
+			limit = a
+			if a = v.right[a]; a == limit { // a is a byte: undo b
+				limit = b + 1
+				if b = v.left[b]; b+1 == limit {
+					return true
+				}
+			}
+		} else {
+			limit = b + 1
+			if b = v.left[b]; b+1 == limit { // b is a byte: undo a
+				limit = a
+				if a = v.right[a]; a == limit {
+					return true
+				}
+			}
+		}
+	}
+}
+
+// tableSize returns a power of two of at least twice n.
+func tableSize(n int) int {
+	size := 1
+	for size < 2*n {
+		size <<= 1
+	}
+	return size
+}
+
+// newVocab builds the tables from tiktoken's rank file. It requires what
+// tiktoken's encodings guarantee and the counter relies on: ranks 0..n-1
+// each used once, and every one of the 256 bytes a token.
+func newVocab(ranks map[string]int) (*vocab, error) {
+	n := len(ranks)
+	if n == 0 || n >= 1<<24 {
+		return nil, fmt.Errorf("%d tokens", n)
+	}
+	byRank := make([]string, n)
+	for tok, r := range ranks {
+		if r < 0 || r >= n || byRank[r] != "" || tok == "" {
+			return nil, fmt.Errorf("ranks are not 0..%d, each once (rank %d of %q)", n-1, r, tok)
+		}
+		byRank[r] = tok
+	}
+	v := &vocab{starts: make([]uint32, n+1)}
+	var sb strings.Builder
+	for r, tok := range byRank {
+		sb.WriteString(tok)
+		v.starts[r+1] = uint32(sb.Len())
+		v.maxLen = max(v.maxLen, len(tok))
+	}
+	v.blob = sb.String()
+
+	// The lookup table.
+	size := tableSize(n)
+	v.slots, v.slotMask = make([]slot, size), uint64(size-1)
+	for r, tok := range byRank {
+		k0, k1 := key16(tok)
+		i := hash16(k0, k1, len(tok)) & v.slotMask
+		for v.slots[i].n != 0 {
+			i = (i + 1) & v.slotMask
+		}
+		v.slots[i] = slot{k0, k1, uint32(len(tok)), uint32(r)}
+	}
+
+	// The trie, built from the sorted tokens so that nodes are numbered in
+	// depth-first order: a node's first child is the next node, found
+	// without hashing; only the other children go to the edge table. First
+	// count the nodes and the other children (each token adds the bytes past
+	// its common prefix with the previous one; the first of them is another
+	// child when the previous token went on past that prefix).
+	ids := make([]uint32, n)
+	for i := range ids {
+		ids[i] = uint32(i)
+	}
+	slices.SortFunc(ids, func(a, b uint32) int { return strings.Compare(byRank[a], byRank[b]) })
+	lcp := func(a, b string) int {
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		return i
+	}
+	nodes, others, prev := 1, 0, ""
+	for _, id := range ids {
+		tok := byRank[id]
+		l := lcp(tok, prev)
+		nodes += len(tok) - l
+		if l < len(prev) {
+			others++
+		}
+		prev = tok
+	}
+	if nodes >= 1<<24 {
+		return nil, fmt.Errorf("trie of %d nodes", nodes)
+	}
+	size = tableSize(others)
+	v.edges, v.edgeMask = make([]uint64, size), uint64(size-1)
+	v.root2 = make([]uint32, 1<<16)
+	v.tok = make([]int32, 1, nodes)
+	v.tok[0] = -1
+	v.info = make([]uint16, 1, nodes+1)
+	path, prev := []uint32{0}, ""
+	for _, id := range ids {
+		tok := byRank[id]
+		l := lcp(tok, prev)
+		path = path[:l+1]
+		for i := l; i < len(tok); i++ {
+			p, c := path[i], uint32(len(v.tok))
+			v.tok = append(v.tok, -1)
+			v.info = append(v.info, uint16(tok[i])<<8)
+			if v.info[p]&hasKids == 0 {
+				if c != p+1 { // cannot happen: p is the last node made
+					return nil, fmt.Errorf("trie: first child %d of %d", c, p)
+				}
+				v.info[p] |= hasKids | oneKid
+			} else {
+				v.info[p] &^= oneKid
+				key := edgeKey(p, tok[i])
+				j := (uint64(key) * 0x9e3779b97f4a7c15 >> 32) & v.edgeMask
+				for v.edges[j] != 0 {
+					j = (j + 1) & v.edgeMask
+				}
+				v.edges[j] = uint64(key)<<32 | uint64(c)
+			}
+			switch i {
+			case 0:
+				v.root[tok[0]] = c
+			case 1:
+				v.root2[uint32(tok[0])<<8|uint32(tok[1])] = c
+			}
+			path = append(path, c)
+		}
+		v.tok[path[len(tok)]] = int32(id)
+		v.info[path[len(tok)]] |= isToken
+		prev = tok
+	}
+	v.info = append(v.info, 0) // info[node+1] exists for every node
+	for b := 0; b < 256; b++ {
+		if v.root[b] == 0 || v.tok[v.root[b]] < 0 {
+			return nil, fmt.Errorf("byte %#x is not a token", b)
+		}
+	}
+
+	v.digits = true
+	for d := 0; d < 1110; d++ { // "0".."9", "00".."99", "000".."999"
+		var s string
+		switch {
+		case d < 10:
+			s = fmt.Sprintf("%d", d)
+		case d < 110:
+			s = fmt.Sprintf("%02d", d-10)
+		default:
+			s = fmt.Sprintf("%03d", d-110)
+		}
+		v.digits = v.digits && v.rank(s) >= 0
+	}
+
+	// The longest proper prefix of each token.
+	v.prefix = make([]int32, n)
+	for r, tok := range byRank {
+		v.prefix[r] = -1
+		node := uint32(0)
+		for i := 0; i < len(tok)-1; i++ {
+			node = v.child(node, tok[i])
+			if t := v.tok[node]; t >= 0 {
+				v.prefix[r] = t
+			}
+		}
+	}
+
+	// The merge tree: in rank order, t's last merge is the first split of
+	// t (longest left part first) into two tokens of lower rank that are
+	// compatible, given the merges of all lower ranks.
+	v.left, v.right = make([]uint32, n), make([]uint32, n)
+	size = tableSize(n)
+	v.pairKeys, v.pairVals, v.pairMask = make([]uint64, size), make([]uint32, size), uint64(size-1)
+	v.pairBits = make([]uint64, (1<<(64-pairShift))/64)
+	v.seen = make([]atomic.Uint64, 1<<seenBits)
+	for r, tok := range byRank {
+		t := uint32(r)
+		v.left[t], v.right[t] = t, t
+		for a := v.prefix[r]; a >= 0; a = v.prefix[a] {
+			b := v.rank(tok[v.tokenLen(uint32(a)):])
+			if int(a) >= r || b < 0 || b >= r || !v.compatibleUncached(uint32(a), uint32(b)) {
+				continue
+			}
+			v.left[t], v.right[t] = uint32(a), uint32(b)
+			key := uint64(a)<<32 | uint64(b) + 1
+			h := pairHash(key)
+			v.pairBits[h>>pairShift>>6] |= 1 << (h >> pairShift & 63)
+			j := (h >> 32) & v.pairMask
+			for v.pairKeys[j] != 0 {
+				j = (j + 1) & v.pairMask
+			}
+			v.pairKeys[j], v.pairVals[j] = key, t
+			break
+		}
+	}
+	return v, nil
+}
