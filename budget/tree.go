@@ -48,6 +48,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 	skips = make([]LimitSet, len(chain))
 	var tooLarge *TooLargeError
 	var rejected *RejectedError
+	var rejectedErr error // rejected, or the *BudgetExhaustedError that embeds it
 	mkey := ""
 	if len(models) > 0 {
 		mkey = ModelKey(est)
@@ -67,6 +68,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 			shadowSet |= m.Shadow
 		}
 		var levelRejected *RejectedError // the level's first refusing limit, in the contract's order
+		var levelErr error               // levelRejected, or the *BudgetExhaustedError that embeds it
 		for _, err := range refusals {
 			lim := limitOf(err)
 			if shadowSet.Has(lim) {
@@ -85,19 +87,24 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 			case *RejectedError:
 				if levelRejected == nil {
 					e.Level = lv.id
-					levelRejected = e
+					levelRejected, levelErr = e, e
+				}
+			case *BudgetExhaustedError:
+				if levelRejected == nil {
+					e.Level = lv.id
+					levelRejected, levelErr = &e.RejectedError, e
 				}
 			}
 		}
 		if levelRejected != nil && (rejected == nil || levelRejected.RetryAfter > rejected.RetryAfter) {
-			rejected = levelRejected
+			rejected, rejectedErr = levelRejected, levelErr
 		}
 	}
 	switch {
 	case tooLarge != nil:
 		return skips, shadow, tooLarge
 	case rejected != nil:
-		return skips, shadow, rejected
+		return skips, shadow, rejectedErr
 	}
 	return skips, shadow, nil
 }
