@@ -261,3 +261,24 @@ func TestConcurrentCallersExhaustAMoneyWindow(t *testing.T) {
 		t.Fatalf("%d admitted, window used %d; want %d admitted using exactly the cap %d", admitted, used, fit, fit*m)
 	}
 }
+
+// When the bucket is short too, the exhausted window is the limit that
+// binds (until its reset, not the bucket's minute): it is the one named,
+// so a caller is not sent to wait a minute for the same refusal.
+func TestExhaustedWindowIsNamedBeforeAShortBucket(t *testing.T) {
+	t.Parallel()
+	b := setupAPI(t, nil)
+	b.priced(t)
+	body := chat(100, "hi")
+	m := b.moneyOf(t, body)
+	l := moneyWindow(t, budget.FormatRate(m+m/2))
+	l.TokensCapacity, l.TokensRateMicro = 150, budget.Micro // about 108 a call: the second is 66 tokens short
+	key := b.tenant(t, "acme", l)
+	if r := b.call(t, key, http.MethodPost, "/v1/admissions", body); r.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", r.Code, r.Body)
+	}
+	res := b.call(t, key, http.MethodPost, "/v1/admissions", body)
+	if e := res.exhausted().Error; res.Code != http.StatusTooManyRequests || e.Type != "budget_exhausted" || e.Window != "daily" {
+		t.Fatalf("%d %s", res.Code, res.Body)
+	}
+}

@@ -39,8 +39,9 @@ func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
 // left out of that level's debit (skips, one set per level of chain), but
 // refuses nothing. Of the enforced refusals, the one returned names its
 // level: a request too large for some level first (it can never fit),
-// else, of each level's first refusing limit (in the contract's order),
-// the one that lasts longest, since the request fits only when every level
+// else, of each level's first refusing limit (in the contract's order; an
+// exhausted window whose reset is later than that limit's wait, before
+// it), the one that lasts longest, since the request fits only when every level
 // does (nearest the caller's tenant on a tie). holdback is
 // taken from the caller's own tenant before deciding: callers queued ahead
 // of it there are served first.
@@ -90,7 +91,10 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 					levelRejected, levelErr = e, e
 				}
 			case *BudgetExhaustedError:
-				if levelRejected == nil {
+				// An exhausted window binds until its reset: named before a
+				// bucket that refills sooner, which would send the caller
+				// back, after a short wait, to this same refusal.
+				if levelRejected == nil || e.RetryAfter > levelRejected.RetryAfter {
 					e.Level = lv.id
 					levelRejected, levelErr = &e.RejectedError, e
 				}
