@@ -21,7 +21,7 @@ var ledgerParams = []string{"tenant", "kind", "model", "admission_id", "actor", 
 var queryParams = map[string][]string{
 	"GET /v1/ledger":                            append(slices.Clone(ledgerParams), "format"),
 	"GET /v1/admin/ledger":                      ledgerParams,
-	"GET /v1/admin/ledger/export":               append(slices.Clone(ledgerParams), "format"),
+	"GET /v1/admin/ledger/export":               {"tenant", "kind", "model", "admission_id", "actor", "order", "from", "to", "format"},
 	"GET /v1/admin/ledger/verify":               {"tenant"},
 	"GET /v1/admin/reports/drift":               {"tenant", "model", "by", "from", "to"},
 	"GET /v1/admin/tenants/:id/end-users":       {"limit", "after"},
