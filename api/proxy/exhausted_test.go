@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -87,8 +88,9 @@ func TestOpenAIWireMoneyWindowExhaustedIsInsufficientQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	retrying := openai.NewClient(option.WithBaseURL(b.base+"/v1/"), option.WithAPIKey(b.key), option.WithMaxRetries(3))
-	var resp *http.Response
-	_, err := retrying.Chat.Completions.New(ctx, chatParams(100), option.WithResponseInto(&resp))
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second) // a retry would wait for the reset, hours away
+	defer cancel()
+	_, err := retrying.Chat.Completions.New(actx, chatParams(100))
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Code != "insufficient_quota" || apiErr.Type != "insufficient_quota" {
 		t.Fatalf("second call: %v", err)
@@ -126,7 +128,11 @@ func TestAnthropicWireMoneyWindowExhaustedIsBillingError(t *testing.T) {
 	if _, err := b.anthropicClient(0).Messages.New(ctx, claudeParams(500, "Hello")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.anthropicClient(3).Messages.New(ctx, claudeParams(500, "Hello"))
+	// An SDK that retried would wait for the window's reset, hours away:
+	// the deadline makes such a wait fail the test, not hang it.
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err := b.anthropicClient(3).Messages.New(actx, claudeParams(500, "Hello"))
 	var apiErr *anthropic.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusPaymentRequired {
 		t.Fatalf("second call: %v", err)
