@@ -16,8 +16,12 @@ import (
 // ledgerFilter reads the ledger filters of a query string.
 func ledgerFilter(c *echo.Context) (ledger.Filter, error) {
 	q := c.Request().URL.Query()
+	order, err := enumParam(c, "order", "newest", "oldest")
+	if err != nil {
+		return ledger.Filter{}, err
+	}
 	f := ledger.Filter{TenantID: q.Get("tenant"), Kind: ledger.Kind(q.Get("kind")), Model: q.Get("model"),
-		AdmissionID: q.Get("admission_id"), Actor: q.Get("actor"), Oldest: q.Get("order") == "oldest"}
+		AdmissionID: q.Get("admission_id"), Actor: q.Get("actor"), Oldest: order == "oldest"}
 	switch f.Kind {
 	case "", ledger.KindReserve, ledger.KindSettle, ledger.KindRelease, ledger.KindExpire, ledger.KindAdjust, ledger.KindLimits, ledger.KindTenant:
 	default:
@@ -237,7 +241,11 @@ func (s *Server) adminLedgerVerify(c *echo.Context) error {
 
 func (s *Server) adminDriftReport(c *echo.Context) error {
 	q := c.Request().URL.Query()
-	p := budget.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model"), ByModel: q.Get("by") == "model"}
+	by, err := enumParam(c, "by", "model")
+	if err != nil {
+		return err
+	}
+	p := budget.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model"), ByModel: by == "model"}
 	f, err := ledgerFilter(c) // the same from/to parsing
 	if err != nil {
 		return err

@@ -123,7 +123,14 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
 	if err != nil {
-		if rej := (*budget.RejectedError)(nil); errors.As(err, &rej) {
+		exh, rej := (*budget.BudgetExhaustedError)(nil), (*budget.RejectedError)(nil)
+		switch {
+		case errors.As(err, &exh):
+			// The headers of the window that bound, never the bucket's.
+			for _, h := range exh.RateHeaders() {
+				c.Response().Header().Set(h.Name, h.Value)
+			}
+		case errors.As(err, &rej):
 			s.setRateHeaders(c, rej.Snapshot)
 		}
 		return &withEstimate{err: err, estimate: estimateOf(est)}

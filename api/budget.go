@@ -214,7 +214,8 @@ func (s *Server) setRateHeaders(c *echo.Context, snap budget.Snapshot) {
 // handler already did; it is best effort and never fails the response.
 func (s *Server) ensureRateHeaders(c *echo.Context) {
 	tenantID := tenantOf(c)
-	if tenantID == "" || c.Response().Header().Get("X-Ratelimit-Limit-Tokens") != "" {
+	h := c.Response().Header()
+	if tenantID == "" || h.Get("X-Ratelimit-Limit-Tokens") != "" || h.Get("X-Ratelimit-Limit-Budget") != "" {
 		return
 	}
 	if r, _ := echo.UnwrapResponse(c.Response()); r != nil && r.Committed {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -35,6 +36,29 @@ type Error struct {
 	// period_budget): retry_after_ms is the time to its reset.
 	Window       string `json:"window,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
+	// Budget is what an exhausted window (budget_exhausted) spent, its
+	// cap and its reset.
+	Budget *exhaustedJSON `json:"budget,omitempty"`
+	// RetryNever says refill cannot make room for the request in any
+	// useful time (budget.Never): no retry_after_ms and no Retry-After.
+	RetryNever bool `json:"retry_never,omitempty"`
+	// headers are the response headers the error sets besides
+	// Retry-After (an exhausted window's in place of the bucket's).
+	headers []budget.Header
+}
+
+// exhaustedJSON is an exhausted budget window in an error body: amounts
+// in its unit (tokens, or decimal units of currency), exact.
+type exhaustedJSON struct {
+	Window    string      `json:"window"`
+	Counts    string      `json:"counts"`
+	Spent     json.Number `json:"spent"`
+	Limit     json.Number `json:"limit"`
+	Cap       json.Number `json:"cap"`
+	Remaining json.Number `json:"remaining"`
+	Cost      json.Number `json:"cost"`
+	Currency  string      `json:"currency,omitempty"`
+	ResetsAt  time.Time   `json:"resets_at"`
 }
 
 func (e *Error) Error() string { return e.Type + ": " + e.Message }
@@ -69,6 +93,7 @@ func httpError(err error) *Error {
 	var (
 		apiErr    *Error
 		rej       *budget.RejectedError
+		exhausted *budget.BudgetExhaustedError
 		tooLarge  *budget.TooLargeError
 		inv       *estimator.InvalidError
 		binv      *budget.InvalidError
@@ -87,6 +112,21 @@ func httpError(err error) *Error {
 		ms := budget.RetryAfterMillis(throttled.RetryAfter)
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: "auth",
 			Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
+	case errors.As(err, &exhausted):
+		// Out of budget, told apart from a rate limit: 429 like every
+		// refusal (the window resets, and OpenAI answers its own quota
+		// 429 insufficient_quota), but its own type, its amounts, headers
+		// of the window that bound, and X-Should-Retry: false so that no
+		// SDK spends its retries on a wait of hours.
+		return exhaustedError(exhausted)
+	case errors.As(err, &rej) && rej.Never():
+		of := ""
+		if rej.Level != "" {
+			of = " of " + rej.Level
+		}
+		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model, Pool: rej.Pool,
+			RetryNever: true, headers: []budget.Header{{Name: "X-Should-Retry", Value: "false"}},
+			Message: "rejected by the " + rej.Named() + " limit" + of + ", which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can"}
 	case errors.As(err, &rej):
 		ms := budget.RetryAfterMillis(rej.RetryAfter)
 		of := ""
@@ -233,7 +273,12 @@ func (s *Server) handleError(c *echo.Context, err error) {
 			"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 	}
 	if e.RetryAfterMS != nil {
-		c.Response().Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(time.Duration(*e.RetryAfterMS)*time.Millisecond), 10))
+		// In seconds, from the milliseconds without a Duration: a long
+		// wait once overflowed it and said 1.
+		c.Response().Header().Set("Retry-After", strconv.FormatInt(max(1, (*e.RetryAfterMS+999)/1000), 10))
+	}
+	for _, h := range e.headers {
+		c.Response().Header().Set(h.Name, h.Value)
 	}
 	if e.Status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tokengate"`)
@@ -248,4 +293,20 @@ func (s *Server) handleError(c *echo.Context, err error) {
 		body.Estimate = &we.estimate
 	}
 	_ = c.JSON(e.Status, body)
+}
+
+// exhaustedError is the API's answer to an exhausted budget window.
+func exhaustedError(e *budget.BudgetExhaustedError) *Error {
+	ms := budget.RetryAfterMillis(e.RetryAfter)
+	of := ""
+	if e.Level != "" {
+		of = " of " + e.Level
+	}
+	b := &exhaustedJSON{Window: e.Window, Counts: string(e.Counts), Spent: json.Number(e.Decimal(e.Spent)), Limit: json.Number(e.Decimal(e.Budget)),
+		Cap: json.Number(e.Decimal(e.Cap)), Remaining: json.Number(e.Decimal(e.Remaining())), Cost: json.Number(e.Decimal(e.Cost)),
+		Currency: e.Currency, ResetsAt: e.Resets.UTC()}
+	return &Error{Status: http.StatusTooManyRequests, Type: "budget_exhausted", Limit: string(e.Limit), Level: e.Level, Window: e.Window,
+		RetryAfterMS: &ms, Budget: b, headers: append(e.RateHeaders(), budget.Header{Name: "X-Should-Retry", Value: "false"}),
+		Message: "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " + e.Amount(e.Cap) +
+			", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)}
 }

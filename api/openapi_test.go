@@ -73,3 +73,58 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 		t.Fatalf("only %d routes served: %v", len(served), served)
 	}
 }
+
+// TestQueryParamsMatchOpenAPI: the query parameters each GET and DELETE
+// route accepts (api.QueryParams, refused otherwise) are the ones
+// openapi.yaml documents for it, no more and no fewer.
+func TestQueryParamsMatchOpenAPI(t *testing.T) {
+	t.Parallel()
+	type param struct {
+		Ref  string `yaml:"$ref"`
+		Name string `yaml:"name"`
+		In   string `yaml:"in"`
+	}
+	var doc struct {
+		Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+		Components struct {
+			Parameters map[string]param `yaml:"parameters"`
+		} `yaml:"components"`
+	}
+	if err := yaml.Unmarshal(api.OpenAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	brace := regexp.MustCompile(`\{([a-zA-Z_]+)\}`)
+	for path, ops := range doc.Paths {
+		if !strings.HasPrefix(path, "/v1/") {
+			continue
+		}
+		for method, node := range ops {
+			m := strings.ToUpper(method)
+			if m != http.MethodGet && m != http.MethodDelete {
+				continue
+			}
+			var op struct {
+				Parameters []param `yaml:"parameters"`
+			}
+			if err := node.Decode(&op); err != nil {
+				t.Fatal(err)
+			}
+			var documented []string
+			for _, p := range op.Parameters {
+				if p.Ref != "" {
+					p = doc.Components.Parameters[strings.TrimPrefix(p.Ref, "#/components/parameters/")]
+				}
+				if p.In == "query" {
+					documented = append(documented, p.Name)
+				}
+			}
+			route := m + " " + brace.ReplaceAllString(path, ":$1")
+			accepted := append([]string(nil), api.QueryParams[route]...)
+			sort.Strings(documented)
+			sort.Strings(accepted)
+			if strings.Join(documented, ",") != strings.Join(accepted, ",") {
+				t.Errorf("%s: openapi.yaml documents %v, the route accepts %v", route, documented, accepted)
+			}
+		}
+	}
+}

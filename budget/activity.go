@@ -16,7 +16,10 @@ import (
 type Activity struct {
 	Admitted, Rejected []int64
 	ByLimit            map[Limit]int64
-	WouldRefuse        map[Limit]int64
+	// ByWindow are the rejections of the same two minutes by period_budget,
+	// by the window that refused.
+	ByWindow    map[string]int64
+	WouldRefuse map[Limit]int64
 }
 
 // Activity returns each active tenant's last `minutes` minutes as of now
@@ -40,7 +43,8 @@ func (s *Store) Activity(ctx context.Context, now time.Time, minutes int) (map[s
 	get := func(id string) *Activity {
 		a, ok := per[id]
 		if !ok {
-			a = &Activity{Admitted: make([]int64, minutes), Rejected: make([]int64, minutes), ByLimit: map[Limit]int64{}, WouldRefuse: map[Limit]int64{}}
+			a = &Activity{Admitted: make([]int64, minutes), Rejected: make([]int64, minutes), ByLimit: map[Limit]int64{}, ByWindow: map[string]int64{},
+				WouldRefuse: map[Limit]int64{}}
 			per[id] = a
 		}
 		return a
@@ -63,6 +67,9 @@ func (s *Store) Activity(ctx context.Context, now time.Time, minutes int) (map[s
 		a.Rejected[i] += r.Count
 		if i <= 1 {
 			a.ByLimit[r.Limit] += r.Count
+			if r.Window != "" {
+				a.ByWindow[r.Window] += r.Count
+			}
 		}
 	}
 	return per, nil

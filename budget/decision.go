@@ -91,6 +91,9 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 				rej.PoolState = pl.state()
 			}
 		}
+		if exh := (*BudgetExhaustedError)(nil); errors.As(refusal, &exh) && exh.Counts == CountMoney && price != nil {
+			exh.Currency = price.Currency // the money was priced in it
+		}
 		return nil, refusal
 	}
 

@@ -45,6 +45,11 @@ var (
 	ErrNotReplayed = errors.New("budget: admission made during an outage, not replayed into the store yet")
 	// ErrInvalidLimits is wrapped by *LimitError.
 	ErrInvalidLimits = errors.New("budget: invalid limits")
+	// ErrBudgetExhausted is wrapped by *BudgetExhaustedError: a calendar
+	// window (of tokens or money) has no room left for the request until
+	// it resets. It is a refusal (errors.Is ErrRejected too), told apart
+	// from a rate limit: waiting for a bucket to refill will not help.
+	ErrBudgetExhausted = errors.New("budget: budget window exhausted")
 )
 
 // Limit names one of a tenant's limits, as the API reports it.
@@ -78,8 +83,9 @@ type RejectedError struct {
 	Priority Priority
 	// RetryAfter is the exact time until the deficit refills (tokens,
 	// requests), until the next period (period_budget), or a hint
-	// (concurrency, which frees when some reservation ends). Zero with
-	// Never set means no retry can succeed without an admin change.
+	// (concurrency, which frees when some reservation ends). NeverRefills
+	// (Never reports it) is a refill too slow to end within the range of a
+	// time.Duration: only a refund or a change of the limits makes room.
 	RetryAfter time.Duration
 	Snapshot   Snapshot
 	// Shadow are the shadow limits that would have refused it too.
@@ -96,6 +102,10 @@ func (e *RejectedError) Error() string {
 
 // Unwrap makes errors.Is(err, ErrRejected) true.
 func (e *RejectedError) Unwrap() error { return ErrRejected }
+
+// Never reports whether refill cannot make room for the request in any
+// useful time (NeverRefills): no Retry-After can be promised.
+func (e *RejectedError) Never() bool { return Never(e.RetryAfter) }
 
 // Named is the refusing limit as a message names it: "period_budget
 // (window daily)" for a window.

@@ -160,8 +160,13 @@ func (p Period) next(start time.Time) time.Time {
 	return time.Time{}
 }
 
-// roundUpMS rounds d up to whole milliseconds.
+// roundUpMS rounds d up to whole milliseconds, saturating at NeverRefills
+// instead of wrapping to a negative wait (which the faces used to answer
+// as "Retry-After: 1" and a reset in the past).
 func roundUpMS(d time.Duration) time.Duration {
+	if Never(d) {
+		return NeverRefills
+	}
 	if r := d % time.Millisecond; r != 0 {
 		d += time.Millisecond - r
 	}

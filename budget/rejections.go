@@ -34,7 +34,8 @@ type rejectionKey struct {
 	tenant string
 	minute time.Time
 	limit  Limit
-	shadow bool // a shadow limit that would have refused (the request went on)
+	shadow bool   // a shadow limit that would have refused (the request went on)
+	window string // the window that refused (limit period_budget), "" for the others
 }
 
 // NewRejections returns a tally that flushes to pool.
@@ -44,7 +45,7 @@ func NewRejections(pool *pgxpool.Pool) *Rejections {
 
 // Add counts one rejection, at the database time its decision was made.
 func (r *Rejections) Add(rej *RejectedError) {
-	k := rejectionKey{tenant: rej.Snapshot.TenantID, minute: rej.Snapshot.At.Truncate(time.Minute), limit: rej.Limit}
+	k := rejectionKey{tenant: rej.Snapshot.TenantID, minute: rej.Snapshot.At.Truncate(time.Minute), limit: rej.Limit, window: rej.Window}
 	r.mu.Lock()
 	r.counts[k]++
 	r.mu.Unlock()
@@ -71,7 +72,7 @@ func (r *Rejections) Flush(ctx context.Context) error {
 	}
 	b := &pgx.Batch{}
 	for k, n := range pending {
-		b.Queue(rejectionsAddSQL, k.tenant, k.minute, string(k.limit), n, k.shadow)
+		b.Queue(rejectionsAddSQL, k.tenant, k.minute, string(k.limit), n, k.shadow, k.window)
 	}
 	if err := r.pool.SendBatch(ctx, b).Close(); err != nil {
 		r.mu.Lock()
@@ -96,15 +97,17 @@ func (r *Rejections) Tick(ctx context.Context) error {
 	return nil
 }
 
-// RejectionCount is the number of rejections of one tenant by one limit in
-// one minute, across all replicas; with Shadow, the requests the shadow
+// RejectionCount is the number of rejections of one tenant by one limit
+// (and window) in one minute, across all replicas; with Shadow, the requests the shadow
 // limit would have refused.
 type RejectionCount struct {
 	TenantID string
 	Minute   time.Time
 	Limit    Limit
 	Shadow   bool
-	Count    int64
+	// Window is the window that refused (limit period_budget).
+	Window string
+	Count  int64
 }
 
 // RejectionsSince returns the flushed tallies of the minutes that overlap
@@ -117,7 +120,7 @@ func (s *Store) RejectionsSince(ctx context.Context, window time.Duration) ([]Re
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RejectionCount, error) {
 		var c RejectionCount
 		var limit string
-		err := r.Scan(&c.TenantID, &c.Minute, &limit, &c.Shadow, &c.Count)
+		err := r.Scan(&c.TenantID, &c.Minute, &limit, &c.Shadow, &c.Window, &c.Count)
 		c.Limit = Limit(limit)
 		return c, err
 	})

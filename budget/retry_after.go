@@ -1,6 +1,22 @@
 package budget
 
-import "time"
+import (
+	"math"
+	"time"
+)
+
+// NeverRefills is the wait of a refusal that refill cannot end within the
+// range of a time.Duration (about 292 years): a bucket refilling a
+// millionth of a token a second towards a large deficit. Every wait
+// computed from a refill saturates at it instead of wrapping around, and
+// the faces say "never" rather than promising a time: no Retry-After, no
+// reset header, and a body that says only a refund or a change of the
+// limits makes room.
+const NeverRefills = time.Duration(math.MaxInt64)
+
+// Never reports whether d is NeverRefills (or beyond what a refill can
+// promise: within a millisecond of it).
+func Never(d time.Duration) bool { return d > NeverRefills-time.Millisecond }
 
 // RetryAfterMillis and RetryAfterSeconds are the wait a refusal tells its
 // caller, in the unit of the face's header, rounded up and never zero: a

@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -31,5 +32,68 @@ func TestRetryAfterRoundsUpAndIsNeverZero(t *testing.T) {
 		if ms, sec := budget.RetryAfterMillis(c.d), budget.RetryAfterSeconds(c.d); ms != c.ms || sec != c.sec {
 			t.Errorf("%v: %d ms, %d s; want %d ms, %d s", c.d, ms, sec, c.ms, c.sec)
 		}
+	}
+}
+
+// TestHugeWaitSaturatesAtNever: a refill a millionth of a token a second
+// towards a deficit of 10,000 tokens takes 10^16 s, more than a Duration
+// holds. Rounding it to the millisecond wrapped it negative, which the
+// faces answered "Retry-After: 1" with a reset in the past (issue 36, P9):
+// it saturates at NeverRefills, and so does the snapshot's full time.
+func TestHugeWaitSaturatesAtNever(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	s := budget.TenantState{
+		Limits: budget.Limits{TokensCapacity: 50_000, TokensRateMicro: 1},
+		Tokens: budget.Bucket{CapacityMicro: 50_000 * budget.Micro, RateMicro: 1, BalanceMicro: 20_000 * budget.Micro, At: now},
+	}
+	refusals := budget.Refusals(s, budget.Amount{Cost: 30_000}, now)
+	var rej *budget.RejectedError
+	if len(refusals) != 1 || !errors.As(refusals[0], &rej) || rej.RetryAfter != budget.NeverRefills || !rej.Never() {
+		t.Fatalf("refusals %v (retry after %v), want tokens refusing with NeverRefills", refusals, rej)
+	}
+	snap := s.Snapshot("acme", now)
+	if snap.TokensFullIn != budget.NeverRefills {
+		t.Fatalf("full in %v, want NeverRefills", snap.TokensFullIn)
+	}
+	for _, h := range snap.RateHeaders() {
+		if h.Name == "X-Ratelimit-Reset-Tokens" {
+			t.Fatalf("a reset header %q for a bucket that never refills in time", h.Value)
+		}
+	}
+	// A long wait that a Duration holds is no "never".
+	if budget.Never(100 * 365 * 24 * time.Hour) {
+		t.Fatal("a hundred years is a wait, not never")
+	}
+}
+
+// TestExhaustedWindowSaysWhatItSpent: a window that refuses is a
+// *BudgetExhaustedError with its amounts and reset, which is a refusal
+// (ErrRejected) and an exhausted budget, never only a rate limit.
+func TestExhaustedWindowSaysWhatItSpent(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", Money: ptr("25"), OveragePercent: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	s := budget.TenantState{
+		Limits:  budget.Limits{TokensCapacity: 2_000_000, TokensRateMicro: budget.Micro, Windows: ws},
+		Tokens:  budget.Bucket{CapacityMicro: 2_000_000 * budget.Micro, RateMicro: budget.Micro, BalanceMicro: 2_000_000 * budget.Micro, At: now},
+		Windows: []budget.WindowUsage{{Start: &start, Used: 27_000_000}},
+	}
+	refusals := budget.Refusals(s, budget.Amount{Cost: 100, Money: 600_000}, now)
+	var exh *budget.BudgetExhaustedError
+	if len(refusals) != 1 || !errors.As(refusals[0], &exh) || !errors.Is(refusals[0], budget.ErrBudgetExhausted) || !errors.Is(refusals[0], budget.ErrRejected) {
+		t.Fatalf("refusals %v", refusals)
+	}
+	if exh.Window != "daily" || exh.Counts != budget.CountMoney || exh.Spent != 27_000_000 || exh.Budget != 25_000_000 || exh.Cap != 27_500_000 ||
+		exh.Cost != 600_000 || exh.Remaining() != 500_000 || !exh.Resets.Equal(start.AddDate(0, 0, 1)) || exh.RetryAfter != 15*time.Hour {
+		t.Fatalf("%+v", exh)
+	}
+	var rej *budget.RejectedError
+	if !errors.As(refusals[0], &rej) || rej.Limit != budget.LimitPeriodBudget || rej.Window != "daily" {
+		t.Fatalf("the refusal it embeds: %+v", rej)
 	}
 }

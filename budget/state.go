@@ -79,7 +79,8 @@ func Decide(s TenantState, cost int64, now time.Time) error {
 // Refusals is every limit of s that refuses a request counting a at now,
 // each a *TooLargeError or a *RejectedError: the too-large ones first, then
 // the rest in the order tokens, requests, concurrency, period_budget (each
-// window that refuses, naming it, with the exact time to its reset). A
+// window that refuses, a *BudgetExhaustedError naming it, with what it
+// spent, its cap and the exact time to its reset). A
 // decision needs them all to tell shadow limits (counted, never refusing)
 // from enforced ones.
 func Refusals(s TenantState, a Amount, now time.Time) []error {
@@ -108,7 +109,10 @@ func Refusals(s TenantState, a Amount, now time.Time) []error {
 			continue
 		}
 		if n := a.of(w); n <= w.Ceiling() && s.Windows[i].Used+n > w.Ceiling() {
-			out = append(out, &RejectedError{Limit: LimitPeriodBudget, Window: w.Name, RetryAfter: roundUpMS(w.Next(*s.Windows[i].Start).Sub(now))})
+			resets := w.Next(*s.Windows[i].Start)
+			out = append(out, &BudgetExhaustedError{
+				RejectedError: RejectedError{Limit: LimitPeriodBudget, Window: w.Name, RetryAfter: roundUpMS(resets.Sub(now))},
+				Counts:        w.Counts, Spent: s.Windows[i].Used, Budget: w.Limit, Cap: w.Ceiling(), Cost: n, Resets: resets})
 		}
 	}
 	return out
@@ -120,6 +124,8 @@ func limitOf(err error) Limit {
 	case *TooLargeError:
 		return e.Limit
 	case *RejectedError:
+		return e.Limit
+	case *BudgetExhaustedError:
 		return e.Limit
 	}
 	return ""
@@ -387,17 +393,25 @@ type Header struct{ Name, Value string }
 // request ones only when the tenant has a request bucket). Every face
 // sends the same ones, so a client reads tokengate's answers alike
 // whichever way it came in.
+//
+// A bucket that refill cannot fill within the range of a time.Duration
+// (Never) has no reset header: no time can be promised, and the one a
+// wrapped duration gave was negative.
 func (s Snapshot) RateHeaders() []Header {
 	h := []Header{
 		{"X-Ratelimit-Limit-Tokens", strconv.FormatInt(s.Limits.TokensCapacity, 10)},
 		{"X-Ratelimit-Remaining-Tokens", strconv.FormatInt(max(0, s.Tokens()), 10)},
-		{"X-Ratelimit-Reset-Tokens", s.TokensFullIn.String()},
+	}
+	if !Never(s.TokensFullIn) {
+		h = append(h, Header{"X-Ratelimit-Reset-Tokens", s.TokensFullIn.String()})
 	}
 	if s.Limits.RequestsCapacity > 0 {
 		h = append(h,
 			Header{"X-Ratelimit-Limit-Requests", strconv.FormatInt(s.Limits.RequestsCapacity, 10)},
-			Header{"X-Ratelimit-Remaining-Requests", strconv.FormatInt(max(0, s.Requests()), 10)},
-			Header{"X-Ratelimit-Reset-Requests", s.RequestsFullIn.String()})
+			Header{"X-Ratelimit-Remaining-Requests", strconv.FormatInt(max(0, s.Requests()), 10)})
+		if !Never(s.RequestsFullIn) {
+			h = append(h, Header{"X-Ratelimit-Reset-Requests", s.RequestsFullIn.String()})
+		}
 	}
 	return h
 }

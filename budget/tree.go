@@ -39,8 +39,9 @@ func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
 // left out of that level's debit (skips, one set per level of chain), but
 // refuses nothing. Of the enforced refusals, the one returned names its
 // level: a request too large for some level first (it can never fit),
-// else, of each level's first refusing limit (in the contract's order),
-// the one that lasts longest, since the request fits only when every level
+// else, of each level's first refusing limit (in the contract's order; an
+// exhausted window whose reset is later than that limit's wait, before
+// it), the one that lasts longest, since the request fits only when every level
 // does (nearest the caller's tenant on a tie). holdback is
 // taken from the caller's own tenant before deciding: callers queued ahead
 // of it there are served first.
@@ -48,6 +49,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 	skips = make([]LimitSet, len(chain))
 	var tooLarge *TooLargeError
 	var rejected *RejectedError
+	var rejectedErr error // rejected, or the *BudgetExhaustedError that embeds it
 	mkey := ""
 	if len(models) > 0 {
 		mkey = ModelKey(est)
@@ -67,6 +69,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 			shadowSet |= m.Shadow
 		}
 		var levelRejected *RejectedError // the level's first refusing limit, in the contract's order
+		var levelErr error               // levelRejected, or the *BudgetExhaustedError that embeds it
 		for _, err := range refusals {
 			lim := limitOf(err)
 			if shadowSet.Has(lim) {
@@ -85,19 +88,27 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 			case *RejectedError:
 				if levelRejected == nil {
 					e.Level = lv.id
-					levelRejected = e
+					levelRejected, levelErr = e, e
+				}
+			case *BudgetExhaustedError:
+				// An exhausted window binds until its reset: named before a
+				// bucket that refills sooner, which would send the caller
+				// back, after a short wait, to this same refusal.
+				if levelRejected == nil || e.RetryAfter > levelRejected.RetryAfter {
+					e.Level = lv.id
+					levelRejected, levelErr = &e.RejectedError, e
 				}
 			}
 		}
 		if levelRejected != nil && (rejected == nil || levelRejected.RetryAfter > rejected.RetryAfter) {
-			rejected = levelRejected
+			rejected, rejectedErr = levelRejected, levelErr
 		}
 	}
 	switch {
 	case tooLarge != nil:
 		return skips, shadow, tooLarge
 	case rejected != nil:
-		return skips, shadow, rejected
+		return skips, shadow, rejectedErr
 	}
 	return skips, shadow, nil
 }

@@ -106,10 +106,16 @@ type tenantRow struct {
 	Status                                         string
 	Tokens, Requests, Period, Open                 gauge
 	Admitted, AdmittedPrev, Rejected, RejectedPrev int64
-	// Why is the limit that refused most in the last two minutes.
+	// Why is the limit that refused most in the last two minutes, with
+	// the window that refused for period_budget.
 	Why       string
 	WhyDetail string
-	Spark     [2]spark // admitted, rejected
+	// PeriodWindow names the window Period shows, for a tenant without the
+	// legacy period budget ("" for that budget, or none); PeriodHint
+	// describes it (bound.go).
+	PeriodWindow, PeriodHint string
+
+	Spark [2]spark // admitted, rejected
 	// Shadow lists the tenant's shadow limits; WouldRefuse says how many
 	// requests each would have refused over the last sparkMinutes.
 	Shadow      []string
@@ -209,6 +215,10 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		return nil, err
 	}
 	idle := &budget.Activity{Admitted: make([]int64, sparkMinutes), Rejected: make([]int64, sparkMinutes)}
+	currency, err := d.currencyFor(ctx, snaps)
+	if err != nil {
+		return nil, err
+	}
 
 	rows := make([]*tenantRow, 0, len(snaps))
 	for _, s := range snaps {
@@ -244,14 +254,20 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		}
 		var detail []string
 		var best int64
+		bound := boundWindow(c.ByWindow)
 		for _, lim := range limitOrder {
 			if n := c.ByLimit[lim]; n > 0 {
-				detail = append(detail, string(lim)+" "+groupDigits(n))
+				named := string(lim)
+				if lim == budget.LimitPeriodBudget && bound != "" {
+					named += " (window " + bound + ")"
+				}
+				detail = append(detail, named+" "+groupDigits(n))
 				if n > best {
-					best, r.Why = n, string(lim)
+					best, r.Why = n, named
 				}
 			}
 		}
+		r.windowGauge(s, bound, currency)
 		if len(detail) > 0 {
 			r.WhyDetail = "refused in the last 2 minutes: " + strings.Join(detail, ", ")
 		}

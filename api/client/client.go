@@ -161,7 +161,7 @@ type Error struct {
 	// Field names the offending field of a 400.
 	Field string `json:"field"`
 	// Limit names the limit that refused a 429 (tokens, requests,
-	// concurrency, period_budget).
+	// concurrency, period_budget: BudgetExhausted).
 	Limit string `json:"limit"`
 	// RetryAfter is how long tokengate said to wait, if it said.
 	RetryAfter time.Duration `json:"-"`
@@ -179,10 +179,20 @@ func (e *Error) Error() string {
 // and RetryAfter says when it may fit.
 func (e *Error) Rejected() bool { return e.Status == http.StatusTooManyRequests }
 
+// BudgetExhausted says a calendar window of the tenant's budget has no
+// room left until it resets (429 budget_exhausted, its Limit
+// period_budget): RetryAfter is the time to the reset, and the client
+// does not retry it.
+func (e *Error) BudgetExhausted() bool { return e.Type == "budget_exhausted" }
+
 // retryable says whether another attempt may succeed: a refusal (the
 // bucket refills), tokengate busy or unreachable, or a gateway in between
-// failing.
+// failing. An exhausted budget is not retried: only its reset, hours
+// away, can make room.
 func (e *Error) retryable() bool {
+	if e.BudgetExhausted() {
+		return false
+	}
 	switch e.Status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusInternalServerError:
 		return true

@@ -450,3 +450,29 @@ func TestMiddlewareUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBudgetExhaustedIsNotRetried: a window out of room is told apart
+// from a rate limit, and the client does not spend its retries on it.
+func TestBudgetExhaustedIsNotRetried(t *testing.T) {
+	t.Parallel()
+	n := int64(150)
+	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "hourly", Unit: "hour", Tokens: &n}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1000 * budget.Micro, Windows: ws})
+	net := &faulty{}
+	c := b.client(t, net, client.Config{MaxRetries: 5})
+	if _, err := c.Reserve(ctx, client.Request{Body: chat(100, "hello")}); err != nil { // about 108 of 150
+		t.Fatal(err)
+	}
+	net.attempts.Store(0)
+	_, err = c.Reserve(ctx, client.Request{Body: chat(100, "hello")})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || !apiErr.BudgetExhausted() || !apiErr.Rejected() || apiErr.Limit != "period_budget" || apiErr.RetryAfter <= 0 {
+		t.Fatalf("over the window: %v", err)
+	}
+	if net.attempts.Load() != 1 {
+		t.Fatalf("%d attempts, want 1: an exhausted budget is not retried", net.attempts.Load())
+	}
+}

@@ -412,7 +412,15 @@ func writeAnthropicError(w http.ResponseWriter, status int, typ, message string)
 // which the SDKs prefer) and the anthropic-ratelimit headers, so that the
 // SDK's own retry waits exactly long enough; a request that can never fit
 // is an invalid_request_error, which no SDK retries.
+//
+// An exhausted budget window is Anthropic's billing_error (402), its one
+// documented error for an account that cannot pay for the request: no SDK
+// retries it, which is right for a wait of hours, and it names the window,
+// what it spent, its cap and its reset, with the window's headers in
+// place of the bucket's. A refill that can never make room says so, with
+// no retry-after at all.
 func writeAnthropicDomainError(w http.ResponseWriter, err error) {
+	var exh *budget.BudgetExhaustedError
 	var rej *budget.RejectedError
 	var tl *budget.TooLargeError
 	var thr *credential.ThrottledError
@@ -420,6 +428,20 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.As(err, &inv):
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", inv.Field+": "+inv.Reason)
+	case errors.As(err, &exh):
+		setExhaustedHeaders(w.Header(), exh)
+		if exh.Counts == budget.CountTokens {
+			h := w.Header()
+			h.Set("Anthropic-Ratelimit-Tokens-Limit", exh.Decimal(exh.Cap))
+			h.Set("Anthropic-Ratelimit-Tokens-Remaining", exh.Decimal(exh.Remaining()))
+			h.Set("Anthropic-Ratelimit-Tokens-Reset", exh.Resets.UTC().Format(time.RFC3339))
+		}
+		writeAnthropicError(w, http.StatusPaymentRequired, "billing_error", "tokengate: budget_exhausted: "+exhaustedMessage(exh))
+	case errors.As(err, &rej) && rej.Never():
+		setAnthropicRateHeaders(w.Header(), rej.Snapshot)
+		w.Header().Set("X-Should-Retry", "false")
+		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error",
+			"tokengate: rejected by the tenant's "+rej.Named()+" limit, which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can")
 	case errors.As(err, &rej):
 		setAnthropicRateHeaders(w.Header(), rej.Snapshot)
 		ms := budget.RetryAfterMillis(rej.RetryAfter)
@@ -458,11 +480,15 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 func setAnthropicRateHeaders(h http.Header, snap budget.Snapshot) {
 	h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
 	h.Set("Anthropic-Ratelimit-Tokens-Remaining", strconv.FormatInt(max(0, snap.Tokens()), 10))
-	h.Set("Anthropic-Ratelimit-Tokens-Reset", snap.At.Add(snap.TokensFullIn).UTC().Format(time.RFC3339))
+	if !budget.Never(snap.TokensFullIn) { // no time to promise (budget.NeverRefills)
+		h.Set("Anthropic-Ratelimit-Tokens-Reset", snap.At.Add(snap.TokensFullIn).UTC().Format(time.RFC3339))
+	}
 	if snap.Limits.RequestsCapacity > 0 {
 		h.Set("Anthropic-Ratelimit-Requests-Limit", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
 		h.Set("Anthropic-Ratelimit-Requests-Remaining", strconv.FormatInt(max(0, snap.Requests()), 10))
-		h.Set("Anthropic-Ratelimit-Requests-Reset", snap.At.Add(snap.RequestsFullIn).UTC().Format(time.RFC3339))
+		if !budget.Never(snap.RequestsFullIn) {
+			h.Set("Anthropic-Ratelimit-Requests-Reset", snap.At.Add(snap.RequestsFullIn).UTC().Format(time.RFC3339))
+		}
 	}
 }
 

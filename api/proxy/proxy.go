@@ -483,8 +483,13 @@ func writeError(w http.ResponseWriter, status int, typ, param, message string) {
 
 // writeDomainError answers a refusal of the domain in OpenAI's terms: a
 // 429 with retry-after and retry-after-ms (the SDKs' own retry honours
-// them) and the x-ratelimit headers.
+// them) and the x-ratelimit headers. An exhausted budget window is
+// OpenAI's own answer to a spent quota, 429 insufficient_quota, with the
+// headers of the window that bound and x-should-retry: false (a wait of
+// hours is no retry); a refill that can never make room says so, with no
+// retry-after at all.
 func writeDomainError(w http.ResponseWriter, err error) {
+	var exh *budget.BudgetExhaustedError
 	var rej *budget.RejectedError
 	var tl *budget.TooLargeError
 	var thr *credential.ThrottledError
@@ -498,6 +503,14 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		// admitted, so no proxy call meets it today.
 		writeError(w, http.StatusConflict, "invalid_request_error", "",
 			"admission "+other.AdmissionID+" was made through the "+string(other.Face)+" face; only that face may end it")
+	case errors.As(err, &exh):
+		setExhaustedHeaders(w.Header(), exh)
+		writeError(w, http.StatusTooManyRequests, "insufficient_quota", "", "tokengate: "+exhaustedMessage(exh))
+	case errors.As(err, &rej) && rej.Never():
+		setRateHeaders(w.Header(), rej.Snapshot)
+		w.Header().Set("X-Should-Retry", "false")
+		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "",
+			"tokengate: rejected by the tenant's "+rej.Named()+" limit, which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can")
 	case errors.As(err, &rej):
 		setRateHeaders(w.Header(), rej.Snapshot)
 		ms := budget.RetryAfterMillis(rej.RetryAfter)

@@ -213,6 +213,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var admitted []admittedAt // to release if a later descriptor is refused
 	var last *budget.Snapshot
+	var exhausted *budget.BudgetExhaustedError // the first descriptor refused by an exhausted window
 	for _, d := range ds {
 		phase := "request"
 		if d.response || d.negative {
@@ -226,7 +227,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				s.calls.WithLabelValues(phase, "over_limit").Inc()
 				s.refused.WithLabelValues(v.reason).Inc()
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-				resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil))
+				resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil, nil))
 				continue
 			}
 			s.calls.WithLabelValues(phase, "error").Inc()
@@ -246,7 +247,10 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 		if snap != nil {
 			last = snap
 		}
-		resp.Statuses = append(resp.Statuses, statusOf(rej, snap))
+		if st.exhausted != nil && exhausted == nil {
+			exhausted = st.exhausted
+		}
+		resp.Statuses = append(resp.Statuses, statusOf(rej, snap, st.exhausted))
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		// A refusal consumes nothing: what this call reserved for its other
@@ -255,6 +259,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	if last != nil {
 		resp.ResponseHeadersToAdd = headers(*last, resp)
+	}
+	if exhausted != nil {
+		exhaustedResponse(resp, exhausted)
 	}
 	return resp, nil
 }
@@ -304,7 +311,12 @@ func verdictOf(err error) verdict {
 
 type admittedAt struct{ tenant, id string }
 
-type decided struct{ admissionID string }
+// decided is a descriptor's decision: the admission it made, or the
+// exhausted budget window that refused it (beside its *RejectedError).
+type decided struct {
+	admissionID string
+	exhausted   *budget.BudgetExhaustedError
+}
 
 func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor) (decided, *budget.Snapshot, *budget.RejectedError, error) {
 	actor := "gateway:" + gw.Name
@@ -355,7 +367,9 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 	r, _, err := s.admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS, Body: body})
 	var rej *budget.RejectedError
 	if errors.As(err, &rej) {
-		return decided{}, &rej.Snapshot, rej, nil
+		var exh *budget.BudgetExhaustedError
+		errors.As(err, &exh)
+		return decided{exhausted: exh}, &rej.Snapshot, rej, nil
 	}
 	if err != nil {
 		return decided{}, nil, nil, err
@@ -397,17 +411,28 @@ func overLimit(n int, retry time.Duration) *rlsv3.RateLimitResponse {
 
 func clamp32(v int64) uint32 { return uint32(max(0, min(v, math.MaxUint32))) }
 
-func statusOf(rej *budget.RejectedError, snap *budget.Snapshot) *rlsv3.RateLimitResponse_DescriptorStatus {
+// statusOf is a descriptor's status: the token bucket's limit and
+// remaining, or those of the exhausted window that refused it (exh). A
+// wait refill can never end (budget.Never) has no duration_until_reset.
+func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.BudgetExhaustedError) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if snap != nil {
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: "tokens", RequestsPerUnit: clamp32(snap.Limits.TokensCapacity),
 			Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
 		st.LimitRemaining = clamp32(snap.Tokens())
-		st.DurationUntilReset = durationpb.New(snap.TokensFullIn)
+		if !budget.Never(snap.TokensFullIn) {
+			st.DurationUntilReset = durationpb.New(snap.TokensFullIn)
+		}
 	}
 	if rej != nil {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		st.DurationUntilReset = durationpb.New(time.Duration(budget.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
+		st.DurationUntilReset = nil
+		if !rej.Never() {
+			st.DurationUntilReset = durationpb.New(time.Duration(budget.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
+		}
+	}
+	if exh != nil {
+		st.CurrentLimit, st.LimitRemaining = windowLimit(exh)
 	}
 	return st
 }
@@ -421,10 +446,19 @@ func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Head
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		var longest time.Duration
+		never := false
 		for _, st := range resp.Statuses {
-			if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && st.DurationUntilReset != nil {
-				longest = max(longest, st.DurationUntilReset.AsDuration())
+			if st.Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+				continue
 			}
+			if st.DurationUntilReset == nil {
+				never = true // refill can never make room: no time to promise
+				continue
+			}
+			longest = max(longest, st.DurationUntilReset.AsDuration())
+		}
+		if never {
+			return append(h, &corev3.HeaderValue{Key: "x-should-retry", Value: "false"})
 		}
 		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(longest), 10)})
 	}

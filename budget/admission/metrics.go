@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // Face names the front door a request came through (budget.Face): the
@@ -147,9 +148,19 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 	return outcome, limit
 }
 
-// isInvalid tells a request the store refused as the caller's mistake (a
-// value it cannot hold), not an error of the replica.
-func isInvalid(err error) bool { return budget.IsInvalidInput(err) }
+// isInvalid tells a request refused by policy as the caller's mistake from
+// an error of the replica or its store (OutcomeError, which alerts read as
+// an outage): a value the store cannot hold, a field the decision refused
+// (a model without a price where a money window counts it, an end-user
+// id), an estimate's field, usage or amounts out of range, an
+// Idempotency-Key reused for another request.
+func isInvalid(err error) bool {
+	var binv *budget.InvalidError
+	var einv *estimator.InvalidError
+	var lim *budget.LimitError
+	return budget.IsInvalidInput(err) || errors.As(err, &binv) || errors.As(err, &einv) || errors.As(err, &lim) ||
+		errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow) || errors.Is(err, budget.ErrIdempotencyMismatch)
+}
 
 // ended records one settle's or release's outcome, whichever face asked,
 // and the estimate's error of one that moved the balance (a replay moves
@@ -182,7 +193,7 @@ func (m *metrics) outcomeOf(ctx context.Context, st *budget.Settlement, journale
 		return OutcomeOtherFace
 	case ctx.Err() != nil:
 		return OutcomeCancelled
-	case isInvalid(err) || errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow):
+	case isInvalid(err):
 		return OutcomeInvalid
 	}
 	return OutcomeError

@@ -152,11 +152,13 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 		switch {
 		case errors.As(err, &tl):
 			rej = &budget.RejectedError{Limit: budget.LimitTokens, RetryAfter: time.Second}
+			err = rej
 		case !errors.As(err, &rej):
 			return nil, err
 		}
 		rej.Snapshot = sh.snapshot(snap.TenantID, now)
-		return nil, rej
+		return nil, err // an exhausted window stays a *budget.BudgetExhaustedError
+
 	}
 	ttl := snap.Limits.ReservationTTL
 	if ttl <= 0 {

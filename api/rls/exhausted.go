@@ -1,0 +1,94 @@
+package rls
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/tokengate/tokengate/budget"
+)
+
+// windowUnits are the rate limit units of the calendar windows.
+var windowUnits = map[budget.WindowUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	budget.WindowHour: rlsv3.RateLimitResponse_RateLimit_HOUR, budget.WindowDay: rlsv3.RateLimitResponse_RateLimit_DAY,
+	budget.WindowWeek: rlsv3.RateLimitResponse_RateLimit_WEEK, budget.WindowMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
+}
+
+// windowLimit is an exhausted window as a descriptor's current limit and
+// remaining, in place of the token bucket's: named "window <name>
+// (<tokens|currency>)", per the window's unit; a tokens window in cost
+// units, a money window in whole units of its currency (rounded down: the
+// headers and the body carry the exact decimals).
+func windowLimit(e *budget.BudgetExhaustedError) (*rlsv3.RateLimitResponse_RateLimit, uint32) {
+	ceiling, left := e.Cap, e.Remaining()
+	if e.Counts == budget.CountMoney {
+		ceiling, left = ceiling/budget.Micro, left/budget.Micro
+	}
+	unit := rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	for _, w := range e.Snapshot.Limits.Windows {
+		if w.Name == e.Window {
+			unit = windowUnits[w.Unit]
+		}
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{Name: "window " + e.Window + " (" + e.Unit() + ")", RequestsPerUnit: clamp32(ceiling), Unit: unit}, clamp32(left)
+}
+
+// exhaustedBody is the HTTP API's error body for an exhausted window,
+// which Envoy sends as the 429's body (raw_body).
+type exhaustedBody struct {
+	Error struct {
+		Type         string `json:"type"`
+		Message      string `json:"message"`
+		Limit        string `json:"limit"`
+		Level        string `json:"level,omitempty"`
+		Window       string `json:"window"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+		Budget       struct {
+			Window    string      `json:"window"`
+			Counts    string      `json:"counts"`
+			Spent     json.Number `json:"spent"`
+			Limit     json.Number `json:"limit"`
+			Cap       json.Number `json:"cap"`
+			Remaining json.Number `json:"remaining"`
+			Cost      json.Number `json:"cost"`
+			Currency  string      `json:"currency,omitempty"`
+			ResetsAt  time.Time   `json:"resets_at"`
+		} `json:"budget"`
+	} `json:"error"`
+}
+
+// exhaustedResponse makes an OVER_LIMIT answer refused by an exhausted
+// window say so, as the HTTP API does: the window's headers in place of
+// the token bucket's x-ratelimit ones (whose remaining would read as
+// room), x-should-retry: false, and the API's JSON error as the body.
+func exhaustedResponse(resp *rlsv3.RateLimitResponse, e *budget.BudgetExhaustedError) {
+	var h []*corev3.HeaderValue
+	for _, x := range resp.ResponseHeadersToAdd {
+		if !strings.HasPrefix(x.Key, "x-ratelimit-") {
+			h = append(h, x) // retry-after: the longest wait of the call's refusals
+		}
+	}
+	for _, rh := range e.RateHeaders() {
+		h = append(h, &corev3.HeaderValue{Key: strings.ToLower(rh.Name), Value: rh.Value})
+	}
+	h = append(h, &corev3.HeaderValue{Key: "x-should-retry", Value: "false"}, &corev3.HeaderValue{Key: "content-type", Value: "application/json"})
+	resp.ResponseHeadersToAdd = h
+
+	var b exhaustedBody
+	of := ""
+	if e.Level != "" {
+		of = " of " + e.Level
+	}
+	b.Error.Type, b.Error.Limit, b.Error.Level, b.Error.Window = "budget_exhausted", string(e.Limit), e.Level, e.Window
+	b.Error.RetryAfterMS = budget.RetryAfterMillis(e.RetryAfter)
+	b.Error.Message = "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " +
+		e.Amount(e.Cap) + ", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)
+	bb := &b.Error.Budget
+	bb.Window, bb.Counts, bb.Currency, bb.ResetsAt = e.Window, string(e.Counts), e.Currency, e.Resets.UTC()
+	bb.Spent, bb.Limit, bb.Cap = json.Number(e.Decimal(e.Spent)), json.Number(e.Decimal(e.Budget)), json.Number(e.Decimal(e.Cap))
+	bb.Remaining, bb.Cost = json.Number(e.Decimal(e.Remaining())), json.Number(e.Decimal(e.Cost))
+	resp.RawBody, _ = json.Marshal(b) // cannot fail: strings, numbers and a time
+}
