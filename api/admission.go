@@ -87,6 +87,14 @@ func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estima
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err
 	}
+	// The replica's estimate gate bounds the bytes parsed and counted at
+	// once, on every face; this tenant's share of it leaves the rest to
+	// the others.
+	release, err := s.gate.Acquire(c.Request().Context(), tenantOf(c), int64(len(body)))
+	if err != nil {
+		return nil, estimator.Estimate{}, nil, err
+	}
+	defer release()
 	req, err := s.estimator.ParseFor(body)
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err
@@ -109,7 +117,9 @@ func (s *Server) createAdmission(c *echo.Context) error {
 	}
 	req, est, body, err := s.estimate(c)
 	if err != nil {
-		s.admitter.Invalid(admission.FaceAPI, start)
+		if !errors.Is(err, estimator.ErrBusy) {
+			s.admitter.Invalid(admission.FaceAPI, start)
+		}
 		return err
 	}
 	p := budget.ReserveParams{

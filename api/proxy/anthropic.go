@@ -60,7 +60,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == countTokensPath {
-		p.countTokens(w, r, body)
+		p.countTokens(w, r, principal.TenantID, body)
 		return
 	}
 	idem, bad := idempotencyKey(r)
@@ -69,10 +69,10 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key: "+bad)
 		return
 	}
-	req, err := estimator.ParseMessages(body)
-	var est estimator.Estimate
-	if err == nil {
-		est, err = p.estimator.Estimate(req)
+	req, est, err := p.estimate(ctx, principal.TenantID, body, estimator.ParseMessages)
+	if p.notEstimated(err) {
+		writeAnthropicDomainError(w, err)
+		return
 	}
 	if err != nil {
 		p.invalid(start)
@@ -110,11 +110,11 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 // Config.CountTokensUpstream says so. The body is checked here either way:
 // a call the estimator refuses never reaches the upstream. Nothing is
 // admitted or debited. X-Tokengate-Count says which count answered.
-func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, body []byte) {
-	req, err := estimator.ParseCountTokens(body)
-	var est estimator.Estimate
-	if err == nil {
-		est, err = p.estimator.Estimate(req)
+func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, tenantID string, body []byte) {
+	_, est, err := p.estimate(r.Context(), tenantID, body, estimator.ParseCountTokens)
+	if p.notEstimated(err) {
+		writeAnthropicDomainError(w, err)
+		return
 	}
 	if err != nil {
 		p.calls.WithLabelValues("invalid").Inc()
@@ -436,6 +436,10 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		w.Header().Set("X-Should-Retry", "false")
 		writeAnthropicError(w, http.StatusConflict, "invalid_request_error", "this Idempotency-Key was used for another request")
+	case errors.Is(err, estimator.ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After-Ms", "1000")
+		writeAnthropicError(w, http.StatusServiceUnavailable, "overloaded_error", "tokengate estimator_busy: "+err.Error()+" (or this tenant's share of them), and this request's turn did not come in time; retry shortly")
 	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		writeAnthropicError(w, 529, "overloaded_error", "tokengate cannot decide now: "+err.Error())
