@@ -38,9 +38,11 @@ type GateConfig struct {
 	// Bytes is the most request body bytes estimated at once, on every
 	// face of the replica. Default DefaultGateBytes().
 	Bytes int64
-	// TenantBytes is the most of them one tenant may hold, so that one
-	// tenant flooding the replica with large bodies leaves the rest to
-	// the others. Default a quarter of Bytes.
+	// TenantBytes is the most of them one tenant may hold (or one body
+	// larger than it), so that one tenant flooding the replica with large
+	// bodies leaves the rest to the others. Default a quarter of Bytes.
+	// Bytes should be larger than the largest body accepted, so that no
+	// one body takes the whole gate.
 	TenantBytes int64
 	// Wait bounds how long a caller waits for its turn. Default
 	// DefaultGateWait.
@@ -105,9 +107,9 @@ func (g *Gate) Stats() GateStats {
 
 // Acquire takes n bytes of the gate for tenantID's body, waiting for its
 // turn at most the gate's wait (or until ctx ends), and returns the
-// function that gives them back. A body larger than the tenant's share or
-// the gate is taken as that share or the whole gate: it runs, alone if
-// need be. Past the wait it returns [ErrBusy]; if ctx ends first, ctx's
+// function that gives them back. A body larger than the tenant's share
+// takes the whole share (the tenant's other bodies wait), and one larger
+// than the gate takes the whole gate: it runs alone. Past the wait it returns [ErrBusy]; if ctx ends first, ctx's
 // error.
 func (g *Gate) Acquire(ctx context.Context, tenantID string, n int64) (release func(), err error) {
 	if g == nil || n <= 0 {
