@@ -80,21 +80,31 @@ func readBody(c *echo.Context) ([]byte, error) {
 	return body, nil
 }
 
+// bodyBytes is what a body weighs in the estimate gate before it is read:
+// its Content-Length, or the body limit when it is sent in chunks.
+func bodyBytes(r *http.Request, limit int64) int64 {
+	if r.ContentLength >= 0 {
+		return min(r.ContentLength, limit)
+	}
+	return limit
+}
+
 // estimate parses and estimates a request body. Estimation happens here,
 // before any transaction begins.
 func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estimate, []byte, error) {
-	body, err := readBody(c)
-	if err != nil {
-		return nil, estimator.Estimate{}, nil, err
-	}
-	// The replica's estimate gate bounds the bytes parsed and counted at
-	// once, on every face; this tenant's share of it leaves the rest to
-	// the others.
-	release, err := s.gate.Acquire(c.Request().Context(), tenantOf(c), int64(len(body)))
+	// The replica's estimate gate bounds the bytes read, parsed and
+	// counted at once, on every face; this tenant's share of it leaves the
+	// rest to the others. A body is read only once its bytes are taken, so
+	// that the callers waiting their turn hold no memory.
+	release, err := s.gate.Acquire(c.Request().Context(), tenantOf(c), bodyBytes(c.Request(), s.cfg.BodyLimit))
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err
 	}
 	defer release()
+	body, err := readBody(c)
+	if err != nil {
+		return nil, estimator.Estimate{}, nil, err
+	}
 	req, err := s.estimator.ParseFor(body)
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err

@@ -55,12 +55,18 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicDomainError(w, err)
 		return
 	}
+	release, err := p.gate(r, principal.TenantID)
+	if p.notEstimated(err) {
+		writeAnthropicDomainError(w, err)
+		return
+	}
+	defer release()
 	body, ok := p.readMessagesBody(w, r)
 	if !ok {
 		return
 	}
 	if r.URL.Path == countTokensPath {
-		p.countTokens(w, r, principal.TenantID, body)
+		p.countTokens(w, r, body, release)
 		return
 	}
 	idem, bad := idempotencyKey(r)
@@ -69,11 +75,8 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key: "+bad)
 		return
 	}
-	req, est, err := p.estimate(ctx, principal.TenantID, body, estimator.ParseMessages)
-	if p.notEstimated(err) {
-		writeAnthropicDomainError(w, err)
-		return
-	}
+	req, est, err := p.estimate(body, estimator.ParseMessages)
+	release()
 	if err != nil {
 		p.invalid(start)
 		writeEstimateError(w, err)
@@ -110,12 +113,11 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 // Config.CountTokensUpstream says so. The body is checked here either way:
 // a call the estimator refuses never reaches the upstream. Nothing is
 // admitted or debited. X-Tokengate-Count says which count answered.
-func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, tenantID string, body []byte) {
-	_, est, err := p.estimate(r.Context(), tenantID, body, estimator.ParseCountTokens)
-	if p.notEstimated(err) {
-		writeAnthropicDomainError(w, err)
-		return
-	}
+// release gives the body's bytes of the estimate gate back, once it is
+// estimated.
+func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, body []byte, release func()) {
+	_, est, err := p.estimate(body, estimator.ParseCountTokens)
+	release()
 	if err != nil {
 		p.calls.WithLabelValues("invalid").Inc()
 		writeEstimateError(w, err)

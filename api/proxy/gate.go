@@ -3,21 +3,28 @@ package proxy
 import (
 	"context"
 	"errors"
+	"net/http"
 
 	"github.com/tokengate/tokengate/estimator"
 )
 
-// estimate parses and estimates a call's body under the replica's estimate
-// gate, which bounds the bytes every face parses and counts at once: the
-// tenant takes its body's bytes first (waiting its turn, within its share),
-// and gives them back once the body is estimated, before the upstream is
-// called. Past the gate's wait the error is estimator.ErrBusy.
-func (p *Proxy) estimate(ctx context.Context, tenantID string, body []byte, parse func([]byte) (*estimator.Request, error)) (*estimator.Request, estimator.Estimate, error) {
-	release, err := p.gate.Acquire(ctx, tenantID, int64(len(body)))
-	if err != nil {
-		return nil, estimator.Estimate{}, err
+// gate takes a call's body bytes of the replica's estimate gate, which
+// bounds the bytes every face reads, parses and counts at once: before the
+// body is read (its Content-Length, or the body limit when it is sent in
+// chunks), so that the callers waiting their turn hold no memory, within
+// the tenant's share. The caller gives them back once the body is
+// estimated, before the upstream is called. Past the gate's wait the
+// error is estimator.ErrBusy.
+func (p *Proxy) gate(r *http.Request, tenantID string) (release func(), err error) {
+	n := p.cfg.BodyLimit
+	if r.ContentLength >= 0 {
+		n = min(r.ContentLength, n)
 	}
-	defer release()
+	return p.estimates.Acquire(r.Context(), tenantID, n)
+}
+
+// estimate parses and estimates a call's body.
+func (p *Proxy) estimate(body []byte, parse func([]byte) (*estimator.Request, error)) (*estimator.Request, estimator.Estimate, error) {
 	req, err := parse(body)
 	if err != nil {
 		return nil, estimator.Estimate{}, err

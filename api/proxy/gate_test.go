@@ -23,6 +23,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -113,6 +114,11 @@ func TestEstimateGateOnTheProxyWires(t *testing.T) {
 	t.Parallel()
 	const wait = 300 * time.Millisecond // real time is the subject: the wait
 	b := setupGate(t, replica.Config{EstimateBytes: 4 << 20, EstimateTenantBytes: 1 << 20, EstimateWait: wait})
+	for _, enc := range []string{estimator.EncodingO200K, estimator.EncodingCL100K} { // loaded once, in a few hundred ms
+		if _, err := estimator.CountText(enc, "warm up"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	release, err := b.rep.EstimateGate.Acquire(ctx, "acme", 1<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -156,17 +162,19 @@ func TestEstimateGateOnTheProxyWires(t *testing.T) {
 			t.Errorf("%s for globex took %s: it waited for acme's share", path, took)
 		}
 	}
-	if n := b.upstream.Load(); n != int64(len(wireBodies)) {
-		t.Errorf("the upstream was called %d times; want %d (globex's calls only)", n, len(wireBodies))
+	// globex's calls but count_tokens, which the estimate answers.
+	if n := b.upstream.Load(); n != int64(len(wireBodies)-1) {
+		t.Errorf("the upstream was called %d times; want %d (globex's calls only)", n, len(wireBodies)-1)
 	}
 }
 
 // The bound of TestHostileBodiesThroughTheProxyWires, as the API's
-// (api/estimate_memory_test.go): a gate of 8 MiB, a heap growth under
-// 24 times it plus 64 MiB.
+// (api/estimate_memory_test.go, which says why): a gate of 4 MiB, a heap
+// growth under 96 times it plus 64 MiB, the resident set's under
+// rssFactor times that.
 const (
-	gateBytes       = 8 << 20
-	heapPerGateByte = 24
+	gateBytes       = 4 << 20
+	heapPerGateByte = 96
 	heapMargin      = 64 << 20
 )
 
@@ -177,9 +185,6 @@ const (
 // resident set grow by less than the bound. Not parallel: it measures the
 // whole process.
 func TestHostileBodiesThroughTheProxyWires(t *testing.T) {
-	// The Go runtime as `tokengate serve` sets it by default.
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(64 << 20))
 	b := setupGate(t, replica.Config{EstimateBytes: gateBytes, EstimateWait: 10 * time.Minute})
 	for path, body := range wireBodies { // warm up: the encodings load once
 		if code, _, raw := b.post(t, "acme", path, []byte(body)); code != http.StatusOK {
@@ -187,6 +192,13 @@ func TestHostileBodiesThroughTheProxyWires(t *testing.T) {
 		}
 	}
 	calls := b.upstream.Load()
+	admissions := func() (n int) {
+		if err := b.rep.DB.QueryRow(ctx, `SELECT count(*) FROM admissions`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	admitted := admissions() // the warm-up's
 	word := strings.Repeat("a", 3_900_000)
 	hostile := map[string][]byte{
 		"/v1/chat/completions":      []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"` + word + `"}]}`),
@@ -209,19 +221,15 @@ func TestHostileBodiesThroughTheProxyWires(t *testing.T) {
 	wg.Wait()
 	heap, rss := mp.end(t)
 	bound := uint64(heapPerGateByte*gateBytes + heapMargin)
-	t.Logf("eight 3.9 MB long words on the proxy wires: peak heap +%d MiB, peak RSS +%d MiB (bound %d MiB)", heap>>20, rss>>20, bound>>20)
-	if heap > bound || rss > bound {
-		t.Errorf("peak heap +%d MiB, RSS +%d MiB: over the bound of %d MiB", heap>>20, rss>>20, bound>>20)
+	t.Logf("eight 3.9 MB long words on the proxy wires: peak heap +%d MiB, peak RSS +%d MiB (bounds %d and %d MiB)", heap>>20, rss>>20, bound>>20, bound*rssFactor>>20)
+	if heap > bound || rss > bound*rssFactor {
+		t.Errorf("peak heap +%d MiB, RSS +%d MiB: over the bounds of %d and %d MiB", heap>>20, rss>>20, bound>>20, bound*rssFactor>>20)
 	}
 	if n := b.upstream.Load() - calls; n != 0 {
 		t.Errorf("the upstream was called %d times for calls over the window", n)
 	}
-	var n int
-	if err := b.rep.DB.QueryRow(ctx, `SELECT count(*) FROM admissions`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 1 { // the warm-up's /v1/messages
-		t.Errorf("%d admissions written; want the warm-up's one", n)
+	if n := admissions() - admitted; n != 0 {
+		t.Errorf("%d admissions written", n)
 	}
 }
 

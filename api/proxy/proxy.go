@@ -96,7 +96,7 @@ type Proxy struct {
 	admitter  *admission.Admitter
 	guard     *credential.Guard
 	estimator *estimator.Estimator
-	gate      *estimator.Gate // the replica's: bounds the bytes estimated at once
+	estimates *estimator.Gate // the replica's: bounds the bytes estimated at once
 	logger    *slog.Logger
 	tracing   *replica.Tracing // the replica's (nil-safe)
 	tracer    trace.Tracer     // nil: tracing is off
@@ -125,7 +125,7 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if tp := rep.Tracing.TracerProvider(); tp != nil {
 		tracer = tp.Tracer(TracerName)
 	}
-	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, gate: rep.EstimateGate, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
+	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, estimates: rep.EstimateGate, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, busy: not estimated in time, upstream_error).",
@@ -164,15 +164,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key", bad)
 		return
 	}
-	body, ok := p.readBody(w, r)
-	if !ok {
-		return
-	}
-	req, est, err := p.estimate(ctx, principal.TenantID, body, func(b []byte) (*estimator.Request, error) { return parse(k, b) })
+	release, err := p.gate(r, principal.TenantID)
 	if p.notEstimated(err) {
 		writeDomainError(w, err)
 		return
 	}
+	defer release()
+	body, ok := p.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, est, err := p.estimate(body, func(b []byte) (*estimator.Request, error) { return parse(k, b) })
+	release()
 	var inv *estimator.InvalidError
 	if errors.As(err, &inv) {
 		p.invalid(start)
