@@ -98,7 +98,9 @@ func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estima
 	// that the callers waiting their turn hold no memory.
 	release, err := s.gate.Acquire(c.Request().Context(), tenantOf(c), bodyBytes(c.Request(), s.cfg.BodyLimit))
 	if err != nil {
-		return nil, estimator.Estimate{}, nil, err
+		// Past the wait, or the caller gone while it waited (whom no
+		// answer reaches, and who is not a server error).
+		return nil, estimator.Estimate{}, nil, estimator.ErrBusy
 	}
 	defer release()
 	body, err := readBody(c)

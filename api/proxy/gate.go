@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
@@ -20,7 +19,13 @@ func (p *Proxy) gate(r *http.Request, tenantID string) (release func(), err erro
 	if r.ContentLength >= 0 {
 		n = min(r.ContentLength, n)
 	}
-	return p.estimates.Acquire(r.Context(), tenantID, n)
+	release, err = p.estimates.Acquire(r.Context(), tenantID, n)
+	if err != nil {
+		// Past the wait, or the caller gone while it waited (whom no
+		// answer reaches, and who is not a server error).
+		return nil, estimator.ErrBusy
+	}
+	return release, nil
 }
 
 // estimate parses and estimates a call's body.
@@ -33,10 +38,10 @@ func (p *Proxy) estimate(body []byte, parse func([]byte) (*estimator.Request, er
 	return req, est, err
 }
 
-// notEstimated says whether err is the gate's refusal (or the caller gone
-// while it waited) rather than an answer about the request, and counts it.
+// notEstimated says whether err is the gate's refusal rather than an
+// answer about the request, and counts it.
 func (p *Proxy) notEstimated(err error) bool {
-	if errors.Is(err, estimator.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, estimator.ErrBusy) {
 		p.calls.WithLabelValues("busy").Inc()
 		return true
 	}
