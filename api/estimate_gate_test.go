@@ -12,7 +12,7 @@ import (
 // do), its next body waits its turn for the gate's wait and is answered
 // 503 estimator_busy with Retry-After, on /v1/estimate and on
 // /v1/admissions, debiting nothing; another tenant is estimated and
-// admitted at once meanwhile; and once the share is given back, the
+// admitted meanwhile; and once the share is given back, the
 // tenant is served again. The refusals and waits are in /metrics.
 func TestEstimateGateRefusesPastItsWait(t *testing.T) {
 	t.Parallel()
@@ -46,13 +46,10 @@ func TestEstimateGateRefusesPastItsWait(t *testing.T) {
 		if took < wait || took > wait+5*time.Second {
 			t.Errorf("%s answered after %s; want after the gate's wait of %s", path, took, wait)
 		}
-		// Another tenant is served meanwhile, at once.
-		start = time.Now()
+		// Another tenant is served meanwhile (were it held back by acme's
+		// share, it would be refused after the same wait).
 		if res := b.call(t, globex, http.MethodPost, path, body); res.Code >= 300 {
 			t.Fatalf("%s for globex while acme's share is taken: %d %s", path, res.Code, res.Body)
-		}
-		if took := time.Since(start); took >= wait {
-			t.Errorf("%s for globex took %s: it waited for acme's share", path, took)
 		}
 	}
 	if m, s := b.balance(t, "acme"); m != micro || s != seq {

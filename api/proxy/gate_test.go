@@ -109,7 +109,7 @@ var wireBodies = map[string]string{
 // the gate's wait and are answered 503 with Retry-After in the wire's own
 // error shape (OpenAI's error object of type estimator_busy, Anthropic's
 // overloaded_error), never reaching the upstream; another tenant's calls
-// are estimated at once meanwhile.
+// are served meanwhile.
 func TestEstimateGateOnTheProxyWires(t *testing.T) {
 	t.Parallel()
 	const wait = 300 * time.Millisecond // real time is the subject: the wait
@@ -153,13 +153,10 @@ func TestEstimateGateOnTheProxyWires(t *testing.T) {
 				t.Errorf("%s: %s; want OpenAI's error object of type and code estimator_busy", path, raw)
 			}
 		}
-		// globex is served meanwhile, at once.
-		start = time.Now()
+		// globex is served meanwhile (were it held back by acme's share,
+		// it would be refused after the same wait).
 		if code, _, raw := b.post(t, "globex", path, []byte(body)); code != http.StatusOK {
 			t.Errorf("%s for globex while acme's share is taken: %d %s", path, code, raw)
-		}
-		if took := time.Since(start); took >= wait {
-			t.Errorf("%s for globex took %s: it waited for acme's share", path, took)
 		}
 	}
 	// globex's calls but count_tokens, which the estimate answers.
