@@ -115,3 +115,38 @@ func assertInvalid(t *testing.T, err error, field, want string) {
 		t.Errorf("error %s: %s; want %s: ...%s...", ie.Field, ie.Reason, field, want)
 	}
 }
+
+// TestInlinedImagesAreNotCountedAsText (issue 36, P3): an image inlined as
+// a base64 data URL where no image block carries it (an OpenAI-style
+// image_url block on Anthropic's wire, a Responses input_image item) is a
+// part, not megabytes of base64 counted as text: counting it as text took
+// seconds of CPU a call and refused it for millions of tokens.
+func TestInlinedImagesAreNotCountedAsText(t *testing.T) {
+	data := strings.Repeat("QUJDRA+/", 400_000) // 3.2 MB of base64, not an image we can read
+	est := estimator.New(nil)
+	for _, c := range []struct {
+		name  string
+		parse func([]byte) (*estimator.Request, error)
+		body  string
+		most  int64
+	}{
+		{"anthropic image_url block", estimator.ParseCountTokens,
+			`{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + data + `"}}]}]}`, 2000},
+		{"responses input_image", estimator.Parse,
+			`{"model":"gpt-4o","max_output_tokens":10,"input":[{"role":"user","content":"what is this?"},{"type":"input_image","image_url":"data:image/png;base64,` + data + `"}]}`, 1000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := c.parse([]byte(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := est.Estimate(r)
+			if err != nil {
+				t.Fatalf("%v; want the image counted as a part", err)
+			}
+			if e.InputTokens > c.most || !e.Approximate {
+				t.Errorf("input %d tokens (approximate %v); want at most %d, approximate: the image as a part", e.InputTokens, e.Approximate, c.most)
+			}
+		})
+	}
+}
