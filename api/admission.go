@@ -80,9 +80,29 @@ func readBody(c *echo.Context) ([]byte, error) {
 	return body, nil
 }
 
+// bodyBytes is what a body weighs in the estimate gate before it is read:
+// its Content-Length, or the body limit when it is sent in chunks.
+func bodyBytes(r *http.Request, limit int64) int64 {
+	if r.ContentLength >= 0 {
+		return min(r.ContentLength, limit)
+	}
+	return limit
+}
+
 // estimate parses and estimates a request body. Estimation happens here,
 // before any transaction begins.
 func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estimate, []byte, error) {
+	// The replica's estimate gate bounds the bytes read, parsed and
+	// counted at once, on every face; this tenant's share of it leaves the
+	// rest to the others. A body is read only once its bytes are taken, so
+	// that the callers waiting their turn hold no memory.
+	release, err := s.gate.Acquire(c.Request().Context(), tenantOf(c), bodyBytes(c.Request(), s.cfg.BodyLimit))
+	if err != nil {
+		// Past the wait, or the caller gone while it waited (whom no
+		// answer reaches, and who is not a server error).
+		return nil, estimator.Estimate{}, nil, estimator.ErrBusy
+	}
+	defer release()
 	body, err := readBody(c)
 	if err != nil {
 		return nil, estimator.Estimate{}, nil, err
@@ -109,7 +129,9 @@ func (s *Server) createAdmission(c *echo.Context) error {
 	}
 	req, est, body, err := s.estimate(c)
 	if err != nil {
-		s.admitter.Invalid(admission.FaceAPI, start)
+		if !errors.Is(err, estimator.ErrBusy) {
+			s.admitter.Invalid(admission.FaceAPI, start)
+		}
 		return err
 	}
 	p := budget.ReserveParams{

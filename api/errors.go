@@ -210,6 +210,10 @@ func httpError(err error) *Error {
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_unavailable", RetryAfterMS: &ms,
 			Message: "the quota store is unreachable and this request's failure policy is reject"}
+	case errors.Is(err, estimator.ErrBusy):
+		ms := int64(1000)
+		return &Error{Status: http.StatusServiceUnavailable, Type: "estimator_busy", RetryAfterMS: &ms,
+			Message: "this replica is estimating as many request bytes as it allows (or this tenant's share of them), and this request's turn did not come in time; retry shortly"}
 	case errors.Is(err, budget.ErrBusy):
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_busy", RetryAfterMS: &ms,

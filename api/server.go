@@ -99,6 +99,7 @@ type Server struct {
 	cfg      Config
 
 	estimator *estimator.Estimator
+	gate      *estimator.Gate // the replica's: bounds the bytes estimated at once
 	budget    Budget
 	admitter  *admission.Admitter
 	guard     *credential.Guard
@@ -138,6 +139,7 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 		cfg:      c,
 
 		estimator: rep.Estimator,
+		gate:      rep.EstimateGate,
 		budget:    rep.Store,
 		admitter:  rep.Admitter,
 		guard:     rep.Guard,

@@ -26,5 +26,10 @@
 // per process per encoding on first use, and a linear-time splitter and
 // merger checked token for token against tiktoken-go in the tests.
 //
+// Counting stops as soon as a request is proven over its model's window
+// (countLimit), and a replica's [Gate] bounds the body bytes its faces
+// parse and count at once, with a share per tenant: the memory of an
+// estimate is a multiple of its body, so bounding the bytes bounds it.
+//
 // It imports none of the module's packages: every other package may use it.
 package estimator

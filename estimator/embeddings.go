@@ -123,16 +123,21 @@ func embeddingsInput(r *Request, v any) error {
 func embeddingsEstimate(r *Request, m Model, known bool, enc *encoder) (Estimate, error) {
 	var in int64
 	for i, p := range r.prompts {
-		c := p.tokens
+		c, fits := p.tokens, true
 		if p.tokens == 0 {
-			c = int64(enc.count(p.text))
+			// Counting stops once the input is proven over the window.
+			c, fits = countWithin(enc, p.text, m.ContextWindow)
 		}
-		if c > m.ContextWindow {
+		if !fits || c > m.ContextWindow {
 			field := "input"
 			if r.batch {
 				field = index("input", i)
 			}
-			return Estimate{}, invalid(field, fmt.Sprintf("input of %d tokens exceeds the model's context window of %d tokens", c, m.ContextWindow))
+			of := "input of "
+			if !fits {
+				of = "input of at least "
+			}
+			return Estimate{}, invalid(field, fmt.Sprintf("%s%d tokens exceeds the model's context window of %d tokens", of, c, m.ContextWindow))
 		}
 		in = satAdd(in, c)
 	}

@@ -119,18 +119,15 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	if r.model == model0301 {
 		tpm, tpn = tokensPerMessage0301, tokensPerName0301
 	}
+	// Everything known without counting first: the framing, the tools'
+	// structure and the non-text parts. What the texts and prompts add is
+	// never negative, so a partial count plus this is a lower bound of
+	// the input, and counting may stop once it proves the request can
+	// never fit.
 	in := r.fixed + r.messages*tpm + r.names*tpn
 	if r.priming {
 		in += replyPriming
 	}
-	var textIn int64
-	for _, s := range r.texts {
-		textIn += int64(enc.count(s))
-	}
-	if r.messagesAPI {
-		textIn = ScaleMessagesCount(m.Name, textIn)
-	}
-	in += textIn
 	if r.tools.any {
 		funcInit := int64(funcInitO)
 		if m.Encoding == EncodingCL100K {
@@ -140,20 +137,62 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 		in += tc.funcs*funcInit + tc.propBlocks*propInit + tc.props*propKey +
 			tc.enums*enumInit + tc.enumItems*enumItem + funcEnd
 	}
-	// A completions batch: each prompt must fit the window on its own.
-	var largestPrompt int64
-	for _, p := range r.prompts {
-		c := p.tokens
-		if p.tokens == 0 {
-			c = int64(enc.count(p.text))
-		}
-		in += c
-		largestPrompt = max(largestPrompt, c)
-	}
 	approx := !known || r.approximate
 	if r.parts > 0 && !r.hasInputTokens {
 		in = satAdd(in, satMul(r.parts, m.PartTokens))
 		approx = true
+	}
+
+	// Output caps are checked before counting: they need no count, and an
+	// input over the window is refused whatever its exact size.
+	out, err := outputCap(r, outLimit)
+	if err != nil {
+		return Estimate{}, err
+	}
+	// bound is the most input the window can take with the output the
+	// request needs (its cap, or at least one token).
+	bound := m.ContextWindow - max(out, 1)
+	batch := int64(1)
+	if len(r.prompts) > 1 {
+		batch = int64(len(r.prompts))
+	}
+
+	// A completions batch holds each prompt to the window on its own; its
+	// other texts (instructions, tools) are not held to it.
+	textLimit := unbounded
+	if batch == 1 {
+		textLimit = bound - in
+		if r.messagesAPI && textLimit > 0 {
+			// The largest raw count whose scaled count fits.
+			textLimit = textLimit * 1000 / MessagesSafetyFactorMilli(m.Name)
+		}
+	}
+	textIn, fits := countTexts(enc, r.texts, textLimit)
+	if r.messagesAPI {
+		textIn = ScaleMessagesCount(m.Name, textIn)
+	}
+	in = satAdd(in, textIn)
+	if !fits {
+		return Estimate{}, overWindow(r.source, in, out, m.ContextWindow, true)
+	}
+	var largestPrompt int64
+	for _, p := range r.prompts {
+		c := p.tokens
+		if p.tokens == 0 {
+			limit := bound
+			if batch == 1 {
+				limit = bound - in
+			}
+			n, ok := countWithin(enc, p.text, limit)
+			if c = n; !ok {
+				if batch == 1 {
+					c = satAdd(in, c)
+				}
+				return Estimate{}, overWindow(r.source, c, out, m.ContextWindow, true)
+			}
+		}
+		in += c
+		largestPrompt = max(largestPrompt, c)
 	}
 	if r.hasInputTokens && r.inputTokens > in {
 		in = r.inputTokens
@@ -161,34 +200,18 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	in = max(in, 0)
 
 	ctxIn := in
-	batch := int64(1)
-	if len(r.prompts) > 1 {
-		ctxIn, batch = largestPrompt, int64(len(r.prompts))
-	}
-
-	// Output: the first cap given, by precedence; every cap given must be
-	// within the model's limit.
-	var out int64
-	for i, c := range r.caps {
-		if c == 0 {
-			continue
-		}
-		if c > outLimit {
-			return Estimate{}, invalid(outputCapFields[i], fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
-		}
-		if out == 0 {
-			out = c
-		}
+	if batch > 1 {
+		ctxIn = largestPrompt
 	}
 	if out == 0 {
 		// No cap named: the model can write at most what the window leaves.
 		out = min(m.DefaultOutputTokens, m.ContextWindow-ctxIn)
 		if out < 1 {
-			return Estimate{}, invalid(r.source, fmt.Sprintf("input of %d tokens leaves no room for output in the model's context window of %d tokens", ctxIn, m.ContextWindow))
+			return Estimate{}, overWindow(r.source, ctxIn, 0, m.ContextWindow, false)
 		}
 	}
 	if ctxIn+out > m.ContextWindow {
-		return Estimate{}, invalid(r.source, fmt.Sprintf("input of %d tokens plus %d output tokens exceeds the model's context window of %d tokens", ctxIn, out, m.ContextWindow))
+		return Estimate{}, overWindow(r.source, ctxIn, out, m.ContextWindow, false)
 	}
 	out = satMul(satMul(out, max(r.n, 1)), batch)
 
@@ -202,6 +225,70 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 		InputWeightMicro:  m.InputWeightMicro,
 		OutputWeightMicro: m.OutputWeightMicro,
 	}, nil
+}
+
+// outputCap returns the first output cap the request names, by precedence
+// (0 for none), once every cap named is within the model's limit.
+func outputCap(r *Request, outLimit int64) (int64, error) {
+	var out int64
+	for i, c := range r.caps {
+		if c == 0 {
+			continue
+		}
+		if c > outLimit {
+			return 0, invalid(outputCapFields[i], fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
+		}
+		if out == 0 {
+			out = c
+		}
+	}
+	return out, nil
+}
+
+// overWindow is the refusal of an input of in tokens (at least in, when
+// counting stopped early) that leaves no room for out output tokens (for
+// no cap: for any output) in the model's window.
+func overWindow(field string, in, out, window int64, atLeast bool) *InvalidError {
+	of := "input of "
+	if atLeast {
+		of = "input of at least "
+	}
+	if out == 0 {
+		return invalid(field, fmt.Sprintf("%s%d tokens leaves no room for output in the model's context window of %d tokens", of, in, window))
+	}
+	return invalid(field, fmt.Sprintf("%s%d tokens plus %d output tokens exceeds the model's context window of %d tokens", of, in, out, window))
+}
+
+// unbounded is the limit of a count that nothing holds.
+const unbounded = int64(math.MaxInt64)
+
+// countTexts sums the counts of texts, stopping as soon as the sum exceeds
+// limit. fits is false when it stopped: the sum is then a lower bound
+// above limit.
+func countTexts(enc *encoder, texts []string, limit int64) (sum int64, fits bool) {
+	for _, s := range texts {
+		n, ok := countWithin(enc, s, limit-sum)
+		sum = satAdd(sum, n)
+		if !ok {
+			return sum, false
+		}
+	}
+	return sum, true
+}
+
+// countWithin counts s, stopping past limit tokens. A negative limit means
+// the room is gone already: nothing is counted, and s does not fit.
+func countWithin(enc *encoder, s string, limit int64) (int64, bool) {
+	switch {
+	case limit < 0:
+		return 0, false
+	case limit >= math.MaxInt32:
+		// More than any body holds: count without a limit.
+		n, _ := enc.countLimit(s, -1)
+		return int64(n), true
+	}
+	n, ok := enc.countLimit(s, int(limit))
+	return int64(n), ok
 }
 
 // Cost returns ceil((in*inWeightMicro + out*outWeightMicro) / 1e6) in exact

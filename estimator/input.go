@@ -307,6 +307,16 @@ func (p *parser) inputItem(path string, it map[string]any) error {
 		}
 	}
 	p.r.messages++
+	// An input_image's image_url and an input_file's file_data may inline
+	// the image or file: parts, not text (dataurl.go).
+	for k, v := range it {
+		if s, ok := v.(string); ok {
+			if _, ok := base64DataURL(s); ok {
+				it[k] = ""
+				p.r.parts++
+			}
+		}
+	}
 	p.stringValues(it, false)
 	return nil
 }

@@ -232,7 +232,9 @@ func (p *parser) messageBlock(path string, v any) error {
 		return p.documentSource(path+".source", b["source"])
 	default:
 		// redacted thinking, server tools' results and blocks newer than
-		// this parser: their JSON is counted, by convention.
+		// this parser: their JSON is counted, by convention, but for the
+		// images and files they inline (dataurl.go).
+		p.dataURLParts(b)
 		raw, err := json.Marshal(b)
 		if err != nil {
 			return invalid(path, "cannot be read")

@@ -55,12 +55,18 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicDomainError(w, err)
 		return
 	}
+	release, err := p.gate(r, principal.TenantID)
+	if p.notEstimated(err) {
+		writeAnthropicDomainError(w, err)
+		return
+	}
+	defer release()
 	body, ok := p.readMessagesBody(w, r)
 	if !ok {
 		return
 	}
 	if r.URL.Path == countTokensPath {
-		p.countTokens(w, r, body)
+		p.countTokens(w, r, body, release)
 		return
 	}
 	idem, bad := idempotencyKey(r)
@@ -69,11 +75,11 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key: "+bad)
 		return
 	}
-	req, err := estimator.ParseMessages(body)
-	var est estimator.Estimate
-	if err == nil {
-		est, err = p.estimator.Estimate(withContext1M(req, r))
-	}
+	req, est, err := p.estimate(body, func(b []byte) (*estimator.Request, error) {
+		q, err := estimator.ParseMessages(b)
+		return withContext1M(q, r), err
+	})
+	release()
 	if err != nil {
 		p.invalid(start)
 		writeEstimateError(w, err)
@@ -110,12 +116,14 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 // Config.CountTokensUpstream says so. The body is checked here either way:
 // a call the estimator refuses never reaches the upstream. Nothing is
 // admitted or debited. X-Tokengate-Count says which count answered.
-func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, body []byte) {
-	req, err := estimator.ParseCountTokens(body)
-	var est estimator.Estimate
-	if err == nil {
-		est, err = p.estimator.Estimate(withContext1M(req, r))
-	}
+// release gives the body's bytes of the estimate gate back, once it is
+// estimated.
+func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request, body []byte, release func()) {
+	_, est, err := p.estimate(body, func(b []byte) (*estimator.Request, error) {
+		q, err := estimator.ParseCountTokens(b)
+		return withContext1M(q, r), err
+	})
+	release()
 	if err != nil {
 		p.calls.WithLabelValues("invalid").Inc()
 		writeEstimateError(w, err)
@@ -466,6 +474,10 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		w.Header().Set("X-Should-Retry", "false")
 		writeAnthropicError(w, http.StatusConflict, "invalid_request_error", "this Idempotency-Key was used for another request")
+	case errors.Is(err, estimator.ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After-Ms", "1000")
+		writeAnthropicError(w, http.StatusServiceUnavailable, "overloaded_error", "tokengate estimator_busy: "+err.Error()+" (or this tenant's share of them), and this request's turn did not come in time; retry shortly")
 	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		writeAnthropicError(w, 529, "overloaded_error", "tokengate cannot decide now: "+err.Error())

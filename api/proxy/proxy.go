@@ -96,6 +96,7 @@ type Proxy struct {
 	admitter  *admission.Admitter
 	guard     *credential.Guard
 	estimator *estimator.Estimator
+	estimates *estimator.Gate // the replica's: bounds the bytes estimated at once
 	logger    *slog.Logger
 	tracing   *replica.Tracing // the replica's (nil-safe)
 	tracer    trace.Tracer     // nil: tracing is off
@@ -124,10 +125,10 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if tp := rep.Tracing.TracerProvider(); tp != nil {
 		tracer = tp.Tracer(TracerName)
 	}
-	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
+	p := &Proxy{cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, estimates: rep.EstimateGate, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
-			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, upstream_error).",
+			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, busy: not estimated in time, upstream_error).",
 		}, []string{"outcome"})}
 	rep.Registry.MustRegister(p.calls)
 	return p
@@ -163,15 +164,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "Idempotency-Key", bad)
 		return
 	}
+	release, err := p.gate(r, principal.TenantID)
+	if p.notEstimated(err) {
+		writeDomainError(w, err)
+		return
+	}
+	defer release()
 	body, ok := p.readBody(w, r)
 	if !ok {
 		return
 	}
-	req, err := parse(k, body)
-	var est estimator.Estimate
-	if err == nil {
-		est, err = p.estimator.Estimate(req)
-	}
+	req, est, err := p.estimate(body, func(b []byte) (*estimator.Request, error) { return parse(k, b) })
+	release()
 	var inv *estimator.InvalidError
 	if errors.As(err, &inv) {
 		p.invalid(start)
@@ -536,6 +540,10 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusTooManyRequests, "end_user_cap", "", "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
 	case errors.Is(err, budget.ErrIdempotencyMismatch):
 		writeError(w, http.StatusConflict, "invalid_request_error", "Idempotency-Key", "this Idempotency-Key was used for another request")
+	case errors.Is(err, estimator.ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After-Ms", "1000")
+		writeError(w, http.StatusServiceUnavailable, "estimator_busy", "", "tokengate: "+err.Error()+" (or this tenant's share of them), and this request's turn did not come in time; retry shortly")
 	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "api_error", "", "tokengate cannot decide now: "+err.Error())

@@ -85,6 +85,13 @@ type Config struct {
 	// (TracingFromEnv). Nil: off. It belongs to the caller, who shuts it
 	// down.
 	Tracing *Tracing
+	// EstimateBytes bounds the request body bytes the replica's faces
+	// parse and estimate at once (EstimateGate); EstimateTenantBytes is
+	// one tenant's share of them, EstimateWait how long a body waits for
+	// its turn (default StoreTimeout: as long as a decision waits for
+	// its turn). Zero fields take estimator.GateConfig's defaults.
+	EstimateBytes, EstimateTenantBytes int64
+	EstimateWait                       time.Duration
 }
 
 // Replica is one replica's domain services. Its fields are set by New and
@@ -108,6 +115,10 @@ type Replica struct {
 	// Tracing is Config.Tracing: the faces extract their callers' trace
 	// context with it (nil: off; its methods are nil-safe).
 	Tracing *Tracing
+	// EstimateGate bounds the body bytes every face estimates at once:
+	// a face takes a body's bytes before parsing it and gives them back
+	// once it is estimated, answering estimator.ErrBusy past its wait.
+	EstimateGate *estimator.Gate
 }
 
 // New builds a replica's services. It starts nothing: the periodic work
@@ -164,13 +175,41 @@ func New(cfg Config) (*Replica, error) {
 		Gather: cfg.Gather, Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
 		TracerProvider: cfg.Tracing.TracerProvider(),
 	})
+	if cfg.EstimateWait <= 0 {
+		cfg.EstimateWait = cfg.StoreTimeout
+	}
+	gate := estimator.NewGate(estimator.GateConfig{Bytes: cfg.EstimateBytes, TenantBytes: cfg.EstimateTenantBytes, Wait: cfg.EstimateWait})
+	registerGate(cfg.Registry, gate)
 	guard := credential.NewGuard(credential.GuardConfig{DB: cfg.DB, Health: adm,
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
 		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
 	return &Replica{
 		DB: cfg.DB, Reads: reads, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
+		EstimateGate: gate,
 	}, nil
+}
+
+// registerGate counts the estimate gate in the replica's metrics.
+func registerGate(reg prometheus.Registerer, g *estimator.Gate) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokengate_estimator_bytes_in_use",
+			Help: "Request body bytes being parsed and estimated now, on every face (at most tokengate_estimator_bytes_limit).",
+		}, func() float64 { return float64(g.Stats().InUse) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tokengate_estimator_bytes_limit",
+			Help: "The most request body bytes this replica parses and estimates at once (--estimate-bytes).",
+		}, func() float64 { return float64(g.Config().Bytes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokengate_estimator_waits_total",
+			Help: "Requests that waited for their turn to be estimated (the replica's or their tenant's bytes were taken).",
+		}, func() float64 { return float64(g.Stats().Waits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokengate_estimator_refusals_total",
+			Help: "Requests answered 503 estimator_busy: their turn to be estimated did not come within --estimate-wait.",
+		}, func() float64 { return float64(g.Stats().Refusals) }),
+	)
 }
 
 // Close waits for the guard's background writes and closes the store's

@@ -231,6 +231,9 @@ type serveCmd struct {
 	ReplicaID          string        `name:"replica-id" env:"TOKENGATE_REPLICA_ID" help:"This replica's name in the ledger and its spool file (default: the host name)."`
 	SpoolDir           string        `name:"spool-dir" env:"TOKENGATE_SPOOL_DIR" help:"Directory of the durable spool of local decisions; without it the local policy acts as reject."`
 	TrustedProxies     []string      `name:"trusted-proxies" env:"TOKENGATE_TRUSTED_PROXIES" sep:"," help:"Proxies and gateways in front of this replica (CIDRs or addresses, comma-separated): from them, the client address is taken from X-Forwarded-For."`
+	EstimateBytes      int64         `name:"estimate-bytes" env:"TOKENGATE_ESTIMATE_BYTES" help:"Most request body bytes this replica parses and estimates at once, on every face (API, proxy wires): past it a request waits its turn, then answers 503 estimator_busy. Default: 8 MiB per core, 16 to 64 MiB."`
+	EstimateShare      int64         `name:"estimate-tenant-bytes" env:"TOKENGATE_ESTIMATE_TENANT_BYTES" help:"Most of --estimate-bytes one tenant may hold, so that one tenant's large bodies leave room for the others. Default: a quarter of --estimate-bytes."`
+	EstimateWait       time.Duration `name:"estimate-wait" env:"TOKENGATE_ESTIMATE_WAIT" help:"Longest wait of a request for its turn to be estimated before it answers 503 estimator_busy. Default: --store-timeout."`
 	StoreTimeout       time.Duration `name:"store-timeout" env:"TOKENGATE_STORE_TIMEOUT" default:"${store_timeout}" help:"Longest wait for Postgres per decision before the failure policy applies."`
 	WatchInterval      time.Duration `name:"watch-interval" env:"TOKENGATE_WATCH_INTERVAL" default:"30s" help:"How often this replica checks every tenant's balance against its ledger."`
 	RLSAddr            string        `name:"rls-addr" env:"TOKENGATE_RLS_ADDR" help:"Serve Envoy's rate limit service (gRPC) on this address, e.g. :8081. Off by default."`
@@ -324,7 +327,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		DB: pool, Reads: reads, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
 		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
-		Tracing: tracing,
+		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
 	})
 	if err != nil {
 		return err
