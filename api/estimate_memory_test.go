@@ -153,18 +153,18 @@ func (b *apiBundle) serve(t *testing.T) string {
 // lets gateBytes of bodies be estimated at once: one 3.9-4.1 MB body. The
 // heap may grow by heapPerGateByte times the gate's bytes plus a fixed
 // margin for the server and the bodies read and waiting their turn (not
-// parsed). heapPerGateByte is what one body in flight costs on this
-// branch, GC included (measured: 219 MiB for one 3.9 MB long word at a
-// time, 338 MiB for the worst of the sixteen): the tokenizer still
-// allocates about 25 bytes per byte of one long word
-// (BenchmarkCountText/one-word-1MB) and more of one CJK or emoji run, and
-// a collection lets the heap double; with a tokenizer whose memory is
-// bounded per piece it can come down to 8. The resident set follows the
-// heap; under the race detector it also holds the detector's shadow of
+// parsed). heapPerGateByte is what one body in flight may cost, GC
+// included: the body, its parsed strings, and a collection that lets the
+// heap double. The tokenizer's own memory is bounded per count (a few
+// hundred bytes; estimator's TestCountAllocatesLessThanTheText), so a long
+// word costs no more than prose. Measured under -race: +77 MiB for the
+// eight long words, +101 MiB for the worst of the sixteen (+821 and
+// +1151 MiB with no gate and the old tokenizer). The resident set follows
+// the heap; under the race detector it also holds the detector's shadow of
 // the heap, about three times the heap (rssFactor).
 const (
 	gateBytes       = 4 << 20
-	heapPerGateByte = 96
+	heapPerGateByte = 16
 	heapMargin      = 64 << 20
 )
 

@@ -167,11 +167,11 @@ func TestEstimateGateOnTheProxyWires(t *testing.T) {
 
 // The bound of TestHostileBodiesThroughTheProxyWires, as the API's
 // (api/estimate_memory_test.go, which says why): a gate of 4 MiB, a heap
-// growth under 96 times it plus 64 MiB, the resident set's under
+// growth under 16 times it plus 64 MiB, the resident set's under
 // rssFactor times that.
 const (
 	gateBytes       = 4 << 20
-	heapPerGateByte = 96
+	heapPerGateByte = 16
 	heapMargin      = 64 << 20
 )
 
