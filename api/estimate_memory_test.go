@@ -7,87 +7,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tokengate/tokengate/integration/memtest"
 )
-
-// memPeak samples the process's heap (runtime.MemStats.HeapInuse) and
-// resident set (/proc/self/status) while a test's requests run, keeping
-// the highest of each above where they started.
-type memPeak struct {
-	stop, done        chan struct{}
-	heap0, rss0       uint64
-	heapPeak, rssPeak uint64
-	hwmReset          bool
-}
-
-func startMemPeak(t *testing.T) *memPeak {
-	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	m := &memPeak{stop: make(chan struct{}), done: make(chan struct{}), heap0: ms.HeapInuse, rss0: procStatus(t, "VmRSS")}
-	m.heapPeak, m.rssPeak = m.heap0, m.rss0
-	// "5" resets the peak resident set (VmHWM) to the current one, so
-	// that VmHWM catches a peak between two samples.
-	m.hwmReset = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			m.heapPeak = max(m.heapPeak, ms.HeapInuse)
-			m.rssPeak = max(m.rssPeak, procStatus(t, "VmRSS"))
-			select {
-			case <-m.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return m
-}
-
-// end stops sampling and returns the peak growth of the heap and of the
-// resident set, in bytes.
-func (m *memPeak) end(t *testing.T) (heap, rss uint64) {
-	t.Helper()
-	close(m.stop)
-	<-m.done
-	if m.hwmReset {
-		m.rssPeak = max(m.rssPeak, procStatus(t, "VmHWM"))
-	}
-	return m.heapPeak - min(m.heapPeak, m.heap0), m.rssPeak - min(m.rssPeak, m.rss0)
-}
-
-// procStatus reads a "kB" line of /proc/self/status, in bytes.
-func procStatus(t *testing.T, field string) uint64 {
-	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Error(err)
-		return 0
-	}
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Error(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Errorf("no %s in /proc/self/status", field)
-	return 0
-}
 
 // hostileText is size bytes of JSON string content of one input class:
 // one long word, digits, whitespace, CJK, emoji or mixed scripts.
@@ -161,7 +87,7 @@ func (b *apiBundle) serve(t *testing.T) string {
 // eight long words, +101 MiB for the worst of the sixteen (+821 and
 // +1151 MiB with no gate and the old tokenizer). The resident set follows
 // the heap; under the race detector it also holds the detector's shadow of
-// the heap, about three times the heap (rssFactor).
+// the heap, about three times the heap (memtest.RSSFactor).
 const (
 	gateBytes       = 4 << 20
 	heapPerGateByte = 16
@@ -215,7 +141,7 @@ func TestHostileEstimateBodiesStayWithinMemoryBound(t *testing.T) {
 	}
 	send := func(t *testing.T, calls []call) (heap, rss uint64) {
 		t.Helper()
-		mp := startMemPeak(t)
+		mp := memtest.Start(t)
 		var wg sync.WaitGroup
 		for _, c := range calls {
 			wg.Go(func() {
@@ -230,10 +156,10 @@ func TestHostileEstimateBodiesStayWithinMemoryBound(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		return mp.end(t)
+		return mp.End(t)
 	}
 	bound := uint64(heapPerGateByte*gateBytes + heapMargin)
-	rssBound := bound * rssFactor
+	rssBound := bound * memtest.RSSFactor
 
 	t.Run("eight long words", func(t *testing.T) {
 		body := hostileBody("gpt-4o", "word", 3_900_000)

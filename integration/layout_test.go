@@ -56,6 +56,9 @@ var layout = map[string][]string{
 	// The OTLP trace receiver, and a replica's tracing pointed at it, for
 	// tests only.
 	"integration/otlptest": {"budget/replica"},
+	// The memory sampler of the hostile-body tests: none of tokengate's
+	// packages.
+	"integration/memtest": nil,
 }
 
 // faces may not import one another. (The dashboard's own tests run a whole

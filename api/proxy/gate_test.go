@@ -7,23 +7,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/memtest"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -168,7 +165,7 @@ func TestEstimateGateOnTheProxyWires(t *testing.T) {
 // The bound of TestHostileBodiesThroughTheProxyWires, as the API's
 // (api/estimate_memory_test.go, which says why): a gate of 4 MiB, a heap
 // growth under 16 times it plus 64 MiB, the resident set's under
-// rssFactor times that.
+// memtest.RSSFactor times that.
 const (
 	gateBytes       = 4 << 20
 	heapPerGateByte = 16
@@ -203,7 +200,7 @@ func TestHostileBodiesThroughTheProxyWires(t *testing.T) {
 		"/v1/messages":              []byte(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"` + word + `"}]}`),
 		"/v1/messages/count_tokens": []byte(`{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"` + word + `"}]}`),
 	}
-	mp := startMemPeak(t)
+	mp := memtest.Start(t)
 	var wg sync.WaitGroup
 	for path, body := range hostile {
 		for range 2 {
@@ -216,11 +213,11 @@ func TestHostileBodiesThroughTheProxyWires(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	heap, rss := mp.end(t)
+	heap, rss := mp.End(t)
 	bound := uint64(heapPerGateByte*gateBytes + heapMargin)
-	t.Logf("eight 3.9 MB long words on the proxy wires: peak heap +%d MiB, peak RSS +%d MiB (bounds %d and %d MiB)", heap>>20, rss>>20, bound>>20, bound*rssFactor>>20)
-	if heap > bound || rss > bound*rssFactor {
-		t.Errorf("peak heap +%d MiB, RSS +%d MiB: over the bounds of %d and %d MiB", heap>>20, rss>>20, bound>>20, bound*rssFactor>>20)
+	t.Logf("eight 3.9 MB long words on the proxy wires: peak heap +%d MiB, peak RSS +%d MiB (bounds %d and %d MiB)", heap>>20, rss>>20, bound>>20, bound*memtest.RSSFactor>>20)
+	if heap > bound || rss > bound*memtest.RSSFactor {
+		t.Errorf("peak heap +%d MiB, RSS +%d MiB: over the bounds of %d and %d MiB", heap>>20, rss>>20, bound>>20, bound*memtest.RSSFactor>>20)
 	}
 	if n := b.upstream.Load() - calls; n != 0 {
 		t.Errorf("the upstream was called %d times for calls over the window", n)
@@ -228,72 +225,4 @@ func TestHostileBodiesThroughTheProxyWires(t *testing.T) {
 	if n := admissions() - admitted; n != 0 {
 		t.Errorf("%d admissions written", n)
 	}
-}
-
-// memPeak samples the heap (runtime.MemStats.HeapInuse) and the resident
-// set (/proc/self/status) while a test's calls run, keeping the highest of
-// each (as api/estimate_memory_test.go).
-type memPeak struct {
-	stop, done        chan struct{}
-	heap0, rss0       uint64
-	heapPeak, rssPeak uint64
-	hwmReset          bool
-}
-
-func startMemPeak(t *testing.T) *memPeak {
-	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	m := &memPeak{stop: make(chan struct{}), done: make(chan struct{}), heap0: ms.HeapInuse, rss0: procStatus(t, "VmRSS")}
-	m.heapPeak, m.rssPeak = m.heap0, m.rss0
-	m.hwmReset = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil // VmHWM := VmRSS
-	go func() {
-		defer close(m.done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			m.heapPeak = max(m.heapPeak, ms.HeapInuse)
-			m.rssPeak = max(m.rssPeak, procStatus(t, "VmRSS"))
-			select {
-			case <-m.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return m
-}
-
-func (m *memPeak) end(t *testing.T) (heap, rss uint64) {
-	t.Helper()
-	close(m.stop)
-	<-m.done
-	if m.hwmReset {
-		m.rssPeak = max(m.rssPeak, procStatus(t, "VmHWM"))
-	}
-	return m.heapPeak - min(m.heapPeak, m.heap0), m.rssPeak - min(m.rssPeak, m.rss0)
-}
-
-// procStatus reads a "kB" line of /proc/self/status, in bytes.
-func procStatus(t *testing.T, field string) uint64 {
-	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Error(err)
-		return 0
-	}
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Error(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Errorf("no %s in /proc/self/status", field)
-	return 0
 }

@@ -1,7 +1,0 @@
-//go:build !race
-
-package api_test
-
-// rssFactor is how much more than the heap the resident set may grow by:
-// without the race detector, the heap and what the runtime keeps of it.
-const rssFactor = 1
