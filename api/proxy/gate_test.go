@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
