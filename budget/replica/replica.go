@@ -11,6 +11,7 @@ package replica
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -137,6 +138,11 @@ func New(cfg Config) (*Replica, error) {
 	}
 	if cfg.Estimator == nil {
 		cfg.Estimator = estimator.New(nil)
+	}
+	// The tokenizer tables are built before the replica serves, not by its
+	// first requests (estimator.Load says why).
+	if err := estimator.Load(); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
 	}
 	if cfg.Store == nil {
 		cfg.Store = budget.NewStore(cfg.DB)
