@@ -95,7 +95,18 @@ func (v *vocab) encodeChunk(s string, prev int64, st *btState) bool {
 		}
 		for {
 			end := pos + tl
-			if st.dead[end>>6]&(1<<(end&63)) == 0 && (!hasLast || v.compatible(last, t)) {
+			ok := st.dead[end>>6]&(1<<(end&63)) == 0
+			if ok && hasLast {
+				// v.compatible(last, t), its cache lookup inlined (a call
+				// per token weighs on punctuation, a token a byte or two).
+				key := (uint64(last)<<24 | uint64(t)) + 1
+				if w := v.seen[seenIndex(key)].Load(); w>>1 == key {
+					ok = w&1 == 1
+				} else {
+					ok = v.compatible(last, t)
+				}
+			}
+			if ok {
 				st.tokens = append(st.tokens, t)
 				if pos = end; pos == len(s) {
 					return true

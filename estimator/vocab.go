@@ -56,6 +56,9 @@ type vocab struct {
 
 const seenBits = 15 // 32768 entries, 256 KB
 
+// seenIndex is the entry of vocab.seen for key.
+func seenIndex(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 >> (64 - seenBits) }
+
 const pairShift = 64 - 23 // 1<<23 bits
 
 func pairHash(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
@@ -174,7 +177,7 @@ func (v *vocab) pair(a, b uint32) (uint32, bool) {
 // test of GitHub's rust-gems bpe crate (crates/bpe, "is_valid_token_pair").
 func (v *vocab) compatible(a, b uint32) bool {
 	key := (uint64(a)<<24 | uint64(b)) + 1
-	e := &v.seen[key*0x9e3779b97f4a7c15>>(64-seenBits)]
+	e := &v.seen[seenIndex(key)]
 	if w := e.Load(); w>>1 == key {
 		return w&1 == 1
 	}
