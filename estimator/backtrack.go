@@ -85,25 +85,38 @@ func (v *vocab) encodeChunk(s string, prev int64, st *btState) bool {
 		st.dead = st.dead[:words]
 		clear(st.dead)
 	}
-	pos, next := 0, v.longest(s, 0)
+	pos, next, nextLen := 0, uint32(0), 0
+	next, nextLen = v.longest(s, 0)
 	for {
-		t := next
+		t, tl := next, nextLen
 		last, hasLast := uint32(prev), prev >= 0
 		if k := len(st.tokens); k > 0 {
 			last, hasLast = st.tokens[k-1], true
 		}
 		for {
-			end := pos + v.tokenLen(t)
-			if st.dead[end>>6]&(1<<(end&63)) == 0 && (!hasLast || v.compatible(last, t)) {
+			end := pos + tl
+			ok := st.dead[end>>6]&(1<<(end&63)) == 0
+			if ok && hasLast {
+				// v.compatible(last, t), its cache lookup inlined (a call
+				// per token weighs on punctuation, a token a byte or two).
+				key := (uint64(last)<<24 | uint64(t)) + 1
+				if w := v.seen[seenIndex(key)].Load(); w>>1 == key {
+					ok = w&1 == 1
+				} else {
+					ok = v.compatible(last, t)
+				}
+			}
+			if ok {
 				st.tokens = append(st.tokens, t)
 				if pos = end; pos == len(s) {
 					return true
 				}
-				next = v.longest(s, pos)
+				next, nextLen = v.longest(s, pos)
 				break
 			}
 			if p := v.prefix[t]; p >= 0 {
 				t = uint32(p)
+				tl = v.tokenLen(t)
 				continue
 			}
 			// No token fits at pos: it is dead; take back the token
@@ -114,8 +127,9 @@ func (v *vocab) encodeChunk(s string, prev int64, st *btState) bool {
 				return false
 			}
 			next = st.tokens[k-1]
+			nextLen = v.tokenLen(next)
 			st.tokens = st.tokens[:k-1]
-			pos -= v.tokenLen(next)
+			pos -= nextLen
 			break
 		}
 	}

@@ -129,6 +129,27 @@ func runEnd(s string, i int, mask uint16) int {
 	return i
 }
 
+// qEnd returns the end of the run of [^\s\p{L}\p{N}] starting at i, with
+// a fast path for ASCII (runs of punctuation are a token every byte or two,
+// so the scan is a good part of their cost).
+func qEnd(s string, i int) int {
+	for i < len(s) {
+		if b := s[i]; b < utf8.RuneSelf {
+			if !isQ(asciiClasses[b]) {
+				break
+			}
+			i++
+			continue
+		}
+		_, sz, c := atSlow(s, i)
+		if !isQ(c) {
+			break
+		}
+		i += sz
+	}
+	return i
+}
+
 // contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at i and returns its end,
 // or i when there is none. Case folding is unicode.ToLower, as in regexp2.
 func contraction(s string, i int) int {
@@ -338,14 +359,7 @@ func nextCommon(s string, i int, r0 rune, sz0 int, c0 uint16, slash bool) int {
 		q = i
 	}
 	if q >= 0 {
-		j := q
-		for j < len(s) {
-			_, sz, c := at(s, j)
-			if !isQ(c) {
-				break
-			}
-			j += sz
-		}
+		j := qEnd(s, q)
 		for j < len(s) && (s[j] == '\r' || s[j] == '\n' || (slash && s[j] == '/')) {
 			j++
 		}

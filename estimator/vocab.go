@@ -17,8 +17,8 @@ import (
 // vocab holds an encoding's tokens by rank (a token's id is its rank). It is
 // immutable once built and safe for concurrent use.
 //
-// Memory, o200k_base (200k tokens): the lookup table 12.6 MB, the trie 7 MB,
-// the merge tables 10 MB, the tokens' bytes 2 MB (32 MB live in all, built
+// Memory, o200k_base (200k tokens): the lookup table 8.4 MB, the trie 6.8 MB,
+// the merge tables 10 MB, the tokens' bytes 2 MB (about 28 MB live in all, built
 // in about a second); cl100k_base about half of that.
 type vocab struct {
 	blob   string   // every token's bytes, in rank order
@@ -28,19 +28,13 @@ type vocab struct {
 
 	// Exact lookup: open addressing with linear probing over the first 16
 	// bytes and the length of a token (hashing costs the same whatever the
-	// length; longer tokens compare their tail with the blob).
+	// length; tokens over 12 bytes compare their tail with the blob).
 	slots    []slot
 	slotMask uint64
 
-	// The trie of all tokens, for the longest token at a position. Node 0 is
-	// the root; an edge is found by hashing (node, byte). tok[node] is the
-	// token spelled by the path to node, or -1.
-	root     [256]uint32
-	root2    []uint32 // the node after the two bytes b0<<8|b1, or 0
-	info     []uint16 // a node's byte (from its parent) <<8 | hasKids | oneKid | isToken
-	edges    []uint64 // (node<<8|byte)+1 in the high 32 bits, child in the low 32; 0 is empty
-	edgeMask uint64
-	tok      []int32
+	// da is the trie of all tokens as a double array, for the longest token
+	// at a position ([daNode]).
+	da []daNode
 
 	// prefix[t] is the longest token that is a proper prefix of t, or -1.
 	prefix []int32
@@ -62,21 +56,20 @@ type vocab struct {
 
 const seenBits = 15 // 32768 entries, 256 KB
 
-// Flags of vocab.info: the node has children (the first is the next node),
-// and exactly one.
-const (
-	hasKids = 1 << iota
-	oneKid
-	isToken // the path to the node spells a token
-)
+// seenIndex is the entry of vocab.seen for key.
+func seenIndex(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 >> (64 - seenBits) }
 
 const pairShift = 64 - 23 // 1<<23 bits
 
 func pairHash(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
 
+// slot is 16 bytes, four to a cache line: the first 8 bytes of the token,
+// and the next 4, its length and its rank (meta == 0: empty). Tokens of up
+// to 12 bytes compare in full here; longer ones compare their tail with
+// the blob.
 type slot struct {
-	k0, k1 uint64
-	n, id  uint32 // n == 0: empty
+	k0   uint64
+	meta uint64 // bytes 8..11 <<32 | length <<24 | rank
 }
 
 // le64 loads 8 bytes of s at i, little endian (the compiler makes it one
@@ -122,14 +115,17 @@ func (v *vocab) rank(s string) int {
 		return -1
 	}
 	k0, k1 := key16(s)
+	want := uint64(uint32(k1))<<32 | uint64(n)<<24
 	for i := hash16(k0, k1, n) & v.slotMask; ; i = (i + 1) & v.slotMask {
 		sl := &v.slots[i]
-		if sl.n == 0 {
+		if sl.meta == 0 {
 			return -1
 		}
-		if sl.k0 == k0 && sl.k1 == k1 && sl.n == uint32(n) &&
-			(n <= 16 || v.blob[v.starts[sl.id]+16:v.starts[sl.id+1]] == s[16:]) {
-			return int(sl.id)
+		if sl.k0 == k0 && sl.meta&^(1<<24-1) == want {
+			id := uint32(sl.meta & (1<<24 - 1))
+			if n <= 12 || v.blob[v.starts[id]+12:v.starts[id+1]] == s[12:] {
+				return int(id)
+			}
 		}
 	}
 }
@@ -138,55 +134,24 @@ func (v *vocab) token(t uint32) string { return v.blob[v.starts[t]:v.starts[t+1]
 
 func (v *vocab) tokenLen(t uint32) int { return int(v.starts[t+1] - v.starts[t]) }
 
-func edgeKey(node uint32, b byte) uint32 { return node<<8 | uint32(b) + 1 }
-
-func (v *vocab) child(node uint32, b byte) uint32 {
-	f := v.info[node]
-	if f&hasKids == 0 {
-		return 0
-	}
-	if byte(v.info[node+1]>>8) == b {
-		return node + 1
-	}
-	if f&oneKid != 0 {
-		return 0
-	}
-	key := edgeKey(node, b)
-	for i := (uint64(key) * 0x9e3779b97f4a7c15 >> 32) & v.edgeMask; ; i = (i + 1) & v.edgeMask {
-		e := v.edges[i]
-		if e == 0 {
-			return 0
-		}
-		if uint32(e>>32) == key {
-			return uint32(e)
-		}
-	}
-}
-
-// longest returns the longest token that is a prefix of s[i:] (s[i:] is
-// not empty; every byte is a token).
-func (v *vocab) longest(s string, i int) uint32 {
-	node := v.root[s[i]]
-	best := node
-	if i+1 >= len(s) {
-		return uint32(v.tok[best])
-	}
-	if node = v.root2[uint32(s[i])<<8|uint32(s[i+1])]; node == 0 {
-		return uint32(v.tok[best])
-	}
-	if v.info[node]&isToken != 0 {
-		best = node
-	}
+// longest returns the longest token that is a prefix of s[i:] and its
+// length (s[i:] is not empty; every byte is a token).
+func (v *vocab) longest(s string, i int) (uint32, int) {
+	da := v.da
+	node := da[0].base + uint32(s[i])
+	best, n, start := da[node].tok, 1, i
 	end := min(len(s), i+v.maxLen)
-	for i += 2; i < end; i++ {
-		if node = v.child(node, s[i]); node == 0 {
+	for i++; i < end; i++ {
+		c := da[node].base + uint32(s[i])
+		if da[c].check != node+1 {
 			break
 		}
-		if v.info[node]&isToken != 0 {
-			best = node
+		node = c
+		if t := da[c].tok; t >= 0 {
+			best, n = t, i+1-start
 		}
 	}
-	return uint32(v.tok[best])
+	return uint32(best), n
 }
 
 // pair returns the token made by merging a and b, if BPE makes one that
@@ -219,7 +184,7 @@ func (v *vocab) pair(a, b uint32) (uint32, bool) {
 // test of GitHub's rust-gems bpe crate (crates/bpe, "is_valid_token_pair").
 func (v *vocab) compatible(a, b uint32) bool {
 	key := (uint64(a)<<24 | uint64(b)) + 1
-	e := &v.seen[key*0x9e3779b97f4a7c15>>(64-seenBits)]
+	e := &v.seen[seenIndex(key)]
 	if w := e.Load(); w>>1 == key {
 		return w&1 == 1
 	}
@@ -291,6 +256,9 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 		v.maxLen = max(v.maxLen, len(tok))
 	}
 	v.blob = sb.String()
+	if v.maxLen > 255 {
+		return nil, fmt.Errorf("a token of %d bytes (the lookup table holds lengths up to 255)", v.maxLen)
+	}
 
 	// The lookup table.
 	size := tableSize(n)
@@ -298,18 +266,16 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 	for r, tok := range byRank {
 		k0, k1 := key16(tok)
 		i := hash16(k0, k1, len(tok)) & v.slotMask
-		for v.slots[i].n != 0 {
+		for v.slots[i].meta != 0 {
 			i = (i + 1) & v.slotMask
 		}
-		v.slots[i] = slot{k0, k1, uint32(len(tok)), uint32(r)}
+		v.slots[i] = slot{k0, uint64(uint32(k1))<<32 | uint64(len(tok))<<24 | uint64(r)}
 	}
 
-	// The trie, built from the sorted tokens so that nodes are numbered in
-	// depth-first order: a node's first child is the next node, found
-	// without hashing; only the other children go to the edge table. First
-	// count the nodes and the other children (each token adds the bytes past
-	// its common prefix with the previous one; the first of them is another
-	// child when the previous token went on past that prefix).
+	// The trie, built from the sorted tokens: each token adds the nodes
+	// past its common prefix with the previous one, and all its prefixes
+	// come before it, so its longest proper prefix that is a token is on
+	// its path already.
 	ids := make([]uint32, n)
 	for i := range ids {
 		ids[i] = uint32(i)
@@ -322,63 +288,37 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 		}
 		return i
 	}
-	nodes, others, prev := 1, 0, ""
-	for _, id := range ids {
-		tok := byRank[id]
-		l := lcp(tok, prev)
-		nodes += len(tok) - l
-		if l < len(prev) {
-			others++
-		}
-		prev = tok
-	}
-	if nodes >= 1<<24 {
-		return nil, fmt.Errorf("trie of %d nodes", nodes)
-	}
-	size = tableSize(others)
-	v.edges, v.edgeMask = make([]uint64, size), uint64(size-1)
-	v.root2 = make([]uint32, 1<<16)
-	v.tok = make([]int32, 1, nodes)
-	v.tok[0] = -1
-	v.info = make([]uint16, 1, nodes+1)
+	tokOf := []int32{-1} // the token of each node, or -1
+	parent := []uint32{0}
+	byteOf := []byte{0}
+	v.prefix = make([]int32, n)
 	path, prev := []uint32{0}, ""
 	for _, id := range ids {
 		tok := byRank[id]
 		l := lcp(tok, prev)
 		path = path[:l+1]
 		for i := l; i < len(tok); i++ {
-			p, c := path[i], uint32(len(v.tok))
-			v.tok = append(v.tok, -1)
-			v.info = append(v.info, uint16(tok[i])<<8)
-			if v.info[p]&hasKids == 0 {
-				if c != p+1 { // cannot happen: p is the last node made
-					return nil, fmt.Errorf("trie: first child %d of %d", c, p)
-				}
-				v.info[p] |= hasKids | oneKid
-			} else {
-				v.info[p] &^= oneKid
-				key := edgeKey(p, tok[i])
-				j := (uint64(key) * 0x9e3779b97f4a7c15 >> 32) & v.edgeMask
-				for v.edges[j] != 0 {
-					j = (j + 1) & v.edgeMask
-				}
-				v.edges[j] = uint64(key)<<32 | uint64(c)
-			}
-			switch i {
-			case 0:
-				v.root[tok[0]] = c
-			case 1:
-				v.root2[uint32(tok[0])<<8|uint32(tok[1])] = c
-			}
-			path = append(path, c)
+			path = append(path, uint32(len(tokOf)))
+			tokOf = append(tokOf, -1)
+			parent = append(parent, path[i])
+			byteOf = append(byteOf, tok[i])
 		}
-		v.tok[path[len(tok)]] = int32(id)
-		v.info[path[len(tok)]] |= isToken
+		if len(tokOf) >= 1<<31 {
+			return nil, fmt.Errorf("trie of %d nodes", len(tokOf))
+		}
+		tokOf[path[len(tok)]] = int32(id)
+		v.prefix[id] = -1
+		for i := len(tok) - 1; i > 0; i-- {
+			if t := tokOf[path[i]]; t >= 0 {
+				v.prefix[id] = t
+				break
+			}
+		}
 		prev = tok
 	}
-	v.info = append(v.info, 0) // info[node+1] exists for every node
-	for b := 0; b < 256; b++ {
-		if v.root[b] == 0 || v.tok[v.root[b]] < 0 {
+	v.da = buildDA(parent, byteOf, tokOf)
+	for b := uint32(0); b < 256; b++ {
+		if c := v.da[0].base + b; v.da[c].check != 1 || v.da[c].tok < 0 {
 			return nil, fmt.Errorf("byte %#x is not a token", b)
 		}
 	}
@@ -395,19 +335,6 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 			s = fmt.Sprintf("%03d", d-110)
 		}
 		v.digits = v.digits && v.rank(s) >= 0
-	}
-
-	// The longest proper prefix of each token.
-	v.prefix = make([]int32, n)
-	for r, tok := range byRank {
-		v.prefix[r] = -1
-		node := uint32(0)
-		for i := 0; i < len(tok)-1; i++ {
-			node = v.child(node, tok[i])
-			if t := v.tok[node]; t >= 0 {
-				v.prefix[r] = t
-			}
-		}
 	}
 
 	// The merge tree: in rank order, t's last merge is the first split of
