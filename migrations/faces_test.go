@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/integration/pgtest"
-	"github.com/tokengate/tokengate/migrations"
 )
 
 // TestAdmissionsLearnTheirFace: open admissions of the proxy, a gateway
@@ -21,15 +19,7 @@ import (
 func TestAdmissionsLearnTheirFace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.EmptyURL(t), nil)
-	m, err := migrations.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.UpTo(ctx, 18); err != nil {
-		t.Fatal(err)
-	}
+	pool, m := migratorAt(t, 18)
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	hash := bytes.Repeat([]byte{7}, 32)
 	response := func(id string) []byte {

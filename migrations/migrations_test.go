@@ -6,11 +6,29 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/migrations"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// migratorAt returns an empty database migrated up to version, and its
+// migrator: the schema of an older release, for upgrade tests to fill as
+// that release wrote it.
+func migratorAt(t *testing.T, version int64) (*pgxpool.Pool, *migrations.Migrator) {
+	t.Helper()
+	pool := pgtest.Pool(t, pgtest.EmptyURL(t), nil)
+	m, err := migrations.New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	if err := m.UpTo(context.Background(), version); err != nil {
+		t.Fatal(err)
+	}
+	return pool, m
+}
 
 func TestUpFromEmptyThenRerunChangesNothing(t *testing.T) {
 	t.Parallel()

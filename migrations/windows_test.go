@@ -8,8 +8,6 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/integration/pgtest"
-	"github.com/tokengate/tokengate/migrations"
 )
 
 // TestPeriodBudgetsBecomeWindows: a tenant with today's period budget (a
@@ -19,15 +17,7 @@ import (
 func TestPeriodBudgetsBecomeWindows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.EmptyURL(t), nil)
-	m, err := migrations.New(pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	if err := m.UpTo(ctx, 15); err != nil {
-		t.Fatal(err)
-	}
+	pool, m := migratorAt(t, 15)
 	now := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
 	day := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 	// As the release before wrote them: a tenant with a period budget of
