@@ -20,11 +20,20 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain builds the tokenizer tables before any test times a request:
+// building them costs a second, and several under -race on a busy machine,
+// which a first request's client timeout would turn into retries.
+func TestMain(m *testing.M) {
+	if err := estimator.Load(); err != nil {
+		panic(err)
+	}
+	pgtest.Main(m)
+}
 
 var ctx = context.Background()
 

@@ -11,7 +11,6 @@ package replica
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -138,11 +137,6 @@ func New(cfg Config) (*Replica, error) {
 	}
 	if cfg.Estimator == nil {
 		cfg.Estimator = estimator.New(nil)
-	}
-	// The tokenizer tables are built before the replica serves, not by its
-	// first requests (estimator.Load says why).
-	if err := estimator.Load(); err != nil {
-		return nil, fmt.Errorf("replica: %w", err)
 	}
 	if cfg.Store == nil {
 		cfg.Store = budget.NewStore(cfg.DB)
