@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Decider decides a batch of requests of any tenants; *Store is one.
@@ -169,7 +171,7 @@ func (p *Pipeline) Expire(ctx context.Context, tenantID string) (int, error) {
 }
 
 // ErrQueueFull wraps ErrBusy when a shard's queue in this replica is full.
-var ErrQueueFull = fmt.Errorf("%w: the replica's decision queue is full", ErrBusy)
+var ErrQueueFull = fmt.Errorf("%w: the replica's decision queue is full", rule.ErrBusy)
 
 func (p *Pipeline) shardOf(tenantID string) *shard {
 	h := fnv.New32a()
@@ -240,10 +242,10 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	if !timedOut {
 		return OpResult{Err: ctx.Err()}
 	}
-	err := fmt.Errorf("%w: waited its turn %s while earlier requests were being decided", ErrBusy, p.timeout)
+	err := fmt.Errorf("%w: waited its turn %s while earlier requests were being decided", rule.ErrBusy, p.timeout)
 	if a, ok := p.decider.(answerer); ok && !a.Answering(ctx, queued) {
 		// The batch ahead is stuck because the store hangs.
-		err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+		err = fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	return OpResult{Err: err}
 }

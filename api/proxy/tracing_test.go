@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/otlptest"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestProxyTraces(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 	rcv, tr := otlptest.Traced(t, "grpc")
-	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
+	b := setupTraced(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -108,7 +109,7 @@ func TestProxyTraces(t *testing.T) {
 // traceparent and tracestate reach the upstream as they came.
 func TestProxyPassesTraceparentWhileOff(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -135,7 +136,7 @@ func TestProxyPassesTraceparentWhileOff(t *testing.T) {
 func TestProxyTracesStreamsAndFailures(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
 	rcv, tr := otlptest.Traced(t, "http/protobuf")
-	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
+	b := setupTraced(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if body["stream"] != true {
 			http.Error(w, `{"error":{"message":"down","type":"server_error"}}`, http.StatusInternalServerError)
