@@ -75,7 +75,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 	spans := rcv.Wait(t, "3 admissions, a settle, a release and an expiry", func(s []otlptest.Span) bool {
 		return len(otlptest.Named(s, admission.SpanAdmission)) == 3 && len(otlptest.Named(s, admission.SpanSettle)) == 1 &&
 			len(otlptest.Named(s, admission.SpanRelease)) == 1 && len(otlptest.Named(s, admission.SpanExpire)) == 1 &&
-			len(otlptest.Named(s, budget.SpanTransaction)) == 6
+			len(otlptest.Named(s, admission.SpanTransaction)) == 6
 	})
 	first, err := b.store.AdmissionGet(ctx, "acme", adm.ID)
 	if err != nil {
@@ -119,7 +119,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 		if len(c.span.Links) != 1 {
 			t.Fatalf("%s: links %v, want its transaction", c.name, c.span.Links)
 		}
-		if tx, ok := otlptest.ByID(spans, c.span.Links[0].SpanID); !ok || tx.Name != budget.SpanTransaction {
+		if tx, ok := otlptest.ByID(spans, c.span.Links[0].SpanID); !ok || tx.Name != admission.SpanTransaction {
 			t.Errorf("%s: its link %v is no transaction span received", c.name, c.span.Links[0])
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -49,9 +47,10 @@ type PipelineConfig struct {
 	// transaction's own duration, and a shard whose batches are small never
 	// waits, so a light load pays no latency for it.
 	Gather time.Duration
-	// Tracer starts a span for each transaction (pipeline_trace.go), which
-	// the decisions it carried link to. Nil: no span, and no work for one.
-	Tracer trace.Tracer
+	// Tracer follows each transaction (pipeline_trace.go), which the
+	// decisions it carried are linked to. Nil: no tracing, and no work for
+	// it.
+	Tracer PipelineTracer
 }
 
 // GatherFrom is the smallest batch after which a shard gathers
@@ -88,7 +87,7 @@ type Pipeline struct {
 	maxBytes int
 	maxQueue int
 	shards   []*shard
-	tracer   trace.Tracer // nil: not traced
+	tracer   PipelineTracer // nil: not traced
 }
 
 type shard struct {
@@ -107,9 +106,9 @@ type pipeCall struct {
 	done  chan OpResult // buffered: the drainer never blocks on it
 	// Guarded by the shard's mutex.
 	taken, abandoned bool
-	// traced is the caller's recording span, nil when it has none or the
-	// pipeline is not traced (pipeline_trace.go).
-	traced *callTrace
+	// traced is the call as the tracer knows it, nil when its caller
+	// records no span or the pipeline is not traced (pipeline_trace.go).
+	traced TracedCall
 }
 
 // DefaultStoreTimeout bounds how long a decision waits for its turn, and
@@ -201,7 +200,7 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	}
 	c := &pipeCall{item: it, bytes: size(it), done: make(chan OpResult, 1)}
 	if p.tracer != nil {
-		p.traceCall(ctx, c)
+		c.traced = p.tracer.Call(ctx)
 	}
 	sh := p.shardOf(it.TenantID)
 	sh.mu.Lock()

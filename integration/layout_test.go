@@ -87,6 +87,11 @@ var budgetLeaves = []string{"budget/alert", "budget/rule"}
 // tested alone.
 var pure = []string{"budget/rule"}
 
+// untraced are the packages that import no OpenTelemetry: budget's root
+// (the store and the pipeline) tells a small hook (PipelineTracer) what it
+// does, and budget/admission, the use case, makes the spans.
+var untraced = []string{"budget", "budget/rule"}
+
 // TestLayout checks every import between the module's packages against
 // the layout, and that no file outside tests imports the test harness.
 func TestLayout(t *testing.T) {
@@ -124,6 +129,9 @@ func TestLayout(t *testing.T) {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			if !test && slices.Contains(pure, pkg) && strings.Contains(strings.Split(p, "/")[0], ".") {
 				t.Errorf("%s: %s imports %s, but imports only the standard library", filepath.Join(rel, filepath.Base(path)), pkg, p)
+			}
+			if !test && slices.Contains(untraced, pkg) && strings.HasPrefix(p, "go.opentelemetry.io/") {
+				t.Errorf("%s: %s imports %s: the domain's root traces through a hook, never a tracing library", filepath.Join(rel, filepath.Base(path)), pkg, p)
 			}
 			dep, ok := strings.CutPrefix(p, module+"/")
 			if !ok {

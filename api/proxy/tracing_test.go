@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/otlptest"
@@ -57,7 +56,7 @@ func TestProxyTraces(t *testing.T) {
 	spans := rcv.Wait(t, "2 upstream calls, 2 admissions, 2 settles", func(s []otlptest.Span) bool {
 		return len(otlptest.Named(s, "chat gpt-4o")) == 1 && len(otlptest.Named(s, "chat "+claudeModel)) == 1 &&
 			len(otlptest.Named(s, admission.SpanAdmission)) == 2 && len(otlptest.Named(s, admission.SpanSettle)) == 2 &&
-			len(otlptest.Named(s, budget.SpanTransaction)) == 4
+			len(otlptest.Named(s, admission.SpanTransaction)) == 4
 	})
 	as := b.admissions(t)
 	for i, c := range []struct {

@@ -150,14 +150,10 @@ func New(cfg Config) *Admitter {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // unserved
 	}
-	var pipeTracer trace.Tracer
-	if cfg.TracerProvider != nil {
-		pipeTracer = cfg.TracerProvider.Tracer(budget.TracerName)
-	}
 	a := &Admitter{
 		cfg:      cfg,
 		tracer:   newTracer(cfg.TracerProvider),
-		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: pipeTracer}),
+		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: newPipeTracer(cfg.TracerProvider)}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
 		pools:    newPoolQueues(),
 		logger:   cfg.Logger,

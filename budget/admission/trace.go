@@ -18,7 +18,7 @@ import (
 // release and expiry, whatever the face, started here so that every face
 // traces the same decisions with the same attributes. A face only puts its
 // caller's trace context in ctx; the span is then a child of the caller's
-// span. The pipeline transaction that decided it (budget.SpanTransaction)
+// span. The pipeline transaction that decided it (SpanTransaction)
 // is linked from it.
 //
 // Off (no provider), none of this runs: each entry point checks one nil

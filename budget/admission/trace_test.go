@@ -86,7 +86,7 @@ func TestTransactionSpansCountWhatTheyCarried(t *testing.T) {
 	var total int64
 	txs := 0
 	for _, s := range spans {
-		if s.Name != budget.SpanTransaction {
+		if s.Name != admission.SpanTransaction {
 			continue
 		}
 		txs++
