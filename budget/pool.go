@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -143,38 +142,21 @@ func (s *Store) poolRoutes(ctx context.Context) (map[string]string, error) {
 	return routes, nil
 }
 
-type alertRuleCache struct {
-	any bool
-	at  time.Time
-}
-
-// periodAlertRules reads, when older than poolRoutesTTL, whether any
-// period_budget alert rule exists: without one, decisions queue no
-// threshold statement (alerts cost nothing where there are none). A rule
-// created through this replica applies at once; elsewhere, within the TTL.
+// periodAlertRules refreshes, when older than poolRoutesTTL, the store's
+// cache of whether any period_budget alert rule exists (alert.PeriodRules).
+// A rule created through this replica applies at once; elsewhere, within
+// the TTL.
 func (s *Store) periodAlertRules(ctx context.Context) error {
-	if c := s.periodAlerts.Load(); c != nil && time.Since(c.at) < poolRoutesTTL {
-		return nil
-	}
-	var exists bool
-	if err := s.pool.QueryRow(ctx, alert.PeriodRulesExistSQL).Scan(&exists); err != nil {
+	if err := s.periodAlerts.Refresh(ctx, s.pool, poolRoutesTTL); err != nil {
 		return classify(fmt.Errorf("budget: alert rules: %w", err), false, false)
 	}
-	s.periodAlerts.Store(&alertRuleCache{any: exists, at: time.Now()})
 	return nil
 }
 
 // NotePeriodAlertRule tells the store that a period_budget rule now
 // exists, so that its next decision raises thresholds without waiting for
 // the cache.
-func (s *Store) NotePeriodAlertRule() { s.periodAlerts.Store(nil) }
-
-// periodAlertsOn reports whether a decision must queue the threshold
-// statement: yes unless a fresh read found no rule.
-func (s *Store) periodAlertsOn() bool {
-	c := s.periodAlerts.Load()
-	return c == nil || c.any
-}
+func (s *Store) NotePeriodAlertRule() { s.periodAlerts.Note() }
 
 // lockPoolsLate locks, in a decision's transaction, pools that its ended
 // admissions drew on but that its first round trip did not lock (routes

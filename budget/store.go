@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
@@ -65,13 +66,16 @@ type Store struct {
 	prices atomic.Pointer[priceBook]  // the price book, see priceBookFor
 	// periodAlerts caches whether any period_budget alert rule exists,
 	// see periodAlertRules.
-	periodAlerts atomic.Pointer[alertRuleCache]
+	periodAlerts alert.PeriodRules
 	// modelTenants are the tenants this replica saw with model limits at
 	// some level of their tree (see modelQueue).
 	modelTenants sync.Map
-	// endUserCache is this replica's copy of the end-user policies
+	// policyCache is this replica's copy of the end-user policies
 	// (EndUserPolicyOf).
-	endUserCache
+	policyCache
+	// endUserSwept is when this replica last swept idle end users (unix
+	// nanoseconds, endUserSweepDue).
+	endUserSwept atomic.Int64
 
 	// reads is where the reports read (Activity, DriftReport,
 	// RejectionsSince): a replica's pool with WithReads, else pool. The

@@ -239,7 +239,7 @@ func (tx *lockedTx) commit(ctx context.Context, w *writes) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), tx.allowance)
 		defer cancel()
 	}
-	w.alerts = tx.store.periodAlertsOn()
+	w.alerts = tx.store.periodAlerts.On()
 	b, expect := w.batch()
 	b.Queue("COMMIT")
 	expect = append(expect, -1)

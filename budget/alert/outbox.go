@@ -15,10 +15,6 @@ import (
 //go:embed sql/thresholds_crossed.sql
 var ThresholdsCrossedSQL string
 
-// PeriodRulesExistSQL says whether any period_budget rule exists: budget
-// reads it every few seconds, and queues ThresholdsCrossedSQL only then.
-const PeriodRulesExistSQL = `SELECT EXISTS (SELECT 1 FROM alert_rules WHERE kind = 'period_budget' AND deleted_at IS NULL)`
-
 // Crossings collects the window usage rises of one transaction, for
 // ThresholdsCrossedSQL's arguments.
 type Crossings struct {
