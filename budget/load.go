@@ -176,7 +176,7 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		return nil, err
 	}
 	for _, m := range l.models {
-		m.advance(now)
+		m.Advance(now)
 	}
 	for _, p := range l.pools {
 		p.Tokens.Refill(now)

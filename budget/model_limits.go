@@ -42,9 +42,20 @@ func ModelKey(e estimator.Estimate) string {
 // them under the tenant's lock.
 type modelBucket struct {
 	tenantID string
-	rule.ModelLimits
-	In, Out rule.Bucket
+	rule.ModelState
 	changed bool
+}
+
+// debit is ModelState.Debit, marking the bucket for writing.
+func (m *modelBucket) debit(in, out int64, skip rule.LimitSet) {
+	m.Debit(in, out, skip)
+	m.changed = true
+}
+
+// end is ModelState.End, marking the bucket for writing.
+func (m *modelBucket) end(estIn, estOut, in, out int64, skip rule.LimitSet) {
+	m.End(estIn, estOut, in, out, skip)
+	m.changed = true
 }
 
 // modelRow is a row of tenant_model_limits, by column name.
@@ -63,9 +74,9 @@ type modelRow struct {
 }
 
 func (r *modelRow) bucket() *modelBucket {
-	m := &modelBucket{tenantID: r.TenantID, ModelLimits: rule.ModelLimits{Model: r.Model,
+	m := &modelBucket{tenantID: r.TenantID, ModelState: rule.ModelState{ModelLimits: rule.ModelLimits{Model: r.Model,
 		InputCapacity: deref0(r.InputCapacity), InputRateMicro: deref0(r.InputRateMicro),
-		OutputCapacity: deref0(r.OutputCapacity), OutputRateMicro: deref0(r.OutputRateMicro)}}
+		OutputCapacity: deref0(r.OutputCapacity), OutputRateMicro: deref0(r.OutputRateMicro)}}}
 	m.Shadow, _ = rule.ParseLimitSet("shadow", r.ShadowLimits)
 	m.In = rule.Bucket{CapacityMicro: m.InputCapacity * rule.Micro, RateMicro: m.InputRateMicro, BalanceMicro: r.InputMicro, At: r.InputAt}
 	m.Out = rule.Bucket{CapacityMicro: m.OutputCapacity * rule.Micro, RateMicro: m.OutputRateMicro, BalanceMicro: r.OutputMicro, At: r.OutputAt}
@@ -130,58 +141,6 @@ func (tx *lockedTx) readModelsLate(ctx context.Context, ids []string) (map[[2]st
 		return nil, tx.store.classify(ctx, fmt.Errorf("budget: model limits: %w", err), false, false, tx.since)
 	}
 	return m, nil
-}
-
-func (m *modelBucket) advance(now time.Time) {
-	if m.InputCapacity > 0 {
-		m.In.Refill(now)
-	}
-	if m.OutputCapacity > 0 {
-		m.Out.Refill(now)
-	}
-}
-
-// refusals is Refusals for the model's buckets: an input count and a
-// reserved output that exceed a capacity can never fit; otherwise each
-// bucket must hold its count.
-func (m *modelBucket) refusals(in, out int64) []error {
-	var errs []error
-	check := func(l rule.Limit, capacity int64, b *rule.Bucket, n int64) {
-		switch {
-		case capacity == 0:
-		case n > capacity:
-			errs = append(errs, &rule.TooLargeError{Limit: l, Model: m.Model, Cost: n, Capacity: capacity})
-		case n*rule.Micro > b.BalanceMicro:
-			errs = append(errs, &rule.RejectedError{Limit: l, Model: m.Model, RetryAfter: rule.RoundUpMS(b.TimeUntil(n * rule.Micro))})
-		}
-	}
-	check(rule.LimitInputTokens, m.InputCapacity, &m.In, in)
-	check(rule.LimitOutputTokens, m.OutputCapacity, &m.Out, out)
-	return errs
-}
-
-// debit takes the input count and the reserved output, but not from a
-// shadow limit that would have refused them.
-func (m *modelBucket) debit(in, out int64, skip rule.LimitSet) {
-	if m.InputCapacity > 0 && !skip.Has(rule.LimitInputTokens) {
-		m.In.BalanceMicro -= in * rule.Micro
-	}
-	if m.OutputCapacity > 0 && !skip.Has(rule.LimitOutputTokens) {
-		m.Out.BalanceMicro -= out * rule.Micro
-	}
-	m.changed = true
-}
-
-// end corrects a debit to what was used (0 and 0 for a release): the
-// difference is refunded (capped at capacity) or charged.
-func (m *modelBucket) end(estIn, estOut, in, out int64, skip rule.LimitSet) {
-	if m.InputCapacity > 0 && !skip.Has(rule.LimitInputTokens) {
-		m.In.Refund((estIn - in) * rule.Micro)
-	}
-	if m.OutputCapacity > 0 && !skip.Has(rule.LimitOutputTokens) {
-		m.Out.Refund((estOut - out) * rule.Micro)
-	}
-	m.changed = true
 }
 
 // detail is how an entry that changed the buckets records them, so that
@@ -266,7 +225,7 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 	}
 	var before *rule.ModelLimits
 	if old != nil {
-		old.advance(now)
+		old.Advance(now)
 		before = &old.ModelLimits
 	}
 	detail, err := json.Marshal(struct {
@@ -288,7 +247,7 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 		w.statement(1, tenantModelLimitsCountSQL, tenantID, 1)
 	}
 	if l != nil {
-		m := &modelBucket{tenantID: tenantID, ModelLimits: *l}
+		m := &modelBucket{tenantID: tenantID, ModelState: rule.ModelState{ModelLimits: *l}}
 		m.In = rule.Bucket{CapacityMicro: l.InputCapacity * rule.Micro, RateMicro: l.InputRateMicro, BalanceMicro: l.InputCapacity * rule.Micro, At: now}
 		m.Out = rule.Bucket{CapacityMicro: l.OutputCapacity * rule.Micro, RateMicro: l.OutputRateMicro, BalanceMicro: l.OutputCapacity * rule.Micro, At: now}
 		if old != nil { // keep what was spent, within the new capacity
@@ -322,7 +281,7 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 func (s *Store) ModelLimitsList(ctx context.Context, tenantID string) ([]rule.ModelSnapshot, error) {
 	return readNow(ctx, s, "model limits", modelLimitsListSQL, []any{tenantID}, func(r *modelRow, now time.Time) rule.ModelSnapshot {
 		m := r.bucket()
-		m.advance(now)
+		m.Advance(now)
 		return m.snapshot(now)
 	})
 }

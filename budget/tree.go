@@ -56,7 +56,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 		if m := models[[2]string{lv.id, mkey}]; m != nil {
 			// The model's own limits at this level: a shadow flag of the
 			// model's buckets is the model's, not the tenant's.
-			refusals = append(refusals, m.refusals(est.InputTokens, est.OutputTokens)...)
+			refusals = append(refusals, m.Refusals(est.InputTokens, est.OutputTokens)...)
 			shadowSet |= m.Shadow
 		}
 		var levelRejected *rule.RejectedError // the level's first refusing limit, in the contract's order

@@ -77,3 +77,62 @@ type ModelSnapshot struct {
 	OutputMicro int64
 	At          time.Time
 }
+
+// ModelState is a tenant's buckets for one model: its limits, and its input
+// and output token balances. The store keeps it in its tenant_model_limits
+// row; a decision advances it, asks it for refusals, and debits it.
+type ModelState struct {
+	ModelLimits
+	In, Out Bucket
+}
+
+// Advance refills both buckets to now.
+func (m *ModelState) Advance(now time.Time) {
+	if m.InputCapacity > 0 {
+		m.In.Refill(now)
+	}
+	if m.OutputCapacity > 0 {
+		m.Out.Refill(now)
+	}
+}
+
+// Refusals is the package's Refusals for the model's buckets: an input count and a
+// reserved output that exceed a capacity can never fit; otherwise each
+// bucket must hold its count.
+func (m *ModelState) Refusals(in, out int64) []error {
+	var errs []error
+	check := func(l Limit, capacity int64, b *Bucket, n int64) {
+		switch {
+		case capacity == 0:
+		case n > capacity:
+			errs = append(errs, &TooLargeError{Limit: l, Model: m.Model, Cost: n, Capacity: capacity})
+		case n*Micro > b.BalanceMicro:
+			errs = append(errs, &RejectedError{Limit: l, Model: m.Model, RetryAfter: RoundUpMS(b.TimeUntil(n * Micro))})
+		}
+	}
+	check(LimitInputTokens, m.InputCapacity, &m.In, in)
+	check(LimitOutputTokens, m.OutputCapacity, &m.Out, out)
+	return errs
+}
+
+// Debit takes the input count and the reserved output, but not from a
+// shadow limit that would have refused them.
+func (m *ModelState) Debit(in, out int64, skip LimitSet) {
+	if m.InputCapacity > 0 && !skip.Has(LimitInputTokens) {
+		m.In.BalanceMicro -= in * Micro
+	}
+	if m.OutputCapacity > 0 && !skip.Has(LimitOutputTokens) {
+		m.Out.BalanceMicro -= out * Micro
+	}
+}
+
+// End corrects a debit to what was used (0 and 0 for a release): the
+// difference is refunded (capped at capacity) or charged.
+func (m *ModelState) End(estIn, estOut, in, out int64, skip LimitSet) {
+	if m.InputCapacity > 0 && !skip.Has(LimitInputTokens) {
+		m.In.Refund((estIn - in) * Micro)
+	}
+	if m.OutputCapacity > 0 && !skip.Has(LimitOutputTokens) {
+		m.Out.Refund((estOut - out) * Micro)
+	}
+}
