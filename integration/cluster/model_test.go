@@ -658,7 +658,7 @@ func (l ledgerView) end(adm string) (string, entry) {
 }
 
 // proxySettles is the cost the proxy settles for the usage its upstream
-// reported: usage no request could produce is clamped (README), the output
+// reported: usage no request could produce is clamped (docs/contract.md), the output
 // to what was reserved, then the input to what the model's window leaves
 // (or what was reserved, if more).
 func proxySettles(in, maxOut, reportedIn, reportedOut int64) int64 {
