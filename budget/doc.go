@@ -73,20 +73,26 @@
 // requests need: model limits, whether their tenant keys and gateways are
 // revoked, idempotency keys, the admissions they settle or release by id or
 // by key, overdue reservations, pools), decide (decide.go and decision.go:
-// the rules, with no I/O), write (writes.go: the writes; COMMIT). The lock
-// is held from the first round trip's lock to the COMMIT, and no estimation
-// or other work happens while it is held. A request's credentials are
-// checked in that transaction too (ErrKeyRevoked, ErrGatewayRevoked,
-// ErrOutOfScope), so a revocation applies in every replica at once and a
+// the rules of budget/rule applied to what was loaded, with no I/O), write
+// (writes.go: the writes; COMMIT). The lock is held from the first round
+// trip's lock to the COMMIT, and no estimation or other work happens while
+// it is held. A request's credentials are
+// checked in that transaction too (rule.ErrKeyRevoked, rule.ErrGatewayRevoked,
+// rule.ErrOutOfScope), so a revocation applies in every replica at once and a
 // face needs no query of its own. Requests of any tenants (reserves,
 // settles, releases, expiries) are decided under one lock statement
 // (DecideBatch); a replica queues them in a Pipeline.
 //
 // Busy is not down. A request that ran out of time while the store kept
 // answering (other round trips, or a ping outside the pool) waited its turn
-// and is ErrBusy; only a store that answers nothing is ErrUnavailable, the
-// condition under which a failure policy may decide instead.
+// and is rule.ErrBusy; only a store that answers nothing is
+// rule.ErrUnavailable, the condition under which a failure policy may
+// decide instead.
 //
-// It may import estimator and ledger, never a face; the packages below it
+// budget's root holds the store (SQL over budget's tables, and the caches
+// of them) and the pipeline; the rules it applies are values in
+// budget/rule, a leaf that imports none of it. It may import estimator,
+// ledger, budget/rule and budget/alert, never a face, nor a tracing library
+// (the pipeline is traced through PipelineTracer); the packages below it
 // (admission, credential, outage) build on it.
 package budget
