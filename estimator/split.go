@@ -94,6 +94,21 @@ func atSlow(s string, i int) (rune, int, uint16) {
 	if i >= len(s) {
 		return -1, 0, 0
 	}
+	// Two and three bytes (Cyrillic, Arabic, CJK) decoded here: the
+	// library's decoder is a call per rune.
+	if b0 := s[i]; b0 >= 0xC2 && b0 < 0xF0 {
+		if b0 < 0xE0 {
+			if i+1 < len(s) && s[i+1]&0xC0 == 0x80 {
+				r := rune(b0&0x1F)<<6 | rune(s[i+1]&0x3F)
+				return r, 2, runeClasses[r]
+			}
+		} else if i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80 {
+			r := rune(b0&0x0F)<<12 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F)
+			if r >= 0x800 && (r < 0xD800 || r >= 0xE000) {
+				return r, 3, runeClasses[uint16(r)]
+			}
+		}
+	}
 	r, sz := utf8.DecodeRuneInString(s[i:])
 	if r < tableRunes {
 		return r, sz, runeClasses[r]
