@@ -4,6 +4,7 @@ package estimator
 
 import (
 	"math"
+	"unicode/utf8"
 )
 
 // pieceCount returns the number of BPE tokens of one pre-split piece: 1 for
@@ -18,7 +19,11 @@ func (e *encoder) pieceCount(piece string, budget int, st *[2]btState) (int, boo
 	case len(piece) <= 1:
 		n = len(piece)
 	case len(piece) <= 3 && e.v.digits && isDigits(piece):
-	case e.v.rank(piece) >= 0:
+	case (len(piece) <= mergePiece || piece[0] < utf8.RuneSelf) && e.v.rank(piece) >= 0:
+		// A piece of more than a few bytes that starts with a multibyte
+		// character is rarely a token (CJK runs up to the next full stop):
+		// encodeChunk finds it whole if it is one, without this lookup's
+		// cache miss.
 	case len(piece) <= mergePiece:
 		n = bpeSmall(piece, e.v)
 	case len(piece) <= e.chunk:
