@@ -26,6 +26,13 @@ func (e *encoder) pieceCount(piece string, budget int, st *[2]btState) (int, boo
 		// cache miss.
 	case len(piece) <= mergePiece:
 		n = bpeSmall(piece, e.v)
+	case len(piece) <= pieceCacheMax:
+		var ok bool
+		if n, ok = e.v.pieces.get(piece); !ok {
+			e.v.encodeChunk(piece, -1, &st[0])
+			n = len(st[0].tokens)
+			e.v.pieces.put(piece, n)
+		}
 	case len(piece) <= e.chunk:
 		e.v.encodeChunk(piece, -1, &st[0])
 		n = len(st[0].tokens)

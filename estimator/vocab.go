@@ -56,6 +56,9 @@ type vocab struct {
 	// of two neighbouring words (one cache line), the newer first, shared by
 	// all goroutines (atomic words, so a race only loses an entry).
 	seen []atomic.Uint64
+
+	// pieces remembers the counts of short pieces that are not a token.
+	pieces pieceCache
 }
 
 // seenBits sizes vocab.seen: 131072 entries, 1 MB. Random CJK asks about
@@ -390,6 +393,7 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 	v.pairKeys, v.pairVals, v.pairMask = make([]uint64, size), make([]uint32, size), uint64(size-1)
 	v.pairBits = make([]uint64, (1<<(64-pairShift))/64)
 	v.seen = make([]atomic.Uint64, 1<<seenBits)
+	v.pieces = newPieceCache(pieceCacheBits)
 	for r, tok := range byRank {
 		t := uint32(r)
 		v.left[t], v.right[t] = t, t
