@@ -9,7 +9,8 @@ import (
 
 // pieceCount returns the number of BPE tokens of one pre-split piece: 1 for
 // a token (most pieces of prose), tiktoken's merge for a few bytes, the
-// backtracking encoder up to a chunk, countLong past it. With a budget that
+// piece cache or the backtracking encoder up to 16 bytes, the encoder up to
+// a chunk, countLong past it. With a budget that
 // is not negative, a long piece stops as soon as a lower bound of its count
 // exceeds the budget, and returns that bound and false. st is countLimit's
 // working memory (nil when the piece is at most mergePiece bytes).
