@@ -100,7 +100,10 @@ func (v *vocab) encodeChunk(s string, prev int64, st *btState) bool {
 				// v.compatible(last, t), its cache lookup inlined (a call
 				// per token weighs on punctuation, a token a byte or two).
 				key := (uint64(last)<<24 | uint64(t)) + 1
-				if w := v.seen[seenIndex(key)].Load(); w>>1 == key {
+				set := seenSet(key)
+				if w := v.seen[set].Load(); w>>1 == key {
+					ok = w&1 == 1
+				} else if w := v.seen[set+1].Load(); w>>1 == key {
 					ok = w&1 == 1
 				} else {
 					ok = v.compatible(last, t)

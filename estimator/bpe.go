@@ -4,11 +4,13 @@ package estimator
 
 import (
 	"math"
+	"unicode/utf8"
 )
 
 // pieceCount returns the number of BPE tokens of one pre-split piece: 1 for
 // a token (most pieces of prose), tiktoken's merge for a few bytes, the
-// backtracking encoder up to a chunk, countLong past it. With a budget that
+// piece cache or the backtracking encoder up to 16 bytes, the encoder up to
+// a chunk, countLong past it. With a budget that
 // is not negative, a long piece stops as soon as a lower bound of its count
 // exceeds the budget, and returns that bound and false. st is countLimit's
 // working memory (nil when the piece is at most mergePiece bytes).
@@ -18,9 +20,20 @@ func (e *encoder) pieceCount(piece string, budget int, st *[2]btState) (int, boo
 	case len(piece) <= 1:
 		n = len(piece)
 	case len(piece) <= 3 && e.v.digits && isDigits(piece):
-	case e.v.rank(piece) >= 0:
+	case (len(piece) <= mergePiece || piece[0] < utf8.RuneSelf) && e.v.rank(piece) >= 0:
+		// A piece of more than a few bytes that starts with a multibyte
+		// character is rarely a token (CJK runs up to the next full stop):
+		// encodeChunk finds it whole if it is one, without this lookup's
+		// cache miss.
 	case len(piece) <= mergePiece:
 		n = bpeSmall(piece, e.v)
+	case len(piece) <= pieceCacheMax:
+		var ok bool
+		if n, ok = e.v.pieces.get(piece); !ok {
+			e.v.encodeChunk(piece, -1, &st[0])
+			n = len(st[0].tokens)
+			e.v.pieces.put(piece, n)
+		}
 	case len(piece) <= e.chunk:
 		e.v.encodeChunk(piece, -1, &st[0])
 		n = len(st[0].tokens)

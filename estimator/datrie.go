@@ -3,7 +3,10 @@
 
 package estimator
 
-import "math/bits"
+import (
+	"math/bits"
+	"unicode/utf8"
+)
 
 // daNode is one slot of the double array: the child of the node in slot s
 // by byte b is in slot base+b when that slot's check is s+1. The slot holds
@@ -107,4 +110,47 @@ func buildDA(parent []uint32, byteOf []byte, tokOf []int32) []daNode {
 		}
 	}
 	return da
+}
+
+// charStep is the double array's walk over one whole UTF-8 character of two
+// or three bytes from the root, read from one table instead of two or three
+// dependent steps: a CJK character is three bytes, and random CJK text makes
+// a token every one or two characters, so the first character of a token is
+// most of the walk.
+type charStep struct {
+	node uint32 // the slot after the character's bytes, 0 when there is none
+	base uint32 // that slot's base: the next step reads its child directly
+	best uint32 // the longest token on the way, and its length: len<<24 | token
+	_    uint32 // pads the record to 16 bytes: records do not straddle lines
+}
+
+// buildChars fills the charStep of every code point from U+0080 to U+FFFF
+// (1 MB): index the table by the code point.
+func buildChars(da []daNode) []charStep {
+	chars := make([]charStep, 1<<16)
+	var buf [4]byte
+	for r := rune(0x80); r < 1<<16; r++ {
+		if !utf8.ValidRune(r) {
+			continue
+		}
+		b := buf[:utf8.EncodeRune(buf[:], r)]
+		node := da[0].base + uint32(b[0])
+		best := uint32(1)<<24 | uint32(da[node].tok)
+		for i := 1; i < len(b); i++ {
+			c := da[node].base + uint32(b[i])
+			if da[c].check != node+1 {
+				node = 0
+				break
+			}
+			node = c
+			if t := da[c].tok; t >= 0 {
+				best = uint32(i+1)<<24 | uint32(t)
+			}
+		}
+		chars[r] = charStep{node: node, best: best}
+		if node != 0 {
+			chars[r].base = da[node].base
+		}
+	}
+	return chars
 }

@@ -94,6 +94,21 @@ func atSlow(s string, i int) (rune, int, uint16) {
 	if i >= len(s) {
 		return -1, 0, 0
 	}
+	// Two and three bytes (Cyrillic, Arabic, CJK) decoded here: the
+	// library's decoder is a call per rune.
+	if b0 := s[i]; b0 >= 0xC2 && b0 < 0xF0 {
+		if b0 < 0xE0 {
+			if i+1 < len(s) && s[i+1]&0xC0 == 0x80 {
+				r := rune(b0&0x1F)<<6 | rune(s[i+1]&0x3F)
+				return r, 2, runeClasses[r]
+			}
+		} else if i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80 {
+			r := rune(b0&0x0F)<<12 | rune(s[i+1]&0x3F)<<6 | rune(s[i+2]&0x3F)
+			if r >= 0x800 && (r < 0xD800 || r >= 0xE000) {
+				return r, 3, runeClasses[uint16(r)]
+			}
+		}
+	}
 	r, sz := utf8.DecodeRuneInString(s[i:])
 	if r < tableRunes {
 		return r, sz, runeClasses[r]
@@ -109,10 +124,31 @@ func isP(r rune, c uint16) bool {
 // isQ reports membership of [^\s\p{L}\p{N}].
 func isQ(c uint16) bool { return c&(cS|cL|cN) == 0 }
 
+// cjkEnd returns the end of the run of CJK Unified Ideographs
+// (U+4E00..U+9FFF, all \p{Lo}: TestIdeographsAreLo) starting at i, read
+// without decoding or a table: most of Chinese text.
+func cjkEnd(s string, i int) int {
+	for i+2 < len(s) {
+		b0, b1 := s[i], s[i+1]
+		if b0 < 0xE4 || b0 > 0xE9 || (b0 == 0xE4 && b1 < 0xB8) || b1&0xC0 != 0x80 || s[i+2]&0xC0 != 0x80 {
+			break
+		}
+		i += 3
+	}
+	return i
+}
+
 // runEnd returns the end of the run of runes starting at i whose classes
 // intersect mask.
 func runEnd(s string, i int, mask uint16) int {
+	cjk := mask&(cLo|cL) != 0
 	for i < len(s) {
+		if cjk {
+			i = cjkEnd(s, i)
+			if i >= len(s) {
+				break
+			}
+		}
 		if b := s[i]; b < utf8.RuneSelf {
 			if asciiClasses[b&0x7f]&mask == 0 {
 				break
@@ -181,6 +217,10 @@ func contraction(s string, i int) int {
 func o200kLowerWord(s string, i int) int {
 	k, lastLower := i, -1
 	for k < len(s) {
+		if e := cjkEnd(s, k); e > k {
+			k, lastLower = e, e-3
+			continue
+		}
 		_, sz, c := at(s, k)
 		if c&cUpper == 0 {
 			break

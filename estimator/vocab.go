@@ -17,9 +17,11 @@ import (
 // vocab holds an encoding's tokens by rank (a token's id is its rank). It is
 // immutable once built and safe for concurrent use.
 //
-// Memory, o200k_base (200k tokens): the lookup table 8.4 MB, the trie 6.8 MB,
-// the merge tables 10 MB, the tokens' bytes 2 MB (about 28 MB live in all, built
-// in about a second); cl100k_base about half of that.
+// Memory, o200k_base (200k tokens): the lookup table 8.4 MB, the trie 6.8 MB
+// and its first-character table 1 MB, the merge tables 10 MB (the answer
+// cache 1 MB of it), the piece cache 128 KB, the tokens' bytes 2 MB (about
+// 30 MB live in all, built in about a second); cl100k_base about half of
+// that but the fixed-size tables.
 type vocab struct {
 	blob   string   // every token's bytes, in rank order
 	starts []uint32 // token t is blob[starts[t]:starts[t+1]]
@@ -35,6 +37,9 @@ type vocab struct {
 	// da is the trie of all tokens as a double array, for the longest token
 	// at a position ([daNode]).
 	da []daNode
+	// chars is the walk over a first character of two or three bytes
+	// ([charStep]), indexed by its code point.
+	chars []charStep
 
 	// prefix[t] is the longest token that is a proper prefix of t, or -1.
 	prefix []int32
@@ -49,15 +54,24 @@ type vocab struct {
 	pairBits []uint64
 
 	// seen remembers the answers of compatible, which natural text asks
-	// again and again: a direct-mapped cache of ((a<<24|b)+1)<<1|answer,
-	// shared by all goroutines (atomic words, so a race only loses an entry).
+	// again and again: a two-way cache of ((a<<24|b)+1)<<1|answer in sets
+	// of two neighbouring words (one cache line), the newer first, shared by
+	// all goroutines (atomic words, so a race only loses an entry).
 	seen []atomic.Uint64
+
+	// pieces remembers the counts of short pieces that are not a token.
+	pieces pieceCache
 }
 
-const seenBits = 15 // 32768 entries, 256 KB
+// seenBits sizes vocab.seen: 131072 entries, 1 MB. Random CJK asks about
+// some 10,000 pairs a megabyte; at 32768 entries, one way, the collisions
+// alone cost a fifth of its count (an uncached answer walks both merge
+// trees, a few microseconds into tables that are not in cache).
+const seenBits = 17
 
-// seenIndex is the entry of vocab.seen for key.
-func seenIndex(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 >> (64 - seenBits) }
+// seenSet is the first entry of vocab.seen's set for key (the second is
+// the next one).
+func seenSet(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 >> (64 - seenBits) &^ 1 }
 
 const pairShift = 64 - 23 // 1<<23 bits
 
@@ -138,20 +152,51 @@ func (v *vocab) tokenLen(t uint32) int { return int(v.starts[t+1] - v.starts[t])
 // length (s[i:] is not empty; every byte is a token).
 func (v *vocab) longest(s string, i int) (uint32, int) {
 	da := v.da
-	node := da[0].base + uint32(s[i])
-	best, n, start := da[node].tok, 1, i
+	start := i
 	end := min(len(s), i+v.maxLen)
-	for i++; i < end; i++ {
-		c := da[node].base + uint32(s[i])
-		if da[c].check != node+1 {
-			break
+	if b0 := s[i]; b0 >= 0xC2 && b0 < 0xF0 {
+		// A character of two or three bytes: one step from the table.
+		r, sz := rune(-1), 0
+		if b0 < 0xE0 {
+			if i+1 < len(s) && s[i+1]&0xC0 == 0x80 {
+				r, sz = rune(b0&0x1F)<<6|rune(s[i+1]&0x3F), 2
+			}
+		} else if i+2 < len(s) && s[i+1]&0xC0 == 0x80 && s[i+2]&0xC0 == 0x80 {
+			r, sz = rune(b0&0x0F)<<12|rune(s[i+1]&0x3F)<<6|rune(s[i+2]&0x3F), 3
+			if r < 0x800 || (0xD800 <= r && r < 0xE000) {
+				r = -1
+			}
 		}
-		node = c
-		if t := da[c].tok; t >= 0 {
-			best, n = t, i+1-start
+		if r >= 0 {
+			c := &v.chars[uint16(r)]
+			best, n := c.best&(1<<24-1), int(c.best>>24)
+			if c.node == 0 {
+				return best, n
+			}
+			return v.walk(s, i+sz, end, start, c.node, c.base, best, n)
 		}
 	}
-	return uint32(best), n
+	node := da[0].base + uint32(s[i])
+	best := uint32(da[node].tok)
+	return v.walk(s, i+1, end, start, node, da[node].base, best, 1)
+}
+
+// walk continues longest's walk at s[i] from the node in slot node (its
+// base given), with the longest token so far best of length n.
+func (v *vocab) walk(s string, i, end, start int, node, base, best uint32, n int) (uint32, int) {
+	da := v.da
+	for ; i < end; i++ {
+		c := base + uint32(s[i])
+		d := &da[c]
+		if d.check != node+1 {
+			break
+		}
+		node, base = c, d.base
+		if d.tok >= 0 {
+			best, n = uint32(d.tok), i+1-start
+		}
+	}
+	return best, n
 }
 
 // pair returns the token made by merging a and b, if BPE makes one that
@@ -184,8 +229,11 @@ func (v *vocab) pair(a, b uint32) (uint32, bool) {
 // test of GitHub's rust-gems bpe crate (crates/bpe, "is_valid_token_pair").
 func (v *vocab) compatible(a, b uint32) bool {
 	key := (uint64(a)<<24 | uint64(b)) + 1
-	e := &v.seen[seenIndex(key)]
-	if w := e.Load(); w>>1 == key {
+	set := v.seen[seenSet(key):][:2]
+	if w := set[0].Load(); w>>1 == key {
+		return w&1 == 1
+	}
+	if w := set[1].Load(); w>>1 == key {
 		return w&1 == 1
 	}
 	ok := v.compatibleUncached(a, b)
@@ -193,7 +241,8 @@ func (v *vocab) compatible(a, b uint32) bool {
 	if ok {
 		w |= 1
 	}
-	e.Store(w)
+	set[1].Store(set[0].Load())
+	set[0].Store(w)
 	return ok
 }
 
@@ -317,6 +366,7 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 		prev = tok
 	}
 	v.da = buildDA(parent, byteOf, tokOf)
+	v.chars = buildChars(v.da)
 	for b := uint32(0); b < 256; b++ {
 		if c := v.da[0].base + b; v.da[c].check != 1 || v.da[c].tok < 0 {
 			return nil, fmt.Errorf("byte %#x is not a token", b)
@@ -345,6 +395,7 @@ func newVocab(ranks map[string]int) (*vocab, error) {
 	v.pairKeys, v.pairVals, v.pairMask = make([]uint64, size), make([]uint32, size), uint64(size-1)
 	v.pairBits = make([]uint64, (1<<(64-pairShift))/64)
 	v.seen = make([]atomic.Uint64, 1<<seenBits)
+	v.pieces = newPieceCache(pieceCacheBits)
 	for r, tok := range byRank {
 		t := uint32(r)
 		v.left[t], v.right[t] = t, t
