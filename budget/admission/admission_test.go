@@ -28,6 +28,23 @@ func request(tenant string, cost int64, wait time.Duration) admission.Request {
 		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}}
 }
 
+// waitPaused waits for a caller of tenant to be queued and about to pause
+// (the Admitter's paused test signal).
+func waitPaused(t *testing.T, paused <-chan string, tenant string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-paused:
+			if got == tenant {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no caller of %s paused within 10 s", tenant)
+		}
+	}
+}
+
 // TestLargeRequestIsNotStarvedBySmallOnes: a tenant's bucket is empty; a
 // large request waits for refill; a stream of small requests arrives behind
 // it from eight callers, some waiting, some not. The large one is admitted
@@ -43,6 +60,7 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
+	paused := admission.PausedSignal(a)
 	if _, _, err := a.Reserve(ctx, request("acme", capacity, 0)); err != nil { // empty the bucket
 		t.Fatal(err)
 	}
@@ -56,7 +74,7 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 		_, _, err := a.Reserve(ctx, request("acme", 60, 8*time.Second))
 		largeDone <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the large request is first in line
+	waitPaused(t, paused, "acme") // the large request is first in line
 	for g := range 8 {
 		wg.Go(func() {
 			wait := time.Duration(0)
@@ -77,6 +95,8 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 						smallWaiting.Add(1)
 					}
 				case errors.Is(err, budget.ErrRejected):
+					// real time: a refused client pauses before it asks
+					// again, as clients do; refill runs on the store's clock.
 					time.Sleep(5 * time.Millisecond)
 				default:
 					t.Error(err)
