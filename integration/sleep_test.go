@@ -39,19 +39,7 @@ func TestSleepsAreRealTime(t *testing.T) {
 	sleep := "time." + "Sleep(" // not written whole: this file would count itself
 	fset := token.NewFileSet()
 	var grepped, calls int
-	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err = goFiles(root, "_test.go", func(path string) error {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			return err
