@@ -22,6 +22,7 @@ import (
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -566,18 +567,14 @@ func TestWaitQueueIsBounded(t *testing.T) {
 	waiting := func() bool {
 		return strings.Contains(b.call(t, "", http.MethodGet, "/metrics", "").Body.String(), "\ntokengate_waiting_callers 1\n")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !waiting() {
+	await.Until(t, 10*time.Second, "the first caller to reach the wait", func() bool {
 		select {
 		case code := <-first:
 			t.Fatalf("the first caller was answered (%d) instead of waiting", code)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first caller never reached the wait")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return waiting()
+	}, nil)
 	// The second, which could wait as long, is refused at once: 429 while
 	// the first still waits (its refill is seconds away).
 	r := b.call(t, key, http.MethodPost, "/v1/admissions", body)

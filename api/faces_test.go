@@ -32,6 +32,7 @@ import (
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -138,12 +139,7 @@ func TestTenantCannotEndTheProxysStreamMidway(t *testing.T) {
 	}
 	// The proxy settles after the last byte is relayed.
 	var a *budget.Admission
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if a = b.mustAdmission(t, id); a.State != budget.StateReserved || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the proxy's settle runs after the body ends; polled, not timed
-	}
+	await.For(10*time.Second, 0, func() bool { a = b.mustAdmission(t, id); return a.State != budget.StateReserved })
 	want := estimator.Cost(2000, 4000, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
 	if a.State != budget.StateSettled || *a.ActualInput != 2000 || *a.ActualOutput != 4000 || *a.ActualCost != want || a.Face != rule.FaceProxy {
 		t.Fatalf("the proxy's admission: %+v", a)
@@ -161,7 +157,12 @@ func TestTenantCannotReachTheProxysCallByIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	b, key := setupFaces(t)
 	resume := make(chan struct{})
+	called := make(chan struct{}, 1) // the proxy calls its upstream after its admission is made
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case called <- struct{}{}:
+		default:
+		}
 		<-resume
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}],"usage":{"prompt_tokens":300,"completion_tokens":700,"total_tokens":1000}}`)
@@ -192,16 +193,20 @@ func TestTenantCannotReachTheProxysCallByIdempotencyKey(t *testing.T) {
 	}()
 	// The proxy's admission, made before its upstream call.
 	var proxyID string
-	for deadline := time.Now().Add(10 * time.Second); proxyID == "" && time.Now().Before(deadline); {
-		if as, err := b.store.AdmissionRecent(ctx, "acme", 10); err == nil && len(as) == 1 {
-			proxyID = as[0].ID
-		} else {
-			time.Sleep(10 * time.Millisecond) // waiting for the proxy's admission; polled, not timed
-		}
-	}
-	if proxyID == "" {
+	select {
+	case <-called:
+	case a := <-done:
 		close(resume)
-		t.Fatal("the proxy admitted nothing")
+		t.Fatalf("the proxy answered (%+v) without calling its upstream", a)
+	case <-time.After(30 * time.Second): // a stalled machine's first estimate and admission
+		close(resume)
+		t.Fatal("the proxy never called its upstream in 30 s")
+	}
+	if as, err := b.store.AdmissionRecent(ctx, "acme", 10); err == nil && len(as) == 1 {
+		proxyID = as[0].ID
+	} else {
+		close(resume)
+		t.Fatalf("the proxy's admission, made before its upstream call: %+v %v", as, err)
 	}
 	r := b.call(t, key, http.MethodPost, "/v1/admissions", body, "Idempotency-Key", "call-7")
 	var own struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -140,19 +141,14 @@ func setupOutage(t *testing.T, policy rule.Policy, models []estimator.Model, opt
 
 func (b *outageBundle) waitStoreUp(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	await.Until(t, 10*time.Second, "the replica to recover the store", func() bool {
 		r := b.call(t, "", http.MethodGet, "/metrics", "")
-		if strings.Contains(r.Body.String(), "\ntokengate_store_up 1\n") { // not the HELP line
-			if n, _ := b.local.Spool.Len(); n == 0 {
-				return
-			}
+		if !strings.Contains(r.Body.String(), "\ntokengate_store_up 1\n") { // not the HELP line
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the replica did not recover the store within 10 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		n, _ := b.local.Spool.Len()
+		return n == 0
+	}, nil)
 }
 
 func TestStoreUnavailableRejectPolicy(t *testing.T) {
@@ -344,32 +340,19 @@ func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
 		t.Fatalf("local admission: %d %s", r.Code, r.Body)
 	}
 	b.proxy.restore()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := b.call(t, "", http.MethodGet, "/readyz", "")
+	var r response
+	await.Until(t, 10*time.Second, "a readiness signal of the failing replay", func() bool {
+		r = b.call(t, "", http.MethodGet, "/readyz", "")
 		m := b.call(t, "", http.MethodGet, "/metrics", "")
-		if r.Code == http.StatusServiceUnavailable && strings.Contains(r.Body.String(), "could not be replayed") &&
-			!strings.Contains(m.Body.String(), "\ntokengate_spool_replay_failures_total 0\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no readiness signal of the failing replay: %d %s", r.Code, r.Body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return r.Code == http.StatusServiceUnavailable && strings.Contains(r.Body.String(), "could not be replayed") &&
+			!strings.Contains(m.Body.String(), "\ntokengate_spool_replay_failures_total 0\n")
+	}, func() string { return fmt.Sprintf("%d %s", r.Code, r.Body) })
 	flaky.failures.Store(0)
 	b.waitStoreUp(t)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		r := b.call(t, "", http.MethodGet, "/readyz", "")
-		if r.Code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still not ready after a successful replay: %d %s", r.Code, r.Body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	await.Until(t, 10*time.Second, "readiness after a successful replay", func() bool {
+		r = b.call(t, "", http.MethodGet, "/readyz", "")
+		return r.Code == http.StatusOK
+	}, func() string { return fmt.Sprintf("%d %s", r.Code, r.Body) })
 	if _, seq := b.balance(t, "acme"); seq != 3 {
 		t.Fatalf("%d ledger entries; want creation and two reserves", seq)
 	}

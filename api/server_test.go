@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -226,18 +227,14 @@ func TestGracefulShutdownFinishesInFlightRequest(t *testing.T) {
 
 	// The listener closes promptly: new connections are refused while the
 	// in-flight request is still running.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	await.Until(t, 5*time.Second, "the listener to refuse connections once shutdown began", func() bool {
 		conn, err := net.DialTimeout("tcp", ln.Addr().String(), 200*time.Millisecond)
 		if err != nil {
-			break
+			return true
 		}
 		_ = conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("listener still accepting connections 5 s after shutdown began")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	}, nil)
 	select {
 	case err := <-served:
 		t.Fatalf("Serve returned (%v) before the in-flight request finished", err)
@@ -296,18 +293,14 @@ func TestShutdownEndsWaitingCallers(t *testing.T) {
 	}()
 	// The caller must be waiting (the gauge says so) before shutdown
 	// begins; answered instead, it fails the test.
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.call(t, "", http.MethodGet, "/metrics", "").Body.String(), "\ntokengate_waiting_callers 1\n") {
+	await.Until(t, 10*time.Second, "the caller to reach the wait", func() bool {
 		select {
 		case code := <-got:
 			t.Fatalf("the caller was answered (%d) instead of waiting", code)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the caller never reached the wait")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return strings.Contains(b.call(t, "", http.MethodGet, "/metrics", "").Body.String(), "\ntokengate_waiting_callers 1\n")
+	}, nil)
 	start := time.Now()
 	cancel()
 	if code := waitFor(t, got, "the waiting caller's answer"); code != http.StatusTooManyRequests {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -160,7 +161,9 @@ func TestPipelineHungStoreIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp.freeze()
-	time.Sleep(50 * time.Millisecond) // let the last answer age past the requests below
+	// The last answer is in the past of the requests below (the store
+	// answered none of them).
+	await.Until(t, time.Second, "the clock to pass the store's last answer", func() bool { return !store.AnsweredSince(time.Now()) }, nil)
 	start := time.Now()
 	errs := make([]error, 4)
 	var wg sync.WaitGroup

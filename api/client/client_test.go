@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -429,11 +431,10 @@ func TestMiddlewareUnderConcurrency(t *testing.T) {
 		}()
 	}
 	close(start)
-	for deadline := time.Now().Add(30 * time.Second); ran.Load()+refused.Load() < n; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d in the handler, %d refused, of %d", ran.Load(), refused.Load(), n)
-		}
-	}
+	await.Until(t, 30*time.Second, "every call to be in the handler or refused", func() bool { return ran.Load()+refused.Load() >= n },
+		func() string {
+			return fmt.Sprintf("%d in the handler, %d refused, of %d", ran.Load(), refused.Load(), n)
+		})
 	close(hold)
 	wg.Wait()
 	close(codes)

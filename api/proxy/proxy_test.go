@@ -32,6 +32,7 @@ import (
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -468,16 +469,10 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 // eventually waits for the tenant's one admission to satisfy ok.
 func (b *bundle) eventually(t *testing.T, ok func(*budget.Admission) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if as := b.admissions(t); len(as) == 1 && ok(as[0]) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admission: %+v", b.admissions(t))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Until(t, 5*time.Second, "the admission's state", func() bool {
+		as := b.admissions(t)
+		return len(as) == 1 && ok(as[0])
+	}, func() string { return fmt.Sprintf("%+v", b.admissions(t)) })
 }
 
 // TestUpstreamFailsBeforeFirstByte: a 500 before any output is relayed to

@@ -14,6 +14,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -110,27 +111,21 @@ func TestRevokedGatewayRefusedAtOnceWhileCached(t *testing.T) {
 			}
 		})
 	}
-	// Each phase lasts 200 ms and until a call has ended in it: a stalled
-	// machine may answer none in 200 ms.
+	// Each phase lasts until 32 calls have ended in it (two per caller on
+	// average), however slowly a stalled machine answers.
 	until := func(what string, done func() bool) {
-		deadline := time.Now().Add(10 * time.Second)
-		for !done() {
-			if time.Now().After(deadline) {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("no call %s in 10 s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !await.For(10*time.Second, 0, done) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("not 32 calls %s in 10 s", what)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
-	until("admitted before the revocation", func() bool { return admittedBefore.Load() > 0 })
+	until("admitted before the revocation", func() bool { return admittedBefore.Load() >= 32 })
 	if err := credential.GatewayRevoke(ctx, b.pool, gws[0].ID); err != nil {
 		t.Fatal(err)
 	}
 	revokedAt.Store(time.Now().UnixNano())
-	time.Sleep(200 * time.Millisecond)
-	until("refused after the revocation", func() bool { return refused.Load() > 0 })
+	until("refused after the revocation", func() bool { return refused.Load() >= 32 })
 	close(stop)
 	wg.Wait()
 	if admittedAfter.Load() != 0 {

@@ -127,6 +127,8 @@ type Admitter struct {
 	replayFail prometheus.Counter
 	shadow     *prometheus.CounterVec
 	metrics    *metrics
+
+	testSignals testSignals
 }
 
 // New returns an Admitter.

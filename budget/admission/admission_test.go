@@ -29,6 +29,32 @@ func request(tenant string, cost int64, wait time.Duration) admission.Request {
 		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}}
 }
 
+// waitPaused waits for a caller of tenant to be queued and about to pause
+// (the Admitter's paused test signal).
+func waitPaused(t *testing.T, paused <-chan string, tenant string) {
+	t.Helper()
+	select {
+	case <-waitPausedChan(paused, tenant):
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no caller of %s paused within 10 s", tenant)
+	}
+}
+
+// waitPausedChan is closed once a caller of tenant is queued and about to
+// pause.
+func waitPausedChan(paused <-chan string, tenant string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for got := range paused {
+			if got == tenant {
+				close(done)
+				return
+			}
+		}
+	}()
+	return done
+}
+
 // TestLargeRequestIsNotStarvedBySmallOnes: a tenant's bucket is empty; a
 // large request waits for refill; a stream of small requests arrives behind
 // it from eight callers, some waiting, some not. The large one is admitted
@@ -44,6 +70,7 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
+	paused := admission.PausedSignal(a)
 	if _, _, err := a.Reserve(ctx, request("acme", capacity, 0)); err != nil { // empty the bucket
 		t.Fatal(err)
 	}
@@ -57,7 +84,15 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 		_, _, err := a.Reserve(ctx, request("acme", 60, 8*time.Second))
 		largeDone <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the large request is first in line
+	// The large request is first in line: it waits (or, on a machine so
+	// slow that refill covered it already, it was admitted at once).
+	select {
+	case <-waitPausedChan(paused, "acme"):
+	case err := <-largeDone:
+		largeDone <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the large request neither waited nor was answered within 10 s")
+	}
 	for g := range 8 {
 		wg.Go(func() {
 			wait := time.Duration(0)
@@ -78,6 +113,8 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 						smallWaiting.Add(1)
 					}
 				case errors.Is(err, rule.ErrRejected):
+					// real time: a refused client pauses before it asks
+					// again, as clients do; refill runs on the store's clock.
 					time.Sleep(5 * time.Millisecond)
 				default:
 					t.Error(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -137,17 +138,14 @@ func (n *node) settle(tenantID, key string, used int64) (*budget.Settlement, boo
 
 // recover runs n's recovery loop until its spool is replayed.
 func (n *node) recover() error {
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !await.For(20*time.Second, 20*time.Millisecond, func() bool {
 		n.adm.RecoverOnce(ctx)
-		if size, err := n.local.Spool.Len(); err == nil && size == 0 && !n.adm.Down() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not replay its spool: %v", n.name, n.adm.Ready())
-		}
-		time.Sleep(20 * time.Millisecond)
+		size, err := n.local.Spool.Len()
+		return err == nil && size == 0 && !n.adm.Down()
+	}) {
+		return fmt.Errorf("%s did not replay its spool: %v", n.name, n.adm.Ready())
 	}
+	return nil
 }
 
 func (b *deferBundle) rows(t *testing.T) int {

@@ -158,6 +158,7 @@ func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
+	paused := admission.PausedSignal(a)
 	// Both classes are known to the replica, and the pool is empty.
 	for _, who := range [][2]string{{"batch", "kbatch"}, {"live", "klive"}} {
 		if _, _, err := a.Reserve(ctx, poolRequest(who[0], who[1], 25, 25, 0)); err != nil {
@@ -176,7 +177,7 @@ func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 		}
 		order <- done{"batch", time.Now()}
 	}()
-	time.Sleep(100 * time.Millisecond) // the sheddable one waits first
+	waitPaused(t, paused, "batch") // the sheddable one waits first
 	go func() {
 		_, _, err := a.Reserve(ctx, poolRequest("live", "klive", 50, 50, 5*time.Second))
 		if err != nil {
@@ -208,6 +209,7 @@ func TestNestedWaiterWokenBySibling(t *testing.T) {
 	mk("red", "org", 0)
 	mk("blue", "org", 0)
 	a := admission.New(admission.Config{Store: store, Pool: pool})
+	paused := admission.PausedSignal(a)
 	held, _, err := a.Reserve(ctx, request("red", 10, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +221,7 @@ func TestNestedWaiterWokenBySibling(t *testing.T) {
 		}
 		got <- time.Now()
 	}()
-	time.Sleep(200 * time.Millisecond) // blue waits for the organisation's slot
+	waitPaused(t, paused, "blue") // blue waits for the organisation's slot
 	released := time.Now()
 	if _, _, err := a.Release(ctx, admission.FaceAPI, budget.ReleaseParams{TenantID: "red", AdmissionID: held.AdmissionID}); err != nil {
 		t.Fatal(err)

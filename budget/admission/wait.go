@@ -236,6 +236,7 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 				return nil, err
 			}
 		}
+		a.testSignals.paused.signal(p.TenantID)
 		timer := time.NewTimer(pause)
 		paused = time.Now()
 		waits++

@@ -18,6 +18,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -107,7 +108,7 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 	rc.behave = func(n int64, w http.ResponseWriter) bool {
 		switch n {
 		case 1: // slow: answers after the dispatcher gave up waiting
-			time.Sleep(3 * time.Second)
+			time.Sleep(3 * time.Second) // real time: the client's real-clock timeout (2 s) is what is tested
 			return true
 		case 2:
 			w.WriteHeader(http.StatusInternalServerError)
@@ -121,35 +122,29 @@ func TestDeliveryThroughDownSlowFailingReceiver(t *testing.T) {
 	client := &http.Client{Timeout: 2 * time.Second}
 	d := &alert.Dispatcher{Store: s, Replica: "r1", Client: client, Lease: 5 * time.Second, Base: 100 * time.Millisecond, Max: time.Second}
 
-	deadline := time.Now().Add(20 * time.Second)
-	for round := 0; ; round++ {
-		if round == 1 { // after the first (refused) attempt, the receiver comes up on its address
-			l, err := net.Listen("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.Listener = l
-			srv.StartTLS()
-			defer srv.Close()
-			client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
-		}
+	once := func() int {
 		n, err := d.Once(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not delivered in 20 s")
-		}
-		if round == 0 {
-			// Wait out the first backoff before the receiver comes up.
-			time.Sleep(150 * time.Millisecond)
-		} else {
-			time.Sleep(20 * time.Millisecond)
-		}
+		return n
 	}
+	if n := once(); n != 0 {
+		t.Fatalf("delivered %d with nothing listening", n)
+	}
+	// After the first (refused) attempt, the receiver comes up on its
+	// address.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = l
+	srv.StartTLS()
+	defer srv.Close()
+	client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}
+	// Each round delivers what is due: the backoffs are on Postgres's
+	// clock, so the test asks until the event is delivered.
+	await.UntilEvery(t, 20*time.Second, 20*time.Millisecond, "the delivery", func() bool { return once() == 1 }, nil)
 	es := events(t, s, "acme")
 	if len(es) != 1 || es[0].State != "delivered" || es[0].DeliveredAt == nil || es[0].Attempts != 4 {
 		t.Fatalf("event: %+v", es)
@@ -246,6 +241,8 @@ func TestTwoDispatchersDeliverEachEventOnce(t *testing.T) {
 	url := pgtest.URL(t)
 	p1, p2 := pgtest.Pool(t, url, nil), pgtest.Pool(t, url, nil)
 	rc := &receiver{t: t, seen: map[string]int{}, bodies: map[string]string{}, behave: func(int64, http.ResponseWriter) bool {
+		// real time: a delivery takes a while, as a receiver's does, so
+		// that both dispatchers have work leased at once.
 		time.Sleep(10 * time.Millisecond)
 		return true
 	}}
@@ -258,6 +255,7 @@ func TestTwoDispatchersDeliverEachEventOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	delivered := map[string]int{}
 	var mu sync.Mutex
+	delivering := make(chan struct{}) // closed, and made anew, at each round that delivers
 	for i, s := range []*alert.Store{s1, s2} {
 		d := &alert.Dispatcher{Store: s, Replica: []string{"r1", "r2"}[i], Client: srv.Client(), Batch: 4}
 		wg.Go(func() {
@@ -270,12 +268,23 @@ func TestTwoDispatchersDeliverEachEventOnce(t *testing.T) {
 				mu.Lock()
 				delivered[d.Replica] += n
 				total := delivered["r1"] + delivered["r2"]
+				if n > 0 {
+					close(delivering)
+					delivering = make(chan struct{})
+				}
+				next := delivering
 				mu.Unlock()
 				if total >= 60 {
 					return
 				}
 				if n == 0 {
-					time.Sleep(5 * time.Millisecond)
+					// Nothing due here: the other replica holds the rest.
+					// Ask again once it delivers (or after a second, in
+					// case it is between rounds too).
+					select {
+					case <-next:
+					case <-time.After(time.Second):
+					}
 				}
 			}
 		})
@@ -342,7 +351,7 @@ func TestLeaseRunsOutAnotherReplicaDelivers(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("r1's request never arrived")
 	}
-	time.Sleep(500 * time.Millisecond) // past r1's lease
+	time.Sleep(500 * time.Millisecond) // real time: past r1's lease (300 ms), which runs out on Postgres's clock
 	other := &alert.Dispatcher{Store: s, Replica: "r2", Client: srv.Client()}
 	if n, err := other.Once(ctx); err != nil || n != 1 {
 		t.Fatalf("r2: %d %v", n, err)

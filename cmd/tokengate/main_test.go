@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -229,23 +230,17 @@ func TestServeWithAMultiHostURLAndAReadURL(t *testing.T) {
 	addr := freeAddr(t)
 	startServe(t, []string{"serve", "--database-url", multi.String(), "--read-database-url", good, "--addr", addr, "--log-level", "error"},
 		"http://"+addr+"/readyz")
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var body []byte
+	await.UntilEvery(t, 15*time.Second, 200*time.Millisecond, "/metrics to show the reads pool's lag", func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
+		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(body), "tokengate_read_replica_up 1\n") && strings.Contains(string(body), "tokengate_read_replica_standby 0\n") &&
-			strings.Contains(string(body), "tokengate_read_replica_lag_seconds 0\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed the reads pool's lag:\n%s", grepLines(string(body), "tokengate_read_replica"))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return strings.Contains(string(body), "tokengate_read_replica_up 1\n") && strings.Contains(string(body), "tokengate_read_replica_standby 0\n") &&
+			strings.Contains(string(body), "tokengate_read_replica_lag_seconds 0\n")
+	}, func() string { return "\n" + grepLines(string(body), "tokengate_read_replica") })
 }
 
 func grepLines(s, sub string) string {

@@ -27,6 +27,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/patroni"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -339,9 +340,37 @@ func (c *cluster) audit() {
 // load runs workers against the replicas, round-robin, until stop closes,
 // and returns every answer.
 func load(replicas []*replica, key string, workers int, maxTokens int, stop <-chan struct{}) []answer {
-	var mu sync.Mutex
-	var out []answer
-	var wg sync.WaitGroup
+	return startLoad(replicas, key, workers, maxTokens, stop).wait()
+}
+
+// loadRun is a load under way: a test reads its answers so far to wait for
+// what the load has reached (every replica admitting, say) instead of
+// guessing how long that takes.
+type loadRun struct {
+	mu  sync.Mutex
+	out []answer
+	wg  sync.WaitGroup
+}
+
+// answers copies the answers so far.
+func (l *loadRun) answers() []answer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]answer(nil), l.out...)
+}
+
+// wait waits for the workers to stop (stop closed) and returns every
+// answer.
+func (l *loadRun) wait() []answer {
+	l.wg.Wait()
+	return l.out
+}
+
+// startLoad starts workers against the replicas, round-robin, until stop
+// closes.
+func startLoad(replicas []*replica, key string, workers int, maxTokens int, stop <-chan struct{}) *loadRun {
+	l := &loadRun{}
+	mu, wg := &l.mu, &l.wg
 	for w := range workers {
 		wg.Go(func() {
 			for i := 0; ; i++ {
@@ -354,25 +383,24 @@ func load(replicas []*replica, key string, workers int, maxTokens int, stop <-ch
 				a := admit(r.url, key, "", maxTokens)
 				a.replica = r.name
 				mu.Lock()
-				out = append(out, a)
+				l.out = append(l.out, a)
 				mu.Unlock()
 				if a.code != http.StatusCreated {
-					time.Sleep(5 * time.Millisecond) // a client's small backoff
+					clientPause(5 * time.Millisecond) // a client's small backoff
 				}
 			}
 		})
 	}
-	wg.Wait()
-	return out
+	return l
+}
+
+// clientPause is a client's pause: before it retries, or while it holds an
+// admission open. Its length is the load's shape, as a real client's.
+func clientPause(d time.Duration) {
+	time.Sleep(d) // real time: the pace of a client is what the load is made of
 }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	await.UntilEvery(t, timeout, 100*time.Millisecond, what, ok, nil)
 }

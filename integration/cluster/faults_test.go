@@ -28,17 +28,38 @@ func TestPostgresPausedUnderEachPolicy(t *testing.T) {
 	lenient := c.tenant("lenient", rule.Limits{TokensCapacity: 5000, TokensRateMicro: 2000 * rule.Micro, OnStoreUnavailable: rule.PolicyLocal})
 
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var strictAnswers, lenientAnswers []answer
-	wg.Go(func() { strictAnswers = load(c.replicas, strict, 4, 20, stop) })
-	wg.Go(func() { lenientAnswers = load(c.replicas, lenient, 4, 20, stop) })
-	time.Sleep(2 * time.Second) // both replicas know both tenants
+	strictRun := startLoad(c.replicas, strict, 4, 20, stop)
+	lenientRun := startLoad(c.replicas, lenient, 4, 20, stop)
+	// seen reports whether every replica gave, since the from-th answer,
+	// an answer that ok holds for.
+	seen := func(l *loadRun, from int, ok func(answer) bool) bool {
+		by := map[string]bool{}
+		for _, a := range l.answers()[from:] {
+			if ok(a) {
+				by[a.replica] = true
+			}
+		}
+		return len(by) == len(c.replicas)
+	}
+	admitted := func(a answer) bool { return a.code == http.StatusCreated && !a.local }
+	waitFor(t, "both replicas to know both tenants (a 201 of each)", 60*time.Second, func() bool {
+		return seen(strictRun, 0, admitted) && seen(lenientRun, 0, admitted)
+	})
 	docker(t, "pause", c.pg.GetContainerID())
-	time.Sleep(4 * time.Second)
+	paused := [2]int{len(strictRun.answers()), len(lenientRun.answers())}
+	// Paused until each replica has answered by each policy: a 503 for the
+	// strict tenant, an admission made locally for the lenient one.
+	waitFor(t, "each replica to answer by the failure policies", 60*time.Second, func() bool {
+		return seen(strictRun, paused[0], func(a answer) bool { return a.code == http.StatusServiceUnavailable && a.typ == "store_unavailable" }) &&
+			seen(lenientRun, paused[1], func(a answer) bool { return a.code == http.StatusCreated && a.local })
+	})
 	docker(t, "unpause", c.pg.GetContainerID())
-	time.Sleep(3 * time.Second)
+	back := [2]int{len(strictRun.answers()), len(lenientRun.answers())}
+	waitFor(t, "both replicas to admit both tenants from the store again", 60*time.Second, func() bool {
+		return seen(strictRun, back[0], admitted) && seen(lenientRun, back[1], admitted)
+	})
 	close(stop)
-	wg.Wait()
+	strictAnswers, lenientAnswers := strictRun.wait(), lenientRun.wait()
 
 	// A pause can also catch a COMMIT in flight: that request is told the
 	// outcome is unknown (503 store_outcome_unknown) and may or may not be
@@ -154,12 +175,16 @@ func TestPostgresRestartedMidLoad(t *testing.T) {
 						t.Errorf("key %s never admitted", idem)
 						return
 					}
-					time.Sleep(200 * time.Millisecond)
+					clientPause(200 * time.Millisecond)
 				}
 			}
 		})
 	}
-	time.Sleep(3 * time.Second)
+	waitFor(t, "24 keys admitted before the restart", 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(final) >= 24
+	})
 	docker(t, "restart", "--time", "1", c.pg.GetContainerID())
 	wg.Wait()
 	// The restart may have moved Postgres's host port: reconnect.

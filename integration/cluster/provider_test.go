@@ -102,7 +102,7 @@ func (u *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.answered[body.User] = append(u.answered[body.User], a)
 	u.mu.Unlock()
-	time.Sleep(p.delay)
+	time.Sleep(p.delay) // real time: the provider's latency, as a real upstream's, keeps calls in flight
 	if a.status != http.StatusOK {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(a.status)

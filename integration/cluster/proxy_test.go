@@ -130,7 +130,7 @@ func (p *pgProxies) cut(name string, d time.Duration) {
 	for _, np := range ps {
 		np.proxy.Stop()
 	}
-	time.Sleep(d)
+	time.Sleep(d) // real time: how long the connections stay cut is the fault
 	for _, np := range ps {
 		if err := np.proxy.Start(); err != nil {
 			p.t.Errorf("proxy %s/%s: start again: %v", name, np.node, err)
@@ -152,7 +152,7 @@ func (p *pgProxies) slow(name string, latency, jitter, d time.Duration) {
 		}
 		slowed = append(slowed, np)
 	}
-	time.Sleep(d)
+	time.Sleep(d) // real time: how long Postgres stays slow is the fault
 	for _, np := range slowed {
 		if err := np.proxy.Toxics.RemoveToxic(ctx, "slow"); err != nil {
 			p.t.Errorf("proxy %s/%s: remove latency: %v", name, np.node, err)

@@ -117,7 +117,7 @@ func (w *workload) proxyClient(r *rand.Rand, id int, stop <-chan struct{}) {
 			if e.admission != "" || idem == "" || e.code != 0 && e.code < 500 {
 				break // told of an admission, refused, or not to be retried
 			}
-			time.Sleep(100 * time.Millisecond)
+			clientPause(100 * time.Millisecond)
 		}
 	}
 }
@@ -226,7 +226,7 @@ func (w *workload) rlsClient(r *rand.Rand, id int, stop <-chan struct{}) {
 			w.rlsRetried(r, id, refused[r.IntN(len(refused))], true, 10)
 		default:
 			// Leave one open: its stream may never end, or end late.
-			time.Sleep(50 * time.Millisecond)
+			clientPause(50 * time.Millisecond)
 		}
 	}
 }
@@ -256,7 +256,7 @@ func (w *workload) rlsRetried(r *rand.Rand, client int, a rlsHeld, end bool, hit
 		if e.code != 0 && e.code < 500 || attempt == 3 {
 			return e
 		}
-		time.Sleep(100 * time.Millisecond)
+		clientPause(100 * time.Millisecond)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/integration/await"
 )
 
 // The soak's faults on a Patroni cluster (TestSoakHA): the cluster's own
@@ -65,7 +67,7 @@ func (w *workload) haFaults(t *testing.T, r *rand.Rand, stop <-chan struct{}, co
 					role = "the primary"
 				}
 				docker(t, "pause", ha.ContainerID(node))
-				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond) // real time: how long the node stays paused is the fault
 				docker(t, "unpause", ha.ContainerID(node))
 				count["node paused ("+role+")"]++
 			case 1, 7, 8, 9:
@@ -145,6 +147,8 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 				INSERT INTO soak_pad SELECT repeat(md5(i::text), 32) FROM generate_series(1, 30000) i`); err != nil {
 				return f, err
 			}
+			// real time: a second for the primary to send that WAL into the
+			// paused standby's full socket buffers, a real network stall.
 			time.Sleep(time.Second)
 		}
 		if err := ha.Kill(ctx, f.from); err != nil {
@@ -159,7 +163,7 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 			return f, err
 		}
 		f.elected = time.Since(f.at)
-		time.Sleep(time.Duration(1000+r.IntN(5000)) * time.Millisecond)
+		time.Sleep(time.Duration(1000+r.IntN(5000)) * time.Millisecond) // real time: how long the old primary stays down is the fault
 		if err := ha.Start(ctx, f.from); err != nil {
 			return f, err
 		}
@@ -258,16 +262,14 @@ func sameOnEveryNode(t *testing.T, c *cluster) {
 		if node == primary {
 			continue
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			got, standby, err := digest(node)
-			if err == nil && got == want && standby {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the standby %s holds %q (in recovery %t, %v); the primary %s holds %q", node, got, standby, err, primary, want)
-			}
-			time.Sleep(500 * time.Millisecond)
+		var got string
+		var standby bool
+		var err error
+		if !await.For(60*time.Second, 500*time.Millisecond, func() bool {
+			got, standby, err = digest(node)
+			return err == nil && got == want && standby
+		}) {
+			t.Fatalf("the standby %s holds %q (in recovery %t, %v); the primary %s holds %q", node, got, standby, err, primary, want)
 		}
 	}
 	t.Logf("soak: every node holds %s (primary %s)", want, primary)

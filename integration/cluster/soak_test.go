@@ -22,6 +22,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 )
 
 // TestSoak runs a randomized workload against three replicas (containers)
@@ -159,7 +160,7 @@ func soak(t *testing.T, ha bool) {
 	} else {
 		wg.Go(func() { w.faults(t, rand.New(rand.NewPCG(uint64(seed), 2000)), stop, faults) })
 	}
-	time.Sleep(time.Duration(seconds) * time.Second)
+	time.Sleep(time.Duration(seconds) * time.Second) // real time: the soak's length (SOAK_SECONDS) is a duration
 	close(stop)
 	wg.Wait()
 
@@ -168,16 +169,18 @@ func soak(t *testing.T, ha bool) {
 	c.reconnect(t)
 	replicasUp(t, c)
 	// (One that never comes is a commit lost: the checker reports it.)
-	deadline := time.Now().Add(90 * time.Second)
-	for m := missing(c.pool, h); len(m) > 0; m = missing(c.pool, h) {
-		if time.Now().After(deadline) {
-			t.Errorf("soak: after 90 s, %d admissions clients were told of are not in the ledger (a spool not replayed, or a commit lost): %v",
-				len(m), m[:min(5, len(m))])
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	var m []string
+	if !await.For(90*time.Second, 100*time.Millisecond, func() bool { m = missing(c.pool, h); return len(m) == 0 }) {
+		t.Errorf("soak: after 90 s, %d admissions clients were told of are not in the ledger (a spool not replayed, or a commit lost): %v",
+			len(m), m[:min(5, len(m))])
 	}
-	time.Sleep(ttl + 3*time.Second)
+	var reserved int
+	if !await.For(ttl+60*time.Second, 200*time.Millisecond, func() bool {
+		err := c.pool.QueryRow(ctx, `SELECT count(*) FROM admissions WHERE state = 'reserved'`).Scan(&reserved)
+		return err == nil && reserved == 0
+	}) {
+		t.Errorf("soak: %d reservations still open %s after the load, past their TTL (%s) and the sweep", reserved, ttl+60*time.Second, ttl)
+	}
 	ops, local := map[string]int{}, map[string]int{}
 	for _, e := range h.events {
 		ops[fmt.Sprintf("%s %s %d", e.face, e.op, e.code)]++
@@ -211,26 +214,22 @@ func soak(t *testing.T, ha bool) {
 func replicasUp(t *testing.T, c *cluster) {
 	t.Helper()
 	for _, rep := range c.replicas {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			resp, err := client.Get(rep.url + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
+		var err error
+		if !await.For(60*time.Second, 500*time.Millisecond, func() bool {
+			var resp *http.Response
+			if resp, err = client.Get(rep.url + "/readyz"); err != nil {
+				return false
 			}
-			if time.Now().After(deadline) {
-				st, _ := rep.ctr.State(ctx)
-				logs := ""
-				if rc, lerr := rep.ctr.Logs(ctx); lerr == nil {
-					raw, _ := io.ReadAll(rc)
-					logs = string(raw[max(0, len(raw)-4000):])
-				}
-				t.Errorf("soak: %s does not answer at %s once the faults are over: %v; its container: %+v\n%s", rep.name, rep.url, err, st, logs)
-				break
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}) {
+			st, _ := rep.ctr.State(ctx)
+			logs := ""
+			if rc, lerr := rep.ctr.Logs(ctx); lerr == nil {
+				raw, _ := io.ReadAll(rc)
+				logs = string(raw[max(0, len(raw)-4000):])
 			}
-			time.Sleep(500 * time.Millisecond)
+			t.Errorf("soak: %s does not answer at %s once the faults are over: %v; its container: %+v\n%s", rep.name, rep.url, err, st, logs)
 		}
 	}
 }
@@ -539,7 +538,7 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 				if idem == "" || code != 0 && code < 500 {
 					break // a rejection is final; an error without a key cannot be retried safely
 				}
-				time.Sleep(100 * time.Millisecond)
+				clientPause(100 * time.Millisecond)
 			}
 		case x < 80:
 			i := r.IntN(len(open))
@@ -576,7 +575,7 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 			w.end(r, id, a, "settle", usage)
 		default:
 			// Hold one past its TTL: it expires, and a late settle reconciles.
-			time.Sleep(50 * time.Millisecond)
+			clientPause(50 * time.Millisecond)
 		}
 	}
 }
@@ -646,7 +645,7 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			switch k := r.IntN(7); k {
 			case 0:
 				docker(t, "pause", w.c.pg.GetContainerID())
-				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond) // real time: how long Postgres stays paused is the fault
 				docker(t, "unpause", w.c.pg.GetContainerID())
 				count["postgres paused"]++
 			case 1:
@@ -682,7 +681,7 @@ func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[stri
 		// connections to Postgres and its clients' die mid-flight.
 		rep := w.replica(r)
 		docker(t, "network", "disconnect", w.c.net.Name, rep.ctr.GetContainerID())
-		time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond)
+		time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond) // real time: how long the partition lasts is the fault
 		docker(t, "network", "connect", w.c.net.Name, rep.ctr.GetContainerID())
 		// Connected again, its published ports are new ones.
 		w.mu.Lock()
@@ -705,13 +704,13 @@ func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[stri
 			if _, err := tx.Exec(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE`, tenant); err != nil {
 				return
 			}
-			time.Sleep(hold)
+			time.Sleep(hold) // real time: how long the row lock is held is the fault
 		}()
 		count["postgres slow (row held)"]++
 	default:
 		rep := w.replica(r)
 		docker(t, "kill", rep.ctr.GetContainerID())
-		time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond)
+		time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond) // real time: how long the replica stays dead is the fault
 		docker(t, "start", rep.ctr.GetContainerID())
 		w.mu.Lock()
 		if err := rep.locate(); err != nil {

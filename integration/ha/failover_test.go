@@ -78,11 +78,8 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 	c.readsOnStandby(30 * time.Second)
 
 	l := startLoad(t, c.replicas, key, "k", 200)
-	time.Sleep(4 * time.Second)
-	if n := l.createdSince(time.Time{}); n == 0 {
-		l.finish()
-		t.Fatalf("no admission before the kill: %+v", l.tally())
-	}
+	waitFor(t, "200 admissions before the kill", 60*time.Second, func() bool { return l.createdSince(time.Time{}) >= 200 },
+		func() string { return fmt.Sprint(l.tally()) })
 	if err := c.ha.Kill(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +91,8 @@ func TestPrimaryKilledUnderLoad(t *testing.T) {
 		return ok
 	}, nil)
 	firstOK, _ := l.firstCreatedAfter(killed)
-	time.Sleep(5 * time.Second) // load on the new primary
+	waitFor(t, "200 admissions on the new primary", 60*time.Second, func() bool { return l.createdSince(firstOK) >= 200 },
+		func() string { return fmt.Sprint(l.tally()) })
 	l.finish()
 
 	ms := c.waitHealthy(60*time.Second, old)
@@ -131,7 +129,8 @@ func TestPlannedSwitchover(t *testing.T) {
 	key := c.tenant(c.pool(old), "acme", roomy)
 
 	l := startLoad(t, c.replicas, key, "s", 100)
-	time.Sleep(3 * time.Second)
+	waitFor(t, "100 admissions before the switchover", 60*time.Second, func() bool { return l.createdSince(time.Time{}) >= 100 },
+		func() string { return fmt.Sprint(l.tally()) })
 	asked := time.Now()
 	// Patroni hands over to the synchronous standby, and answers once it
 	// leads.
@@ -140,7 +139,7 @@ func TestPlannedSwitchover(t *testing.T) {
 	}
 	switched := time.Now()
 	const bound = 15 * time.Second
-	time.Sleep(bound + 5*time.Second - time.Since(asked)) // load past the bound
+	time.Sleep(bound + 5*time.Second - time.Since(asked)) // real time: the load runs past the bound on recovery, a duration
 	l.finish()
 
 	ms = c.waitHealthy(60 * time.Second)
@@ -179,7 +178,8 @@ func TestOldPrimaryRejoinsAsReplica(t *testing.T) {
 	old := c.leader()
 	key := c.tenant(c.pool(old), "acme", roomy)
 	l := startLoad(t, c.replicas, key, "r", 20)
-	time.Sleep(2 * time.Second)
+	waitFor(t, "20 admissions before the kill", 60*time.Second, func() bool { return l.createdSince(time.Time{}) >= 20 },
+		func() string { return fmt.Sprint(l.tally()) })
 	if err := c.ha.Kill(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -303,10 +303,21 @@ func TestReadOnlyPrimaryIsAnOutage(t *testing.T) {
 	}
 
 	l := startLoad(t, c.replicas, key, "ro", 50)
-	time.Sleep(2 * time.Second)
+	waitFor(t, "50 admissions before the primary refuses writes", 60*time.Second, func() bool { return l.createdSince(time.Time{}) >= 50 },
+		func() string { return fmt.Sprint(l.tally()) })
 	readOnly(true)
 	began := time.Now()
-	time.Sleep(4 * time.Second)
+	// Read-only until the replicas have answered 50 calls with the reject
+	// policy's 503 store_unavailable (one per caller on average).
+	waitFor(t, "50 503 store_unavailable while the primary refuses writes", 60*time.Second, func() bool {
+		n := 0
+		for _, s := range l.snapshot() {
+			if s.code == 503 && s.typ == "store_unavailable" && s.end.After(began) {
+				n++
+			}
+		}
+		return n >= 50
+	}, func() string { return fmt.Sprint(l.tally()) })
 	readOnly(false)
 	ended := time.Now()
 	waitFor(t, "admissions once the primary accepts writes", 30*time.Second, func() bool {
@@ -314,7 +325,8 @@ func TestReadOnlyPrimaryIsAnOutage(t *testing.T) {
 		return ok
 	}, func() string { return fmt.Sprint(l.tally()) })
 	back, _ := l.firstCreatedAfter(ended)
-	time.Sleep(2 * time.Second)
+	waitFor(t, "50 admissions once writes are back", 60*time.Second, func() bool { return l.createdSince(back) >= 50 },
+		func() string { return fmt.Sprint(l.tally()) })
 	l.finish()
 
 	tl := l.tally()

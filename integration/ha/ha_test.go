@@ -23,6 +23,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 	"github.com/tokengate/tokengate/integration/patroni"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -182,15 +183,19 @@ func (c *cluster) promoted(old string, timeout time.Duration) (string, time.Time
 	c.t.Helper()
 	var ms []patroni.Member
 	var err error
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	var leader string
+	var at time.Time
+	if await.For(timeout, 100*time.Millisecond, func() bool {
 		ms, err = c.ha.Members(ctx)
 		for _, m := range ms {
 			if err == nil && m.Role == "leader" && m.State == "running" && m.Name != old {
-				return m.Name, time.Now()
+				leader, at = m.Name, time.Now()
+				return true
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		return false
+	}) {
+		return leader, at
 	}
 	c.t.Fatalf("no node but %s leads after %s: %+v %v", old, timeout, ms, err)
 	return "", time.Time{}
@@ -295,15 +300,5 @@ func (c *cluster) ledgerVerify(r *replica) string {
 // describes what was last seen for the failure message.
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool, state func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			s := ""
-			if state != nil {
-				s = ": " + state()
-			}
-			t.Fatalf("timed out after %s waiting for %s%s", timeout, what, s)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	await.UntilEvery(t, timeout, 200*time.Millisecond, what, ok, state)
 }

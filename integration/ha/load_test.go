@@ -124,7 +124,7 @@ func startLoad(t *testing.T, replicas []*replica, key, prefix string, callers in
 					} else if wait == 0 {
 						wait = 250 * time.Millisecond
 					}
-					time.Sleep(wait)
+					time.Sleep(wait) // real time: a client's pause before its retry (Retry-After), as a client's
 				}
 			}
 		})
