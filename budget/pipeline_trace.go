@@ -94,15 +94,23 @@ func (t *txTrace) end(batch []*pipeCall, err error) {
 	if t.span.IsRecording() {
 		tenants := map[string]struct{}{}
 		var reserves, ends, expiries int
-		for _, c := range batch {
-			tenants[c.item.TenantID] = struct{}{}
-			switch op := c.item.Op; {
+		count := func(it Item) {
+			tenants[it.TenantID] = struct{}{}
+			switch op := it.Op; {
 			case op.Reserve != nil:
 				reserves++
 			case op.Expire != nil:
 				expiries++
 			default:
 				ends++
+			}
+		}
+		for _, c := range batch {
+			if c.group == nil {
+				count(c.item)
+			}
+			for _, it := range c.group {
+				count(it)
 			}
 		}
 		t.span.SetAttributes(AttrBatchSize.Int(len(batch)), AttrBatchTenants.Int(len(tenants)),

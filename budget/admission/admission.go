@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // Store is what the admission layer needs of the store: deciding batches
@@ -67,6 +68,10 @@ type Config struct {
 	// Rejections tallies, for the dashboard, what shadow limits would have
 	// refused. Nil tallies nothing (the metric still counts).
 	Rejections *budget.Rejections
+	// Estimator is the replica's model table: it resolves the model
+	// families of a gateway's Hits (DecideHits). Nil: a model is its own
+	// family.
+	Estimator *estimator.Estimator
 	// TracerProvider makes the decision spans (trace.go) and the pipeline's
 	// transaction spans, and puts exemplars on the latency. Nil: tracing
 	// is off, and costs a nil check per decision.
