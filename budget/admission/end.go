@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Settle reconciles an admission (budget.Store.Settle), named by id or by
