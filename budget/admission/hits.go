@@ -116,28 +116,39 @@ func (a *Admitter) DecideHits(ctx context.Context, call HitsCall) ([]HitsResult,
 	var reqs []Request
 	var at []int // the index of each of reqs in the call
 	for i, h := range call.Hits {
-		if h.Phase == HitsRequest {
+		switch {
+		case h.Phase != HitsRequest:
+			out[i] = a.settleHits(ctx, call, h)
+		case len(call.Hits) == 1:
+			// The usual call: one request, decided as Reserve decides
+			// every face's, with nothing gathered.
+			r, _, err := a.Reserve(ctx, a.hitsRequest(call, h))
+			out[i] = hitsResult(r, err)
+		default:
 			reqs = append(reqs, a.hitsRequest(call, h))
 			at = append(at, i)
-			continue
 		}
-		out[i] = a.settleHits(ctx, call, h)
 	}
 	for j, d := range a.ReserveAll(ctx, reqs) {
-		res := HitsResult{Err: d.Err}
-		var rej *budget.RejectedError
-		var wh *budget.WithheldError
-		switch {
-		case d.Err == nil:
-			res.Snapshot = &d.Reservation.Snapshot
-		case errors.As(d.Err, &rej):
-			res.Snapshot = &rej.Snapshot
-		case errors.As(d.Err, &wh):
-			res.Snapshot = &wh.Snapshot
-		}
-		out[at[j]] = res
+		out[at[j]] = hitsResult(d.Reservation, d.Err)
 	}
 	return out, nil
+}
+
+// hitsResult is a request's Hits' decision: its tenant's balances as the
+// reservation, refusal or withholding left them.
+func hitsResult(r *budget.Reservation, err error) HitsResult {
+	var rej *budget.RejectedError
+	var wh *budget.WithheldError
+	switch {
+	case err == nil:
+		return HitsResult{Snapshot: &r.Snapshot}
+	case errors.As(err, &rej):
+		return HitsResult{Snapshot: &rej.Snapshot, Err: err}
+	case errors.As(err, &wh):
+		return HitsResult{Snapshot: &wh.Snapshot, Err: err}
+	}
+	return HitsResult{Err: err}
 }
 
 // hitsRequest is the admission a request's Hits ask for: Count tokens of
