@@ -52,9 +52,12 @@ func lowestTenant(items []Item) string {
 
 // broken lists the groups that some of their reserves passed and others
 // did not: deciding them moved what must not move (nil for none). A group
-// whose reserves all failed, or all passed (a replay of an earlier
-// admission counting as passed), is whole.
+// whose reserves all failed, or all passed, is whole; a replay of an
+// earlier admission moved nothing now, and counts as neither.
 func broken(items []Item, results []OpResult) []int {
+	if !slices.ContainsFunc(items, func(it Item) bool { return it.Group != 0 }) {
+		return nil // the usual batch: nothing to look at
+	}
 	passed, failed := map[int]bool{}, map[int]bool{}
 	for i, it := range items {
 		if it.Group == 0 {
