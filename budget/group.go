@@ -2,33 +2,17 @@ package budget
 
 import (
 	"context"
-	"errors"
 	"slices"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
-
-// ErrWithheld is wrapped by *WithheldError: a reserve of a group
-// (Item.Group) that its own limits would have admitted, not admitted
-// because another reserve of its group was refused.
-var ErrWithheld = errors.New("budget: withheld: another request of its group was refused")
-
-// WithheldError is a reserve withheld with its group (ErrWithheld): nothing
-// was debited for it, and Snapshot is its tenant's balances as the batch
-// left them.
-type WithheldError struct {
-	Snapshot Snapshot
-}
-
-func (e *WithheldError) Error() string { return ErrWithheld.Error() }
-
-// Unwrap makes errors.Is(err, ErrWithheld) hold.
-func (e *WithheldError) Unwrap() error { return ErrWithheld }
 
 // ReserveAll is Store.Reserve of several requests as one decision, all or
 // none (Item.Group), through the pipeline: they queue as one call, in the
 // shard of their lowest tenant id, and are decided in one transaction, so
 // that a gateway's call naming several tenants debits every one of them or
 // none, with no undo. Each result is a Reservation, or the request's own
-// refusal, or a *WithheldError for one refused with its group.
+// refusal, or a *rule.WithheldError for one refused with its group.
 //
 // A group's tenants may map to other shards than its lowest one: their
 // transactions then lock the same rows in the same (id) order, so they
@@ -80,7 +64,7 @@ func broken(items []Item, results []OpResult) []int {
 
 // withhold returns items with the reserves of groups answered by their
 // first try: each keeps its refusal, and one that passed is withheld
-// (*WithheldError). They are answered without being decided again.
+// (*rule.WithheldError). They are answered without being decided again.
 func withhold(items []Item, results []OpResult, groups []int) []Item {
 	out := slices.Clone(items)
 	for i, it := range items {
@@ -89,7 +73,7 @@ func withhold(items []Item, results []OpResult, groups []int) []Item {
 		}
 		err := results[i].Err
 		if err == nil {
-			err = &WithheldError{}
+			err = &rule.WithheldError{}
 		}
 		out[i].Op.answered = err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -45,13 +46,13 @@ func TestDecideBatchGroupIsAllOrNone(t *testing.T) {
 			t.Fatalf("request %d: %+v, want admitted", i, res[i])
 		}
 	}
-	var wh *budget.WithheldError
+	var wh *rule.WithheldError
 	for _, i := range []int{1, 5} {
 		if !errors.As(res[i].Err, &wh) || wh.Snapshot.TenantID != "globex" || res[i].Reservation != nil {
 			t.Fatalf("request %d: %+v, want withheld with globex's balances", i, res[i])
 		}
 	}
-	if !errors.Is(res[2].Err, budget.ErrRejected) || !errors.Is(res[6].Err, budget.ErrTenantNotFound) {
+	if !errors.Is(res[2].Err, rule.ErrRejected) || !errors.Is(res[6].Err, rule.ErrTenantNotFound) {
 		t.Fatalf("the group's refusals: %v, %v", res[2].Err, res[6].Err)
 	}
 	for tenant, want := range map[string]int64{"acme": 1 + 3, "globex": 1 + 3} {

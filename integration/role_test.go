@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -65,14 +66,14 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	key := (&cluster{pool: owner, store: budget.NewStore(owner)}).tenant(t, "acme", 1000, "1")
 	// With a pool and model limits, so the app role writes their tables too.
 	ownerStore := budget.NewStore(owner)
-	if err := ownerStore.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}); err != nil {
+	if err := ownerStore.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ownerStore.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ownerStore.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: budget.ModelLimits{
-		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: budget.Micro, OutputCapacity: 1000, OutputRateMicro: budget.Micro}}); err != nil {
+	if _, err := ownerStore.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{
+		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: rule.Micro, OutputCapacity: 1000, OutputRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	// And an alert rule on a period budget, so the decision writes the

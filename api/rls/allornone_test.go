@@ -18,6 +18,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -72,7 +73,7 @@ func TestDescriptorsAreOneDecision(t *testing.T) {
 		g.Code != rlsv3.RateLimitResponse_OVER_LIMIT || header(r, "retry-after") == "" {
 		t.Fatalf("statuses %v / %v, headers %v", a, g, r.ResponseHeadersToAdd)
 	}
-	if tally, err := ledger.Verify(ctx, b.pool, "acme"); err != nil || tally.Entries != 1 || tally.BalanceMicro != 1000*budget.Micro {
+	if tally, err := ledger.Verify(ctx, b.pool, "acme"); err != nil || tally.Entries != 1 || tally.BalanceMicro != 1000*rule.Micro {
 		t.Fatalf("acme: %+v %v, want its creation alone and a full balance", tally, err)
 	}
 	if got := testutil.ToFloat64(b.admitter.Admissions(admission.FaceRLS, admission.OutcomeWithheld, "")); got != 1 {
@@ -141,7 +142,7 @@ func TestConcurrentPairsAllOrNone(t *testing.T) {
 			count(*) FILTER (WHERE kind = 'release'), sum(refill_micro)
 			FROM ledger_entries WHERE tenant_id = $1 AND (admission_id IS NULL OR admission_id NOT IN
 				(SELECT admission_id FROM idempotency_keys WHERE tenant_id = 'globex' AND key = $2))`,
-			tenant, budget.FaceRLS.StoredKey("rls:drain")).Scan(&d.reserves, &d.reserved, &d.releases, &d.refill); err != nil {
+			tenant, rule.FaceRLS.StoredKey("rls:drain")).Scan(&d.reserves, &d.reserved, &d.releases, &d.refill); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -159,7 +160,7 @@ func TestConcurrentPairsAllOrNone(t *testing.T) {
 		(SELECT key FROM idempotency_keys WHERE tenant_id = 'acme' EXCEPT SELECT key FROM idempotency_keys WHERE tenant_id = 'globex')
 		UNION ALL
 		(SELECT key FROM idempotency_keys WHERE tenant_id = 'globex' AND key <> $1 EXCEPT SELECT key FROM idempotency_keys WHERE tenant_id = 'acme')) u`,
-		budget.FaceRLS.StoredKey("rls:drain")).Scan(&unpaired); err != nil {
+		rule.FaceRLS.StoredKey("rls:drain")).Scan(&unpaired); err != nil {
 		t.Fatal(err)
 	}
 	if unpaired != 0 {
@@ -169,10 +170,10 @@ func TestConcurrentPairsAllOrNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if (600+n*hits)*budget.Micro != 1000*budget.Micro+globex.refill-tally.BalanceMicro || over.Load() == 0 || n == 0 {
+	if (600+n*hits)*rule.Micro != 1000*rule.Micro+globex.refill-tally.BalanceMicro || over.Load() == 0 || n == 0 {
 		t.Fatalf("globex: reserved %d, refill %d, balance %d; %d OK, %d refused", 600+n*hits, globex.refill, tally.BalanceMicro, n, over.Load())
 	}
-	if n*hits > 400+globex.refill/budget.Micro+1 {
-		t.Fatalf("%d calls OK took %d from globex, which had 400 and %d of refill", n, n*hits, globex.refill/budget.Micro)
+	if n*hits > 400+globex.refill/rule.Micro+1 {
+		t.Fatalf("%d calls OK took %d from globex, which had 400 and %d of refill", n, n*hits, globex.refill/rule.Micro)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // The descriptor entries a call may carry.
@@ -192,17 +193,17 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	var last *budget.Snapshot
-	var exhausted *budget.BudgetExhaustedError // the first descriptor refused by an exhausted window
+	var last *rule.Snapshot
+	var exhausted *rule.BudgetExhaustedError // the first descriptor refused by an exhausted window
 	for i, r := range results {
 		phase := "request"
 		if hits[i].Phase != admission.HitsRequest {
 			phase = "response"
 		}
-		var rej *budget.RejectedError
-		var exh *budget.BudgetExhaustedError
+		var rej *rule.RejectedError
+		var exh *rule.BudgetExhaustedError
 		switch {
-		case r.Err == nil, errors.Is(r.Err, budget.ErrWithheld):
+		case r.Err == nil, errors.Is(r.Err, rule.ErrWithheld):
 			// Withheld: its own limits admitted it, another descriptor's
 			// refused the call.
 			s.calls.WithLabelValues(phase, "ok").Inc()
@@ -222,7 +223,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			s.calls.WithLabelValues(phase, "over_limit").Inc()
 			s.refused.WithLabelValues(v.reason).Inc()
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil, nil))
+			resp.Statuses = append(resp.Statuses, statusOf(&rule.RejectedError{RetryAfter: time.Second}, nil, nil))
 			continue
 		}
 		if r.Snapshot != nil {
@@ -250,26 +251,26 @@ type verdict struct {
 
 // verdictOf is the service's one table from the domain's errors to its
 // answers. A refusal by a limit is not an error (decide returns it as a
-// *budget.RejectedError beside a nil error).
+// *rule.RejectedError beside a nil error).
 func verdictOf(err error) verdict {
-	var tl *budget.TooLargeError
-	var inv *budget.InvalidError
+	var tl *rule.TooLargeError
+	var inv *rule.InvalidError
 	switch {
-	case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
+	case errors.Is(err, rule.ErrTenantNotFound), errors.Is(err, rule.ErrTenantDisabled):
 		return verdict{code: codes.OK, reason: "tenant_unknown_or_disabled"}
-	case errors.Is(err, budget.ErrGatewayRevoked):
+	case errors.Is(err, rule.ErrGatewayRevoked):
 		// Revoked since this replica verified it: found by the decision.
 		return verdict{code: codes.OK, reason: "unauthenticated"}
-	case errors.Is(err, budget.ErrOutOfScope):
+	case errors.Is(err, rule.ErrOutOfScope):
 		return verdict{code: codes.OK, reason: "out_of_scope"}
-	case errors.Is(err, budget.ErrOtherFace):
+	case errors.Is(err, rule.ErrOtherFace):
 		// An admission another face made: not the gateway's to end (its
 		// keys live in its own namespace, so a stream end never names one).
 		return verdict{code: codes.PermissionDenied, message: err.Error()}
 	case errors.Is(err, budget.ErrEndUserCap):
 		return verdict{code: codes.OK, reason: "end_user_cap"}
-	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
-		errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
+	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, rule.ErrIdempotencyMismatch),
+		errors.Is(err, rule.ErrUsageOutOfBounds), errors.Is(err, rule.ErrOverflow):
 		// The caller's own mistake (usage no request could produce, for
 		// one): nothing moved, and retrying will not help.
 		return verdict{code: codes.InvalidArgument, message: err.Error()}
@@ -288,7 +289,7 @@ func overLimit(n int, retry time.Duration) *rlsv3.RateLimitResponse {
 		r.Statuses = append(r.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
 			DurationUntilReset: durationpb.New(retry)})
 	}
-	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(retry), 10)}}
+	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(rule.RetryAfterSeconds(retry), 10)}}
 	return r
 }
 
@@ -296,14 +297,14 @@ func clamp32(v int64) uint32 { return uint32(max(0, min(v, math.MaxUint32))) }
 
 // statusOf is a descriptor's status: the token bucket's limit and
 // remaining, or those of the exhausted window that refused it (exh). A
-// wait refill can never end (budget.Never) has no duration_until_reset.
-func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.BudgetExhaustedError) *rlsv3.RateLimitResponse_DescriptorStatus {
+// wait refill can never end (rule.Never) has no duration_until_reset.
+func statusOf(rej *rule.RejectedError, snap *rule.Snapshot, exh *rule.BudgetExhaustedError) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if snap != nil {
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: "tokens", RequestsPerUnit: clamp32(snap.Limits.TokensCapacity),
 			Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
 		st.LimitRemaining = clamp32(snap.Tokens())
-		if !budget.Never(snap.TokensFullIn) {
+		if !rule.Never(snap.TokensFullIn) {
 			st.DurationUntilReset = durationpb.New(snap.TokensFullIn)
 		}
 	}
@@ -311,7 +312,7 @@ func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.Budg
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.DurationUntilReset = nil
 		if !rej.Never() {
-			st.DurationUntilReset = durationpb.New(time.Duration(budget.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
+			st.DurationUntilReset = durationpb.New(time.Duration(rule.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
 		}
 	}
 	if exh != nil {
@@ -322,7 +323,7 @@ func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.Budg
 
 // headers are the x-ratelimit headers of the HTTP API, for Envoy to add to
 // the response, and retry-after when refused.
-func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+func headers(snap rule.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
 	var h []*corev3.HeaderValue
 	for _, rh := range snap.RateHeaders() {
 		h = append(h, &corev3.HeaderValue{Key: strings.ToLower(rh.Name), Value: rh.Value})
@@ -343,7 +344,7 @@ func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Head
 		if never {
 			return append(h, &corev3.HeaderValue{Key: "x-should-retry", Value: "false"})
 		}
-		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(longest), 10)})
+		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(rule.RetryAfterSeconds(longest), 10)})
 	}
 	return h
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -22,7 +23,7 @@ import (
 type Store interface {
 	budget.Decider
 	outage.Store
-	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+	TenantSnapshot(ctx context.Context, tenantID string) (rule.Snapshot, error)
 	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
 	// End users (enduser.go).
 	EndUserPolicyOf(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
@@ -41,10 +42,10 @@ type Config struct {
 	Local *outage.Local
 	// DefaultPolicy applies when neither the model nor the tenant has one.
 	// Default reject.
-	DefaultPolicy budget.Policy
+	DefaultPolicy rule.Policy
 	// ModelPolicyFunc returns a model family's failure policy ("" for
 	// none). Nil: models have none.
-	ModelPolicyFunc func(family string) budget.Policy
+	ModelPolicyFunc func(family string) rule.Policy
 	// StoreTimeout bounds how long a decision waits for its turn, and then
 	// each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
@@ -113,7 +114,7 @@ type Admitter struct {
 
 	down  atomic.Bool
 	since atomic.Int64 // unix nanoseconds of the first failure
-	snaps sync.Map     // tenant id -> the last budget.Snapshot seen
+	snaps sync.Map     // tenant id -> the last rule.Snapshot seen
 
 	endUsers endUserCache // (tenant, end user) -> the end user's tenant id
 
@@ -151,14 +152,10 @@ func New(cfg Config) *Admitter {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // unserved
 	}
-	var pipeTracer trace.Tracer
-	if cfg.TracerProvider != nil {
-		pipeTracer = cfg.TracerProvider.Tracer(budget.TracerName)
-	}
 	a := &Admitter{
 		cfg:      cfg,
 		tracer:   newTracer(cfg.TracerProvider),
-		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: pipeTracer}),
+		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: newPipeTracer(cfg.TracerProvider)}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
 		pools:    newPoolQueues(),
 		logger:   cfg.Logger,
@@ -223,7 +220,7 @@ func (a *Admitter) MarkDown(err error) {
 	}
 }
 
-func (a *Admitter) remember(snap budget.Snapshot) {
+func (a *Admitter) remember(snap rule.Snapshot) {
 	if snap.TenantID != "" {
 		a.snaps.Store(snap.TenantID, snap)
 	}
@@ -239,22 +236,22 @@ func (a *Admitter) wakeTree(root string) {
 }
 
 // LastSnapshot is the last snapshot of a tenant this replica saw.
-func (a *Admitter) LastSnapshot(tenantID string) (budget.Snapshot, bool) {
+func (a *Admitter) LastSnapshot(tenantID string) (rule.Snapshot, bool) {
 	v, ok := a.snaps.Load(tenantID)
 	if !ok {
-		return budget.Snapshot{}, false
+		return rule.Snapshot{}, false
 	}
-	return v.(budget.Snapshot), true
+	return v.(rule.Snapshot), true
 }
 
 // Snapshot is a tenant's limits and balances now; while the store is down,
 // the last this replica saw (ok false if it saw none).
-func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (budget.Snapshot, error) {
+func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (rule.Snapshot, error) {
 	if a.Down() {
 		if snap, ok := a.LastSnapshot(tenantID); ok {
 			return snap, nil
 		}
-		return budget.Snapshot{}, budget.ErrUnavailable
+		return rule.Snapshot{}, rule.ErrUnavailable
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
 	defer cancel()
@@ -267,9 +264,9 @@ func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (budget.Snapsh
 
 // policy resolves the failure policy of a request: the model's, else the
 // tenant's (as this replica last saw it), else the replica's default.
-func (a *Admitter) policy(family, tenantID string) budget.Policy {
+func (a *Admitter) policy(family, tenantID string) rule.Policy {
 	d := a.deferral(family)
-	var tenant budget.Policy
+	var tenant rule.Policy
 	if snap, ok := a.LastSnapshot(tenantID); ok {
 		tenant = snap.Limits.OnStoreUnavailable
 	}

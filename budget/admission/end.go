@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Settle reconciles an admission (budget.Store.Settle), named by id or by
@@ -106,21 +107,21 @@ func (a *Admitter) end(tenantID, admissionID string, decide func() (*budget.Sett
 			}
 			return st, false, nil
 		}
-		if errors.Is(err, budget.ErrAdmissionNotFound) {
+		if errors.Is(err, rule.ErrAdmissionNotFound) {
 			// Made by a replica on its own in an outage, and not replayed
 			// yet (its replica may be replaying, or still cut off): the
 			// caller should retry, not give the admission up as unknown.
 			if at, local := budget.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
-				return nil, false, fmt.Errorf("%w: %s", budget.ErrNotReplayed, admissionID)
+				return nil, false, fmt.Errorf("%w: %s", rule.ErrNotReplayed, admissionID)
 			}
 		}
-		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+		if !errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrOutcomeUnknown) {
 			return nil, false, err
 		}
 		a.MarkDown(err)
 	}
 	if a.cfg.Local == nil {
-		return nil, false, budget.ErrUnavailable
+		return nil, false, rule.ErrUnavailable
 	}
 	if err := journal(a.cfg.Local); err != nil {
 		return nil, false, err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -53,10 +54,10 @@ type HitsCall struct {
 // HitsResult is the decision on one of a call's Hits: its tenant's
 // balances (nil when nothing names them: a stream end whose reservation
 // the store does not know, or journaled during an outage), or Err: its
-// own refusal (a *budget.RejectedError, a *budget.WithheldError), a
-// denial (budget.ErrTenantNotFound and the like), or a failure.
+// own refusal (a *rule.RejectedError, a *rule.WithheldError), a
+// denial (rule.ErrTenantNotFound and the like), or a failure.
 type HitsResult struct {
-	Snapshot *budget.Snapshot
+	Snapshot *rule.Snapshot
 	Err      error
 }
 
@@ -67,29 +68,29 @@ func hitsKey(requestID string) string { return "rls:" + requestID }
 // CheckHits is the form every Hits of a call must have: a tenant, a
 // request id for a stream end or refund, whose key is an idempotency key,
 // a model name of at most 256 bytes, a count from 0 to MaxHits. It returns
-// a *budget.InvalidError naming the descriptor (by index) at fault.
+// a *rule.InvalidError naming the descriptor (by index) at fault.
 func CheckHits(hits []Hits) error {
 	if len(hits) == 0 {
-		return &budget.InvalidError{Field: "descriptors", Reason: "a call needs at least one descriptor"}
+		return &rule.InvalidError{Field: "descriptors", Reason: "a call needs at least one descriptor"}
 	}
 	for i, h := range hits {
 		field := func(f string) string { return "descriptor " + strconv.Itoa(i) + ": " + f }
 		switch {
 		case h.TenantID == "":
-			return &budget.InvalidError{Field: field("tenant"), Reason: "is required"}
+			return &rule.InvalidError{Field: field("tenant"), Reason: "is required"}
 		case h.Phase != HitsRequest && h.RequestID == "":
-			return &budget.InvalidError{Field: field("request_id"), Reason: "is required at stream end and for a refund"}
+			return &rule.InvalidError{Field: field("request_id"), Reason: "is required at stream end and for a refund"}
 		case len(h.Model) > 256:
-			return &budget.InvalidError{Field: field("model"), Reason: "too long"}
+			return &rule.InvalidError{Field: field("model"), Reason: "too long"}
 		case h.Count < 0 || h.Count > MaxHits:
-			return &budget.InvalidError{Field: field("hits"), Reason: "must be 0 to " + strconv.Itoa(MaxHits)}
+			return &rule.InvalidError{Field: field("hits"), Reason: "must be 0 to " + strconv.Itoa(MaxHits)}
 		}
 		if h.RequestID != "" {
 			// It keys the reservation: the domain's rule for idempotency
 			// keys, leaving room for the namespace's prefix.
-			if problem := budget.IdempotencyKeyProblem(hitsKey(h.RequestID)); problem != "" {
-				return &budget.InvalidError{Field: field("request_id"),
-					Reason: problem + " (" + strconv.Itoa(budget.MaxIdempotencyKey-len(hitsKey(""))) + " at most)"}
+			if problem := rule.IdempotencyKeyProblem(hitsKey(h.RequestID)); problem != "" {
+				return &rule.InvalidError{Field: field("request_id"),
+					Reason: problem + " (" + strconv.Itoa(rule.MaxIdempotencyKey-len(hitsKey(""))) + " at most)"}
 			}
 		}
 	}
@@ -101,7 +102,7 @@ func CheckHits(hits []Hits) error {
 // settled already with other usage, is answered with no balances: the
 // first answer stands), and its requests are reserved as one decision,
 // all or none (ReserveAll), each priced here at its Count of tokens. The
-// error is the call's own: a *budget.InvalidError (CheckHits), counted as
+// error is the call's own: a *rule.InvalidError (CheckHits), counted as
 // an invalid admission, with nothing decided; each result carries its
 // Hits' decision.
 func (a *Admitter) DecideHits(ctx context.Context, call HitsCall) ([]HitsResult, error) {
@@ -138,8 +139,8 @@ func (a *Admitter) DecideHits(ctx context.Context, call HitsCall) ([]HitsResult,
 // hitsResult is a request's Hits' decision: its tenant's balances as the
 // reservation, refusal or withholding left them.
 func hitsResult(r *budget.Reservation, err error) HitsResult {
-	var rej *budget.RejectedError
-	var wh *budget.WithheldError
+	var rej *rule.RejectedError
+	var wh *rule.WithheldError
 	switch {
 	case err == nil:
 		return HitsResult{Snapshot: &r.Snapshot}
@@ -180,7 +181,7 @@ func (a *Admitter) settleHits(ctx context.Context, call HitsCall, h Hits) HitsRe
 	}
 	st, _, err := a.Settle(ctx, call.Face, p)
 	switch {
-	case errors.Is(err, budget.ErrAdmissionNotFound), errors.Is(err, budget.ErrConflict):
+	case errors.Is(err, rule.ErrAdmissionNotFound), errors.Is(err, rule.ErrConflict):
 		// Refused, or older than 24 h; or admitted by a replica on its own
 		// and not replayed yet, and kept for it (budget.ErrDeferred); or
 		// settled already with other usage: the first answer stands.

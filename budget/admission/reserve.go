@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Request is one admission to decide.
@@ -44,8 +45,8 @@ func (r *Request) prepare() error {
 	if r.IdempotencyKey == "" {
 		return nil
 	}
-	if problem := budget.IdempotencyKeyProblem(r.IdempotencyKey); problem != "" {
-		return &budget.InvalidError{Field: "Idempotency-Key", Reason: problem}
+	if problem := rule.IdempotencyKeyProblem(r.IdempotencyKey); problem != "" {
+		return &rule.InvalidError{Field: "Idempotency-Key", Reason: problem}
 	}
 	if r.RequestHash == nil {
 		h := sha256.Sum256(r.Body)
@@ -57,7 +58,7 @@ func (r *Request) prepare() error {
 // Reserve decides a request through the store, or, when the store does not
 // answer and the request's policy is local, against this replica's share
 // (local is then true). It returns what budget.Store.Reserve returns, and
-// budget.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
+// rule.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
 //
 // Every outcome is counted here, by face: tokengate_admissions_total, and a
 // rejection in the dashboard's tally, which the throttled alerts read.
@@ -82,7 +83,7 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	if !asEndUser {
 		r, local, err = a.reserve(ctx, req)
 	}
-	if inv := (*budget.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
+	if inv := (*rule.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
 		a.Invalid(req.Face, start) // the end-user id
 		if span != nil {
 			endAdmissionSpan(span, &req, nil, false, OutcomeInvalid, "", err)
@@ -107,19 +108,19 @@ func (a *Admitter) reserve(ctx context.Context, req Request) (r *budget.Reservat
 			}
 			return r, false, nil
 		}
-		var rej *budget.RejectedError
+		var rej *rule.RejectedError
 		if errors.As(err, &rej) {
 			a.remember(rej.Snapshot)
 			a.recordShadow(rej.Shadow, rej.Snapshot.At)
 		}
-		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+		if !errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrOutcomeUnknown) {
 			return nil, false, err
 		}
 		a.MarkDown(err)
 	} else {
-		err = budget.ErrUnavailable
+		err = rule.ErrUnavailable
 	}
-	if a.policy(p.Estimate.Family, p.TenantID) != budget.PolicyLocal || a.cfg.Local == nil {
+	if a.policy(p.Estimate.Family, p.TenantID) != rule.PolicyLocal || a.cfg.Local == nil {
 		return nil, false, err
 	}
 	snap, ok := a.LastSnapshot(p.TenantID)
@@ -141,7 +142,7 @@ func (a *Admitter) reserve(ctx context.Context, req Request) (r *budget.Reservat
 // request, from the decision that answered it (a caller that waited is
 // counted once, like a rejection), so the count is what enforcing the
 // limits would have refused.
-func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
+func (a *Admitter) recordShadow(shadow []rule.ShadowRefusal, at time.Time) {
 	for _, sr := range shadow {
 		a.shadow.WithLabelValues(string(sr.Limit)).Inc()
 		if a.cfg.Rejections != nil {

@@ -8,10 +8,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Decided is the decision on one request of a ReserveAll: its Reservation,
-// or Err (its own refusal, a *budget.WithheldError when another request of
+// or Err (its own refusal, a *rule.WithheldError when another request of
 // the call was refused, or a failure of the whole call).
 type Decided struct {
 	Reservation *budget.Reservation
@@ -21,12 +22,12 @@ type Decided struct {
 // ReserveAll decides reqs as one decision, all or none: in one
 // transaction of the store (budget.Pipeline.ReserveAll), so that either
 // every request is admitted, or none is debited and each that its own
-// limits would have admitted is answered a *budget.WithheldError. Nothing
+// limits would have admitted is answered a *rule.WithheldError. Nothing
 // is undone afterwards, because nothing moved. One request is Reserve.
 //
 // Requests of a group do not wait for tokens (MaxWait) and are not decided
 // as end users. While the store is down, a group of several is answered
-// budget.ErrUnavailable: this replica's share cannot admit every tenant of
+// rule.ErrUnavailable: this replica's share cannot admit every tenant of
 // a group at once (outage.Local decides one request), so the group's
 // failure policy is reject. Every outcome is counted like Reserve's:
 // tokengate_admissions_total, by face, with outcome withheld for a
@@ -64,12 +65,12 @@ func (a *Admitter) ReserveAll(ctx context.Context, reqs []Request) []Decided {
 		// One request the call cannot make: none is decided.
 		for i := range out {
 			if i != invalid {
-				out[i].Err = &budget.WithheldError{}
+				out[i].Err = &rule.WithheldError{}
 			}
 		}
 	case a.Down():
 		for i := range out {
-			out[i].Err = budget.ErrUnavailable
+			out[i].Err = rule.ErrUnavailable
 		}
 	default:
 		for i, res := range a.pipeline.ReserveAll(ctx, ps) {
@@ -83,7 +84,7 @@ func (a *Admitter) ReserveAll(ctx context.Context, reqs []Request) []Decided {
 			endAdmissionSpan(spans[i], &reqs[i], out[i].Reservation, false, outcome, limit, out[i].Err)
 		}
 	}
-	if errs := errorsOf(out); errors.Is(errs, budget.ErrUnavailable) && !errors.Is(errs, budget.ErrOutcomeUnknown) {
+	if errs := errorsOf(out); errors.Is(errs, rule.ErrUnavailable) && !errors.Is(errs, rule.ErrOutcomeUnknown) {
 		a.MarkDown(errs)
 	}
 	return out
@@ -93,7 +94,7 @@ func (a *Admitter) ReserveAll(ctx context.Context, reqs []Request) []Decided {
 // balances, its pool's counters, and what shadow limits would have
 // refused.
 func (a *Admitter) decidedOne(p *budget.ReserveParams, r *budget.Reservation, err error) {
-	var rej *budget.RejectedError
+	var rej *rule.RejectedError
 	switch {
 	case err == nil:
 		a.remember(r.Snapshot)
@@ -112,7 +113,7 @@ func (a *Admitter) decidedOne(p *budget.ReserveParams, r *budget.Reservation, er
 // outcome (nil for none).
 func errorsOf(out []Decided) error {
 	for _, d := range out {
-		if errors.Is(d.Err, budget.ErrUnavailable) {
+		if errors.Is(d.Err, rule.ErrUnavailable) {
 			return d.Err
 		}
 	}
