@@ -17,7 +17,7 @@ import (
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
-// TestAppRoleCannotRewriteLedger runs the service under the role the README
+// TestAppRoleCannotRewriteLedger runs the service under the role docs/auditors.md
 // describes: it admits and settles, but may not UPDATE, DELETE or TRUNCATE
 // the ledger, trigger or no trigger.
 func TestAppRoleCannotRewriteLedger(t *testing.T) {
@@ -32,7 +32,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+quoted) })
 	dbURL := pgtest.URL(t)
 	owner := pgtest.Pool(t, dbURL, nil)
-	// The grants, as the README lists them.
+	// The grants, as docs/auditors.md lists them.
 	for _, stmt := range []string{
 		"CREATE ROLE " + quoted + " LOGIN PASSWORD 'app-secret'",
 		"GRANT SELECT, INSERT, UPDATE ON tenants, admissions, api_keys, idempotency_keys TO " + quoted,

@@ -27,7 +27,7 @@ import (
 // TestSoak runs a randomized workload against three replicas (containers)
 // on one Postgres while faults strike at random moments, records every
 // request and answer the clients saw, and then checks the whole history
-// and the ledger against a single-threaded model of design.md (model_test.go)
+// and the ledger against a single-threaded model of the admission contract (docs/contract.md; model_test.go)
 // that shares no code with budget. Clients come through all three faces of
 // every replica: the HTTP API, the OpenAI proxy (in front of an upstream
 // this process emulates) and Envoy's rate limit service. SOAK_SECONDS
