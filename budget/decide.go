@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -19,6 +20,9 @@ type Op struct {
 	// invalid refuses the request before it is decided, and before
 	// anything is read for it (namespaced).
 	invalid error
+	// answered is the request's outcome from an earlier try of its batch,
+	// in which its group broke (group.go): it is not decided again.
+	answered error
 }
 
 // ExpireParams asks for a tenant's overdue reservations to be expired (at
@@ -82,6 +86,9 @@ func (op Op) admissionKey() string {
 // (SettleParams.Validate), and of its Idempotency-Key as its face sent it
 // (namespaced), checked before anything is read of the state.
 func (op Op) validate() error {
+	if op.answered != nil {
+		return op.answered
+	}
 	if op.invalid != nil {
 		return op.invalid
 	}
@@ -179,6 +186,11 @@ type OpResult struct {
 type Item struct {
 	TenantID string
 	Op       Op
+	// Group, when not 0, makes the reserves of the batch with the same
+	// Group one decision, all or none: if any is not admitted, none is,
+	// and each that would have been is answered a *rule.WithheldError
+	// (Pipeline.ReserveAll, group.go).
+	Group int
 }
 
 // Decide decides several requests of one tenant (reserves, settles and
@@ -219,18 +231,22 @@ func (s *Store) DecideBatch(ctx context.Context, items []Item) ([]OpResult, erro
 	if err == nil || errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrBusy) || ctx.Err() != nil {
 		return res, err
 	}
-	tenants := map[string][]int{}
+	tenants := map[string][]int{} // by tenant, or by group: a group stays whole
 	var order []string
 	for i, it := range items {
-		if _, ok := tenants[it.TenantID]; !ok {
-			order = append(order, it.TenantID)
+		k := it.TenantID
+		if it.Group != 0 {
+			k = "\x00group" + strconv.Itoa(it.Group)
 		}
-		tenants[it.TenantID] = append(tenants[it.TenantID], i)
+		if _, ok := tenants[k]; !ok {
+			order = append(order, k)
+		}
+		tenants[k] = append(tenants[k], i)
 	}
 	if len(order) == 1 {
 		return nil, err
 	}
-	// Isolate the failure: each tenant on its own.
+	// Isolate the failure: each tenant (or group) on its own.
 	res = make([]OpResult, len(items))
 	for _, id := range order {
 		idx := tenants[id]
@@ -270,21 +286,35 @@ func (s *Store) decideOne(ctx context.Context, tenantID string, op Op) (OpResult
 // decision.go), write (the batch's changes and COMMIT, one round trip:
 // writes.go). Keeping the steps apart is what keeps the lock held for two
 // round trips and no more: nothing in decide can wait on the database.
+//
+// A try that admitted part of a group (Item.Group) is rolled back, which
+// undoes nothing since nothing was written, and the batch is decided again
+// with the group answered by that try (withhold), until no group is broken:
+// all or none. Each try answers at least one more group, so there are at
+// most as many tries as groups, and a batch without a broken group never
+// tries twice.
 func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error) {
-	l, err := s.load(ctx, items)
-	if err != nil {
-		return nil, err
+	for {
+		l, err := s.load(ctx, items)
+		if err != nil {
+			return nil, err
+		}
+		results, w, err := l.decide(items, s.modelTable())
+		if err != nil {
+			l.tx.abort()
+			return nil, err
+		}
+		if groups := broken(items, results); groups != nil {
+			l.tx.abort()
+			items = withhold(items, results, groups)
+			continue
+		}
+		// Nothing changed: nothing is written, not even the refill.
+		if err := l.tx.commit(ctx, w); err != nil {
+			return nil, err
+		}
+		return results, nil
 	}
-	results, w, err := l.decide(items, s.modelTable())
-	if err != nil {
-		l.tx.abort()
-		return nil, err
-	}
-	// Nothing changed: nothing is written, not even the refill.
-	if err := l.tx.commit(ctx, w); err != nil {
-		return nil, err
-	}
-	return results, nil
 }
 
 // decide applies the batch's requests to the state l holds, in order, each
@@ -338,12 +368,18 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 	// of the level whose limit refused.
 	for i, it := range items {
 		var rej *rule.RejectedError
-		if errors.As(results[i].Err, &rej) {
+		var wh *rule.WithheldError
+		switch {
+		case errors.As(results[i].Err, &rej):
 			lv := l.tenants[it.TenantID]
 			if lvl, ok := l.tenants[rej.Level]; ok {
 				lv = lvl
 			}
 			rej.Snapshot = lv.snapshot(l.now)
+		case errors.As(results[i].Err, &wh):
+			if lv, ok := l.tenants[it.TenantID]; ok {
+				wh.Snapshot = lv.snapshot(l.now)
+			}
 		}
 	}
 	return results, b.w, nil
@@ -438,5 +474,6 @@ func isDecision(err error) bool {
 		errors.Is(err, rule.ErrIdempotencyMismatch) || errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, rule.ErrConflict) ||
 		errors.Is(err, rule.ErrTenantNotFound) || errors.Is(err, rule.ErrKeyRevoked) || errors.Is(err, rule.ErrUsageOutOfBounds) ||
 		errors.Is(err, rule.ErrGatewayRevoked) || errors.Is(err, rule.ErrOutOfScope) || errors.As(err, new(*rule.InvalidError)) ||
-		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired) || errors.Is(err, rule.ErrOtherFace)
+		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired) || errors.Is(err, rule.ErrOtherFace) ||
+		errors.Is(err, rule.ErrWithheld)
 }

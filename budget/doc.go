@@ -81,7 +81,12 @@
 // rule.ErrOutOfScope), so a revocation applies in every replica at once and a
 // face needs no query of its own. Requests of any tenants (reserves,
 // settles, releases, expiries) are decided under one lock statement
-// (DecideBatch); a replica queues them in a Pipeline.
+// (DecideBatch); a replica queues them in a Pipeline. The reserves of a
+// group (Item.Group, Pipeline.ReserveAll: a gateway's call naming several
+// tenants) are one decision, all or none: a try that admitted part of a
+// group is rolled back before anything is written and the batch decided
+// again without it, so no reserve of a refused group is ever debited, and
+// none is undone.
 //
 // Busy is not down. A request that ran out of time while the store kept
 // answering (other round trips, or a ping outside the pool) waited its turn

@@ -96,7 +96,7 @@ func wantsOf(items []Item) wants {
 		if once("tenant", it.TenantID) {
 			w.tenants = append(w.tenants, it.TenantID)
 		}
-		if op.invalid != nil {
+		if op.invalid != nil || op.answered != nil {
 			continue // refused before it is decided: nothing of it is read
 		}
 		if op.Expire != nil && once("expire", it.TenantID) {

@@ -101,9 +101,16 @@ type shard struct {
 }
 
 type pipeCall struct {
-	item  Item
+	item Item
+	// group is a ReserveAll's items (item is then unused), decided in one
+	// batch, all or none. Nil for one request, which costs no slice.
+	group []Item
 	bytes int
-	done  chan OpResult // buffered: the drainer never blocks on it
+	// result (results for a group) is the decision, set before done is
+	// sent on.
+	result  OpResult
+	results []OpResult
+	done    chan struct{} // buffered: the drainer never blocks on it
 	// Guarded by the shard's mutex.
 	taken, abandoned bool
 	// traced is the call as the tracer knows it, nil when its caller
@@ -198,15 +205,49 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	if err := ctx.Err(); err != nil {
 		return OpResult{Err: err}
 	}
-	c := &pipeCall{item: it, bytes: size(it), done: make(chan OpResult, 1)}
+	c := &pipeCall{item: it, bytes: size(it), done: make(chan struct{}, 1)}
+	if err := p.wait(ctx, c, p.shardOf(it.TenantID)); err != nil {
+		return OpResult{Err: err}
+	}
+	return c.result
+}
+
+// doAll queues items as one call, decided in one batch (ReserveAll), and
+// waits for their decisions, or for their turn to run out.
+func (p *Pipeline) doAll(ctx context.Context, items []Item) []OpResult {
+	fail := func(err error) []OpResult {
+		out := make([]OpResult, len(items))
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	c := &pipeCall{group: items, done: make(chan struct{}, 1)}
+	for _, it := range items {
+		c.bytes += size(it)
+	}
+	if err := p.wait(ctx, c, p.shardOf(lowestTenant(items))); err != nil {
+		return fail(err)
+	}
+	return c.results
+}
+
+// wait queues c in sh and waits until it is decided (nil: the caller reads
+// c.result or c.results), or its turn runs out, or ctx ends.
+func (p *Pipeline) wait(ctx context.Context, c *pipeCall, sh *shard) error {
 	if p.tracer != nil {
 		c.traced = p.tracer.Call(ctx)
 	}
-	sh := p.shardOf(it.TenantID)
 	sh.mu.Lock()
 	if len(sh.calls) >= p.maxQueue {
 		sh.mu.Unlock()
-		return OpResult{Err: ErrQueueFull}
+		return ErrQueueFull
 	}
 	sh.calls = append(sh.calls, c)
 	if sh.want > 0 && len(sh.calls) >= sh.want {
@@ -225,8 +266,8 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	defer timer.Stop()
 	timedOut := false
 	select {
-	case r := <-c.done:
-		return r
+	case <-c.done:
+		return nil
 	case <-timer.C:
 		timedOut = true
 	case <-ctx.Done():
@@ -234,19 +275,20 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	sh.mu.Lock()
 	if c.taken {
 		sh.mu.Unlock()
-		return <-c.done // its transaction is running: its outcome is the ledger's
+		<-c.done
+		return nil // its transaction ran: its outcome is the ledger's
 	}
 	c.abandoned = true // before anything slow: no batch may take it now
 	sh.mu.Unlock()
 	if !timedOut {
-		return OpResult{Err: ctx.Err()}
+		return ctx.Err()
 	}
 	err := fmt.Errorf("%w: waited its turn %s while earlier requests were being decided", rule.ErrBusy, p.timeout)
 	if a, ok := p.decider.(answerer); ok && !a.Answering(ctx, queued) {
 		// The batch ahead is stuck because the store hangs.
 		err = fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
-	return OpResult{Err: err}
+	return err
 }
 
 // drain decides the shard's queued requests, batch after batch, until the
@@ -285,9 +327,18 @@ func (p *Pipeline) drain(sh *shard) {
 			continue
 		}
 
-		items := make([]Item, len(batch))
-		for i, c := range batch {
-			items[i] = c.item
+		items := make([]Item, 0, len(batch))
+		group := 0
+		for _, c := range batch {
+			if c.group == nil {
+				items = append(items, c.item)
+				continue
+			}
+			group++ // numbered within the batch
+			for _, it := range c.group {
+				it.Group = group
+				items = append(items, it)
+			}
 		}
 		began := time.Now()
 		base := context.Background()
@@ -302,17 +353,32 @@ func (p *Pipeline) drain(sh *shard) {
 		if tx != nil {
 			tx.end(batch, err)
 		}
-		for i, c := range batch {
-			switch {
-			case err != nil:
-				c.done <- OpResult{Err: err}
-			case i < len(results):
-				c.done <- results[i]
-			default:
-				c.done <- OpResult{Err: errors.New("budget: the decider returned too few results")}
+		i := 0
+		for _, c := range batch {
+			if c.group == nil {
+				c.result = resultAt(results, i, err)
+				i++
+			} else {
+				c.results = make([]OpResult, len(c.group))
+				for j := range c.group {
+					c.results[j] = resultAt(results, i, err)
+					i++
+				}
 			}
+			c.done <- struct{}{}
 		}
 	}
+}
+
+// resultAt is the decision on the i-th item of a batch decided with err.
+func resultAt(results []OpResult, i int, err error) OpResult {
+	switch {
+	case err != nil:
+		return OpResult{Err: err}
+	case i < len(results):
+		return results[i]
+	}
+	return OpResult{Err: errors.New("budget: the decider returned too few results")}
 }
 
 // gatherFor waits, at most wait, until the shard's queue holds answered

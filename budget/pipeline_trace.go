@@ -80,15 +80,23 @@ func (p *Pipeline) startTx(batch []*pipeCall) (context.Context, *txTrace) {
 func (t *txTrace) end(batch []*pipeCall, err error) {
 	f := BatchFigures{Size: len(batch), RoundTrips: t.trips.Load()}
 	tenants := map[string]struct{}{}
-	for _, c := range batch {
-		tenants[c.item.TenantID] = struct{}{}
-		switch op := c.item.Op; {
+	count := func(it Item) {
+		tenants[it.TenantID] = struct{}{}
+		switch op := it.Op; {
 		case op.Reserve != nil:
 			f.Reserves++
 		case op.Expire != nil:
 			f.Expiries++
 		default:
 			f.Ends++
+		}
+	}
+	for _, c := range batch {
+		if c.group == nil {
+			count(c.item)
+		}
+		for _, it := range c.group { // a ReserveAll's
+			count(it)
 		}
 	}
 	f.Tenants = len(tenants)

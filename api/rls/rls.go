@@ -16,7 +16,6 @@ package rls
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -36,7 +35,6 @@ import (
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
 )
 
 // The descriptor entries a call may carry.
@@ -47,26 +45,21 @@ const (
 	EntryPhase     = "phase"      // "request" (default: reserve) or "response" (settle)
 )
 
-// maxHits bounds the cost of one descriptor.
-const maxHits = 1_000_000_000
-
 // Server implements RateLimitServiceServer.
 type Server struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	admitter  *admission.Admitter
-	guard     *credential.Guard
-	estimator *estimator.Estimator // resolves model families (their failure policy)
-	logger    *slog.Logger
-	tracing   *replica.Tracing // nil or off: no trace context is read
-	calls     *prometheus.CounterVec
-	refused   *prometheus.CounterVec
+	admitter *admission.Admitter
+	guard    *credential.Guard
+	tracing  *replica.Tracing // nil or off: no trace context is read
+	calls    *prometheus.CounterVec
+	refused  *prometheus.CounterVec
 }
 
 // New returns a Server on the replica's services; its metrics join the
 // replica's registry.
 func New(rep *replica.Replica) *Server {
 	s := &Server{
-		admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, logger: rep.Logger, tracing: rep.Tracing,
+		admitter: rep.Admitter, guard: rep.Guard, tracing: rep.Tracing,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_rls_calls_total",
 			Help: "ShouldRateLimit calls by phase (request, response) and outcome (ok, over_limit, error).",
@@ -84,71 +77,48 @@ func New(rep *replica.Replica) *Server {
 // (unauthenticated, out_of_scope, throttled, tenant_unknown_or_disabled).
 func (s *Server) Refused(reason string) prometheus.Counter { return s.refused.WithLabelValues(reason) }
 
-// descriptor is one descriptor of a call, read.
-type descriptor struct {
-	tenant, model, requestID string
-	response                 bool
-	negative                 bool
-	hits                     int64
-}
-
-func parse(req *rlsv3.RateLimitRequest) ([]descriptor, error) {
-	if len(req.Descriptors) == 0 {
-		return nil, errors.New("a call needs at least one descriptor")
-	}
+// parse reads a call's descriptors as the use case's Hits, and checks
+// their form (admission.CheckHits).
+func parse(req *rlsv3.RateLimitRequest) ([]admission.Hits, error) {
 	if err := checkEntries(req); err != nil {
 		return nil, err
 	}
-	var out []descriptor
+	out := make([]admission.Hits, 0, len(req.Descriptors))
 	for i, d := range req.Descriptors {
-		var x descriptor
+		var h admission.Hits
 		for _, e := range d.GetEntries() {
 			switch e.GetKey() {
 			case EntryTenant:
-				x.tenant = e.GetValue()
+				h.TenantID = e.GetValue()
 			case EntryModel:
-				x.model = e.GetValue()
+				h.Model = e.GetValue()
 			case EntryRequestID:
-				x.requestID = e.GetValue()
+				h.RequestID = e.GetValue()
 			case EntryPhase:
 				switch e.GetValue() {
 				case "request":
 				case "response":
-					x.response = true
+					h.Phase = admission.HitsResponse
 				default:
 					return nil, errors.New("descriptor " + strconv.Itoa(i) + ": phase must be request or response")
 				}
 			}
 		}
-		if x.tenant == "" {
-			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": a " + EntryTenant + " entry is required")
-		}
-		if x.response && x.requestID == "" {
-			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": phase=response needs a " + EntryRequestID + " entry")
-		}
-		if x.requestID != "" {
-			// It keys the reservation: the domain's rule for idempotency
-			// keys, leaving room for the face's prefix.
-			if problem := rule.IdempotencyKeyProblem(key(x.requestID)); problem != "" {
-				return nil, errors.New("descriptor " + strconv.Itoa(i) + ": " + EntryRequestID + " " + problem + " (" + strconv.Itoa(rule.MaxIdempotencyKey-len(key(""))) + " at most)")
-			}
-		}
-		if len(x.model) > 256 {
-			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": model too long")
-		}
 		// Hits: the descriptor's own, else the call's; an unset call
 		// value means 1, as for Envoy's own service.
-		x.hits = int64(req.GetHitsAddend())
-		if h := d.GetHitsAddend(); h != nil {
-			x.hits = int64(min(h.GetValue(), uint64(math.MaxInt64)))
-		} else if x.hits == 0 {
-			x.hits = 1
+		h.Count = int64(req.GetHitsAddend())
+		if v := d.GetHitsAddend(); v != nil {
+			h.Count = int64(min(v.GetValue(), uint64(math.MaxInt64)))
+		} else if h.Count == 0 {
+			h.Count = 1
 		}
-		if x.hits > maxHits {
-			return nil, errors.New("descriptor " + strconv.Itoa(i) + ": hits above 1000000000")
+		if d.GetIsNegativeHits() {
+			h.Phase = admission.HitsRefund
 		}
-		x.negative = d.GetIsNegativeHits()
-		out = append(out, x)
+		out = append(out, h)
+	}
+	if err := admission.CheckHits(out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -176,19 +146,24 @@ func (s *Server) gatewayOf(ctx context.Context) (credential.Gateway, error) {
 }
 
 // ShouldRateLimit decides a gateway's call: OK (admitted, or settled) or
-// OVER_LIMIT (refused: nothing debited). A caller that is not an
-// authenticated gateway scoped to the tenant gets OVER_LIMIT with no
-// decision. A store failure is a gRPC Unavailable error, so Envoy applies
-// its failure_mode_deny.
+// OVER_LIMIT (refused: nothing debited, for any of its descriptors). A
+// caller that is not an authenticated gateway scoped to the tenant gets
+// OVER_LIMIT with no decision. A store failure is a gRPC Unavailable
+// error, so Envoy applies its failure_mode_deny. The call is one call of
+// the use case (admission.Admitter.DecideHits), whose results are mapped
+// back by index.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
 	if s.tracing.On() {
 		// The caller's trace (Envoy's traceparent metadata): each
 		// decision's span is a child of its span.
 		md, _ := metadata.FromIncomingContext(ctx)
 		ctx = s.tracing.Extract(ctx, metadataCarrier(md))
 	}
-	ds, err := parse(req)
+	hits, err := parse(req)
 	if err != nil {
+		// Counted as every face counts a request it cannot decide.
+		s.admitter.Invalid(admission.FaceRLS, start)
 		s.calls.WithLabelValues("request", "error").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -197,66 +172,64 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	switch {
 	case errors.As(err, &throttled):
 		s.refused.WithLabelValues("throttled").Inc()
-		return overLimit(len(ds), throttled.RetryAfter), nil
+		return overLimit(len(hits), throttled.RetryAfter), nil
 	case errors.Is(err, credential.ErrGatewayInvalid):
 		s.refused.WithLabelValues("unauthenticated").Inc()
-		return overLimit(len(ds), time.Second), nil
+		return overLimit(len(hits), time.Second), nil
 	case err != nil:
 		return nil, status.Error(codes.Unavailable, "the store cannot authenticate the gateway now")
 	}
-	for _, d := range ds {
-		if !gw.May(d.tenant) {
+	for _, h := range hits {
+		if !gw.May(h.TenantID) {
 			s.refused.WithLabelValues("out_of_scope").Inc()
-			return overLimit(len(ds), time.Second), nil
+			return overLimit(len(hits), time.Second), nil
 		}
+	}
+	results, err := s.admitter.DecideHits(ctx, admission.HitsCall{Face: admission.FaceRLS, GatewayID: gw.ID, Actor: "gateway:" + gw.Name,
+		Hits: hits, Start: start})
+	if err != nil {
+		s.calls.WithLabelValues("request", "error").Inc()
+		return nil, status.Error(verdictOf(err).code, err.Error())
 	}
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-	var admitted []admittedAt // to release if a later descriptor is refused
 	var last *rule.Snapshot
 	var exhausted *rule.BudgetExhaustedError // the first descriptor refused by an exhausted window
-	for _, d := range ds {
+	for i, r := range results {
 		phase := "request"
-		if d.response || d.negative {
+		if hits[i].Phase != admission.HitsRequest {
 			phase = "response"
 		}
-		st, snap, rej, err := s.decide(ctx, gw, d)
-		if err != nil {
-			v := verdictOf(err)
-			if v.code == codes.OK {
-				// Denied like a refusal, with nothing decided.
-				s.calls.WithLabelValues(phase, "over_limit").Inc()
-				s.refused.WithLabelValues(v.reason).Inc()
-				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-				resp.Statuses = append(resp.Statuses, statusOf(&rule.RejectedError{RetryAfter: time.Second}, nil, nil))
-				continue
-			}
-			s.calls.WithLabelValues(phase, "error").Inc()
-			s.releaseAll(ctx, gw, admitted)
-			return nil, status.Error(v.code, v.message)
-		}
+		var rej *rule.RejectedError
+		var exh *rule.BudgetExhaustedError
 		switch {
-		case rej != nil:
+		case r.Err == nil, errors.Is(r.Err, rule.ErrWithheld):
+			// Withheld: its own limits admitted it, another descriptor's
+			// refused the call.
+			s.calls.WithLabelValues(phase, "ok").Inc()
+		case errors.As(r.Err, &rej):
 			s.calls.WithLabelValues(phase, "over_limit").Inc()
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-		default:
-			s.calls.WithLabelValues(phase, "ok").Inc()
-			if st.admissionID != "" {
-				admitted = append(admitted, admittedAt{tenant: d.tenant, id: st.admissionID})
+			if errors.As(r.Err, &exh) && exhausted == nil {
+				exhausted = exh
 			}
+		default:
+			v := verdictOf(r.Err)
+			if v.code != codes.OK {
+				s.calls.WithLabelValues(phase, "error").Inc()
+				return nil, status.Error(v.code, v.message)
+			}
+			// Denied like a refusal, with nothing decided.
+			s.calls.WithLabelValues(phase, "over_limit").Inc()
+			s.refused.WithLabelValues(v.reason).Inc()
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.Statuses = append(resp.Statuses, statusOf(&rule.RejectedError{RetryAfter: time.Second}, nil, nil))
+			continue
 		}
-		if snap != nil {
-			last = snap
+		if r.Snapshot != nil {
+			last = r.Snapshot
 		}
-		if st.exhausted != nil && exhausted == nil {
-			exhausted = st.exhausted
-		}
-		resp.Statuses = append(resp.Statuses, statusOf(rej, snap, st.exhausted))
-	}
-	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
-		// A refusal consumes nothing: what this call reserved for its other
-		// descriptors is released.
-		s.releaseAll(ctx, gw, admitted)
+		resp.Statuses = append(resp.Statuses, statusOf(rej, r.Snapshot, exh))
 	}
 	if last != nil {
 		resp.ResponseHeadersToAdd = headers(*last, resp)
@@ -309,96 +282,6 @@ func verdictOf(err error) verdict {
 	// The store cannot decide now: Envoy applies its failure_mode_deny.
 	return verdict{code: codes.Unavailable, message: err.Error()}
 }
-
-type admittedAt struct{ tenant, id string }
-
-// decided is a descriptor's decision: the admission it made, or the
-// exhausted budget window that refused it (beside its *RejectedError).
-type decided struct {
-	admissionID string
-	exhausted   *rule.BudgetExhaustedError
-}
-
-func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor) (decided, *rule.Snapshot, *rule.RejectedError, error) {
-	actor := "gateway:" + gw.Name
-	if d.response || d.negative {
-		// The stream-end call (or a refund): settle the request's
-		// reservation with what it actually used.
-		if d.requestID == "" {
-			return decided{}, nil, nil, nil // nothing names a reservation: nothing to correct
-		}
-		// Found by its request id inside the decision's transaction, which
-		// also checks the gateway: no lookup beside the pipeline.
-		// Its model, if the call names it, is the request's failure policy:
-		// a settle that comes before a local admission's replay is kept.
-		p := budget.SettleParams{TenantID: d.tenant, IdempotencyKey: key(d.requestID), InputTokens: d.hits, Actor: actor, GatewayID: gw.ID,
-			Family: s.family(d.model)}
-		if d.negative {
-			p.InputTokens, p.RefundTokens = 0, d.hits
-		}
-		st, _, err := s.admitter.Settle(ctx, admission.FaceRLS, p)
-		switch {
-		case errors.Is(err, rule.ErrAdmissionNotFound):
-			// Its reservation was refused, or is older than 24 h; or it was
-			// admitted by a replica on its own and is not replayed yet, and
-			// the settle is kept for it (budget.ErrDeferred).
-			return decided{}, nil, nil, nil
-		case errors.Is(err, rule.ErrConflict):
-			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
-		case err != nil:
-			return decided{}, nil, nil, err
-		}
-		if st == nil {
-			return decided{}, nil, nil, nil // journaled during an outage
-		}
-		return decided{}, &st.Snapshot, nil, nil
-	}
-	p := budget.ReserveParams{TenantID: d.tenant, Actor: actor, GatewayID: gw.ID,
-		Estimate: estimator.Estimate{Model: d.model, Family: s.family(d.model), InputTokens: d.hits, Cost: d.hits,
-			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
-	if d.requestID != "" {
-		// The request id keys the reservation: Envoy retrying the call
-		// gets the same one, and the stream-end call finds it.
-		p.IdempotencyKey = key(d.requestID)
-		// A retry is answered OK with the balances now: no answer kept.
-		p.ReplayNow = true
-	}
-	// The descriptor is the request: Envoy retrying it sends the same one.
-	body := []byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10))
-	r, _, err := s.admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS, Body: body})
-	var rej *rule.RejectedError
-	if errors.As(err, &rej) {
-		var exh *rule.BudgetExhaustedError
-		errors.As(err, &exh)
-		return decided{exhausted: exh}, &rej.Snapshot, rej, nil
-	}
-	if err != nil {
-		return decided{}, nil, nil, err
-	}
-	return decided{admissionID: r.AdmissionID}, &r.Snapshot, nil, nil
-}
-
-func (s *Server) releaseAll(ctx context.Context, gw credential.Gateway, admitted []admittedAt) {
-	for _, a := range admitted {
-		if _, _, err := s.admitter.Release(context.WithoutCancel(ctx), admission.FaceRLS, budget.ReleaseParams{TenantID: a.tenant, AdmissionID: a.id, GatewayID: gw.ID,
-			Actor: "gateway:" + gw.Name}); err != nil {
-			s.logger.Warn("release after a refused descriptor", "admission", a.id, "error", err.Error())
-		}
-	}
-}
-
-func (s *Server) family(model string) string {
-	if model == "" {
-		return model
-	}
-	if m, known := s.estimator.Table().Lookup(model); known {
-		return m.Name
-	}
-	return model
-}
-
-// key is the Idempotency-Key under which a gateway's request is reserved.
-func key(requestID string) string { return "rls:" + requestID }
 
 func overLimit(n int, retry time.Duration) *rlsv3.RateLimitResponse {
 	r := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT}

@@ -75,6 +75,27 @@ func setupTraced(t *testing.T, configure func(*pgxpool.Config), tracing *replica
 	t.Cleanup(rep.Close)
 	a := rep.Admitter
 	srv := rls.New(rep)
+	client := serve(t, srv)
+	// One token per 100 s: the service decides on the real clock, and the
+	// tests check balances (the replayed 700 exactly) that 1/s moved in a
+	// second's stall.
+	for _, id := range []string{"acme", "globex", "initech"} {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro / 100}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, secret, err := credential.GatewayCreate(ctx, pool, "envoy-1", []string{"acme", "globex"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{pool: pool, store: store, client: client, srv: srv, reg: reg, gateway: secret,
+		admitter: a, rejections: rejections, est: rep.Estimator}
+}
+
+// serve serves srv on a real TCP listener, as Envoy reaches it, and
+// returns the generated client of go-control-plane.
+func serve(t *testing.T, srv *rls.Server) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,20 +109,7 @@ func setupTraced(t *testing.T, configure func(*pgxpool.Config), tracing *replica
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	// One token per 100 s: the service decides on the real clock, and the
-	// tests check balances (the replayed 700 exactly) that 1/s moved in a
-	// second's stall.
-	for _, id := range []string{"acme", "globex", "initech"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro / 100}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_, secret, err := credential.GatewayCreate(ctx, pool, "envoy-1", []string{"acme", "globex"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &bundle{pool: pool, store: store, client: rlsv3.NewRateLimitServiceClient(conn), srv: srv, reg: reg, gateway: secret,
-		admitter: a, rejections: rejections, est: rep.Estimator}
+	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
 // call asks as Envoy does: descriptors of entries, the gateway credential

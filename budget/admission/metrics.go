@@ -40,6 +40,9 @@ const (
 	OutcomeUnauthorized = "unauthorized"
 	OutcomeCancelled    = "cancelled"
 	OutcomeError        = "error"
+	// OutcomeWithheld: admitted by its own limits, not admitted because
+	// another request of its call was refused (ReserveAll: all or none).
+	OutcomeWithheld = "withheld"
 )
 
 // Outcomes of a settle or release, the values of
@@ -79,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
-			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, invalid, unauthorized, cancelled, error) and the limit that refused.",
+			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, withheld, invalid, unauthorized, cancelled, error) and the limit that refused.",
 		}, []string{"face", "outcome", "limit"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokengate_admission_duration_seconds",
@@ -133,6 +136,8 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 		}
 	case errors.As(err, &tl):
 		outcome, limit = OutcomeTooLarge, string(tl.Limit)
+	case errors.Is(err, rule.ErrWithheld):
+		outcome = OutcomeWithheld
 	case errors.Is(err, budget.ErrEndUserCap):
 		outcome, limit = OutcomeRejected, "end_user_cap"
 	case errors.Is(err, rule.ErrKeyRevoked), errors.Is(err, rule.ErrGatewayRevoked), errors.Is(err, rule.ErrOutOfScope),

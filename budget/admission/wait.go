@@ -141,6 +141,24 @@ func (w *waitQueues) wake(tenantID string) {
 	}
 }
 
+// holdBack sets what p's decision must leave for the callers this replica
+// holds waiting ahead of it: in its tenant's bucket (me is its place among
+// them, nil for none) and in its model's pool (mine its place among the
+// pool's waiters, in myPool). pool is the model's (poolQueues.poolOf).
+func (a *Admitter) holdBack(p *budget.ReserveParams, pool string, me *waiter, mine *poolWaiter, myPool string) {
+	p.HoldbackMicro = a.waiters.ahead(p.TenantID, me)
+	// Backlogged: waiting already, or another caller of the tenant is,
+	// or this replica cannot tell (it has not learnt the model's pool).
+	p.PoolHoldbackMicro, p.PoolBacklogged = 0, mine != nil || pool == "" || a.pools.waiting(pool, p.TenantID)
+	if pool != "" {
+		at := mine
+		if at == nil || myPool != pool {
+			at = a.pools.probe(*p)
+		}
+		p.PoolHoldbackMicro = a.pools.ahead(pool, at)
+	}
+}
+
 // reserveWaiting reserves, and when a limit refuses and the caller asked to
 // wait, waits for exactly the time the limit needs and tries again. The wait
 // is capped by the caller's max_wait and the tenant's max_wait limit; the
@@ -176,17 +194,7 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			wake = a.waiters.wakeup(p.TenantID) // before deciding, so no wake is missed
 			poolWake = a.pools.wakeup(pool)
 		}
-		p.HoldbackMicro = a.waiters.ahead(p.TenantID, me)
-		// Backlogged: waiting already, or another caller of the tenant is,
-		// or this replica cannot tell (it has not learnt the model's pool).
-		p.PoolHoldbackMicro, p.PoolBacklogged = 0, mine != nil || pool == "" || a.pools.waiting(pool, p.TenantID)
-		if pool != "" {
-			at := mine
-			if at == nil || myPool != pool {
-				at = a.pools.probe(p)
-			}
-			p.PoolHoldbackMicro = a.pools.ahead(pool, at)
-		}
+		a.holdBack(&p, pool, me, mine, myPool)
 		r, err := a.pipeline.Reserve(ctx, p)
 		var rej *rule.RejectedError
 		switch {

@@ -174,7 +174,7 @@ func New(cfg Config) (*Replica, error) {
 		},
 		StoreTimeout: cfg.StoreTimeout, MaxWaiters: cfg.MaxWaiters, Pipelines: cfg.Pipelines,
 		Gather: cfg.Gather, Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
-		TracerProvider: cfg.Tracing.TracerProvider(),
+		TracerProvider: cfg.Tracing.TracerProvider(), Estimator: est,
 	})
 	if cfg.EstimateWait <= 0 {
 		cfg.EstimateWait = cfg.StoreTimeout
