@@ -109,6 +109,12 @@ func (u Usage) Check() error {
 	return nil
 }
 
+// ClampTokens is a reported count within the bounds: 0 if negative,
+// MaxTokens if past it. Clamp applies it to a usage's totals; a face that
+// adds a usage up from several reported counts applies it to each first,
+// so that no sum can leave int64.
+func ClampTokens(n int64) int64 { return min(max(n, 0), MaxTokens) }
+
 // Clamp brings a usage an upstream reported within the bounds Check
 // judges, and says whether anything changed. The call already ran, so a
 // reported usage is a fact to charge, not a claim to refuse; but an
@@ -120,7 +126,7 @@ func (u Usage) Check() error {
 // again, so that the parts follow.
 func (u Usage) Clamp() (Usage, bool) {
 	c := u
-	c.Input, c.Output = min(max(u.Input, 0), MaxTokens), min(max(u.Output, 0), MaxTokens)
+	c.Input, c.Output = ClampTokens(u.Input), ClampTokens(u.Output)
 	left := c.Input
 	take := func(n int64) int64 {
 		n = min(max(n, 0), left)
