@@ -145,28 +145,27 @@ func (anthropic) usage(_ route, body []byte) (rule.Usage, bool) {
 // (402), its one documented error for an account that cannot pay for the
 // request: no SDK retries it, which is right for a wait of hours.
 var anthropicShapes = map[code]shape{
-	codeInternal:     {status: http.StatusInternalServerError, typ: "api_error"},
-	codeNotFound:     {status: http.StatusNotFound, typ: "not_found_error", message: "this tokengate proxy serves no Anthropic upstream (--anthropic-upstream)"},
-	codeMethod:       {status: http.StatusMethodNotAllowed, typ: "invalid_request_error"},
-	codeInvalid:      {status: http.StatusBadRequest, typ: "invalid_request_error"},
-	codeBodyTooLarge: {status: http.StatusRequestEntityTooLarge, typ: "request_too_large"},
-	codeBodyTimeout:  {status: http.StatusRequestTimeout, typ: "invalid_request_error"},
-	codeReplayed:     {status: http.StatusConflict, typ: "invalid_request_error", bare: true, noRetry: true},
-	codeKeyMismatch:  {status: http.StatusConflict, typ: "invalid_request_error", bare: true, noRetry: true},
-	codeOtherFace:    {status: http.StatusConflict, typ: "invalid_request_error"},
+	codeNotFound:     {typ: "not_found_error", message: "this tokengate proxy serves no Anthropic upstream (--anthropic-upstream)"},
+	codeBodyTooLarge: {typ: "request_too_large"},
+	codeReplayed:     {typ: "invalid_request_error", bare: true, noRetry: true},
+	codeKeyMismatch:  {typ: "invalid_request_error", bare: true, noRetry: true},
 	codeExhausted:    {status: http.StatusPaymentRequired, typ: "billing_error", prefix: "tokengate: budget_exhausted: "},
-	codeRejected:     {status: http.StatusTooManyRequests, typ: "rate_limit_error"},
-	codeThrottled:    {status: http.StatusTooManyRequests, typ: "rate_limit_error"},
+	codeRejected:     {typ: "rate_limit_error"},
+	codeThrottled:    {typ: "rate_limit_error"},
 	codeTooLarge:     {status: http.StatusBadRequest, typ: "invalid_request_error"},
-	codeBadKey:       {status: http.StatusUnauthorized, typ: "authentication_error", message: "invalid tokengate key"},
-	codeDisabled:     {status: http.StatusForbidden, typ: "permission_error"},
-	codeEndUserCap:   {status: http.StatusTooManyRequests, typ: "rate_limit_error", prefix: "end_user_cap: ", noRetry: true},
-	codeBusy:         {status: http.StatusServiceUnavailable, typ: "overloaded_error", prefix: "tokengate estimator_busy: "},
+	codeBadKey:       {typ: "authentication_error", message: "invalid tokengate key"},
+	codeDisabled:     {typ: "permission_error"},
+	codeEndUserCap:   {typ: "rate_limit_error", prefix: "end_user_cap: ", noRetry: true},
+	codeBusy:         {typ: "overloaded_error", prefix: "tokengate estimator_busy: "},
 	codeUnavailable:  {status: 529, typ: "overloaded_error"},
-	codeUpstream:     {status: http.StatusBadGateway, typ: "api_error"},
+	codeInternal:     {typ: "api_error"},
+	codeUpstream:     {typ: "api_error"},
 }
 
-func (anthropic) shape(c code) shape { return anthropicShapes[c] }
+// shape is c's entry in anthropicShapes, else an invalid_request_error.
+func (anthropic) shape(c code) shape {
+	return shapeIn(anthropicShapes, c, shape{typ: "invalid_request_error"})
+}
 
 // anthropicError is Anthropic's error shape, which its SDKs read.
 type anthropicError struct {

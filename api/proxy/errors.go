@@ -38,9 +38,21 @@ const (
 	codeUpstream                 // the upstream failed or broke off
 )
 
+// statuses is each code's HTTP status, as a wire answers it unless its
+// shape says otherwise.
+var statuses = map[code]int{
+	codeInternal: http.StatusInternalServerError, codeNotFound: http.StatusNotFound, codeMethod: http.StatusMethodNotAllowed,
+	codeInvalid: http.StatusBadRequest, codeBodyTooLarge: http.StatusRequestEntityTooLarge, codeBodyTimeout: http.StatusRequestTimeout,
+	codeReplayed: http.StatusConflict, codeKeyMismatch: http.StatusConflict, codeOtherFace: http.StatusConflict,
+	codeExhausted: http.StatusTooManyRequests, codeRejected: http.StatusTooManyRequests, codeThrottled: http.StatusTooManyRequests,
+	codeTooLarge: http.StatusUnprocessableEntity, codeBadKey: http.StatusUnauthorized, codeDisabled: http.StatusForbidden,
+	codeEndUserCap: http.StatusTooManyRequests, codeBusy: http.StatusServiceUnavailable, codeUnavailable: http.StatusServiceUnavailable,
+	codeUpstream: http.StatusBadGateway,
+}
+
 // shape is how a code looks on a wire.
 type shape struct {
-	status int
+	status int    // 0: the code's (statuses)
 	typ    string // the wire's error type
 	// prefix comes before the message; message, when set, replaces it.
 	prefix, message string
@@ -49,6 +61,14 @@ type shape struct {
 	bare bool
 	// noRetry sets X-Should-Retry: false, which the wire's SDKs honour.
 	noRetry bool
+}
+
+// shapeIn is c's shape in a wire's table, else other.
+func shapeIn(table map[code]shape, c code, other shape) shape {
+	if s, ok := table[c]; ok {
+		return s
+	}
+	return other
 }
 
 // problem is one failure to answer: its code, the request's field at
@@ -72,7 +92,11 @@ func fail(w http.ResponseWriter, d dialect, pr problem) {
 	if s.noRetry {
 		w.Header().Set("X-Should-Retry", "false")
 	}
-	d.writeError(w, s.status, s.typ, param, s.prefix+msg)
+	status := s.status
+	if status == 0 {
+		status = statuses[pr.code]
+	}
+	d.writeError(w, status, s.typ, param, s.prefix+msg)
 }
 
 // requestProblem is the problem of a request its wire cannot read: an

@@ -113,33 +113,73 @@ func (openAI) usage(rt route, body []byte) (rule.Usage, bool) {
 	return v.Usage.usage()
 }
 
+// wireUsage reads the usage objects of the three APIs: Chat
+// Completions' and Completions' names, and the Responses API's.
+type wireUsage struct {
+	PromptTokens            *int64         `json:"prompt_tokens"`
+	CompletionTokens        *int64         `json:"completion_tokens"`
+	InputTokens             *int64         `json:"input_tokens"`
+	OutputTokens            *int64         `json:"output_tokens"`
+	PromptTokensDetails     *openAIDetails `json:"prompt_tokens_details"`
+	InputTokensDetails      *openAIDetails `json:"input_tokens_details"`
+	CompletionTokensDetails *openAIDetails `json:"completion_tokens_details"`
+	OutputTokensDetails     *openAIDetails `json:"output_tokens_details"`
+}
+
+// openAIDetails are the parts of an input (cached) or an output
+// (reasoning).
+type openAIDetails struct {
+	CachedTokens    int64 `json:"cached_tokens"`
+	ReasoningTokens int64 `json:"reasoning_tokens"`
+}
+
+// usage is w as reported (the path clamps it), false when it states no
+// input and output by either API's names.
+func (w *wireUsage) usage() (rule.Usage, bool) {
+	if w == nil {
+		return rule.Usage{}, false
+	}
+	in, out, inParts, outParts := w.PromptTokens, w.CompletionTokens, w.PromptTokensDetails, w.CompletionTokensDetails
+	if in == nil || out == nil {
+		in, out, inParts, outParts = w.InputTokens, w.OutputTokens, w.InputTokensDetails, w.OutputTokensDetails
+	}
+	if in == nil || out == nil {
+		return rule.Usage{}, false
+	}
+	u := rule.Usage{Input: *in, Output: *out}
+	if inParts != nil {
+		u.CacheRead = inParts.CachedTokens
+	}
+	if outParts != nil {
+		u.Reasoning = outParts.ReasoningTokens
+	}
+	return u, true
+}
+
 // openAIShapes is OpenAI's answer to each problem. An exhausted budget
 // window is its own answer to a spent quota, 429 insufficient_quota; a
 // request too large for any limit is a 422, as the HTTP API answers it
-// (OpenAI's SDKs do not retry a 422 any more than a 400).
+// (OpenAI's SDKs do not retry a 422 any more than a 400). Every status is
+// the code's own (statuses).
 var openAIShapes = map[code]shape{
-	codeInternal:     {status: http.StatusInternalServerError, typ: "api_error"},
-	codeNotFound:     {status: http.StatusNotFound, typ: "not_found", message: "tokengate proxies /v1/chat/completions, /v1/responses, /v1/completions and /v1/embeddings"},
-	codeMethod:       {status: http.StatusMethodNotAllowed, typ: "invalid_request_error"},
-	codeInvalid:      {status: http.StatusBadRequest, typ: "invalid_request_error"},
-	codeBodyTooLarge: {status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error"},
-	codeBodyTimeout:  {status: http.StatusRequestTimeout, typ: "invalid_request_error"},
-	codeReplayed:     {status: http.StatusConflict, typ: "invalid_request_error"},
-	codeKeyMismatch:  {status: http.StatusConflict, typ: "invalid_request_error"},
-	codeOtherFace:    {status: http.StatusConflict, typ: "invalid_request_error"},
-	codeExhausted:    {status: http.StatusTooManyRequests, typ: "insufficient_quota", prefix: "tokengate: "},
-	codeRejected:     {status: http.StatusTooManyRequests, typ: "rate_limit_exceeded"},
-	codeThrottled:    {status: http.StatusTooManyRequests, typ: "rate_limit_exceeded"},
-	codeTooLarge:     {status: http.StatusUnprocessableEntity, typ: "request_too_large"},
-	codeBadKey:       {status: http.StatusUnauthorized, typ: "invalid_api_key", message: "incorrect tokengate key"},
-	codeDisabled:     {status: http.StatusForbidden, typ: "permission_denied"},
-	codeEndUserCap:   {status: http.StatusTooManyRequests, typ: "end_user_cap"},
-	codeBusy:         {status: http.StatusServiceUnavailable, typ: "estimator_busy", prefix: "tokengate: "},
-	codeUnavailable:  {status: http.StatusServiceUnavailable, typ: "api_error"},
-	codeUpstream:     {status: http.StatusBadGateway, typ: "api_error"},
+	codeNotFound:    {typ: "not_found", message: "tokengate proxies /v1/chat/completions, /v1/responses, /v1/completions and /v1/embeddings"},
+	codeExhausted:   {typ: "insufficient_quota", prefix: "tokengate: "},
+	codeRejected:    {typ: "rate_limit_exceeded"},
+	codeThrottled:   {typ: "rate_limit_exceeded"},
+	codeTooLarge:    {typ: "request_too_large"},
+	codeBadKey:      {typ: "invalid_api_key", message: "incorrect tokengate key"},
+	codeDisabled:    {typ: "permission_denied"},
+	codeEndUserCap:  {typ: "end_user_cap"},
+	codeBusy:        {typ: "estimator_busy", prefix: "tokengate: "},
+	codeInternal:    {typ: "api_error"},
+	codeUnavailable: {typ: "api_error"},
+	codeUpstream:    {typ: "api_error"},
 }
 
-func (openAI) shape(c code) shape { return openAIShapes[c] }
+// shape is c's entry in openAIShapes, else an invalid_request_error.
+func (openAI) shape(c code) shape {
+	return shapeIn(openAIShapes, c, shape{typ: "invalid_request_error"})
+}
 
 // errorBody is OpenAI's error shape, which its SDKs read.
 type errorBody struct {

@@ -9,56 +9,6 @@ import (
 	"github.com/tokengate/tokengate/estimator"
 )
 
-// wireUsage reads the usage objects of the three APIs.
-type wireUsage struct {
-	PromptTokens        *int64 `json:"prompt_tokens"`
-	CompletionTokens    *int64 `json:"completion_tokens"`
-	InputTokens         *int64 `json:"input_tokens"`
-	OutputTokens        *int64 `json:"output_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-	InputTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"input_tokens_details"`
-	CompletionTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-	} `json:"completion_tokens_details"`
-	OutputTokensDetails *struct {
-		ReasoningTokens int64 `json:"reasoning_tokens"`
-	} `json:"output_tokens_details"`
-}
-
-// usage is w as reported (the path clamps it), false when it states
-// no input and output by either API's names.
-func (w *wireUsage) usage() (rule.Usage, bool) {
-	if w == nil {
-		return rule.Usage{}, false
-	}
-	var u rule.Usage
-	switch {
-	case w.PromptTokens != nil && w.CompletionTokens != nil:
-		u.Input, u.Output = *w.PromptTokens, *w.CompletionTokens
-		if w.PromptTokensDetails != nil {
-			u.CacheRead = w.PromptTokensDetails.CachedTokens
-		}
-		if w.CompletionTokensDetails != nil {
-			u.Reasoning = w.CompletionTokensDetails.ReasoningTokens
-		}
-	case w.InputTokens != nil && w.OutputTokens != nil:
-		u.Input, u.Output = *w.InputTokens, *w.OutputTokens
-		if w.InputTokensDetails != nil {
-			u.CacheRead = w.InputTokensDetails.CachedTokens
-		}
-		if w.OutputTokensDetails != nil {
-			u.Reasoning = w.OutputTokensDetails.ReasoningTokens
-		}
-	default:
-		return rule.Usage{}, false
-	}
-	return u, true
-}
-
 // chunk is what the proxy reads of one streamed event.
 type chunk struct {
 	Type    string `json:"type"` // Responses API events
