@@ -18,6 +18,7 @@ import (
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 )
@@ -30,18 +31,18 @@ type Budget interface {
 	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
 	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
 	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
-	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+	TenantSnapshot(ctx context.Context, tenantID string) (rule.Snapshot, error)
 
 	// Administration.
-	CreateTenant(ctx context.Context, p budget.CreateTenantParams) (budget.Snapshot, error)
-	UpdateLimits(ctx context.Context, p budget.UpdateLimitsParams) (budget.Snapshot, error)
-	SetDisabled(ctx context.Context, p budget.SetDisabledParams) (budget.Snapshot, error)
-	Adjust(ctx context.Context, p budget.AdjustParams) (budget.Snapshot, error)
-	TenantList(ctx context.Context) ([]budget.Snapshot, error)
+	CreateTenant(ctx context.Context, p budget.CreateTenantParams) (rule.Snapshot, error)
+	UpdateLimits(ctx context.Context, p budget.UpdateLimitsParams) (rule.Snapshot, error)
+	SetDisabled(ctx context.Context, p budget.SetDisabledParams) (rule.Snapshot, error)
+	Adjust(ctx context.Context, p budget.AdjustParams) (rule.Snapshot, error)
+	TenantList(ctx context.Context) ([]rule.Snapshot, error)
 	TenantTree(ctx context.Context, tenantID string) (*budget.TreeNode, error)
-	SetModelLimits(ctx context.Context, p budget.SetModelLimitsParams) (budget.ModelSnapshot, error)
+	SetModelLimits(ctx context.Context, p budget.SetModelLimitsParams) (rule.ModelSnapshot, error)
 	RemoveModelLimits(ctx context.Context, tenantID, model, actor string) error
-	ModelLimitsList(ctx context.Context, tenantID string) ([]budget.ModelSnapshot, error)
+	ModelLimitsList(ctx context.Context, tenantID string) ([]rule.ModelSnapshot, error)
 	CreatePool(ctx context.Context, id string, l budget.PoolLimits) error
 	SetPoolLimits(ctx context.Context, id string, l budget.PoolLimits) error
 	RoutePool(ctx context.Context, model, poolID string) error

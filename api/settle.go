@@ -70,7 +70,7 @@ type reasoningDetails struct {
 
 // usageNames are the names a settle body gave a usage's fields, which its
 // 400 names back.
-type usageNames map[rule.UsageField]string
+type usageNames map[string]string
 
 // parseUsage reads a settle's usage and checks it as a claim: the body's
 // form here (a field required, two names of one figure that disagree, a
@@ -190,8 +190,7 @@ func anthropicCache(u *rule.Usage, names usageNames, read, creation *int64, spli
 		return err
 	}
 	u.CacheWrite5m = writes
-	names[rule.FieldCacheWrite5m] = "usage.cache_creation_input_tokens"
-	names[rule.FieldCacheWrite1h] = "usage.cache_creation_input_tokens"
+	names[rule.FieldCacheWrite] = "usage.cache_creation_input_tokens"
 	if split != nil {
 		w5, err := count(split.Ephemeral5m, "usage.cache_creation.ephemeral_5m_input_tokens")
 		if err != nil {

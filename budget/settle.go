@@ -2,7 +2,6 @@ package budget
 
 import (
 	"context"
-	"errors"
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -70,7 +69,7 @@ type SettleParams struct {
 	// Face is the face that ends the admission ("" is FaceAPI): one another
 	// face made is refused (*OtherFaceError), and IdempotencyKey names an
 	// admission in this face's namespace (ReserveParams.Face).
-	Face Face
+	Face rule.Face
 	// Defer, for a settle by IdempotencyKey, is the request's failure
 	// policy as far as the caller knows it: when the key names no
 	// admission and the policy could be local, the settle is kept for the
@@ -91,15 +90,11 @@ func (p SettleParams) Validate() error {
 	}
 	switch {
 	case p.RefundTokens < 0:
-		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
+		return &rule.InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
 	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0 || p.CacheWriteTokens != 0 || p.CacheWrite1hTokens != 0):
-		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
+		return &rule.InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
 	}
-	var ue *rule.UsageError
-	if errors.As(p.Claimed().Check(), &ue) {
-		return &UsageError{Field: usageFields[ue.Field], Reason: ue.Reason, Bound: ue.Bound}
-	}
-	return nil
+	return p.Claimed().Check()
 }
 
 // Claimed is the usage p states, as the caller counted it: the domain
@@ -107,15 +102,6 @@ func (p SettleParams) Validate() error {
 func (p SettleParams) Claimed() rule.Usage {
 	return rule.Usage{Input: p.InputTokens, Output: p.OutputTokens, Reasoning: p.ReasoningTokens,
 		CacheRead: p.CachedInputTokens, CacheWrite5m: p.CacheWriteTokens, CacheWrite1h: p.CacheWrite1hTokens}
-}
-
-// usageFields names a usage's fields as a *UsageError does: OpenAI's
-// names, and Anthropic's for the cache's writes, which OpenAI's usage
-// does not report.
-var usageFields = map[rule.UsageField]string{
-	rule.FieldInput: "prompt_tokens", rule.FieldOutput: "completion_tokens",
-	rule.FieldCacheRead: "prompt_tokens_details.cached_tokens", rule.FieldReasoning: "completion_tokens_details.reasoning_tokens",
-	rule.FieldCacheWrite5m: "cache_creation_input_tokens", rule.FieldCacheWrite1h: "cache_creation_input_tokens",
 }
 
 // Usage is the input and output tokens a settle p charges an admission
@@ -126,7 +112,7 @@ var usageFields = map[rule.UsageField]string{
 // the output. p must be valid (Validate).
 func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out int64) {
 	if p.RefundTokens > 0 {
-		in, _ = sub64(e.Cost, p.RefundTokens)
+		in, _ = rule.Sub64(e.Cost, p.RefundTokens)
 		return max(0, in), 0
 	}
 	in, out = p.InputTokens, p.OutputTokens
@@ -157,9 +143,9 @@ func (p SettleParams) Tokens(e estimator.Estimate) (in, out int64) {
 func nameProblem(admissionID, key string) error {
 	switch {
 	case admissionID == "" && key == "":
-		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
+		return &rule.InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
 	case admissionID != "" && key != "":
-		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
+		return &rule.InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
 	}
 	return nil
 }
@@ -171,7 +157,7 @@ type Settlement struct {
 	// refund (after the capacity cap), negative for an extra charge.
 	DeltaMicro   int64
 	BalanceMicro int64
-	Snapshot     Snapshot
+	Snapshot     rule.Snapshot
 	// Replayed is true when the admission had already ended this way and
 	// the original answer is returned.
 	Replayed bool
@@ -204,7 +190,7 @@ type ReleaseParams struct {
 	GatewayID      string    // as ReserveParams.GatewayID
 	Family         string    // as SettleParams.Family
 	Defer          *Deferral // as SettleParams.Defer
-	Face           Face      // as SettleParams.Face
+	Face           rule.Face // as SettleParams.Face
 }
 
 // Validate returns an *InvalidError when p names its admission neither or

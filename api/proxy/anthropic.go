@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -85,6 +84,7 @@ func (anthropic) request(ctx context.Context, cfg *Config, r *http.Request, body
 		return nil, err
 	}
 	anthropicHeaders(cfg, r, req.Header)
+	req.Header.Set("Content-Type", "application/json") // the body tokengate read, whatever the client said
 	return req, nil
 }
 
@@ -192,16 +192,16 @@ func (anthropic) writeError(w http.ResponseWriter, status int, typ, param, messa
 // rateHeaders sets Anthropic's anthropic-ratelimit headers from the
 // tenant's snapshot: limit, remaining, and the RFC 3339 time the bucket is
 // full again.
-func (anthropic) rateHeaders(h http.Header, snap budget.Snapshot) {
+func (anthropic) rateHeaders(h http.Header, snap rule.Snapshot) {
 	h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
 	h.Set("Anthropic-Ratelimit-Tokens-Remaining", strconv.FormatInt(max(0, snap.Tokens()), 10))
-	if !budget.Never(snap.TokensFullIn) { // no time to promise (budget.NeverRefills)
+	if !rule.Never(snap.TokensFullIn) { // no time to promise (budget.NeverRefills)
 		h.Set("Anthropic-Ratelimit-Tokens-Reset", snap.At.Add(snap.TokensFullIn).UTC().Format(time.RFC3339))
 	}
 	if snap.Limits.RequestsCapacity > 0 {
 		h.Set("Anthropic-Ratelimit-Requests-Limit", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
 		h.Set("Anthropic-Ratelimit-Requests-Remaining", strconv.FormatInt(max(0, snap.Requests()), 10))
-		if !budget.Never(snap.RequestsFullIn) {
+		if !rule.Never(snap.RequestsFullIn) {
 			h.Set("Anthropic-Ratelimit-Requests-Reset", snap.At.Add(snap.RequestsFullIn).UTC().Format(time.RFC3339))
 		}
 	}
@@ -209,8 +209,8 @@ func (anthropic) rateHeaders(h http.Header, snap budget.Snapshot) {
 
 // exhaustedHeaders states a spent token window in Anthropic's token
 // headers too: its cap, what is left of it, and its reset.
-func (anthropic) exhaustedHeaders(h http.Header, exh *budget.BudgetExhaustedError) {
-	if exh.Counts == budget.CountTokens {
+func (anthropic) exhaustedHeaders(h http.Header, exh *rule.BudgetExhaustedError) {
+	if exh.Counts == rule.CountTokens {
 		h.Set("Anthropic-Ratelimit-Tokens-Limit", exh.Decimal(exh.Cap))
 		h.Set("Anthropic-Ratelimit-Tokens-Remaining", exh.Decimal(exh.Remaining()))
 		h.Set("Anthropic-Ratelimit-Tokens-Reset", exh.Resets.UTC().Format(time.RFC3339))

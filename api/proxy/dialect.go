@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -62,11 +61,11 @@ type dialect interface {
 	writeError(w http.ResponseWriter, status int, typ, param, message string)
 	// rateHeaders sets the wire's rate limit headers from the tenant's
 	// snapshot, on an admission and on a refusal.
-	rateHeaders(h http.Header, snap budget.Snapshot)
+	rateHeaders(h http.Header, snap rule.Snapshot)
 	// exhaustedHeaders sets the wire's own headers for an exhausted
 	// budget window, besides the ones every wire sets
 	// (setExhaustedHeaders).
-	exhaustedHeaders(h http.Header, e *budget.BudgetExhaustedError)
+	exhaustedHeaders(h http.Header, e *rule.BudgetExhaustedError)
 }
 
 // route is one endpoint of a wire, as its dialect routed a call.

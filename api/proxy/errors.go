@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -137,12 +138,12 @@ func writeDomainError(w http.ResponseWriter, d dialect, err error) {
 }
 
 func domainProblem(h http.Header, d dialect, err error) problem {
-	var exh *budget.BudgetExhaustedError
-	var rej *budget.RejectedError
-	var tl *budget.TooLargeError
+	var exh *rule.BudgetExhaustedError
+	var rej *rule.RejectedError
+	var tl *rule.TooLargeError
 	var thr *credential.ThrottledError
-	var inv *budget.InvalidError
-	var other *budget.OtherFaceError
+	var inv *rule.InvalidError
+	var other *rule.OtherFaceError
 	switch {
 	case errors.As(err, &inv):
 		return problem{code: codeInvalid, param: inv.Field, message: inv.Reason}
@@ -162,12 +163,12 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 			" limit, which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can"}
 	case errors.As(err, &rej):
 		d.rateHeaders(h, rej.Snapshot)
-		ms := budget.RetryAfterMillis(rej.RetryAfter)
-		h.Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
+		ms := rule.RetryAfterMillis(rej.RetryAfter)
+		h.Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(rej.RetryAfter), 10))
 		h.Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
 		return problem{code: codeRejected, message: "tokengate: rejected by the tenant's " + rej.Named() + " limit; retry after " + strconv.FormatInt(ms, 10) + " ms"}
 	case errors.As(err, &thr):
-		h.Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
+		h.Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(thr.RetryAfter), 10))
 		return problem{code: codeThrottled, message: "too many failed authentications from this address"}
 	case errors.As(err, &tl):
 		// Well formed, but it can never fit the tenant's limits: no SDK
@@ -175,19 +176,19 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 		return problem{code: codeTooLarge, message: tl.Error()}
 	case budget.IsInvalidInput(err):
 		return problem{code: codeInvalid, message: "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)"}
-	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, rule.ErrKeyRevoked):
 		return problem{code: codeBadKey}
-	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
+	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, rule.ErrTenantDisabled):
 		return problem{code: codeDisabled, message: "the tenant is disabled"}
 	case errors.Is(err, budget.ErrEndUserCap):
 		return problem{code: codeEndUserCap, message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
-	case errors.Is(err, budget.ErrIdempotencyMismatch):
+	case errors.Is(err, rule.ErrIdempotencyMismatch):
 		return problem{code: codeKeyMismatch, param: "Idempotency-Key", message: "this Idempotency-Key was used for another request"}
 	case errors.Is(err, estimator.ErrBusy):
 		h.Set("Retry-After", "1")
 		h.Set("Retry-After-Ms", "1000")
 		return problem{code: codeBusy, message: err.Error() + " (or this tenant's share of them), and this request's turn did not come in time; retry shortly"}
-	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
+	case errors.Is(err, rule.ErrUnavailable), errors.Is(err, rule.ErrBusy):
 		h.Set("Retry-After", "1")
 		return problem{code: codeUnavailable, message: "tokengate cannot decide now: " + err.Error()}
 	}

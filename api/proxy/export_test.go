@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -162,8 +161,8 @@ func (toyWire) writeError(w http.ResponseWriter, status int, typ, param, message
 	_ = json.NewEncoder(w).Encode(map[string]any{"toy_error": map[string]string{"kind": typ, "field": param, "words": message}})
 }
 
-func (toyWire) rateHeaders(h http.Header, snap budget.Snapshot) {
+func (toyWire) rateHeaders(h http.Header, snap rule.Snapshot) {
 	h.Set("X-Toy-Left", strconv.FormatInt(snap.Tokens(), 10))
 }
 
-func (toyWire) exhaustedHeaders(http.Header, *budget.BudgetExhaustedError) {}
+func (toyWire) exhaustedHeaders(http.Header, *rule.BudgetExhaustedError) {}

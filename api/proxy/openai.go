@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -205,7 +204,7 @@ func (openAI) writeError(w http.ResponseWriter, status int, typ, param, message 
 }
 
 // rateHeaders sets OpenAI's x-ratelimit headers from a snapshot.
-func (openAI) rateHeaders(h http.Header, snap budget.Snapshot) {
+func (openAI) rateHeaders(h http.Header, snap rule.Snapshot) {
 	for _, rh := range snap.RateHeaders() {
 		h.Set(rh.Name, rh.Value)
 	}
@@ -213,7 +212,7 @@ func (openAI) rateHeaders(h http.Header, snap budget.Snapshot) {
 
 // exhaustedHeaders adds nothing: the window's x-ratelimit headers are
 // every wire's (setExhaustedHeaders).
-func (openAI) exhaustedHeaders(http.Header, *budget.BudgetExhaustedError) {}
+func (openAI) exhaustedHeaders(http.Header, *rule.BudgetExhaustedError) {}
 
 // streamOptions is what the proxy must know of a request's streaming.
 type streamOptions struct{ stream, includeUsage bool }

@@ -100,7 +100,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt rout
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
 		outcome := "refused"
-		if inv := (*budget.InvalidError)(nil); errors.As(err, &inv) {
+		if inv := (*rule.InvalidError)(nil); errors.As(err, &inv) {
 			outcome = "invalid" // counted as an invalid admission by the admission layer
 		}
 		p.calls.WithLabelValues(outcome).Inc()

@@ -17,6 +17,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -33,7 +34,7 @@ func TestToyWireNeedsNoPathChange(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")

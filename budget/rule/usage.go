@@ -6,10 +6,7 @@
 
 package rule
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // MaxTokens is the most tokens any one count of a usage may state (input,
 // output, or any part of them): a thousand times the widest context window
@@ -18,10 +15,6 @@ import (
 // window bounds a settle more tightly (budget.UsageBounds); this bound
 // holds before the model is known.
 const MaxTokens int64 = 1_000_000_000
-
-// ErrUsage is wrapped by *UsageError: a claimed usage no call could have
-// used.
-var ErrUsage = errors.New("rule: usage out of bounds")
 
 // Usage is what one call used, as counted, before any weight: Input is
 // every input token, of which CacheRead were read from the provider's
@@ -39,32 +32,17 @@ type Usage struct {
 	CacheWrite1h int64
 }
 
-// UsageField names a count of a Usage in a *UsageError; each face says it
-// in its own wire's words.
-type UsageField string
-
-// The fields of a Usage, in the order Check judges them.
+// The fields of a Usage as a *UsageError names them: OpenAI's names, and
+// Anthropic's for the cache's writes, which OpenAI's usage does not
+// report. A face whose caller named them otherwise says them in its own
+// words.
 const (
-	FieldCacheRead    UsageField = "cache_read"
-	FieldCacheWrite5m UsageField = "cache_write_5m"
-	FieldCacheWrite1h UsageField = "cache_write_1h"
-	FieldReasoning    UsageField = "reasoning"
-	FieldInput        UsageField = "input"
-	FieldOutput       UsageField = "output"
+	FieldInput      = "prompt_tokens"
+	FieldOutput     = "completion_tokens"
+	FieldCacheRead  = "prompt_tokens_details.cached_tokens"
+	FieldCacheWrite = "cache_creation_input_tokens"
+	FieldReasoning  = "completion_tokens_details.reasoning_tokens"
 )
-
-// UsageError names the count of a claimed usage that is out of bounds and
-// why; Bound is the largest value it could have had.
-type UsageError struct {
-	Field  UsageField
-	Reason string
-	Bound  int64
-}
-
-func (e *UsageError) Error() string { return "rule: usage." + string(e.Field) + ": " + e.Reason }
-
-// Unwrap makes errors.Is(err, ErrUsage) true.
-func (e *UsageError) Unwrap() error { return ErrUsage }
 
 // InBounds says whether n is a token count any usage may state: 0 to
 // MaxTokens. Faces that add a usage up from several counts of their wire
@@ -75,7 +53,7 @@ func InBounds(n int64) bool { return n >= 0 && n <= MaxTokens }
 // answers with.
 var BoundsReason = fmt.Sprintf("must be between 0 and %d", MaxTokens)
 
-// Check returns a *UsageError (ErrUsage) when u is not a usage any call
+// Check returns a *UsageError (ErrUsageOutOfBounds) when u is not a usage any call
 // could have used: a part of the input (the cache's reads and writes) or
 // of the output (reasoning) negative or more than what is left of the
 // count it is part of, or the input or output outside 0..MaxTokens. The
@@ -91,11 +69,11 @@ func (u Usage) Check() error {
 		return &UsageError{Field: FieldCacheRead, Bound: in,
 			Reason: fmt.Sprintf("%d must be between 0 and the %d input tokens it is part of", u.CacheRead, u.Input)}
 	case u.CacheWrite1h < 0 || u.CacheWrite1h > in-u.CacheRead:
-		return &UsageError{Field: FieldCacheWrite1h, Bound: in - u.CacheRead,
+		return &UsageError{Field: FieldCacheWrite, Bound: in - u.CacheRead,
 			Reason: fmt.Sprintf("%d written to the cache for an hour must not be negative nor add up, with %d cache reads, to more than the %d input tokens it is part of",
 				u.CacheWrite1h, u.CacheRead, u.Input)}
 	case u.CacheWrite5m < 0 || u.CacheWrite5m > in-u.CacheRead-u.CacheWrite1h:
-		return &UsageError{Field: FieldCacheWrite5m, Bound: in - u.CacheRead - u.CacheWrite1h,
+		return &UsageError{Field: FieldCacheWrite, Bound: in - u.CacheRead - u.CacheWrite1h,
 			Reason: fmt.Sprintf("%d and %d written to the cache must not be negative nor add up, with %d cache reads, to more than the %d input tokens they are part of",
 				u.CacheWrite5m, u.CacheWrite1h, u.CacheRead, u.Input)}
 	case u.Reasoning < 0 || u.Reasoning > out:

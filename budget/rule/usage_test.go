@@ -15,7 +15,7 @@ func TestUsageCheck(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		u     rule.Usage
-		field rule.UsageField // "": valid
+		field string // "": valid
 		bound int64
 	}{
 		{"zero", rule.Usage{}, "", 0},
@@ -26,10 +26,10 @@ func TestUsageCheck(t *testing.T) {
 		{"output negative", rule.Usage{Output: -1}, rule.FieldOutput, m},
 		{"cache read past input", rule.Usage{Input: 40, CacheRead: 41}, rule.FieldCacheRead, 40},
 		{"cache read negative", rule.Usage{Input: 40, CacheRead: -1}, rule.FieldCacheRead, 40},
-		{"writes past what reads leave", rule.Usage{Input: 100, CacheRead: 60, CacheWrite5m: 41}, rule.FieldCacheWrite5m, 40},
-		{"1h writes past", rule.Usage{Input: 100, CacheRead: 60, CacheWrite1h: 41}, rule.FieldCacheWrite1h, 40},
-		{"both writes past", rule.Usage{Input: 100, CacheRead: 60, CacheWrite5m: 20, CacheWrite1h: 21}, rule.FieldCacheWrite5m, 19},
-		{"5m negative", rule.Usage{Input: 100, CacheWrite5m: -1}, rule.FieldCacheWrite5m, 100},
+		{"writes past what reads leave", rule.Usage{Input: 100, CacheRead: 60, CacheWrite5m: 41}, rule.FieldCacheWrite, 40},
+		{"1h writes past", rule.Usage{Input: 100, CacheRead: 60, CacheWrite1h: 41}, rule.FieldCacheWrite, 40},
+		{"both writes past", rule.Usage{Input: 100, CacheRead: 60, CacheWrite5m: 20, CacheWrite1h: 21}, rule.FieldCacheWrite, 19},
+		{"5m negative", rule.Usage{Input: 100, CacheWrite5m: -1}, rule.FieldCacheWrite, 100},
 		{"reasoning past output", rule.Usage{Output: 25, Reasoning: 26}, rule.FieldReasoning, 25},
 		{"reasoning of a negative output", rule.Usage{Output: -5, Reasoning: 1}, rule.FieldReasoning, 0},
 		// The part is named before the total it is part of.
@@ -40,7 +40,7 @@ func TestUsageCheck(t *testing.T) {
 		switch {
 		case c.field == "" && err != nil:
 			t.Errorf("%s: %v, want valid", c.name, err)
-		case c.field != "" && (!errors.As(err, &ue) || ue.Field != c.field || ue.Bound != c.bound || !errors.Is(err, rule.ErrUsage)):
+		case c.field != "" && (!errors.As(err, &ue) || ue.Field != c.field || ue.Bound != c.bound || !errors.Is(err, rule.ErrUsageOutOfBounds)):
 			t.Errorf("%s: %v (%+v), want a UsageError on %s bounded by %d", c.name, err, ue, c.field, c.bound)
 		}
 	}

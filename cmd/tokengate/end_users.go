@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // endUsersCmd manages a tenant's end users: the policy that gives each of
@@ -127,7 +128,7 @@ func (c endUsersListCmd) Run(ctx context.Context, g *globals) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		snaps := make([]budget.Snapshot, len(list))
+		snaps := make([]rule.Snapshot, len(list))
 		for i, u := range list {
 			snaps[i] = u.Snapshot
 		}

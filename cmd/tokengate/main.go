@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -35,6 +36,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 	"github.com/tokengate/tokengate/web"
@@ -244,7 +246,7 @@ type serveCmd struct {
 	AnthropicKey       string        `name:"anthropic-upstream-key" env:"TOKENGATE_ANTHROPIC_UPSTREAM_KEY" help:"The proxy's x-api-key for --anthropic-upstream (tenants' keys never leave tokengate). Never logged."`
 	CountTokens        string        `name:"anthropic-count-tokens" env:"TOKENGATE_ANTHROPIC_COUNT_TOKENS" enum:"estimate,upstream" default:"estimate" help:"How the proxy answers /v1/messages/count_tokens: estimate (tokengate's estimator, no upstream call) or upstream (Anthropic's own count, the estimate when it cannot answer). Never a debit."`
 	GCPercent          int           `name:"gc-percent" env:"TOKENGATE_GC_PERCENT" default:"400" help:"Go's GOGC for the replica: the heap may grow this many percent over what is live before a collection (GOGC, when set, wins)."`
-	MemoryLimit        int64         `name:"memory-limit" env:"TOKENGATE_MEMORY_LIMIT" default:"67108864" help:"A soft limit of the Go runtime's memory in bytes (default 64 MiB), past which it collects more often; it never refuses memory (GOMEMLIMIT, when set, wins); 0: none. Raise it for a replica whose live heap nears it."`
+	MemoryLimit        int64         `name:"memory-limit" env:"TOKENGATE_MEMORY_LIMIT" default:"67108864" help:"A soft limit, in bytes, of the Go runtime's memory for the replica's work (default 64 MiB), over what it holds at start (the estimator's tables, about 45 MB): past it the collector runs more often; it never refuses memory (GOMEMLIMIT, when set, wins: then it is the whole limit); 0: none."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	// ClockOffset is a fault the soak injects (a replica's clock off the
 	// database's): hidden, since it is for testing, not for operators.
@@ -255,6 +257,9 @@ type serveCmd struct {
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	logger := g.logger()
+	if err := estimator.Load(); err != nil {
+		return err
+	}
 	tuneGC(s.GCPercent, s.MemoryLimit)
 	pool, err := g.pool(ctx, logger, s.MaxConns)
 	if err != nil {
@@ -325,7 +330,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	// admit through one admission layer and authenticate through one guard.
 	rep, err := replica.New(replica.Config{
 		DB: pool, Reads: reads, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
-		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
+		DefaultPolicy: rule.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
 	})
@@ -442,7 +447,7 @@ func (s serveCmd) replicaID() (string, error) {
 // local opens the spool of the local failure policy, when configured.
 func (s serveCmd) local(logger *slog.Logger, id string) (*outage.Local, error) {
 	if s.SpoolDir == "" {
-		if s.OnStoreUnavailable == string(budget.PolicyLocal) {
+		if s.OnStoreUnavailable == string(rule.PolicyLocal) {
 			logger.Warn("--on-store-unavailable=local needs --spool-dir; the local policy acts as reject")
 		}
 		return nil, nil
@@ -491,20 +496,33 @@ func parseCIDRs(list []string) ([]*net.IPNet, error) {
 
 // tuneGC sets the collector's pace unless the environment already did
 // (GOGC, GOMEMLIMIT). A decision allocates what it sends and receives and
-// keeps almost nothing: the live heap is a few MB, so Go's default (a
-// collection each time the heap doubles) collects hundreds of times a
-// second under load, a fifth of the replica's CPU in profiles. Collecting
-// at 5x the live heap cuts that to a quarter; the soft memory limit then
-// keeps the replica's peak near 64 MiB (the HTTP face's live heap is
-// about 25 MB: at 5x it peaked at 139 MB RSS), collecting earlier only
-// once the heap nears it.
+// keeps almost nothing, so Go's default (a collection each time the heap
+// doubles) collects hundreds of times a second under load, a fifth of the
+// replica's CPU in profiles. Collecting at 5x the live heap cuts that to a
+// quarter; the soft memory limit then keeps the replica's peak near its
+// baseline plus limit, collecting earlier only once the heap nears it.
+//
+// The limit is over the baseline, the heap live at start (the estimator's
+// tables, loaded first: about 45 MB for both encodings), not over zero: a
+// 64 MiB limit over the whole heap left some 20 MB for the requests' work,
+// the collector ran every few hundred admissions, and one replica's CPU
+// per admission went from 250 to 1088 us (BENCHMARKS.md, issue 36).
 func tuneGC(percent int, limit int64) {
 	if os.Getenv("GOGC") == "" && percent != 0 {
 		debug.SetGCPercent(percent)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" && limit > 0 {
-		debug.SetMemoryLimit(limit)
+		debug.SetMemoryLimit(limit + baseline())
 	}
+}
+
+// baseline is the heap live right now, after a collection: what the
+// replica holds whatever its load.
+func baseline() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
 
 // serveProfiler serves net/http/pprof on addr, on a listener and mux of its

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,16 @@ import (
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the tests, or, with TOKENGATE_TEST_AS_MAIN=1, runs this
+// binary as tokengate itself, for tests that run the CLI as a user does
+// (the README's round trip).
+func TestMain(m *testing.M) {
+	if os.Getenv(asMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	pgtest.Main(m)
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

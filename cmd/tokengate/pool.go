@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // poolCmd manages upstream capacity pools: one upstream deployment's own
@@ -29,7 +30,7 @@ type poolLimitsFlags struct {
 }
 
 func (f poolLimitsFlags) limits() (budget.PoolLimits, error) {
-	rate, err := budget.ParseRate(f.TokensPerSecond)
+	rate, err := rule.ParseRate(f.TokensPerSecond)
 	if err != nil {
 		return budget.PoolLimits{}, fmt.Errorf("--tokens-per-second: %w", err)
 	}
@@ -57,7 +58,7 @@ func (c poolCreateCmd) Run(ctx context.Context, g *globals) error {
 				return err
 			}
 		}
-		fmt.Fprintf(g.stderr, "created pool %s: %d tokens, refilling %s/s\n", c.ID, l.TokensCapacity, budget.FormatRate(l.TokensRateMicro))
+		fmt.Fprintf(g.stderr, "created pool %s: %d tokens, refilling %s/s\n", c.ID, l.TokensCapacity, rule.FormatRate(l.TokensRateMicro))
 		return nil
 	})
 }
@@ -115,8 +116,8 @@ func (poolListCmd) Run(ctx context.Context, g *globals) error {
 			for _, sh := range p.Shares {
 				total += sh.Served
 			}
-			head := fmt.Sprintf("%s\t%d/%d\t%s\t%s", p.ID, p.TokensMicro/budget.Micro, p.Limits.TokensCapacity,
-				budget.FormatRate(p.Limits.TokensRateMicro), orDash(strings.Join(p.Models, ",")))
+			head := fmt.Sprintf("%s\t%d/%d\t%s\t%s", p.ID, p.TokensMicro/rule.Micro, p.Limits.TokensCapacity,
+				rule.FormatRate(p.Limits.TokensRateMicro), orDash(strings.Join(p.Models, ",")))
 			if len(p.Shares) == 0 {
 				fmt.Fprintf(w, "%s\t-\t-\t-\t-\n", head)
 			}
@@ -144,6 +145,6 @@ type keyPriorityCmd struct {
 
 func (c keyPriorityCmd) Run(ctx context.Context, g *globals) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		return credential.KeySetPriorityRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Key, budget.Priority(c.Priority), c.Actor)
+		return credential.KeySetPriorityRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Key, rule.Priority(c.Priority), c.Actor)
 	})
 }
