@@ -10,6 +10,15 @@
 // if the upstream fails before its first byte, the reservation is released.
 // No path leaves a reservation open.
 //
+// Every wire (OpenAI's, Anthropic's Messages API) takes one path
+// (path.go): authenticate, apply the key's rule, estimate, reserve,
+// forward, relay, settle or release, count. What differs between wires
+// is a dialect (dialect.go): where the key is, how a body is read and
+// estimated, how the upstream is called, how an error looks, how usage is
+// read from an answer and a stream. Failures are mapped once (errors.go)
+// and shaped by the wire. A reported usage is clamped once, at the
+// settle (rule.Usage.Clamp).
+//
 // It is a face: it may import the domain (budget and the packages below
 // it, estimator), never another face.
 package proxy
