@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -22,6 +24,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asMain) == "1" {
 		main()
 		os.Exit(0)
+	}
+	// serve builds the estimator's tables before it answers (seconds under
+	// the race detector): built once here, no test's readiness wait pays it.
+	if err := estimator.Load(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	pgtest.Main(m)
 }
