@@ -2,7 +2,6 @@ package budget
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -81,9 +80,9 @@ type SettleParams struct {
 
 // Validate returns an *InvalidError when p names its admission neither or
 // both ways, or states its usage both ways, and a *UsageError
-// (ErrUsageOutOfBounds) when its cached input tokens are negative or more
-// than its input tokens, or its reasoning tokens negative or more than its
-// output tokens. The decision applies it first; a replica deciding
+// (ErrUsageOutOfBounds) when its usage is no usage a call could have used
+// (rule.Usage.Check: a part of the input or output out of 0..the count it
+// is part of, or a count past rule.MaxTokens). The decision applies it first; a replica deciding
 // without the store (budget/outage) applies it too.
 func (p SettleParams) Validate() error {
 	if err := nameProblem(p.AdmissionID, p.IdempotencyKey); err != nil {
@@ -94,19 +93,15 @@ func (p SettleParams) Validate() error {
 		return &rule.InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
 	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0 || p.CacheWriteTokens != 0 || p.CacheWrite1hTokens != 0):
 		return &rule.InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
-	case p.CachedInputTokens < 0 || p.CachedInputTokens > max(p.InputTokens, 0):
-		return &rule.UsageError{Field: "prompt_tokens_details.cached_tokens", Bound: max(p.InputTokens, 0),
-			Reason: fmt.Sprintf("%d must be between 0 and the %d input tokens it is part of", p.CachedInputTokens, p.InputTokens)}
-	case p.CacheWriteTokens < 0 || p.CacheWrite1hTokens < 0 ||
-		p.CacheWriteTokens > max(p.InputTokens, 0)-p.CachedInputTokens-max(p.CacheWrite1hTokens, 0):
-		return &rule.UsageError{Field: "cache_creation_input_tokens", Bound: max(p.InputTokens, 0) - p.CachedInputTokens,
-			Reason: fmt.Sprintf("%d and %d written to the cache must not be negative nor add up, with %d cache reads, to more than the %d input tokens they are part of",
-				p.CacheWriteTokens, p.CacheWrite1hTokens, p.CachedInputTokens, p.InputTokens)}
-	case p.ReasoningTokens < 0 || p.ReasoningTokens > max(p.OutputTokens, 0):
-		return &rule.UsageError{Field: "completion_tokens_details.reasoning_tokens", Bound: max(p.OutputTokens, 0),
-			Reason: fmt.Sprintf("%d must be between 0 and the %d output tokens it is part of", p.ReasoningTokens, p.OutputTokens)}
 	}
-	return nil
+	return p.Claimed().Check()
+}
+
+// Claimed is the usage p states, as the caller counted it: the domain
+// checks it as a claim (rule.Usage.Check), whatever face it came from.
+func (p SettleParams) Claimed() rule.Usage {
+	return rule.Usage{Input: p.InputTokens, Output: p.OutputTokens, Reasoning: p.ReasoningTokens,
+		CacheRead: p.CachedInputTokens, CacheWrite5m: p.CacheWriteTokens, CacheWrite1h: p.CacheWrite1hTokens}
 }
 
 // Usage is the input and output tokens a settle p charges an admission

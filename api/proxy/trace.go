@@ -31,17 +31,6 @@ const (
 	TracerName = "github.com/tokengate/tokengate/api/proxy"
 )
 
-// operation is a kind's gen_ai.operation.name.
-func (k kind) operation() string {
-	switch k {
-	case completions:
-		return "text_completion"
-	case embeddings:
-		return "embeddings"
-	}
-	return "chat" // chat completions, responses, messages
-}
-
 // withTrace is r with its caller's trace context in its context, while
 // tracing is on.
 func (p *Proxy) withTrace(r *http.Request) *http.Request {
@@ -65,7 +54,7 @@ func (c *call) startUpstream(r, ureq *http.Request, provider string) {
 		return
 	}
 	c.parent = trace.SpanFromContext(r.Context())
-	op := c.kind.operation()
+	op := c.rt.op
 	ctx, span := c.p.tracer.Start(r.Context(), op+" "+c.est.Model, trace.WithSpanKind(trace.SpanKindClient))
 	c.upstream = span
 	if span.IsRecording() {

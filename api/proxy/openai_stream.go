@@ -1,0 +1,153 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// chunk is what the proxy reads of one streamed event.
+type chunk struct {
+	Type    string `json:"type"` // Responses API events
+	Delta   string `json:"delta"`
+	Choices []struct {
+		Index int `json:"index"`
+		Delta struct {
+			Content      string         `json:"content"`
+			Refusal      string         `json:"refusal"`
+			ToolCalls    []toolCallPart `json:"tool_calls"`
+			FunctionCall *functionPart  `json:"function_call"` // the legacy functions API
+		} `json:"delta"`
+		Text string `json:"text"` // completions
+	} `json:"choices"`
+	Usage    *wireUsage `json:"usage"`
+	Response *struct {
+		Usage *wireUsage `json:"usage"`
+	} `json:"response"`
+}
+
+// toolCallPart and functionPart are a streamed tool call's pieces: the
+// model writes its name and arguments as output tokens.
+type toolCallPart struct {
+	Function *functionPart `json:"function"`
+}
+
+type functionPart struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func (f *functionPart) writeTo(sb *strings.Builder) {
+	if f != nil {
+		sb.WriteString(f.Name)
+		sb.WriteString(f.Arguments)
+	}
+}
+
+// responsesOutputDeltas are the Responses API's streamed events whose
+// delta is text the model wrote: its answer, a refusal, a function call's
+// or a custom tool's input, and its reasoning text.
+var responsesOutputDeltas = map[string]bool{
+	"response.output_text.delta": true, "response.refusal.delta": true, "response.function_call_arguments.delta": true,
+	"response.custom_tool_call_input.delta": true, "response.reasoning_text.delta": true, "response.reasoning_summary_text.delta": true,
+}
+
+// openAIStream reads an OpenAI stream: it collects what the model
+// streamed and the usage, and its usage is final at the terminal event
+// ([DONE], response.completed) once the usage came. A stream that ended
+// without its usage (it broke, or the client left) is charged its prompt
+// as estimated and the tokens streamed so far, counted with the model's
+// encoding.
+type openAIStream struct {
+	rt       route
+	est      estimator.Estimate
+	table    *estimator.Table
+	streamed strings.Builder // every output the model wrote (text, refusals, tool calls), in order
+	got      *rule.Usage
+}
+
+func (openAI) stream(rt route, est estimator.Estimate, table *estimator.Table) streamReader {
+	return &openAIStream{rt: rt, est: est, table: table}
+}
+
+func (s *openAIStream) event(data []byte) (forward, final bool) {
+	forward = s.read(data)
+	return forward, s.got != nil && s.terminal(data)
+}
+
+func (s *openAIStream) usage() rule.Usage {
+	if s.got != nil {
+		return *s.got
+	}
+	out := int64(0)
+	if m, _ := s.table.Lookup(s.est.Model); m.Encoding != "" {
+		if n, err := estimator.CountText(m.Encoding, s.streamed.String()); err == nil {
+			out = int64(n)
+		}
+	}
+	return rule.Usage{Input: s.est.InputTokens, Output: out}
+}
+
+// silent is false: an OpenAI stream that ended short is relayed as it
+// ended.
+func (s *openAIStream) silent() bool { return false }
+
+// terminal says whether an event's data ends the stream.
+func (s *openAIStream) terminal(data []byte) bool {
+	if s.rt.api != responses {
+		return bytes.Equal(data, []byte("[DONE]"))
+	}
+	var ev struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return false
+	}
+	return ev.Type == "response.completed" || ev.Type == "response.incomplete" || ev.Type == "response.failed"
+}
+
+// read takes one event's data: it adds its text to streamed, records its
+// usage, and says whether to forward it (not the usage chunk the proxy
+// asked for on its own).
+func (s *openAIStream) read(data []byte) bool {
+	if len(data) == 0 || bytes.Equal(data, []byte("[DONE]")) {
+		return true
+	}
+	var ch chunk
+	if json.Unmarshal(data, &ch) != nil {
+		return true
+	}
+	streamed := &s.streamed
+	switch s.rt.api {
+	case responses:
+		if responsesOutputDeltas[ch.Type] {
+			streamed.WriteString(ch.Delta)
+		}
+		if ch.Response != nil {
+			if u, ok := ch.Response.Usage.usage(); ok {
+				s.got = &u
+			}
+		}
+		return true
+	default:
+		for _, choice := range ch.Choices {
+			streamed.WriteString(choice.Delta.Content)
+			streamed.WriteString(choice.Delta.Refusal)
+			for _, tc := range choice.Delta.ToolCalls {
+				tc.Function.writeTo(streamed)
+			}
+			choice.Delta.FunctionCall.writeTo(streamed)
+			streamed.WriteString(choice.Text)
+		}
+		if u, ok := ch.Usage.usage(); ok {
+			s.got = &u
+			if s.rt.added && len(ch.Choices) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
