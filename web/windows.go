@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/ledger"
 )
 
 // Calendar windows (issue 25) on the dashboard: every window of every
@@ -59,31 +57,27 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []budget.Snapshot, ro
 		byID[s.TenantID] = s
 	}
 	var (
-		spans []ledger.SpanParams
-		v     windowsView
-		ws    []budget.WindowSnapshot
+		v       windowsView
+		ws      []budget.WindowSnapshot
+		ordered []budget.Snapshot
 	)
 	for _, r := range rows {
 		s, ok := byID[r.ID]
 		if !ok {
 			continue
 		}
+		ordered = append(ordered, s)
 		for _, w := range s.Windows {
-			spans = append(spans, ledger.SpanParams{TenantID: s.TenantID, Since: w.Start})
 			ws = append(ws, w)
 			v.Lines = append(v.Lines, windowLine{Tenant: r.ID, Depth: r.Depth, Current: r.Current})
 		}
 	}
-	if len(spans) == 0 {
-		return v, nil
-	}
-	spent, err := ledger.MoneySpent(ctx, d.reads, spans)
-	if err != nil {
+	spend, err := d.admin.WindowSpend(ctx, ordered...)
+	if err != nil || len(ws) == 0 {
 		return v, err
 	}
-	if v.Currency, err = estimator.PriceCurrency(ctx, d.db); err != nil {
-		return v, err
-	}
+	v.Currency = spend.Currency
+	spent := spend.Money
 	for i, w := range ws {
 		amount := func(n int64) string {
 			if w.Counts == budget.CountMoney {
