@@ -36,17 +36,20 @@ var layout = map[string][]string{
 	"budget/credential": {"budget"},
 	"budget/outage":     {"budget", "estimator"},
 	"budget/admission":  {"budget", "budget/outage", "estimator"},
+	// Administration as use cases, one method per admin operation, for
+	// every face; it holds the pools the faces never see.
+	"budget/admin": {"budget", "budget/alert", "budget/credential", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
-	"budget/replica": {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "estimator"},
+	"budget/replica": {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "estimator", "migrations"},
 	// The faces.
-	"api":       {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger", "migrations"},
-	"web":       {"budget", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger"},
+	"api":       {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger"},
+	"web":       {"budget", "budget/admin", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger"},
 	"api/rls":   {"budget", "budget/admission", "budget/credential", "budget/replica", "estimator"},
 	"api/proxy": {"budget", "budget/admission", "budget/credential", "budget/replica", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
@@ -66,6 +69,13 @@ var layout = map[string][]string{
 // them, to check that neither's middleware leaks onto the other: tests are
 // where faces meet.)
 var faces = []string{"api", "api/proxy", "api/rls", "web"}
+
+// faceForbidden is the import outside the module a face's non-test code
+// may not have, nor any package below it: the database driver (pgx,
+// pgxpool). A face reads and changes state through the replica's services
+// (budget/admin for administration), so it holds no pool and writes no SQL
+// of its own.
+const faceForbidden = "github.com/jackc/pgx/v5"
 
 // TestLayout checks every import between the module's packages against
 // the layout, and that no file outside tests imports the test harness.
@@ -99,6 +109,9 @@ func TestLayout(t *testing.T) {
 		test := strings.HasSuffix(path, "_test.go")
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
+			if !test && slices.Contains(faces, pkg) && (p == faceForbidden || strings.HasPrefix(p, faceForbidden+"/")) {
+				t.Errorf("%s: the face %s imports %s (a face holds no pool: it calls the replica's services)", filepath.Join(rel, filepath.Base(path)), pkg, p)
+			}
 			dep, ok := strings.CutPrefix(p, module+"/")
 			if !ok {
 				continue
@@ -130,7 +143,7 @@ func TestLayout(t *testing.T) {
 		read = append(read, p)
 	}
 	sort.Strings(read)
-	for _, must := range []string{"budget", "budget/admission", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
+	for _, must := range []string{"budget", "budget/admin", "budget/admission", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
 		if !seen[must] {
 			t.Errorf("no import of %s was checked (read %v)", must, read)
 		}
