@@ -6,11 +6,9 @@ import "sync"
 // first request that needs each. Building them takes about a second of CPU
 // (o200k_base 1.0-1.6 s, cl100k_base 0.6 s; several times that under the race
 // detector): paid inside a request, it would become that request's latency,
-// and a client timeout would turn it into retries. Tests that time
-// requests call it first. A replica does not call it at start: built that
-// way, one replica's CPU per admission doubled in make bench-compare (141
-// to 301-659 us, BENCHMARKS.md), a cause not understood yet. Calling it
-// again costs nothing.
+// and a client timeout would turn it into retries. `tokengate serve` calls
+// it before it serves, and tests that time requests call it first. Calling
+// it again costs nothing.
 func Load() error {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -50,20 +51,33 @@ func parseCIDRs(list []string) ([]*net.IPNet, error) {
 
 // tuneGC sets the collector's pace unless the environment already did
 // (GOGC, GOMEMLIMIT). A decision allocates what it sends and receives and
-// keeps almost nothing: the live heap is a few MB, so Go's default (a
-// collection each time the heap doubles) collects hundreds of times a
-// second under load, a fifth of the replica's CPU in profiles. Collecting
-// at 5x the live heap cuts that to a quarter; the soft memory limit then
-// keeps the replica's peak near 64 MiB (the HTTP face's live heap is
-// about 25 MB: at 5x it peaked at 139 MB RSS), collecting earlier only
-// once the heap nears it.
+// keeps almost nothing, so Go's default (a collection each time the heap
+// doubles) collects hundreds of times a second under load, a fifth of the
+// replica's CPU in profiles. Collecting at 5x the live heap cuts that to a
+// quarter; the soft memory limit then keeps the replica's peak near its
+// baseline plus limit, collecting earlier only once the heap nears it.
+//
+// The limit is over the baseline, the heap live at start (the estimator's
+// tables, loaded first: about 45 MB for both encodings), not over zero: a
+// 64 MiB limit over the whole heap left some 20 MB for the requests' work,
+// the collector ran every few hundred admissions, and one replica's CPU
+// per admission went from 250 to 1088 us (BENCHMARKS.md, issue 36).
 func tuneGC(percent int, limit int64) {
 	if os.Getenv("GOGC") == "" && percent != 0 {
 		debug.SetGCPercent(percent)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" && limit > 0 {
-		debug.SetMemoryLimit(limit)
+		debug.SetMemoryLimit(limit + baseline())
 	}
+}
+
+// baseline is the heap live right now, after a collection: what the
+// replica holds whatever its load.
+func baseline() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
 
 // serveProfiler serves net/http/pprof on addr, on a listener and mux of its

@@ -56,7 +56,7 @@ type serveCmd struct {
 	AnthropicKey       string        `name:"anthropic-upstream-key" env:"TOKENGATE_ANTHROPIC_UPSTREAM_KEY" help:"The proxy's x-api-key for --anthropic-upstream (tenants' keys never leave tokengate). Never logged."`
 	CountTokens        string        `name:"anthropic-count-tokens" env:"TOKENGATE_ANTHROPIC_COUNT_TOKENS" enum:"estimate,upstream" default:"estimate" help:"How the proxy answers /v1/messages/count_tokens: estimate (tokengate's estimator, no upstream call) or upstream (Anthropic's own count, the estimate when it cannot answer). Never a debit."`
 	GCPercent          int           `name:"gc-percent" env:"TOKENGATE_GC_PERCENT" default:"400" help:"Go's GOGC for the replica: the heap may grow this many percent over what is live before a collection (GOGC, when set, wins)."`
-	MemoryLimit        int64         `name:"memory-limit" env:"TOKENGATE_MEMORY_LIMIT" default:"67108864" help:"A soft limit of the Go runtime's memory in bytes (default 64 MiB), past which it collects more often; it never refuses memory (GOMEMLIMIT, when set, wins); 0: none. Raise it for a replica whose live heap nears it."`
+	MemoryLimit        int64         `name:"memory-limit" env:"TOKENGATE_MEMORY_LIMIT" default:"67108864" help:"A soft limit, in bytes, of the Go runtime's memory for the replica's work (default 64 MiB), over what it holds at start (the estimator's tables, about 45 MB): past it the collector runs more often; it never refuses memory (GOMEMLIMIT, when set, wins: then it is the whole limit); 0: none."`
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	// ClockOffset is a fault the soak injects (a replica's clock off the
 	// database's): hidden, since it is for testing, not for operators.
@@ -67,6 +67,9 @@ type serveCmd struct {
 
 func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	logger := g.logger()
+	if err := estimator.Load(); err != nil {
+		return err
+	}
 	tuneGC(s.GCPercent, s.MemoryLimit)
 	pool, err := g.pool(ctx, logger, s.MaxConns)
 	if err != nil {
