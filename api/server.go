@@ -14,7 +14,6 @@ import (
 
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/admission"
-	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
@@ -61,7 +60,6 @@ type Server struct {
 	admin     *admin.Service
 	admitter  *admission.Admitter
 	guard     *credential.Guard
-	alerts    *alert.Store
 	tracing   *replica.Tracing // nil or off: no trace context is read
 }
 
@@ -95,7 +93,6 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 		admin:     rep.Admin,
 		admitter:  rep.Admitter,
 		guard:     rep.Guard,
-		alerts:    rep.Alerts,
 		tracing:   rep.Tracing,
 	}
 	s.metrics = newHTTPMetrics(rep.Registry)
