@@ -146,25 +146,24 @@ func (g *globals) withPool(ctx context.Context, fn func(*pgxpool.Pool) error) er
 // withAdmin runs fn with the admin service on a small pool, for the
 // one-shot commands: they make the calls the API and the dashboard make.
 func (g *globals) withAdmin(ctx context.Context, fn func(*admin.Service) error) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		svc, err := admin.New(admin.Config{DB: pool, Logger: g.logger()})
-		if err != nil {
-			return err
-		}
-		return fn(svc)
-	})
+	return g.withPool(ctx, g.adminOn(fn))
 }
 
 // withReadAdmin is withAdmin on --read-database-url when it is set, for
 // the one-shot commands that only read what may lag (the drift report).
 func (g *globals) withReadAdmin(ctx context.Context, fn func(*admin.Service) error) error {
-	return g.withReadPool(ctx, func(pool *pgxpool.Pool) error {
+	return g.withReadPool(ctx, g.adminOn(fn))
+}
+
+// adminOn runs fn with the admin service on the pool it is given.
+func (g *globals) adminOn(fn func(*admin.Service) error) func(*pgxpool.Pool) error {
+	return func(pool *pgxpool.Pool) error {
 		svc, err := admin.New(admin.Config{DB: pool, Logger: g.logger()})
 		if err != nil {
 			return err
 		}
 		return fn(svc)
-	})
+	}
 }
 
 // withReadPool is withPool on --read-database-url when it is set: for
