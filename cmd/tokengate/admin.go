@@ -343,9 +343,6 @@ type keyListCmd struct {
 
 func (c keyListCmd) Run(ctx context.Context, g *globals) error {
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		if _, err := svc.Tenant(ctx, c.Tenant); err != nil {
-			return err
-		}
 		keys, err := svc.KeyList(ctx, c.Tenant)
 		if err != nil {
 			return err
