@@ -10,11 +10,6 @@ import (
 	"github.com/tokengate/tokengate/budget/credential"
 )
 
-func (s *Server) tenantMustExist(c *echo.Context) error {
-	_, err := s.admin.Tenant(c.Request().Context(), c.Param("id"))
-	return err
-}
-
 func (s *Server) adminKeyList(c *echo.Context) error {
 	keys, err := s.admin.KeyList(c.Request().Context(), c.Param("id"))
 	if err != nil {
