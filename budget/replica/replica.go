@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -109,6 +110,7 @@ type Replica struct {
 	reads *Reads
 	// schema checks that the database's schema is this binary's (Ready).
 	schema *migrations.Migrator
+	closed sync.Once
 	// Lag measures how far Reads is behind DB: nil when Reads is DB. The
 	// caller runs its Check periodically.
 	Lag        *Lag
@@ -233,11 +235,13 @@ func registerGate(reg prometheus.Registerer, g *estimator.Gate) {
 
 // Close waits for the guard's background writes and closes the store's
 // probe connection and the schema check's handle. The pool belongs to the
-// caller.
+// caller. Closing again does nothing.
 func (r *Replica) Close() {
-	r.Guard.Close()
-	r.Store.Close()
-	_ = r.schema.Close()
+	r.closed.Do(func() {
+		r.Guard.Close()
+		r.Store.Close()
+		_ = r.schema.Close()
+	})
 }
 
 // ErrUnreachable: Ready could not reach the database.
