@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 const ctxAdmin = "tokengate.admin"
@@ -91,42 +92,42 @@ type limitsPatch struct {
 	// (null or [] enforces every limit).
 	Shadow json.RawMessage `json:"shadow"`
 	// Windows replaces the tenant's calendar windows (null or [] removes
-	// them): budget.WindowJSON each.
+	// them): rule.WindowJSON each.
 	Windows json.RawMessage `json:"windows"`
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-func rateChange(raw json.RawMessage, field string) (budget.Change[int64], error) {
+func rateChange(raw json.RawMessage, field string) (rule.Change[int64], error) {
 	switch {
 	case raw == nil:
-		return budget.Change[int64]{}, nil
+		return rule.Change[int64]{}, nil
 	case isNull(raw):
-		return budget.Unset[int64](), nil
+		return rule.Unset[int64](), nil
 	}
 	text := string(bytes.TrimSpace(raw))
 	if len(text) >= 2 && text[0] == '"' && text[len(text)-1] == '"' {
 		text = text[1 : len(text)-1]
 	}
-	v, err := budget.ParseRate(text)
+	v, err := rule.ParseRate(text)
 	if err != nil {
-		return budget.Change[int64]{}, invalid(field, "must be a non-negative decimal with at most 6 places, or null")
+		return rule.Change[int64]{}, invalid(field, "must be a non-negative decimal with at most 6 places, or null")
 	}
-	return budget.Set(v), nil
+	return rule.Set(v), nil
 }
 
-func intChange(raw json.RawMessage, field string) (budget.Change[int64], error) {
+func intChange(raw json.RawMessage, field string) (rule.Change[int64], error) {
 	switch {
 	case raw == nil:
-		return budget.Change[int64]{}, nil
+		return rule.Change[int64]{}, nil
 	case isNull(raw):
-		return budget.Unset[int64](), nil
+		return rule.Unset[int64](), nil
 	}
 	v, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
 	if err != nil {
-		return budget.Change[int64]{}, invalid(field, "must be an integer or null")
+		return rule.Change[int64]{}, invalid(field, "must be an integer or null")
 	}
-	return budget.Set(v), nil
+	return rule.Set(v), nil
 }
 
 func rateField(raw json.RawMessage, field string, dst *int64) error {
@@ -138,7 +139,7 @@ func rateField(raw json.RawMessage, field string, dst *int64) error {
 		return nil
 	}
 	text := strings.Trim(string(bytes.TrimSpace(raw)), `"`)
-	v, err := budget.ParseRate(text)
+	v, err := rule.ParseRate(text)
 	if err != nil {
 		return invalid(field, "must be a non-negative decimal with at most 6 places")
 	}
@@ -146,29 +147,29 @@ func rateField(raw json.RawMessage, field string, dst *int64) error {
 	return nil
 }
 
-func stringField[T ~string](raw json.RawMessage, field, want string) (budget.Change[T], error) {
+func stringField[T ~string](raw json.RawMessage, field, want string) (rule.Change[T], error) {
 	switch {
 	case raw == nil:
-		return budget.Change[T]{}, nil
+		return rule.Change[T]{}, nil
 	case isNull(raw):
-		return budget.Unset[T](), nil
+		return rule.Unset[T](), nil
 	}
 	var v string
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return budget.Change[T]{}, invalid(field, want)
+		return rule.Change[T]{}, invalid(field, want)
 	}
-	return budget.Set(T(v)), nil
+	return rule.Set(T(v)), nil
 }
 
-// patch turns the client's fields into a budget.LimitsPatch, checked: each
+// patch turns the client's fields into a rule.LimitsPatch, checked: each
 // bad field is a 400 naming it.
-func (p *limitsPatch) patch() (budget.LimitsPatch, error) {
-	var out budget.LimitsPatch
+func (p *limitsPatch) patch() (rule.LimitsPatch, error) {
+	var out rule.LimitsPatch
 	var err error
 	for _, f := range []struct {
 		raw  json.RawMessage
 		name string
-		dst  *budget.Change[int64]
+		dst  *rule.Change[int64]
 		rate bool
 	}{
 		{p.TokensCapacity, "tokens_capacity", &out.TokensCapacity, false},
@@ -189,43 +190,43 @@ func (p *limitsPatch) patch() (budget.LimitsPatch, error) {
 			return out, err
 		}
 	}
-	if out.Period, err = stringField[budget.Period](p.Period, "period", `must be "day", "month" or null`); err != nil {
+	if out.Period, err = stringField[rule.Period](p.Period, "period", `must be "day", "month" or null`); err != nil {
 		return out, err
 	}
-	if out.OnStoreUnavailable, err = stringField[budget.Policy](p.OnStoreUnavailable, "on_store_unavailable", `must be "reject", "local" or null`); err != nil {
+	if out.OnStoreUnavailable, err = stringField[rule.Policy](p.OnStoreUnavailable, "on_store_unavailable", `must be "reject", "local" or null`); err != nil {
 		return out, err
 	}
 	switch {
 	case p.Shadow == nil:
 	case isNull(p.Shadow):
-		out.Shadow = budget.Unset[budget.LimitSet]()
+		out.Shadow = rule.Unset[rule.LimitSet]()
 	default:
 		var names []string
 		if err := json.Unmarshal(p.Shadow, &names); err != nil {
 			return out, invalid("shadow", "must be a list of limit names, or null")
 		}
-		set, err := budget.ParseLimitSet("shadow", names)
+		set, err := rule.ParseLimitSet("shadow", names)
 		if err != nil {
 			return out, err
 		}
-		out.Shadow = budget.Set(set)
+		out.Shadow = rule.Set(set)
 	}
 	switch {
 	case p.Windows == nil:
 	case isNull(p.Windows):
-		out.Windows = budget.Unset[[]budget.WindowLimit]()
+		out.Windows = rule.Unset[[]rule.WindowLimit]()
 	default:
-		var js []budget.WindowJSON
+		var js []rule.WindowJSON
 		dec := json.NewDecoder(bytes.NewReader(p.Windows))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&js); err != nil {
 			return out, invalid("windows", "must be a list of windows: {name, unit, time_zone, reset_at, week_start, tokens or money, overage_percent, thresholds}")
 		}
-		ws, err := budget.ParseWindows(js)
+		ws, err := rule.ParseWindows(js)
 		if err != nil {
 			return out, err
 		}
-		out.Windows = budget.Set(ws)
+		out.Windows = rule.Set(ws)
 	}
 	return out, out.Check()
 }
@@ -260,9 +261,9 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	l := patch.Apply(budget.Limits{})
+	l := patch.Apply(rule.Limits{})
 	snap, err := s.admin.TenantCreate(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
-	if errors.Is(err, budget.ErrTenantExists) {
+	if errors.Is(err, rule.ErrTenantExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a tenant with this id exists"}
 	}
 	if err != nil {
@@ -391,15 +392,15 @@ type modelLimitsJSON struct {
 	At time.Time `json:"at"`
 }
 
-func modelLimitsOf(m budget.ModelSnapshot) modelLimitsJSON {
+func modelLimitsOf(m rule.ModelSnapshot) modelLimitsJSON {
 	l := m.Limits
 	out := modelLimitsJSON{Tenant: m.TenantID, Model: l.Model, Shadow: l.Shadow.Strings(), At: m.At}
 	if l.InputCapacity > 0 {
-		rate, bal := json.Number(budget.FormatRate(l.InputRateMicro)), json.Number(formatMicro(m.InputMicro))
+		rate, bal := json.Number(rule.FormatRate(l.InputRateMicro)), json.Number(formatMicro(m.InputMicro))
 		out.InputTokensCapacity, out.InputTokensPerSecond, out.Balances.InputTokens = &l.InputCapacity, &rate, &bal
 	}
 	if l.OutputCapacity > 0 {
-		rate, bal := json.Number(budget.FormatRate(l.OutputRateMicro)), json.Number(formatMicro(m.OutputMicro))
+		rate, bal := json.Number(rule.FormatRate(l.OutputRateMicro)), json.Number(formatMicro(m.OutputMicro))
 		out.OutputTokensCapacity, out.OutputTokensPerSecond, out.Balances.OutputTokens = &l.OutputCapacity, &rate, &bal
 	}
 	return out
@@ -432,7 +433,7 @@ func (s *Server) adminModelLimitsPut(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	l := budget.ModelLimits{Model: in.Model, InputCapacity: in.InputTokensCapacity, OutputCapacity: in.OutputTokensCapacity}
+	l := rule.ModelLimits{Model: in.Model, InputCapacity: in.InputTokensCapacity, OutputCapacity: in.OutputTokensCapacity}
 	if err := rateField(in.InputTokensPerSecond, "input_tokens_per_second", &l.InputRateMicro); err != nil {
 		return err
 	}
@@ -440,7 +441,7 @@ func (s *Server) adminModelLimitsPut(c *echo.Context) error {
 		return err
 	}
 	var err error
-	if l.Shadow, err = budget.ParseLimitSet("shadow", in.Shadow); err != nil {
+	if l.Shadow, err = rule.ParseLimitSet("shadow", in.Shadow); err != nil {
 		return err
 	}
 	snap, err := s.admin.ModelLimitsSet(c.Request().Context(), budget.SetModelLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})

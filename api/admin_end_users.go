@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // endUserPolicyJSON is a tenant's end-user policy as the admin API shows
@@ -39,7 +40,7 @@ func endUserPolicyOf(p *budget.EndUserPolicy) endUserPolicyJSON {
 // (template.tokens_capacity).
 func prefixField(err error, prefix string) error {
 	var e *Error
-	var le *budget.LimitError
+	var le *rule.LimitError
 	switch {
 	case errors.As(err, &e) && e.Field != "":
 		e.Field = prefix + e.Field
@@ -84,7 +85,7 @@ func (s *Server) adminEndUserPolicyPut(c *echo.Context) error {
 		return prefixField(err, "template.")
 	}
 	p := budget.EndUserPolicyParams{TenantID: c.Param("id"), Source: budget.EndUserSource(*in.Source),
-		Template: patch.Apply(budget.Limits{}), MaxEndUsers: int(*in.MaxEndUsers), IdleTTL: time.Duration(*in.IdleTTLS) * time.Second,
+		Template: patch.Apply(rule.Limits{}), MaxEndUsers: int(*in.MaxEndUsers), IdleTTL: time.Duration(*in.IdleTTLS) * time.Second,
 		Actor: actorOf(c)}
 	if in.Header != nil {
 		p.Header = *in.Header

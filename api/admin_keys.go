@@ -6,8 +6,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 func (s *Server) adminKeyList(c *echo.Context) error {
@@ -21,7 +21,7 @@ func (s *Server) adminKeyList(c *echo.Context) error {
 func (s *Server) adminKeyCreate(c *echo.Context) error {
 	k, secret, err := s.admin.KeyCreate(c.Request().Context(), c.Param("id"), actorOf(c))
 	if errors.Is(err, credential.ErrTenantNotFound) {
-		return budget.ErrTenantNotFound
+		return rule.ErrTenantNotFound
 	}
 	if err != nil {
 		return err
@@ -54,7 +54,7 @@ func (s *Server) adminKeyPatch(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	err := s.admin.KeySetPriority(c.Request().Context(), c.Param("id"), c.Param("key"), budget.Priority(in.Priority), actorOf(c))
+	err := s.admin.KeySetPriority(c.Request().Context(), c.Param("id"), c.Param("key"), rule.Priority(in.Priority), actorOf(c))
 	switch {
 	case errors.Is(err, credential.ErrBadPriority):
 		return invalid("priority", `must be "critical", "standard" or "sheddable"`)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -125,14 +125,14 @@ func (s *Server) saveModel(c *echo.Context, m estimator.Model, create bool) erro
 }
 
 func modelOf(m estimator.Model) modelJSON {
-	j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(budget.FormatRate(m.InputWeightMicro)),
-		OutputWeight: json.Number(budget.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
+	j := modelJSON{Name: m.Name, Encoding: m.Encoding, InputWeight: json.Number(rule.FormatRate(m.InputWeightMicro)),
+		OutputWeight: json.Number(rule.FormatRate(m.OutputWeightMicro)), DefaultOutputTokens: m.DefaultOutputTokens,
 		ContextWindow: m.ContextWindow, PartTokens: m.PartTokens, OnStoreUnavailable: m.OnStoreUnavailable}
 	optional := func(micro int64) *json.Number {
 		if micro <= 0 {
 			return nil
 		}
-		w := json.Number(budget.FormatRate(micro))
+		w := json.Number(rule.FormatRate(micro))
 		return &w
 	}
 	j.CachedInputWeight = optional(m.CachedInputWeightMicro)

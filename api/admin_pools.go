@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // poolJSON is an upstream capacity pool: its bucket, the models that draw
@@ -33,7 +34,7 @@ type shareJSON struct {
 }
 
 func poolOf(p budget.PoolSnapshot) poolJSON {
-	out := poolJSON{ID: p.ID, TokensCapacity: p.Limits.TokensCapacity, TokensPerSecond: json.Number(budget.FormatRate(p.Limits.TokensRateMicro)),
+	out := poolJSON{ID: p.ID, TokensCapacity: p.Limits.TokensCapacity, TokensPerSecond: json.Number(rule.FormatRate(p.Limits.TokensRateMicro)),
 		Tokens: json.Number(formatMicro(p.TokensMicro)), Models: p.Models, Shares: []shareJSON{}, At: p.At}
 	if out.Models == nil {
 		out.Models = []string{}

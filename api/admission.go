@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -43,7 +44,7 @@ func estimateOf(e estimator.Estimate) estimateJSON {
 	return estimateJSON{InputTokens: e.InputTokens, OutputTokens: e.OutputTokens, Cost: e.Cost, Approximate: e.Approximate}
 }
 
-func remainingOf(s budget.Snapshot) remainingJSON {
+func remainingOf(s rule.Snapshot) remainingJSON {
 	r := remainingJSON{Tokens: s.Tokens()}
 	if s.Limits.RequestsCapacity > 0 {
 		n := s.Requests()
@@ -57,7 +58,7 @@ func remainingOf(s budget.Snapshot) remainingJSON {
 }
 
 // idempotencyKey is the Idempotency-Key header, sent at most once. Its
-// form is the domain's rule (budget.IdempotencyKeyProblem), which the
+// form is the domain's rule (rule.IdempotencyKeyProblem), which the
 // admission layer applies to every face.
 func idempotencyKey(r *http.Request) (string, error) {
 	values := r.Header.Values("Idempotency-Key")
@@ -145,7 +146,7 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
 	if err != nil {
-		exh, rej := (*budget.BudgetExhaustedError)(nil), (*budget.RejectedError)(nil)
+		exh, rej := (*rule.BudgetExhaustedError)(nil), (*rule.RejectedError)(nil)
 		switch {
 		case errors.As(err, &exh):
 			// The headers of the window that bound, never the bucket's.

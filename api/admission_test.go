@@ -20,6 +20,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -80,7 +81,7 @@ func setupAPI(t testing.TB, configure func(*testConfig)) *apiBundle {
 }
 
 // tenant creates a tenant and returns a key for it.
-func (b *apiBundle) tenant(t testing.TB, id string, l budget.Limits) string {
+func (b *apiBundle) tenant(t testing.TB, id string, l rule.Limits) string {
 	t.Helper()
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
@@ -157,12 +158,12 @@ type admitted struct {
 	} `json:"remaining"`
 }
 
-func lim(capacity int64, perSecond string) budget.Limits {
-	rate, err := budget.ParseRate(perSecond)
+func lim(capacity int64, perSecond string) rule.Limits {
+	rate, err := rule.ParseRate(perSecond)
 	if err != nil {
 		panic(err)
 	}
-	return budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
+	return rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
 }
 
 func TestAdmitSettleReadBudgetRoundTrip(t *testing.T) {
@@ -243,7 +244,7 @@ func TestAdmitSettleReadBudgetRoundTrip(t *testing.T) {
 	if res.Code != http.StatusOK || bud.Tenant != "acme" || bud.Balances.OpenReservations != 0 {
 		t.Fatalf("budget: %d %s", res.Code, res.Body)
 	}
-	if micro, seq := b.balance(t, "acme"); seq != 3 || micro < 9945*budget.Micro {
+	if micro, seq := b.balance(t, "acme"); seq != 3 || micro < 9945*rule.Micro {
 		t.Fatalf("stored balance %d after %d entries", micro, seq)
 	}
 }

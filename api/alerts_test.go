@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Alerts over HTTP: endpoints (secret shown once, https only), rules of
@@ -18,7 +18,7 @@ func TestAlertsOverHTTP(t *testing.T) {
 	b := setupAPI(t, func(c *testConfig) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(t, "ops")
 	l := lim(1_000_000, "1000")
-	l.PeriodBudget, l.Period = 1000, budget.PeriodDay
+	l.PeriodBudget, l.Period = 1000, rule.PeriodDay
 	key := b.tenant(t, "acme", l)
 
 	for body, field := range map[string]string{

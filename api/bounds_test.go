@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -85,8 +85,8 @@ func TestSettleHeavyModelOverHTTP(t *testing.T) {
 	if r.Code != http.StatusOK {
 		t.Fatalf("settle at the window: %d %s", r.Code, r.Body)
 	}
-	if after, _ := b.balance(t, "acme"); after != -capacity*budget.Micro {
-		t.Fatalf("balance %d, want the debt floor %d", after, -capacity*budget.Micro)
+	if after, _ := b.balance(t, "acme"); after != -capacity*rule.Micro {
+		t.Fatalf("balance %d, want the debt floor %d", after, -capacity*rule.Micro)
 	}
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", body); r.Code != http.StatusTooManyRequests {
 		t.Fatalf("admission in debt: %d %s", r.Code, r.Body)

@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v5"
-
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 type budgetJSON struct {
 	// snap is what the budget renders: withSpend sums its windows' spend.
-	snap     budget.Snapshot
+	snap     rule.Snapshot
 	Tenant   string `json:"tenant"`
 	Disabled bool   `json:"disabled"`
 	// Parent and Path place the tenant in its budget tree (Path: its
@@ -35,7 +34,7 @@ type budgetJSON struct {
 		Shadow             []string     `json:"shadow"`
 		// Windows are the tenant's calendar windows, the "period" window
 		// (period_budget, period) among them.
-		Windows []budget.WindowJSON `json:"windows"`
+		Windows []rule.WindowJSON `json:"windows"`
 	} `json:"limits"`
 	Balances struct {
 		Tokens           json.Number  `json:"tokens"`
@@ -61,7 +60,7 @@ func (s *Server) getBudget(c *echo.Context) error {
 
 // budgetOf renders a tenant's limits and balances, for the tenant itself
 // (GET /v1/budget) and for admins.
-func budgetOf(snap budget.Snapshot) budgetJSON {
+func budgetOf(snap rule.Snapshot) budgetJSON {
 	var out budgetJSON
 	l := snap.Limits
 	out.Tenant, out.At, out.Disabled = snap.TenantID, snap.At, snap.Disabled
@@ -71,10 +70,10 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 		out.Parent, out.Path = &parent, snap.Path
 	}
 	out.Limits.TokensCapacity = l.TokensCapacity
-	out.Limits.TokensPerSecond = json.Number(budget.FormatRate(l.TokensRateMicro))
+	out.Limits.TokensPerSecond = json.Number(rule.FormatRate(l.TokensRateMicro))
 	out.Limits.ReservationTTLMS = l.ReservationTTL.Milliseconds()
 	out.Limits.MaxWaitMS = l.MaxWait.Milliseconds()
-	if l.OnStoreUnavailable != budget.PolicyDefault {
+	if l.OnStoreUnavailable != rule.PolicyDefault {
 		policy := string(l.OnStoreUnavailable)
 		out.Limits.OnStoreUnavailable = &policy
 	}
@@ -82,7 +81,7 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 	out.Balances.TokensFullInMS = snap.TokensFullIn.Milliseconds()
 	out.Balances.OpenReservations = snap.OpenReservations
 	if l.RequestsCapacity > 0 {
-		rate := json.Number(budget.FormatRate(l.RequestsRateMicro))
+		rate := json.Number(rule.FormatRate(l.RequestsRateMicro))
 		req := json.Number(formatMicro(snap.RequestsMicro))
 		out.Limits.RequestsCapacity, out.Limits.RequestsPerSecond = &l.RequestsCapacity, &rate
 		out.Balances.Requests = &req
@@ -90,7 +89,7 @@ func budgetOf(snap budget.Snapshot) budgetJSON {
 	if l.MaxConcurrent > 0 {
 		out.Limits.MaxConcurrent = &l.MaxConcurrent
 	}
-	out.Limits.Windows = budget.WindowsJSON(l.Windows)
+	out.Limits.Windows = rule.WindowsJSON(l.Windows)
 	out.snap = snap
 	out.Balances.Windows = make([]windowJSON, 0, len(snap.Windows))
 	for _, w := range snap.Windows {
@@ -131,9 +130,9 @@ type windowJSON struct {
 	Currency   string       `json:"currency,omitempty"`
 }
 
-func windowOf(w budget.WindowSnapshot, at time.Time) windowJSON {
+func windowOf(w rule.WindowSnapshot, at time.Time) windowJSON {
 	amount := func(n int64) json.Number {
-		if w.Counts == budget.CountMoney {
+		if w.Counts == rule.CountMoney {
 			return json.Number(formatMicro(n))
 		}
 		return json.Number(strconv.FormatInt(n, 10))
@@ -150,7 +149,7 @@ func windowOf(w budget.WindowSnapshot, at time.Time) windowJSON {
 // withSpend fills money_spent and currency in every window of tenants, in
 // two round trips whatever their number (a tree, a listing).
 func (s *Server) withSpend(ctx context.Context, tenants ...*budgetJSON) error {
-	snaps := make([]budget.Snapshot, len(tenants))
+	snaps := make([]rule.Snapshot, len(tenants))
 	for i, t := range tenants {
 		snaps[i] = t.snap
 	}
@@ -171,7 +170,7 @@ func (s *Server) withSpend(ctx context.Context, tenants ...*budgetJSON) error {
 
 // adminBudget renders snap for the admin routes: budgetOf with each
 // window's money spent.
-func (s *Server) adminBudget(c *echo.Context, status int, snap budget.Snapshot) error {
+func (s *Server) adminBudget(c *echo.Context, status int, snap rule.Snapshot) error {
 	out := budgetOf(snap)
 	if err := s.withSpend(c.Request().Context(), &out); err != nil {
 		return err
@@ -181,7 +180,7 @@ func (s *Server) adminBudget(c *echo.Context, status int, snap budget.Snapshot) 
 
 // respond writes a JSON body with the tenant's rate-limit headers, reading
 // a snapshot when the handler has none.
-func (s *Server) respond(c *echo.Context, status int, body any, snap *budget.Snapshot) error {
+func (s *Server) respond(c *echo.Context, status int, body any, snap *rule.Snapshot) error {
 	if snap != nil {
 		s.setRateHeaders(c, *snap)
 	} else {
@@ -192,7 +191,7 @@ func (s *Server) respond(c *echo.Context, status int, body any, snap *budget.Sna
 
 // setRateHeaders sets the X-RateLimit-* headers every tenant response
 // carries, with OpenAI's names and formats.
-func (s *Server) setRateHeaders(c *echo.Context, snap budget.Snapshot) {
+func (s *Server) setRateHeaders(c *echo.Context, snap rule.Snapshot) {
 	h := c.Response().Header()
 	for _, rh := range snap.RateHeaders() {
 		h.Set(rh.Name, rh.Value)
@@ -230,7 +229,7 @@ func (s *Server) withRateHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 // formatMicro renders micro-units as an exact decimal number.
 func formatMicro(v int64) string {
 	if v < 0 {
-		return "-" + budget.FormatRate(-v)
+		return "-" + rule.FormatRate(-v)
 	}
-	return budget.FormatRate(v)
+	return rule.FormatRate(v)
 }

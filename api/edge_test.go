@@ -19,6 +19,7 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -54,7 +55,7 @@ func TestNULIsA400NamingTheField(t *testing.T) {
 	t.Parallel()
 	logs := &logBuffer{}
 	b := setupAPI(t, func(c *testConfig) { c.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
-	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	admin := b.admin(t, "ops")
 
 	rec := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "hello"))
@@ -119,7 +120,7 @@ func TestNULIsA400NamingTheField(t *testing.T) {
 func TestStoreRefusedValueIsTheCallersError(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
-	b.tenant(t, "acme", budget.Limits{TokensCapacity: 100, TokensRateMicro: 1})
+	b.tenant(t, "acme", rule.Limits{TokensCapacity: 100, TokensRateMicro: 1})
 	before, seq := b.balance(t, "acme")
 	_, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: 5, Reason: "credit\x00", Actor: "admin:ops"})
 	if err == nil {
@@ -128,10 +129,10 @@ func TestStoreRefusedValueIsTheCallersError(t *testing.T) {
 	if after, afterSeq := b.balance(t, "acme"); after != before || afterSeq != seq {
 		t.Fatal("the refused adjustment moved the balance")
 	}
-	if !budget.IsInvalidInput(err) || errors.Is(err, budget.ErrUnavailable) {
+	if !budget.IsInvalidInput(err) || errors.Is(err, rule.ErrUnavailable) {
 		t.Fatalf("err = %v: want an invalid input, not an outage", err)
 	}
-	if budget.IsInvalidInput(errors.New("other")) || budget.IsInvalidInput(budget.ErrUnavailable) {
+	if budget.IsInvalidInput(errors.New("other")) || budget.IsInvalidInput(rule.ErrUnavailable) {
 		t.Fatal("IsInvalidInput matched an error that is not Postgres refusing a value")
 	}
 
@@ -141,7 +142,7 @@ func TestStoreRefusedValueIsTheCallersError(t *testing.T) {
 	_, _, err = b.rep.Admitter.Reserve(ctx, admission.Request{ReserveParams: budget.ReserveParams{TenantID: "acme", Actor: "test",
 		Estimate: estimator.Estimate{Model: "gpt-4o\x00", Family: "gpt-4o", InputTokens: 1, Cost: 1,
 			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}})
-	if !budget.IsInvalidInput(err) || errors.Is(err, budget.ErrUnavailable) {
+	if !budget.IsInvalidInput(err) || errors.Is(err, rule.ErrUnavailable) {
 		t.Fatalf("reserve with a NUL model: %v, want an invalid input", err)
 	}
 	if b.rep.Admitter.Down() {
@@ -162,7 +163,7 @@ func (c chunked) Read(p []byte) (int, error) { return c.r.Read(p) }
 func TestChunkedBodyOverTheLimitIs413(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, func(c *testConfig) { c.BodyLimit = 4096 })
-	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	admin := b.admin(t, "ops")
 	big := chat(10, strings.Repeat("word ", 2000))
 	for _, tc := range []struct{ token, path, body string }{
@@ -196,7 +197,7 @@ func TestSlowBodyIs408AndClosed(t *testing.T) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 		c.Timeouts = api.HTTPTimeouts{BodyRead: 300 * time.Millisecond, Drain: 100 * time.Millisecond}
 	})
-	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -40,11 +41,11 @@ type Error struct {
 	// cap and its reset.
 	Budget *exhaustedJSON `json:"budget,omitempty"`
 	// RetryNever says refill cannot make room for the request in any
-	// useful time (budget.Never): no retry_after_ms and no Retry-After.
+	// useful time (rule.Never): no retry_after_ms and no Retry-After.
 	RetryNever bool `json:"retry_never,omitempty"`
 	// headers are the response headers the error sets besides
 	// Retry-After (an exhausted window's in place of the bucket's).
-	headers []budget.Header
+	headers []rule.Header
 }
 
 // exhaustedJSON is an exhausted budget window in an error body: amounts
@@ -92,24 +93,24 @@ func invalid(field, message string) *Error {
 func httpError(err error) *Error {
 	var (
 		apiErr    *Error
-		rej       *budget.RejectedError
-		exhausted *budget.BudgetExhaustedError
-		tooLarge  *budget.TooLargeError
+		rej       *rule.RejectedError
+		exhausted *rule.BudgetExhaustedError
+		tooLarge  *rule.TooLargeError
 		inv       *estimator.InvalidError
-		binv      *budget.InvalidError
-		limErr    *budget.LimitError
+		binv      *rule.InvalidError
+		limErr    *rule.LimitError
 		he        *echo.HTTPError
 		throttled *credential.ThrottledError
 		alertErr  *alert.FieldError
-		usage     *budget.UsageError
-		overflow  *budget.OverflowError
-		otherFace *budget.OtherFaceError
+		usage     *rule.UsageError
+		overflow  *rule.OverflowError
+		otherFace *rule.OtherFaceError
 	)
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
 	case errors.As(err, &throttled):
-		ms := budget.RetryAfterMillis(throttled.RetryAfter)
+		ms := rule.RetryAfterMillis(throttled.RetryAfter)
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: "auth",
 			Message: "too many unauthenticated or failed requests from this address", RetryAfterMS: &ms}
 	case errors.As(err, &exhausted):
@@ -125,10 +126,10 @@ func httpError(err error) *Error {
 			of = " of " + rej.Level
 		}
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_exceeded", Limit: string(rej.Limit), Level: rej.Level, Model: rej.Model, Pool: rej.Pool,
-			RetryNever: true, headers: []budget.Header{{Name: "X-Should-Retry", Value: "false"}},
+			RetryNever: true, headers: []rule.Header{{Name: "X-Should-Retry", Value: "false"}},
 			Message: "rejected by the " + rej.Named() + " limit" + of + ", which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can"}
 	case errors.As(err, &rej):
-		ms := budget.RetryAfterMillis(rej.RetryAfter)
+		ms := rule.RetryAfterMillis(rej.RetryAfter)
 		of := ""
 		if rej.Model != "" {
 			of = " for " + rej.Model
@@ -150,7 +151,7 @@ func httpError(err error) *Error {
 	case errors.As(err, &overflow):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "amount_out_of_range", Field: overflow.Field,
 			Message: "the amount is out of range: " + overflow.Op + "; nothing was changed"}
-	case errors.Is(err, budget.ErrDebtFloor):
+	case errors.Is(err, rule.ErrDebtFloor):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "debt_floor", Field: "tokens",
 			Message: "this debit would take the balance below the debt floor, minus one tokens capacity; nothing was changed"}
 	case errors.As(err, &inv):
@@ -166,22 +167,22 @@ func httpError(err error) *Error {
 	case errors.Is(err, alert.ErrNoKey):
 		return &Error{Status: http.StatusConflict, Type: "alerts_not_configured",
 			Message: "this server has no alert key (TOKENGATE_ALERT_KEY): endpoints cannot be given signing secrets"}
-	case errors.Is(err, budget.ErrNotReplayed):
+	case errors.Is(err, rule.ErrNotReplayed):
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "admission_not_replayed", RetryAfterMS: &ms,
 			Message: "this admission was made by a replica on its own during a store outage and is not in the store yet; retry shortly"}
-	case errors.Is(err, budget.ErrAdmissionNotFound):
+	case errors.Is(err, rule.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
 	case errors.Is(err, budget.ErrPoolNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such pool"}
-	case errors.Is(err, budget.ErrModelLimitsNotFound):
+	case errors.Is(err, rule.ErrModelLimitsNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}
 	case errors.Is(err, budget.ErrEndUserCap):
 		return &Error{Status: http.StatusTooManyRequests, Type: "end_user_cap", Limit: "end_user_cap",
 			Message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
 	case errors.Is(err, budget.ErrNoEndUserPolicy):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no end-user policy"}
-	case errors.Is(err, budget.ErrTenantNotFound):
+	case errors.Is(err, rule.ErrTenantNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
 	case errors.As(err, &otherFace):
 		// 409, not 404: the admission is the caller's own tenant's (another
@@ -193,20 +194,20 @@ func httpError(err error) *Error {
 		return &Error{Status: http.StatusConflict, Type: "admission_other_face", Field: "id",
 			Message: "admission " + otherFace.AdmissionID + " was made through the " + string(otherFace.Face) +
 				" face, which settles or releases it itself; only that face may end it, and nothing was changed"}
-	case errors.Is(err, budget.ErrConflict):
+	case errors.Is(err, rule.ErrConflict):
 		return &Error{Status: http.StatusConflict, Type: "conflict", Message: "the admission was already settled with different usage, or released"}
 	case errors.Is(err, estimator.ErrModelExists):
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "name", Message: "a model with this name exists; PATCH /v1/admin/models/{name} changes it"}
-	case errors.Is(err, budget.ErrIdempotencyMismatch):
+	case errors.Is(err, rule.ErrIdempotencyMismatch):
 		return &Error{Status: http.StatusConflict, Type: "idempotency_conflict", Field: "Idempotency-Key",
 			Message: "this Idempotency-Key was used in the last 24 h for a different request"}
-	case errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, credential.ErrTenantDisabled):
+	case errors.Is(err, rule.ErrTenantDisabled), errors.Is(err, credential.ErrTenantDisabled):
 		return &Error{Status: http.StatusForbidden, Type: "tenant_disabled", Message: "the tenant is disabled"}
-	case errors.Is(err, budget.ErrOutcomeUnknown):
+	case errors.Is(err, rule.ErrOutcomeUnknown):
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_outcome_unknown", RetryAfterMS: &ms,
 			Message: "the store failed while committing: the admission may or may not have been made; retry with the same Idempotency-Key to find out without a second debit"}
-	case errors.Is(err, budget.ErrUnavailable):
+	case errors.Is(err, rule.ErrUnavailable):
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_unavailable", RetryAfterMS: &ms,
 			Message: "the quota store is unreachable and this request's failure policy is reject"}
@@ -214,11 +215,11 @@ func httpError(err error) *Error {
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "estimator_busy", RetryAfterMS: &ms,
 			Message: "this replica is estimating as many request bytes as it allows (or this tenant's share of them), and this request's turn did not come in time; retry shortly"}
-	case errors.Is(err, budget.ErrBusy):
+	case errors.Is(err, rule.ErrBusy):
 		ms := int64(1000)
 		return &Error{Status: http.StatusServiceUnavailable, Type: "store_busy", RetryAfterMS: &ms,
 			Message: "no database connection became free in time"}
-	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, rule.ErrKeyRevoked):
 		return &Error{Status: http.StatusUnauthorized, Type: "unauthorized", Message: "missing or invalid API key"}
 	case errors.As(err, &he):
 		return fromStatus(he.Code, he.Message)
@@ -300,8 +301,8 @@ func (s *Server) handleError(c *echo.Context, err error) {
 }
 
 // exhaustedError is the API's answer to an exhausted budget window.
-func exhaustedError(e *budget.BudgetExhaustedError) *Error {
-	ms := budget.RetryAfterMillis(e.RetryAfter)
+func exhaustedError(e *rule.BudgetExhaustedError) *Error {
+	ms := rule.RetryAfterMillis(e.RetryAfter)
 	of := ""
 	if e.Level != "" {
 		of = " of " + e.Level
@@ -310,7 +311,7 @@ func exhaustedError(e *budget.BudgetExhaustedError) *Error {
 		Cap: json.Number(e.Decimal(e.Cap)), Remaining: json.Number(e.Decimal(e.Remaining())), Cost: json.Number(e.Decimal(e.Cost)),
 		Currency: e.Currency, ResetsAt: e.Resets.UTC()}
 	return &Error{Status: http.StatusTooManyRequests, Type: "budget_exhausted", Limit: string(e.Limit), Level: e.Level, Window: e.Window,
-		RetryAfterMS: &ms, Budget: b, headers: append(e.RateHeaders(), budget.Header{Name: "X-Should-Retry", Value: "false"}),
+		RetryAfterMS: &ms, Budget: b, headers: append(e.RateHeaders(), rule.Header{Name: "X-Should-Retry", Value: "false"}),
 		Message: "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " + e.Amount(e.Cap) +
 			", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)}
 }

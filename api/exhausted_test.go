@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // exhaustedBody is the API's answer to an exhausted budget window.
@@ -72,10 +73,10 @@ func (b *apiBundle) priced(t testing.TB) {
 
 // moneyWindow is limits with a large token bucket (2,000,000, which must
 // never show as room) and one daily money window of amount, in UTC.
-func moneyWindow(t testing.TB, amount string) budget.Limits {
+func moneyWindow(t testing.TB, amount string) rule.Limits {
 	t.Helper()
 	l := lim(2_000_000, "1000")
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", Money: &amount}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", Money: &amount}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func (b *apiBundle) moneyOf(t testing.TB, body string) int64 {
 		} `json:"balances"`
 	}
 	b.call(t, key, http.MethodGet, "/v1/budget", "").json(&bud)
-	m, err := budget.ParseRate(bud.Balances.Windows[0].Used.String())
+	m, err := rule.ParseRate(bud.Balances.Windows[0].Used.String())
 	if err != nil || m <= 0 {
 		t.Fatalf("probe used %v: %v", bud.Balances.Windows[0].Used, err)
 	}
@@ -117,7 +118,7 @@ func TestMoneyWindowExhaustedIsBudgetExhausted(t *testing.T) {
 	b.priced(t)
 	body := chat(100, "hi")
 	m := b.moneyOf(t, body)
-	key := b.tenant(t, "acme", moneyWindow(t, budget.FormatRate(m+m/2))) // room for one, not two
+	key := b.tenant(t, "acme", moneyWindow(t, rule.FormatRate(m+m/2))) // room for one, not two
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", body); r.Code != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.Code, r.Body)
 	}
@@ -132,14 +133,14 @@ func TestMoneyWindowExhaustedIsBudgetExhausted(t *testing.T) {
 		t.Fatalf("body %s", res.Body)
 	}
 	bd := e.Budget
-	if bd.Window != "daily" || bd.Counts != "money" || bd.Currency != "USD" || bd.Spent != budget.FormatRate(m) || bd.Cap != budget.FormatRate(m+m/2) ||
-		bd.Limit != bd.Cap || bd.Remaining != budget.FormatRate(m/2) || bd.Cost != budget.FormatRate(m) || !bd.ResetsAt.Equal(resets) {
-		t.Fatalf("budget %+v, want spent %s of %s USD, resets %s", *bd, budget.FormatRate(m), budget.FormatRate(m+m/2), resets)
+	if bd.Window != "daily" || bd.Counts != "money" || bd.Currency != "USD" || bd.Spent != rule.FormatRate(m) || bd.Cap != rule.FormatRate(m+m/2) ||
+		bd.Limit != bd.Cap || bd.Remaining != rule.FormatRate(m/2) || bd.Cost != rule.FormatRate(m) || !bd.ResetsAt.Equal(resets) {
+		t.Fatalf("budget %+v, want spent %s of %s USD, resets %s", *bd, rule.FormatRate(m), rule.FormatRate(m+m/2), resets)
 	}
 	if want := resets.Sub(at).Milliseconds(); e.RetryAfterMS < want || e.RetryAfterMS > want+1 {
 		t.Fatalf("retry_after_ms %d, want the time to the reset, %d", e.RetryAfterMS, want)
 	}
-	for _, w := range []string{"daily", "money", budget.FormatRate(m) + " USD", budget.FormatRate(m+m/2) + " USD", resets.Format(time.RFC3339)} {
+	for _, w := range []string{"daily", "money", rule.FormatRate(m) + " USD", rule.FormatRate(m+m/2) + " USD", resets.Format(time.RFC3339)} {
 		if !strings.Contains(e.Message, w) {
 			t.Errorf("message %q does not say %q", e.Message, w)
 		}
@@ -175,7 +176,7 @@ func TestTokensWindowExhaustedHeadersAreTheWindows(t *testing.T) {
 	b := setupAPI(t, nil)
 	l := lim(2_000_000, "1000")
 	n := int64(150)
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "hourly", Unit: "hour", Tokens: &n}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "hourly", Unit: "hour", Tokens: &n}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestConcurrentCallersExhaustAMoneyWindow(t *testing.T) {
 	body := chat(100, "hi")
 	m := b.moneyOf(t, body)
 	const fit, callers = 7, 40
-	key := b.tenant(t, "acme", moneyWindow(t, budget.FormatRate(fit*m)))
+	key := b.tenant(t, "acme", moneyWindow(t, rule.FormatRate(fit*m)))
 	srv := httptest.NewServer(b.srv)
 	defer srv.Close()
 
@@ -271,8 +272,8 @@ func TestExhaustedWindowIsNamedBeforeAShortBucket(t *testing.T) {
 	b.priced(t)
 	body := chat(100, "hi")
 	m := b.moneyOf(t, body)
-	l := moneyWindow(t, budget.FormatRate(m+m/2))
-	l.TokensCapacity, l.TokensRateMicro = 150, budget.Micro // about 108 a call: the second is 66 tokens short
+	l := moneyWindow(t, rule.FormatRate(m+m/2))
+	l.TokensCapacity, l.TokensRateMicro = 150, rule.Micro // about 108 a call: the second is 66 tokens short
 	key := b.tenant(t, "acme", l)
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", body); r.Code != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.Code, r.Body)

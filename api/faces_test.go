@@ -30,6 +30,7 @@ import (
 	"github.com/tokengate/tokengate/api/rls"
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -40,13 +41,13 @@ func setupFaces(t *testing.T) (*apiBundle, string) {
 	t.Helper()
 	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	b := setupAPI(t, func(c *testConfig) { c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return at }) })
-	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 	return b, key
 }
 
 // refusedAsOtherFace checks the answer to a tenant's settle or release of
 // another face's admission: 409, naming the admission and the face.
-func refusedAsOtherFace(t *testing.T, r response, id string, face budget.Face) {
+func refusedAsOtherFace(t *testing.T, r response, id string, face rule.Face) {
 	t.Helper()
 	if r.Code != http.StatusConflict {
 		t.Fatalf("the tenant ended admission %s of the %s face: %d %s", id, face, r.Code, r.Body.String())
@@ -72,7 +73,7 @@ func (b *apiBundle) mustAdmission(t *testing.T, id string) *budget.Admission {
 func (b *apiBundle) exactBalance(t *testing.T, spent int64) {
 	t.Helper()
 	micro, _ := b.balance(t, "acme")
-	if want := (100_000 - spent) * budget.Micro; micro != want {
+	if want := (100_000 - spent) * rule.Micro; micro != want {
 		t.Fatalf("balance %d micro-tokens, want %d (100,000 less the %d spent)", micro, want, spent)
 	}
 	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {
@@ -129,8 +130,8 @@ func TestTenantCannotEndTheProxysStreamMidway(t *testing.T) {
 	release := b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/release", "")
 	settle := b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/settle", `{"usage":{"prompt_tokens":1,"completion_tokens":0}}`)
 	close(resume)
-	refusedAsOtherFace(t, release, id, budget.FaceProxy)
-	refusedAsOtherFace(t, settle, id, budget.FaceProxy)
+	refusedAsOtherFace(t, release, id, rule.FaceProxy)
+	refusedAsOtherFace(t, settle, id, rule.FaceProxy)
 
 	if _, err := bufio.NewReader(resp.Body).ReadString(0); err == nil {
 		t.Fatal("the stream did not end")
@@ -144,7 +145,7 @@ func TestTenantCannotEndTheProxysStreamMidway(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the proxy's settle runs after the body ends; polled, not timed
 	}
 	want := estimator.Cost(2000, 4000, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
-	if a.State != budget.StateSettled || *a.ActualInput != 2000 || *a.ActualOutput != 4000 || *a.ActualCost != want || a.Face != budget.FaceProxy {
+	if a.State != budget.StateSettled || *a.ActualInput != 2000 || *a.ActualOutput != 4000 || *a.ActualCost != want || a.Face != rule.FaceProxy {
 		t.Fatalf("the proxy's admission: %+v", a)
 	}
 	b.exactBalance(t, want)
@@ -213,7 +214,7 @@ func TestTenantCannotReachTheProxysCallByIdempotencyKey(t *testing.T) {
 		close(resume)
 		t.Fatalf("the API's admission with the proxy's key: %d %s (the proxy's is %s)", r.Code, r.Body.String(), proxyID)
 	}
-	refusedAsOtherFace(t, b.call(t, key, http.MethodPost, "/v1/admissions/"+proxyID+"/release", ""), proxyID, budget.FaceProxy)
+	refusedAsOtherFace(t, b.call(t, key, http.MethodPost, "/v1/admissions/"+proxyID+"/release", ""), proxyID, rule.FaceProxy)
 	// The tenant's own admission is its to end.
 	if rel := b.call(t, key, http.MethodPost, "/v1/admissions/"+own.ID+"/release", ""); rel.Code != http.StatusOK {
 		close(resume)
@@ -297,13 +298,13 @@ func TestTenantCannotEndAGatewaysAdmission(t *testing.T) {
 		t.Fatalf("the tenant's ledger: %d %s", r.Code, r.Body.String())
 	}
 	id := page.Entries[0].AdmissionID
-	refusedAsOtherFace(t, b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/release", ""), id, budget.FaceRLS)
-	refusedAsOtherFace(t, b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/settle", `{"usage":{"prompt_tokens":0,"completion_tokens":0}}`), id, budget.FaceRLS)
+	refusedAsOtherFace(t, b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/release", ""), id, rule.FaceRLS)
+	refusedAsOtherFace(t, b.call(t, key, http.MethodPost, "/v1/admissions/"+id+"/settle", `{"usage":{"prompt_tokens":0,"completion_tokens":0}}`), id, rule.FaceRLS)
 	b.exactBalance(t, 50_000)
 
 	call(0, &ratelimitv3.RateLimitDescriptor{Entries: entries("tenant", "acme", "request_id", "req-1", "phase", "response"),
 		HitsAddend: wrapperspb.UInt64(42_000)})
-	if a := b.mustAdmission(t, id); a.State != budget.StateSettled || *a.ActualCost != 42_000 || a.Face != budget.FaceRLS {
+	if a := b.mustAdmission(t, id); a.State != budget.StateSettled || *a.ActualCost != 42_000 || a.Face != rule.FaceRLS {
 		t.Fatalf("the gateway's admission: %+v", a)
 	}
 	b.exactBalance(t, 42_000)
@@ -345,7 +346,7 @@ func TestGatewayKeysLiveInTheirOwnNamespace(t *testing.T) {
 		HitsAddend: wrapperspb.UInt64(15_000)})
 
 	for _, id := range []string{early, late} {
-		if a := b.mustAdmission(t, id); a.State != budget.StateReserved || a.Face != budget.FaceAPI {
+		if a := b.mustAdmission(t, id); a.State != budget.StateReserved || a.Face != rule.FaceAPI {
 			t.Fatalf("the tenant's API admission %s was ended by the gateway: %+v", id, a)
 		}
 	}
@@ -357,9 +358,9 @@ func TestGatewayKeysLiveInTheirOwnNamespace(t *testing.T) {
 	var apiCost int64
 	for _, a := range as {
 		switch a.Face {
-		case budget.FaceRLS:
+		case rule.FaceRLS:
 			gw = append(gw, *a)
-		case budget.FaceAPI:
+		case rule.FaceAPI:
 			apiCost += a.Estimate.Cost
 		}
 	}

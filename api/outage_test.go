@@ -16,6 +16,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -86,7 +87,7 @@ type outageBundle struct {
 }
 
 // setupOutage runs a replica whose pool reaches Postgres through a proxy.
-func setupOutage(t *testing.T, policy budget.Policy, models []estimator.Model, opts ...func(*testConfig)) *outageBundle {
+func setupOutage(t *testing.T, policy rule.Policy, models []estimator.Model, opts ...func(*testConfig)) *outageBundle {
 	t.Helper()
 	dbURL := pgtest.URL(t)
 	direct := pgtest.Pool(t, dbURL, nil)
@@ -156,7 +157,7 @@ func (b *outageBundle) waitStoreUp(t *testing.T) {
 
 func TestStoreUnavailableRejectPolicy(t *testing.T) {
 	t.Parallel()
-	b := setupOutage(t, budget.PolicyReject, nil)
+	b := setupOutage(t, rule.PolicyReject, nil)
 	key := b.tenant(t, "acme", lim(10_000, "1"))
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(10, "x")); r.Code != http.StatusCreated {
 		t.Fatalf("before: %d %s", r.Code, r.Body)
@@ -188,7 +189,7 @@ func TestStoreUnavailableRejectPolicy(t *testing.T) {
 
 func TestStoreUnavailableLocalPolicyReplaysExactlyOnce(t *testing.T) {
 	t.Parallel()
-	b := setupOutage(t, budget.PolicyLocal, nil)
+	b := setupOutage(t, rule.PolicyLocal, nil)
 	// 2000 tokens over 2 replicas: this replica's share is 1000, refilling
 	// 0.05/s (nothing, over the test).
 	key := b.tenant(t, "acme", lim(2_000, "0.1"))
@@ -286,7 +287,7 @@ func TestFailurePolicyPerModel(t *testing.T) {
 		{Name: "costly", Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: 4 * estimator.WeightOne,
 			DefaultOutputTokens: 1000, ContextWindow: 8000, PartTokens: 100},
 	}
-	b := setupOutage(t, budget.PolicyReject, models)
+	b := setupOutage(t, rule.PolicyReject, models)
 	key := b.tenant(t, "acme", lim(100_000, "1"))
 	body := func(model string) string {
 		return `{"model":"` + model + `","messages":[{"role":"user","content":"x"}],"max_tokens":10}`
@@ -318,7 +319,7 @@ type flakyReplay struct {
 
 func (f *flakyReplay) ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error) {
 	if f.failures.Add(-1) >= 0 {
-		return false, fmt.Errorf("%w: injected", budget.ErrUnavailable)
+		return false, fmt.Errorf("%w: injected", rule.ErrUnavailable)
 	}
 	return f.Store.ReplayReserve(ctx, p)
 }
@@ -329,7 +330,7 @@ func (f *flakyReplay) ReplayReserve(ctx context.Context, p budget.ReplayReserveP
 func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
 	t.Parallel()
 	flaky := &flakyReplay{}
-	b := setupOutage(t, budget.PolicyLocal, nil, func(c *testConfig) {
+	b := setupOutage(t, rule.PolicyLocal, nil, func(c *testConfig) {
 		flaky.Store = budget.NewStore(c.DB)
 		flaky.failures.Store(1 << 30) // fail until told otherwise
 		c.Admissions = flaky
@@ -378,7 +379,7 @@ func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
 // retry, never a 500 (the soak met it during a Postgres restart).
 func TestAdminDuringOutageIs503(t *testing.T) {
 	t.Parallel()
-	b := setupOutage(t, budget.PolicyReject, nil)
+	b := setupOutage(t, rule.PolicyReject, nil)
 	b.tenant(t, "acme", lim(10_000, "1"))
 	token := b.admin(t, "ops")
 	if r := b.adminCall(t, token, http.MethodGet, "/v1/admin/tenants", nil); r.Code != http.StatusOK {

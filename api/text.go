@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // What a request may send as text. Postgres text cannot hold a NUL byte
@@ -37,7 +38,7 @@ func (s *Server) requireText(next echo.HandlerFunc) echo.HandlerFunc {
 
 func checkRequestText(c *echo.Context) error {
 	for _, p := range c.PathValues() {
-		if why := budget.TextProblem(p.Value); why != "" {
+		if why := rule.TextProblem(p.Value); why != "" {
 			return invalid(p.Name, why)
 		}
 	}
@@ -50,11 +51,11 @@ func checkRequestText(c *echo.Context) error {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if why := budget.TextProblem(k); why != "" {
+		if why := rule.TextProblem(k); why != "" {
 			return invalid("query", "a parameter name "+why)
 		}
 		for _, v := range q[k] {
-			if why := budget.TextProblem(v); why != "" {
+			if why := rule.TextProblem(v); why != "" {
 				return invalid(k, why)
 			}
 		}
@@ -93,7 +94,7 @@ func readTextBody(c *echo.Context) ([]byte, error) {
 func jsonTextProblem(path string, v any) (string, string) {
 	switch x := v.(type) {
 	case string:
-		if why := budget.TextProblem(x); why != "" {
+		if why := rule.TextProblem(x); why != "" {
 			return orBody(path), why
 		}
 	case []any:
@@ -109,7 +110,7 @@ func jsonTextProblem(path string, v any) (string, string) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			if why := budget.TextProblem(k); why != "" {
+			if why := rule.TextProblem(k); why != "" {
 				return orBody(path), "a field name " + why
 			}
 			sub := k

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/otlptest"
 )
 
@@ -29,7 +30,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 		c.Tracing = tr
 		c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return *now.Load() })
 	})
-	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100000, TokensRateMicro: budget.Micro})
+	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100000, TokensRateMicro: rule.Micro})
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
 	parent := func(span string) string { return "00-" + traceID + "-" + span + "-01" }
 
@@ -49,7 +50,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 		t.Fatalf("release: %d %s", r.Code, r.Body)
 	}
 	b.call(t, key, http.MethodPost, "/v1/admissions", chat(50, "never settled"), "traceparent", parent("b7ad6b7169203335")).json(&third)
-	later := start.Add(budget.DefaultReservationTTL + time.Minute)
+	later := start.Add(rule.DefaultReservationTTL + time.Minute)
 	now.Store(&later)
 	if n, err := b.rep.Admitter.SweepOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("sweep: %d expired, %v", n, err)
@@ -74,7 +75,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 	spans := rcv.Wait(t, "3 admissions, a settle, a release and an expiry", func(s []otlptest.Span) bool {
 		return len(otlptest.Named(s, admission.SpanAdmission)) == 3 && len(otlptest.Named(s, admission.SpanSettle)) == 1 &&
 			len(otlptest.Named(s, admission.SpanRelease)) == 1 && len(otlptest.Named(s, admission.SpanExpire)) == 1 &&
-			len(otlptest.Named(s, budget.SpanTransaction)) == 6
+			len(otlptest.Named(s, admission.SpanTransaction)) == 6
 	})
 	first, err := b.store.AdmissionGet(ctx, "acme", adm.ID)
 	if err != nil {
@@ -118,7 +119,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 		if len(c.span.Links) != 1 {
 			t.Fatalf("%s: links %v, want its transaction", c.name, c.span.Links)
 		}
-		if tx, ok := otlptest.ByID(spans, c.span.Links[0].SpanID); !ok || tx.Name != budget.SpanTransaction {
+		if tx, ok := otlptest.ByID(spans, c.span.Links[0].SpanID); !ok || tx.Name != admission.SpanTransaction {
 			t.Errorf("%s: its link %v is no transaction span received", c.name, c.span.Links[0])
 		}
 	}
@@ -145,7 +146,7 @@ func TestAPISamplerAtZeroSendsNothing(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_off")
 	rcv, tr := otlptest.Traced(t, "grpc")
 	b := setupAPI(t, func(c *testConfig) { c.Tracing = tr })
-	key := b.tenant(t, "acme", budget.Limits{TokensCapacity: 100000, TokensRateMicro: budget.Micro})
+	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100000, TokensRateMicro: rule.Micro})
 	tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	var adm struct{ ID string }
 	b.call(t, key, http.MethodPost, "/v1/admissions", chat(50, "hello"), "traceparent", tp).json(&adm)
@@ -195,7 +196,7 @@ func grepLines(s, what string) string {
 func TestAPIDecisionSpansDuringAnOutage(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
 	rcv, tr := otlptest.Traced(t, "grpc")
-	b := setupOutage(t, budget.PolicyLocal, nil, func(c *testConfig) { c.Tracing = tr })
+	b := setupOutage(t, rule.PolicyLocal, nil, func(c *testConfig) { c.Tracing = tr })
 	key := b.tenant(t, "acme", lim(2_000, "0.1"))
 	const traceID = "0af7651916cd43dd8448eb211c80319c"
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(100, "x"), "traceparent", "00-"+traceID+"-00000000000000a1-01"); r.Code != http.StatusCreated {

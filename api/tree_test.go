@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // budgetJSONTree is a tenant of GET /v1/admin/tenants/{id}/tree.
@@ -119,7 +119,7 @@ func TestShadowRefusalsAreAMetric(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
 	l := lim(100, "0.001")
-	l.Shadow = l.Shadow.With(budget.LimitTokens)
+	l.Shadow = l.Shadow.With(rule.LimitTokens)
 	key := b.tenant(t, "acme", l)
 	for i := range 3 {
 		if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(90, "x")); r.Code != http.StatusCreated {

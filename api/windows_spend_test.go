@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -40,8 +41,8 @@ func TestAdminWindowsShowMoneySpent(t *testing.T) {
 		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
 		t.Fatal(err)
 	}
-	win := func(name, unit string, tokens int64) []budget.WindowLimit {
-		ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: name, Unit: unit, TimeZone: "Europe/Paris", ResetAt: "00:00", Tokens: &tokens}})
+	win := func(name, unit string, tokens int64) []rule.WindowLimit {
+		ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: name, Unit: unit, TimeZone: "Europe/Paris", ResetAt: "00:00", Tokens: &tokens}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestAdminEndUsersShowMoneySpent(t *testing.T) {
 	}
 	money := "2"
 	tpl := lim(1_000_000, "100")
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "user-daily", Unit: "day", TimeZone: "Asia/Tokyo", Money: &money}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "user-daily", Unit: "day", TimeZone: "Asia/Tokyo", Money: &money}})
 	if err != nil {
 		t.Fatal(err)
 	}

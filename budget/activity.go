@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -15,11 +16,11 @@ import (
 // tenant's shadow limits would have refused.
 type Activity struct {
 	Admitted, Rejected []int64
-	ByLimit            map[Limit]int64
+	ByLimit            map[rule.Limit]int64
 	// ByWindow are the rejections of the same two minutes by period_budget,
 	// by the window that refused.
 	ByWindow    map[string]int64
-	WouldRefuse map[Limit]int64
+	WouldRefuse map[rule.Limit]int64
 }
 
 // Activity returns each active tenant's last `minutes` minutes as of now
@@ -43,8 +44,8 @@ func (s *Store) Activity(ctx context.Context, now time.Time, minutes int) (map[s
 	get := func(id string) *Activity {
 		a, ok := per[id]
 		if !ok {
-			a = &Activity{Admitted: make([]int64, minutes), Rejected: make([]int64, minutes), ByLimit: map[Limit]int64{}, ByWindow: map[string]int64{},
-				WouldRefuse: map[Limit]int64{}}
+			a = &Activity{Admitted: make([]int64, minutes), Rejected: make([]int64, minutes), ByLimit: map[rule.Limit]int64{}, ByWindow: map[string]int64{},
+				WouldRefuse: map[rule.Limit]int64{}}
 			per[id] = a
 		}
 		return a

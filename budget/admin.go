@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -30,7 +31,7 @@ var (
 type UpdateLimitsParams struct {
 	TenantID string
 	// Patch names the fields to change; the others keep their value.
-	Patch LimitsPatch
+	Patch rule.LimitsPatch
 	Actor string
 }
 
@@ -44,26 +45,26 @@ type UpdateLimitsParams struct {
 // starts a fresh window. It appends a limits entry with the limits before
 // and after, and returns a *LimitError (ErrInvalidLimits) or
 // ErrTenantNotFound.
-func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapshot, error) {
+func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (rule.Snapshot, error) {
 	if err := p.Patch.Check(); err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	l := p.Patch.Apply(t.Limits)
 	if err := l.Validate(); err != nil {
 		tx.abort()
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	w := &writes{}
 	if err := t.relimit(l, now, actorOr(p.Actor, "admin"), w); err != nil {
 		tx.abort()
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	if err := tx.commit(ctx, w); err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	return t.snapshot(now), nil
 }
@@ -72,7 +73,7 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (Snapsho
 // w the limits row and a limits entry with the limits before and after:
 // what UpdateLimits does to a tenant, and a template change to each end
 // user (enduser.go).
-func (t *tenant) relimit(l Limits, now time.Time, actor string, w *writes) error {
+func (t *tenant) relimit(l rule.Limits, now time.Time, actor string, w *writes) error {
 	t.advance(now)
 	before := t.Limits
 	detail, err := json.Marshal(struct {
@@ -84,7 +85,7 @@ func (t *tenant) relimit(l Limits, now time.Time, actor string, w *writes) error
 	}
 
 	t.Limits = l
-	t.Tokens.CapacityMicro, t.Tokens.RateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
+	t.Tokens.CapacityMicro, t.Tokens.RateMicro = l.TokensCapacity*rule.Micro, l.TokensRateMicro
 	var cut int64
 	if t.Tokens.BalanceMicro > t.Tokens.CapacityMicro {
 		cut = t.Tokens.CapacityMicro - t.Tokens.BalanceMicro
@@ -92,22 +93,22 @@ func (t *tenant) relimit(l Limits, now time.Time, actor string, w *writes) error
 	}
 	switch {
 	case l.RequestsCapacity == 0:
-		t.Requests = Bucket{}
+		t.Requests = rule.Bucket{}
 	case before.RequestsCapacity == 0:
-		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro, At: now}
+		t.Requests = rule.Bucket{CapacityMicro: l.RequestsCapacity * rule.Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * rule.Micro, At: now}
 	default:
-		t.Requests.CapacityMicro, t.Requests.RateMicro = l.RequestsCapacity*Micro, l.RequestsRateMicro
+		t.Requests.CapacityMicro, t.Requests.RateMicro = l.RequestsCapacity*rule.Micro, l.RequestsRateMicro
 		t.Requests.BalanceMicro = min(t.Requests.BalanceMicro, t.Requests.CapacityMicro)
 	}
 	// A window keeps what it used while its calendar stays the same (a
 	// new limit, overage or thresholds); a new window, or one whose unit,
 	// zone, reset or count changed, starts afresh now.
-	usage := make([]WindowUsage, len(l.Windows))
+	usage := make([]rule.WindowUsage, len(l.Windows))
 	for i, w := range l.Windows {
 		start := w.Start(now)
-		usage[i] = WindowUsage{Start: &start}
+		usage[i] = rule.WindowUsage{Start: &start}
 		for j, old := range before.Windows {
-			if old.Name == w.Name && old.sameCalendar(w) && j < len(t.TenantState.Windows) {
+			if old.Name == w.Name && old.SameCalendar(w) && j < len(t.TenantState.Windows) {
 				usage[i] = t.TenantState.Windows[j]
 			}
 		}
@@ -120,7 +121,7 @@ func (t *tenant) relimit(l Limits, now time.Time, actor string, w *writes) error
 	t.seal(e)
 
 	w.statement(1, tenantUpdateLimitsSQL, t.id, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity, l.RequestsRateMicro,
-		l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
+		l.MaxConcurrent, rule.EncodeWindows(l.Windows), l.ReservationTTL.Milliseconds(), l.MaxWait.Milliseconds(),
 		string(l.OnStoreUnavailable), l.Shadow.Strings())
 	w.entry(t, e)
 	return nil
@@ -137,13 +138,13 @@ type SetDisabledParams struct {
 // SetDisabled disables a tenant (its admissions answer 403 and its keys stop
 // working) or enables it again, with a tenant entry in the ledger. Setting
 // the state it already has changes nothing. It returns ErrTenantNotFound.
-func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (Snapshot, error) {
+func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (rule.Snapshot, error) {
 	if len(p.Reason) > 500 {
-		return Snapshot{}, &LimitError{Field: "reason", Reason: "at most 500 characters"}
+		return rule.Snapshot{}, &rule.LimitError{Field: "reason", Reason: "at most 500 characters"}
 	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	t.advance(now)
 	if t.disabled == p.Disabled {
@@ -165,7 +166,7 @@ func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (Snapshot,
 	w.statement(1, tenantSetDisabledSQL, t.id, at)
 	w.entry(t, e)
 	if err := tx.commit(ctx, w); err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	return t.snapshot(now), nil
 }
@@ -189,28 +190,28 @@ var ErrBadAdjustment = errors.New("budget: an adjustment needs a non-zero amount
 // or no reason), an *OverflowError (ErrOverflow: the amount is beyond ±1e12
 // tokens, or the balance would leave int64), ErrDebtFloor or
 // ErrTenantNotFound; a refused adjustment changes nothing.
-func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
+func (s *Store) Adjust(ctx context.Context, p AdjustParams) (rule.Snapshot, error) {
 	reason := strings.TrimSpace(p.Reason)
 	if p.Tokens == 0 || reason == "" || len(reason) > 500 {
-		return Snapshot{}, ErrBadAdjustment
+		return rule.Snapshot{}, ErrBadAdjustment
 	}
-	if p.Tokens > maxAmount || p.Tokens < -maxAmount {
-		return Snapshot{}, &OverflowError{Field: "tokens", Op: fmt.Sprintf("an adjustment of %d tokens (at most %d either way)", p.Tokens, int64(maxAmount))}
+	if p.Tokens > rule.MaxAmount || p.Tokens < -rule.MaxAmount {
+		return rule.Snapshot{}, &rule.OverflowError{Field: "tokens", Op: fmt.Sprintf("an adjustment of %d tokens (at most %d either way)", p.Tokens, int64(rule.MaxAmount))}
 	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	t.advance(now)
-	delta := p.Tokens * Micro // |Tokens| <= 1e12: fits
-	next, err := addMicro("tokens", t.Tokens.BalanceMicro, delta)
+	delta := p.Tokens * rule.Micro // |Tokens| <= 1e12: fits
+	next, err := rule.AddMicro("tokens", t.Tokens.BalanceMicro, delta)
 	switch {
 	case err != nil:
 		tx.abort()
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	case delta < 0 && next < t.Tokens.Floor():
 		tx.abort()
-		return Snapshot{}, ErrDebtFloor
+		return rule.Snapshot{}, rule.ErrDebtFloor
 	}
 	t.Tokens.BalanceMicro = next
 	e := t.entry(ledger.KindAdjust, now, actorOr(p.Actor, "admin"))
@@ -220,21 +221,21 @@ func (s *Store) Adjust(ctx context.Context, p AdjustParams) (Snapshot, error) {
 	w := &writes{}
 	w.entry(t, e)
 	if err := tx.commit(ctx, w); err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	return t.snapshot(now), nil
 }
 
 // TenantList returns every tenant's limits and balances, refilled to the
 // database's clock now, without locking or writing.
-func (s *Store) TenantList(ctx context.Context) ([]Snapshot, error) {
+func (s *Store) TenantList(ctx context.Context) ([]rule.Snapshot, error) {
 	return s.snapshots(ctx, tenantListSQL)
 }
 
 // snapshots reads tenants with a query and refills them to the database's
 // clock now.
-func (s *Store) snapshots(ctx context.Context, query string, args ...any) ([]Snapshot, error) {
-	return readNow(ctx, s, "list tenants", query, args, func(r *tenantRow, now time.Time) Snapshot {
+func (s *Store) snapshots(ctx context.Context, query string, args ...any) ([]rule.Snapshot, error) {
+	return readNow(ctx, s, "list tenants", query, args, func(r *tenantRow, now time.Time) rule.Snapshot {
 		t := r.tenant()
 		t.advance(now)
 		return t.snapshot(now)
@@ -313,7 +314,7 @@ func (s *Store) RecordKeyEvent(ctx context.Context, p KeyEventParams) error {
 
 // TreeNode is a tenant in its budget tree, with the tenants nested below it.
 type TreeNode struct {
-	Snapshot Snapshot
+	Snapshot rule.Snapshot
 	Children []*TreeNode
 }
 
@@ -332,7 +333,7 @@ func (s *Store) TenantTree(ctx context.Context, tenantID string) (*TreeNode, err
 	}
 	n, ok := nodes[tenantID]
 	if !ok {
-		return nil, ErrTenantNotFound
+		return nil, rule.ErrTenantNotFound
 	}
 	for _, snap := range snaps { // TenantList is in id order, so children are too
 		if p := snap.Parent(); p != "" && nodes[p] != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -61,7 +62,7 @@ type Admission struct {
 	MoneyEstimate *int64
 	MoneyActual   *int64
 	// Face is the face that made it, the only one that may end it.
-	Face Face
+	Face rule.Face
 	// DebitedMicro is what its reserve took from its tenant's token
 	// balance, when that was less than its estimate: a local admission
 	// replayed at the debt floor, whose debit stopped there (nil: the whole
@@ -112,7 +113,7 @@ func (r *admissionRow) admission() *Admission {
 		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed,
 		Family: deref0(r.Family), ModelLevels: r.ModelLevels, PoolID: deref0(r.PoolID),
 		PriceModel: deref0(r.PriceModel), PriceFrom: r.PriceFrom, MoneyEstimate: r.MoneyEstimate, MoneyActual: r.MoneyActual,
-		Face: Face(r.Face), DebitedMicro: r.DebitedMicro}
+		Face: rule.Face(r.Face), DebitedMicro: r.DebitedMicro}
 }
 
 // scanAdmission reads one admission row. It returns ErrAdmissionNotFound.
@@ -122,7 +123,7 @@ func scanAdmission(rows pgx.Rows, err error) (*Admission, error) {
 	}
 	r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[admissionRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrAdmissionNotFound
+		return nil, rule.ErrAdmissionNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("budget: scan admission: %w", err)

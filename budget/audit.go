@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -107,7 +108,7 @@ func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, erro
 			return err
 		}
 		if tenantID != "" && len(heads) == 0 {
-			return ErrTenantNotFound
+			return rule.ErrTenantNotFound
 		}
 		for _, h := range heads {
 			t, verr := ledger.Verify(ctx, tx, h.id)
@@ -119,7 +120,7 @@ func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, erro
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrTenantNotFound) {
+		if errors.Is(err, rule.ErrTenantNotFound) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("budget: audit: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
@@ -77,7 +78,7 @@ func TestAuditIntactLedger(t *testing.T) {
 	if !r.OK || r.Entries != 6 || r.Problem != "" {
 		t.Fatalf("intact ledger: %+v", r)
 	}
-	if _, err := b.store.Audit(ctx, "nobody"); !errors.Is(err, budget.ErrTenantNotFound) {
+	if _, err := b.store.Audit(ctx, "nobody"); !errors.Is(err, rule.ErrTenantNotFound) {
 		t.Fatalf("unknown tenant: %v", err)
 	}
 }

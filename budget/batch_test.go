@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -56,19 +57,19 @@ func TestDecideBatchIsolatesTenants(t *testing.T) {
 	switch {
 	case res[0].Err != nil || res[1].Err != nil || res[6].Err != nil:
 		t.Fatalf("the fitting requests: %v %v %v", res[0].Err, res[1].Err, res[6].Err)
-	case res[2].Err == nil || errors.Is(res[2].Err, budget.ErrRejected):
+	case res[2].Err == nil || errors.Is(res[2].Err, rule.ErrRejected):
 		t.Fatalf("broken's write: %+v", res[2])
-	case !errors.Is(res[3].Err, budget.ErrRejected):
+	case !errors.Is(res[3].Err, rule.ErrRejected):
 		t.Fatalf("acme's second: %v", res[3].Err)
-	case !errors.Is(res[4].Err, budget.ErrTenantNotFound):
+	case !errors.Is(res[4].Err, rule.ErrTenantNotFound):
 		t.Fatalf("no tenant: %v", res[4].Err)
-	case !errors.Is(res[5].Err, budget.ErrAdmissionNotFound):
+	case !errors.Is(res[5].Err, rule.ErrAdmissionNotFound):
 		t.Fatalf("unknown admission: %v", res[5].Err)
 	}
 	for id, want := range map[string]struct{ entries, balance int64 }{"acme": {2, 20}, "globex": {3, 970}, "broken": {1, 1000}} {
 		tally := b.verify(t, id)
-		if tally.Entries != want.entries || tally.BalanceMicro/budget.Micro != want.balance {
-			t.Fatalf("%s: %d entries, balance %d; want %d and %d", id, tally.Entries, tally.BalanceMicro/budget.Micro, want.entries, want.balance)
+		if tally.Entries != want.entries || tally.BalanceMicro/rule.Micro != want.balance {
+			t.Fatalf("%s: %d entries, balance %d; want %d and %d", id, tally.Entries, tally.BalanceMicro/rule.Micro, want.entries, want.balance)
 		}
 	}
 }
@@ -100,7 +101,7 @@ func TestIdempotencyKeysRepeatedInOneBatch(t *testing.T) {
 		t.Fatalf("the key twice: %+v %+v", r(0), r(1))
 	case r(2).AdmissionID == r(0).AdmissionID || r(2).Replayed:
 		t.Fatalf("another tenant's key: %+v", r(2))
-	case !errors.Is(res[3].Err, budget.ErrIdempotencyMismatch):
+	case !errors.Is(res[3].Err, rule.ErrIdempotencyMismatch):
 		t.Fatalf("the key with another request: %v", res[3].Err)
 	case r(4).AdmissionID == r(0).AdmissionID:
 		t.Fatal("another key, the same admission")
@@ -168,7 +169,7 @@ func TestFourReplicasOverlappingTenants(t *testing.T) {
 				switch {
 				case err == nil:
 					admitted[id].Add(cost)
-				case errors.Is(err, budget.ErrRejected):
+				case errors.Is(err, rule.ErrRejected):
 					rejectedN.Add(1)
 				default:
 					t.Error(err)
@@ -188,7 +189,7 @@ func TestFourReplicasOverlappingTenants(t *testing.T) {
 		if sum.admittedCost != admitted[id].Load() {
 			t.Fatalf("%s: the ledger holds %d, callers were told %d", id, sum.admittedCost, admitted[id].Load())
 		}
-		if got, want := sum.admittedCost*budget.Micro, capacity*budget.Micro+sum.refill-tally.BalanceMicro; got != want {
+		if got, want := sum.admittedCost*rule.Micro, capacity*rule.Micro+sum.refill-tally.BalanceMicro; got != want {
 			t.Fatalf("%s: admitted %d micro-tokens != capacity + refill - balance = %d", id, got, want)
 		}
 		if sum.refill > rate*sum.elapsedMicro || sum.minReserveBalance < 0 {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -30,8 +31,8 @@ func TestSettleAbsurdUsageRefused(t *testing.T) {
 		{0, -1, "completion_tokens"},
 	} {
 		_, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: u.in, OutputTokens: u.out})
-		var ue *budget.UsageError
-		if !errors.As(err, &ue) || !errors.Is(err, budget.ErrUsageOutOfBounds) || ue.Field != u.field {
+		var ue *rule.UsageError
+		if !errors.As(err, &ue) || !errors.Is(err, rule.ErrUsageOutOfBounds) || ue.Field != u.field {
 			t.Fatalf("settle %d/%d: %v, want a *UsageError on %s", u.in, u.out, err, u.field)
 		}
 		if after := b.state(t, "acme"); after != before {
@@ -43,7 +44,7 @@ func TestSettleAbsurdUsageRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DeltaMicro != -127_999*budget.Micro {
+	if s.DeltaMicro != -127_999*rule.Micro {
 		t.Fatalf("settle at the bound: delta %d", s.DeltaMicro)
 	}
 	b.verify(t, "acme")
@@ -63,7 +64,7 @@ func TestSettleHeavyModelStopsAtDebtFloor(t *testing.T) {
 	for i := range 5 {
 		r, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: heavy})
 		if i > 0 {
-			rejected(t, err, budget.LimitTokens) // in debt: refused
+			rejected(t, err, rule.LimitTokens) // in debt: refused
 			break
 		}
 		if err != nil {
@@ -71,20 +72,20 @@ func TestSettleHeavyModelStopsAtDebtFloor(t *testing.T) {
 		}
 		before := b.state(t, "acme")
 		_, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1_000_000_000, OutputTokens: 1})
-		if !errors.Is(err, budget.ErrUsageOutOfBounds) {
+		if !errors.Is(err, rule.ErrUsageOutOfBounds) {
 			t.Fatalf("1e9 tokens of an unknown model: %v", err)
 		}
 		if b.state(t, "acme") != before {
 			t.Fatal("a refused settle moved something")
 		}
 		s, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID,
-			InputTokens: budget.MaxUnknownModelUsage - 1, OutputTokens: 1})
+			InputTokens: rule.MaxUnknownModelUsage - 1, OutputTokens: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// 2e9 tokens charged at weight 1000: far past the floor; it stops there.
-		if s.BalanceMicro != -capacity*budget.Micro {
-			t.Fatalf("balance %d, want the floor %d", s.BalanceMicro, -capacity*budget.Micro)
+		if s.BalanceMicro != -capacity*rule.Micro {
+			t.Fatalf("balance %d, want the floor %d", s.BalanceMicro, -capacity*rule.Micro)
 		}
 	}
 	b.verify(t, "acme")
@@ -97,10 +98,10 @@ func TestAdjustDebtFloorAndOverflow(t *testing.T) {
 	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(1000, "1"))
 	before := b.state(t, "acme")
-	if _, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -2001, Reason: "too much"}); !errors.Is(err, budget.ErrDebtFloor) {
+	if _, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -2001, Reason: "too much"}); !errors.Is(err, rule.ErrDebtFloor) {
 		t.Fatalf("debit past the floor: %v", err)
 	}
-	var oe *budget.OverflowError
+	var oe *rule.OverflowError
 	if _, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -2_000_000_000_000, Reason: "huge"}); !errors.As(err, &oe) || oe.Field != "tokens" {
 		t.Fatalf("a huge debit: %v", err)
 	}
@@ -109,10 +110,10 @@ func TestAdjustDebtFloorAndOverflow(t *testing.T) {
 	}
 	// To the floor exactly is allowed; one more token is not.
 	snap, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -2000, Reason: "to the floor"})
-	if err != nil || snap.TokensMicro != -1000*budget.Micro {
+	if err != nil || snap.TokensMicro != -1000*rule.Micro {
 		t.Fatalf("debit to the floor: %+v %v", snap.TokensMicro, err)
 	}
-	if _, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -1, Reason: "one more"}); !errors.Is(err, budget.ErrDebtFloor) {
+	if _, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: -1, Reason: "one more"}); !errors.Is(err, rule.ErrDebtFloor) {
 		t.Fatalf("debit below the floor: %v", err)
 	}
 	// Credits of 1e12 tokens until the balance would leave int64.
@@ -122,7 +123,7 @@ func TestAdjustDebtFloorAndOverflow(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err2, budget.ErrOverflow) {
+	if !errors.Is(err2, rule.ErrOverflow) {
 		t.Fatalf("credits past int64: %v", err2)
 	}
 	b.verify(t, "acme")
@@ -146,7 +147,7 @@ func TestConcurrentChargesNeverPassTheFloor(t *testing.T) {
 			return
 		}
 		r, err := s.Reserve(ctx, reserveFor("acme", 4))
-		if errors.Is(err, budget.ErrRejected) {
+		if errors.Is(err, rule.ErrRejected) {
 			return
 		}
 		if err != nil {
@@ -161,7 +162,7 @@ func TestConcurrentChargesNeverPassTheFloor(t *testing.T) {
 		switch {
 		case err == nil:
 			settled++
-		case errors.Is(err, budget.ErrDebtFloor):
+		case errors.Is(err, rule.ErrDebtFloor):
 			refusedFloor++
 		default:
 			t.Fatal(err)
@@ -177,8 +178,8 @@ func TestConcurrentChargesNeverPassTheFloor(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = 'acme'`).Scan(&balance); err != nil {
 		t.Fatal(err)
 	}
-	if minBalance < -capacity*budget.Micro || balance < -capacity*budget.Micro {
-		t.Fatalf("balance went below the floor: min %d, now %d, floor %d", minBalance, balance, -capacity*budget.Micro)
+	if minBalance < -capacity*rule.Micro || balance < -capacity*rule.Micro {
+		t.Fatalf("balance went below the floor: min %d, now %d, floor %d", minBalance, balance, -capacity*rule.Micro)
 	}
 	b.verify(t, "acme")
 	t.Logf("%d settled or debited, %d debits refused at the floor, lowest balance %d", settled, refusedFloor, minBalance)
@@ -204,7 +205,7 @@ func TestReplayStopsAtTheDebtFloor(t *testing.T) {
 	if err := b.pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = 'acme'`).Scan(&balance); err != nil {
 		t.Fatal(err)
 	}
-	if balance != -100*budget.Micro {
+	if balance != -100*rule.Micro {
 		t.Fatalf("balance %d, want the floor", balance)
 	}
 	b.verify(t, "acme")

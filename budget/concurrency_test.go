@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -101,7 +102,7 @@ func TestConcurrentTokensExactBound(t *testing.T) {
 			switch {
 			case err == nil:
 				admitted.Add(cost)
-			case errors.Is(err, budget.ErrRejected):
+			case errors.Is(err, rule.ErrRejected):
 				rejectedN.Add(1)
 			default:
 				t.Error(err)
@@ -117,14 +118,14 @@ func TestConcurrentTokensExactBound(t *testing.T) {
 	// With no settles the bound is exact: everything admitted came from the
 	// starting capacity plus refill, and the refill is at most rate x elapsed
 	// between database times.
-	if got, want := sum.admittedCost*budget.Micro, capacity*budget.Micro+sum.refill-tally.BalanceMicro; got != want {
+	if got, want := sum.admittedCost*rule.Micro, capacity*rule.Micro+sum.refill-tally.BalanceMicro; got != want {
 		t.Fatalf("admitted %d micro-tokens, but capacity + refill - balance = %d", got, want)
 	}
 	maxRefill := 50 * sum.elapsedMicro
 	if sum.refill > maxRefill {
 		t.Fatalf("refill %d exceeds rate x elapsed %d", sum.refill, maxRefill)
 	}
-	if sum.admittedCost*budget.Micro > capacity*budget.Micro+maxRefill {
+	if sum.admittedCost*rule.Micro > capacity*rule.Micro+maxRefill {
 		t.Fatalf("admitted %d tokens > capacity + rate x elapsed", sum.admittedCost)
 	}
 	if sum.minReserveBalance < 0 {
@@ -134,7 +135,7 @@ func TestConcurrentTokensExactBound(t *testing.T) {
 		t.Fatal("demand never exceeded the bucket; the test proves nothing")
 	}
 	t.Logf("admitted %d tokens in %d requests, %d rejected, refill %.3f tokens over %.3f s",
-		sum.admittedCost, sum.admitted, rejectedN.Load(), float64(sum.refill)/budget.Micro, float64(sum.elapsedMicro)/1e6)
+		sum.admittedCost, sum.admitted, rejectedN.Load(), float64(sum.refill)/rule.Micro, float64(sum.elapsedMicro)/1e6)
 }
 
 func TestConcurrentRequestBucketExact(t *testing.T) {
@@ -150,7 +151,7 @@ func TestConcurrentRequestBucketExact(t *testing.T) {
 		_, err := s.Reserve(ctx, p)
 		if err == nil {
 			admitted.Add(1)
-		} else if !errors.Is(err, budget.ErrRejected) {
+		} else if !errors.Is(err, rule.ErrRejected) {
 			t.Error(err)
 		}
 	})
@@ -172,7 +173,7 @@ func TestConcurrentConcurrencyLimit(t *testing.T) {
 			p := reserve(5)
 			p.TenantID = "acme"
 			r, err := s.Reserve(ctx, p)
-			if errors.Is(err, budget.ErrRejected) {
+			if errors.Is(err, rule.ErrRejected) {
 				continue
 			}
 			if err != nil {
@@ -223,7 +224,7 @@ func TestConcurrentPeriodBudget(t *testing.T) {
 	t.Parallel()
 	b, stores := replicas(t)
 	l := limits(1_000_000, "1000")
-	l.PeriodBudget, l.Period = 1000, budget.PeriodMonth
+	l.PeriodBudget, l.Period = 1000, rule.PeriodMonth
 	b.tenant(t, "acme", l)
 	var admitted atomic.Int64
 	hammer(stores, func(g int, s *budget.Store) {
@@ -233,7 +234,7 @@ func TestConcurrentPeriodBudget(t *testing.T) {
 			p.TenantID = "acme"
 			if _, err := s.Reserve(ctx, p); err == nil {
 				admitted.Add(cost)
-			} else if !errors.Is(err, budget.ErrRejected) {
+			} else if !errors.Is(err, rule.ErrRejected) {
 				t.Error(err)
 			}
 		}
@@ -257,7 +258,7 @@ func TestConcurrentSettlesKeepLedgerExact(t *testing.T) {
 			p := reserve(cost)
 			p.TenantID = "acme"
 			r, err := s.Reserve(ctx, p)
-			if errors.Is(err, budget.ErrRejected) {
+			if errors.Is(err, rule.ErrRejected) {
 				continue
 			}
 			if err != nil {
@@ -281,8 +282,8 @@ func TestConcurrentSettlesKeepLedgerExact(t *testing.T) {
 	if sum.minReserveBalance < 0 {
 		t.Fatalf("a reserve left the balance at %d", sum.minReserveBalance)
 	}
-	bound := 2000*budget.Micro + 100*sum.elapsedMicro + refunds.Load()
-	if sum.admittedCost*budget.Micro > bound {
+	bound := 2000*rule.Micro + 100*sum.elapsedMicro + refunds.Load()
+	if sum.admittedCost*rule.Micro > bound {
 		t.Fatalf("admitted %d tokens > capacity + refill x elapsed + refunds (%d micro)", sum.admittedCost, bound)
 	}
 	if sum.finalOpen != 0 {

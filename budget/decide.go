@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -94,16 +95,16 @@ func (op Op) validate() error {
 }
 
 // face is the face the request came through (FaceAPI for none).
-func (op Op) face() Face {
+func (op Op) face() rule.Face {
 	switch {
 	case op.Reserve != nil:
-		return op.Reserve.Face.or()
+		return op.Reserve.Face.Or()
 	case op.Settle != nil:
-		return op.Settle.Face.or()
+		return op.Settle.Face.Or()
 	case op.Release != nil:
-		return op.Release.Face.or()
+		return op.Release.Face.Or()
 	}
-	return FaceAPI
+	return rule.FaceAPI
 }
 
 // faceKey is the Idempotency-Key of a reserve, or the one a settle or
@@ -129,15 +130,15 @@ func namespaced(items []Item) []Item {
 		if k == "" {
 			continue
 		}
-		problem := IdempotencyKeyProblem(k)
-		if problem == "" && f == FaceAPI {
+		problem := rule.IdempotencyKeyProblem(k)
+		if problem == "" && f == rule.FaceAPI {
 			continue
 		}
 		if out == nil {
 			out = slices.Clone(items)
 		}
 		if problem != "" {
-			out[i].Op.invalid = &InvalidError{Field: "Idempotency-Key", Reason: problem}
+			out[i].Op.invalid = &rule.InvalidError{Field: "Idempotency-Key", Reason: problem}
 			continue
 		}
 		switch {
@@ -215,7 +216,7 @@ func (s *Store) DecideBatch(ctx context.Context, items []Item) ([]OpResult, erro
 		res, err = s.decideOnce(ctx, items)
 		return err
 	})
-	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrBusy) || ctx.Err() != nil {
+	if err == nil || errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrBusy) || ctx.Err() != nil {
 		return res, err
 	}
 	tenants := map[string][]int{}
@@ -314,13 +315,13 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 		case op.Settle != nil:
 			p := op.Settle
 			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, p.Face, StateSettled, p)
-			if errors.Is(results[i].Err, ErrAdmissionNotFound) {
+			if errors.Is(results[i].Err, rule.ErrAdmissionNotFound) {
 				results[i].Err = d.deferEnd(p.IdempotencyKey, p.Defer, StateSettled, p.Actor, p.KeyID, p.GatewayID, p)
 			}
 		case op.Release != nil:
 			p := op.Release
 			results[i].Settlement, results[i].Err = d.end(l.adms, l.admissionOf(it, d), p.Actor, p.Face, StateReleased, nil)
-			if errors.Is(results[i].Err, ErrAdmissionNotFound) {
+			if errors.Is(results[i].Err, rule.ErrAdmissionNotFound) {
 				results[i].Err = d.deferEnd(p.IdempotencyKey, p.Defer, StateReleased, p.Actor, p.KeyID, p.GatewayID, nil)
 			}
 		case op.Expire != nil:
@@ -336,7 +337,7 @@ func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writ
 	// Rejections carry the balances as they stand after the whole batch,
 	// of the level whose limit refused.
 	for i, it := range items {
-		var rej *RejectedError
+		var rej *rule.RejectedError
 		if errors.As(results[i].Err, &rej) {
 			lv := l.tenants[it.TenantID]
 			if lvl, ok := l.tenants[rej.Level]; ok {
@@ -373,14 +374,14 @@ func (b *batch) decisionFor(it Item) (*decision, error) {
 		scope, ok := b.gws[g]
 		switch {
 		case !ok:
-			return nil, ErrGatewayRevoked
-		case !GatewayMay(scope, it.TenantID):
-			return nil, ErrOutOfScope
+			return nil, rule.ErrGatewayRevoked
+		case !rule.GatewayMay(scope, it.TenantID):
+			return nil, rule.ErrOutOfScope
 		}
 	}
 	t, ok := b.tenants[it.TenantID]
 	if !ok {
-		return nil, ErrTenantNotFound
+		return nil, rule.ErrTenantNotFound
 	}
 	d := b.decisions[it.TenantID]
 	if d == nil {
@@ -404,9 +405,9 @@ func (b *batch) decisionFor(it Item) (*decision, error) {
 	if k := op.keyID(); k != "" {
 		switch {
 		case b.keys[k].tenantID != it.TenantID && (t.endUserOf == "" || b.keys[k].tenantID != t.endUserOf): // an end user decides with its tenant's keys
-			return nil, ErrKeyRevoked
+			return nil, rule.ErrKeyRevoked
 		case anyDisabled(d.chain):
-			return nil, ErrTenantDisabled // as authenticating the key would have said
+			return nil, rule.ErrTenantDisabled // as authenticating the key would have said
 		}
 	}
 	return d, nil
@@ -433,9 +434,9 @@ func (l *loaded) admissionOf(it Item, d *decision) string {
 // isDecision tells a request's own outcome (refused, unknown admission,
 // conflict) from a failure of the whole batch.
 func isDecision(err error) bool {
-	return errors.Is(err, ErrRejected) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrTenantDisabled) ||
-		errors.Is(err, ErrIdempotencyMismatch) || errors.Is(err, ErrAdmissionNotFound) || errors.Is(err, ErrConflict) ||
-		errors.Is(err, ErrTenantNotFound) || errors.Is(err, ErrKeyRevoked) || errors.Is(err, ErrUsageOutOfBounds) ||
-		errors.Is(err, ErrGatewayRevoked) || errors.Is(err, ErrOutOfScope) || errors.As(err, new(*InvalidError)) ||
-		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired) || errors.Is(err, ErrOtherFace)
+	return errors.Is(err, rule.ErrRejected) || errors.Is(err, rule.ErrTooLarge) || errors.Is(err, rule.ErrTenantDisabled) ||
+		errors.Is(err, rule.ErrIdempotencyMismatch) || errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, rule.ErrConflict) ||
+		errors.Is(err, rule.ErrTenantNotFound) || errors.Is(err, rule.ErrKeyRevoked) || errors.Is(err, rule.ErrUsageOutOfBounds) ||
+		errors.Is(err, rule.ErrGatewayRevoked) || errors.Is(err, rule.ErrOutOfScope) || errors.As(err, new(*rule.InvalidError)) ||
+		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired) || errors.Is(err, rule.ErrOtherFace)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -46,13 +47,13 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	if p.IdempotencyKey != "" {
 		if f, ok := d.fresh[p.IdempotencyKey]; ok {
 			if !bytes.Equal(f.hash, p.RequestHash) {
-				return nil, ErrIdempotencyMismatch
+				return nil, rule.ErrIdempotencyMismatch
 			}
 			return replayOf(f.r), nil
 		}
 		if pr != nil {
 			if !bytes.Equal(pr.hash, p.RequestHash) {
-				return nil, ErrIdempotencyMismatch
+				return nil, rule.ErrIdempotencyMismatch
 			}
 			if len(pr.response) == 0 { // kept with ReplayNow
 				return &Reservation{AdmissionID: pr.admissionID, Snapshot: t.snapshot(now), Priority: p.Priority, Replayed: true}, nil
@@ -66,7 +67,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		}
 	}
 	if anyDisabled(d.chain) {
-		return nil, ErrTenantDisabled
+		return nil, rule.ErrTenantDisabled
 	}
 	cost := p.Estimate.Cost
 	mkey := ModelKey(p.Estimate)
@@ -84,14 +85,14 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		refusal = pl.refusal(poolNeed, p.PoolHoldbackMicro)
 	}
 	if refusal != nil {
-		var rej *RejectedError
+		var rej *rule.RejectedError
 		if errors.As(refusal, &rej) {
 			rej.Priority, rej.Shadow = p.Priority, shadow
 			if pl != nil {
 				rej.PoolState = pl.state()
 			}
 		}
-		if exh := (*BudgetExhaustedError)(nil); errors.As(refusal, &exh) && exh.Counts == CountMoney && price != nil {
+		if exh := (*rule.BudgetExhaustedError)(nil); errors.As(refusal, &exh) && exh.Counts == rule.CountMoney && price != nil {
 			exh.Currency = price.Currency // the money was priced in it
 		}
 		return nil, refusal
@@ -106,7 +107,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		ExpiresAt: now.Add(t.Limits.ReservationTTL),
 		Shadowed:  shadowedOf(d.chain, skips),
 		Family:    mkey,
-		Face:      p.Face.or(),
+		Face:      p.Face.Or(),
 	}
 	if price != nil {
 		a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
@@ -117,7 +118,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
-		applied, err := lv.DebitExcept(Amount{Cost: cost, Money: money}, skips[i])
+		applied, err := lv.DebitExcept(rule.Amount{Cost: cost, Money: money}, skips[i])
 		if err != nil {
 			return nil, err // not a decision: the batch is aborted, nothing moves
 		}
@@ -173,18 +174,18 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 // which is locked, so pricing costs no read. Only the face that made the
 // admission may end it (*OtherFaceError), whatever its state, so that
 // another face learns nothing of how it ended either.
-func (d *decision) end(locked map[string]*Admission, admissionID, actor string, face Face, target State, usage *SettleParams) (*Settlement, error) {
+func (d *decision) end(locked map[string]*Admission, admissionID, actor string, face rule.Face, target State, usage *SettleParams) (*Settlement, error) {
 	t, now := d.t, d.now
 	a, ok := d.adms[admissionID]
 	if !ok {
 		// As locked, unless it belongs to another tenant (then it is not
 		// this caller's to see).
 		if a, ok = locked[admissionID]; !ok || a.TenantID != t.id {
-			return nil, ErrAdmissionNotFound
+			return nil, rule.ErrAdmissionNotFound
 		}
 	}
-	if a.Face.or() != face.or() {
-		return nil, &OtherFaceError{AdmissionID: a.ID, Face: a.Face.or()}
+	if a.Face.Or() != face.Or() {
+		return nil, &rule.OtherFaceError{AdmissionID: a.ID, Face: a.Face.Or()}
 	}
 	var in, out int64
 	if usage != nil {
@@ -198,7 +199,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 			same = a.ActualInput != nil && *a.ActualInput == in && a.ActualOutput != nil && *a.ActualOutput == out
 		}
 		if !same {
-			return nil, ErrConflict
+			return nil, rule.ErrConflict
 		}
 		return &Settlement{Admission: a, DeltaMicro: deref(a.EndDeltaMicro), BalanceMicro: deref(a.EndBalanceMicro),
 			Snapshot: t.snapshot(now), Replayed: true}, nil
@@ -239,7 +240,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		if lv == t {
 			debited = a.DebitedMicro
 		}
-		delta, err := lv.EndDebited(Amount{Cost: cost, Money: deref(a.MoneyEstimate)}, Amount{Cost: actual, Money: deref(moneyActual)}, debited, a.CreatedAt, late, skip)
+		delta, err := lv.EndDebited(rule.Amount{Cost: cost, Money: deref(a.MoneyEstimate)}, rule.Amount{Cost: actual, Money: deref(moneyActual)}, debited, a.CreatedAt, late, skip)
 		if err != nil {
 			return nil, err // not a decision: the batch is aborted, nothing moves
 		}

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var (
@@ -45,17 +47,17 @@ var (
 // own (Deferral): it is kept, and applied when that admission is replayed
 // into the store (ReplayReserve). It wraps ErrAdmissionNotFound, so a
 // caller that answers "not found" as "nothing to do" answers it the same.
-var ErrDeferred = fmt.Errorf("%w yet; the settle is kept for it until it is replayed", ErrAdmissionNotFound)
+var ErrDeferred = fmt.Errorf("%w yet; the settle is kept for it until it is replayed", rule.ErrAdmissionNotFound)
 
 // ResolvePolicy is a request's failure policy: its model's, else its
 // tenant's own, else the replica's default, else reject.
-func ResolvePolicy(model, tenant, replica Policy) Policy {
-	for _, p := range []Policy{model, tenant, replica} {
-		if p != PolicyDefault {
+func ResolvePolicy(model, tenant, replica rule.Policy) rule.Policy {
+	for _, p := range []rule.Policy{model, tenant, replica} {
+		if p != rule.PolicyDefault {
 			return p
 		}
 	}
-	return PolicyReject
+	return rule.PolicyReject
 }
 
 // Deferral is the failure policy of the request a settle or release by
@@ -68,8 +70,8 @@ func ResolvePolicy(model, tenant, replica Policy) Policy {
 // refused request's stream end stays free). A nested tenant is never
 // admitted locally, so nothing is kept for one either.
 type Deferral struct {
-	Model   Policy `json:"model,omitempty"`
-	Default Policy `json:"default,omitempty"`
+	Model   rule.Policy `json:"model,omitempty"`
+	Default rule.Policy `json:"default,omitempty"`
 }
 
 // keeps reports whether a settle by key with this deferral is kept for a
@@ -78,7 +80,7 @@ func (d *Deferral) keeps(chain []*tenant) bool {
 	if d == nil || len(chain) != 1 {
 		return false
 	}
-	return ResolvePolicy(d.Model, chain[0].Limits.OnStoreUnavailable, d.Default) == PolicyLocal
+	return ResolvePolicy(d.Model, chain[0].Limits.OnStoreUnavailable, d.Default) == rule.PolicyLocal
 }
 
 // deferredEnd is a kept settle (State settled) or release (State
@@ -99,7 +101,7 @@ type deferredEnd struct {
 // ErrAdmissionNotFound.
 func (d *decision) deferEnd(key string, dp *Deferral, target State, actor, keyID, gatewayID string, usage *SettleParams) error {
 	if key == "" || !dp.keeps(d.chain) {
-		return ErrAdmissionNotFound
+		return rule.ErrAdmissionNotFound
 	}
 	k := deferredEnd{tenantID: d.t.id, key: key, state: target, actor: actorOr(actor, "api"), keyID: keyID, gateway: gatewayID, at: d.now}
 	if usage != nil {

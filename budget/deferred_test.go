@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -48,13 +49,13 @@ func TestKeptSettleIsAppliedByTheReplay(t *testing.T) {
 	t.Parallel()
 	b, clock := setupFrozen(t)
 	l := limits(1000, "1")
-	l.OnStoreUnavailable = budget.PolicyLocal
+	l.OnStoreUnavailable = rule.PolicyLocal
 	b.tenant(t, "acme", l)
 
 	settle := func(key string, in int64) error {
 		return fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: key, InputTokens: in, Actor: "gateway:edge", Defer: local}))
 	}
-	if err := settle("rls:a", 6); !errors.Is(err, budget.ErrDeferred) || !errors.Is(err, budget.ErrAdmissionNotFound) {
+	if err := settle("rls:a", 6); !errors.Is(err, budget.ErrDeferred) || !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("settle before the replay: %v, want ErrDeferred (an ErrAdmissionNotFound)", err)
 	}
 	if err := settle("rls:a", 9); !errors.Is(err, budget.ErrDeferred) {
@@ -64,7 +65,7 @@ func TestKeptSettleIsAppliedByTheReplay(t *testing.T) {
 		t.Fatalf("release before the replay: %v", err)
 	}
 	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:c", InputTokens: 1})); err == nil ||
-		errors.Is(err, budget.ErrDeferred) || !errors.Is(err, budget.ErrAdmissionNotFound) {
+		errors.Is(err, budget.ErrDeferred) || !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("settle without a deferral: %v, want ErrAdmissionNotFound alone", err)
 	}
 	if keys := b.keptKeys(t); strings.Join(keys, " ") != "rls:a rls:a rls:b" {
@@ -106,8 +107,8 @@ func TestKeptSettleIsAppliedByTheReplay(t *testing.T) {
 	}
 	// 1000, less 12 and 20 reserved, plus the settle's refund (6) and the
 	// release's (20).
-	if tally := b.verify(t, "acme"); tally.BalanceMicro/budget.Micro != 1000-12-20+6+20 {
-		t.Fatalf("balance %d", tally.BalanceMicro/budget.Micro)
+	if tally := b.verify(t, "acme"); tally.BalanceMicro/rule.Micro != 1000-12-20+6+20 {
+		t.Fatalf("balance %d", tally.BalanceMicro/rule.Micro)
 	}
 }
 
@@ -118,7 +119,7 @@ func TestKeptSettleLivesTheIdempotencyWindow(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	l := limits(1000, "1")
-	l.OnStoreUnavailable = budget.PolicyLocal
+	l.OnStoreUnavailable = rule.PolicyLocal
 	b.tenant(t, "acme", l)
 	for _, key := range []string{"rls:old", "rls:young"} {
 		if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: key, InputTokens: 1, Defer: local})); !errors.Is(err, budget.ErrDeferred) {
@@ -152,7 +153,7 @@ func TestKeptSettleKeepsItsCacheWrites(t *testing.T) {
 	t.Parallel()
 	b, clock := setupFrozen(t)
 	l := limits(100_000, "1")
-	l.OnStoreUnavailable = budget.PolicyLocal
+	l.OnStoreUnavailable = rule.PolicyLocal
 	b.tenant(t, "acme", l)
 	err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:w", InputTokens: 300, OutputTokens: 10,
 		CacheWriteTokens: 100, CacheWrite1hTokens: 100, Actor: "gateway:edge", Defer: local}))
@@ -185,7 +186,7 @@ func TestKeptSettlesApplyTheFirstAccepted(t *testing.T) {
 	t.Parallel()
 	b, clock := setupFrozen(t)
 	l := limits(1_000_000, "1")
-	l.OnStoreUnavailable = budget.PolicyLocal
+	l.OnStoreUnavailable = rule.PolicyLocal
 	b.tenant(t, "acme", l)
 	settle := func(key string, in int64) {
 		t.Helper()

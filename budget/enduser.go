@@ -46,6 +46,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -130,7 +131,7 @@ type EndUserPolicy struct {
 	// Header names the header of SourceHeader (canonical form).
 	Header string
 	// Template is the limits each end user is created with.
-	Template    Limits
+	Template    rule.Limits
 	MaxEndUsers int
 	// IdleTTL is how long an end user may go without a change before it
 	// expires.
@@ -144,7 +145,7 @@ type EndUserPolicyParams struct {
 	TenantID    string
 	Source      EndUserSource
 	Header      string
-	Template    Limits
+	Template    rule.Limits
 	MaxEndUsers int
 	IdleTTL     time.Duration
 	Actor       string
@@ -156,28 +157,28 @@ func (p *EndUserPolicyParams) check() error {
 	switch p.Source {
 	case SourceUser, SourceSafetyIdentifier, SourceMetadataUserID:
 		if p.Header != "" {
-			return &LimitError{Field: "header", Reason: `is set only with source "header"`}
+			return &rule.LimitError{Field: "header", Reason: `is set only with source "header"`}
 		}
 	case SourceHeader:
 		if !validHeaderName(p.Header) {
-			return &LimitError{Field: "header", Reason: "must be an HTTP header name (1-128 token characters)"}
+			return &rule.LimitError{Field: "header", Reason: "must be an HTTP header name (1-128 token characters)"}
 		}
 		p.Header = canonicalHeader(p.Header)
 	default:
-		return &LimitError{Field: "source", Reason: `must be "user", "safety_identifier", "metadata.user_id" or "header"`}
+		return &rule.LimitError{Field: "source", Reason: `must be "user", "safety_identifier", "metadata.user_id" or "header"`}
 	}
 	if err := p.Template.Validate(); err != nil {
-		var le *LimitError
+		var le *rule.LimitError
 		if errors.As(err, &le) {
-			return &LimitError{Field: "template." + le.Field, Reason: le.Reason}
+			return &rule.LimitError{Field: "template." + le.Field, Reason: le.Reason}
 		}
 		return err
 	}
 	switch {
 	case p.MaxEndUsers <= 0 || p.MaxEndUsers > MaxEndUsersCap:
-		return &LimitError{Field: "max_end_users", Reason: fmt.Sprintf("must be between 1 and %d", MaxEndUsersCap)}
+		return &rule.LimitError{Field: "max_end_users", Reason: fmt.Sprintf("must be between 1 and %d", MaxEndUsersCap)}
 	case p.IdleTTL < time.Second || p.IdleTTL > 366*24*time.Hour:
-		return &LimitError{Field: "idle_ttl_s", Reason: "must be between 1 and 31622400 seconds (366 days)"}
+		return &rule.LimitError{Field: "idle_ttl_s", Reason: "must be between 1 and 31622400 seconds (366 days)"}
 	}
 	return nil
 }
@@ -227,51 +228,51 @@ func EndUserTenantID(parent, endUserID string) string {
 func ValidateEndUserID(field, id string) error {
 	switch {
 	case id == "":
-		return &InvalidError{Field: field, Reason: "must not be empty (it names the end user)"}
+		return &rule.InvalidError{Field: field, Reason: "must not be empty (it names the end user)"}
 	case len(id) > MaxEndUserIDLen:
-		return &InvalidError{Field: field, Reason: fmt.Sprintf("must be at most %d bytes", MaxEndUserIDLen)}
+		return &rule.InvalidError{Field: field, Reason: fmt.Sprintf("must be at most %d bytes", MaxEndUserIDLen)}
 	case !utf8.ValidString(id):
-		return &InvalidError{Field: field, Reason: "must be valid UTF-8"}
+		return &rule.InvalidError{Field: field, Reason: "must be valid UTF-8"}
 	case strings.IndexFunc(id, unicode.IsControl) >= 0:
-		return &InvalidError{Field: field, Reason: "must not contain control characters"}
+		return &rule.InvalidError{Field: field, Reason: "must not contain control characters"}
 	}
 	return nil
 }
 
 // LimitsJSON is l as JSON, in the one shape limits have in ledger details
 // and end-user templates (the admin API's limit field names).
-func LimitsJSON(l Limits) json.RawMessage {
+func LimitsJSON(l rule.Limits) json.RawMessage {
 	b, _ := json.Marshal(detailOf(l)) // plain fields: cannot fail
 	return b
 }
 
 // limitsOf reads limits back from their detail shape (detailOf).
-func limitsOf(d limitsDetail) (Limits, error) {
-	l := Limits{
+func limitsOf(d limitsDetail) (rule.Limits, error) {
+	l := rule.Limits{
 		TokensCapacity:     d.TokensCapacity,
 		RequestsCapacity:   d.RequestsCapacity,
 		MaxConcurrent:      d.MaxConcurrent,
 		PeriodBudget:       d.PeriodBudget,
-		Period:             Period(d.Period),
+		Period:             rule.Period(d.Period),
 		ReservationTTL:     time.Duration(d.ReservationTTLMilli) * time.Millisecond,
 		MaxWait:            time.Duration(d.MaxWaitMilli) * time.Millisecond,
-		OnStoreUnavailable: Policy(d.OnStoreUnavailable),
+		OnStoreUnavailable: rule.Policy(d.OnStoreUnavailable),
 	}
 	var err error
-	if l.TokensRateMicro, err = ParseRate(d.TokensPerSecond); err != nil {
+	if l.TokensRateMicro, err = rule.ParseRate(d.TokensPerSecond); err != nil {
 		return l, fmt.Errorf("budget: limits: tokens_per_second: %w", err)
 	}
 	if d.RequestsPerSecond != "" {
-		if l.RequestsRateMicro, err = ParseRate(d.RequestsPerSecond); err != nil {
+		if l.RequestsRateMicro, err = rule.ParseRate(d.RequestsPerSecond); err != nil {
 			return l, fmt.Errorf("budget: limits: requests_per_second: %w", err)
 		}
 	}
-	if l.Shadow, err = ParseLimitSet("shadow", d.Shadow); err != nil {
+	if l.Shadow, err = rule.ParseLimitSet("shadow", d.Shadow); err != nil {
 		return l, err
 	}
 	if len(d.Windows) > 0 {
-		// A stored template: its zones load as storedZone reads them.
-		if l.Windows, err = parseWindows(d.Windows, storedZone); err != nil {
+		// A stored template: its zones load as StoredZone reads them.
+		if l.Windows, err = rule.ParseWindowsWith(d.Windows, rule.StoredZone); err != nil {
 			return l, err
 		}
 	}
@@ -280,7 +281,7 @@ func limitsOf(d limitsDetail) (Limits, error) {
 
 // sameLimits reports whether a and b are the same limits, by their one
 // JSON shape (so that a field added to Limits is compared too).
-func sameLimits(a, b Limits) bool { return string(LimitsJSON(a)) == string(LimitsJSON(b)) }
+func sameLimits(a, b rule.Limits) bool { return string(LimitsJSON(a)) == string(LimitsJSON(b)) }
 
 // endUserPolicyRow is a row of end_user_policies.
 type endUserPolicyRow struct {
@@ -363,10 +364,10 @@ func (s *Store) EndUserPolicySet(ctx context.Context, p EndUserPolicyParams) (*E
 	switch {
 	case t.endUserOf != "":
 		tx.abort()
-		return nil, &LimitError{Field: "tenant", Reason: "an end user cannot have end users of its own"}
-	case len(t.path)+1 >= MaxDepth:
+		return nil, &rule.LimitError{Field: "tenant", Reason: "an end user cannot have end users of its own"}
+	case len(t.path)+1 >= rule.MaxDepth:
 		tx.abort()
-		return nil, &LimitError{Field: "tenant", Reason: fmt.Sprintf("budgets nest at most %d levels, and %s is at level %d: its end users would be one too many", MaxDepth, t.id, len(t.path)+1)}
+		return nil, &rule.LimitError{Field: "tenant", Reason: fmt.Sprintf("budgets nest at most %d levels, and %s is at level %d: its end users would be one too many", rule.MaxDepth, t.id, len(t.path)+1)}
 	}
 	after := &EndUserPolicy{TenantID: p.TenantID, Source: p.Source, Header: p.Header, Template: p.Template,
 		MaxEndUsers: p.MaxEndUsers, IdleTTL: p.IdleTTL, UpdatedAt: now, UpdatedBy: actorOr(p.Actor, "admin")}
@@ -606,13 +607,13 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 	switch {
 	case t == nil:
 		tx.abort()
-		return "", ErrTenantNotFound
+		return "", rule.ErrTenantNotFound
 	case pol == nil:
 		tx.abort()
 		return "", ErrNoEndUserPolicy
 	case disabledChain(ts, t):
 		tx.abort()
-		return "", ErrTenantDisabled // it would admit nothing: no end user is made for it
+		return "", rule.ErrTenantDisabled // it would admit nothing: no end user is made for it
 	case c != nil && c.endUserOf != parent:
 		tx.abort()
 		return "", fmt.Errorf("budget: end user %q of %s: its tenant id %s is taken by a tenant that is not its end user", endUserID, parent, childID)
@@ -640,9 +641,9 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 		w.statement(1, endUserSetExpiredSQL, c.id, nil)
 		w.entry(c, e)
 	} else {
-		if len(t.path)+1 >= MaxDepth {
+		if len(t.path)+1 >= rule.MaxDepth {
 			tx.abort()
-			return "", &LimitError{Field: "tenant", Reason: fmt.Sprintf("%s is too deep to have end users", parent)}
+			return "", &rule.LimitError{Field: "tenant", Reason: fmt.Sprintf("%s is too deep to have end users", parent)}
 		}
 		p := CreateTenantParams{ID: childID, Limits: pol.Template, Parent: parent, Actor: "end-user:" + parent}
 		detail, err := json.Marshal(struct {
@@ -732,7 +733,7 @@ func (s *Store) expireEndUser(ctx context.Context, id, parent string) (bool, err
 	tx, t, now, err := s.lockTenant(ctx, id,
 		func(b *pgx.Batch) { b.Queue(endUserPolicyGetSQL, parent) },
 		func(br pgx.BatchResults) (err error) { pol, err = scanPolicy(br.Query()); return err })
-	if errors.Is(err, ErrTenantNotFound) {
+	if errors.Is(err, rule.ErrTenantNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -767,7 +768,7 @@ type EndUser struct {
 	LastSeen  time.Time
 	ExpiredAt *time.Time
 	// Snapshot holds its tenant id, limits and balances, refilled to now.
-	Snapshot Snapshot
+	Snapshot rule.Snapshot
 }
 
 // EndUserList returns up to limit of a tenant's end users whose tenant id

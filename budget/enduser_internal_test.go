@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestLimitsOfReadsBackDetailOf: a template is stored in the shape of a
@@ -15,12 +17,12 @@ import (
 // it is.
 func TestLimitsOfReadsBackDetailOf(t *testing.T) {
 	t.Parallel()
-	for _, l := range []Limits{
+	for _, l := range []rule.Limits{
 		{TokensCapacity: 1, TokensRateMicro: 1, ReservationTTL: time.Second, MaxWait: 0},
 		{TokensCapacity: 20000, TokensRateMicro: 2_500_000, RequestsCapacity: 60, RequestsRateMicro: 1_000_001,
-			MaxConcurrent: 4, PeriodBudget: 1_000_000, Period: PeriodMonth, ReservationTTL: 90 * time.Second,
-			MaxWait: 5 * time.Second, OnStoreUnavailable: PolicyLocal,
-			Shadow: LimitSet(0).With(LimitRequests).With(LimitConcurrency)},
+			MaxConcurrent: 4, PeriodBudget: 1_000_000, Period: rule.PeriodMonth, ReservationTTL: 90 * time.Second,
+			MaxWait: 5 * time.Second, OnStoreUnavailable: rule.PolicyLocal,
+			Shadow: rule.LimitSet(0).With(rule.LimitRequests).With(rule.LimitConcurrency)},
 	} {
 		raw, err := json.Marshal(detailOf(l))
 		if err != nil {

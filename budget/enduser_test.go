@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // endUserPolicy gives tenant a policy on source user with template l.
-func (b *testBundle) endUserPolicy(t *testing.T, tenant string, l budget.Limits, maxEndUsers int, ttl time.Duration) {
+func (b *testBundle) endUserPolicy(t *testing.T, tenant string, l rule.Limits, maxEndUsers int, ttl time.Duration) {
 	t.Helper()
 	_, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: tenant, Source: budget.SourceUser,
 		Template: l, MaxEndUsers: maxEndUsers, IdleTTL: ttl, Actor: "test"})
@@ -34,7 +35,7 @@ func TestEndUserTenantIDIsATenantID(t *testing.T) {
 	t.Parallel()
 	for _, u := range []string{"u", "Alice@example.com", "名前", string(make([]byte, 256))} {
 		id := budget.EndUserTenantID("acme", u)
-		if err := budget.ValidateTenantID(id); err != nil || len(id) != 29 {
+		if err := rule.ValidateTenantID(id); err != nil || len(id) != 29 {
 			t.Fatalf("%q -> %q: %v", u, id, err)
 		}
 	}
@@ -42,7 +43,7 @@ func TestEndUserTenantIDIsATenantID(t *testing.T) {
 		t.Fatal("distinct pairs share an id")
 	}
 	for _, bad := range []string{"", string(make([]byte, 257)), "a\nb", "a\x00b", "\xff"} {
-		var inv *budget.InvalidError
+		var inv *rule.InvalidError
 		if err := budget.ValidateEndUserID("user", bad); !errors.As(err, &inv) || inv.Field != "user" {
 			t.Fatalf("%q: %v", bad, err)
 		}
@@ -157,7 +158,7 @@ func TestEndUserBoundsExactAtEndUserAndTenant(t *testing.T) {
 			u := users[(g+i)%len(users)]
 			cost := int64(5 + (g*7+i*13)%45)
 			r, err := pipes[g%2].Reserve(ctx, reserveFor(u, cost))
-			if errors.Is(err, budget.ErrRejected) {
+			if errors.Is(err, rule.ErrRejected) {
 				continue
 			}
 			if err != nil {
@@ -189,7 +190,7 @@ func TestEndUserBoundsExactAtEndUserAndTenant(t *testing.T) {
 		}
 		tally := b.verify(t, u)
 		sum := sums(t, b, u)
-		if got != byUser[u] || got*budget.Micro != 1000*budget.Micro+sum.refill-tally.BalanceMicro {
+		if got != byUser[u] || got*rule.Micro != 1000*rule.Micro+sum.refill-tally.BalanceMicro {
 			t.Fatalf("%s: ledger %d, callers %d, balance %d", u, got, byUser[u], tally.BalanceMicro)
 		}
 	}
@@ -203,7 +204,7 @@ func TestEndUserBoundsExactAtEndUserAndTenant(t *testing.T) {
 	}
 	tally := b.verify(t, "acme")
 	sum := sums(t, b, "acme")
-	if got != total || got*budget.Micro != 3000*budget.Micro+sum.refill-tally.BalanceMicro {
+	if got != total || got*rule.Micro != 3000*rule.Micro+sum.refill-tally.BalanceMicro {
 		t.Fatalf("tenant: ledger %d, callers %d, balance %d", got, total, tally.BalanceMicro)
 	}
 	if total < 2900 {
@@ -242,7 +243,7 @@ func TestEndUserTemplateChangeAppliesToEndUsers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if snap.Limits.TokensCapacity != 50 || snap.Limits.TokensRateMicro != 2*budget.Micro {
+		if snap.Limits.TokensCapacity != 50 || snap.Limits.TokensRateMicro != 2*rule.Micro {
 			t.Fatalf("%s after the template change: %+v", id, snap.Limits)
 		}
 		if n := b.count(t, `SELECT count(*)::int FROM ledger_entries WHERE tenant_id = $1 AND kind = 'limits'`, id); n != 1 {
@@ -336,7 +337,7 @@ func TestEndUserIdleExpiryAndRevivalKeepSpend(t *testing.T) {
 		t.Fatalf("revived with %d tokens; it had spent 40 of 100", snap.Tokens())
 	}
 	tally := b.verify(t, a)
-	if tally.BalanceMicro/budget.Micro != 60 {
+	if tally.BalanceMicro/rule.Micro != 60 {
 		t.Fatalf("chain balance %d", tally.BalanceMicro)
 	}
 	if n := b.count(t, `SELECT count(*)::int FROM ledger_entries WHERE tenant_id = $1 AND kind = 'tenant'`, a); n != 3 {
@@ -369,13 +370,13 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	} {
 		p := good
 		c.edit(&p)
-		var le *budget.LimitError
+		var le *rule.LimitError
 		if _, err := b.store.EndUserPolicySet(ctx, p); !errors.As(err, &le) || le.Field != c.field {
 			t.Fatalf("want a LimitError on %s, got %v", c.field, err)
 		}
 	}
 	if _, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "nope", Source: budget.SourceUser,
-		Template: limits(10, "1"), MaxEndUsers: 1, IdleTTL: time.Hour}); !errors.Is(err, budget.ErrTenantNotFound) {
+		Template: limits(10, "1"), MaxEndUsers: 1, IdleTTL: time.Hour}); !errors.Is(err, rule.ErrTenantNotFound) {
 		t.Fatal(err)
 	}
 	p := good
@@ -385,7 +386,7 @@ func TestEndUserPolicyChecked(t *testing.T) {
 		t.Fatalf("%+v %v", got, err)
 	}
 	read, err := b.store.EndUserPolicyGet(ctx, "team")
-	if err != nil || read.Header != "X-End-User" || read.Template.TokensCapacity != 10 || read.Template.ReservationTTL != budget.DefaultReservationTTL {
+	if err != nil || read.Header != "X-End-User" || read.Template.TokensCapacity != 10 || read.Template.ReservationTTL != rule.DefaultReservationTTL {
 		t.Fatalf("%+v %v", read, err)
 	}
 	if pol, err := b.store.EndUserPolicyOf(ctx, "team"); err != nil || pol == nil || pol.MaxEndUsers != 1 {
@@ -398,7 +399,7 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	// An end user cannot have end users (it is at the depth's end anyway).
 	p = good
 	p.TenantID = id
-	var le *budget.LimitError
+	var le *rule.LimitError
 	if _, err := b.store.EndUserPolicySet(ctx, p); !errors.As(err, &le) || le.Field != "tenant" {
 		t.Fatal(err)
 	}
@@ -406,13 +407,13 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "org", Disabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.EndUserEnsure(ctx, "team", "w"); !errors.Is(err, budget.ErrTenantDisabled) {
+	if _, err := b.store.EndUserEnsure(ctx, "team", "w"); !errors.Is(err, rule.ErrTenantDisabled) {
 		t.Fatalf("end user of a disabled tree: %v", err)
 	}
 	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "org", Disabled: false}); err != nil {
 		t.Fatal(err)
 	}
-	var pe *budget.LimitError
+	var pe *rule.LimitError
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "below", Parent: id, Limits: limits(1, "1")}); !errors.As(err, &pe) || pe.Field != "parent" {
 		t.Fatalf("a tenant below an end user: %v", err)
 	}
@@ -438,12 +439,12 @@ func TestEndUserMoneyWindowsExact(t *testing.T) {
 	t.Parallel()
 	b, stores := replicas(t)
 	price(t, b, "gpt-4o", time.Now().Add(-time.Hour), 1_000_000, 1_000_000) // one micro-unit a token
-	day, err := budget.ParseWindow("day", "Europe/Berlin", "", "")
+	day, err := rule.ParseWindow("day", "Europe/Berlin", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	money := func(limit int64) []budget.WindowLimit {
-		return []budget.WindowLimit{{Name: "daily", Window: day, Counts: budget.CountMoney, Limit: limit}}
+	money := func(limit int64) []rule.WindowLimit {
+		return []rule.WindowLimit{{Name: "daily", Window: day, Counts: rule.CountMoney, Limit: limit}}
 	}
 	tl := limits(1_000_000, "1000")
 	tl.Windows = money(3000)
@@ -462,7 +463,7 @@ func TestEndUserMoneyWindowsExact(t *testing.T) {
 	hammer(stores, func(g int, s *budget.Store) {
 		for i := range 5 {
 			u := users[(g+i)%len(users)]
-			if _, err := s.Reserve(ctx, reserveFor(u, int64(5+(g*7+i*13)%45))); err != nil && !errors.Is(err, budget.ErrRejected) {
+			if _, err := s.Reserve(ctx, reserveFor(u, int64(5+(g*7+i*13)%45))); err != nil && !errors.Is(err, rule.ErrRejected) {
 				t.Error(err)
 				return
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // balanceMicro is a tenant's stored token balance.
@@ -29,34 +30,34 @@ func TestOnlyTheFaceThatMadeAnAdmissionEndsIt(t *testing.T) {
 	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(1000, "1"))
 	p := reserve(400)
-	p.TenantID, p.Face = "acme", budget.FaceProxy
+	p.TenantID, p.Face = "acme", rule.FaceProxy
 	r, err := b.store.Reserve(ctx, p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	refused := func(what string, err error) {
 		t.Helper()
-		var of *budget.OtherFaceError
-		if !errors.As(err, &of) || !errors.Is(err, budget.ErrOtherFace) || of.AdmissionID != r.AdmissionID || of.Face != budget.FaceProxy {
+		var of *rule.OtherFaceError
+		if !errors.As(err, &of) || !errors.Is(err, rule.ErrOtherFace) || of.AdmissionID != r.AdmissionID || of.Face != rule.FaceProxy {
 			t.Fatalf("%s: %v; want an OtherFaceError naming %s and the proxy", what, err, r.AdmissionID)
 		}
 	}
 	before := b.state(t, "acme")
-	for _, f := range []budget.Face{"", budget.FaceAPI, budget.FaceRLS} {
+	for _, f := range []rule.Face{"", rule.FaceAPI, rule.FaceRLS} {
 		refused("release as "+string(f), fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, Face: f})))
 		refused("settle as "+string(f), fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1, Face: f})))
 	}
 	if b.state(t, "acme") != before {
 		t.Fatal("a refused end moved something")
 	}
-	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 100, OutputTokens: 150, Face: budget.FaceProxy})
-	if err != nil || st.Admission.Face != budget.FaceProxy {
+	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 100, OutputTokens: 150, Face: rule.FaceProxy})
+	if err != nil || st.Admission.Face != rule.FaceProxy {
 		t.Fatalf("the proxy's settle: %+v %v", st, err)
 	}
 	// Ended: the API still may not end it, nor learn how it ended.
 	refused("release after the settle", fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})))
 	refused("the same settle", fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 100, OutputTokens: 150})))
-	if got := b.balanceMicro(t, "acme"); got != 750*budget.Micro {
+	if got := b.balanceMicro(t, "acme"); got != 750*rule.Micro {
 		t.Fatalf("balance %d, want 1000 - 250", got)
 	}
 	b.verify(t, "acme")
@@ -70,46 +71,46 @@ func TestIdempotencyKeysLiveInTheirFacesNamespace(t *testing.T) {
 	t.Parallel()
 	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(10_000, "1"))
-	keyed := func(face budget.Face, cost int64, hash string) budget.ReserveParams {
+	keyed := func(face rule.Face, cost int64, hash string) budget.ReserveParams {
 		p := reserve(cost)
 		p.TenantID, p.Face, p.IdempotencyKey, p.RequestHash = "acme", face, "rls:req-1", []byte(hash)
 		return p
 	}
-	apiR, err := b.store.Reserve(ctx, keyed(budget.FaceAPI, 10, "tenant's"))
+	apiR, err := b.store.Reserve(ctx, keyed(rule.FaceAPI, 10, "tenant's"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwR, err := b.store.Reserve(ctx, keyed(budget.FaceRLS, 5000, "gateway's"))
+	gwR, err := b.store.Reserve(ctx, keyed(rule.FaceRLS, 5000, "gateway's"))
 	if err != nil || gwR.Replayed || gwR.AdmissionID == apiR.AdmissionID {
 		t.Fatalf("the gateway's admission under the API's key: %+v %v", gwR, err)
 	}
 	for _, c := range []struct {
-		face budget.Face
+		face rule.Face
 		hash string
 		want string
-	}{{budget.FaceAPI, "tenant's", apiR.AdmissionID}, {budget.FaceRLS, "gateway's", gwR.AdmissionID}} {
+	}{{rule.FaceAPI, "tenant's", apiR.AdmissionID}, {rule.FaceRLS, "gateway's", gwR.AdmissionID}} {
 		again, err := b.store.Reserve(ctx, keyed(c.face, 10, c.hash))
 		if err != nil || !again.Replayed || again.AdmissionID != c.want {
 			t.Fatalf("retry through %s: %+v %v; want %s", c.face, again, err, c.want)
 		}
 	}
 	// The gateway's stream end settles the gateway's admission.
-	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:req-1", InputTokens: 3000, Face: budget.FaceRLS})
+	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:req-1", InputTokens: 3000, Face: rule.FaceRLS})
 	if err != nil || st.Admission.ID != gwR.AdmissionID {
 		t.Fatalf("the gateway's settle by key: %+v %v", st, err)
 	}
 	if a, err := b.store.AdmissionGet(ctx, "acme", apiR.AdmissionID); err != nil || a.State != budget.StateReserved {
 		t.Fatalf("the API's admission: %+v %v", a, err)
 	}
-	for _, f := range []budget.Face{budget.FaceAPI, budget.FaceRLS} {
+	for _, f := range []rule.Face{rule.FaceAPI, rule.FaceRLS} {
 		p := keyed(f, 10, "x")
 		p.IdempotencyKey = "rls req-1"
-		var inv *budget.InvalidError
+		var inv *rule.InvalidError
 		if _, err := b.store.Reserve(ctx, p); !errors.As(err, &inv) || inv.Field != "Idempotency-Key" {
 			t.Fatalf("a key with a space through %s: %v", f, err)
 		}
 	}
-	if got := b.balanceMicro(t, "acme"); got != (10_000-10-3000)*budget.Micro {
+	if got := b.balanceMicro(t, "acme"); got != (10_000-10-3000)*rule.Micro {
 		t.Fatalf("balance %d", got)
 	}
 	b.verify(t, "acme")
@@ -127,7 +128,7 @@ func TestOwnerWinsEveryRaceToEnd(t *testing.T) {
 	ids := make([]string, n)
 	for i := range ids {
 		p := reserve(1000)
-		p.TenantID, p.Face = "acme", budget.FaceProxy
+		p.TenantID, p.Face = "acme", rule.FaceProxy
 		r, err := b.store.Reserve(ctx, p)
 		if err != nil {
 			t.Fatal(err)
@@ -145,8 +146,8 @@ func TestOwnerWinsEveryRaceToEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: id, Face: budget.FaceAPI})
-			if !errors.Is(err, budget.ErrOtherFace) {
+			_, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: id, Face: rule.FaceAPI})
+			if !errors.Is(err, rule.ErrOtherFace) {
 				errs <- fmt.Errorf("the API's release of %s: %v", id, err)
 			}
 		}()
@@ -154,7 +155,7 @@ func TestOwnerWinsEveryRaceToEnd(t *testing.T) {
 			defer wg.Done()
 			<-start
 			if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: in, OutputTokens: out,
-				Face: budget.FaceProxy}); err != nil {
+				Face: rule.FaceProxy}); err != nil {
 				errs <- fmt.Errorf("the proxy's settle of %s: %v", id, err)
 			}
 		}()
@@ -170,7 +171,7 @@ func TestOwnerWinsEveryRaceToEnd(t *testing.T) {
 			t.Fatalf("admission %s: %+v %v", id, a, err)
 		}
 	}
-	if got, want := b.balanceMicro(t, "acme"), (capacity-used)*budget.Micro; got != want {
+	if got, want := b.balanceMicro(t, "acme"), (capacity-used)*rule.Micro; got != want {
 		t.Fatalf("balance %d, want %d: the capacity less the %d used", got, want, used)
 	}
 	b.verify(t, "acme")
@@ -200,7 +201,7 @@ func TestReplayRefundAtTheFloor(t *testing.T) {
 	}
 	a := replay(80)  // from -50: debited 50, to the floor
 	bb := replay(60) // at the floor: debited nothing
-	if got := b.balanceMicro(t, "acme"); got != -100*budget.Micro {
+	if got := b.balanceMicro(t, "acme"); got != -100*rule.Micro {
 		t.Fatalf("balance %d after the replays, want the floor", got)
 	}
 	st, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: bb})
@@ -208,10 +209,10 @@ func TestReplayRefundAtTheFloor(t *testing.T) {
 		t.Fatalf("release of the admission debited nothing: %+v %v; want a refund of 0", st, err)
 	}
 	st, err = b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: a, InputTokens: 10, OutputTokens: 10})
-	if err != nil || st.DeltaMicro != 30*budget.Micro {
+	if err != nil || st.DeltaMicro != 30*rule.Micro {
 		t.Fatalf("settle at 20 of the admission debited 50: %+v %v; want a refund of 30", st, err)
 	}
-	if got := b.balanceMicro(t, "acme"); got != -70*budget.Micro {
+	if got := b.balanceMicro(t, "acme"); got != -70*rule.Micro {
 		t.Fatalf("balance %d, want -70 tokens: -50 less the 20 used", got)
 	}
 	b.verify(t, "acme")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // gateway makes a gateway credential scoped to tenants and returns its id.
@@ -54,26 +55,26 @@ func TestGatewayCheckedInTheDecision(t *testing.T) {
 		tenant, gateway string
 		want            error
 	}{
-		{"globex", edge, budget.ErrOutOfScope},
-		{"acme-team", edge, budget.ErrOutOfScope}, // its parent's scope does not cover it
-		{"nobody", edge, budget.ErrOutOfScope},    // not ErrTenantNotFound: the gateway learns nothing
-		{"acme", "gw_unknown", budget.ErrGatewayRevoked},
+		{"globex", edge, rule.ErrOutOfScope},
+		{"acme-team", edge, rule.ErrOutOfScope}, // its parent's scope does not cover it
+		{"nobody", edge, rule.ErrOutOfScope},    // not ErrTenantNotFound: the gateway learns nothing
+		{"acme", "gw_unknown", rule.ErrGatewayRevoked},
 	} {
 		if _, err := b.store.Reserve(ctx, viaGateway(c.tenant, c.gateway, 10)); !errors.Is(err, c.want) {
 			t.Fatalf("reserve for %s: %v, want %v", c.tenant, err, c.want)
 		}
 	}
-	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 5, GatewayID: "gw_unknown"})); !errors.Is(err, budget.ErrGatewayRevoked) {
+	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 5, GatewayID: "gw_unknown"})); !errors.Is(err, rule.ErrGatewayRevoked) {
 		t.Fatalf("settle through an unknown gateway: %v", err)
 	}
 
 	if err := credential.GatewayRevoke(ctx, b.pool, edge); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Reserve(ctx, viaGateway("acme", edge, 10)); !errors.Is(err, budget.ErrGatewayRevoked) {
+	if _, err := b.store.Reserve(ctx, viaGateway("acme", edge, 10)); !errors.Is(err, rule.ErrGatewayRevoked) {
 		t.Fatalf("reserve through a revoked gateway: %v", err)
 	}
-	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, GatewayID: edge})); !errors.Is(err, budget.ErrGatewayRevoked) {
+	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, GatewayID: edge})); !errors.Is(err, rule.ErrGatewayRevoked) {
 		t.Fatalf("release through a revoked gateway: %v", err)
 	}
 	for id, s := range before {
@@ -115,7 +116,7 @@ func TestGatewayRevokedMidwayConcurrent(t *testing.T) {
 			after := revoked.Load() // read before the call: the call began after the revocation committed
 			r, err := s.Reserve(ctx, viaGateway("acme", gw, 10))
 			switch {
-			case errors.Is(err, budget.ErrGatewayRevoked):
+			case errors.Is(err, rule.ErrGatewayRevoked):
 				refused.Add(1)
 				continue
 			case err != nil:
@@ -131,7 +132,7 @@ func TestGatewayRevokedMidwayConcurrent(t *testing.T) {
 			after = revoked.Load()
 			_, err = s.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 5, OutputTokens: 5, GatewayID: gw})
 			switch {
-			case errors.Is(err, budget.ErrGatewayRevoked):
+			case errors.Is(err, rule.ErrGatewayRevoked):
 				refused.Add(1)
 			case err != nil:
 				t.Error(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -52,7 +53,7 @@ type loaded struct {
 // liveKey is an unrevoked tenant key, as a decision checks it.
 type liveKey struct {
 	tenantID string
-	priority Priority
+	priority rule.Priority
 }
 
 // wants is what a batch's requests need read, gathered from its items once.
@@ -296,7 +297,7 @@ func (r keyLiveRead) queue(b *pgx.Batch) { b.Queue(keyLiveSQL, r.ids) }
 func (r keyLiveRead) scan(br pgx.BatchResults) error {
 	var id, tenantID, priority string
 	return eachRow(br, "keys", []any{&id, &tenantID, &priority}, func() {
-		r.l.keys[id] = liveKey{tenantID: tenantID, priority: Priority(priority)}
+		r.l.keys[id] = liveKey{tenantID: tenantID, priority: rule.Priority(priority)}
 	})
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -29,68 +29,6 @@ var (
 	modelLimitsListSQL string
 )
 
-// The limits of a tenant's per-model buckets.
-const (
-	LimitInputTokens  Limit = "input_tokens"
-	LimitOutputTokens Limit = "output_tokens"
-)
-
-// ModelLimitNames are the limits a tenant's model can have.
-var ModelLimitNames = []Limit{LimitInputTokens, LimitOutputTokens}
-
-// ErrModelLimitsNotFound: the tenant has no limits for that model.
-var ErrModelLimitsNotFound = errors.New("budget: the tenant has no limits for that model")
-
-// ModelLimits are a tenant's own limits for one model (a model table entry,
-// so dated variants share them): an input token bucket and an output token
-// bucket, in raw tokens, as providers state ITPM and OTPM. Either may be
-// unset (capacity 0). They combine with the tenant-wide limits, and with
-// the same model's limits at every ancestor: all must allow.
-type ModelLimits struct {
-	Model           string
-	InputCapacity   int64
-	InputRateMicro  int64
-	OutputCapacity  int64
-	OutputRateMicro int64
-	// Shadow are those of input_tokens and output_tokens that are
-	// evaluated and counted but never refuse.
-	Shadow LimitSet
-}
-
-// Validate returns a *LimitError naming the first invalid field.
-func (m ModelLimits) Validate() error {
-	rate := func(capacity, r int64, field string) error {
-		if capacity < 0 || capacity > maxAmount {
-			return &LimitError{field + "_capacity", fmt.Sprintf("must be between 1 and %d, or 0 for none", int64(maxAmount))}
-		}
-		if r < 0 || r > maxAmount*Micro/1000 || (capacity == 0) != (r == 0) {
-			return &LimitError{field + "_per_second", field + "_capacity and " + field + "_per_second are set together, and the rate is at most 1e9"}
-		}
-		return nil
-	}
-	switch {
-	case m.Model == "" || len(m.Model) > 200:
-		return &LimitError{"model", "must be 1 to 200 characters"}
-	case m.InputCapacity == 0 && m.OutputCapacity == 0:
-		return &LimitError{"input_tokens_capacity", "set an input or an output bucket (or both)"}
-	}
-	if err := rate(m.InputCapacity, m.InputRateMicro, "input_tokens"); err != nil {
-		return err
-	}
-	if err := rate(m.OutputCapacity, m.OutputRateMicro, "output_tokens"); err != nil {
-		return err
-	}
-	for _, l := range m.Shadow.Limits() {
-		if l != LimitInputTokens && l != LimitOutputTokens {
-			return &LimitError{"shadow", "a model's shadow limits are input_tokens and output_tokens"}
-		}
-	}
-	if m.Shadow.Has(LimitInputTokens) && m.InputCapacity == 0 || m.Shadow.Has(LimitOutputTokens) && m.OutputCapacity == 0 {
-		return &LimitError{"shadow", "a shadow limit must be configured"}
-	}
-	return nil
-}
-
 // ModelKey is what model limits and pool routes are keyed by for an estimate: its model
 // table entry, or the requested name for a model the table does not know.
 func ModelKey(e estimator.Estimate) string {
@@ -104,8 +42,8 @@ func ModelKey(e estimator.Estimate) string {
 // them under the tenant's lock.
 type modelBucket struct {
 	tenantID string
-	ModelLimits
-	In, Out Bucket
+	rule.ModelLimits
+	In, Out rule.Bucket
 	changed bool
 }
 
@@ -125,12 +63,12 @@ type modelRow struct {
 }
 
 func (r *modelRow) bucket() *modelBucket {
-	m := &modelBucket{tenantID: r.TenantID, ModelLimits: ModelLimits{Model: r.Model,
+	m := &modelBucket{tenantID: r.TenantID, ModelLimits: rule.ModelLimits{Model: r.Model,
 		InputCapacity: deref0(r.InputCapacity), InputRateMicro: deref0(r.InputRateMicro),
 		OutputCapacity: deref0(r.OutputCapacity), OutputRateMicro: deref0(r.OutputRateMicro)}}
-	m.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
-	m.In = Bucket{CapacityMicro: m.InputCapacity * Micro, RateMicro: m.InputRateMicro, BalanceMicro: r.InputMicro, At: r.InputAt}
-	m.Out = Bucket{CapacityMicro: m.OutputCapacity * Micro, RateMicro: m.OutputRateMicro, BalanceMicro: r.OutputMicro, At: r.OutputAt}
+	m.Shadow, _ = rule.ParseLimitSet("shadow", r.ShadowLimits)
+	m.In = rule.Bucket{CapacityMicro: m.InputCapacity * rule.Micro, RateMicro: m.InputRateMicro, BalanceMicro: r.InputMicro, At: r.InputAt}
+	m.Out = rule.Bucket{CapacityMicro: m.OutputCapacity * rule.Micro, RateMicro: m.OutputRateMicro, BalanceMicro: r.OutputMicro, At: r.OutputAt}
 	return m
 }
 
@@ -208,40 +146,40 @@ func (m *modelBucket) advance(now time.Time) {
 // bucket must hold its count.
 func (m *modelBucket) refusals(in, out int64) []error {
 	var errs []error
-	check := func(l Limit, capacity int64, b *Bucket, n int64) {
+	check := func(l rule.Limit, capacity int64, b *rule.Bucket, n int64) {
 		switch {
 		case capacity == 0:
 		case n > capacity:
-			errs = append(errs, &TooLargeError{Limit: l, Model: m.Model, Cost: n, Capacity: capacity})
-		case n*Micro > b.BalanceMicro:
-			errs = append(errs, &RejectedError{Limit: l, Model: m.Model, RetryAfter: roundUpMS(b.TimeUntil(n * Micro))})
+			errs = append(errs, &rule.TooLargeError{Limit: l, Model: m.Model, Cost: n, Capacity: capacity})
+		case n*rule.Micro > b.BalanceMicro:
+			errs = append(errs, &rule.RejectedError{Limit: l, Model: m.Model, RetryAfter: rule.RoundUpMS(b.TimeUntil(n * rule.Micro))})
 		}
 	}
-	check(LimitInputTokens, m.InputCapacity, &m.In, in)
-	check(LimitOutputTokens, m.OutputCapacity, &m.Out, out)
+	check(rule.LimitInputTokens, m.InputCapacity, &m.In, in)
+	check(rule.LimitOutputTokens, m.OutputCapacity, &m.Out, out)
 	return errs
 }
 
 // debit takes the input count and the reserved output, but not from a
 // shadow limit that would have refused them.
-func (m *modelBucket) debit(in, out int64, skip LimitSet) {
-	if m.InputCapacity > 0 && !skip.Has(LimitInputTokens) {
-		m.In.BalanceMicro -= in * Micro
+func (m *modelBucket) debit(in, out int64, skip rule.LimitSet) {
+	if m.InputCapacity > 0 && !skip.Has(rule.LimitInputTokens) {
+		m.In.BalanceMicro -= in * rule.Micro
 	}
-	if m.OutputCapacity > 0 && !skip.Has(LimitOutputTokens) {
-		m.Out.BalanceMicro -= out * Micro
+	if m.OutputCapacity > 0 && !skip.Has(rule.LimitOutputTokens) {
+		m.Out.BalanceMicro -= out * rule.Micro
 	}
 	m.changed = true
 }
 
 // end corrects a debit to what was used (0 and 0 for a release): the
 // difference is refunded (capped at capacity) or charged.
-func (m *modelBucket) end(estIn, estOut, in, out int64, skip LimitSet) {
-	if m.InputCapacity > 0 && !skip.Has(LimitInputTokens) {
-		m.In.Refund((estIn - in) * Micro)
+func (m *modelBucket) end(estIn, estOut, in, out int64, skip rule.LimitSet) {
+	if m.InputCapacity > 0 && !skip.Has(rule.LimitInputTokens) {
+		m.In.Refund((estIn - in) * rule.Micro)
 	}
-	if m.OutputCapacity > 0 && !skip.Has(LimitOutputTokens) {
-		m.Out.Refund((estOut - out) * Micro)
+	if m.OutputCapacity > 0 && !skip.Has(rule.LimitOutputTokens) {
+		m.Out.Refund((estOut - out) * rule.Micro)
 	}
 	m.changed = true
 }
@@ -252,17 +190,8 @@ func (m *modelBucket) detail() string {
 	return fmt.Sprintf(`"model_limits":%q,"input_micro":%d,"output_micro":%d`, m.Model, m.In.BalanceMicro, m.Out.BalanceMicro)
 }
 
-// ModelSnapshot is a tenant's model limits and their balances at one instant.
-type ModelSnapshot struct {
-	TenantID    string
-	Limits      ModelLimits
-	InputMicro  int64 // meaningful when Limits.InputCapacity > 0
-	OutputMicro int64
-	At          time.Time
-}
-
-func (m *modelBucket) snapshot(now time.Time) ModelSnapshot {
-	return ModelSnapshot{TenantID: m.tenantID, Limits: m.ModelLimits, InputMicro: m.In.BalanceMicro, OutputMicro: m.Out.BalanceMicro, At: now}
+func (m *modelBucket) snapshot(now time.Time) rule.ModelSnapshot {
+	return rule.ModelSnapshot{TenantID: m.tenantID, Limits: m.ModelLimits, InputMicro: m.In.BalanceMicro, OutputMicro: m.Out.BalanceMicro, At: now}
 }
 
 type modelLimitsDetail struct {
@@ -273,16 +202,16 @@ type modelLimitsDetail struct {
 	Shadow          []string `json:"shadow,omitempty"`
 }
 
-func modelDetailOf(m *ModelLimits) *modelLimitsDetail {
+func modelDetailOf(m *rule.ModelLimits) *modelLimitsDetail {
 	if m == nil {
 		return nil
 	}
 	d := &modelLimitsDetail{InputCapacity: m.InputCapacity, OutputCapacity: m.OutputCapacity}
 	if m.InputRateMicro > 0 {
-		d.InputPerSecond = FormatRate(m.InputRateMicro)
+		d.InputPerSecond = rule.FormatRate(m.InputRateMicro)
 	}
 	if m.OutputRateMicro > 0 {
-		d.OutputPerSecond = FormatRate(m.OutputRateMicro)
+		d.OutputPerSecond = rule.FormatRate(m.OutputRateMicro)
 	}
 	if m.Shadow != 0 {
 		d.Shadow = m.Shadow.Strings()
@@ -294,7 +223,7 @@ func modelDetailOf(m *ModelLimits) *modelLimitsDetail {
 // model.
 type SetModelLimitsParams struct {
 	TenantID string
-	Limits   ModelLimits
+	Limits   rule.ModelLimits
 	Actor    string
 }
 
@@ -303,9 +232,9 @@ type SetModelLimitsParams struct {
 // appends a limits entry with the model's limits before and after. A new
 // bucket starts full; a kept one is refilled to now at the old rate and cut
 // to a lowered capacity. It returns a *LimitError or ErrTenantNotFound.
-func (s *Store) SetModelLimits(ctx context.Context, p SetModelLimitsParams) (ModelSnapshot, error) {
+func (s *Store) SetModelLimits(ctx context.Context, p SetModelLimitsParams) (rule.ModelSnapshot, error) {
 	if err := p.Limits.Validate(); err != nil {
-		return ModelSnapshot{}, err
+		return rule.ModelSnapshot{}, err
 	}
 	return s.changeModelLimits(ctx, p.TenantID, p.Limits.Model, &p.Limits, p.Actor)
 }
@@ -317,7 +246,7 @@ func (s *Store) RemoveModelLimits(ctx context.Context, tenantID, model, actor st
 	return err
 }
 
-func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l *ModelLimits, actor string) (ModelSnapshot, error) {
+func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l *rule.ModelLimits, actor string) (rule.ModelSnapshot, error) {
 	var cur map[[2]string]*modelBucket
 	tx, t, now, err := s.lockTenant(ctx, tenantID,
 		func(b *pgx.Batch) { b.Queue(modelLimitsLockSQL, []string{tenantID}) },
@@ -327,15 +256,15 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 			return err
 		})
 	if err != nil {
-		return ModelSnapshot{}, err
+		return rule.ModelSnapshot{}, err
 	}
 	t.advance(now)
 	old := cur[[2]string{tenantID, model}]
 	if old == nil && l == nil {
 		tx.abort()
-		return ModelSnapshot{}, ErrModelLimitsNotFound
+		return rule.ModelSnapshot{}, rule.ErrModelLimitsNotFound
 	}
-	var before *ModelLimits
+	var before *rule.ModelLimits
 	if old != nil {
 		old.advance(now)
 		before = &old.ModelLimits
@@ -347,10 +276,10 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 	}{model, modelDetailOf(before), modelDetailOf(l)})
 	if err != nil {
 		tx.abort()
-		return ModelSnapshot{}, fmt.Errorf("budget: encode model limits: %w", err)
+		return rule.ModelSnapshot{}, fmt.Errorf("budget: encode model limits: %w", err)
 	}
 	w := &writes{}
-	var snap ModelSnapshot
+	var snap rule.ModelSnapshot
 	switch {
 	case l == nil:
 		w.statement(1, modelLimitsDeleteSQL, tenantID, model)
@@ -360,8 +289,8 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 	}
 	if l != nil {
 		m := &modelBucket{tenantID: tenantID, ModelLimits: *l}
-		m.In = Bucket{CapacityMicro: l.InputCapacity * Micro, RateMicro: l.InputRateMicro, BalanceMicro: l.InputCapacity * Micro, At: now}
-		m.Out = Bucket{CapacityMicro: l.OutputCapacity * Micro, RateMicro: l.OutputRateMicro, BalanceMicro: l.OutputCapacity * Micro, At: now}
+		m.In = rule.Bucket{CapacityMicro: l.InputCapacity * rule.Micro, RateMicro: l.InputRateMicro, BalanceMicro: l.InputCapacity * rule.Micro, At: now}
+		m.Out = rule.Bucket{CapacityMicro: l.OutputCapacity * rule.Micro, RateMicro: l.OutputRateMicro, BalanceMicro: l.OutputCapacity * rule.Micro, At: now}
 		if old != nil { // keep what was spent, within the new capacity
 			if old.InputCapacity > 0 && l.InputCapacity > 0 {
 				m.In.BalanceMicro = min(old.In.BalanceMicro, m.In.CapacityMicro)
@@ -383,15 +312,15 @@ func (s *Store) changeModelLimits(ctx context.Context, tenantID, model string, l
 	t.seal(e)
 	w.entry(t, e)
 	if err := tx.commit(ctx, w); err != nil {
-		return ModelSnapshot{}, err
+		return rule.ModelSnapshot{}, err
 	}
 	return snap, nil
 }
 
 // ModelLimitsList returns a tenant's model limits with their balances
 // refilled to the database's clock now, without locking.
-func (s *Store) ModelLimitsList(ctx context.Context, tenantID string) ([]ModelSnapshot, error) {
-	return readNow(ctx, s, "model limits", modelLimitsListSQL, []any{tenantID}, func(r *modelRow, now time.Time) ModelSnapshot {
+func (s *Store) ModelLimitsList(ctx context.Context, tenantID string) ([]rule.ModelSnapshot, error) {
+	return readNow(ctx, s, "model limits", modelLimitsListSQL, []any{tenantID}, func(r *modelRow, now time.Time) rule.ModelSnapshot {
 		m := r.bucket()
 		m.advance(now)
 		return m.snapshot(now)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -43,16 +44,16 @@ func TestModelInputOutputBucketsExact(t *testing.T) {
 	b.tenant(t, "org", big)
 	b.child(t, "t1", "org", big)
 	b.child(t, "t2", "org", big)
-	set := func(tenant string, l budget.ModelLimits) {
+	set := func(tenant string, l rule.ModelLimits) {
 		t.Helper()
 		l.Model = "gpt-4o"
 		if _, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: tenant, Limits: l}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	set("org", budget.ModelLimits{OutputCapacity: 3000, OutputRateMicro: 1})
-	set("t1", budget.ModelLimits{InputCapacity: 2000, InputRateMicro: 1})
-	set("t2", budget.ModelLimits{InputCapacity: 2500, InputRateMicro: 1})
+	set("org", rule.ModelLimits{OutputCapacity: 3000, OutputRateMicro: 1})
+	set("t1", rule.ModelLimits{InputCapacity: 2000, InputRateMicro: 1})
+	set("t2", rule.ModelLimits{InputCapacity: 2500, InputRateMicro: 1})
 
 	var mu sync.Mutex
 	sumIn := map[string]int64{}
@@ -63,7 +64,7 @@ func TestModelInputOutputBucketsExact(t *testing.T) {
 		for i := range 5 {
 			in, out := int64(10+(g*7+i*13)%50), int64(5+(g*11+i*3)%40)
 			r, err := s.Reserve(ctx, inOut(tenant, in, out))
-			var rej *budget.RejectedError
+			var rej *rule.RejectedError
 			if errors.As(err, &rej) {
 				mu.Lock()
 				refusedBy[rej.Level+"/"+rej.Model+"/"+string(rej.Limit)]++
@@ -142,13 +143,13 @@ func TestModelLimitsTooLargeShadowAndChanges(t *testing.T) {
 	t.Parallel()
 	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(1_000_000, "1000"))
-	_, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: budget.ModelLimits{
-		Model: "gpt-4o", InputCapacity: 100, InputRateMicro: budget.Micro, OutputCapacity: 50, OutputRateMicro: budget.Micro}})
+	_, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{
+		Model: "gpt-4o", InputCapacity: 100, InputRateMicro: rule.Micro, OutputCapacity: 50, OutputRateMicro: rule.Micro}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tl *budget.TooLargeError
-	if _, err := b.store.Reserve(ctx, inOut("acme", 10, 51)); !errors.As(err, &tl) || tl.Limit != budget.LimitOutputTokens || tl.Model != "gpt-4o" {
+	var tl *rule.TooLargeError
+	if _, err := b.store.Reserve(ctx, inOut("acme", 10, 51)); !errors.As(err, &tl) || tl.Limit != rule.LimitOutputTokens || tl.Model != "gpt-4o" {
 		t.Fatalf("output over capacity: %v", err)
 	}
 	r, err := b.store.Reserve(ctx, inOut("acme", 90, 10))
@@ -156,7 +157,7 @@ func TestModelLimitsTooLargeShadowAndChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = b.store.Reserve(ctx, inOut("acme", 20, 10))
-	if rej := rejected(t, err, budget.LimitInputTokens); rej.RetryAfter != 10*time.Second {
+	if rej := rejected(t, err, rule.LimitInputTokens); rej.RetryAfter != 10*time.Second {
 		t.Fatalf("retry after %s, want the 10 s to refill 10 input tokens", rej.RetryAfter)
 	}
 	// Another model is not limited.
@@ -173,8 +174,8 @@ func TestModelLimitsTooLargeShadowAndChanges(t *testing.T) {
 		t.Fatalf("after the release: input %d, output %d", in, out)
 	}
 	// Shadow: counted, not refused.
-	_, err = b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: budget.ModelLimits{
-		Model: "gpt-4o", InputCapacity: 100, InputRateMicro: budget.Micro, Shadow: budget.LimitSet(0).With(budget.LimitInputTokens)}})
+	_, err = b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{
+		Model: "gpt-4o", InputCapacity: 100, InputRateMicro: rule.Micro, Shadow: rule.LimitSet(0).With(rule.LimitInputTokens)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,20 +185,20 @@ func TestModelLimitsTooLargeShadowAndChanges(t *testing.T) {
 		t.Fatal(r1, err)
 	}
 	r2, err := b.store.Reserve(ctx, inOut("acme", 80, 1))
-	if err != nil || len(r2.Shadow) != 1 || r2.Shadow[0].Limit != budget.LimitInputTokens {
+	if err != nil || len(r2.Shadow) != 1 || r2.Shadow[0].Limit != rule.LimitInputTokens {
 		t.Fatalf("the shadow input limit: %+v %v", r2, err)
 	}
 	if in, _ := modelBalances(t, b, "acme"); in != 20 {
 		t.Fatalf("the shadow bucket holds %d; as if enforced it holds 20", in)
 	}
-	var le *budget.LimitError
-	if _, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: budget.ModelLimits{Model: "gpt-4o"}}); !errors.As(err, &le) {
+	var le *rule.LimitError
+	if _, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{Model: "gpt-4o"}}); !errors.As(err, &le) {
 		t.Fatalf("no bucket: %v", err)
 	}
 	if err := b.store.RemoveModelLimits(ctx, "acme", "gpt-4o", "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.RemoveModelLimits(ctx, "acme", "gpt-4o", "ops"); !errors.Is(err, budget.ErrModelLimitsNotFound) {
+	if err := b.store.RemoveModelLimits(ctx, "acme", "gpt-4o", "ops"); !errors.Is(err, rule.ErrModelLimitsNotFound) {
 		t.Fatalf("removed twice: %v", err)
 	}
 	var limitsEntries int

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -29,8 +30,8 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 	if !ok {
 		for _, lv := range d.chain {
 			for _, w := range lv.Limits.Windows {
-				if w.Counts == CountMoney && !lv.Limits.Shadow.Has(LimitPeriodBudget) {
-					return 0, nil, &InvalidError{Field: "model", Reason: fmt.Sprintf(
+				if w.Counts == rule.CountMoney && !lv.Limits.Shadow.Has(rule.LimitPeriodBudget) {
+					return 0, nil, &rule.InvalidError{Field: "model", Reason: fmt.Sprintf(
 						"%q has no price in effect, and window %s of %s counts money: add its price (tokengate prices add) to admit it", est.Model, w.Name, lv.id)}
 				}
 			}
@@ -39,7 +40,7 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 	}
 	m, err := p.Cost(estimator.MoneyUsage{Input: est.InputTokens, Output: est.OutputTokens})
 	if err != nil {
-		return 0, nil, &OverflowError{Field: "money", Op: err.Error()}
+		return 0, nil, &rule.OverflowError{Field: "money", Op: err.Error()}
 	}
 	return m, &p, nil
 }
@@ -75,7 +76,7 @@ func (d *decision) moneyActual(a *Admission, usage *SettleParams) (int64, error)
 		CacheWrite5m: usage.CacheWriteTokens, CacheWrite1h: usage.CacheWrite1hTokens, Output: usage.OutputTokens,
 		Reasoning: usage.ReasoningTokens})
 	if err != nil {
-		return 0, &OverflowError{Field: "money", Op: err.Error()}
+		return 0, &rule.OverflowError{Field: "money", Op: err.Error()}
 	}
 	return m, nil
 }

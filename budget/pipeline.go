@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Decider decides a batch of requests of any tenants; *Store is one.
@@ -47,9 +47,10 @@ type PipelineConfig struct {
 	// transaction's own duration, and a shard whose batches are small never
 	// waits, so a light load pays no latency for it.
 	Gather time.Duration
-	// Tracer starts a span for each transaction (pipeline_trace.go), which
-	// the decisions it carried link to. Nil: no span, and no work for one.
-	Tracer trace.Tracer
+	// Tracer follows each transaction (pipeline_trace.go), which the
+	// decisions it carried are linked to. Nil: no tracing, and no work for
+	// it.
+	Tracer PipelineTracer
 }
 
 // GatherFrom is the smallest batch after which a shard gathers
@@ -86,7 +87,7 @@ type Pipeline struct {
 	maxBytes int
 	maxQueue int
 	shards   []*shard
-	tracer   trace.Tracer // nil: not traced
+	tracer   PipelineTracer // nil: not traced
 }
 
 type shard struct {
@@ -105,9 +106,9 @@ type pipeCall struct {
 	done  chan OpResult // buffered: the drainer never blocks on it
 	// Guarded by the shard's mutex.
 	taken, abandoned bool
-	// traced is the caller's recording span, nil when it has none or the
-	// pipeline is not traced (pipeline_trace.go).
-	traced *callTrace
+	// traced is the call as the tracer knows it, nil when its caller
+	// records no span or the pipeline is not traced (pipeline_trace.go).
+	traced TracedCall
 }
 
 // DefaultStoreTimeout bounds how long a decision waits for its turn, and
@@ -169,7 +170,7 @@ func (p *Pipeline) Expire(ctx context.Context, tenantID string) (int, error) {
 }
 
 // ErrQueueFull wraps ErrBusy when a shard's queue in this replica is full.
-var ErrQueueFull = fmt.Errorf("%w: the replica's decision queue is full", ErrBusy)
+var ErrQueueFull = fmt.Errorf("%w: the replica's decision queue is full", rule.ErrBusy)
 
 func (p *Pipeline) shardOf(tenantID string) *shard {
 	h := fnv.New32a()
@@ -199,7 +200,7 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	}
 	c := &pipeCall{item: it, bytes: size(it), done: make(chan OpResult, 1)}
 	if p.tracer != nil {
-		p.traceCall(ctx, c)
+		c.traced = p.tracer.Call(ctx)
 	}
 	sh := p.shardOf(it.TenantID)
 	sh.mu.Lock()
@@ -240,10 +241,10 @@ func (p *Pipeline) do(ctx context.Context, it Item) OpResult {
 	if !timedOut {
 		return OpResult{Err: ctx.Err()}
 	}
-	err := fmt.Errorf("%w: waited its turn %s while earlier requests were being decided", ErrBusy, p.timeout)
+	err := fmt.Errorf("%w: waited its turn %s while earlier requests were being decided", rule.ErrBusy, p.timeout)
 	if a, ok := p.decider.(answerer); ok && !a.Answering(ctx, queued) {
 		// The batch ahead is stuck because the store hangs.
-		err = fmt.Errorf("%w: %v", ErrUnavailable, err)
+		err = fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	return OpResult{Err: err}
 }

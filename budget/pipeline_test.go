@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -34,7 +35,7 @@ func TestPipelineConcurrentMixExactBound(t *testing.T) {
 			cost := int64(10 + (g*7+i*13)%90)
 			r, err := p.Reserve(ctx, reserveFor("acme", cost))
 			switch {
-			case errors.Is(err, budget.ErrRejected):
+			case errors.Is(err, rule.ErrRejected):
 				rejectedN.Add(1)
 				continue
 			case err != nil:
@@ -73,7 +74,7 @@ func TestPipelineConcurrentMixExactBound(t *testing.T) {
 	if sum.minReserveBalance < 0 {
 		t.Fatalf("a reserve left the balance at %d", sum.minReserveBalance)
 	}
-	if bound := 3000*budget.Micro + 100*sum.elapsedMicro + refunds.Load(); sum.admittedCost*budget.Micro > bound {
+	if bound := 3000*rule.Micro + 100*sum.elapsedMicro + refunds.Load(); sum.admittedCost*rule.Micro > bound {
 		t.Fatalf("admitted %d tokens > capacity + refill x elapsed + refunds (%d micro)", sum.admittedCost, bound)
 	}
 	if sum.finalOpen != 0 {
@@ -124,7 +125,7 @@ func TestPipelineWaitingIsBoundedAndNotAnOutage(t *testing.T) {
 	took := time.Since(start)
 	_ = hold.Rollback(ctx)
 	for i, err := range errs {
-		if !errors.Is(err, budget.ErrBusy) || errors.Is(err, budget.ErrUnavailable) {
+		if !errors.Is(err, rule.ErrBusy) || errors.Is(err, rule.ErrUnavailable) {
 			t.Fatalf("request %d: %v; want ErrBusy alone", i, err)
 		}
 	}
@@ -169,7 +170,7 @@ func TestPipelineHungStoreIsUnavailable(t *testing.T) {
 	wg.Wait()
 	took := time.Since(start)
 	for i, err := range errs {
-		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+		if !errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrOutcomeUnknown) {
 			t.Fatalf("request %d: %v; want ErrUnavailable", i, err)
 		}
 	}

@@ -3,33 +3,38 @@ package budget
 import (
 	"context"
 	"sync/atomic"
-	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 )
 
-// The transaction span (PipelineConfig.Tracer): one per transaction a
-// pipeline runs, a root of its own trace, since it decides for many
-// callers. Each decision span it carried links to it and is told the
-// batch's size and how long the decision queued for it.
-const (
-	// SpanTransaction names a pipeline transaction's span.
-	SpanTransaction = "tokengate.transaction"
-	// TracerName is the instrumentation scope of the pipeline's spans.
-	TracerName = "github.com/tokengate/tokengate/budget"
+// PipelineTracer follows a pipeline's transactions (PipelineConfig.Tracer),
+// so that each can be traced, and each decision it carried linked to it.
+// The domain imports no tracing library: budget/admission implements it
+// over OpenTelemetry.
+type PipelineTracer interface {
+	// Call is told of a call as it joins its queue, with the caller's
+	// context. It returns what Begin is given for the call, or nil when
+	// the call is not traced (its caller records no span).
+	Call(ctx context.Context) TracedCall
+	// Begin is told that a transaction begins, carrying calls (the non-nil
+	// values Call returned, in the batch's order).
+	Begin(calls []TracedCall) TracedTx
+}
 
-	AttrBatchSize       = attribute.Key("tokengate.batch.size")
-	AttrBatchTenants    = attribute.Key("tokengate.batch.tenants")
-	AttrBatchRoundTrips = attribute.Key("tokengate.batch.round_trips")
-	AttrBatchReserves   = attribute.Key("tokengate.batch.reserves")
-	AttrBatchEnds       = attribute.Key("tokengate.batch.ends")
-	AttrBatchExpiries   = attribute.Key("tokengate.batch.expiries")
-	// AttrQueuedMS is how long a decision waited in its pipeline for its
-	// transaction to begin, in milliseconds.
-	AttrQueuedMS = attribute.Key("tokengate.queued_ms")
-)
+// TracedCall is a traced call, as the PipelineTracer that traced it knows
+// it.
+type TracedCall any
+
+// TracedTx is a traced transaction: End is told what it decided, once.
+type TracedTx interface {
+	End(f BatchFigures, err error)
+}
+
+// BatchFigures are what a transaction decided: how many calls, for how many
+// tenants, in how many round trips, and of which kinds.
+type BatchFigures struct {
+	Size, Tenants            int
+	RoundTrips               int64
+	Reserves, Ends, Expiries int
+}
 
 // tripsKey keys the round-trip counter of a traced transaction in its
 // context.
@@ -50,75 +55,42 @@ func tripsOf(ctx context.Context) *atomic.Int64 {
 	return n
 }
 
-// callTrace is a call's recording span, and when the call was queued.
-type callTrace struct {
-	span   trace.Span
-	queued time.Time
-}
-
-// traceCall remembers the caller's span, when it records, for the
-// transaction that will carry the call.
-func (p *Pipeline) traceCall(ctx context.Context, c *pipeCall) {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		c.traced = &callTrace{span: span, queued: time.Now()}
-	}
-}
-
-// txTrace is one traced transaction.
+// txTrace is one traced transaction, and the counter of its round trips.
 type txTrace struct {
-	span  trace.Span
-	trips *atomic.Int64
-	began time.Time
+	traced TracedTx
+	trips  *atomic.Int64
 }
 
-// startTx starts the span of a transaction about to decide batch, linked
-// from each of the batch's recorded decisions, and returns the context
-// its round trips are counted in.
+// startTx tells the tracer a transaction about to decide batch begins, and
+// returns the context its round trips are counted in.
 func (p *Pipeline) startTx(batch []*pipeCall) (context.Context, *txTrace) {
-	var links []trace.Link
+	var calls []TracedCall
 	for _, c := range batch {
 		if c.traced != nil {
-			links = append(links, trace.Link{SpanContext: c.traced.span.SpanContext()})
+			calls = append(calls, c.traced)
 		}
 	}
-	t := &txTrace{trips: &atomic.Int64{}, began: time.Now()}
+	t := &txTrace{trips: &atomic.Int64{}}
 	ctx := context.WithValue(context.Background(), tripsKey{}, t.trips)
-	_, t.span = p.tracer.Start(ctx, SpanTransaction, trace.WithSpanKind(trace.SpanKindClient), trace.WithLinks(links...),
-		trace.WithNewRoot(), trace.WithAttributes(attribute.String("db.system.name", "postgresql")))
+	t.traced = p.tracer.Begin(calls)
 	return ctx, t
 }
 
-// endTx ends a transaction's span with what it decided, and tells each of
-// its recorded decisions which transaction carried it.
+// end tells the tracer what the transaction decided.
 func (t *txTrace) end(batch []*pipeCall, err error) {
-	if t.span.IsRecording() {
-		tenants := map[string]struct{}{}
-		var reserves, ends, expiries int
-		for _, c := range batch {
-			tenants[c.item.TenantID] = struct{}{}
-			switch op := c.item.Op; {
-			case op.Reserve != nil:
-				reserves++
-			case op.Expire != nil:
-				expiries++
-			default:
-				ends++
-			}
-		}
-		t.span.SetAttributes(AttrBatchSize.Int(len(batch)), AttrBatchTenants.Int(len(tenants)),
-			AttrBatchRoundTrips.Int64(t.trips.Load()), AttrBatchReserves.Int(reserves), AttrBatchEnds.Int(ends),
-			AttrBatchExpiries.Int(expiries))
-		if err != nil {
-			t.span.SetStatus(codes.Error, err.Error())
-		}
-	}
-	t.span.End()
-	link := trace.Link{SpanContext: t.span.SpanContext()}
+	f := BatchFigures{Size: len(batch), RoundTrips: t.trips.Load()}
+	tenants := map[string]struct{}{}
 	for _, c := range batch {
-		if c.traced != nil {
-			c.traced.span.AddLink(link)
-			c.traced.span.SetAttributes(AttrBatchSize.Int(len(batch)),
-				AttrQueuedMS.Float64(float64(t.began.Sub(c.traced.queued).Microseconds())/1000))
+		tenants[c.item.TenantID] = struct{}{}
+		switch op := c.item.Op; {
+		case op.Reserve != nil:
+			f.Reserves++
+		case op.Expire != nil:
+			f.Expiries++
+		default:
+			f.Ends++
 		}
 	}
+	f.Tenants = len(tenants)
+	t.traced.End(f, err)
 }

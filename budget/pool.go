@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var (
@@ -29,36 +30,6 @@ var (
 	poolSharesPutSQL string
 )
 
-// LimitPool is an upstream capacity pool's limit, as a rejection names it.
-const LimitPool Limit = "pool"
-
-// Priority is a key's class among requests waiting for a pool.
-type Priority string
-
-// The priority classes, first served first.
-const (
-	PriorityCritical  Priority = "critical"
-	PriorityStandard  Priority = "standard"
-	PrioritySheddable Priority = "sheddable"
-)
-
-// Rank orders the classes: critical 0, standard 1, sheddable 2 (an unknown
-// class is standard).
-func (p Priority) Rank() int {
-	switch p {
-	case PriorityCritical:
-		return 0
-	case PrioritySheddable:
-		return 2
-	}
-	return 1
-}
-
-// Valid reports whether p is a class.
-func (p Priority) Valid() bool {
-	return p == PriorityCritical || p == PriorityStandard || p == PrioritySheddable
-}
-
 // poolActiveWindow is how recently a tenant must have been served from a
 // pool to count as backlogged there. A tenant that returns after a longer
 // pause has its counter lifted to the lowest counter of those still
@@ -66,21 +37,10 @@ func (p Priority) Valid() bool {
 // credit to crowd out the tenants that kept the pool busy.
 const poolActiveWindow = 10 * time.Second
 
-// PoolState is a pool as a decision left it: its balance, and each
-// tenant's virtual token counter, for a replica to order the requests it
-// holds waiting for the pool.
-type PoolState struct {
-	ID          string
-	TokensMicro int64
-	// VTC is each tenant's served raw tokens divided by its weight, in
-	// micro units.
-	VTC map[string]int64
-}
-
 // pool is one pool as a decision holds it under its row lock.
 type pool struct {
 	id      string
-	Tokens  Bucket
+	Tokens  rule.Bucket
 	shares  map[string]*share
 	changed bool
 }
@@ -105,7 +65,7 @@ type poolRow struct {
 
 func (r *poolRow) pool() *pool {
 	return &pool{id: r.ID, shares: map[string]*share{},
-		Tokens: Bucket{CapacityMicro: r.TokensCapacity * Micro, RateMicro: r.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt}}
+		Tokens: rule.Bucket{CapacityMicro: r.TokensCapacity * rule.Micro, RateMicro: r.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt}}
 }
 
 type shareRow struct {
@@ -272,12 +232,12 @@ func (p *pool) shareOf(tenantID string, now time.Time, backlogged bool) *share {
 // refusal is whether need raw tokens fit the pool while leaving holdback
 // for the requests queued ahead of this one.
 func (p *pool) refusal(need, holdbackMicro int64) error {
-	if need > p.Tokens.CapacityMicro/Micro {
-		return &TooLargeError{Limit: LimitPool, Pool: p.id, Cost: need, Capacity: p.Tokens.CapacityMicro / Micro}
+	if need > p.Tokens.CapacityMicro/rule.Micro {
+		return &rule.TooLargeError{Limit: rule.LimitPool, Pool: p.id, Cost: need, Capacity: p.Tokens.CapacityMicro / rule.Micro}
 	}
-	want := need*Micro + max(0, holdbackMicro)
+	want := need*rule.Micro + max(0, holdbackMicro)
 	if want > p.Tokens.BalanceMicro {
-		return &RejectedError{Limit: LimitPool, Pool: p.id, RetryAfter: roundUpMS(p.Tokens.TimeUntil(want))}
+		return &rule.RejectedError{Limit: rule.LimitPool, Pool: p.id, RetryAfter: rule.RoundUpMS(p.Tokens.TimeUntil(want))}
 	}
 	return nil
 }
@@ -285,8 +245,8 @@ func (p *pool) refusal(need, holdbackMicro int64) error {
 // serve takes need from the pool for tenantID and counts it to its share.
 func (p *pool) serve(tenantID string, need int64, now time.Time, backlogged bool) {
 	sh := p.shareOf(tenantID, now, backlogged)
-	p.Tokens.BalanceMicro -= need * Micro
-	sh.vtc += need * Micro / sh.weight
+	p.Tokens.BalanceMicro -= need * rule.Micro
+	sh.vtc += need * rule.Micro / sh.weight
 	sh.served += need
 	sh.activeAt = &now
 	sh.changed, p.changed = true, true
@@ -296,14 +256,14 @@ func (p *pool) serve(tenantID string, need int64, now time.Time, backlogged bool
 // pool's capacity), and the tenant's counter with it.
 func (p *pool) correct(tenantID string, reserved, used int64, now time.Time) {
 	sh := p.shareOf(tenantID, now, false)
-	p.Tokens.Refund((reserved - used) * Micro)
-	sh.vtc = max(0, sh.vtc+(used-reserved)*Micro/sh.weight)
+	p.Tokens.Refund((reserved - used) * rule.Micro)
+	sh.vtc = max(0, sh.vtc+(used-reserved)*rule.Micro/sh.weight)
 	sh.served += used - reserved
 	sh.changed, p.changed = true, true
 }
 
-func (p *pool) state() *PoolState {
-	s := &PoolState{ID: p.id, TokensMicro: p.Tokens.BalanceMicro, VTC: make(map[string]int64, len(p.shares))}
+func (p *pool) state() *rule.PoolState {
+	s := &rule.PoolState{ID: p.id, TokensMicro: p.Tokens.BalanceMicro, VTC: make(map[string]int64, len(p.shares))}
 	for id, sh := range p.shares {
 		s.VTC[id] = sh.vtc
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // ErrPoolNotFound: no pool has that id.
@@ -26,10 +28,10 @@ type PoolLimits struct {
 // Validate returns a *LimitError naming the first invalid field.
 func (l PoolLimits) Validate() error {
 	switch {
-	case l.TokensCapacity <= 0 || l.TokensCapacity > maxAmount:
-		return &LimitError{"tokens_capacity", fmt.Sprintf("must be between 1 and %d", int64(maxAmount))}
-	case l.TokensRateMicro <= 0 || l.TokensRateMicro > maxAmount*Micro/1000:
-		return &LimitError{"tokens_per_second", "must be greater than 0 (and at most 1e9)"}
+	case l.TokensCapacity <= 0 || l.TokensCapacity > rule.MaxAmount:
+		return &rule.LimitError{Field: "tokens_capacity", Reason: fmt.Sprintf("must be between 1 and %d", int64(rule.MaxAmount))}
+	case l.TokensRateMicro <= 0 || l.TokensRateMicro > rule.MaxAmount*rule.Micro/1000:
+		return &rule.LimitError{Field: "tokens_per_second", Reason: "must be greater than 0 (and at most 1e9)"}
 	}
 	return nil
 }
@@ -71,7 +73,7 @@ var (
 // CreatePool creates a pool with a full bucket. It returns a *LimitError
 // or ErrPoolExists.
 func (s *Store) CreatePool(ctx context.Context, id string, l PoolLimits) error {
-	if err := ValidateTenantID(id); err != nil {
+	if err := rule.ValidateTenantID(id); err != nil {
 		return err
 	}
 	if err := l.Validate(); err != nil {
@@ -96,7 +98,7 @@ func (s *Store) SetPoolLimits(ctx context.Context, id string, l PoolLimits) erro
 	}
 	return s.withPoolLock(ctx, id, func(tx pgx.Tx, p *pool, now time.Time) error {
 		p.Tokens.Refill(now)
-		p.Tokens.CapacityMicro, p.Tokens.RateMicro = l.TokensCapacity*Micro, l.TokensRateMicro
+		p.Tokens.CapacityMicro, p.Tokens.RateMicro = l.TokensCapacity*rule.Micro, l.TokensRateMicro
 		p.Tokens.BalanceMicro = min(p.Tokens.BalanceMicro, p.Tokens.CapacityMicro)
 		_, err := tx.Exec(ctx, poolSetLimitsSQL, id, l.TokensCapacity, l.TokensRateMicro, p.Tokens.BalanceMicro, p.Tokens.At)
 		return err
@@ -107,7 +109,7 @@ func (s *Store) SetPoolLimits(ctx context.Context, id string, l PoolLimits) erro
 // any pool). It returns ErrPoolNotFound.
 func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 	if model == "" || len(model) > 200 {
-		return &LimitError{"model", "must be 1 to 200 characters"}
+		return &rule.LimitError{Field: "model", Reason: "must be 1 to 200 characters"}
 	}
 	if poolID == "" {
 		_, err := s.pool.Exec(ctx, poolUnrouteSQL, model)
@@ -126,13 +128,13 @@ func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 // *LimitError, ErrPoolNotFound or ErrTenantNotFound.
 func (s *Store) SetPoolWeight(ctx context.Context, poolID, tenantID string, weight int64) error {
 	if weight < 1 || weight > 1_000_000 {
-		return &LimitError{"weight", "must be between 1 and 1000000"}
+		return &rule.LimitError{Field: "weight", Reason: "must be between 1 and 1000000"}
 	}
 	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *pool, _ time.Time) error {
 		_, err := tx.Exec(ctx, poolWeightSQL, poolID, tenantID, weight)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
-			return ErrTenantNotFound
+			return rule.ErrTenantNotFound
 		}
 		return err
 	})
@@ -158,7 +160,7 @@ func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *po
 		}
 		return fn(tx, r.pool(), now)
 	})
-	if err != nil && !errors.Is(err, ErrPoolNotFound) && !errors.Is(err, ErrTenantNotFound) {
+	if err != nil && !errors.Is(err, ErrPoolNotFound) && !errors.Is(err, rule.ErrTenantNotFound) {
 		return fmt.Errorf("budget: pool %s: %w", id, err)
 	}
 	return err

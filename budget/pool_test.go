@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // A pool shared by three tenants over two replicas, on a frozen clock (no
@@ -43,9 +44,9 @@ func TestPoolExactAcrossReplicas(t *testing.T) {
 		for i := range 5 {
 			in, out := int64(10+(g*7+i*13)%50), int64(5+(g*11+i*3)%40)
 			r, err := s.Reserve(ctx, inOut(tenant, in, out))
-			var rej *budget.RejectedError
+			var rej *rule.RejectedError
 			if errors.As(err, &rej) {
-				if rej.Limit != budget.LimitPool || rej.Pool != "gpu" || rej.PoolState == nil {
+				if rej.Limit != rule.LimitPool || rej.Pool != "gpu" || rej.PoolState == nil {
 					t.Errorf("refused by %+v", rej)
 				}
 				mu.Lock()
@@ -85,7 +86,7 @@ func TestPoolExactAcrossReplicas(t *testing.T) {
 	for _, u := range used {
 		total += u
 	}
-	if total > 8000 || p.TokensMicro != (8000-total)*budget.Micro {
+	if total > 8000 || p.TokensMicro != (8000-total)*rule.Micro {
 		t.Fatalf("the tenants used %d of the pool's 8000; it holds %d micro", total, p.TokensMicro)
 	}
 	if len(p.Shares) != 3 || len(p.Models) != 1 || p.Models[0] != "gpt-4o" {
@@ -94,7 +95,7 @@ func TestPoolExactAcrossReplicas(t *testing.T) {
 	// The counter is served / weight, plus what it was lifted by when the
 	// tenant first came to a busy pool (never less: idle time earns nothing).
 	for _, sh := range p.Shares {
-		if sh.Served != used[sh.TenantID] || sh.VTCMicro < sh.Served*budget.Micro/sh.Weight || sh.Weight != map[string]int64{"t1": 1, "t2": 1, "t3": 2}[sh.TenantID] {
+		if sh.Served != used[sh.TenantID] || sh.VTCMicro < sh.Served*rule.Micro/sh.Weight || sh.Weight != map[string]int64{"t1": 1, "t2": 1, "t3": 2}[sh.TenantID] {
 			t.Fatalf("share %+v, used %d", sh, used[sh.TenantID])
 		}
 	}
@@ -128,35 +129,35 @@ func TestPoolAdministration(t *testing.T) {
 	t.Parallel()
 	b, clock := setupFrozen(t)
 	b.tenant(t, "acme", limits(1_000_000, "1000"))
-	var le *budget.LimitError
+	var le *rule.LimitError
 	if err := b.store.CreatePool(ctx, "Bad Id", budget.PoolLimits{TokensCapacity: 1, TokensRateMicro: 1}); !errors.As(err, &le) {
 		t.Fatalf("bad id: %v", err)
 	}
 	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{}); !errors.As(err, &le) || le.Field != "tokens_capacity" {
 		t.Fatalf("no capacity: %v", err)
 	}
-	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro}); !errors.Is(err, budget.ErrPoolExists) {
+	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}); !errors.Is(err, budget.ErrPoolExists) {
 		t.Fatalf("twice: %v", err)
 	}
 	if err := b.store.RoutePool(ctx, "gpt-4o", "nope"); !errors.Is(err, budget.ErrPoolNotFound) {
 		t.Fatalf("route to nothing: %v", err)
 	}
-	if err := b.store.SetPoolWeight(ctx, "gpu", "nobody", 2); !errors.Is(err, budget.ErrTenantNotFound) {
+	if err := b.store.SetPoolWeight(ctx, "gpu", "nobody", 2); !errors.Is(err, rule.ErrTenantNotFound) {
 		t.Fatalf("weight of nobody: %v", err)
 	}
 	if err := b.store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
 		t.Fatal(err)
 	}
-	var tl *budget.TooLargeError
+	var tl *rule.TooLargeError
 	if _, err := b.store.Reserve(ctx, inOut("acme", 60, 41)); !errors.As(err, &tl) || tl.Pool != "gpu" {
 		t.Fatalf("larger than the pool: %v", err)
 	}
 	r := b.mustReserve(t, "acme", 80)
 	_, err := b.reserve(t, "acme", 30)
-	if rej := rejected(t, err, budget.LimitPool); rej.RetryAfter != time.Second || rej.Pool != "gpu" {
+	if rej := rejected(t, err, rule.LimitPool); rej.RetryAfter != time.Second || rej.Pool != "gpu" {
 		t.Fatalf("retry after %s, want 1 s for 10 tokens at 10/s", rej.RetryAfter)
 	}
 	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); err != nil {
@@ -164,11 +165,11 @@ func TestPoolAdministration(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	// Lowering the capacity cuts the balance; the refill rate changes.
-	if err := b.store.SetPoolLimits(ctx, "gpu", budget.PoolLimits{TokensCapacity: 50, TokensRateMicro: budget.Micro}); err != nil {
+	if err := b.store.SetPoolLimits(ctx, "gpu", budget.PoolLimits{TokensCapacity: 50, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	pools, err := b.store.Pools(ctx)
-	if err != nil || pools[0].TokensMicro != 50*budget.Micro || pools[0].Shares[0].Served != 0 {
+	if err != nil || pools[0].TokensMicro != 50*rule.Micro || pools[0].Shares[0].Served != 0 {
 		t.Fatalf("after release and cut: %+v %v", pools, err)
 	}
 	// Off the pool, the model is limited by the tenant only.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var (
@@ -33,7 +35,7 @@ type Rejections struct {
 type rejectionKey struct {
 	tenant string
 	minute time.Time
-	limit  Limit
+	limit  rule.Limit
 	shadow bool   // a shadow limit that would have refused (the request went on)
 	window string // the window that refused (limit period_budget), "" for the others
 }
@@ -44,7 +46,7 @@ func NewRejections(pool *pgxpool.Pool) *Rejections {
 }
 
 // Add counts one rejection, at the database time its decision was made.
-func (r *Rejections) Add(rej *RejectedError) {
+func (r *Rejections) Add(rej *rule.RejectedError) {
 	k := rejectionKey{tenant: rej.Snapshot.TenantID, minute: rej.Snapshot.At.Truncate(time.Minute), limit: rej.Limit, window: rej.Window}
 	r.mu.Lock()
 	r.counts[k]++
@@ -53,7 +55,7 @@ func (r *Rejections) Add(rej *RejectedError) {
 
 // AddShadow counts one request that the shadow limit l of tenant level
 // would have refused, at the database time of its decision.
-func (r *Rejections) AddShadow(level string, at time.Time, l Limit) {
+func (r *Rejections) AddShadow(level string, at time.Time, l rule.Limit) {
 	k := rejectionKey{tenant: level, minute: at.Truncate(time.Minute), limit: l, shadow: true}
 	r.mu.Lock()
 	r.counts[k]++
@@ -103,7 +105,7 @@ func (r *Rejections) Tick(ctx context.Context) error {
 type RejectionCount struct {
 	TenantID string
 	Minute   time.Time
-	Limit    Limit
+	Limit    rule.Limit
 	Shadow   bool
 	// Window is the window that refused (limit period_budget).
 	Window string
@@ -121,7 +123,7 @@ func (s *Store) RejectionsSince(ctx context.Context, window time.Duration) ([]Re
 		var c RejectionCount
 		var limit string
 		err := r.Scan(&c.TenantID, &c.Minute, &limit, &c.Shadow, &c.Window, &c.Count)
-		c.Limit = Limit(limit)
+		c.Limit = rule.Limit(limit)
 		return c, err
 	})
 	if err != nil {

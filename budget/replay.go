@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -46,7 +47,7 @@ type ReplayReserveParams struct {
 	// Face is the face the admission came through ("" is FaceAPI): the
 	// admission remembers it, and IdempotencyKey is in its namespace
 	// (ReserveParams.Face).
-	Face Face
+	Face rule.Face
 }
 
 // ReplayReserve writes a local admission into the store: the admission row
@@ -64,8 +65,8 @@ type ReplayReserveParams struct {
 // replayed, the kept settle is applied once.
 func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool, error) {
 	if p.IdempotencyKey != "" {
-		if problem := IdempotencyKeyProblem(p.IdempotencyKey); problem != "" {
-			return false, fmt.Errorf("budget: replay %s: %w", p.AdmissionID, &InvalidError{Field: "Idempotency-Key", Reason: problem})
+		if problem := rule.IdempotencyKeyProblem(p.IdempotencyKey); problem != "" {
+			return false, fmt.Errorf("budget: replay %s: %w", p.AdmissionID, &rule.InvalidError{Field: "Idempotency-Key", Reason: problem})
 		}
 	}
 	p.IdempotencyKey = p.Face.StoredKey(p.IdempotencyKey)
@@ -94,7 +95,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		t, ok := ts[p.TenantID]
 		if !ok {
 			tx.abort()
-			return ErrTenantNotFound
+			return rule.ErrTenantNotFound
 		}
 		chain, err := chainOf(ts, t)
 		if err != nil || exists > 0 {
@@ -117,18 +118,18 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		pricer := &decision{chain: chain, now: created, prices: book}
 		money, price, _ := pricer.moneyOf(p.Estimate)
 		a := &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
-			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires, Face: p.Face.or()}
+			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires, Face: p.Face.Or()}
 		if price != nil {
 			a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
 		}
 		for _, lv := range chain { // every level, as a decision of the store would
 			lv.advance(now)
-			applied, err := lv.DebitExcept(Amount{Cost: cost, Money: money}, 0)
+			applied, err := lv.DebitExcept(rule.Amount{Cost: cost, Money: money}, 0)
 			if err != nil {
 				tx.abort()
 				return err
 			}
-			if full := cost * Micro; lv == t && -applied != full { // cost*Micro: DebitExcept checked it fits
+			if full := cost * rule.Micro; lv == t && -applied != full { // cost*Micro: DebitExcept checked it fits
 				// Stopped at the debt floor: its end refunds no more than
 				// this (TenantState.EndDebited).
 				debited := -applied

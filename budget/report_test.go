@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
 
@@ -50,7 +51,7 @@ func TestDriftReport(t *testing.T) {
 	n := budget.NewTotal
 	want := budget.DriftRow{TenantID: "acme", Model: "gpt-4o", Admissions: 4, EstimatedInput: n(140), EstimatedOutput: n(140),
 		EstimatedCost: n(280), ActualInput: n(125), ActualOutput: n(100), ActualCost: n(225), Settled: 3, Expired: 1,
-		RefundedMicro: n(80 * budget.Micro), ExtraChargedMicro: n(25 * budget.Micro)}
+		RefundedMicro: n(80 * rule.Micro), ExtraChargedMicro: n(25 * rule.Micro)}
 	mean, p95 := d.MeanRelativeError, d.P95AbsRelativeErr
 	d.MeanRelativeError, d.P95AbsRelativeErr = 0, 0
 	if fmt.Sprintf("%+v", d) != fmt.Sprintf("%+v", want) {

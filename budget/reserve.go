@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -53,12 +54,12 @@ type ReserveParams struct {
 	PoolBacklogged bool
 	// Priority is the class of the request's key; the decision fills it in
 	// from the key's row (KeyID), and reports it back.
-	Priority Priority
+	Priority rule.Priority
 	// Face is the face the request came through ("" is FaceAPI): the
 	// admission remembers it, only it may end the admission, and
 	// IdempotencyKey lives in its namespace (Face.StoredKey). The
 	// admission layer sets it from the face that called it.
-	Face Face
+	Face rule.Face
 }
 
 // Reservation is an admitted request: the admission and the tenant's
@@ -68,14 +69,14 @@ type Reservation struct {
 	Estimate    estimator.Estimate `json:"estimate"`
 	CreatedAt   time.Time          `json:"created_at"`
 	ExpiresAt   time.Time          `json:"expires_at"`
-	Snapshot    Snapshot           `json:"snapshot"`
+	Snapshot    rule.Snapshot      `json:"snapshot"`
 	// Shadow are the shadow limits that would have refused it (not kept
 	// for an idempotent replay, which is not a decision).
-	Shadow []ShadowRefusal `json:"-"`
+	Shadow []rule.ShadowRefusal `json:"-"`
 	// Pool is the upstream pool the admission drew on, as it left it, and
 	// Priority the class of the request's key.
-	Pool     *PoolState `json:"-"`
-	Priority Priority   `json:"-"`
+	Pool     *rule.PoolState `json:"-"`
+	Priority rule.Priority   `json:"-"`
 	// Replayed is true when an idempotent retry returned an earlier
 	// admission.
 	Replayed bool `json:"-"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -69,7 +70,7 @@ type SettleParams struct {
 	// Face is the face that ends the admission ("" is FaceAPI): one another
 	// face made is refused (*OtherFaceError), and IdempotencyKey names an
 	// admission in this face's namespace (ReserveParams.Face).
-	Face Face
+	Face rule.Face
 	// Defer, for a settle by IdempotencyKey, is the request's failure
 	// policy as far as the caller knows it: when the key names no
 	// admission and the policy could be local, the settle is kept for the
@@ -90,19 +91,19 @@ func (p SettleParams) Validate() error {
 	}
 	switch {
 	case p.RefundTokens < 0:
-		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
+		return &rule.InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
 	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0 || p.CacheWriteTokens != 0 || p.CacheWrite1hTokens != 0):
-		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
+		return &rule.InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
 	case p.CachedInputTokens < 0 || p.CachedInputTokens > max(p.InputTokens, 0):
-		return &UsageError{Field: "prompt_tokens_details.cached_tokens", Bound: max(p.InputTokens, 0),
+		return &rule.UsageError{Field: "prompt_tokens_details.cached_tokens", Bound: max(p.InputTokens, 0),
 			Reason: fmt.Sprintf("%d must be between 0 and the %d input tokens it is part of", p.CachedInputTokens, p.InputTokens)}
 	case p.CacheWriteTokens < 0 || p.CacheWrite1hTokens < 0 ||
 		p.CacheWriteTokens > max(p.InputTokens, 0)-p.CachedInputTokens-max(p.CacheWrite1hTokens, 0):
-		return &UsageError{Field: "cache_creation_input_tokens", Bound: max(p.InputTokens, 0) - p.CachedInputTokens,
+		return &rule.UsageError{Field: "cache_creation_input_tokens", Bound: max(p.InputTokens, 0) - p.CachedInputTokens,
 			Reason: fmt.Sprintf("%d and %d written to the cache must not be negative nor add up, with %d cache reads, to more than the %d input tokens they are part of",
 				p.CacheWriteTokens, p.CacheWrite1hTokens, p.CachedInputTokens, p.InputTokens)}
 	case p.ReasoningTokens < 0 || p.ReasoningTokens > max(p.OutputTokens, 0):
-		return &UsageError{Field: "completion_tokens_details.reasoning_tokens", Bound: max(p.OutputTokens, 0),
+		return &rule.UsageError{Field: "completion_tokens_details.reasoning_tokens", Bound: max(p.OutputTokens, 0),
 			Reason: fmt.Sprintf("%d must be between 0 and the %d output tokens it is part of", p.ReasoningTokens, p.OutputTokens)}
 	}
 	return nil
@@ -116,7 +117,7 @@ func (p SettleParams) Validate() error {
 // the output. p must be valid (Validate).
 func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out int64) {
 	if p.RefundTokens > 0 {
-		in, _ = sub64(e.Cost, p.RefundTokens)
+		in, _ = rule.Sub64(e.Cost, p.RefundTokens)
 		return max(0, in), 0
 	}
 	in, out = p.InputTokens, p.OutputTokens
@@ -147,9 +148,9 @@ func (p SettleParams) Tokens(e estimator.Estimate) (in, out int64) {
 func nameProblem(admissionID, key string) error {
 	switch {
 	case admissionID == "" && key == "":
-		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
+		return &rule.InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
 	case admissionID != "" && key != "":
-		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
+		return &rule.InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
 	}
 	return nil
 }
@@ -161,7 +162,7 @@ type Settlement struct {
 	// refund (after the capacity cap), negative for an extra charge.
 	DeltaMicro   int64
 	BalanceMicro int64
-	Snapshot     Snapshot
+	Snapshot     rule.Snapshot
 	// Replayed is true when the admission had already ended this way and
 	// the original answer is returned.
 	Replayed bool
@@ -194,7 +195,7 @@ type ReleaseParams struct {
 	GatewayID      string    // as ReserveParams.GatewayID
 	Family         string    // as SettleParams.Family
 	Defer          *Deferral // as SettleParams.Defer
-	Face           Face      // as SettleParams.Face
+	Face           rule.Face // as SettleParams.Face
 }
 
 // Validate returns an *InvalidError when p names its admission neither or

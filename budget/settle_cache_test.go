@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -32,12 +33,12 @@ func TestSettleCacheWrites(t *testing.T) {
 		{InputTokens: 100, CachedInputTokens: 60, CacheWriteTokens: 20, CacheWrite1hTokens: 21},
 	} {
 		bad.TenantID, bad.AdmissionID = "acme", "adm_1"
-		var ue *budget.UsageError
+		var ue *rule.UsageError
 		if err := bad.Validate(); !errors.As(err, &ue) || ue.Field != "cache_creation_input_tokens" {
 			t.Errorf("%+v: %v, want a UsageError on cache_creation_input_tokens", bad, err)
 		}
 	}
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	if err := (budget.SettleParams{TenantID: "acme", AdmissionID: "adm_1", RefundTokens: 5, CacheWriteTokens: 1}).Validate(); !errors.As(err, &inv) {
 		t.Errorf("a refund with cache writes: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -26,7 +27,7 @@ func balance(t *testing.T, b *testBundle, id string) int64 {
 	if err := b.pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = $1`, id).Scan(&micro); err != nil {
 		t.Fatal(err)
 	}
-	return micro / budget.Micro
+	return micro / rule.Micro
 }
 
 // TestSettleAndReleaseByIdempotencyKey: a settle or release may name its
@@ -59,18 +60,18 @@ func TestSettleAndReleaseByIdempotencyKey(t *testing.T) {
 	if err != nil || !st.Replayed || st.Admission.ID != r.AdmissionID {
 		t.Fatalf("settle by key again: %+v %v", st, err)
 	}
-	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 31})); !errors.Is(err, budget.ErrConflict) {
+	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 31})); !errors.Is(err, rule.ErrConflict) {
 		t.Fatalf("other usage: %v", err)
 	}
 
 	before := map[string]state{"acme": b.state(t, "acme"), "globex": b.state(t, "globex")}
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	for _, c := range []struct {
 		p    budget.SettleParams
 		want error
 	}{
-		{budget.SettleParams{TenantID: "acme", IdempotencyKey: "nope", InputTokens: 1}, budget.ErrAdmissionNotFound},
-		{budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-g", InputTokens: 1}, budget.ErrAdmissionNotFound}, // globex's key
+		{budget.SettleParams{TenantID: "acme", IdempotencyKey: "nope", InputTokens: 1}, rule.ErrAdmissionNotFound},
+		{budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-g", InputTokens: 1}, rule.ErrAdmissionNotFound}, // globex's key
 		{budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, IdempotencyKey: "req-1", InputTokens: 30, OutputTokens: 20}, nil},
 		{budget.SettleParams{TenantID: "acme", InputTokens: 30, OutputTokens: 20}, nil},
 	} {
@@ -106,7 +107,7 @@ func TestSettleAndReleaseByIdempotencyKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(24*time.Hour + time.Second)
-	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "req-3"})); !errors.Is(err, budget.ErrAdmissionNotFound) {
+	if err := fst(b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "req-3"})); !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("a key older than 24 h: %v", err)
 	}
 }
@@ -161,7 +162,7 @@ func TestSettleAsARefund(t *testing.T) {
 			t.Fatalf("refund %d again: %+v %v", c.refund, st, err)
 		}
 	}
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	for _, p := range []budget.SettleParams{
 		{TenantID: "acme", IdempotencyKey: "rls-1", RefundTokens: -1},
 		{TenantID: "acme", IdempotencyKey: "rls-1", RefundTokens: 5, InputTokens: 5},
@@ -180,7 +181,7 @@ func TestReleaseByKeyGivesThePoolBack(t *testing.T) {
 	t.Parallel()
 	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(1_000_000, "1000"))
-	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: budget.Micro}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -194,7 +195,7 @@ func TestReleaseByKeyGivesThePoolBack(t *testing.T) {
 		t.Fatalf("release by key: %+v %v", st, err)
 	}
 	pools, err := b.store.Pools(ctx)
-	if err != nil || pools[0].TokensMicro != 100*budget.Micro {
+	if err != nil || pools[0].TokensMicro != 100*rule.Micro {
 		t.Fatalf("pool after the release: %+v %v", pools, err)
 	}
 }
@@ -235,7 +236,7 @@ func TestCachedInputPricedInTheDecision(t *testing.T) {
 	r2 := b.mustReserve(t, "acme", 100)
 	for _, cached := range []int64{0, 200_000} {
 		if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r2.AdmissionID, InputTokens: 200_000,
-			CachedInputTokens: cached, OutputTokens: 10})); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+			CachedInputTokens: cached, OutputTokens: 10})); !errors.Is(err, rule.ErrUsageOutOfBounds) {
 			t.Fatalf("200,000 input tokens, %d cached: %v", cached, err)
 		}
 	}
@@ -246,7 +247,7 @@ func TestCachedInputPricedInTheDecision(t *testing.T) {
 
 	r3 := b.mustReserve(t, "acme", 100)
 	before := b.state(t, "acme")
-	var ue *budget.UsageError
+	var ue *rule.UsageError
 	for _, p := range []budget.SettleParams{
 		{TenantID: "acme", AdmissionID: r3.AdmissionID, InputTokens: 10, CachedInputTokens: 11},
 		{TenantID: "acme", AdmissionID: r3.AdmissionID, InputTokens: 10, CachedInputTokens: -1},
@@ -256,7 +257,7 @@ func TestCachedInputPricedInTheDecision(t *testing.T) {
 			t.Fatalf("%+v: %v", p, err)
 		}
 	}
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	if err := fst(b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r3.AdmissionID, RefundTokens: 5, CachedInputTokens: 1})); !errors.As(err, &inv) {
 		t.Fatalf("a refund with cached tokens: %v", err)
 	}

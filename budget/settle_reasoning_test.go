@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -32,10 +33,10 @@ func TestSettleReasoningTokens(t *testing.T) {
 		{RefundTokens: 5, ReasoningTokens: 1},
 	} {
 		bad.TenantID, bad.AdmissionID = "acme", "adm_1"
-		var ue *budget.UsageError
+		var ue *rule.UsageError
 		err := bad.Validate()
 		if !errors.As(err, &ue) || ue.Field != "completion_tokens_details.reasoning_tokens" || ue.Bound != max(bad.OutputTokens, 0) ||
-			!errors.Is(err, budget.ErrUsageOutOfBounds) {
+			!errors.Is(err, rule.ErrUsageOutOfBounds) {
 			t.Errorf("%+v: %v, want a UsageError on completion_tokens_details.reasoning_tokens bounded by the output", bad, err)
 		}
 	}

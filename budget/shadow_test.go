@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -18,20 +19,20 @@ import (
 // limit's is, request after request.
 func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 	t.Parallel()
-	for _, limit := range budget.AllLimits {
+	for _, limit := range rule.AllLimits {
 		t.Run(string(limit), func(t *testing.T) {
 			t.Parallel()
 			b, clock := setupFrozen(t)
 			l := limits(1_000_000, "1000")
 			switch limit {
-			case budget.LimitTokens:
+			case rule.LimitTokens:
 				l = limits(200, "5")
-			case budget.LimitRequests:
+			case rule.LimitRequests:
 				l.RequestsCapacity, l.RequestsRateMicro = 4, 500_000 // one every 2 s
-			case budget.LimitConcurrency:
+			case rule.LimitConcurrency:
 				l.MaxConcurrent = 3
-			case budget.LimitPeriodBudget:
-				l.PeriodBudget, l.Period = 700, budget.PeriodDay
+			case rule.LimitPeriodBudget:
+				l.PeriodBudget, l.Period = 700, rule.PeriodDay
 			}
 			b.tenant(t, "enf", l)
 			l.Shadow = l.Shadow.With(limit)
@@ -57,10 +58,10 @@ func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 						t.Fatalf("request %d: shadow refusal %+v", i, sha.Shadow)
 					}
 				}
-				var tooLarge *budget.TooLargeError
+				var tooLarge *rule.TooLargeError
 				switch {
 				case errE == nil:
-				case errors.Is(errE, budget.ErrRejected), errors.As(errE, &tooLarge):
+				case errors.Is(errE, rule.ErrRejected), errors.As(errE, &tooLarge):
 					refused++
 				default:
 					t.Fatal(errE)
@@ -88,7 +89,7 @@ func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 					}
 				}
 				clock.Advance(time.Duration(200+(i*131)%2000) * time.Millisecond)
-				if i%40 == 39 && limit == budget.LimitPeriodBudget {
+				if i%40 == 39 && limit == rule.LimitPeriodBudget {
 					clock.Advance(12 * time.Hour) // into the next day now and then
 				}
 				se, err1 := b.store.TenantSnapshot(ctx, "enf")
@@ -127,13 +128,13 @@ func TestShadowLimitCountsWhatEnforcingRefuses(t *testing.T) {
 }
 
 // stateOf is the part of a snapshot that limit l keeps.
-func stateOf(s budget.Snapshot, l budget.Limit) int64 {
+func stateOf(s rule.Snapshot, l rule.Limit) int64 {
 	switch l {
-	case budget.LimitTokens:
+	case rule.LimitTokens:
 		return s.TokensMicro
-	case budget.LimitRequests:
+	case rule.LimitRequests:
 		return s.RequestsMicro
-	case budget.LimitConcurrency:
+	case rule.LimitConcurrency:
 		return s.OpenReservations
 	}
 	return s.PeriodUsed
@@ -146,7 +147,7 @@ func TestShadowBucketUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	b, stores := replicas(t)
 	l := limits(2000, "0.000001")
-	l.Shadow = l.Shadow.With(budget.LimitTokens)
+	l.Shadow = l.Shadow.With(rule.LimitTokens)
 	b.tenant(t, "sha", l)
 	var admitted, shadowed, through atomic.Int64
 	hammer(stores, func(g int, s *budget.Store) {
@@ -175,9 +176,9 @@ func TestShadowBucketUnderConcurrency(t *testing.T) {
 	if admitted.Load() != 800 || sum.admitted != 800 || skipped != shadowed.Load() || shadowed.Load() == 0 {
 		t.Fatalf("admitted %d (ledger %d), shadow-refused %d (ledger %d)", admitted.Load(), sum.admitted, shadowed.Load(), skipped)
 	}
-	if debited != through.Load()*budget.Micro || debited != 2000*budget.Micro+sum.refill-tally.BalanceMicro || sum.minReserveBalance < 0 {
+	if debited != through.Load()*rule.Micro || debited != 2000*rule.Micro+sum.refill-tally.BalanceMicro || sum.minReserveBalance < 0 {
 		t.Fatalf("the shadow bucket let %d through (ledger %d); capacity + refill - balance = %d; lowest balance %d",
-			through.Load(), debited/budget.Micro, 2000+(sum.refill-tally.BalanceMicro)/budget.Micro, sum.minReserveBalance)
+			through.Load(), debited/rule.Micro, 2000+(sum.refill-tally.BalanceMicro)/rule.Micro, sum.minReserveBalance)
 	}
 }
 
@@ -187,13 +188,13 @@ func TestShadowOffIsALimitsEntry(t *testing.T) {
 	t.Parallel()
 	b, _ := setupFrozen(t)
 	l := limits(100, "1")
-	l.Shadow = l.Shadow.With(budget.LimitTokens)
+	l.Shadow = l.Shadow.With(rule.LimitTokens)
 	b.tenant(t, "acme", l)
 	b.mustReserve(t, "acme", 80)
 	if r := b.mustReserve(t, "acme", 80); len(r.Shadow) != 1 {
 		t.Fatalf("the shadow limit would have refused: %+v", r.Shadow)
 	}
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Patch: budget.LimitsPatch{Shadow: budget.Unset[budget.LimitSet]()}, Actor: "ops"}); err != nil {
+	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Patch: rule.LimitsPatch{Shadow: rule.Unset[rule.LimitSet]()}, Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	var kind, detail string
@@ -204,10 +205,10 @@ func TestShadowOffIsALimitsEntry(t *testing.T) {
 		t.Fatalf("last entry %s %s", kind, detail)
 	}
 	_, err := b.reserve(t, "acme", 80)
-	rejected(t, err, budget.LimitTokens)
-	var le *budget.LimitError
-	concurrency := budget.LimitSet(0).With(budget.LimitConcurrency)
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Patch: budget.LimitsPatch{Shadow: budget.Set(concurrency)}}); !errors.As(err, &le) || le.Field != "shadow" {
+	rejected(t, err, rule.LimitTokens)
+	var le *rule.LimitError
+	concurrency := rule.LimitSet(0).With(rule.LimitConcurrency)
+	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Patch: rule.LimitsPatch{Shadow: rule.Set(concurrency)}}); !errors.As(err, &le) || le.Field != "shadow" {
 		t.Fatalf("shadow of an unconfigured limit: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -204,16 +205,16 @@ func (s *Store) classify(ctx context.Context, err error, acquiring, committing b
 	}
 	timedOut := pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)
 	switch {
-	case !timedOut || errors.Is(c, ErrOutcomeUnknown):
+	case !timedOut || errors.Is(c, rule.ErrOutcomeUnknown):
 		return c
-	case errors.Is(c, ErrBusy), errors.Is(c, ErrUnavailable):
+	case errors.Is(c, rule.ErrBusy), errors.Is(c, rule.ErrUnavailable):
 		if s.Answering(ctx, since) {
-			if errors.Is(c, ErrBusy) {
+			if errors.Is(c, rule.ErrBusy) {
 				return c
 			}
-			return fmt.Errorf("%w: waited its turn too long; the store answers: %v", ErrBusy, err)
+			return fmt.Errorf("%w: waited its turn too long; the store answers: %v", rule.ErrBusy, err)
 		}
-		return fmt.Errorf("%w: the store answered nothing for %s: %v", ErrUnavailable, time.Since(since).Round(time.Millisecond), err)
+		return fmt.Errorf("%w: the store answered nothing for %s: %v", rule.ErrUnavailable, time.Since(since).Round(time.Millisecond), err)
 	}
 	return c
 }
@@ -305,7 +306,7 @@ func (s *Store) lockTenant(ctx context.Context, tenantID string, extra func(*pgx
 	t, ok := ts[tenantID]
 	if !ok {
 		tx.abort()
-		return nil, nil, time.Time{}, ErrTenantNotFound
+		return nil, nil, time.Time{}, rule.ErrTenantNotFound
 	}
 	return tx, t, now, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -50,7 +51,7 @@ func setupFrozen(t *testing.T) (*testBundle, *frozen) {
 
 var ctx = context.Background()
 
-func (b *testBundle) tenant(t *testing.T, id string, l budget.Limits) {
+func (b *testBundle) tenant(t *testing.T, id string, l rule.Limits) {
 	t.Helper()
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l, Actor: "test"}); err != nil {
 		t.Fatal(err)
@@ -92,9 +93,9 @@ func (b *testBundle) mustReserve(t *testing.T, id string, cost int64) *budget.Re
 	return r
 }
 
-func rejected(t *testing.T, err error, limit budget.Limit) *budget.RejectedError {
+func rejected(t *testing.T, err error, limit rule.Limit) *rule.RejectedError {
 	t.Helper()
-	var rej *budget.RejectedError
+	var rej *rule.RejectedError
 	if !errors.As(err, &rej) || rej.Limit != limit {
 		t.Fatalf("got %v, want a rejection by %s", err, limit)
 	}
@@ -136,12 +137,12 @@ func (b *testBundle) verify(t *testing.T, id string) ledger.Tally {
 	return tally
 }
 
-func limits(capacity int64, perSecond string) budget.Limits {
-	rate, err := budget.ParseRate(perSecond)
+func limits(capacity int64, perSecond string) rule.Limits {
+	rate, err := rule.ParseRate(perSecond)
 	if err != nil {
 		panic(err)
 	}
-	return budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
+	return rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
 }
 
 func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
@@ -158,11 +159,11 @@ func TestBurstThenRejectionWithExactRetryAfter(t *testing.T) {
 	}
 	before := b.state(t, "acme")
 	_, err := b.reserve(t, "acme", 40)
-	rej := rejected(t, err, budget.LimitTokens)
+	rej := rejected(t, err, rule.LimitTokens)
 	// The deficit at the decision's own clock, refilled at 2 tokens/s,
 	// rounded up to the microsecond and then to the millisecond.
-	deficit := 40*budget.Micro - rej.Snapshot.TokensMicro
-	us := (deficit*budget.Micro + 2*budget.Micro - 1) / (2 * budget.Micro)
+	deficit := 40*rule.Micro - rej.Snapshot.TokensMicro
+	us := (deficit*rule.Micro + 2*rule.Micro - 1) / (2 * rule.Micro)
 	want := (time.Duration(us)*time.Microsecond + time.Millisecond - 1).Truncate(time.Millisecond)
 	if rej.RetryAfter != want || rej.RetryAfter < 9*time.Second || rej.RetryAfter > 10*time.Second {
 		t.Fatalf("retry after %s, want %s (about 10 s for 20 tokens at 2/s)", rej.RetryAfter, want)
@@ -183,7 +184,7 @@ func TestRefillOverAFrozenClock(t *testing.T) {
 	}
 	clock.Advance(300 * time.Second) // 300 tokens
 	r := b.mustReserve(t, "acme", 250)
-	if got := r.Snapshot.TokensMicro; got != 50*budget.Micro {
+	if got := r.Snapshot.TokensMicro; got != 50*rule.Micro {
 		t.Fatalf("after 300 s at 1/s and a 250 debit: %d micro-tokens, want exactly 50 tokens", got)
 	}
 	clock.Advance(time.Hour) // far more than capacity
@@ -207,7 +208,7 @@ func TestRefillOverAFrozenClock(t *testing.T) {
 		}
 		refills, before = append(refills, refill), append(before, beforeDelta)
 	}
-	if len(refills) != 4 || refills[1] != 0 || refills[2] != 300*budget.Micro || refills[3] != 950*budget.Micro || before[3] != 1000*budget.Micro {
+	if len(refills) != 4 || refills[1] != 0 || refills[2] != 300*rule.Micro || refills[3] != 950*rule.Micro || before[3] != 1000*rule.Micro {
 		t.Fatalf("recorded refills %v, balances before each debit %v", refills, before)
 	}
 	b.verify(t, "acme")
@@ -217,13 +218,13 @@ func TestRequestBucket(t *testing.T) {
 	t.Parallel()
 	b, clock := setupFrozen(t)
 	l := limits(1_000_000, "1000")
-	l.RequestsCapacity, l.RequestsRateMicro = 3, budget.Micro/60 // 3 burst, 1 per minute
+	l.RequestsCapacity, l.RequestsRateMicro = 3, rule.Micro/60 // 3 burst, 1 per minute
 	b.tenant(t, "acme", l)
 	for range 3 {
 		b.mustReserve(t, "acme", 1)
 	}
 	_, err := b.reserve(t, "acme", 1)
-	rej := rejected(t, err, budget.LimitRequests)
+	rej := rejected(t, err, rule.LimitRequests)
 	// 1/60 per second is 16 666 micro-requests a second: one request
 	// refills in ceil(1e12 / 16666) = 60 002 401 us, answered rounded up
 	// to the millisecond.
@@ -231,7 +232,7 @@ func TestRequestBucket(t *testing.T) {
 		t.Fatalf("retry after %s, want exactly 60.003 s", rej.RetryAfter)
 	}
 	clock.Advance(60_002_400 * time.Microsecond)
-	rejected(t, fst(b.reserve(t, "acme", 1)), budget.LimitRequests)
+	rejected(t, fst(b.reserve(t, "acme", 1)), rule.LimitRequests)
 	clock.Advance(time.Microsecond)
 	r := b.mustReserve(t, "acme", 1)
 	if r.Snapshot.Requests() != 0 {
@@ -248,7 +249,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	r1 := b.mustReserve(t, "acme", 10)
 	b.mustReserve(t, "acme", 10)
 	_, err := b.reserve(t, "acme", 10)
-	if rej := rejected(t, err, budget.LimitConcurrency); rej.RetryAfter != budget.ConcurrencyRetryHint {
+	if rej := rejected(t, err, rule.LimitConcurrency); rej.RetryAfter != rule.ConcurrencyRetryHint {
 		t.Fatalf("retry after %s", rej.RetryAfter)
 	}
 	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r1.AdmissionID, InputTokens: 3, OutputTokens: 2}); err != nil {
@@ -261,7 +262,7 @@ func TestPeriodBudgetAndReset(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	l := limits(10_000, "1000")
-	l.PeriodBudget, l.Period = 100, budget.PeriodDay
+	l.PeriodBudget, l.Period = 100, rule.PeriodDay
 	b.tenant(t, "acme", l)
 	b.mustReserve(t, "acme", 60)
 	r := b.mustReserve(t, "acme", 40)
@@ -269,7 +270,7 @@ func TestPeriodBudgetAndReset(t *testing.T) {
 		t.Fatalf("period remaining %d", r.Snapshot.PeriodRemaining())
 	}
 	_, err := b.reserve(t, "acme", 1)
-	rej := rejected(t, err, budget.LimitPeriodBudget)
+	rej := rejected(t, err, rule.LimitPeriodBudget)
 	if want := rej.Snapshot.PeriodEnd.Sub(rej.Snapshot.At); rej.RetryAfter < want || rej.RetryAfter > want+time.Millisecond {
 		t.Fatalf("retry after %s, want the time to the next UTC midnight, %s", rej.RetryAfter, want)
 	}
@@ -292,15 +293,15 @@ func TestTooLarge(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	l := limits(100, "1")
-	l.PeriodBudget, l.Period = 50, budget.PeriodMonth
+	l.PeriodBudget, l.Period = 50, rule.PeriodMonth
 	b.tenant(t, "acme", l)
 	before := b.state(t, "acme")
 	for _, tc := range []struct {
 		cost  int64
-		limit budget.Limit
-	}{{101, budget.LimitTokens}, {51, budget.LimitPeriodBudget}} {
+		limit rule.Limit
+	}{{101, rule.LimitTokens}, {51, rule.LimitPeriodBudget}} {
 		_, err := b.reserve(t, "acme", tc.cost)
-		var tl *budget.TooLargeError
+		var tl *rule.TooLargeError
 		if !errors.As(err, &tl) || tl.Limit != tc.limit {
 			t.Fatalf("cost %d: %v, want too large for %s", tc.cost, err, tc.limit)
 		}
@@ -328,10 +329,10 @@ func TestIdempotentRetryDebitsOnce(t *testing.T) {
 		t.Fatalf("retry returned %+v, want the original %+v", again, first)
 	}
 	p.RequestHash = []byte("hash-b")
-	if _, err := b.store.Reserve(ctx, p); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+	if _, err := b.store.Reserve(ctx, p); !errors.Is(err, rule.ErrIdempotencyMismatch) {
 		t.Fatalf("key reused for another request: %v", err)
 	}
-	if tally := b.verify(t, "acme"); tally.Entries != 2 || tally.BalanceMicro != 70*budget.Micro {
+	if tally := b.verify(t, "acme"); tally.Entries != 2 || tally.BalanceMicro != 70*rule.Micro {
 		t.Fatalf("ledger has %d entries, balance %d; want one debit", tally.Entries, tally.BalanceMicro)
 	}
 	// After 24 h the key is forgotten: a retry is a fresh attempt.
@@ -346,7 +347,7 @@ func TestIdempotentRetryDebitsOnce(t *testing.T) {
 	// A rejected request is not remembered: its retry is a fresh attempt.
 	p2 := reserve(90)
 	p2.TenantID, p2.IdempotencyKey, p2.RequestHash = "acme", "retry-2", []byte("h")
-	if _, err := b.store.Reserve(ctx, p2); !errors.Is(err, budget.ErrRejected) {
+	if _, err := b.store.Reserve(ctx, p2); !errors.Is(err, rule.ErrRejected) {
 		t.Fatalf("want rejection, got %v", err)
 	}
 	b.rewind(t, "acme", time.Minute)
@@ -385,11 +386,11 @@ func TestReplayNowRetryDebitsOnceAndAnswersTheBalancesNow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 70 tokens were left after it, 50 after the other (and a little refill).
-	if left := again.Snapshot.TokensMicro; again.AdmissionID != first.AdmissionID || !again.Replayed || left < 50*budget.Micro || left > 55*budget.Micro {
+	if left := again.Snapshot.TokensMicro; again.AdmissionID != first.AdmissionID || !again.Replayed || left < 50*rule.Micro || left > 55*rule.Micro {
 		t.Fatalf("retry = %+v, want admission %s replayed with 50 tokens left", again, first.AdmissionID)
 	}
 	p.RequestHash = []byte("hash-b")
-	if _, err := b.store.Reserve(ctx, p); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+	if _, err := b.store.Reserve(ctx, p); !errors.Is(err, rule.ErrIdempotencyMismatch) {
 		t.Fatalf("key reused for another request: %v", err)
 	}
 	st, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "req-1", InputTokens: 10})
@@ -415,7 +416,7 @@ func TestSettleRefundExtraChargeAndDebt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DeltaMicro != 35*budget.Micro || *s.Admission.ActualCost != 25 || s.Admission.State != budget.StateSettled {
+	if s.DeltaMicro != 35*rule.Micro || *s.Admission.ActualCost != 25 || s.Admission.State != budget.StateSettled {
 		t.Fatalf("refund settle: %+v", s)
 	}
 	// The same settle again: the same answer, no new entry.
@@ -428,7 +429,7 @@ func TestSettleRefundExtraChargeAndDebt(t *testing.T) {
 		t.Fatal("a repeated settle wrote an entry")
 	}
 	// Different usage: conflict.
-	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 21, OutputTokens: 5}); !errors.Is(err, budget.ErrConflict) {
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 21, OutputTokens: 5}); !errors.Is(err, rule.ErrConflict) {
 		t.Fatalf("different usage: %v", err)
 	}
 
@@ -438,15 +439,15 @@ func TestSettleRefundExtraChargeAndDebt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DeltaMicro != -80*budget.Micro || s.BalanceMicro >= 0 {
+	if s.DeltaMicro != -80*rule.Micro || s.BalanceMicro >= 0 {
 		t.Fatalf("extra charge: delta %d balance %d, want -80e6 and a debt", s.DeltaMicro, s.BalanceMicro)
 	}
 	debt := s.BalanceMicro
-	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, budget.ErrRejected) {
+	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, rule.ErrRejected) {
 		t.Fatalf("a tenant in debt was admitted: %v", err)
 	}
 	// Refill pays the debt back: after enough time the tenant is admitted.
-	b.rewind(t, "acme", time.Duration(-debt/budget.Micro+10)*time.Second)
+	b.rewind(t, "acme", time.Duration(-debt/rule.Micro+10)*time.Second)
 	r = b.mustReserve(t, "acme", 5)
 	if got := r.Snapshot.Tokens(); got < 4 || got > 6 {
 		t.Fatalf("after paying back the debt: %d tokens, want about 5", got)
@@ -464,7 +465,7 @@ func TestRefundCappedAtCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DeltaMicro != 0 || s.BalanceMicro != 100*budget.Micro {
+	if s.DeltaMicro != 0 || s.BalanceMicro != 100*rule.Micro {
 		t.Fatalf("release at capacity: delta %d balance %d, want 0 and capacity", s.DeltaMicro, s.BalanceMicro)
 	}
 	b.verify(t, "acme")
@@ -480,14 +481,14 @@ func TestReleaseThenSettleConflicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DeltaMicro != 60*budget.Micro || s.Admission.State != budget.StateReleased {
+	if s.DeltaMicro != 60*rule.Micro || s.Admission.State != budget.StateReleased {
 		t.Fatalf("release: %+v", s)
 	}
 	again, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID})
 	if err != nil || !again.Replayed || again.DeltaMicro != s.DeltaMicro {
 		t.Fatalf("repeated release: %+v %v", again, err)
 	}
-	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1, OutputTokens: 1}); !errors.Is(err, budget.ErrConflict) {
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1, OutputTokens: 1}); !errors.Is(err, rule.ErrConflict) {
 		t.Fatalf("settle after release: %v", err)
 	}
 	// Settled admissions cannot be released either.
@@ -495,7 +496,7 @@ func TestReleaseThenSettleConflicts(t *testing.T) {
 	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 1, OutputTokens: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrConflict) {
+	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, rule.ErrConflict) {
 		t.Fatalf("release after settle: %v", err)
 	}
 }
@@ -507,7 +508,7 @@ func TestExpiryBySweeperAndLateSettle(t *testing.T) {
 	l.MaxConcurrent = 1
 	b.tenant(t, "acme", l)
 	r := b.mustReserve(t, "acme", 40)
-	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, budget.ErrRejected) {
+	if _, err := b.reserve(t, "acme", 1); !errors.Is(err, rule.ErrRejected) {
 		t.Fatal("slot should be taken")
 	}
 	if n, err := b.store.SweepOnce(ctx, nil); err != nil || n != 0 {
@@ -532,7 +533,7 @@ func TestExpiryBySweeperAndLateSettle(t *testing.T) {
 
 	// A late settle still reconciles against the estimate expiry charged.
 	s, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 10, OutputTokens: 10})
-	if err != nil || s.Admission.State != budget.StateSettled || !s.Admission.Late || s.DeltaMicro != 20*budget.Micro {
+	if err != nil || s.Admission.State != budget.StateSettled || !s.Admission.Late || s.DeltaMicro != 20*rule.Micro {
 		t.Fatalf("late settle: %+v %v", s, err)
 	}
 	snap, _ = b.store.TenantSnapshot(ctx, "acme")
@@ -553,16 +554,16 @@ func TestOtherTenantsAdmissionIsNotFound(t *testing.T) {
 	b.tenant(t, "acme", limits(100, "1"))
 	b.tenant(t, "globex", limits(100, "1"))
 	r := b.mustReserve(t, "acme", 10)
-	if _, err := b.store.AdmissionGet(ctx, "globex", r.AdmissionID); !errors.Is(err, budget.ErrAdmissionNotFound) {
+	if _, err := b.store.AdmissionGet(ctx, "globex", r.AdmissionID); !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("get: %v", err)
 	}
-	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "globex", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrAdmissionNotFound) {
+	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "globex", AdmissionID: r.AdmissionID}); !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("settle: %v", err)
 	}
-	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "globex", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrAdmissionNotFound) {
+	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "globex", AdmissionID: r.AdmissionID}); !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("release: %v", err)
 	}
-	if _, err := b.reserve(t, "nobody", 1); !errors.Is(err, budget.ErrTenantNotFound) {
+	if _, err := b.reserve(t, "nobody", 1); !errors.Is(err, rule.ErrTenantNotFound) {
 		t.Fatalf("unknown tenant: %v", err)
 	}
 }
@@ -598,12 +599,12 @@ func TestDecideReservesInOrderUnderOneLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rej *budget.RejectedError
-	var tl *budget.TooLargeError
+	var rej *rule.RejectedError
+	var tl *rule.TooLargeError
 	switch {
 	case res[0].Err != nil || res[1].Err != nil:
 		t.Fatalf("the first two fit: %v %v", res[0].Err, res[1].Err)
-	case !errors.As(res[2].Err, &rej) || rej.Limit != budget.LimitTokens:
+	case !errors.As(res[2].Err, &rej) || rej.Limit != rule.LimitTokens:
 		t.Fatalf("50 after 60 of 100: %v", res[2].Err)
 	case res[3].Err != nil || res[4].Err != nil || res[4].Reservation.AdmissionID != res[3].Reservation.AdmissionID || !res[4].Reservation.Replayed:
 		t.Fatalf("the same key twice in one batch: %+v %+v", res[3], res[4])
@@ -649,30 +650,30 @@ func TestDecideMixesReservesSettlesAndReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rej *budget.RejectedError
+	var rej *rule.RejectedError
 	switch {
-	case !errors.As(res[0].Err, &rej) || rej.Limit != budget.LimitTokens:
+	case !errors.As(res[0].Err, &rej) || rej.Limit != rule.LimitTokens:
 		t.Fatalf("50 of 20: %+v", res[0])
-	case res[1].Err != nil || res[1].Settlement.DeltaMicro != 30*budget.Micro || res[1].Settlement.Replayed:
+	case res[1].Err != nil || res[1].Settlement.DeltaMicro != 30*rule.Micro || res[1].Settlement.Replayed:
 		t.Fatalf("settle: %+v", res[1])
 	case res[2].Err != nil || res[2].Reservation.Snapshot.Tokens() != 0:
 		t.Fatalf("the reserve after the refund: %+v", res[2])
-	case res[3].Err != nil || !res[3].Settlement.Replayed || res[3].Settlement.DeltaMicro != 30*budget.Micro:
+	case res[3].Err != nil || !res[3].Settlement.Replayed || res[3].Settlement.DeltaMicro != 30*rule.Micro:
 		t.Fatalf("repeated settle: %+v", res[3])
-	case !errors.Is(res[4].Err, budget.ErrConflict):
+	case !errors.Is(res[4].Err, rule.ErrConflict):
 		t.Fatalf("conflicting settle: %+v", res[4])
-	case res[5].Err != nil || res[5].Settlement.DeltaMicro != 40*budget.Micro || res[5].Settlement.Snapshot.Tokens() != 40:
+	case res[5].Err != nil || res[5].Settlement.DeltaMicro != 40*rule.Micro || res[5].Settlement.Snapshot.Tokens() != 40:
 		t.Fatalf("release: %+v", res[5])
-	case !errors.Is(res[6].Err, budget.ErrAdmissionNotFound):
+	case !errors.Is(res[6].Err, rule.ErrAdmissionNotFound):
 		t.Fatalf("unknown admission: %+v", res[6])
-	case !errors.Is(res[7].Err, budget.ErrConflict):
+	case !errors.Is(res[7].Err, rule.ErrConflict):
 		t.Fatalf("settle after release: %+v", res[7])
 	}
 	a, err := b.store.AdmissionGet(ctx, "acme", a1)
 	if err != nil || a.State != budget.StateSettled || *a.ActualCost != 10 {
 		t.Fatalf("%v %+v", err, a)
 	}
-	if tally := b.verify(t, "acme"); tally.Entries != 1+2+3 || tally.BalanceMicro/budget.Micro != 40 {
+	if tally := b.verify(t, "acme"); tally.Entries != 1+2+3 || tally.BalanceMicro/rule.Micro != 40 {
 		t.Fatalf("%d entries, balance %d: want creation, 2 reserves, then settle, reserve, release; 40 tokens", tally.Entries, tally.BalanceMicro)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -170,13 +171,13 @@ func DecodeReservation(b []byte) (*Reservation, error) {
 	}
 	sn, l := s.Snapshot, s.Snapshot.Limits
 	return &Reservation{AdmissionID: s.AdmissionID, Estimate: s.Estimate.Estimate(), CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt,
-		Snapshot: Snapshot{TenantID: sn.TenantID, At: sn.At, Disabled: sn.Disabled, TokensMicro: sn.TokensMicro,
+		Snapshot: rule.Snapshot{TenantID: sn.TenantID, At: sn.At, Disabled: sn.Disabled, TokensMicro: sn.TokensMicro,
 			TokensFullIn: sn.TokensFullIn, RequestsMicro: sn.RequestsMicro, RequestsFullIn: sn.RequestsFullIn,
 			OpenReservations: sn.OpenReservations, PeriodStart: sn.PeriodStart, PeriodEnd: sn.PeriodEnd, PeriodUsed: sn.PeriodUsed,
 			LedgerSeq: sn.LedgerSeq,
-			Limits: Limits{TokensCapacity: l.TokensCapacity, TokensRateMicro: l.TokensRateMicro,
+			Limits: rule.Limits{TokensCapacity: l.TokensCapacity, TokensRateMicro: l.TokensRateMicro,
 				RequestsCapacity: l.RequestsCapacity, RequestsRateMicro: l.RequestsRateMicro, MaxConcurrent: l.MaxConcurrent,
-				PeriodBudget: l.PeriodBudget, Period: Period(l.Period), ReservationTTL: l.ReservationTTL, MaxWait: l.MaxWait,
-				OnStoreUnavailable: Policy(l.OnStoreUnavailable)}},
+				PeriodBudget: l.PeriodBudget, Period: rule.Period(l.Period), ReservationTTL: l.ReservationTTL, MaxWait: l.MaxWait,
+				OnStoreUnavailable: rule.Policy(l.OnStoreUnavailable)}},
 	}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -64,12 +65,12 @@ func randomReservation(rng *rand.Rand) *Reservation {
 		Estimate: estimator.Estimate{Model: str(), Family: str(), InputTokens: i64(), OutputTokens: i64(), Cost: i64(),
 			Approximate: rng.IntN(2) == 0, InputWeightMicro: i64(), OutputWeightMicro: i64()},
 		CreatedAt: tm(), ExpiresAt: tm(),
-		Snapshot: Snapshot{TenantID: str(), At: tm(), Disabled: rng.IntN(2) == 0, TokensMicro: i64(),
+		Snapshot: rule.Snapshot{TenantID: str(), At: tm(), Disabled: rng.IntN(2) == 0, TokensMicro: i64(),
 			TokensFullIn: time.Duration(i64()), RequestsMicro: i64(), RequestsFullIn: time.Duration(i64()),
 			OpenReservations: i64(), PeriodStart: tm(), PeriodEnd: tm(), PeriodUsed: i64(), LedgerSeq: i64(),
-			Limits: Limits{TokensCapacity: i64(), TokensRateMicro: i64(), RequestsCapacity: i64(), RequestsRateMicro: i64(),
-				MaxConcurrent: i64(), PeriodBudget: i64(), Period: Period(str()), ReservationTTL: time.Duration(i64()),
-				MaxWait: time.Duration(i64()), OnStoreUnavailable: Policy(str())}},
+			Limits: rule.Limits{TokensCapacity: i64(), TokensRateMicro: i64(), RequestsCapacity: i64(), RequestsRateMicro: i64(),
+				MaxConcurrent: i64(), PeriodBudget: i64(), Period: rule.Period(str()), ReservationTTL: time.Duration(i64()),
+				MaxWait: time.Duration(i64()), OnStoreUnavailable: rule.Policy(str())}},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -45,12 +46,12 @@ func TestStoredReservationFormat(t *testing.T) {
 		Estimate: estimator.Estimate{Model: "gpt-4o-2024-08-06", Family: "gpt-4o", InputTokens: 9, OutputTokens: 100, Cost: 109,
 			Approximate: true, InputWeightMicro: 1_000_000, OutputWeightMicro: 4_000_000},
 		CreatedAt: at, ExpiresAt: at.Add(10 * time.Minute),
-		Snapshot: budget.Snapshot{TenantID: "acme", At: at, TokensMicro: 99_891_000_000, TokensFullIn: 109 * time.Millisecond,
+		Snapshot: rule.Snapshot{TenantID: "acme", At: at, TokensMicro: 99_891_000_000, TokensFullIn: 109 * time.Millisecond,
 			RequestsMicro: 599_000_000, RequestsFullIn: 100 * time.Millisecond, OpenReservations: 3,
 			PeriodStart: start, PeriodEnd: end, PeriodUsed: 109, LedgerSeq: 42,
-			Limits: budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1_000_000_000, RequestsCapacity: 600, RequestsRateMicro: 10_000_000,
-				MaxConcurrent: 64, PeriodBudget: 50_000_000, Period: budget.PeriodMonth, ReservationTTL: 10 * time.Minute,
-				MaxWait: 30 * time.Second, OnStoreUnavailable: budget.PolicyLocal}},
+			Limits: rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1_000_000_000, RequestsCapacity: 600, RequestsRateMicro: 10_000_000,
+				MaxConcurrent: 64, PeriodBudget: 50_000_000, Period: rule.PeriodMonth, ReservationTTL: 10 * time.Minute,
+				MaxWait: 30 * time.Second, OnStoreUnavailable: rule.PolicyLocal}},
 	}
 	b, err := budget.EncodeReservation(r)
 	if err != nil {
@@ -78,7 +79,7 @@ func TestStoredReservationFormat(t *testing.T) {
 
 // sameStoredLimits compares limits as a stored reservation keeps them: the
 // windows are not repeated in it (its period fields are).
-func sameStoredLimits(a, b budget.Limits) bool {
+func sameStoredLimits(a, b rule.Limits) bool {
 	a.Windows, b.Windows = nil, nil
 	return reflect.DeepEqual(a, b)
 }

@@ -10,13 +10,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
 // CreateTenantParams creates a tenant.
 type CreateTenantParams struct {
 	ID     string
-	Limits Limits
+	Limits rule.Limits
 	// Parent nests the tenant's budget in another tenant's ("" for none):
 	// every admission must then fit the parent's limits too, and those of
 	// its ancestors. It is fixed at creation.
@@ -41,15 +42,15 @@ type limitsDetail struct {
 	OnStoreUnavailable  string   `json:"on_store_unavailable,omitempty"`
 	Shadow              []string `json:"shadow,omitempty"`
 	// Windows are the tenant's windows (the "period" window among them).
-	Windows []WindowJSON `json:"windows,omitempty"`
+	Windows []rule.WindowJSON `json:"windows,omitempty"`
 }
 
 // detailOf is l as a ledger entry's detail shows it; limitsOf reads it
 // back (an end-user policy's template is stored in this shape).
-func detailOf(l Limits) limitsDetail {
+func detailOf(l rule.Limits) limitsDetail {
 	d := limitsDetail{
 		TokensCapacity:      l.TokensCapacity,
-		TokensPerSecond:     FormatRate(l.TokensRateMicro),
+		TokensPerSecond:     rule.FormatRate(l.TokensRateMicro),
 		RequestsCapacity:    l.RequestsCapacity,
 		MaxConcurrent:       l.MaxConcurrent,
 		PeriodBudget:        l.PeriodBudget,
@@ -62,10 +63,10 @@ func detailOf(l Limits) limitsDetail {
 		d.Shadow = l.Shadow.Strings()
 	}
 	if len(l.Windows) > 0 {
-		d.Windows = WindowsJSON(l.Windows)
+		d.Windows = rule.WindowsJSON(l.Windows)
 	}
 	if l.RequestsRateMicro > 0 {
-		d.RequestsPerSecond = FormatRate(l.RequestsRateMicro)
+		d.RequestsPerSecond = rule.FormatRate(l.RequestsRateMicro)
 	}
 	return d
 }
@@ -73,17 +74,17 @@ func detailOf(l Limits) limitsDetail {
 // CreateTenant creates a tenant with a full token bucket and writes its
 // first ledger entry (kind tenant), whose delta is the starting balance. It
 // returns a *LimitError (ErrInvalidLimits) or ErrTenantExists.
-func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapshot, error) {
-	if err := ValidateTenantID(p.ID); err != nil {
-		return Snapshot{}, err
+func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (rule.Snapshot, error) {
+	if err := rule.ValidateTenantID(p.ID); err != nil {
+		return rule.Snapshot{}, err
 	}
 	l := p.Limits
 	if err := l.Validate(); err != nil {
-		return Snapshot{}, err
+		return rule.Snapshot{}, err
 	}
 	p.Limits = l // with its defaults
 	if p.Parent == p.ID {
-		return Snapshot{}, &LimitError{Field: "parent", Reason: "a tenant cannot be its own parent"}
+		return rule.Snapshot{}, &rule.LimitError{Field: "parent", Reason: "a tenant cannot be its own parent"}
 	}
 	detail, err := json.Marshal(struct {
 		Event  string       `json:"event"`
@@ -91,10 +92,10 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		Limits limitsDetail `json:"limits"`
 	}{"created", p.Parent, detailOf(l)})
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
+		return rule.Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
 	}
 
-	var snap Snapshot
+	var snap rule.Snapshot
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var now time.Time
 		if err := tx.QueryRow(ctx, clockSQL, s.clock()).Scan(&now); err != nil {
@@ -106,24 +107,24 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 			var endUser bool
 			err := tx.QueryRow(ctx, tenantParentSQL, p.Parent).Scan(&path, &endUser)
 			if errors.Is(err, pgx.ErrNoRows) {
-				return &LimitError{Field: "parent", Reason: fmt.Sprintf("no tenant has the id %q", p.Parent)}
+				return &rule.LimitError{Field: "parent", Reason: fmt.Sprintf("no tenant has the id %q", p.Parent)}
 			}
 			if err != nil {
 				return err
 			}
 			if endUser {
-				return &LimitError{Field: "parent", Reason: fmt.Sprintf("%s is an end user, a leaf: it cannot have tenants below it", p.Parent)}
+				return &rule.LimitError{Field: "parent", Reason: fmt.Sprintf("%s is an end user, a leaf: it cannot have tenants below it", p.Parent)}
 			}
 			path = append(path, p.Parent)
-			if len(path) >= MaxDepth {
-				return &LimitError{Field: "parent", Reason: fmt.Sprintf("budgets nest at most %d levels, and %s is already at level %d", MaxDepth, p.Parent, len(path))}
+			if len(path) >= rule.MaxDepth {
+				return &rule.LimitError{Field: "parent", Reason: fmt.Sprintf("budgets nest at most %d levels, and %s is already at level %d", rule.MaxDepth, p.Parent, len(path))}
 			}
 		}
 		t, e, args := newTenant(p, path, now, string(detail), "")
 		var seq int64
 		err := tx.QueryRow(ctx, tenantInsertSQL, args...).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrTenantExists
+			return rule.ErrTenantExists
 		}
 		if err != nil {
 			return err
@@ -138,11 +139,11 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 		return nil
 	})
 	if err != nil {
-		var le *LimitError
-		if errors.Is(err, ErrTenantExists) || errors.As(err, &le) {
-			return Snapshot{}, err
+		var le *rule.LimitError
+		if errors.Is(err, rule.ErrTenantExists) || errors.As(err, &le) {
+			return rule.Snapshot{}, err
 		}
-		return Snapshot{}, fmt.Errorf("budget: create tenant %s: %w", p.ID, err)
+		return rule.Snapshot{}, fmt.Errorf("budget: create tenant %s: %w", p.ID, err)
 	}
 	return snap, nil
 }
@@ -154,13 +155,13 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (Snapsho
 // EndUserEnsure both create tenants through it.
 func newTenant(p CreateTenantParams, path []string, now time.Time, detail, endUserID string) (*tenant, *ledger.Entry, []any) {
 	l := p.Limits
-	t := &tenant{id: p.ID, path: path, TenantState: TenantState{Limits: l}}
-	t.Tokens = Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, At: now}
+	t := &tenant{id: p.ID, path: path, TenantState: rule.TenantState{Limits: l}}
+	t.Tokens = rule.Bucket{CapacityMicro: l.TokensCapacity * rule.Micro, RateMicro: l.TokensRateMicro, At: now}
 	var reqMicro *int64
 	var reqAt *time.Time
 	if l.RequestsCapacity > 0 {
-		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro,
-			BalanceMicro: l.RequestsCapacity * Micro, At: now}
+		t.Requests = rule.Bucket{CapacityMicro: l.RequestsCapacity * rule.Micro, RateMicro: l.RequestsRateMicro,
+			BalanceMicro: l.RequestsCapacity * rule.Micro, At: now}
 		reqMicro, reqAt = &t.Requests.BalanceMicro, &now
 	}
 	t.advance(now)
@@ -178,7 +179,7 @@ func newTenant(p CreateTenantParams, path []string, now time.Time, detail, endUs
 		t.endUserOf = p.Parent
 	}
 	return t, e, []any{p.ID, l.TokensCapacity, l.TokensRateMicro, l.RequestsCapacity,
-		l.RequestsRateMicro, l.MaxConcurrent, encodeWindows(l.Windows), l.ReservationTTL.Milliseconds(),
+		l.RequestsRateMicro, l.MaxConcurrent, rule.EncodeWindows(l.Windows), l.ReservationTTL.Milliseconds(),
 		l.MaxWait.Milliseconds(), t.Tokens.BalanceMicro, now, reqMicro, reqAt, string(l.OnStoreUnavailable),
 		l.Shadow.Strings(), p.Parent, path, endUserOf, endUserID}
 }
@@ -186,11 +187,11 @@ func newTenant(p CreateTenantParams, path []string, now time.Time, detail, endUs
 // TenantSnapshot returns a tenant's limits and balances as of the database's
 // clock now, refilled, without taking the lock or writing anything. It
 // returns ErrTenantNotFound.
-func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (Snapshot, error) {
+func (s *Store) TenantSnapshot(ctx context.Context, tenantID string) (rule.Snapshot, error) {
 	b := &pgx.Batch{}
 	b.Queue(tenantGetSQL, tenantID)
 	b.Queue(clockSQL, s.clock())
-	var snap Snapshot
+	var snap rule.Snapshot
 	err := retry(ctx, func() error {
 		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()

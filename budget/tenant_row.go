@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -51,7 +52,7 @@ type tenantRow struct {
 // tenant is a tenant as a decision holds it: its TenantState, and the ledger
 // chain head that its entries extend.
 type tenant struct {
-	TenantState
+	rule.TenantState
 	id           string
 	path         []string // ancestors, root first (immutable)
 	disabled     bool
@@ -61,7 +62,7 @@ type tenant struct {
 	periodRolled bool
 	// locked is the windows' usage as the row was read: the decision's
 	// writes compare against it for alert thresholds.
-	locked []WindowUsage
+	locked []rule.WindowUsage
 	// endUserOf is the tenant whose end user this is ("" for none), and
 	// endUserExpired whether it idled out (enduser.go).
 	endUserOf      string
@@ -77,7 +78,7 @@ func deref0[T any](p *T) T {
 }
 
 func (r *tenantRow) tenant() *tenant {
-	l := Limits{
+	l := rule.Limits{
 		TokensCapacity:     r.TokensCapacity,
 		TokensRateMicro:    r.TokensRateMicro,
 		RequestsCapacity:   deref0(r.RequestsCapacity),
@@ -85,14 +86,14 @@ func (r *tenantRow) tenant() *tenant {
 		MaxConcurrent:      deref0(r.MaxConcurrent),
 		ReservationTTL:     time.Duration(r.ReservationTTLMS) * time.Millisecond,
 		MaxWait:            time.Duration(r.MaxWaitMS) * time.Millisecond,
-		OnStoreUnavailable: Policy(deref0(r.OnStoreUnavailable)),
+		OnStoreUnavailable: rule.Policy(deref0(r.OnStoreUnavailable)),
 	}
 	// The columns only ever hold what ParseLimitSet and validateWindows
 	// accepted.
-	l.Shadow, _ = ParseLimitSet("shadow", r.ShadowLimits)
-	var usage []WindowUsage
-	l.Windows, usage, r.decodeErr = decodeWindows(r.Windows, r.WindowUsage)
-	l.syncPeriod()
+	l.Shadow, _ = rule.ParseLimitSet("shadow", r.ShadowLimits)
+	var usage []rule.WindowUsage
+	l.Windows, usage, r.decodeErr = rule.DecodeWindows(r.Windows, r.WindowUsage)
+	l.SyncPeriod()
 	t := &tenant{
 		modelLimits:    r.ModelLimits,
 		id:             r.ID,
@@ -101,16 +102,16 @@ func (r *tenantRow) tenant() *tenant {
 		endUserOf:      deref0(r.EndUserOf),
 		endUserExpired: r.EndUserExpiredAt != nil,
 		head:           ledger.Head{Seq: r.LedgerSeq, Hash: r.LedgerHash},
-		TenantState: TenantState{
+		TenantState: rule.TenantState{
 			Limits:  l,
-			Tokens:  Bucket{CapacityMicro: l.TokensCapacity * Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},
+			Tokens:  rule.Bucket{CapacityMicro: l.TokensCapacity * rule.Micro, RateMicro: l.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt},
 			Open:    r.OpenReservations,
 			Windows: usage,
 		},
 	}
 	t.locked = slices.Clone(usage)
 	if l.RequestsCapacity > 0 {
-		t.Requests = Bucket{CapacityMicro: l.RequestsCapacity * Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * Micro}
+		t.Requests = rule.Bucket{CapacityMicro: l.RequestsCapacity * rule.Micro, RateMicro: l.RequestsRateMicro, BalanceMicro: l.RequestsCapacity * rule.Micro}
 		if r.RequestsMicro != nil && r.RequestsAt != nil {
 			t.Requests.BalanceMicro, t.Requests.At = *r.RequestsMicro, *r.RequestsAt
 		}
@@ -144,7 +145,7 @@ func scanTenant(rows pgx.Rows, err error) (*tenant, error) {
 	}
 	r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[tenantRow])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, ErrTenantNotFound
+		return nil, rule.ErrTenantNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("budget: scan tenant: %w", err)
@@ -182,7 +183,7 @@ func (t *tenant) seal(e *ledger.Entry) {
 	t.head = t.head.Seal(e)
 }
 
-func (t *tenant) snapshot(now time.Time) Snapshot {
+func (t *tenant) snapshot(now time.Time) rule.Snapshot {
 	s := t.TenantState.Snapshot(t.id, now)
 	s.Disabled = t.disabled
 	s.LedgerSeq = t.head.Seq
@@ -202,7 +203,7 @@ func (t *tenant) windowsOfEntry() (start *time.Time, used int64, all string) {
 	pick := 0
 	var b strings.Builder
 	for i, w := range ws {
-		if w.Name == PeriodWindowName {
+		if w.Name == rule.PeriodWindowName {
 			pick = i
 		}
 		if i > 0 {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Total is an exact integer sum of a report: a count of tokens, cost units
@@ -74,7 +76,7 @@ func (t Total) String() string { return t.Big().String() }
 // Tokens renders a total of micro-tokens as an exact decimal of tokens,
 // like ledger.Tokens.
 func (t Total) Tokens() string {
-	q, r := new(big.Int).QuoRem(t.Big(), big.NewInt(Micro), new(big.Int))
+	q, r := new(big.Int).QuoRem(t.Big(), big.NewInt(rule.Micro), new(big.Int))
 	sign := ""
 	if t.Sign() < 0 {
 		sign = "-"

@@ -3,21 +3,12 @@ package budget
 import (
 	"fmt"
 
-	"github.com/tokengate/tokengate/estimator"
 	"strings"
 	"time"
+
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
 )
-
-// MaxDepth is how many levels budgets nest: an organisation, its teams,
-// their projects and the key-level tenants below them.
-const MaxDepth = 4
-
-// ShadowRefusal is a shadow limit that would have refused a request: the
-// tenant (level of the tree) whose limit it is, and the limit.
-type ShadowRefusal struct {
-	Level string `json:"level"`
-	Limit Limit  `json:"limit"`
-}
 
 // chainOf is t's ancestors and t, root first, from a batch's locked rows
 // (lockTenants locks every ancestor of the tenants it is given).
@@ -45,10 +36,10 @@ func chainOf(ts map[string]*tenant, t *tenant) ([]*tenant, error) {
 // does (nearest the caller's tenant on a tie). holdback is
 // taken from the caller's own tenant before deciding: callers queued ahead
 // of it there are served first.
-func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback int64, now time.Time, models map[[2]string]*modelBucket) (skips []LimitSet, shadow []ShadowRefusal, refusal error) {
-	skips = make([]LimitSet, len(chain))
-	var tooLarge *TooLargeError
-	var rejected *RejectedError
+func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback int64, now time.Time, models map[[2]string]*modelBucket) (skips []rule.LimitSet, shadow []rule.ShadowRefusal, refusal error) {
+	skips = make([]rule.LimitSet, len(chain))
+	var tooLarge *rule.TooLargeError
+	var rejected *rule.RejectedError
 	var rejectedErr error // rejected, or the *BudgetExhaustedError that embeds it
 	mkey := ""
 	if len(models) > 0 {
@@ -60,7 +51,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 		if i == len(chain)-1 {
 			st.Tokens.BalanceMicro -= max(0, holdback)
 		}
-		refusals := Refusals(st, Amount{Cost: est.Cost, Money: money}, now)
+		refusals := rule.Refusals(st, rule.Amount{Cost: est.Cost, Money: money}, now)
 		shadowSet := lv.Limits.Shadow
 		if m := models[[2]string{lv.id, mkey}]; m != nil {
 			// The model's own limits at this level: a shadow flag of the
@@ -68,29 +59,29 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 			refusals = append(refusals, m.refusals(est.InputTokens, est.OutputTokens)...)
 			shadowSet |= m.Shadow
 		}
-		var levelRejected *RejectedError // the level's first refusing limit, in the contract's order
-		var levelErr error               // levelRejected, or the *BudgetExhaustedError that embeds it
+		var levelRejected *rule.RejectedError // the level's first refusing limit, in the contract's order
+		var levelErr error                    // levelRejected, or the *BudgetExhaustedError that embeds it
 		for _, err := range refusals {
-			lim := limitOf(err)
+			lim := rule.LimitOf(err)
 			if shadowSet.Has(lim) {
 				if !skips[i].Has(lim) {
-					shadow = append(shadow, ShadowRefusal{Level: lv.id, Limit: lim})
+					shadow = append(shadow, rule.ShadowRefusal{Level: lv.id, Limit: lim})
 				}
 				skips[i] = skips[i].With(lim)
 				continue
 			}
 			switch e := err.(type) {
-			case *TooLargeError:
+			case *rule.TooLargeError:
 				if tooLarge == nil {
 					e.Level = lv.id
 					tooLarge = e
 				}
-			case *RejectedError:
+			case *rule.RejectedError:
 				if levelRejected == nil {
 					e.Level = lv.id
 					levelRejected, levelErr = e, e
 				}
-			case *BudgetExhaustedError:
+			case *rule.BudgetExhaustedError:
 				// An exhausted window binds until its reset: named before a
 				// bucket that refills sooner, which would send the caller
 				// back, after a short wait, to this same refusal.
@@ -115,7 +106,7 @@ func decideLevels(chain []*tenant, est estimator.Estimate, money int64, holdback
 
 // shadowedOf is how an admission records the limits its debit left out:
 // "tenant:limit" for each level's skipped limits.
-func shadowedOf(chain []*tenant, skips []LimitSet) []string {
+func shadowedOf(chain []*tenant, skips []rule.LimitSet) []string {
 	var out []string
 	for i, s := range skips {
 		for _, l := range s.Limits() {
@@ -126,11 +117,11 @@ func shadowedOf(chain []*tenant, skips []LimitSet) []string {
 }
 
 // skipOf reads back, for one level, what shadowedOf recorded.
-func skipOf(shadowed []string, level string) LimitSet {
-	var s LimitSet
+func skipOf(shadowed []string, level string) rule.LimitSet {
+	var s rule.LimitSet
 	for _, x := range shadowed {
 		if id, l, ok := strings.Cut(x, ":"); ok && id == level {
-			s = s.With(Limit(l))
+			s = s.With(rule.Limit(l))
 		}
 	}
 	return s
@@ -149,7 +140,7 @@ func anyDisabled(chain []*tenant) bool {
 
 // shadowReason is the ledger's note on an entry whose debit (or its
 // correction) left out shadow limits: an auditor sees why the delta is 0.
-func shadowReason(skip LimitSet) string {
+func shadowReason(skip rule.LimitSet) string {
 	if skip == 0 {
 		return ""
 	}

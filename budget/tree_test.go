@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
-func (b *testBundle) child(t *testing.T, id, parent string, l budget.Limits) {
+func (b *testBundle) child(t *testing.T, id, parent string, l rule.Limits) {
 	t.Helper()
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Parent: parent, Limits: l, Actor: "test"}); err != nil {
 		t.Fatal(err)
@@ -78,7 +79,7 @@ func TestNestedBudgetsExactAtEveryLevel(t *testing.T) {
 			cost := int64(5 + (g*7+i*13)%45)
 			p := reserveFor(leaf, cost)
 			r, err := pipe.Reserve(ctx, p)
-			var rej *budget.RejectedError
+			var rej *rule.RejectedError
 			switch {
 			case errors.As(err, &rej):
 				mu.Lock()
@@ -130,7 +131,7 @@ func TestNestedBudgetsExactAtEveryLevel(t *testing.T) {
 		sum := sums(t, b, level)
 		tally := b.verify(t, level)
 		// Exact: everything a level admitted came from its capacity plus its refill.
-		if got*budget.Micro != capacity[level]*budget.Micro+sum.refill-tally.BalanceMicro {
+		if got*rule.Micro != capacity[level]*rule.Micro+sum.refill-tally.BalanceMicro {
 			t.Fatalf("%s: admitted %d, capacity %d + refill %d - balance %d", level, got, capacity[level], sum.refill, tally.BalanceMicro)
 		}
 		if sum.minReserveBalance < 0 {
@@ -168,15 +169,15 @@ func TestNestedRejectionNamesTheLevelAndConsumesNothing(t *testing.T) {
 		before[id] = b.state(t, id)
 	}
 	_, err := b.reserve(t, "key", 50)
-	rej := rejected(t, err, budget.LimitTokens) // org: 40 left, 10 s to refill 10 (longer than team's 1 s concurrency hint)
+	rej := rejected(t, err, rule.LimitTokens) // org: 40 left, 10 s to refill 10 (longer than team's 1 s concurrency hint)
 	if rej.Level != "org" || rej.RetryAfter.Milliseconds() != 10_000 || rej.Snapshot.TenantID != "org" {
 		t.Fatalf("rejected by %s/%s after %s (snapshot of %s); want org/tokens after 10s", rej.Level, rej.Limit, rej.RetryAfter, rej.Snapshot.TenantID)
 	}
 	_, err = b.reserve(t, "key", 5)
-	if rej = rejected(t, err, budget.LimitConcurrency); rej.Level != "team" {
+	if rej = rejected(t, err, rule.LimitConcurrency); rej.Level != "team" {
 		t.Fatalf("rejected by %s, want team's concurrency", rej.Level)
 	}
-	var tl *budget.TooLargeError
+	var tl *rule.TooLargeError
 	if _, err := b.reserve(t, "key", 101); !errors.As(err, &tl) || tl.Level != "org" {
 		t.Fatalf("a request larger than the org's capacity: %v", err)
 	}
@@ -201,7 +202,7 @@ func TestNestedRejectionNamesTheLevelAndConsumesNothing(t *testing.T) {
 	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "org", Disabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.reserve(t, "key", 1); !errors.Is(err, budget.ErrTenantDisabled) {
+	if _, err := b.reserve(t, "key", 1); !errors.Is(err, rule.ErrTenantDisabled) {
 		t.Fatalf("under a disabled organisation: %v", err)
 	}
 }
@@ -213,7 +214,7 @@ func TestTreeShapeIsChecked(t *testing.T) {
 	b.child(t, "l2", "l1", limits(10, "1"))
 	b.child(t, "l3", "l2", limits(10, "1"))
 	b.child(t, "l4", "l3", limits(10, "1"))
-	var le *budget.LimitError
+	var le *rule.LimitError
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "l5", Parent: "l4", Limits: limits(10, "1")}); !errors.As(err, &le) || le.Field != "parent" {
 		t.Fatalf("a fifth level: %v", err)
 	}
@@ -245,7 +246,7 @@ func TestNestedExpiryFreesEveryLevel(t *testing.T) {
 	b.child(t, "leaf", "org", leaf)
 	r := b.mustReserve(t, "leaf", 100)
 	_, err := b.reserve(t, "leaf", 1)
-	if rej := rejected(t, err, budget.LimitConcurrency); rej.Level != "org" {
+	if rej := rejected(t, err, rule.LimitConcurrency); rej.Level != "org" {
 		t.Fatalf("refused by %s", rej.Level)
 	}
 	clock.Advance(2 * time.Second)

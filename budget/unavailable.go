@@ -12,21 +12,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
-)
 
-var (
-	// ErrUnavailable: the store could not be reached, and the decision was
-	// certainly not made (nothing was committed). A failure policy may
-	// decide instead.
-	ErrUnavailable = errors.New("budget: store unavailable")
-	// ErrOutcomeUnknown wraps ErrUnavailable when the connection failed
-	// after COMMIT was sent: the decision may or may not have been made. It
-	// must not be decided again elsewhere (that could debit twice); the
-	// caller retries with an Idempotency-Key instead.
-	ErrOutcomeUnknown = fmt.Errorf("%w: the outcome of the commit is unknown", ErrUnavailable)
-	// ErrBusy: no database connection became free before the request's
-	// deadline. The store is up but saturated.
-	ErrBusy = errors.New("budget: store busy")
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // errRetry marks failures after which the whole decision can safely run
@@ -51,9 +38,9 @@ func classify(err error, acquiring, committing bool) error {
 		case pgerrcode.IsConnectionException(pgErr.Code), pgErr.Code == pgerrcode.AdminShutdown, pgErr.Code == pgerrcode.CrashShutdown,
 			pgErr.Code == pgerrcode.CannotConnectNow, pgErr.Code == pgerrcode.TooManyConnections:
 			if committing {
-				return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+				return fmt.Errorf("%w: %v", rule.ErrOutcomeUnknown, err)
 			}
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 		case pgErr.Code == pgerrcode.ReadOnlySQLTransaction:
 			// The node answered as a standby: a primary demoted by a
 			// failover (Patroni) that still answers, or a URL that reached
@@ -62,21 +49,21 @@ func classify(err error, acquiring, committing bool) error {
 			// policy, never a 500. The admission layer's MarkDown drops the
 			// pool's connections, and new ones go to a writable node only
 			// (cmd's pool checks target_session_attrs=read-write).
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 		case pgErr.Code == pgerrcode.NumericValueOutOfRange:
 			// Postgres never wraps: bigint arithmetic past int64 is an
 			// error, and it is the caller's amount, not an outage.
-			return fmt.Errorf("%w: %v", &OverflowError{Field: "amount", Op: "the store's arithmetic"}, err)
+			return fmt.Errorf("%w: %v", &rule.OverflowError{Field: "amount", Op: "the store's arithmetic"}, err)
 		}
 		return err // an SQL error: a bug or a constraint, not an outage
 	}
 	var connectErr *pgconn.ConnectError
 	if acquiring && errors.As(err, &connectErr) {
 		// A new connection could not be made: the store, not the pool.
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	if acquiring && errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %v", ErrBusy, err)
+		return fmt.Errorf("%w: %v", rule.ErrBusy, err)
 	}
 	if errors.Is(err, context.Canceled) {
 		return err // the caller went away
@@ -84,14 +71,14 @@ func classify(err error, acquiring, committing bool) error {
 	var netErr net.Error
 	switch {
 	case !committing && pgconn.SafeToRetry(err):
-		return errRetry{fmt.Errorf("%w: %v", ErrUnavailable, err)}
+		return errRetry{fmt.Errorf("%w: %v", rule.ErrUnavailable, err)}
 	case errors.As(err, &connectErr), errors.As(err, &netErr), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err),
 		isClosedConn(err):
 		if committing && !pgconn.SafeToRetry(err) {
-			return fmt.Errorf("%w: %v", ErrOutcomeUnknown, err)
+			return fmt.Errorf("%w: %v", rule.ErrOutcomeUnknown, err)
 		}
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	return err
 }
@@ -107,8 +94,8 @@ func classify(err error, acquiring, committing bool) error {
 // was not made there.
 func ReadError(err error) error {
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) && !errors.Is(err, ErrUnavailable) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	if errors.As(err, &connectErr) && !errors.Is(err, rule.ErrUnavailable) {
+		return fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	err = classify(err, true, false)
 	var r errRetry
@@ -138,16 +125,16 @@ func retry(ctx context.Context, fn func() error) error {
 			return err
 		}
 		if attempt == maxAttempts {
-			if errors.Is(r.err, ErrUnavailable) {
+			if errors.Is(r.err, rule.ErrUnavailable) {
 				return r.err
 			}
-			return fmt.Errorf("%w: gave up after %d attempts: %v", ErrUnavailable, attempt, r.err)
+			return fmt.Errorf("%w: gave up after %d attempts: %v", rule.ErrUnavailable, attempt, r.err)
 		}
 		sleep := backoff + rand.N(backoff)
 		backoff *= 2
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+			return fmt.Errorf("%w: %v", rule.ErrUnavailable, ctx.Err())
 		case <-time.After(sleep):
 		}
 	}

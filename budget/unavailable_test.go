@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 func TestClassify(t *testing.T) {
@@ -25,12 +27,12 @@ func TestClassify(t *testing.T) {
 	}{
 		{"serialization failure is retried", serialization, false, false, true, nil},
 		{"deadlock is retried", deadlock, false, true, true, nil},
-		{"admin shutdown before commit", shutdown, false, false, false, ErrUnavailable},
-		{"admin shutdown during commit: unknown", shutdown, false, true, false, ErrOutcomeUnknown},
+		{"admin shutdown before commit", shutdown, false, false, false, rule.ErrUnavailable},
+		{"admin shutdown during commit: unknown", shutdown, false, true, false, rule.ErrOutcomeUnknown},
 		{"a constraint is a bug, not an outage", unique, false, false, false, nil},
-		{"acquire timed out: busy", fmt.Errorf("acquire: %w", context.DeadlineExceeded), true, false, false, ErrBusy},
-		{"a query timed out: unavailable", fmt.Errorf("q: %w", context.DeadlineExceeded), false, false, false, ErrUnavailable},
-		{"EOF during commit: unknown", io.ErrUnexpectedEOF, false, true, false, ErrOutcomeUnknown},
+		{"acquire timed out: busy", fmt.Errorf("acquire: %w", context.DeadlineExceeded), true, false, false, rule.ErrBusy},
+		{"a query timed out: unavailable", fmt.Errorf("q: %w", context.DeadlineExceeded), false, false, false, rule.ErrUnavailable},
+		{"EOF during commit: unknown", io.ErrUnexpectedEOF, false, true, false, rule.ErrOutcomeUnknown},
 		{"the caller cancelled", context.Canceled, false, false, false, context.Canceled},
 	}
 	for _, tt := range tests {
@@ -42,7 +44,7 @@ func TestClassify(t *testing.T) {
 		if tt.is != nil && !errors.Is(got, tt.is) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.is)
 		}
-		if tt.name == "a constraint is a bug, not an outage" && errors.Is(got, ErrUnavailable) {
+		if tt.name == "a constraint is a bug, not an outage" && errors.Is(got, rule.ErrUnavailable) {
 			t.Errorf("%s: classified as an outage", tt.name)
 		}
 	}
@@ -66,7 +68,7 @@ func TestRetryIsBounded(t *testing.T) {
 		calls++
 		return errRetry{&pgconn.PgError{Code: "40P01"}}
 	})
-	if calls != maxAttempts || !errors.Is(err, ErrUnavailable) {
+	if calls != maxAttempts || !errors.Is(err, rule.ErrUnavailable) {
 		t.Fatalf("endless deadlocks: %v after %d calls, want ErrUnavailable after %d", err, calls, maxAttempts)
 	}
 }

@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
-func window(t *testing.T, name, unit, zone, resetAt string, tokens int64) budget.WindowLimit {
+func window(t *testing.T, name, unit, zone, resetAt string, tokens int64) rule.WindowLimit {
 	t.Helper()
-	cal, err := budget.ParseWindow(unit, zone, resetAt, "")
+	cal, err := rule.ParseWindow(unit, zone, resetAt, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return budget.WindowLimit{Name: name, Window: cal, Counts: budget.CountTokens, Limit: tokens}
+	return rule.WindowLimit{Name: name, Window: cal, Counts: rule.CountTokens, Limit: tokens}
 }
 
 // Several windows at once, each calendar-aligned in its own zone, on a
@@ -33,14 +34,14 @@ func TestWindowsResetInTheirZonesAcrossDST(t *testing.T) {
 	ny, _ := time.LoadLocation("America/New_York")
 	clock.now = time.Date(2026, 3, 7, 23, 0, 0, 0, ny)
 	l := limits(1_000_000, "1000000")
-	l.Windows = []budget.WindowLimit{
+	l.Windows = []rule.WindowLimit{
 		window(t, "ny-day", "day", "America/New_York", "00:00", 100),
 		window(t, "paris-week", "week", "Europe/Paris", "09:00", 250),
 	}
 	b.tenant(t, "acme", l)
 
 	b.mustReserve(t, "acme", 100)
-	rej := rejected(t, fst(b.reserve(t, "acme", 1)), budget.LimitPeriodBudget)
+	rej := rejected(t, fst(b.reserve(t, "acme", 1)), rule.LimitPeriodBudget)
 	midnight := time.Date(2026, 3, 8, 0, 0, 0, 0, ny)
 	if rej.Window != "ny-day" || rej.RetryAfter != midnight.Sub(clock.Now()) {
 		t.Fatalf("refused by %q, retry after %s; want ny-day, %s", rej.Window, rej.RetryAfter, midnight.Sub(clock.Now()))
@@ -52,14 +53,14 @@ func TestWindowsResetInTheirZonesAcrossDST(t *testing.T) {
 	// Sunday 2026-03-08 is 23 hours long in New York: the next reset is at
 	// 2026-03-09 00:00 EDT, 23 h after this one.
 	clock.Advance(22 * time.Hour)
-	rej = rejected(t, fst(b.reserve(t, "acme", 1)), budget.LimitPeriodBudget)
+	rej = rejected(t, fst(b.reserve(t, "acme", 1)), rule.LimitPeriodBudget)
 	if rej.Window != "ny-day" || rej.RetryAfter != time.Hour {
 		t.Fatalf("on the 23 h day, refused by %q with %s to its reset; want ny-day in 1h", rej.Window, rej.RetryAfter)
 	}
 	clock.Advance(time.Hour)
 	b.mustReserve(t, "acme", 50)
 	// 250 spent in the Paris week (which began Monday 2026-03-02 09:00 CET).
-	rej = rejected(t, fst(b.reserve(t, "acme", 1)), budget.LimitPeriodBudget)
+	rej = rejected(t, fst(b.reserve(t, "acme", 1)), rule.LimitPeriodBudget)
 	paris, _ := time.LoadLocation("Europe/Paris")
 	nextWeek := time.Date(2026, 3, 9, 9, 0, 0, 0, paris)
 	if rej.Window != "paris-week" || rej.RetryAfter != nextWeek.Sub(clock.Now()) {
@@ -82,7 +83,7 @@ func TestWindowsResetInTheirZonesAcrossDST(t *testing.T) {
 	b.mustReserve(t, "acme", 100)
 	clock.now = weekStart.Add(166 * time.Hour) // and another
 	b.mustReserve(t, "acme", 50)
-	rej = rejected(t, fst(b.reserve(t, "acme", 1)), budget.LimitPeriodBudget)
+	rej = rejected(t, fst(b.reserve(t, "acme", 1)), rule.LimitPeriodBudget)
 	if rej.Window != "paris-week" || rej.RetryAfter != time.Hour {
 		t.Fatalf("at the end of the 167 h week, refused by %q in %s; want paris-week in 1h", rej.Window, rej.RetryAfter)
 	}
@@ -125,8 +126,8 @@ func TestMoneyWindowSettlesAtTheReservesPrice(t *testing.T) {
 	// gpt-4o at 2.50 in / 10.00 out per million tokens.
 	price(t, b, "gpt-4o", clock.Now().Add(-time.Hour), 2_500_000, 10_000_000)
 	l := limits(10_000_000, "1000")
-	daily, _ := budget.ParseWindow("day", "Europe/Paris", "", "")
-	l.Windows = []budget.WindowLimit{{Name: "spend", Window: daily, Counts: budget.CountMoney, Limit: 1_000_000}} // 1.00
+	daily, _ := rule.ParseWindow("day", "Europe/Paris", "", "")
+	l.Windows = []rule.WindowLimit{{Name: "spend", Window: daily, Counts: rule.CountMoney, Limit: 1_000_000}} // 1.00
 	b.tenant(t, "acme", l)
 
 	p := reserve(0)
@@ -163,7 +164,7 @@ func TestMoneyWindowSettlesAtTheReservesPrice(t *testing.T) {
 	// 20 000 out at 20.00 = 0.90; 0.35 + 0.90 > 1.00: refused, by the money
 	// window, with the time to Paris midnight.
 	_, err = b.store.Reserve(ctx, p)
-	rej := rejected(t, err, budget.LimitPeriodBudget)
+	rej := rejected(t, err, rule.LimitPeriodBudget)
 	paris, _ := time.LoadLocation("Europe/Paris")
 	y, m, d := clock.Now().In(paris).Date()
 	if want := time.Date(y, m, d+1, 0, 0, 0, 0, paris).Sub(clock.Now()); rej.Window != "spend" || rej.RetryAfter != want {
@@ -181,7 +182,7 @@ func TestMoneyWindowSettlesAtTheReservesPrice(t *testing.T) {
 	// A model with no price cannot be admitted where money is counted.
 	q := reserve(10)
 	q.TenantID, q.Estimate.Model = "acme", "unpriced-model"
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	if _, err := b.store.Reserve(ctx, q); !errors.As(err, &inv) || inv.Field != "model" {
 		t.Fatalf("an unpriced model under a money window: %v", err)
 	}
@@ -196,9 +197,9 @@ func TestConcurrentMoneyWindowWithOverage(t *testing.T) {
 	b, stores := replicas(t)
 	price(t, b, "gpt-4o", time.Now().Add(-time.Hour), 3_000_000, 12_000_000)
 	l := limits(100_000_000, "1000000")
-	month, _ := budget.ParseWindow("month", "America/Los_Angeles", "", "")
+	month, _ := rule.ParseWindow("month", "America/Los_Angeles", "", "")
 	// 0.50 with 20 % overage: refuses above 0.60.
-	l.Windows = []budget.WindowLimit{{Name: "monthly", Window: month, Counts: budget.CountMoney, Limit: 500_000, OveragePercent: 20, Thresholds: []int64{50}}}
+	l.Windows = []rule.WindowLimit{{Name: "monthly", Window: month, Counts: rule.CountMoney, Limit: 500_000, OveragePercent: 20, Thresholds: []int64{50}}}
 	b.tenant(t, "acme", l)
 	var admitted, settled atomic.Int64
 	hammer(stores, func(g int, s *budget.Store) {
@@ -208,7 +209,7 @@ func TestConcurrentMoneyWindowWithOverage(t *testing.T) {
 			p.Estimate.InputTokens, p.Estimate.OutputTokens = int64(200+37*((g+i)%11)), int64(100+13*((g*7+i)%5))
 			p.Estimate.Cost = p.Estimate.InputTokens + p.Estimate.OutputTokens
 			r, err := s.Reserve(ctx, p)
-			if errors.Is(err, budget.ErrRejected) {
+			if errors.Is(err, rule.ErrRejected) {
 				continue
 			}
 			if err != nil {

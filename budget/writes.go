@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -121,7 +122,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 			if t.Requests.CapacityMicro > 0 {
 				reqs[i], reqsAt[i] = &t.Requests.BalanceMicro, &t.Requests.At
 			}
-			if u := encodeUsage(t.Limits.Windows, t.TenantState.Windows); u != nil {
+			if u := rule.EncodeUsage(t.Limits.Windows, t.TenantState.Windows); u != nil {
 				s := string(u)
 				usage[i] = &s
 			}
@@ -156,7 +157,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		faces, debited := make([]string, n), make([]*int64, n)
 		for i, a := range w.inserted {
 			priceModels[i], priceFrom[i], money[i] = a.PriceModel, a.PriceFrom, a.MoneyEstimate
-			faces[i], debited[i] = string(a.Face.or()), a.DebitedMicro
+			faces[i], debited[i] = string(a.Face.Or()), a.DebitedMicro
 			e := a.Estimate
 			shadowed[i], families[i], modelLevels[i] = strings.Join(a.Shadowed, ","), a.Family, strings.Join(a.ModelLevels, ",")
 			pools[i] = a.PoolID

@@ -16,6 +16,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -34,8 +35,8 @@ func benchStore(b *testing.B, tenants int) (*budget.Store, []string) {
 	ids := make([]string, tenants)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-%d", i)
-		_, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: ids[i], Limits: budget.Limits{
-			TokensCapacity: 1_000_000_000_000, TokensRateMicro: 1_000_000 * budget.Micro}})
+		_, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: ids[i], Limits: rule.Limits{
+			TokensCapacity: 1_000_000_000_000, TokensRateMicro: 1_000_000 * rule.Micro}})
 		if err != nil {
 			b.Fatal(err)
 		}

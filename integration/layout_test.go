@@ -31,25 +31,31 @@ var layout = map[string][]string{
 	// imports them, because a threshold's event is written in the
 	// transaction of the decision that crossed it.
 	"budget/alert": nil,
-	// The domain.
-	"budget":            {"budget/alert", "estimator", "ledger"},
-	"budget/credential": {"budget"},
-	"budget/outage":     {"budget", "estimator"},
-	"budget/admission":  {"budget", "budget/outage", "estimator"},
+	// Budget's rules: limits, windows, money arithmetic, bounds, the state
+	// a decision changes, and the domain's errors. Pure values and
+	// arithmetic (no SQL, no clock, no tracing), so the store and the
+	// pipeline depend on them and never the reverse.
+	"budget/rule": nil,
+	// The domain: the store (SQL over budget's tables, and caches of them)
+	// and the pipeline.
+	"budget":            {"budget/alert", "budget/rule", "estimator", "ledger"},
+	"budget/credential": {"budget", "budget/rule"},
+	"budget/outage":     {"budget", "budget/rule", "estimator"},
+	"budget/admission":  {"budget", "budget/outage", "budget/rule", "estimator"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
-	"budget/admin": {"budget", "budget/alert", "budget/credential", "estimator", "ledger"},
+	"budget/admin": {"budget", "budget/alert", "budget/credential", "budget/rule", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
-	"budget/replica": {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "estimator", "migrations"},
+	"budget/replica": {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
-	"api":       {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger"},
-	"web":       {"budget", "budget/admin", "budget/alert", "budget/credential", "budget/replica", "estimator", "ledger"},
-	"api/rls":   {"budget", "budget/admission", "budget/credential", "budget/replica", "estimator"},
-	"api/proxy": {"budget", "budget/admission", "budget/credential", "budget/replica", "estimator"},
+	"api":       {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"web":       {"budget", "budget/admin", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"api/rls":   {"budget", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
+	"api/proxy": {"budget", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
@@ -76,6 +82,25 @@ var faces = []string{"api", "api/proxy", "api/rls", "web"}
 // (budget/admin for administration), so it holds no pool and writes no SQL
 // of its own.
 const faceForbidden = "github.com/jackc/pgx/v5"
+
+// budgetLeaves are the leaves of budget: the bottom of its layering, which
+// the deeper packages (the store and pipeline at budget's root, admission,
+// outage, the replica) build on. A leaf imports no package of budget, not
+// its root nor another leaf nor anything deeper, so that a rule or an
+// alert never depends on the store that applies it; a leaf listed here
+// with a budget import in the layout still fails.
+var budgetLeaves = []string{"budget/alert", "budget/rule"}
+
+// pure are the packages that import only the standard library: no driver
+// (pgx), no tracing (OpenTelemetry), no metrics (Prometheus), nothing of
+// the module. budget/rule is where the rules of a decision are read and
+// tested alone.
+var pure = []string{"budget/rule"}
+
+// untraced are the packages that import no OpenTelemetry: budget's root
+// (the store and the pipeline) tells a small hook (PipelineTracer) what it
+// does, and budget/admission, the use case, makes the spans.
+var untraced = []string{"budget", "budget/rule"}
 
 // TestLayout checks every import between the module's packages against
 // the layout, and that no file outside tests imports the test harness.
@@ -107,10 +132,19 @@ func TestLayout(t *testing.T) {
 			return err
 		}
 		test := strings.HasSuffix(path, "_test.go")
+		if !test {
+			seen[pkg] = true
+		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
 			if !test && slices.Contains(faces, pkg) && (p == faceForbidden || strings.HasPrefix(p, faceForbidden+"/")) {
 				t.Errorf("%s: the face %s imports %s (a face holds no pool: it calls the replica's services)", filepath.Join(rel, filepath.Base(path)), pkg, p)
+			}
+			if !test && slices.Contains(pure, pkg) && strings.Contains(strings.Split(p, "/")[0], ".") {
+				t.Errorf("%s: %s imports %s, but imports only the standard library", filepath.Join(rel, filepath.Base(path)), pkg, p)
+			}
+			if !test && slices.Contains(untraced, pkg) && strings.HasPrefix(p, "go.opentelemetry.io/") {
+				t.Errorf("%s: %s imports %s: the domain's root traces through a hook, never a tracing library", filepath.Join(rel, filepath.Base(path)), pkg, p)
 			}
 			dep, ok := strings.CutPrefix(p, module+"/")
 			if !ok {
@@ -119,10 +153,12 @@ func TestLayout(t *testing.T) {
 			if test || pkg == "integration" || strings.HasPrefix(pkg, "integration/cluster") {
 				continue // tests may use the harness and anything they exercise
 			}
+			if slices.Contains(budgetLeaves, pkg) && (dep == "budget" || strings.HasPrefix(dep, "budget/")) {
+				t.Errorf("%s: the leaf %s imports %s: a leaf of budget imports no package of budget", filepath.Join(rel, filepath.Base(path)), pkg, dep)
+			}
 			if slices.Contains(faces, pkg) && slices.Contains(faces, dep) && pkg != dep {
 				t.Errorf("%s: the face %s imports the face %s", filepath.Join(rel, filepath.Base(path)), pkg, dep)
 			}
-			seen[pkg] = true
 			allowed, known := layout[pkg]
 			switch {
 			case !known:
@@ -143,9 +179,9 @@ func TestLayout(t *testing.T) {
 		read = append(read, p)
 	}
 	sort.Strings(read)
-	for _, must := range []string{"budget", "budget/admin", "budget/admission", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
+	for _, must := range []string{"budget", "budget/admin", "budget/admission", "budget/rule", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
 		if !seen[must] {
-			t.Errorf("no import of %s was checked (read %v)", must, read)
+			t.Errorf("no file of %s was read (read %v)", must, read)
 		}
 	}
 }

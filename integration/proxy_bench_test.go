@@ -19,6 +19,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -49,8 +50,8 @@ func fastUpstream(w http.ResponseWriter, r *http.Request) {
 func BenchmarkProxyAddedLatency(b *testing.B) {
 	pool := pgtest.Pool(b, pgtest.URL(b), func(c *pgxpool.Config) { c.MaxConns = 32 })
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{
-		TokensCapacity: 1_000_000_000_000, TokensRateMicro: 1_000_000 * budget.Micro}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{
+		TokensCapacity: 1_000_000_000_000, TokensRateMicro: 1_000_000 * rule.Micro}}); err != nil {
 		b.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")

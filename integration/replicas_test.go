@@ -21,6 +21,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -83,11 +84,11 @@ func startReplica(t *testing.T, pool *pgxpool.Pool) string {
 
 func (c *cluster) tenant(t *testing.T, id string, capacity int64, perSecond string) string {
 	t.Helper()
-	rate, err := budget.ParseRate(perSecond)
+	rate, err := rule.ParseRate(perSecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate}}); err != nil {
+	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, c.pool, id)
@@ -308,9 +309,9 @@ func shareOneAllowance(t *testing.T) {
 		t.Fatalf("a reserve drove the balance to %d", f.minReserveBalance)
 	}
 	elapsed := f.lastAt.Sub(f.firstAt).Microseconds()
-	bound := capacity*budget.Micro + rate*elapsed + f.refunds
-	if f.reservedCost*budget.Micro > bound {
-		t.Fatalf("admitted %d tokens > capacity + refill x elapsed + refunds = %.3f", f.reservedCost, float64(bound)/budget.Micro)
+	bound := capacity*rule.Micro + rate*elapsed + f.refunds
+	if f.reservedCost*rule.Micro > bound {
+		t.Fatalf("admitted %d tokens > capacity + refill x elapsed + refunds = %.3f", f.reservedCost, float64(bound)/rule.Micro)
 	}
 	if rejected.Load() == 0 {
 		t.Fatal("demand never exceeded the allowance; the test proves nothing")
@@ -361,7 +362,7 @@ func TestReplicasExactBoundWithoutSettles(t *testing.T) {
 	if f.reservedCost != admittedCost.Load() {
 		t.Fatalf("ledger reserved %d, callers saw %d", f.reservedCost, admittedCost.Load())
 	}
-	if got, want := f.reservedCost*budget.Micro, capacity*budget.Micro+f.refill-tally.BalanceMicro; got != want {
+	if got, want := f.reservedCost*rule.Micro, capacity*rule.Micro+f.refill-tally.BalanceMicro; got != want {
 		t.Fatalf("admitted %d micro-tokens != capacity + refill - balance = %d", got, want)
 	}
 	if maxRefill := rate * f.lastAt.Sub(f.firstAt).Microseconds(); f.refill > maxRefill {

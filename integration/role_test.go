@@ -13,10 +13,11 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
-// TestAppRoleCannotRewriteLedger runs the service under the role the README
+// TestAppRoleCannotRewriteLedger runs the service under the role docs/auditors.md
 // describes: it admits and settles, but may not UPDATE, DELETE or TRUNCATE
 // the ledger, trigger or no trigger.
 func TestAppRoleCannotRewriteLedger(t *testing.T) {
@@ -31,7 +32,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	t.Cleanup(func() { _, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+quoted) })
 	dbURL := pgtest.URL(t)
 	owner := pgtest.Pool(t, dbURL, nil)
-	// The grants, as the README lists them.
+	// The grants, as docs/auditors.md lists them.
 	for _, stmt := range []string{
 		"CREATE ROLE " + quoted + " LOGIN PASSWORD 'app-secret'",
 		"GRANT SELECT, INSERT, UPDATE ON tenants, admissions, api_keys, idempotency_keys TO " + quoted,
@@ -65,14 +66,14 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	key := (&cluster{pool: owner, store: budget.NewStore(owner)}).tenant(t, "acme", 1000, "1")
 	// With a pool and model limits, so the app role writes their tables too.
 	ownerStore := budget.NewStore(owner)
-	if err := ownerStore.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}); err != nil {
+	if err := ownerStore.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ownerStore.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ownerStore.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: budget.ModelLimits{
-		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: budget.Micro, OutputCapacity: 1000, OutputRateMicro: budget.Micro}}); err != nil {
+	if _, err := ownerStore.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{
+		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: rule.Micro, OutputCapacity: 1000, OutputRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	// And an alert rule on a period budget, so the decision writes the

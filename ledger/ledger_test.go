@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -49,7 +50,7 @@ func TestVerifyNamesTheFirstBrokenEntry(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
@@ -58,7 +59,7 @@ func TestVerifyNamesTheFirstBrokenEntry(t *testing.T) {
 		}
 	}
 	tally, err := ledger.Verify(ctx, pool, "acme")
-	if err != nil || tally.Entries != 5 || tally.BalanceMicro != 960*budget.Micro+tally.BalanceMicro%budget.Micro {
+	if err != nil || tally.Entries != 5 || tally.BalanceMicro != 960*rule.Micro+tally.BalanceMicro%rule.Micro {
 		t.Fatalf("intact ledger: %+v %v", tally, err)
 	}
 	// Tamper as a superuser with the trigger disabled: an amount changes.
@@ -81,7 +82,7 @@ func TestSQLCanonicalMatchesGo(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	l := budget.Limits{TokensCapacity: 1000, TokensRateMicro: 333_333, PeriodBudget: 5000, Period: budget.PeriodMonth}
+	l := rule.Limits{TokensCapacity: 1000, TokensRateMicro: 333_333, PeriodBudget: 5000, Period: rule.PeriodMonth}
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l, Actor: "ünïcode-actor"}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestPagingIsStableUnderConcurrentInserts(t *testing.T) {
 	pool := pgtest.New(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
 	store := budget.NewStore(pool)
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -91,19 +92,19 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 		VALUES ('gpt-4o', $1, 2500000, 10000000, 'test')`, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	windows := func(js ...budget.WindowJSON) []budget.WindowLimit {
-		ws, err := budget.ParseWindows(js)
+	windows := func(js ...rule.WindowJSON) []rule.WindowLimit {
+		ws, err := rule.ParseWindows(js)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ws
 	}
 	money, tokens := "1000", int64(1_000_000_000)
-	day := func(name string, m *string, tk *int64) budget.WindowJSON {
-		return budget.WindowJSON{Name: name, Unit: "day", TimeZone: "Europe/Paris", Money: m, Tokens: tk}
+	day := func(name string, m *string, tk *int64) rule.WindowJSON {
+		return rule.WindowJSON{Name: name, Unit: "day", TimeZone: "Europe/Paris", Money: m, Tokens: tk}
 	}
 	for _, tn := range []struct{ id, parent string }{{"org", ""}, {"team", "org"}} {
-		l := budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: budget.Micro,
+		l := rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: rule.Micro,
 			Windows: windows(day("spend", &money, nil), day("usage", nil, &tokens))}
 		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: tn.id, Parent: tn.parent, Limits: l, Actor: "test"}); err != nil {
 			t.Fatal(err)

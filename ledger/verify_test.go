@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 	"github.com/tokengate/tokengate/ledger/ledgertest"
@@ -20,7 +21,7 @@ func TestVerifyReportsOverflow(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	w := ledgertest.Wrap(t, pool, "acme", "gpt-4o")
@@ -52,7 +53,7 @@ func TestVerifyKindsOfProblems(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	for _, id := range []string{"a", "b"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}

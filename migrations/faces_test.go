@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestAdmissionsLearnTheirFace: open admissions of the proxy, a gateway
@@ -71,21 +72,21 @@ func TestAdmissionsLearnTheirFace(t *testing.T) {
 	}
 
 	store := budget.NewStore(pool).WithClock(func() time.Time { return now }) // no refill
-	for id, face := range map[string]budget.Face{"adm_proxy": budget.FaceProxy, "adm_gateway": budget.FaceRLS, "adm_api": budget.FaceAPI} {
+	for id, face := range map[string]rule.Face{"adm_proxy": rule.FaceProxy, "adm_gateway": rule.FaceRLS, "adm_api": rule.FaceAPI} {
 		if a, err := store.AdmissionGet(ctx, "acme", id); err != nil || a.Face != face {
 			t.Fatalf("%s: %+v %v; want the %s face", id, a, err, face)
 		}
 	}
 	// Each face's retry of its key finds its admission.
 	for _, c := range []struct {
-		face      budget.Face
+		face      rule.Face
 		key, id   string
 		hash      byte
 		replayNow bool // the gateway's keys keep no answer
 	}{
-		{budget.FaceProxy, "call-1", "adm_proxy", 1, false},
-		{budget.FaceRLS, "rls:req-1", "adm_gateway", 2, true},
-		{budget.FaceAPI, "k-api", "adm_api", 3, false},
+		{rule.FaceProxy, "call-1", "adm_proxy", 1, false},
+		{rule.FaceRLS, "rls:req-1", "adm_gateway", 2, true},
+		{rule.FaceAPI, "k-api", "adm_api", 3, false},
 	} {
 		r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimatorEstimate(100), IdempotencyKey: c.key,
 			RequestHash: []byte{c.hash}, ReplayNow: c.replayNow, Face: c.face})
@@ -94,13 +95,13 @@ func TestAdmissionsLearnTheirFace(t *testing.T) {
 		}
 	}
 	// Only the face that made it ends it.
-	if _, err := store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: "adm_proxy"}); !errors.Is(err, budget.ErrOtherFace) {
+	if _, err := store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: "adm_proxy"}); !errors.Is(err, rule.ErrOtherFace) {
 		t.Fatalf("the API's release of the proxy's admission: %v", err)
 	}
-	if _, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: "adm_proxy", InputTokens: 60, Face: budget.FaceProxy}); err != nil {
+	if _, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: "adm_proxy", InputTokens: 60, Face: rule.FaceProxy}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:req-1", InputTokens: 30, Face: budget.FaceRLS})
+	st, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:req-1", InputTokens: 30, Face: rule.FaceRLS})
 	if err != nil || st.Admission.ID != "adm_gateway" {
 		t.Fatalf("the gateway's stream end: %+v %v", st, err)
 	}
@@ -108,7 +109,7 @@ func TestAdmissionsLearnTheirFace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var micro int64
-	if err := pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = 'acme'`).Scan(&micro); err != nil || micro != (100_000-60-30)*budget.Micro {
+	if err := pool.QueryRow(ctx, `SELECT tokens_micro FROM tenants WHERE id = 'acme'`).Scan(&micro); err != nil || micro != (100_000-60-30)*rule.Micro {
 		t.Fatalf("balance %d (%v); want 100,000 less the 60 and 30 used", micro, err)
 	}
 }

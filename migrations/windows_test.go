@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -37,7 +38,7 @@ func TestPeriodBudgetsBecomeWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap.Limits.PeriodBudget != 100 || snap.Limits.Period != budget.PeriodDay || len(snap.Limits.Windows) != 1 ||
+	if snap.Limits.PeriodBudget != 100 || snap.Limits.Period != rule.PeriodDay || len(snap.Limits.Windows) != 1 ||
 		snap.Limits.Windows[0].Name != "period" || snap.PeriodUsed != 60 || !snap.PeriodStart.Equal(day) {
 		t.Fatalf("after the upgrade: %+v", snap)
 	}
@@ -45,7 +46,7 @@ func TestPeriodBudgetsBecomeWindows(t *testing.T) {
 		_, err := store.Reserve(ctx, budget.ReserveParams{TenantID: id, Estimate: estimatorEstimate(cost)})
 		return err
 	}
-	var rej *budget.RejectedError
+	var rej *rule.RejectedError
 	if err := reserve("acme", 41); !errors.As(err, &rej) || rej.Window != "period" || rej.RetryAfter != 9*time.Hour {
 		t.Fatalf("41 more of a day budget of 100 with 60 spent: %v", err)
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // The alerts page tells an admin where budget alerts go and whether they
@@ -32,7 +32,7 @@ var alertKinds = []struct{ Kind, Label string }{
 
 // alertLimits are the limits a throttled rule may name (the tenant's, its
 // model buckets' and the upstream pool's), as rejections name them.
-var alertLimits = slices.Concat(budget.AllLimits, budget.ModelLimitNames, []budget.Limit{budget.LimitPool})
+var alertLimits = slices.Concat(rule.AllLimits, rule.ModelLimitNames, []rule.Limit{rule.LimitPool})
 
 // alertEventStates are the states the delivery log can be filtered by.
 var alertEventStates = []string{"pending", "delivered", "failed"}
@@ -61,7 +61,7 @@ type alertsView struct {
 	Secret  *endpointSecret
 	Tenants []string
 	Kinds   []struct{ Kind, Label string }
-	Limits  []budget.Limit
+	Limits  []rule.Limit
 	States  []string
 	Limit   int
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -83,8 +84,8 @@ func TestBrowserAlerts(t *testing.T) {
 	base := serve(t, b)
 	br := startBrowser(t, base)
 	rc := newReceiver(t)
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Actor: "test", Limits: budget.Limits{
-		TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 1000, Period: budget.PeriodDay}}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Actor: "test", Limits: rule.Limits{
+		TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodDay}}); err != nil {
 		t.Fatal(err)
 	}
 	br.login(b.adminSecret)

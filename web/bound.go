@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // A tenant out of money used to read "no period budget" beside "why:
@@ -35,11 +35,11 @@ func boundWindow(byWindow map[string]int64) string {
 // windowGauge sets r's period gauge to a window of s, for a tenant without
 // the legacy period budget: the window that refused (named), else the one
 // nearest its ceiling. It shows what is left below the ceiling.
-func (r *tenantRow) windowGauge(s budget.Snapshot, named, currency string) {
+func (r *tenantRow) windowGauge(s rule.Snapshot, named, currency string) {
 	if s.Limits.PeriodBudget > 0 || len(s.Windows) == 0 {
 		return
 	}
-	i := slices.IndexFunc(s.Windows, func(w budget.WindowSnapshot) bool { return w.Name == named })
+	i := slices.IndexFunc(s.Windows, func(w rule.WindowSnapshot) bool { return w.Name == named })
 	if i < 0 {
 		i = 0
 		for j, w := range s.Windows {
@@ -51,7 +51,7 @@ func (r *tenantRow) windowGauge(s budget.Snapshot, named, currency string) {
 	}
 	w := s.Windows[i]
 	amount := func(n int64) string {
-		if w.Counts == budget.CountMoney {
+		if w.Counts == rule.CountMoney {
 			return fmtMoney(n, currency)
 		}
 		return groupDigits(n)
@@ -70,10 +70,10 @@ func (r *tenantRow) windowGauge(s budget.Snapshot, named, currency string) {
 
 // currencyFor is the deployment's currency when some snapshot has a money
 // window ("" otherwise: no query).
-func (d *Dashboard) currencyFor(ctx context.Context, snaps []budget.Snapshot) (string, error) {
+func (d *Dashboard) currencyFor(ctx context.Context, snaps []rule.Snapshot) (string, error) {
 	for _, s := range snaps {
 		for _, w := range s.Windows {
-			if w.Counts == budget.CountMoney {
+			if w.Counts == rule.CountMoney {
 				return d.admin.PriceCurrency(ctx)
 			}
 		}

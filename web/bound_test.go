@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // A tenant out of money read "no period budget" beside "why:
@@ -22,7 +22,7 @@ func TestTenantPageNamesTheWindowThatBound(t *testing.T) {
 	}
 	l := limits(2_000_000, "1000")
 	money := "0.0015" // one call of 100 output tokens (about 0.001), not two
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", Money: &money}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", Money: &money}})
 	if err != nil {
 		t.Fatal(err)
 	}

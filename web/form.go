@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -148,7 +148,7 @@ func (f *form) SignedInt(name string) int64 {
 }
 
 // Decimal parses a decimal with up to six places into micro units, exactly
-// (budget.ParseRate, no floating point); empty is 0 unless required.
+// (rule.ParseRate, no floating point); empty is 0 unless required.
 func (f *form) Decimal(name string, required bool) int64 {
 	s := cleanNumber(f.Get(name))
 	if s == "" {
@@ -157,7 +157,7 @@ func (f *form) Decimal(name string, required bool) int64 {
 		}
 		return 0
 	}
-	n, err := budget.ParseRate(s)
+	n, err := rule.ParseRate(s)
 	if err != nil || strings.ContainsAny(s, "+-") {
 		f.Fail(name, "must be a decimal number such as 2.5, with at most 6 decimal places")
 		return 0
@@ -180,26 +180,26 @@ func (f *form) Duration(name string) time.Duration {
 }
 
 // limitFields are the fields of the tenant forms; their names are the
-// budget.LimitError field names, so a refusal lands next to its field.
+// rule.LimitError field names, so a refusal lands next to its field.
 var limitFields = []string{"tokens_capacity", "tokens_per_second", "requests_capacity", "requests_per_second",
 	"max_concurrent", "period_budget", "period", "reservation_ttl", "max_wait", "on_store_unavailable", "shadow"}
 
 // limits reads the limit fields and validates them with budget's own
 // rules.
-func (f *form) limits() budget.Limits {
-	l := budget.Limits{
+func (f *form) limits() rule.Limits {
+	l := rule.Limits{
 		TokensCapacity:     f.Int("tokens_capacity", true),
 		TokensRateMicro:    f.Decimal("tokens_per_second", true),
 		RequestsCapacity:   f.Int("requests_capacity", false),
 		RequestsRateMicro:  f.Decimal("requests_per_second", false),
 		MaxConcurrent:      f.Int("max_concurrent", false),
 		PeriodBudget:       f.Int("period_budget", false),
-		Period:             budget.Period(f.Get("period")),
+		Period:             rule.Period(f.Get("period")),
 		ReservationTTL:     f.Duration("reservation_ttl"),
 		MaxWait:            f.Duration("max_wait"),
-		OnStoreUnavailable: budget.Policy(f.Get("on_store_unavailable")),
+		OnStoreUnavailable: rule.Policy(f.Get("on_store_unavailable")),
 	}
-	shadow, err := budget.ParseLimitSet("shadow", f.List("shadow"))
+	shadow, err := rule.ParseLimitSet("shadow", f.List("shadow"))
 	f.limitError(err)
 	l.Shadow = shadow
 	// A blank optional limit is none; 0 is refused rather than taken to
@@ -220,7 +220,7 @@ func (f *form) limits() budget.Limits {
 var optionalNumbers = []string{"requests_capacity", "requests_per_second", "max_concurrent", "period_budget"}
 
 func isZero(s string) bool {
-	n, err := budget.ParseRate(cleanNumber(s))
+	n, err := rule.ParseRate(cleanNumber(s))
 	return err == nil && n == 0
 }
 
@@ -242,31 +242,31 @@ var wasFields = func() []string {
 // whose value equals its hidden was value is left out; a blank optional
 // field is unset (none, or a timing limit's default). A post without was
 // fields (a script) sets every field, as the form shows them all.
-func (f *form) limitsPatch(posted url.Values) budget.LimitsPatch {
-	var p budget.LimitsPatch
+func (f *form) limitsPatch(posted url.Values) rule.LimitsPatch {
+	var p rule.LimitsPatch
 	edited := func(n string) bool {
 		if !posted.Has(wasPrefix + n) {
 			return true
 		}
 		if listFields[n] {
-			now, err1 := budget.ParseLimitSet(n, f.List(n))
-			was, err2 := budget.ParseLimitSet(n, strings.Split(f.Get(wasPrefix+n), ","))
+			now, err1 := rule.ParseLimitSet(n, f.List(n))
+			was, err2 := rule.ParseLimitSet(n, strings.Split(f.Get(wasPrefix+n), ","))
 			return err1 != nil || err2 != nil || now != was
 		}
 		return f.Get(n) != f.Get(wasPrefix+n)
 	}
-	num := func(n string, dst *budget.Change[int64], required, rate bool) {
+	num := func(n string, dst *rule.Change[int64], required, rate bool) {
 		if !edited(n) {
 			return
 		}
 		if f.Get(n) == "" && !required {
-			*dst = budget.Unset[int64]()
+			*dst = rule.Unset[int64]()
 			return
 		}
 		if rate {
-			*dst = budget.Set(f.Decimal(n, required))
+			*dst = rule.Set(f.Decimal(n, required))
 		} else {
-			*dst = budget.Set(f.Int(n, required))
+			*dst = rule.Set(f.Int(n, required))
 		}
 	}
 	num("tokens_capacity", &p.TokensCapacity, true, false)
@@ -276,35 +276,35 @@ func (f *form) limitsPatch(posted url.Values) budget.LimitsPatch {
 	num("max_concurrent", &p.MaxConcurrent, false, false)
 	num("period_budget", &p.PeriodBudget, false, false)
 	if edited("period") {
-		p.Period = budget.Set(budget.Period(f.Get("period")))
+		p.Period = rule.Set(rule.Period(f.Get("period")))
 		if f.Get("period") == "" {
-			p.Period = budget.Unset[budget.Period]()
+			p.Period = rule.Unset[rule.Period]()
 		}
 	}
 	for _, d := range []struct {
 		name string
-		dst  *budget.Change[int64]
+		dst  *rule.Change[int64]
 	}{{"reservation_ttl", &p.ReservationTTLMS}, {"max_wait", &p.MaxWaitMS}} {
 		switch {
 		case !edited(d.name):
 		case f.Get(d.name) == "":
-			*d.dst = budget.Unset[int64]()
+			*d.dst = rule.Unset[int64]()
 		default:
 			if v := f.Duration(d.name); f.Err(d.name) == "" {
-				*d.dst = budget.Set(v.Milliseconds())
+				*d.dst = rule.Set(v.Milliseconds())
 			}
 		}
 	}
 	if edited("on_store_unavailable") {
-		p.OnStoreUnavailable = budget.Set(budget.Policy(f.Get("on_store_unavailable")))
+		p.OnStoreUnavailable = rule.Set(rule.Policy(f.Get("on_store_unavailable")))
 		if f.Get("on_store_unavailable") == "" {
-			p.OnStoreUnavailable = budget.Unset[budget.Policy]()
+			p.OnStoreUnavailable = rule.Unset[rule.Policy]()
 		}
 	}
 	if edited("shadow") {
-		set, err := budget.ParseLimitSet("shadow", f.List("shadow"))
+		set, err := rule.ParseLimitSet("shadow", f.List("shadow"))
 		f.limitError(err)
-		p.Shadow = budget.Set(set)
+		p.Shadow = rule.Set(set)
 	}
 	if f.OK() {
 		f.limitError(p.Check())
@@ -312,11 +312,11 @@ func (f *form) limitsPatch(posted url.Values) budget.LimitsPatch {
 	return p
 }
 
-// limitError records a *budget.LimitError under its field; it reports
+// limitError records a *rule.LimitError under its field; it reports
 // whether err was one. The API's millisecond fields are the form's
 // duration fields, and the API's null is the form's blank.
 func (f *form) limitError(err error) bool {
-	var le *budget.LimitError
+	var le *rule.LimitError
 	if errors.As(err, &le) {
 		field := le.Field
 		switch field {
@@ -334,13 +334,13 @@ func (f *form) limitError(err error) bool {
 }
 
 // limitsForm fills the limit fields from a tenant's current limits.
-func limitsForm(l budget.Limits) *form {
+func limitsForm(l rule.Limits) *form {
 	f := newForm()
 	f.Set("tokens_capacity", strconv.FormatInt(l.TokensCapacity, 10))
-	f.Set("tokens_per_second", budget.FormatRate(l.TokensRateMicro))
+	f.Set("tokens_per_second", rule.FormatRate(l.TokensRateMicro))
 	if l.RequestsCapacity > 0 {
 		f.Set("requests_capacity", strconv.FormatInt(l.RequestsCapacity, 10))
-		f.Set("requests_per_second", budget.FormatRate(l.RequestsRateMicro))
+		f.Set("requests_per_second", rule.FormatRate(l.RequestsRateMicro))
 	}
 	if l.MaxConcurrent > 0 {
 		f.Set("max_concurrent", strconv.FormatInt(l.MaxConcurrent, 10))
@@ -395,14 +395,14 @@ func modelForm(m estimator.Model) *form {
 	f := newForm()
 	f.Set("name", m.Name)
 	f.Set("encoding", m.Encoding)
-	f.Set("input_weight", budget.FormatRate(m.InputWeightMicro))
-	f.Set("output_weight", budget.FormatRate(m.OutputWeightMicro))
+	f.Set("input_weight", rule.FormatRate(m.InputWeightMicro))
+	f.Set("output_weight", rule.FormatRate(m.OutputWeightMicro))
 	for _, w := range []struct {
 		field string
 		micro int64
 	}{{"cached_input_weight", m.CachedInputWeightMicro}, {"cache_write_weight", m.CacheWriteWeightMicro}, {"cache_write_1h_weight", m.CacheWrite1hWeightMicro}} {
 		if w.micro > 0 {
-			f.Set(w.field, budget.FormatRate(w.micro))
+			f.Set(w.field, rule.FormatRate(w.micro))
 		}
 	}
 	f.Set("default_output_tokens", strconv.FormatInt(m.DefaultOutputTokens, 10))

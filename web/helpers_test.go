@@ -20,6 +20,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/web"
@@ -102,7 +103,7 @@ func setup(t *testing.T, configure func(*replica.Config, *web.Config)) *testBund
 }
 
 // tenant creates a tenant directly and returns a key for it.
-func (b *testBundle) tenant(t *testing.T, id string, l budget.Limits) string {
+func (b *testBundle) tenant(t *testing.T, id string, l rule.Limits) string {
 	t.Helper()
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l, Actor: "test"}); err != nil {
 		t.Fatal(err)
@@ -218,12 +219,12 @@ var (
 	adminTokenPattern = regexp.MustCompile(`tga_[a-z2-7]{12}_[a-z2-7]{52}`)
 )
 
-func limits(capacity int64, perSecond string) budget.Limits {
-	rate, err := budget.ParseRate(perSecond)
+func limits(capacity int64, perSecond string) rule.Limits {
+	rate, err := rule.ParseRate(perSecond)
 	if err != nil {
 		panic(err)
 	}
-	return budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
+	return rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
 }
 
 func adjustParams(id string, tokens int64) budget.AdjustParams {

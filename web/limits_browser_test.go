@@ -7,6 +7,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestBrowserLimitsFormKeepsOthersChanges: in Chromium, an admin opens a
@@ -26,7 +27,7 @@ func TestBrowserLimitsFormKeepsOthersChanges(t *testing.T) {
 	br.navigate("/tenants/acme")
 
 	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other",
-		Patch: budget.LimitsPatch{MaxConcurrent: budget.Set[int64](9), RequestsCapacity: budget.Unset[int64]()}}); err != nil {
+		Patch: rule.LimitsPatch{MaxConcurrent: rule.Set[int64](9), RequestsCapacity: rule.Unset[int64]()}}); err != nil {
 		t.Fatal(err)
 	}
 	br.do("save tokens_capacity",

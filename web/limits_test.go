@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var wasField = regexp.MustCompile(`name="was_(\w+)" value="([^"]*)"`)
@@ -61,7 +62,7 @@ func TestLimitsFormSendsOnlyEditedFields(t *testing.T) {
 
 	// Another admin, meanwhile.
 	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other",
-		Patch: budget.LimitsPatch{MaxConcurrent: budget.Set[int64](9), RequestsCapacity: budget.Unset[int64]()}}); err != nil {
+		Patch: rule.LimitsPatch{MaxConcurrent: rule.Set[int64](9), RequestsCapacity: rule.Unset[int64]()}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // liveJSON is what the page's script polls: per tenant, the texts, gauge
@@ -55,14 +56,14 @@ type liveGauge struct {
 // the order the overview lists them (treeOrder), which the script keeps.
 func (d *Dashboard) liveOverview(c *echo.Context) error {
 	ctx := c.Request().Context()
-	var snaps []budget.Snapshot
+	var snaps []rule.Snapshot
 	var err error
 	if id := c.QueryParam("tenant"); id != "" {
 		// A tenant page shows its tenant, and its ancestors and children
 		// in the tree: all of them move.
 		var tree *budget.TreeNode
 		tree, err = d.admin.TenantTree(ctx, id)
-		if errors.Is(err, budget.ErrTenantNotFound) {
+		if errors.Is(err, rule.ErrTenantNotFound) {
 			return c.JSON(http.StatusNotFound, jsonError{Error: jsonErrorBody{Type: "not_found", Message: "no such tenant"}})
 		}
 		snaps, _, _ = treeSnapshots(tree, id)
@@ -115,7 +116,7 @@ func (d *Dashboard) liveOverview(c *echo.Context) error {
 // liveWindows is the windows a page shows, as windowLines renders them: a
 // tenant page's tree and end users (as renderTenant lists them), or the
 // overview's tenants.
-func (d *Dashboard) liveWindows(ctx context.Context, tenant string, snaps []budget.Snapshot, rows []*tenantRow) (windowsView, error) {
+func (d *Dashboard) liveWindows(ctx context.Context, tenant string, snaps []rule.Snapshot, rows []*tenantRow) (windowsView, error) {
 	if tenant == "" {
 		return d.windowLines(ctx, snaps, rows)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // A tenant's model limits are its input and output token buckets for one
@@ -21,7 +22,7 @@ import (
 // capacity, and its refill rate. An unset bucket has an unset gauge.
 type bucketView struct {
 	Gauge gauge
-	Rate  string // tokens per second, budget.FormatRate
+	Rate  string // tokens per second, rule.FormatRate
 }
 
 // modelLimitRow is one model's row in the tenant page's model limits.
@@ -34,44 +35,44 @@ type modelLimitRow struct {
 // the tenant gauges round), so a sliver short of a token is not shown as
 // one.
 func wholeTokens(micro int64) int64 {
-	q := micro / budget.Micro
-	if micro%budget.Micro != 0 && micro < 0 {
+	q := micro / rule.Micro
+	if micro%rule.Micro != 0 && micro < 0 {
 		q--
 	}
 	return q
 }
 
 // modelLimitRows lays out a tenant's model limits, in the store's order.
-func modelLimitRows(snaps []budget.ModelSnapshot) []modelLimitRow {
+func modelLimitRows(snaps []rule.ModelSnapshot) []modelLimitRow {
 	bucket := func(name string, capacity, rate, micro int64, shadow bool) bucketView {
 		if capacity <= 0 {
 			return bucketView{Gauge: gauge{Name: name, Text: "not set", Pct: "0", Level: "ok"}}
 		}
 		g := balanceGauge(name, wholeTokens(micro), capacity)
 		g.Shadow = shadow
-		return bucketView{Gauge: g, Rate: budget.FormatRate(rate)}
+		return bucketView{Gauge: g, Rate: rule.FormatRate(rate)}
 	}
 	rows := make([]modelLimitRow, 0, len(snaps))
 	for _, s := range snaps {
 		l := s.Limits
 		rows = append(rows, modelLimitRow{
 			Model:  l.Model,
-			Input:  bucket("input", l.InputCapacity, l.InputRateMicro, s.InputMicro, l.Shadow.Has(budget.LimitInputTokens)),
-			Output: bucket("output", l.OutputCapacity, l.OutputRateMicro, s.OutputMicro, l.Shadow.Has(budget.LimitOutputTokens)),
+			Input:  bucket("input", l.InputCapacity, l.InputRateMicro, s.InputMicro, l.Shadow.Has(rule.LimitInputTokens)),
+			Output: bucket("output", l.OutputCapacity, l.OutputRateMicro, s.OutputMicro, l.Shadow.Has(rule.LimitOutputTokens)),
 		})
 	}
 	return rows
 }
 
 // modelLimitFields are the model limits form's fields, named like the
-// budget.LimitError fields of budget.ModelLimits.Validate.
+// rule.LimitError fields of rule.ModelLimits.Validate.
 var modelLimitFields = []string{"model", "input_tokens_capacity", "input_tokens_per_second",
 	"output_tokens_capacity", "output_tokens_per_second", "shadow"}
 
 // modelLimits reads the model limits form and validates it with budget's
 // own rules; a blank bucket is not set.
-func (f *form) modelLimits() budget.ModelLimits {
-	m := budget.ModelLimits{
+func (f *form) modelLimits() rule.ModelLimits {
+	m := rule.ModelLimits{
 		Model:           f.Get("model"),
 		InputCapacity:   f.Int("input_tokens_capacity", false),
 		InputRateMicro:  f.Decimal("input_tokens_per_second", false),
@@ -81,7 +82,7 @@ func (f *form) modelLimits() budget.ModelLimits {
 	if m.Model == "" {
 		f.Fail("model", "is required")
 	}
-	shadow, err := budget.ParseLimitSet("shadow", f.List("shadow"))
+	shadow, err := rule.ParseLimitSet("shadow", f.List("shadow"))
 	f.limitError(err)
 	m.Shadow = shadow
 	if f.OK() {
@@ -92,16 +93,16 @@ func (f *form) modelLimits() budget.ModelLimits {
 
 // modelLimitsForm fills the form from a model's current limits, for its
 // edit link; an unset bucket stays blank.
-func modelLimitsForm(l budget.ModelLimits) *form {
+func modelLimitsForm(l rule.ModelLimits) *form {
 	f := newForm()
 	f.Set("model", l.Model)
 	if l.InputCapacity > 0 {
 		f.Set("input_tokens_capacity", strconv.FormatInt(l.InputCapacity, 10))
-		f.Set("input_tokens_per_second", budget.FormatRate(l.InputRateMicro))
+		f.Set("input_tokens_per_second", rule.FormatRate(l.InputRateMicro))
 	}
 	if l.OutputCapacity > 0 {
 		f.Set("output_tokens_capacity", strconv.FormatInt(l.OutputCapacity, 10))
-		f.Set("output_tokens_per_second", budget.FormatRate(l.OutputRateMicro))
+		f.Set("output_tokens_per_second", rule.FormatRate(l.OutputRateMicro))
 	}
 	f.Set("shadow", strings.Join(l.Shadow.Strings(), ","))
 	return f
@@ -109,7 +110,7 @@ func modelLimitsForm(l budget.ModelLimits) *form {
 
 // modelLimitsEdit is the form a tenant page opens with: the limits of the
 // model its ?model= names (its row's edit link), else a blank one.
-func modelLimitsEdit(snaps []budget.ModelSnapshot, model string) *form {
+func modelLimitsEdit(snaps []rule.ModelSnapshot, model string) *form {
 	for _, s := range snaps {
 		if model != "" && s.Limits.Model == model {
 			return modelLimitsForm(s.Limits)
@@ -142,7 +143,7 @@ func (d *Dashboard) modelLimitsSet(c *echo.Context) error {
 func (d *Dashboard) modelLimitsRemove(c *echo.Context) error {
 	id := c.Param("id")
 	err := d.admin.ModelLimitsRemove(c.Request().Context(), id, postForm(c).Get("model"), actor(c))
-	if errors.Is(err, budget.ErrModelLimitsNotFound) {
+	if errors.Is(err, rule.ErrModelLimitsNotFound) {
 		return pageErr(http.StatusNotFound, "This tenant has no limits for that model (they may have been removed already).")
 	}
 	if err != nil {
@@ -156,7 +157,7 @@ func (d *Dashboard) modelLimitsRemove(c *echo.Context) error {
 // ledger.
 func (d *Dashboard) keyPriority(c *echo.Context) error {
 	id := c.Param("id")
-	p := budget.Priority(postForm(c).Get("priority"))
+	p := rule.Priority(postForm(c).Get("priority"))
 	err := d.admin.KeySetPriority(c.Request().Context(), id, c.Param("key"), p, actor(c))
 	switch {
 	case errors.Is(err, credential.ErrBadPriority):
@@ -170,4 +171,4 @@ func (d *Dashboard) keyPriority(c *echo.Context) error {
 }
 
 // priorities are the classes a key's select offers, first served first.
-var priorities = []budget.Priority{budget.PriorityCritical, budget.PriorityStandard, budget.PrioritySheddable}
+var priorities = []rule.Priority{rule.PriorityCritical, rule.PriorityStandard, rule.PrioritySheddable}

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // sparkMinutes is how far back the per-minute sparklines reach.
@@ -201,12 +202,12 @@ func openGauge(open, maxOpen int64) gauge {
 }
 
 // limitOrder breaks ties of Why in the order limits are checked.
-var limitOrder = []budget.Limit{budget.LimitTokens, budget.LimitRequests, budget.LimitConcurrency, budget.LimitPeriodBudget}
+var limitOrder = []rule.Limit{rule.LimitTokens, rule.LimitRequests, rule.LimitConcurrency, rule.LimitPeriodBudget}
 
 // tenantRows builds the rows of snaps with their activity per minute
 // (budget.Store.Activity), in tree order (treeOrder): throttled trees
 // first. The current minute is the database's, taken from the snapshots.
-func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]*tenantRow, error) {
+func (d *Dashboard) tenantRows(ctx context.Context, snaps []rule.Snapshot) ([]*tenantRow, error) {
 	if len(snaps) == 0 {
 		return nil, nil
 	}
@@ -258,7 +259,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []budget.Snapshot) ([]
 		for _, lim := range limitOrder {
 			if n := c.ByLimit[lim]; n > 0 {
 				named := string(lim)
-				if lim == budget.LimitPeriodBudget && bound != "" {
+				if lim == rule.LimitPeriodBudget && bound != "" {
 					named += " (window " + bound + ")"
 				}
 				detail = append(detail, named+" "+groupDigits(n))
@@ -399,13 +400,13 @@ func (d *Dashboard) tenantCreate(c *echo.Context) error {
 	posted := postForm(c)
 	f := formFrom(posted, append([]string{"id", "parent"}, limitFields...)...)
 	id := f.Get("id")
-	f.limitError(budget.ValidateTenantID(id))
+	f.limitError(rule.ValidateTenantID(id))
 	windowsFromPost(f, posted)
 	js, rowOf := windowsFromForm(f)
 	f.windowRows = rowOf
 	l := f.limits()
 	if f.OK() && len(js) > 0 {
-		ws, err := budget.ParseWindows(js)
+		ws, err := rule.ParseWindows(js)
 		if !f.limitError(err) {
 			l.Windows = ws
 			f.limitError(l.Validate())
@@ -416,7 +417,7 @@ func (d *Dashboard) tenantCreate(c *echo.Context) error {
 	}
 	_, err := d.admin.TenantCreate(c.Request().Context(), budget.CreateTenantParams{ID: id, Parent: f.Get("parent"), Limits: l, Actor: actor(c)})
 	switch {
-	case errors.Is(err, budget.ErrTenantExists):
+	case errors.Is(err, rule.ErrTenantExists):
 		f.Fail("id", "a tenant with this id already exists")
 		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
 	case f.limitError(err):

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // An upstream capacity pool is one deployment's token limit, shared by
@@ -71,7 +72,7 @@ func poolCards(snaps []budget.PoolSnapshot) []*poolCard {
 			ID:     p.ID,
 			Prefix: "pool-" + p.ID,
 			Tokens: balanceGauge("pool", wholeTokens(p.TokensMicro), p.Limits.TokensCapacity),
-			Rate:   budget.FormatRate(p.Limits.TokensRateMicro),
+			Rate:   rule.FormatRate(p.Limits.TokensRateMicro),
 			Models: p.Models,
 			Limits: poolLimitsForm(p.Limits),
 			Route:  newForm(),
@@ -94,7 +95,7 @@ func poolCards(snaps []budget.PoolSnapshot) []*poolCard {
 func poolLimitsForm(l budget.PoolLimits) *form {
 	f := newForm()
 	f.Set("tokens_capacity", strconv.FormatInt(l.TokensCapacity, 10))
-	f.Set("tokens_per_second", budget.FormatRate(l.TokensRateMicro))
+	f.Set("tokens_per_second", rule.FormatRate(l.TokensRateMicro))
 	return f
 }
 
@@ -172,7 +173,7 @@ func (d *Dashboard) refusedOn(c *echo.Context, id string, set func(*poolCard)) e
 func (d *Dashboard) poolCreate(c *echo.Context) error {
 	f := formFrom(postForm(c), "id", "tokens_capacity", "tokens_per_second")
 	id := f.Get("id")
-	f.limitError(budget.ValidateTenantID(id))
+	f.limitError(rule.ValidateTenantID(id))
 	l := f.poolLimits()
 	if f.OK() {
 		err := d.admin.PoolCreate(c.Request().Context(), id, l)
@@ -264,7 +265,7 @@ func (d *Dashboard) poolWeight(c *echo.Context) error {
 	if f.OK() {
 		err := d.admin.PoolSetWeight(c.Request().Context(), id, tenant, w)
 		switch {
-		case errors.Is(err, budget.ErrTenantNotFound):
+		case errors.Is(err, rule.ErrTenantNotFound):
 			f.Fail("tenant", "no tenant has the id "+strconv.Quote(tenant))
 		case f.limitError(err):
 		case err != nil:

@@ -8,8 +8,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestBrowserModelLimitsPoolsAndPriority drives, in Chromium, the forms
@@ -245,7 +245,7 @@ func TestBrowserModelLimitsPoolsAndPriority(t *testing.T) {
 		"admin:oncall key priority critical: " + keys[0].ID, "test created"}) {
 		t.Errorf("the recent tenant entries show %q", got)
 	}
-	if keys, err := credential.KeyList(ctx, b.pool, "acme"); err != nil || keys[0].Priority != string(budget.PriorityCritical) {
+	if keys, err := credential.KeyList(ctx, b.pool, "acme"); err != nil || keys[0].Priority != string(rule.PriorityCritical) {
 		t.Errorf("the key after the change: %+v %v", keys, err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -40,10 +41,10 @@ func TestSharePct(t *testing.T) {
 
 func TestModelLimitRows(t *testing.T) {
 	t.Parallel()
-	rows := modelLimitRows([]budget.ModelSnapshot{
-		{Limits: budget.ModelLimits{Model: "gpt-4o", InputCapacity: 100, InputRateMicro: 2_500_000, OutputCapacity: 500, OutputRateMicro: 10_000_000,
-			Shadow: budget.LimitSet(0).With(budget.LimitOutputTokens)}, InputMicro: 91_400_000, OutputMicro: 40_000_000},
-		{Limits: budget.ModelLimits{Model: "org/llama", OutputCapacity: 50, OutputRateMicro: 1}, OutputMicro: -3_000_000},
+	rows := modelLimitRows([]rule.ModelSnapshot{
+		{Limits: rule.ModelLimits{Model: "gpt-4o", InputCapacity: 100, InputRateMicro: 2_500_000, OutputCapacity: 500, OutputRateMicro: 10_000_000,
+			Shadow: rule.LimitSet(0).With(rule.LimitOutputTokens)}, InputMicro: 91_400_000, OutputMicro: 40_000_000},
+		{Limits: rule.ModelLimits{Model: "org/llama", OutputCapacity: 50, OutputRateMicro: 1}, OutputMicro: -3_000_000},
 	})
 	type bucket struct {
 		Set          bool
@@ -74,7 +75,7 @@ func TestModelLimitRows(t *testing.T) {
 
 func TestModelLimitsForm(t *testing.T) {
 	t.Parallel()
-	read := func(v url.Values) (budget.ModelLimits, []string) {
+	read := func(v url.Values) (rule.ModelLimits, []string) {
 		f := formFrom(v, modelLimitFields...)
 		l := f.modelLimits()
 		return l, f.Problems()
@@ -102,9 +103,9 @@ func TestModelLimitsForm(t *testing.T) {
 
 	// A valid form reads back what modelLimitsForm writes, blank buckets
 	// included.
-	for _, l := range []budget.ModelLimits{
+	for _, l := range []rule.ModelLimits{
 		{Model: "gpt-4o", InputCapacity: 1_000, InputRateMicro: 2_500_000, OutputCapacity: 4_000, OutputRateMicro: 16_666_667,
-			Shadow: budget.LimitSet(0).With(budget.LimitInputTokens).With(budget.LimitOutputTokens)},
+			Shadow: rule.LimitSet(0).With(rule.LimitInputTokens).With(rule.LimitOutputTokens)},
 		{Model: "org/llama-3.1-70b", OutputCapacity: 20, OutputRateMicro: 1},
 	} {
 		f := modelLimitsForm(l)
@@ -120,7 +121,7 @@ func TestModelLimitsForm(t *testing.T) {
 		}
 	}
 
-	snaps := []budget.ModelSnapshot{{Limits: budget.ModelLimits{Model: "gpt-4o", InputCapacity: 7, InputRateMicro: 1}}}
+	snaps := []rule.ModelSnapshot{{Limits: rule.ModelLimits{Model: "gpt-4o", InputCapacity: 7, InputRateMicro: 1}}}
 	if f := modelLimitsEdit(snaps, "gpt-4o"); f.Get("model") != "gpt-4o" || f.Get("input_tokens_capacity") != "7" {
 		t.Errorf("the edit form of gpt-4o: %+v", f.values)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -60,8 +61,8 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		// which may exceed int64: a count, and micro-tokens as tokens.
 		"bignum":    func(t budget.Total) string { return groupDecimal(t.String()) },
 		"bigtokens": func(t budget.Total) string { return groupDecimal(t.Tokens()) },
-		"rate":      budget.FormatRate,
-		"weight":    budget.FormatRate, // model weights share the micro scale
+		"rate":      rule.FormatRate,
+		"weight":    rule.FormatRate, // model weights share the micro scale
 		// price shows a money price (micro-units per million tokens), or of
 		// an optional one; deref reads an optional number.
 		"price": func(v any) string {
@@ -83,19 +84,19 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"pathesc":  pathEscape,
 		"field":    newField,
 		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
-		"limits":   func() []budget.Limit { return budget.AllLimits },
+		"limits":   func() []rule.Limit { return rule.AllLimits },
 		// wasfields are the limits form's hidden fields holding the values
 		// shown, so that only the fields an admin edits are sent.
 		"wasfields":   func() []string { return wasFields },
 		"windowrows":  windowRows,
 		"money":       fmtMoney,
-		"windowunits": func() []budget.WindowUnit { return budget.WindowUnits },
+		"windowunits": func() []rule.WindowUnit { return rule.WindowUnits },
 		"weekdays": func() []string {
 			return []string{"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 		},
 		// modellimits are a model's shadowable limits; priorities a key's classes.
-		"modellimits": func() []budget.Limit { return budget.ModelLimitNames },
-		"priorities":  func() []budget.Priority { return priorities },
+		"modellimits": func() []rule.Limit { return rule.ModelLimitNames },
+		"priorities":  func() []rule.Priority { return priorities },
 	}
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {

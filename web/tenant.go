@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -24,7 +25,7 @@ const (
 type tenantView struct {
 	layout
 	Row  *tenantRow
-	Snap budget.Snapshot
+	Snap rule.Snapshot
 	// Tree is the tenant's ancestors, itself and its children, in tree
 	// order; Levels are the tenants every admission of it must fit, root
 	// first (its ancestors and itself).
@@ -68,7 +69,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	}
 	snaps, snap, ok := treeSnapshots(tree, id)
 	if !ok {
-		return budget.ErrTenantNotFound
+		return rule.ErrTenantNotFound
 	}
 	rows, err := d.tenantRows(ctx, snaps)
 	if err != nil {
@@ -125,7 +126,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Tree:        rows,
 		Levels:      append(slices.Clone(snap.Path), id),
 		Children:    len(rows) - len(snap.Path) - 1,
-		CanNest:     len(snap.Path)+1 < budget.MaxDepth,
+		CanNest:     len(snap.Path)+1 < rule.MaxDepth,
 		Limits:      limitsForm(snap.Limits),
 		Adjust:      newForm(),
 		Disable:     newForm(),
@@ -215,9 +216,9 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 	if f.OK() {
 		_, err := d.admin.TenantAdjust(c.Request().Context(), budget.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
 		switch {
-		case errors.Is(err, budget.ErrBadAdjustment), errors.Is(err, budget.ErrOverflow):
+		case errors.Is(err, budget.ErrBadAdjustment), errors.Is(err, rule.ErrOverflow):
 			f.Fail("tokens", "is out of range (at most 1,000,000,000,000 either way, and the balance must stay representable)")
-		case errors.Is(err, budget.ErrDebtFloor):
+		case errors.Is(err, rule.ErrDebtFloor):
 			f.Fail("tokens", "would take the balance below the debt floor (minus one tokens capacity)")
 		case err != nil:
 			return err
@@ -237,7 +238,7 @@ func (d *Dashboard) keyCreate(c *echo.Context) error {
 	id := c.Param("id")
 	k, secret, err := d.admin.KeyCreate(c.Request().Context(), id, actor(c))
 	if errors.Is(err, credential.ErrTenantNotFound) {
-		return budget.ErrTenantNotFound
+		return rule.ErrTenantNotFound
 	}
 	if err != nil {
 		return err

@@ -7,7 +7,8 @@ import (
 	"slices"
 
 	"github.com/labstack/echo/v5"
-	"github.com/tokengate/tokengate/budget"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // requireText refuses a dashboard request whose path parameters, query
@@ -39,7 +40,7 @@ func (d *Dashboard) requireText(next echo.HandlerFunc) echo.HandlerFunc {
 // stored: its field and why.
 func requestTextProblem(c *echo.Context) (string, string, error) {
 	for _, p := range c.PathValues() {
-		if why := budget.TextProblem(p.Value); why != "" {
+		if why := rule.TextProblem(p.Value); why != "" {
 			return p.Name, why, nil
 		}
 	}
@@ -63,11 +64,11 @@ func requestTextProblem(c *echo.Context) (string, string, error) {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if why := budget.TextProblem(k); why != "" {
+		if why := rule.TextProblem(k); why != "" {
 			return "name", "a field name " + why, nil
 		}
 		for _, v := range r.Form[k] {
-			if why := budget.TextProblem(v); why != "" {
+			if why := rule.TextProblem(v); why != "" {
 				return k, why, nil
 			}
 		}

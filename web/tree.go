@@ -6,19 +6,20 @@ import (
 	"strings"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
-// Budgets nest (budget.MaxDepth levels: organisation, team, ...), and an
+// Budgets nest (rule.MaxDepth levels: organisation, team, ...), and an
 // admission must fit every level, so the dashboard shows tenants as trees:
 // a tenant is listed right under its parent, indented by its depth, and a
 // busy team is never read apart from the organisation it draws on.
 
 // gaugeLimit is the limit each gauge of a row shows.
-var gaugeLimit = map[string]budget.Limit{
-	"tokens":   budget.LimitTokens,
-	"requests": budget.LimitRequests,
-	"period":   budget.LimitPeriodBudget,
-	"open":     budget.LimitConcurrency,
+var gaugeLimit = map[string]rule.Limit{
+	"tokens":   rule.LimitTokens,
+	"requests": rule.LimitRequests,
+	"period":   rule.LimitPeriodBudget,
+	"open":     rule.LimitConcurrency,
 }
 
 // treeOrder lists rows depth first, each tenant right after its parent,
@@ -52,7 +53,7 @@ func treeOrder(rows []*tenantRow) []*tenantRow {
 			return u
 		}
 		u := urgency{rank: r.rank, rejected: r.Rejected + r.RejectedPrev}
-		if seen <= budget.MaxDepth { // budget.Path keeps trees this shallow; never loop
+		if seen <= rule.MaxDepth { // budget.Path keeps trees this shallow; never loop
 			for _, c := range children[r.ID] {
 				cu := urgencyOf(c, seen+1)
 				u.rank = min(u.rank, cu.rank)
@@ -98,9 +99,9 @@ func treeOrder(rows []*tenantRow) []*tenantRow {
 // enforce), and any limit that was shadow earlier in the window and
 // counted, a model's shadow input_tokens and output_tokens buckets
 // included (after the tenant's own limits). "—" when there is neither.
-func wouldRefuse(shadow budget.LimitSet, counts map[budget.Limit]int64) string {
+func wouldRefuse(shadow rule.LimitSet, counts map[rule.Limit]int64) string {
 	var parts []string
-	for _, l := range slices.Concat(budget.AllLimits, budget.ModelLimitNames) {
+	for _, l := range slices.Concat(rule.AllLimits, rule.ModelLimitNames) {
 		n, counted := counts[l]
 		if shadow.Has(l) || counted {
 			parts = append(parts, string(l)+": "+groupDigits(n))
@@ -123,7 +124,7 @@ type parentOption struct {
 // (those above the deepest level). A selected id that is not among them
 // (gone, too deep, or typed) is offered too, so a refused form comes back
 // as it was sent, with the store's reason next to it.
-func parentOptions(snaps []budget.Snapshot, selected string) []parentOption {
+func parentOptions(snaps []rule.Snapshot, selected string) []parentOption {
 	rows := make([]*tenantRow, 0, len(snaps))
 	paths := map[string][]string{}
 	for _, s := range snaps {
@@ -134,7 +135,7 @@ func parentOptions(snaps []budget.Snapshot, selected string) []parentOption {
 	found := false
 	for _, r := range treeOrder(rows) {
 		path := paths[r.ID]
-		if len(path)+1 >= budget.MaxDepth {
+		if len(path)+1 >= rule.MaxDepth {
 			continue
 		}
 		o := parentOption{ID: r.ID, Label: strings.Join(append(slices.Clone(path), r.ID), " / "), Selected: r.ID == selected}
@@ -150,9 +151,9 @@ func parentOptions(snaps []budget.Snapshot, selected string) []parentOption {
 // treeSnapshots returns what a tenant page shows of node's tree: the
 // tenant at id, its ancestors (root first) and its children, and the
 // tenant's own snapshot. ok is false when id is not in the tree.
-func treeSnapshots(root *budget.TreeNode, id string) (snaps []budget.Snapshot, self budget.Snapshot, ok bool) {
-	var find func(n *budget.TreeNode, chain []budget.Snapshot) bool
-	find = func(n *budget.TreeNode, chain []budget.Snapshot) bool {
+func treeSnapshots(root *budget.TreeNode, id string) (snaps []rule.Snapshot, self rule.Snapshot, ok bool) {
+	var find func(n *budget.TreeNode, chain []rule.Snapshot) bool
+	find = func(n *budget.TreeNode, chain []rule.Snapshot) bool {
 		chain = append(chain, n.Snapshot)
 		if n.Snapshot.TenantID == id {
 			snaps = chain
@@ -162,7 +163,7 @@ func treeSnapshots(root *budget.TreeNode, id string) (snaps []budget.Snapshot, s
 			self = n.Snapshot
 			return true
 		}
-		if len(chain) > budget.MaxDepth {
+		if len(chain) > rule.MaxDepth {
 			return false
 		}
 		for _, c := range n.Children {
@@ -173,7 +174,7 @@ func treeSnapshots(root *budget.TreeNode, id string) (snaps []budget.Snapshot, s
 		return false
 	}
 	if root == nil || !find(root, nil) {
-		return nil, budget.Snapshot{}, false
+		return nil, rule.Snapshot{}, false
 	}
 	return snaps, self, true
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestBrowserTreeAndShadowLimits drives the dashboard through a budget
@@ -69,7 +69,7 @@ func TestBrowserTreeAndShadowLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(s.Path, want) || (id == bot) != (s.Limits.Shadow == budget.LimitSet(0).With(budget.LimitTokens)) {
+		if !slices.Equal(s.Path, want) || (id == bot) != (s.Limits.Shadow == rule.LimitSet(0).With(rule.LimitTokens)) {
 			t.Fatalf("%s: path %q, shadow %v", id, s.Path, s.Limits.Shadow.Strings())
 		}
 	}

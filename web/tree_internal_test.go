@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 func TestTreeOrder(t *testing.T) {
@@ -49,21 +49,21 @@ func TestTreeOrder(t *testing.T) {
 
 func TestWouldRefuse(t *testing.T) {
 	t.Parallel()
-	tokens := budget.LimitSet(0).With(budget.LimitTokens)
+	tokens := rule.LimitSet(0).With(rule.LimitTokens)
 	for _, tc := range []struct {
-		shadow budget.LimitSet
-		counts map[budget.Limit]int64
+		shadow rule.LimitSet
+		counts map[rule.Limit]int64
 		want   string
 	}{
 		{0, nil, "—"},
 		{tokens, nil, "tokens: 0"},
-		{tokens, map[budget.Limit]int64{budget.LimitTokens: 1234}, "tokens: 1,234"},
+		{tokens, map[rule.Limit]int64{rule.LimitTokens: 1234}, "tokens: 1,234"},
 		// A limit shadow earlier in the window (enforced now) still shows
 		// what it counted, in check order.
-		{tokens.With(budget.LimitPeriodBudget), map[budget.Limit]int64{budget.LimitConcurrency: 2, budget.LimitTokens: 3},
+		{tokens.With(rule.LimitPeriodBudget), map[rule.Limit]int64{rule.LimitConcurrency: 2, rule.LimitTokens: 3},
 			"tokens: 3\nconcurrency: 2\nperiod_budget: 0"},
 		// A model's shadow buckets count too, after the tenant's limits.
-		{tokens, map[budget.Limit]int64{budget.LimitOutputTokens: 4, budget.LimitInputTokens: 1},
+		{tokens, map[rule.Limit]int64{rule.LimitOutputTokens: 4, rule.LimitInputTokens: 1},
 			"tokens: 0\ninput_tokens: 1\noutput_tokens: 4"},
 	} {
 		if got := wouldRefuse(tc.shadow, tc.counts); got != tc.want {
@@ -74,8 +74,8 @@ func TestWouldRefuse(t *testing.T) {
 
 func TestParentOptions(t *testing.T) {
 	t.Parallel()
-	snap := func(id string, path ...string) budget.Snapshot { return budget.Snapshot{TenantID: id, Path: path} }
-	snaps := []budget.Snapshot{snap("a"), snap("a.b", "a"), snap("a.b.c", "a", "a.b"), snap("a.b.c.d", "a", "a.b", "a.b.c"), snap("z")}
+	snap := func(id string, path ...string) rule.Snapshot { return rule.Snapshot{TenantID: id, Path: path} }
+	snaps := []rule.Snapshot{snap("a"), snap("a.b", "a"), snap("a.b.c", "a", "a.b"), snap("a.b.c.d", "a", "a.b", "a.b.c"), snap("z")}
 	var got []string
 	for _, o := range parentOptions(snaps, "gone") {
 		s := o.ID + "=" + o.Label

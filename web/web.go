@@ -16,6 +16,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -234,7 +235,7 @@ func (d *Dashboard) htmlErrors(next echo.HandlerFunc) echo.HandlerFunc {
 		switch {
 		case errors.As(err, &se):
 			status, message = se.status, se.message
-		case errors.Is(err, budget.ErrTenantNotFound):
+		case errors.Is(err, rule.ErrTenantNotFound):
 			status, message = http.StatusNotFound, "There is no tenant with that id."
 		case errors.Is(err, budget.ErrPoolNotFound):
 			status, message = http.StatusNotFound, "There is no pool with that id."

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Calendar windows (issue 25) on the dashboard: every window of every
@@ -51,15 +52,15 @@ type windowsView struct {
 
 // windowLines renders the windows of snaps in the order of rows (tree
 // order), with one ledger query for all their spend.
-func (d *Dashboard) windowLines(ctx context.Context, snaps []budget.Snapshot, rows []*tenantRow) (windowsView, error) {
-	byID := make(map[string]budget.Snapshot, len(snaps))
+func (d *Dashboard) windowLines(ctx context.Context, snaps []rule.Snapshot, rows []*tenantRow) (windowsView, error) {
+	byID := make(map[string]rule.Snapshot, len(snaps))
 	for _, s := range snaps {
 		byID[s.TenantID] = s
 	}
 	var (
 		v       windowsView
-		ws      []budget.WindowSnapshot
-		ordered []budget.Snapshot
+		ws      []rule.WindowSnapshot
+		ordered []rule.Snapshot
 	)
 	for _, r := range rows {
 		s, ok := byID[r.ID]
@@ -80,7 +81,7 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []budget.Snapshot, ro
 	spent := spend.Money
 	for i, w := range ws {
 		amount := func(n int64) string {
-			if w.Counts == budget.CountMoney {
+			if w.Counts == rule.CountMoney {
 				return fmtMoney(n, v.Currency)
 			}
 			return groupDigits(n)
@@ -110,7 +111,7 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []budget.Snapshot, ro
 
 // withEndUsers appends the windows of a tenant's end users (shown on its
 // page) to rows and snaps, one level below it, for windowLines.
-func withEndUsers(snaps []budget.Snapshot, rows []*tenantRow, tenant *tenantRow, users []budget.EndUser) ([]budget.Snapshot, []*tenantRow, map[string]string) {
+func withEndUsers(snaps []rule.Snapshot, rows []*tenantRow, tenant *tenantRow, users []budget.EndUser) ([]rule.Snapshot, []*tenantRow, map[string]string) {
 	names := map[string]string{}
 	if tenant == nil || len(users) == 0 {
 		return snaps, rows, names
@@ -131,7 +132,7 @@ func fmtMoney(micro int64, currency string) string {
 	if micro < 0 {
 		sign, micro = "-", -micro
 	}
-	whole, frac, _ := strings.Cut(budget.FormatRate(micro), ".")
+	whole, frac, _ := strings.Cut(rule.FormatRate(micro), ".")
 	for len(frac) < 2 {
 		frac += "0"
 	}
@@ -139,7 +140,7 @@ func fmtMoney(micro int64, currency string) string {
 }
 
 // The limits form has one row per window, and blank rows to add more (up
-// to budget.MaxWindows); a row is removed with its checkbox, or by
+// to rule.MaxWindows); a row is removed with its checkbox, or by
 // blanking its name and amount. Each row's fields are named win<i>_<col>.
 // Its errors are the API's (windows[i].money), i being the row.
 
@@ -166,7 +167,7 @@ func (r windowRow) Field(col string) string { return fmt.Sprintf("win%d_%s", r.I
 
 // windowsIntoForm fills f's window rows from ws, and the hidden was
 // value that tells whether the admin edited them.
-func windowsIntoForm(f *form, ws []budget.WindowLimit) {
+func windowsIntoForm(f *form, ws []rule.WindowLimit) {
 	for i, w := range ws {
 		j := w.JSON()
 		row := map[string]string{"name": j.Name, "unit": j.Unit, "zone": j.TimeZone, "reset": j.ResetAt, "week": j.WeekStart,
@@ -196,9 +197,9 @@ func windowsIntoForm(f *form, ws []budget.WindowLimit) {
 // windowRows are the rows the template shows: f's, then blank ones.
 func windowRows(f *form) []windowRow {
 	n, _ := strconv.Atoi(f.Get("win_rows"))
-	n = min(max(n, 0), budget.MaxWindows)
-	total := min(n+windowBlankRows, budget.MaxWindows)
-	if total == n && n < budget.MaxWindows {
+	n = min(max(n, 0), rule.MaxWindows)
+	total := min(n+windowBlankRows, rule.MaxWindows)
+	if total == n && n < rule.MaxWindows {
 		total++
 	}
 	rows := make([]windowRow, total)
@@ -231,7 +232,7 @@ func windowRows(f *form) []windowRow {
 // windowsFromPost copies the posted window rows into f.
 func windowsFromPost(f *form, posted url.Values) {
 	n, _ := strconv.Atoi(posted.Get("win_rows_total"))
-	n = min(max(n, 0), budget.MaxWindows)
+	n = min(max(n, 0), rule.MaxWindows)
 	f.Set(wasPrefix+"windows", posted.Get(wasPrefix+"windows"))
 	rows := 0 // up to the last row with something typed: a refused form does not grow blank rows
 	for i := range n {
@@ -252,23 +253,23 @@ var thresholdSep = regexp.MustCompile(`[\s,/]+`)
 // skipping removed and blank rows. rowOf maps a window's index to its
 // row, so an error about windows[k] lands on the row it came from; a
 // column that is not a number fails under its row's field.
-func windowsFromForm(f *form) (js []budget.WindowJSON, rowOf []int) {
+func windowsFromForm(f *form) (js []rule.WindowJSON, rowOf []int) {
 	n, _ := strconv.Atoi(f.Get("win_rows"))
-	for i := range min(n, budget.MaxWindows) {
+	for i := range min(n, rule.MaxWindows) {
 		get := func(col string) string { return f.Get(fmt.Sprintf("win%d_%s", i, col)) }
 		if get("remove") != "" || get("name") == "" && get("amount") == "" {
 			continue
 		}
 		field := func(name string) string { return fmt.Sprintf("windows[%d].%s", i, name) }
-		j := budget.WindowJSON{Name: get("name"), Unit: get("unit"), TimeZone: get("zone"), ResetAt: get("reset"), WeekStart: get("week")}
-		if budget.WindowUnit(j.Unit) != budget.WindowWeek {
+		j := rule.WindowJSON{Name: get("name"), Unit: get("unit"), TimeZone: get("zone"), ResetAt: get("reset"), WeekStart: get("week")}
+		if rule.WindowUnit(j.Unit) != rule.WindowWeek {
 			j.WeekStart = "" // the row's week start applies to weeks only
 		}
 		amount := cleanNumber(get("amount"))
 		switch {
 		case amount == "":
 			f.Fail(field(get("counts")), "is required: the window's limit")
-		case get("counts") == string(budget.CountMoney):
+		case get("counts") == string(rule.CountMoney):
 			j.Money = &amount
 		default:
 			t, err := strconv.ParseInt(amount, 10, 64)
@@ -302,7 +303,7 @@ func windowsFromForm(f *form) (js []budget.WindowJSON, rowOf []int) {
 }
 
 // windowsKey is the windows as typed, to compare with what the page showed.
-func windowsKey(js []budget.WindowJSON) string {
+func windowsKey(js []rule.WindowJSON) string {
 	b, _ := json.Marshal(js) // strings, integers and pointers to them
 	return string(b)
 }
@@ -312,7 +313,7 @@ var windowErrField = regexp.MustCompile(`^windows\[(\d+)\]`)
 // windowsPatch sets p.Windows when the admin edited the rows (or when the
 // post has no was value: a script sets every field), validated as the API
 // validates windows; errors land on the row.
-func (f *form) windowsPatch(posted url.Values, p *budget.LimitsPatch) {
+func (f *form) windowsPatch(posted url.Values, p *rule.LimitsPatch) {
 	if !posted.Has("win_rows_total") {
 		return // a post without the window rows leaves the windows alone
 	}
@@ -326,24 +327,24 @@ func (f *form) windowsPatch(posted url.Values, p *budget.LimitsPatch) {
 		return
 	}
 	if len(js) == 0 {
-		p.Windows = budget.Unset[[]budget.WindowLimit]()
+		p.Windows = rule.Unset[[]rule.WindowLimit]()
 		return
 	}
-	ws, err := budget.ParseWindows(js)
+	ws, err := rule.ParseWindows(js)
 	if err != nil {
 		f.limitError(err)
 		return
 	}
-	p.Windows = budget.Set(ws)
-	// Windows replace the period fields (budget.LimitsPatch.Apply), so a
+	p.Windows = rule.Set(ws)
+	// Windows replace the period fields (rule.LimitsPatch.Apply), so a
 	// period budget edited with them goes whole, amount and period, or
 	// the half not edited would be lost.
 	if !p.PeriodBudget.Absent() || !p.Period.Absent() {
 		if p.Period.Absent() && f.Get("period") != "" {
-			p.Period = budget.Set(budget.Period(f.Get("period")))
+			p.Period = rule.Set(rule.Period(f.Get("period")))
 		}
 		if p.PeriodBudget.Absent() && f.Get("period_budget") != "" {
-			p.PeriodBudget = budget.Set(f.Int("period_budget", false))
+			p.PeriodBudget = rule.Set(f.Int("period_budget", false))
 		}
 	}
 }

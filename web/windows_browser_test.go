@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -76,9 +77,9 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := s.Limits.Windows
-	if len(ws) != 2 || ws[0].Name != "daily" || ws[0].Counts != budget.CountMoney || ws[0].Limit != 25_500_000 || ws[0].OveragePercent != 10 ||
+	if len(ws) != 2 || ws[0].Name != "daily" || ws[0].Counts != rule.CountMoney || ws[0].Limit != 25_500_000 || ws[0].OveragePercent != 10 ||
 		ws[0].ResetAt != 9*time.Hour || ws[0].Location.String() != "Europe/Paris" || !reflect.DeepEqual(ws[0].Thresholds, []int64{50, 80}) ||
-		ws[1].Name != "weekly" || ws[1].Counts != budget.CountTokens || ws[1].Limit != 1_000_000 || ws[1].Unit != budget.WindowWeek ||
+		ws[1].Name != "weekly" || ws[1].Counts != rule.CountTokens || ws[1].Limit != 1_000_000 || ws[1].Unit != rule.WindowWeek ||
 		ws[1].WeekStart != time.Sunday || ws[1].Location.String() != "America/New_York" {
 		t.Fatalf("windows saved from the form: %+v", ws)
 	}

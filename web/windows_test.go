@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -26,7 +27,7 @@ func TestLimitsFormWindowsRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	l := limits(1000, "1")
-	daily, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", TimeZone: "Europe/Paris", ResetAt: "09:00", Tokens: ptr(int64(5000))}})
+	daily, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", TimeZone: "Europe/Paris", ResetAt: "09:00", Tokens: ptr(int64(5000))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +52,12 @@ func TestLimitsFormWindowsRows(t *testing.T) {
 	}
 
 	// Another admin adds a window meanwhile.
-	hourly, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", TimeZone: "Europe/Paris", ResetAt: "09:00", Tokens: ptr(int64(5000))},
+	hourly, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", TimeZone: "Europe/Paris", ResetAt: "09:00", Tokens: ptr(int64(5000))},
 		{Name: "hourly", Unit: "hour", Tokens: ptr(int64(100))}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other", Patch: budget.LimitsPatch{Windows: budget.Set(hourly)}}); err != nil {
+	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other", Patch: rule.LimitsPatch{Windows: rule.Set(hourly)}}); err != nil {
 		t.Fatal(err)
 	}
 	names := func() []string {
@@ -67,7 +68,7 @@ func TestLimitsFormWindowsRows(t *testing.T) {
 		}
 		var out []string
 		for _, w := range s.Limits.Windows {
-			out = append(out, w.Name+":"+budget.FormatRate(w.Limit*budget.Micro))
+			out = append(out, w.Name+":"+rule.FormatRate(w.Limit*rule.Micro))
 		}
 		return out
 	}
@@ -149,7 +150,7 @@ func TestCreateFormWindows(t *testing.T) {
 	if err != nil || len(s.Limits.Windows) != 1 {
 		t.Fatalf("created %+v: %v", s.Limits.Windows, err)
 	}
-	if w := s.Limits.Windows[0]; w.Name != "monthly" || w.Counts != budget.CountMoney || w.Limit != 100_000_000 || w.OveragePercent != 5 || w.Location.String() != "Asia/Tokyo" {
+	if w := s.Limits.Windows[0]; w.Name != "monthly" || w.Counts != rule.CountMoney || w.Limit != 100_000_000 || w.OveragePercent != 5 || w.Location.String() != "Asia/Tokyo" {
 		t.Fatalf("created window %+v", w)
 	}
 }
@@ -161,7 +162,7 @@ func TestLimitsFormPeriodBudgetWithWindows(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	l := limits(1000, "1")
-	l.PeriodBudget, l.Period = 5000, budget.PeriodMonth
+	l.PeriodBudget, l.Period = 5000, rule.PeriodMonth
 	b.tenant(t, "acme", l)
 	c := b.client(t, "192.0.2.34")
 	c.mustLogin()
@@ -189,7 +190,7 @@ func TestLimitsFormPeriodBudgetWithWindows(t *testing.T) {
 	for _, w := range s.Limits.Windows {
 		got[w.Name] = w.Limit
 	}
-	if s.Limits.PeriodBudget != 6000 || s.Limits.Period != budget.PeriodMonth || len(got) != 2 || got["period"] != 6000 || got["hourly"] != 100 {
+	if s.Limits.PeriodBudget != 6000 || s.Limits.Period != rule.PeriodMonth || len(got) != 2 || got["period"] != 6000 || got["hourly"] != 100 {
 		t.Fatalf("period %d per %q, windows %v; want 6000 per month and hourly 100", s.Limits.PeriodBudget, s.Limits.Period, got)
 	}
 }
@@ -204,8 +205,8 @@ func TestTenantPageShowsEndUsersWindows(t *testing.T) {
 		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
 		t.Fatal(err)
 	}
-	day := func(name, money string) []budget.WindowLimit {
-		ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: name, Unit: "day", TimeZone: "Asia/Tokyo", ResetAt: "06:00", Money: &money}})
+	day := func(name, money string) []rule.WindowLimit {
+		ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: name, Unit: "day", TimeZone: "Asia/Tokyo", ResetAt: "06:00", Money: &money}})
 		if err != nil {
 			t.Fatal(err)
 		}

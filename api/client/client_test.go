@@ -20,6 +20,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -45,7 +46,7 @@ type bundle struct {
 }
 
 // setup serves a real tokengate (API on real Postgres) with one tenant.
-func setup(t *testing.T, limits budget.Limits) *bundle {
+func setup(t *testing.T, limits rule.Limits) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
@@ -140,7 +141,7 @@ func (b *bundle) tokens(t *testing.T) int64 {
 // naming the field and charging nothing.
 func TestSettleReasoningTokens(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1})
 	c := b.client(t, nil, client.Config{})
 	a, err := c.Reserve(ctx, client.Request{Body: chat(100, "Think, then say hello.")})
 	if err != nil {
@@ -163,7 +164,7 @@ func TestSettleReasoningTokens(t *testing.T) {
 // balance exact after each.
 func TestReserveSettleRelease(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}) // no refill worth counting
+	b := setup(t, rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}) // no refill worth counting
 	c := b.client(t, nil, client.Config{})
 	a, err := c.Reserve(ctx, client.Request{Body: chat(100, "Say hello to the platform team.")})
 	if err != nil {
@@ -209,7 +210,7 @@ func TestReserveSettleRelease(t *testing.T) {
 // after a lost answer is applied once too.
 func TestLostAnswersAreRetriedWithoutDoubleCharge(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1})
 	net := &faulty{}
 	c := b.client(t, net, client.Config{})
 	net.lose.Store(2)
@@ -243,7 +244,7 @@ func TestRetryAfterIsHonouredWithinTheDeadline(t *testing.T) {
 	// of about 3.3 s (within the client's 5 s MaxBackoff). At 200/s it was
 	// 330 ms, and a stall of half that on the real clock refilled enough to
 	// admit at once what the test expects refused.
-	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 20 * budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 150, TokensRateMicro: 20 * rule.Micro})
 	net := &faulty{}
 	c := b.client(t, net, client.Config{})
 	first, err := c.Reserve(ctx, client.Request{Body: chat(100, "hello")}) // about 108 of 150
@@ -311,7 +312,7 @@ func TestUnreachableIsBoundedRetries(t *testing.T) {
 // never sees it.
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	c := b.client(t, nil, client.Config{MaxRetries: -1})
 	var ran atomic.Int32
 	h := c.Middleware(client.MiddlewareConfig{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -376,7 +377,7 @@ func TestMiddleware(t *testing.T) {
 func TestMiddlewareUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	req := `{"model":"gpt-4o","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	c := b.client(t, nil, client.Config{MaxRetries: -1})
 	probe, err := c.Reserve(ctx, client.Request{Body: []byte(req)}) // the estimate, to size the allowance
 	if err != nil {
@@ -385,7 +386,7 @@ func TestMiddlewareUnderConcurrency(t *testing.T) {
 	if _, err := c.Release(ctx, probe); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "beta", Limits: budget.Limits{TokensCapacity: 20 * probe.Estimate.Cost, TokensRateMicro: 1}}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "beta", Limits: rule.Limits{TokensCapacity: 20 * probe.Estimate.Cost, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	_, betaKey, err := credential.KeyCreate(ctx, b.pool, "beta")
@@ -465,11 +466,11 @@ func TestMiddlewareUnderConcurrency(t *testing.T) {
 func TestBudgetExhaustedIsNotRetried(t *testing.T) {
 	t.Parallel()
 	n := int64(150)
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "hourly", Unit: "hour", Tokens: &n}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "hourly", Unit: "hour", Tokens: &n}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := setup(t, budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1000 * budget.Micro, Windows: ws})
+	b := setup(t, rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1000 * rule.Micro, Windows: ws})
 	net := &faulty{}
 	c := b.client(t, net, client.Config{MaxRetries: 5})
 	if _, err := c.Reserve(ctx, client.Request{Body: chat(100, "hello")}); err != nil { // about 108 of 150

@@ -24,6 +24,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -90,7 +91,7 @@ func (p *Proxy) serveMessages(w http.ResponseWriter, r *http.Request) {
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
 		outcome := "refused"
-		if inv := (*budget.InvalidError)(nil); errors.As(err, &inv) {
+		if inv := (*rule.InvalidError)(nil); errors.As(err, &inv) {
 			outcome = "invalid" // counted as an invalid admission by the admission layer
 		}
 		p.calls.WithLabelValues(outcome).Inc()
@@ -428,17 +429,17 @@ func writeAnthropicError(w http.ResponseWriter, status int, typ, message string)
 // place of the bucket's. A refill that can never make room says so, with
 // no retry-after at all.
 func writeAnthropicDomainError(w http.ResponseWriter, err error) {
-	var exh *budget.BudgetExhaustedError
-	var rej *budget.RejectedError
-	var tl *budget.TooLargeError
+	var exh *rule.BudgetExhaustedError
+	var rej *rule.RejectedError
+	var tl *rule.TooLargeError
 	var thr *credential.ThrottledError
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	switch {
 	case errors.As(err, &inv):
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", inv.Field+": "+inv.Reason)
 	case errors.As(err, &exh):
 		setExhaustedHeaders(w.Header(), exh)
-		if exh.Counts == budget.CountTokens {
+		if exh.Counts == rule.CountTokens {
 			h := w.Header()
 			h.Set("Anthropic-Ratelimit-Tokens-Limit", exh.Decimal(exh.Cap))
 			h.Set("Anthropic-Ratelimit-Tokens-Remaining", exh.Decimal(exh.Remaining()))
@@ -452,33 +453,33 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 			"tokengate: rejected by the tenant's "+rej.Named()+" limit, which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can")
 	case errors.As(err, &rej):
 		setAnthropicRateHeaders(w.Header(), rej.Snapshot)
-		ms := budget.RetryAfterMillis(rej.RetryAfter)
-		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
+		ms := rule.RetryAfterMillis(rej.RetryAfter)
+		w.Header().Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(rej.RetryAfter), 10))
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
 		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error",
 			"tokengate: rejected by the tenant's "+rej.Named()+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
 	case errors.As(err, &thr):
-		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(thr.RetryAfter), 10))
 		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "too many failed authentications from this address")
 	case errors.As(err, &tl):
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", tl.Error())
 	case budget.IsInvalidInput(err):
 		writeAnthropicError(w, http.StatusBadRequest, "invalid_request_error", "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)")
-	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, rule.ErrKeyRevoked):
 		writeAnthropicError(w, http.StatusUnauthorized, "authentication_error", "invalid tokengate key")
-	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
+	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, rule.ErrTenantDisabled):
 		writeAnthropicError(w, http.StatusForbidden, "permission_error", "the tenant is disabled")
 	case errors.Is(err, budget.ErrEndUserCap):
 		w.Header().Set("X-Should-Retry", "false")
 		writeAnthropicError(w, http.StatusTooManyRequests, "rate_limit_error", "end_user_cap: "+"the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
-	case errors.Is(err, budget.ErrIdempotencyMismatch):
+	case errors.Is(err, rule.ErrIdempotencyMismatch):
 		w.Header().Set("X-Should-Retry", "false")
 		writeAnthropicError(w, http.StatusConflict, "invalid_request_error", "this Idempotency-Key was used for another request")
 	case errors.Is(err, estimator.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set("Retry-After-Ms", "1000")
 		writeAnthropicError(w, http.StatusServiceUnavailable, "overloaded_error", "tokengate estimator_busy: "+err.Error()+" (or this tenant's share of them), and this request's turn did not come in time; retry shortly")
-	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
+	case errors.Is(err, rule.ErrUnavailable), errors.Is(err, rule.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		writeAnthropicError(w, 529, "overloaded_error", "tokengate cannot decide now: "+err.Error())
 	default:
@@ -489,16 +490,16 @@ func writeAnthropicDomainError(w http.ResponseWriter, err error) {
 // setAnthropicRateHeaders sets Anthropic's anthropic-ratelimit headers
 // from the tenant's snapshot: limit, remaining, and the RFC 3339 time the
 // bucket is full again.
-func setAnthropicRateHeaders(h http.Header, snap budget.Snapshot) {
+func setAnthropicRateHeaders(h http.Header, snap rule.Snapshot) {
 	h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
 	h.Set("Anthropic-Ratelimit-Tokens-Remaining", strconv.FormatInt(max(0, snap.Tokens()), 10))
-	if !budget.Never(snap.TokensFullIn) { // no time to promise (budget.NeverRefills)
+	if !rule.Never(snap.TokensFullIn) { // no time to promise (rule.NeverRefills)
 		h.Set("Anthropic-Ratelimit-Tokens-Reset", snap.At.Add(snap.TokensFullIn).UTC().Format(time.RFC3339))
 	}
 	if snap.Limits.RequestsCapacity > 0 {
 		h.Set("Anthropic-Ratelimit-Requests-Limit", strconv.FormatInt(snap.Limits.RequestsCapacity, 10))
 		h.Set("Anthropic-Ratelimit-Requests-Remaining", strconv.FormatInt(max(0, snap.Requests()), 10))
-		if !budget.Never(snap.RequestsFullIn) {
+		if !rule.Never(snap.RequestsFullIn) {
 			h.Set("Anthropic-Ratelimit-Requests-Reset", snap.At.Add(snap.RequestsFullIn).UTC().Format(time.RFC3339))
 		}
 	}

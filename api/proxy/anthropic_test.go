@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -90,7 +91,7 @@ func (b *bundle) balance(t *testing.T) int64 {
 // the admission, the ledger and the balance.
 func TestMessagesSettlesCacheUsageExactly(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -190,7 +191,7 @@ const streamInput = 450
 // message_delta's output, before message_stop reaches the client.
 func TestMessagesStreamed(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if body["stream"] != true {
 			t.Errorf("not asked to stream: %v", body)
@@ -260,7 +261,7 @@ func TestMessagesStreamed(t *testing.T) {
 // upstream and never debits.
 func TestMessagesCountTokens(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	calls := 0
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) { calls++ }
 	res, err := b.anthropicClient(0).Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: claudeModel,
@@ -314,7 +315,7 @@ func pngData(t *testing.T, w, h int) string {
 // the model's default), and the call settles from its usage.
 func TestMessagesToolsAndImages(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -375,7 +376,7 @@ func TestMessagesRefusalAndTheSDKRetries(t *testing.T) {
 	// 100 tokens/s: the second call is about 340 tokens short, about 3.4 s
 	// of refill. At 1000/s it was 340 ms, and a stall that long on the real
 	// clock admitted what the test expects refused.
-	b := setup(t, budget.Limits{TokensCapacity: 700, TokensRateMicro: 100 * budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 700, TokensRateMicro: 100 * rule.Micro})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -430,7 +431,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 	}
 	t.Run("upstream breaks", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			sse(w, messageStart)
@@ -457,7 +458,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 	})
 	t.Run("upstream sends an error event", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			sse(w, messageStart)
@@ -481,7 +482,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 	})
 	t.Run("client leaves", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			sse(w, messageStart)
@@ -525,7 +526,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 // the key with another body is refused. One debit, one upstream call.
 func TestMessagesIdempotency(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -556,7 +557,7 @@ func TestMessagesIdempotency(t *testing.T) {
 // nothing is charged.
 func TestMessagesUpstreamRefusesBeforeOutput(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(529)
@@ -580,7 +581,7 @@ func TestMessagesUpstreamRefusesBeforeOutput(t *testing.T) {
 // never reaches the upstream, and nothing is ever debited.
 func TestMessagesCountTokensFromUpstream(t *testing.T) {
 	t.Parallel()
-	b := setupWith(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, func(c *proxy.Config) { c.CountTokensUpstream = true })
+	b := setupWith(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, func(c *proxy.Config) { c.CountTokensUpstream = true })
 	var h heard
 	var failing atomic.Bool
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {

@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -123,7 +124,7 @@ func tokenIDs(n int) []int64 {
 // the estimate.
 func TestEmbeddingsSettleFromUsage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}) // refills one token in 11 days: the balance is exact
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}) // refills one token in 11 days: the balance is exact
 	var skew atomic.Int64
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if r.URL.Path != "/v1/embeddings" {
@@ -216,7 +217,7 @@ func TestEmbeddingsSettleFromUsage(t *testing.T) {
 // that does not call the upstream twice.
 func TestEmbeddingsRefusedOrInvalidChargeNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1})
 	var calls atomic.Int32
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		calls.Add(1)
@@ -300,7 +301,7 @@ func TestEmbeddingsRefusedOrInvalidChargeNothing(t *testing.T) {
 // nothing: the reservation is released and the balance is whole.
 func TestEmbeddingsUpstreamFailureReleases(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if body["user"] == "drop" {
 			panic(http.ErrAbortHandler)
@@ -337,9 +338,9 @@ func TestEmbeddingsUpstreamFailureReleases(t *testing.T) {
 // can never hold (422), and another model is not held by it.
 func TestEmbeddingsModelInputLimit(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	if _, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme",
-		Limits: budget.ModelLimits{Model: "text-embedding-3-small", InputCapacity: 1000, InputRateMicro: 1}}); err != nil {
+		Limits: rule.ModelLimits{Model: "text-embedding-3-small", InputCapacity: 1000, InputRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32

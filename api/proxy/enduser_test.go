@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -21,7 +22,7 @@ const chatAnswer = `{"id":"c1","object":"chat.completion","created":1,"model":"g
 func (b *bundle) endUserPolicy(t *testing.T, source budget.EndUserSource, header string, maxEndUsers int) {
 	t.Helper()
 	_, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: source, Header: header,
-		Template: budget.Limits{TokensCapacity: 50_000, TokensRateMicro: 1}, MaxEndUsers: maxEndUsers, IdleTTL: time.Hour, Actor: "test"})
+		Template: rule.Limits{TokensCapacity: 50_000, TokensRateMicro: 1}, MaxEndUsers: maxEndUsers, IdleTTL: time.Hour, Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func (b *bundle) settledAs(t *testing.T, endUserID string, n int) {
 // every level's chain has it; a call without a user is the tenant's own.
 func TestEndUserFromOpenAIUser(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, chatAnswer)
@@ -119,7 +120,7 @@ func TestEndUserFromOpenAIUser(t *testing.T) {
 // consumes nothing; a known end user is still served.
 func TestEndUserCapOnTheProxy(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, chatAnswer)
@@ -148,7 +149,7 @@ func TestEndUserCapOnTheProxy(t *testing.T) {
 // Anthropic's metadata.user_id names the end user.
 func TestEndUserFromAnthropicMetadata(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, claudeAnswer)
@@ -169,7 +170,7 @@ func TestEndUserFromAnthropicMetadata(t *testing.T) {
 // A header names the end user, on chat and on embeddings alike.
 func TestEndUserFromHeader(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if r.URL.Path == "/embeddings" || strings.HasSuffix(r.URL.Path, "/embeddings") {
 			answerEmbeddings(t, w, body, 0)

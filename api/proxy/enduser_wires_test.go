@@ -12,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // postMessages sends a raw Messages call with the tenant's key and the
@@ -56,7 +57,7 @@ func TestEndUserPolicyOfUserReadsAnthropicMetadata(t *testing.T) {
 	for _, source := range []budget.EndUserSource{budget.SourceUser, budget.SourceSafetyIdentifier} {
 		t.Run(string(source), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+			b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 			b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 				w.Header().Set("Content-Type", "application/json")
 				if strings.HasSuffix(r.URL.Path, "/messages") {
@@ -96,7 +97,7 @@ func TestEndUserPolicyOfUserReadsAnthropicMetadata(t *testing.T) {
 // at all is still the team's own.
 func TestEndUserInAnotherFieldIsRefusedNamingTheField(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	var calls int
 	var mu sync.Mutex
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
@@ -170,7 +171,7 @@ func TestEndUserInAnotherFieldIsRefusedNamingTheField(t *testing.T) {
 // chain verifies.
 func TestEndUsersConcurrentOnBothWires(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		if strings.HasSuffix(r.URL.Path, "/messages") {

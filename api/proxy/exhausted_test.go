@@ -15,19 +15,19 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // withMoneyWindow is a large token bucket (1,000,000, which must never
 // read as room) with a daily money window of amount, in UTC.
-func withMoneyWindow(t *testing.T, amount string) budget.Limits {
+func withMoneyWindow(t *testing.T, amount string) rule.Limits {
 	t.Helper()
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", Money: &amount}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", Money: &amount}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1000 * budget.Micro, Windows: ws}
+	return rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1000 * rule.Micro, Windows: ws}
 }
 
 // price gives model a price per million tokens, from an hour ago.
@@ -44,12 +44,12 @@ func (b *bundle) price(t *testing.T, model string, in, out int64) {
 // reset, which is midnight UTC.
 func checkExhaustedHeaders(t *testing.T, h http.Header, spent, capacity string) {
 	t.Helper()
-	remaining, _ := budget.ParseRate(capacity)
-	used, _ := budget.ParseRate(spent)
+	remaining, _ := rule.ParseRate(capacity)
+	used, _ := rule.ParseRate(spent)
 	for name, want := range map[string]string{
 		"X-Should-Retry":                       "false",
 		"X-Ratelimit-Limit-Budget":             capacity,
-		"X-Ratelimit-Remaining-Budget":         budget.FormatRate(remaining - used),
+		"X-Ratelimit-Remaining-Budget":         rule.FormatRate(remaining - used),
 		"X-Ratelimit-Budget-Window":            "daily",
 		"X-Ratelimit-Budget-Unit":              "USD",
 		"X-Ratelimit-Remaining-Tokens":         "",
@@ -158,7 +158,7 @@ func TestAnthropicWireMoneyWindowExhaustedIsBillingError(t *testing.T) {
 func TestAnthropicWireHugeWaitSaysNever(t *testing.T) {
 	t.Parallel()
 	// A millionth of a token a second: 10,000 tokens short is 10^16 s.
-	b := setup(t, budget.Limits{TokensCapacity: 50_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 50_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","stop_sequence":null,

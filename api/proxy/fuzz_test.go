@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -62,7 +62,7 @@ func FuzzProxyBodies(f *testing.F) {
 	f.Add(uint8(0), `{"model":"gpt-4o","max_completion_tokens":1e30,"messages":[{"role":"user","content":"hi"}]}`)
 	f.Add(uint8(1), `{"model":"gpt-4o","prompt":["a","b","c"],"n":1000000000,"max_tokens":-9223372036854775808}`)
 	f.Add(uint8(2), `{"model":"unknown-heavy","input":"hi","max_output_tokens":1000000000}`)
-	b := setup(f, budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: budget.Micro})
+	b := setup(f, rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: rule.Micro})
 	var calls int
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		calls++

@@ -19,6 +19,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/memtest"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -41,7 +42,7 @@ func setupGate(t *testing.T, cfg replica.Config) *gateBundle {
 	store := budget.NewStore(pool)
 	b := &gateBundle{keys: map[string]string{}, pool: pool}
 	for _, id := range []string{"acme", "globex"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		_, key, err := credential.KeyCreate(ctx, pool, id)

@@ -34,6 +34,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -210,7 +211,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
 		outcome := "refused"
-		if inv := (*budget.InvalidError)(nil); errors.As(err, &inv) {
+		if inv := (*rule.InvalidError)(nil); errors.As(err, &inv) {
 			outcome = "invalid" // counted as an invalid admission by the admission layer
 		}
 		p.calls.WithLabelValues(outcome).Inc()
@@ -493,12 +494,12 @@ func writeError(w http.ResponseWriter, status int, typ, param, message string) {
 // hours is no retry); a refill that can never make room says so, with no
 // retry-after at all.
 func writeDomainError(w http.ResponseWriter, err error) {
-	var exh *budget.BudgetExhaustedError
-	var rej *budget.RejectedError
-	var tl *budget.TooLargeError
+	var exh *rule.BudgetExhaustedError
+	var rej *rule.RejectedError
+	var tl *rule.TooLargeError
 	var thr *credential.ThrottledError
-	var inv *budget.InvalidError
-	var other *budget.OtherFaceError
+	var inv *rule.InvalidError
+	var other *rule.OtherFaceError
 	switch {
 	case errors.As(err, &inv):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", inv.Field, inv.Reason)
@@ -517,13 +518,13 @@ func writeDomainError(w http.ResponseWriter, err error) {
 			"tokengate: rejected by the tenant's "+rej.Named()+" limit, which refills too slowly ever to make room for this request; only a release of open reservations or a change of the limits can")
 	case errors.As(err, &rej):
 		setRateHeaders(w.Header(), rej.Snapshot)
-		ms := budget.RetryAfterMillis(rej.RetryAfter)
-		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(rej.RetryAfter), 10))
+		ms := rule.RetryAfterMillis(rej.RetryAfter)
+		w.Header().Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(rej.RetryAfter), 10))
 		w.Header().Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "",
 			"tokengate: rejected by the tenant's "+rej.Named()+" limit; retry after "+strconv.FormatInt(ms, 10)+" ms")
 	case errors.As(err, &thr):
-		w.Header().Set("Retry-After", strconv.FormatInt(budget.RetryAfterSeconds(thr.RetryAfter), 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(thr.RetryAfter), 10))
 		writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "too many failed authentications from this address")
 	case errors.As(err, &tl):
 		// 422, as the HTTP API answers it: the request is well formed but
@@ -532,19 +533,19 @@ func writeDomainError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusUnprocessableEntity, "request_too_large", "", tl.Error())
 	case budget.IsInvalidInput(err):
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)")
-	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, budget.ErrKeyRevoked):
+	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, rule.ErrKeyRevoked):
 		writeError(w, http.StatusUnauthorized, "invalid_api_key", "", "incorrect tokengate key")
-	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, budget.ErrTenantDisabled):
+	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, rule.ErrTenantDisabled):
 		writeError(w, http.StatusForbidden, "permission_denied", "", "the tenant is disabled")
 	case errors.Is(err, budget.ErrEndUserCap):
 		writeError(w, http.StatusTooManyRequests, "end_user_cap", "", "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires")
-	case errors.Is(err, budget.ErrIdempotencyMismatch):
+	case errors.Is(err, rule.ErrIdempotencyMismatch):
 		writeError(w, http.StatusConflict, "invalid_request_error", "Idempotency-Key", "this Idempotency-Key was used for another request")
 	case errors.Is(err, estimator.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set("Retry-After-Ms", "1000")
 		writeError(w, http.StatusServiceUnavailable, "estimator_busy", "", "tokengate: "+err.Error()+" (or this tenant's share of them), and this request's turn did not come in time; retry shortly")
-	case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy):
+	case errors.Is(err, rule.ErrUnavailable), errors.Is(err, rule.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "api_error", "", "tokengate cannot decide now: "+err.Error())
 	default:
@@ -553,7 +554,7 @@ func writeDomainError(w http.ResponseWriter, err error) {
 }
 
 // setRateHeaders sets OpenAI's x-ratelimit headers from a snapshot.
-func setRateHeaders(h http.Header, snap budget.Snapshot) {
+func setRateHeaders(h http.Header, snap rule.Snapshot) {
 	for _, rh := range snap.RateHeaders() {
 		h.Set(rh.Name, rh.Value)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -109,19 +110,19 @@ func (s *settleSpy) settled() []budget.SettleParams {
 
 // setup runs the proxy in front of an emulated upstream, with a tenant
 // whose key the OpenAI SDK uses as its API key.
-func setup(t testing.TB, limits budget.Limits) *bundle {
+func setup(t testing.TB, limits rule.Limits) *bundle {
 	t.Helper()
 	return setupWith(t, limits, nil)
 }
 
 // setupWith is setup with the proxy's configuration changed by configure.
-func setupWith(t testing.TB, limits budget.Limits, configure func(*proxy.Config)) *bundle {
+func setupWith(t testing.TB, limits rule.Limits, configure func(*proxy.Config)) *bundle {
 	t.Helper()
 	return setupTraced(t, limits, configure, nil)
 }
 
 // setupTraced is setupWith with the replica's tracing.
-func setupTraced(t testing.TB, limits budget.Limits, configure func(*proxy.Config), tracing *replica.Tracing) *bundle {
+func setupTraced(t testing.TB, limits rule.Limits, configure func(*proxy.Config), tracing *replica.Tracing) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
@@ -238,7 +239,7 @@ const usageChunk = `{"id":"c1","object":"chat.completion.chunk","created":1,"mod
 // input at the model's cached weight, reasoning tokens as output.
 func TestChatSettlesFromUsage(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, platform team!"},"finish_reason":"stop"}],
@@ -271,7 +272,7 @@ func TestChatSettlesFromUsage(t *testing.T) {
 // client that asked for it gets it.
 func TestStreamingChat(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		events := []string{chatChunk("Hello"), chatChunk(", platform"), chatChunk(" team!")}
@@ -324,7 +325,7 @@ func TestStreamingChat(t *testing.T) {
 // settle charges, so the settle is never refused for it.
 func TestReasoningTokensWithinOutput(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 	var answer atomic.Value
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -384,7 +385,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 	chunks := []string{"The gateway ", "admits ", "requests ", "only when ", "the tenant's ", "bucket ", "allows them."}
 	t.Run("upstream breaks", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			for _, c := range chunks[:3] {
@@ -407,7 +408,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 		// OpenAI's own mid-stream failure: a 200 stream that carries an
 		// error event and ends without usage.
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			for _, c := range chunks[:4] {
@@ -430,7 +431,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 	})
 	t.Run("client leaves", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			for _, c := range chunks {
@@ -484,7 +485,7 @@ func (b *bundle) eventually(t *testing.T, ok func(*budget.Admission) bool) {
 // charged.
 func TestUpstreamFailsBeforeFirstByte(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusInternalServerError)
@@ -514,7 +515,7 @@ func TestRefusalIsOpenAIs429AndTheSDKRetries(t *testing.T) {
 	// 20 tokens/s: the second request is about 78 tokens short, about 4 s of
 	// refill. At 200/s it was 390 ms, and a stall that long on the real
 	// clock admitted what the test expects refused.
-	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: 20 * budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 150, TokensRateMicro: 20 * rule.Micro})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":100,"total_tokens":114}}`)
@@ -570,7 +571,7 @@ func TestRefusalIsOpenAIs429AndTheSDKRetries(t *testing.T) {
 // usage like chat does.
 func TestResponsesAndCompletions(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		switch {
 		case r.URL.Path == "/v1/completions":
@@ -627,7 +628,7 @@ func TestResponsesAndCompletions(t *testing.T) {
 // of them debits or writes the ledger beyond the one admitted call.
 func TestBadCallsAreOpenAIErrorsAndChargeNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}) // refills one token in 11 days: the balance is exact
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}) // refills one token in 11 days: the balance is exact
 	var calls atomic.Int32
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		calls.Add(1)
@@ -705,7 +706,7 @@ func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")
@@ -746,7 +747,7 @@ func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 // the model's window as input; and counted as usage_clamped.
 func TestUpstreamAbsurdUsageIsClamped(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
@@ -793,7 +794,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, outcome string) float6
 // no upstream call.
 func TestTooLargeIs422LikeTheAPI(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 150, TokensRateMicro: budget.Micro})
+	b := setup(t, rule.Limits{TokensCapacity: 150, TokensRateMicro: rule.Micro})
 	var calls int
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) { calls++ }
 	status, _, raw := b.post(t, `{"model":"gpt-4o","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/otlptest"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestProxyTraces(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
 	rcv, tr := otlptest.Traced(t, "grpc")
-	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
+	b := setupTraced(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -56,7 +56,7 @@ func TestProxyTraces(t *testing.T) {
 	spans := rcv.Wait(t, "2 upstream calls, 2 admissions, 2 settles", func(s []otlptest.Span) bool {
 		return len(otlptest.Named(s, "chat gpt-4o")) == 1 && len(otlptest.Named(s, "chat "+claudeModel)) == 1 &&
 			len(otlptest.Named(s, admission.SpanAdmission)) == 2 && len(otlptest.Named(s, admission.SpanSettle)) == 2 &&
-			len(otlptest.Named(s, budget.SpanTransaction)) == 4
+			len(otlptest.Named(s, admission.SpanTransaction)) == 4
 	})
 	as := b.admissions(t)
 	for i, c := range []struct {
@@ -108,7 +108,7 @@ func TestProxyTraces(t *testing.T) {
 // traceparent and tracestate reach the upstream as they came.
 func TestProxyPassesTraceparentWhileOff(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 	var h heard
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		h.add(r, body)
@@ -135,7 +135,7 @@ func TestProxyPassesTraceparentWhileOff(t *testing.T) {
 func TestProxyTracesStreamsAndFailures(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
 	rcv, tr := otlptest.Traced(t, "http/protobuf")
-	b := setupTraced(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
+	b := setupTraced(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, nil, tr)
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		if body["stream"] != true {
 			http.Error(w, `{"error":{"message":"down","type":"server_error"}}`, http.StatusInternalServerError)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -38,7 +39,7 @@ func (b *bundle) settledOnce(t *testing.T, capacity, in, out int64) *budget.Admi
 // small estimate.
 func TestOneHourCacheWriteSettlesPastTheWindowInWeight(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1})
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Cached."}],
@@ -74,7 +75,7 @@ func claudeImages(n int) string {
 // clamped to 200 000); the header goes upstream as it came.
 func TestContext1MBetaWidensTheWindow(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 2_000_000, TokensRateMicro: 1})
+	b := setup(t, rule.Limits{TokensCapacity: 2_000_000, TokensRateMicro: 1})
 	var calls atomic.Int64
 	var beta atomic.Value
 	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
@@ -137,7 +138,7 @@ func TestStreamOptionsInAnotherCaseStillSettlesFromUsage(t *testing.T) {
 	for i, options := range []string{`"Stream_Options":{"include_usage":true}`, `"stream_options":{"Include_Usage":true}`} {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+			b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 			b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 				// OpenAI's rule: the usage chunk only for stream_options.include_usage, by those names.
 				w.Header().Set("Content-Type", "text/event-stream")
@@ -178,7 +179,7 @@ func TestStreamWithoutUsageCountsToolCallsAndRefusals(t *testing.T) {
 	}
 	t.Run("chat", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			events := []string{chatChunk("Let me look that up."),
@@ -206,7 +207,7 @@ func TestStreamWithoutUsageCountsToolCallsAndRefusals(t *testing.T) {
 	})
 	t.Run("responses", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+		b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			events := []string{`{"type":"response.created","response":{"id":"r1","status":"in_progress","usage":null}}`,
@@ -246,7 +247,7 @@ func TestMessageDeltaZeroKeepsMessageStartInput(t *testing.T) {
 	} {
 		t.Run(tc.delta, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+			b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
 			b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				sse(w, start, `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,

@@ -8,13 +8,13 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // windowUnits are the rate limit units of the calendar windows.
-var windowUnits = map[budget.WindowUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
-	budget.WindowHour: rlsv3.RateLimitResponse_RateLimit_HOUR, budget.WindowDay: rlsv3.RateLimitResponse_RateLimit_DAY,
-	budget.WindowWeek: rlsv3.RateLimitResponse_RateLimit_WEEK, budget.WindowMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
+var windowUnits = map[rule.WindowUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
+	rule.WindowHour: rlsv3.RateLimitResponse_RateLimit_HOUR, rule.WindowDay: rlsv3.RateLimitResponse_RateLimit_DAY,
+	rule.WindowWeek: rlsv3.RateLimitResponse_RateLimit_WEEK, rule.WindowMonth: rlsv3.RateLimitResponse_RateLimit_MONTH,
 }
 
 // windowLimit is an exhausted window as a descriptor's current limit and
@@ -22,10 +22,10 @@ var windowUnits = map[budget.WindowUnit]rlsv3.RateLimitResponse_RateLimit_Unit{
 // (<tokens|currency>)", per the window's unit; a tokens window in cost
 // units, a money window in whole units of its currency (rounded down: the
 // headers and the body carry the exact decimals).
-func windowLimit(e *budget.BudgetExhaustedError) (*rlsv3.RateLimitResponse_RateLimit, uint32) {
+func windowLimit(e *rule.BudgetExhaustedError) (*rlsv3.RateLimitResponse_RateLimit, uint32) {
 	ceiling, left := e.Cap, e.Remaining()
-	if e.Counts == budget.CountMoney {
-		ceiling, left = ceiling/budget.Micro, left/budget.Micro
+	if e.Counts == rule.CountMoney {
+		ceiling, left = ceiling/rule.Micro, left/rule.Micro
 	}
 	unit := rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 	for _, w := range e.Snapshot.Limits.Windows {
@@ -64,7 +64,7 @@ type exhaustedBody struct {
 // window say so, as the HTTP API does: the window's headers in place of
 // the token bucket's x-ratelimit ones (whose remaining would read as
 // room), x-should-retry: false, and the API's JSON error as the body.
-func exhaustedResponse(resp *rlsv3.RateLimitResponse, e *budget.BudgetExhaustedError) {
+func exhaustedResponse(resp *rlsv3.RateLimitResponse, e *rule.BudgetExhaustedError) {
 	var h []*corev3.HeaderValue
 	for _, x := range resp.ResponseHeadersToAdd {
 		if !strings.HasPrefix(x.Key, "x-ratelimit-") {
@@ -83,7 +83,7 @@ func exhaustedResponse(resp *rlsv3.RateLimitResponse, e *budget.BudgetExhaustedE
 		of = " of " + e.Level
 	}
 	b.Error.Type, b.Error.Limit, b.Error.Level, b.Error.Window = "budget_exhausted", string(e.Limit), e.Level, e.Window
-	b.Error.RetryAfterMS = budget.RetryAfterMillis(e.RetryAfter)
+	b.Error.RetryAfterMS = rule.RetryAfterMillis(e.RetryAfter)
 	b.Error.Message = "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " +
 		e.Amount(e.Cap) + ", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)
 	bb := &b.Error.Budget

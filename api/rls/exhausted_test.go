@@ -12,11 +12,12 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // tenant creates a tenant with limits and a gateway whose scope is it,
 // and returns the gateway's credential.
-func (b *bundle) tenant(t *testing.T, id string, l budget.Limits) string {
+func (b *bundle) tenant(t *testing.T, id string, l rule.Limits) string {
 	t.Helper()
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
@@ -41,11 +42,11 @@ func TestExhaustedMoneyWindowIsOverLimitWithTheWindowsHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	money := "0.001"
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", Money: &money}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", Money: &money}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw := b.tenant(t, "moneyco", budget.Limits{TokensCapacity: 2_000_000, TokensRateMicro: 1000 * budget.Micro, Windows: ws})
+	gw := b.tenant(t, "moneyco", rule.Limits{TokensCapacity: 2_000_000, TokensRateMicro: 1000 * rule.Micro, Windows: ws})
 	if r, err := b.call(t, gw, 600, desc("tenant", "moneyco", "model", "gpt-4o", "request_id", "one")); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("first: %v %v", r, err)
 	}
@@ -104,7 +105,7 @@ func TestHugeWaitHasNoResetThroughTheRLS(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// A millionth of a token a second: 10,000 tokens short is 10^16 s.
-	gw := b.tenant(t, "slowco", budget.Limits{TokensCapacity: 50_000, TokensRateMicro: 1})
+	gw := b.tenant(t, "slowco", rule.Limits{TokensCapacity: 50_000, TokensRateMicro: 1})
 	if r, err := b.call(t, gw, 30_000, desc("tenant", "slowco", "request_id", "one")); err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("first: %v %v", r, err)
 	}

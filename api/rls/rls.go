@@ -35,6 +35,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -128,8 +129,8 @@ func parse(req *rlsv3.RateLimitRequest) ([]descriptor, error) {
 		if x.requestID != "" {
 			// It keys the reservation: the domain's rule for idempotency
 			// keys, leaving room for the face's prefix.
-			if problem := budget.IdempotencyKeyProblem(key(x.requestID)); problem != "" {
-				return nil, errors.New("descriptor " + strconv.Itoa(i) + ": " + EntryRequestID + " " + problem + " (" + strconv.Itoa(budget.MaxIdempotencyKey-len(key(""))) + " at most)")
+			if problem := rule.IdempotencyKeyProblem(key(x.requestID)); problem != "" {
+				return nil, errors.New("descriptor " + strconv.Itoa(i) + ": " + EntryRequestID + " " + problem + " (" + strconv.Itoa(rule.MaxIdempotencyKey-len(key(""))) + " at most)")
 			}
 		}
 		if len(x.model) > 256 {
@@ -212,8 +213,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
 	var admitted []admittedAt // to release if a later descriptor is refused
-	var last *budget.Snapshot
-	var exhausted *budget.BudgetExhaustedError // the first descriptor refused by an exhausted window
+	var last *rule.Snapshot
+	var exhausted *rule.BudgetExhaustedError // the first descriptor refused by an exhausted window
 	for _, d := range ds {
 		phase := "request"
 		if d.response || d.negative {
@@ -227,7 +228,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 				s.calls.WithLabelValues(phase, "over_limit").Inc()
 				s.refused.WithLabelValues(v.reason).Inc()
 				resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-				resp.Statuses = append(resp.Statuses, statusOf(&budget.RejectedError{RetryAfter: time.Second}, nil, nil))
+				resp.Statuses = append(resp.Statuses, statusOf(&rule.RejectedError{RetryAfter: time.Second}, nil, nil))
 				continue
 			}
 			s.calls.WithLabelValues(phase, "error").Inc()
@@ -277,26 +278,26 @@ type verdict struct {
 
 // verdictOf is the service's one table from the domain's errors to its
 // answers. A refusal by a limit is not an error (decide returns it as a
-// *budget.RejectedError beside a nil error).
+// *rule.RejectedError beside a nil error).
 func verdictOf(err error) verdict {
-	var tl *budget.TooLargeError
-	var inv *budget.InvalidError
+	var tl *rule.TooLargeError
+	var inv *rule.InvalidError
 	switch {
-	case errors.Is(err, budget.ErrTenantNotFound), errors.Is(err, budget.ErrTenantDisabled):
+	case errors.Is(err, rule.ErrTenantNotFound), errors.Is(err, rule.ErrTenantDisabled):
 		return verdict{code: codes.OK, reason: "tenant_unknown_or_disabled"}
-	case errors.Is(err, budget.ErrGatewayRevoked):
+	case errors.Is(err, rule.ErrGatewayRevoked):
 		// Revoked since this replica verified it: found by the decision.
 		return verdict{code: codes.OK, reason: "unauthenticated"}
-	case errors.Is(err, budget.ErrOutOfScope):
+	case errors.Is(err, rule.ErrOutOfScope):
 		return verdict{code: codes.OK, reason: "out_of_scope"}
-	case errors.Is(err, budget.ErrOtherFace):
+	case errors.Is(err, rule.ErrOtherFace):
 		// An admission another face made: not the gateway's to end (its
 		// keys live in its own namespace, so a stream end never names one).
 		return verdict{code: codes.PermissionDenied, message: err.Error()}
 	case errors.Is(err, budget.ErrEndUserCap):
 		return verdict{code: codes.OK, reason: "end_user_cap"}
-	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, budget.ErrIdempotencyMismatch),
-		errors.Is(err, budget.ErrUsageOutOfBounds), errors.Is(err, budget.ErrOverflow):
+	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, rule.ErrIdempotencyMismatch),
+		errors.Is(err, rule.ErrUsageOutOfBounds), errors.Is(err, rule.ErrOverflow):
 		// The caller's own mistake (usage no request could produce, for
 		// one): nothing moved, and retrying will not help.
 		return verdict{code: codes.InvalidArgument, message: err.Error()}
@@ -315,10 +316,10 @@ type admittedAt struct{ tenant, id string }
 // exhausted budget window that refused it (beside its *RejectedError).
 type decided struct {
 	admissionID string
-	exhausted   *budget.BudgetExhaustedError
+	exhausted   *rule.BudgetExhaustedError
 }
 
-func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor) (decided, *budget.Snapshot, *budget.RejectedError, error) {
+func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor) (decided, *rule.Snapshot, *rule.RejectedError, error) {
 	actor := "gateway:" + gw.Name
 	if d.response || d.negative {
 		// The stream-end call (or a refund): settle the request's
@@ -337,12 +338,12 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 		}
 		st, _, err := s.admitter.Settle(ctx, admission.FaceRLS, p)
 		switch {
-		case errors.Is(err, budget.ErrAdmissionNotFound):
+		case errors.Is(err, rule.ErrAdmissionNotFound):
 			// Its reservation was refused, or is older than 24 h; or it was
 			// admitted by a replica on its own and is not replayed yet, and
 			// the settle is kept for it (budget.ErrDeferred).
 			return decided{}, nil, nil, nil
-		case errors.Is(err, budget.ErrConflict):
+		case errors.Is(err, rule.ErrConflict):
 			return decided{}, nil, nil, nil // settled already with other usage: the first answer stands
 		case err != nil:
 			return decided{}, nil, nil, err
@@ -365,9 +366,9 @@ func (s *Server) decide(ctx context.Context, gw credential.Gateway, d descriptor
 	// The descriptor is the request: Envoy retrying it sends the same one.
 	body := []byte(d.tenant + "\x00" + d.requestID + "\x00" + strconv.FormatInt(d.hits, 10))
 	r, _, err := s.admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS, Body: body})
-	var rej *budget.RejectedError
+	var rej *rule.RejectedError
 	if errors.As(err, &rej) {
-		var exh *budget.BudgetExhaustedError
+		var exh *rule.BudgetExhaustedError
 		errors.As(err, &exh)
 		return decided{exhausted: exh}, &rej.Snapshot, rej, nil
 	}
@@ -405,7 +406,7 @@ func overLimit(n int, retry time.Duration) *rlsv3.RateLimitResponse {
 		r.Statuses = append(r.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
 			DurationUntilReset: durationpb.New(retry)})
 	}
-	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(retry), 10)}}
+	r.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "retry-after", Value: strconv.FormatInt(rule.RetryAfterSeconds(retry), 10)}}
 	return r
 }
 
@@ -413,14 +414,14 @@ func clamp32(v int64) uint32 { return uint32(max(0, min(v, math.MaxUint32))) }
 
 // statusOf is a descriptor's status: the token bucket's limit and
 // remaining, or those of the exhausted window that refused it (exh). A
-// wait refill can never end (budget.Never) has no duration_until_reset.
-func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.BudgetExhaustedError) *rlsv3.RateLimitResponse_DescriptorStatus {
+// wait refill can never end (rule.Never) has no duration_until_reset.
+func statusOf(rej *rule.RejectedError, snap *rule.Snapshot, exh *rule.BudgetExhaustedError) *rlsv3.RateLimitResponse_DescriptorStatus {
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if snap != nil {
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: "tokens", RequestsPerUnit: clamp32(snap.Limits.TokensCapacity),
 			Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
 		st.LimitRemaining = clamp32(snap.Tokens())
-		if !budget.Never(snap.TokensFullIn) {
+		if !rule.Never(snap.TokensFullIn) {
 			st.DurationUntilReset = durationpb.New(snap.TokensFullIn)
 		}
 	}
@@ -428,7 +429,7 @@ func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.Budg
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		st.DurationUntilReset = nil
 		if !rej.Never() {
-			st.DurationUntilReset = durationpb.New(time.Duration(budget.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
+			st.DurationUntilReset = durationpb.New(time.Duration(rule.RetryAfterMillis(rej.RetryAfter)) * time.Millisecond)
 		}
 	}
 	if exh != nil {
@@ -439,7 +440,7 @@ func statusOf(rej *budget.RejectedError, snap *budget.Snapshot, exh *budget.Budg
 
 // headers are the x-ratelimit headers of the HTTP API, for Envoy to add to
 // the response, and retry-after when refused.
-func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+func headers(snap rule.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
 	var h []*corev3.HeaderValue
 	for _, rh := range snap.RateHeaders() {
 		h = append(h, &corev3.HeaderValue{Key: strings.ToLower(rh.Name), Value: rh.Value})
@@ -460,7 +461,7 @@ func headers(snap budget.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Head
 		if never {
 			return append(h, &corev3.HeaderValue{Key: "x-should-retry", Value: "false"})
 		}
-		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(budget.RetryAfterSeconds(longest), 10)})
+		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(rule.RetryAfterSeconds(longest), 10)})
 	}
 	return h
 }

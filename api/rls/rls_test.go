@@ -27,6 +27,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -91,7 +92,7 @@ func setupTraced(t *testing.T, configure func(*pgxpool.Config), tracing *replica
 	// tests check balances (the replayed 700 exactly) that 1/s moved in a
 	// second's stall.
 	for _, id := range []string{"acme", "globex", "initech"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro / 100}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro / 100}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -327,7 +328,7 @@ func TestConcurrentCallsKeepOneAllowance(t *testing.T) {
 	if n != ok.Load() || reserved != okHits.Load() {
 		t.Fatalf("answers: %d OK for %d hits; ledger: %d reserves for %d", ok.Load(), okHits.Load(), n, reserved)
 	}
-	if reserved*budget.Micro != 1000*budget.Micro+refill-tally.BalanceMicro || over.Load() == 0 {
+	if reserved*rule.Micro != 1000*rule.Micro+refill-tally.BalanceMicro || over.Load() == 0 {
 		t.Fatalf("reserved %d, refill %d, balance %d, %d refused", reserved, refill, tally.BalanceMicro, over.Load())
 	}
 }
@@ -401,7 +402,7 @@ func TestStreamEndBeforeItsAdmissionIsKept(t *testing.T) {
 			t.Fatalf("%s: %v %v", c.id, r, err)
 		}
 		var kept int
-		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM deferred_settles WHERE key = $1`, budget.FaceRLS.StoredKey("rls:"+c.id)).Scan(&kept); err != nil {
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM deferred_settles WHERE key = $1`, rule.FaceRLS.StoredKey("rls:"+c.id)).Scan(&kept); err != nil {
 			t.Fatal(err)
 		}
 		if (kept == 1) != c.kept {

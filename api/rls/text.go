@@ -6,9 +6,10 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/tokengate/tokengate/budget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // checkEntries refuses a descriptor entry, key or value, that cannot be
@@ -17,16 +18,16 @@ import (
 // down. The error names the descriptor and the entry; the call answers
 // INVALID_ARGUMENT.
 func checkEntries(req *rlsv3.RateLimitRequest) error {
-	if why := budget.TextProblem(req.GetDomain()); why != "" {
+	if why := rule.TextProblem(req.GetDomain()); why != "" {
 		return errors.New("domain " + why)
 	}
 	for i, d := range req.GetDescriptors() {
 		for j, e := range d.GetEntries() {
 			at := "descriptor " + strconv.Itoa(i) + ": entry " + strconv.Itoa(j)
-			if why := budget.TextProblem(e.GetKey()); why != "" {
+			if why := rule.TextProblem(e.GetKey()); why != "" {
 				return errors.New(at + ": key " + why)
 			}
-			if why := budget.TextProblem(e.GetValue()); why != "" {
+			if why := rule.TextProblem(e.GetValue()); why != "" {
 				return errors.New(at + " (" + e.GetKey() + "): value " + why)
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/otlptest"
@@ -61,7 +60,7 @@ func TestRLSDecisionSpans(t *testing.T) {
 	}
 	spans := rcv.Wait(t, "3 admissions, a settle and 4 transactions", func(s []otlptest.Span) bool {
 		return len(otlptest.Named(s, admission.SpanAdmission)) == 3 && len(otlptest.Named(s, admission.SpanSettle)) == 1 &&
-			len(otlptest.Named(s, budget.SpanTransaction)) == 4
+			len(otlptest.Named(s, admission.SpanTransaction)) == 4
 	})
 	under := func(parent string) otlptest.Span {
 		t.Helper()
@@ -118,7 +117,7 @@ func checkDecision(t *testing.T, spans []otlptest.Span, s otlptest.Span, traceID
 		t.Fatalf("%s: %d links, want 1 (its transaction)", s.Name, len(s.Links))
 	}
 	tx, ok := otlptest.ByID(spans, s.Links[0].SpanID)
-	if !ok || tx.Name != budget.SpanTransaction || tx.TraceID != s.Links[0].TraceID {
+	if !ok || tx.Name != admission.SpanTransaction || tx.TraceID != s.Links[0].TraceID {
 		t.Fatalf("%s links to %+v, not to a received transaction span", s.Name, s.Links[0])
 	}
 	if tx.ParentSpanID != "" || tx.Kind != "SPAN_KIND_CLIENT" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -171,7 +172,7 @@ func TestKeyCreateConcurrent(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	if _, err := b.svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "acme", Actor: "admin",
-		Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}}); err != nil {
+		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
@@ -216,7 +217,7 @@ func TestKeyCreateConcurrent(t *testing.T) {
 	if _, _, err := b.svc.KeyCreate(ctx, "nobody", "admin"); err == nil {
 		t.Fatal("a key for a tenant that does not exist")
 	}
-	if _, err := b.svc.KeyList(ctx, "nobody"); !errors.Is(err, budget.ErrTenantNotFound) {
+	if _, err := b.svc.KeyList(ctx, "nobody"); !errors.Is(err, rule.ErrTenantNotFound) {
 		t.Fatalf("keys of a tenant that does not exist: %v, want ErrTenantNotFound", err)
 	}
 }
@@ -227,12 +228,12 @@ func TestWindowSpend(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if sp, err := b.svc.WindowSpend(ctx, budget.Snapshot{TenantID: "acme"}); err != nil || sp.Money != nil || sp.Currency != "" {
+	if sp, err := b.svc.WindowSpend(ctx, rule.Snapshot{TenantID: "acme"}); err != nil || sp.Money != nil || sp.Currency != "" {
 		t.Fatalf("no windows: %+v %v, want a zero Spend", sp, err)
 	}
 	snap, err := b.svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "acme", Actor: "admin",
-		Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro,
-			Windows: []budget.WindowLimit{{Name: "daily", Window: budget.Window{Unit: budget.WindowDay}, Counts: budget.CountTokens, Limit: 500}}}})
+		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro,
+			Windows: []rule.WindowLimit{{Name: "daily", Window: rule.Window{Unit: rule.WindowDay}, Counts: rule.CountTokens, Limit: 500}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

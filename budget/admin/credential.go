@@ -4,12 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // KeyList returns a tenant's API keys (never their secrets). It returns
-// budget.ErrTenantNotFound for a tenant that does not exist.
+// rule.ErrTenantNotFound for a tenant that does not exist.
 func (s *Service) KeyList(ctx context.Context, tenantID string) ([]credential.Key, error) {
 	if _, err := s.store.TenantSnapshot(ctx, tenantID); err != nil {
 		return nil, err
@@ -33,7 +33,7 @@ func (s *Service) KeyRevoke(ctx context.Context, tenantID, keyID, actor string) 
 // KeySetPriority sets a key's priority class and writes its ledger entry in
 // one transaction. It returns credential.ErrKeyNotFound or
 // credential.ErrBadPriority.
-func (s *Service) KeySetPriority(ctx context.Context, tenantID, keyID string, p budget.Priority, actor string) error {
+func (s *Service) KeySetPriority(ctx context.Context, tenantID, keyID string, p rule.Priority, actor string) error {
 	return credential.KeySetPriorityRecorded(ctx, s.store, tenantID, keyID, p, actor)
 }
 

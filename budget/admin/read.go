@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -44,7 +45,7 @@ type Spend struct {
 // entries moved since the window's start: one ledger query (where reads
 // may lag) for them all, whatever their number. Without windows it reads
 // nothing and returns a zero Spend.
-func (s *Service) WindowSpend(ctx context.Context, snaps ...budget.Snapshot) (Spend, error) {
+func (s *Service) WindowSpend(ctx context.Context, snaps ...rule.Snapshot) (Spend, error) {
 	var spans []ledger.SpanParams
 	for _, snap := range snaps {
 		for _, w := range snap.Windows {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Store is what the admission layer needs of the store: deciding batches
@@ -24,7 +25,7 @@ import (
 type Store interface {
 	budget.Decider
 	outage.Store
-	TenantSnapshot(ctx context.Context, tenantID string) (budget.Snapshot, error)
+	TenantSnapshot(ctx context.Context, tenantID string) (rule.Snapshot, error)
 	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
 	// End users (enduser.go).
 	EndUserPolicyOf(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
@@ -43,10 +44,10 @@ type Config struct {
 	Local *outage.Local
 	// DefaultPolicy applies when neither the model nor the tenant has one.
 	// Default reject.
-	DefaultPolicy budget.Policy
+	DefaultPolicy rule.Policy
 	// ModelPolicyFunc returns a model family's failure policy ("" for
 	// none). Nil: models have none.
-	ModelPolicyFunc func(family string) budget.Policy
+	ModelPolicyFunc func(family string) rule.Policy
 	// StoreTimeout bounds how long a decision waits for its turn, and then
 	// each of its transaction's round trips. Default 3 s.
 	StoreTimeout time.Duration
@@ -111,7 +112,7 @@ type Admitter struct {
 
 	down  atomic.Bool
 	since atomic.Int64 // unix nanoseconds of the first failure
-	snaps sync.Map     // tenant id -> the last budget.Snapshot seen
+	snaps sync.Map     // tenant id -> the last rule.Snapshot seen
 
 	endUsers endUserCache // (tenant, end user) -> the end user's tenant id
 
@@ -149,14 +150,10 @@ func New(cfg Config) *Admitter {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // unserved
 	}
-	var pipeTracer trace.Tracer
-	if cfg.TracerProvider != nil {
-		pipeTracer = cfg.TracerProvider.Tracer(budget.TracerName)
-	}
 	a := &Admitter{
 		cfg:      cfg,
 		tracer:   newTracer(cfg.TracerProvider),
-		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: pipeTracer}),
+		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: newPipeTracer(cfg.TracerProvider)}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
 		pools:    newPoolQueues(),
 		logger:   cfg.Logger,
@@ -221,7 +218,7 @@ func (a *Admitter) MarkDown(err error) {
 	}
 }
 
-func (a *Admitter) remember(snap budget.Snapshot) {
+func (a *Admitter) remember(snap rule.Snapshot) {
 	if snap.TenantID != "" {
 		a.snaps.Store(snap.TenantID, snap)
 	}
@@ -237,22 +234,22 @@ func (a *Admitter) wakeTree(root string) {
 }
 
 // LastSnapshot is the last snapshot of a tenant this replica saw.
-func (a *Admitter) LastSnapshot(tenantID string) (budget.Snapshot, bool) {
+func (a *Admitter) LastSnapshot(tenantID string) (rule.Snapshot, bool) {
 	v, ok := a.snaps.Load(tenantID)
 	if !ok {
-		return budget.Snapshot{}, false
+		return rule.Snapshot{}, false
 	}
-	return v.(budget.Snapshot), true
+	return v.(rule.Snapshot), true
 }
 
 // Snapshot is a tenant's limits and balances now; while the store is down,
 // the last this replica saw (ok false if it saw none).
-func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (budget.Snapshot, error) {
+func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (rule.Snapshot, error) {
 	if a.Down() {
 		if snap, ok := a.LastSnapshot(tenantID); ok {
 			return snap, nil
 		}
-		return budget.Snapshot{}, budget.ErrUnavailable
+		return rule.Snapshot{}, rule.ErrUnavailable
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.StoreTimeout)
 	defer cancel()
@@ -265,9 +262,9 @@ func (a *Admitter) Snapshot(ctx context.Context, tenantID string) (budget.Snapsh
 
 // policy resolves the failure policy of a request: the model's, else the
 // tenant's (as this replica last saw it), else the replica's default.
-func (a *Admitter) policy(family, tenantID string) budget.Policy {
+func (a *Admitter) policy(family, tenantID string) rule.Policy {
 	d := a.deferral(family)
-	var tenant budget.Policy
+	var tenant rule.Policy
 	if snap, ok := a.LastSnapshot(tenantID); ok {
 		tenant = snap.Limits.OnStoreUnavailable
 	}
@@ -318,8 +315,8 @@ func (r *Request) prepare() error {
 	if r.IdempotencyKey == "" {
 		return nil
 	}
-	if problem := budget.IdempotencyKeyProblem(r.IdempotencyKey); problem != "" {
-		return &budget.InvalidError{Field: "Idempotency-Key", Reason: problem}
+	if problem := rule.IdempotencyKeyProblem(r.IdempotencyKey); problem != "" {
+		return &rule.InvalidError{Field: "Idempotency-Key", Reason: problem}
 	}
 	if r.RequestHash == nil {
 		h := sha256.Sum256(r.Body)
@@ -331,7 +328,7 @@ func (r *Request) prepare() error {
 // Reserve decides a request through the store, or, when the store does not
 // answer and the request's policy is local, against this replica's share
 // (local is then true). It returns what budget.Store.Reserve returns, and
-// budget.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
+// rule.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
 //
 // Every outcome is counted here, by face: tokengate_admissions_total, and a
 // rejection in the dashboard's tally, which the throttled alerts read.
@@ -356,7 +353,7 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	if !asEndUser {
 		r, local, err = a.reserve(ctx, req)
 	}
-	if inv := (*budget.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
+	if inv := (*rule.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
 		a.Invalid(req.Face, start) // the end-user id
 		if span != nil {
 			endAdmissionSpan(span, &req, nil, false, OutcomeInvalid, "", err)
@@ -381,19 +378,19 @@ func (a *Admitter) reserve(ctx context.Context, req Request) (r *budget.Reservat
 			}
 			return r, false, nil
 		}
-		var rej *budget.RejectedError
+		var rej *rule.RejectedError
 		if errors.As(err, &rej) {
 			a.remember(rej.Snapshot)
 			a.recordShadow(rej.Shadow, rej.Snapshot.At)
 		}
-		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+		if !errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrOutcomeUnknown) {
 			return nil, false, err
 		}
 		a.MarkDown(err)
 	} else {
-		err = budget.ErrUnavailable
+		err = rule.ErrUnavailable
 	}
-	if a.policy(p.Estimate.Family, p.TenantID) != budget.PolicyLocal || a.cfg.Local == nil {
+	if a.policy(p.Estimate.Family, p.TenantID) != rule.PolicyLocal || a.cfg.Local == nil {
 		return nil, false, err
 	}
 	snap, ok := a.LastSnapshot(p.TenantID)
@@ -415,7 +412,7 @@ func (a *Admitter) reserve(ctx context.Context, req Request) (r *budget.Reservat
 // request, from the decision that answered it (a caller that waited is
 // counted once, like a rejection), so the count is what enforcing the
 // limits would have refused.
-func (a *Admitter) recordShadow(shadow []budget.ShadowRefusal, at time.Time) {
+func (a *Admitter) recordShadow(shadow []rule.ShadowRefusal, at time.Time) {
 	for _, sr := range shadow {
 		a.shadow.WithLabelValues(string(sr.Limit)).Inc()
 		if a.cfg.Rejections != nil {
@@ -518,21 +515,21 @@ func (a *Admitter) end(tenantID, admissionID string, decide func() (*budget.Sett
 			}
 			return st, false, nil
 		}
-		if errors.Is(err, budget.ErrAdmissionNotFound) {
+		if errors.Is(err, rule.ErrAdmissionNotFound) {
 			// Made by a replica on its own in an outage, and not replayed
 			// yet (its replica may be replaying, or still cut off): the
 			// caller should retry, not give the admission up as unknown.
 			if at, local := budget.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
-				return nil, false, fmt.Errorf("%w: %s", budget.ErrNotReplayed, admissionID)
+				return nil, false, fmt.Errorf("%w: %s", rule.ErrNotReplayed, admissionID)
 			}
 		}
-		if !errors.Is(err, budget.ErrUnavailable) || errors.Is(err, budget.ErrOutcomeUnknown) {
+		if !errors.Is(err, rule.ErrUnavailable) || errors.Is(err, rule.ErrOutcomeUnknown) {
 			return nil, false, err
 		}
 		a.MarkDown(err)
 	}
 	if a.cfg.Local == nil {
-		return nil, false, budget.ErrUnavailable
+		return nil, false, rule.ErrUnavailable
 	}
 	if err := journal(a.cfg.Local); err != nil {
 		return nil, false, err

@@ -14,6 +14,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -39,7 +40,7 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 	store := budget.NewStore(pool)
 	const capacity, rate = 100, 50 // tokens, tokens a second
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme",
-		Limits: budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate * budget.Micro, MaxWait: 10 * time.Second}}); err != nil {
+		Limits: rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate * rule.Micro, MaxWait: 10 * time.Second}}); err != nil {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
@@ -76,7 +77,7 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 					if wait > 0 {
 						smallWaiting.Add(1)
 					}
-				case errors.Is(err, budget.ErrRejected):
+				case errors.Is(err, rule.ErrRejected):
 					time.Sleep(5 * time.Millisecond)
 				default:
 					t.Error(err)
@@ -118,7 +119,7 @@ func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
@@ -156,12 +157,12 @@ func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	if fresh != len(faces) || ids[0] == ids[1] || ids[1] == ids[2] || ids[0] == ids[2] {
 		t.Fatalf("%d callers were admitted afresh (%v), want one per face", fresh, ids[:len(faces)])
 	}
-	if _, err := reserve(admission.FaceRLS, "req-42", `{"other":"body"}`); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+	if _, err := reserve(admission.FaceRLS, "req-42", `{"other":"body"}`); !errors.Is(err, rule.ErrIdempotencyMismatch) {
 		t.Fatalf("the key with another body: %v, want a mismatch", err)
 	}
-	for _, key := range []string{"has space", strings.Repeat("k", budget.MaxIdempotencyKey+1), "tab\t"} {
+	for _, key := range []string{"has space", strings.Repeat("k", rule.MaxIdempotencyKey+1), "tab\t"} {
 		for _, face := range faces {
-			var inv *budget.InvalidError
+			var inv *rule.InvalidError
 			if _, err := reserve(face, key, `{}`); !errors.As(err, &inv) || inv.Field != "Idempotency-Key" {
 				t.Fatalf("%s key %q: %v, want an invalid Idempotency-Key", face, key, err)
 			}
@@ -199,7 +200,7 @@ func TestSettleByKeyThroughTheLayer(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	spool, err := outage.OpenSpool(t.TempDir(), "r1")
@@ -223,7 +224,7 @@ func TestSettleByKeyThroughTheLayer(t *testing.T) {
 	if err != nil || journaled || st.Admission.ID != r1.AdmissionID || *st.Admission.ActualInput != 70 {
 		t.Fatalf("settle by key: %+v %v %v", st, journaled, err)
 	}
-	if _, _, err := a.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:nope", InputTokens: 1}); !errors.Is(err, budget.ErrAdmissionNotFound) {
+	if _, _, err := a.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:nope", InputTokens: 1}); !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("an unknown key: %v", err)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -101,9 +102,9 @@ func (n *node) start(t *testing.T, cfg func(*admission.Config)) {
 
 // tenant creates a tenant with policy and shows it to every replica, as
 // its traffic would before an outage.
-func (b *deferBundle) tenant(t *testing.T, id string, policy budget.Policy, nodes ...*node) {
+func (b *deferBundle) tenant(t *testing.T, id string, policy rule.Policy, nodes ...*node) {
 	t.Helper()
-	l := budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1, OnStoreUnavailable: policy}
+	l := rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1, OnStoreUnavailable: policy}
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestSettleBeforeReplayOnAnotherReplica(t *testing.T) {
 			t.Parallel()
 			b := setupDefer(t)
 			ra, rb := b.replica(t, "replica-a", nil), b.replica(t, "replica-b", nil)
-			b.tenant(t, "acme", budget.PolicyLocal, ra, rb)
+			b.tenant(t, "acme", rule.PolicyLocal, ra, rb)
 
 			ra.link.cut()
 			if bCut {
@@ -243,7 +244,7 @@ func TestSettleBeforeReplayOnAnotherReplica(t *testing.T) {
 			switch {
 			case bCut && (err != nil || !journaled):
 				t.Fatalf("the stream end at B, cut off: journaled %v, %v", journaled, err)
-			case !bCut && (!errors.Is(err, budget.ErrDeferred) || !errors.Is(err, budget.ErrAdmissionNotFound) || st != nil || journaled):
+			case !bCut && (!errors.Is(err, budget.ErrDeferred) || !errors.Is(err, rule.ErrAdmissionNotFound) || st != nil || journaled):
 				t.Fatalf("the stream end at B before A's replay: %+v %v %v; want it kept (ErrDeferred)", st, journaled, err)
 			case !bCut && testutil.ToFloat64(rb.adm.Settlements(admission.FaceRLS, "settle", admission.OutcomeDeferred)) != 1:
 				t.Fatal("the kept settle is not counted as deferred")
@@ -256,8 +257,8 @@ func TestSettleBeforeReplayOnAnotherReplica(t *testing.T) {
 				}
 			}
 			b.wantKept(t, 1)
-			if tally := b.replayEnds(t, ra, "acme", r.AdmissionID, 6, "gateway:replica-b"); tally.BalanceMicro/budget.Micro != 10_000-12+6 {
-				t.Fatalf("balance %d, want 9994", tally.BalanceMicro/budget.Micro)
+			if tally := b.replayEnds(t, ra, "acme", r.AdmissionID, 6, "gateway:replica-b"); tally.BalanceMicro/rule.Micro != 10_000-12+6 {
+				t.Fatalf("balance %d, want 9994", tally.BalanceMicro/rule.Micro)
 			}
 		})
 	}
@@ -275,7 +276,7 @@ func TestSettleBeforeReplayOnTheSameReplica(t *testing.T) {
 			t.Parallel()
 			b := setupDefer(t)
 			ra := b.replica(t, "replica-a", nil)
-			b.tenant(t, "acme", budget.PolicyLocal, ra)
+			b.tenant(t, "acme", rule.PolicyLocal, ra)
 
 			ra.link.cut()
 			r := ra.admitLocally(t, "acme", "rls:r-1", 12)
@@ -304,16 +305,16 @@ func TestSettleBeforeReplayOnTheSameReplica(t *testing.T) {
 func TestRefusedStreamEndKeepsNothing(t *testing.T) {
 	t.Parallel()
 	b := setupDefer(t)
-	models := func(family string) budget.Policy {
-		return map[string]budget.Policy{"local-model": budget.PolicyLocal, "reject-model": budget.PolicyReject}[family]
+	models := func(family string) rule.Policy {
+		return map[string]rule.Policy{"local-model": rule.PolicyLocal, "reject-model": rule.PolicyReject}[family]
 	}
 	rejecting := b.replica(t, "rejecting", func(c *admission.Config) { c.ModelPolicyFunc = models })
-	lenient := b.replica(t, "lenient", func(c *admission.Config) { c.ModelPolicyFunc, c.DefaultPolicy = models, budget.PolicyLocal })
-	b.tenant(t, "strict", budget.PolicyReject)
-	b.tenant(t, "loose", budget.PolicyLocal)
-	b.tenant(t, "plain", budget.PolicyDefault)
+	lenient := b.replica(t, "lenient", func(c *admission.Config) { c.ModelPolicyFunc, c.DefaultPolicy = models, rule.PolicyLocal })
+	b.tenant(t, "strict", rule.PolicyReject)
+	b.tenant(t, "loose", rule.PolicyLocal)
+	b.tenant(t, "plain", rule.PolicyDefault)
 	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "team", Parent: "loose",
-		Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1, OnStoreUnavailable: budget.PolicyLocal}}); err != nil {
+		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1, OnStoreUnavailable: rule.PolicyLocal}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range []struct {
@@ -336,7 +337,7 @@ func TestRefusedStreamEndKeepsNothing(t *testing.T) {
 		before := b.rows(t)
 		_, _, err := c.n.adm.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: c.tenant, IdempotencyKey: key, InputTokens: 6,
 			Family: c.family, Actor: "gateway:edge"})
-		if !errors.Is(err, budget.ErrAdmissionNotFound) || errors.Is(err, budget.ErrDeferred) != c.kept {
+		if !errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, budget.ErrDeferred) != c.kept {
 			t.Fatalf("case %d (%s, %s, model %q): %v; want kept %v", i, c.n.name, c.tenant, c.family, err, c.kept)
 		}
 		if after := b.rows(t); (after == before+1) != c.kept || after < before {
@@ -349,7 +350,7 @@ func TestRefusedStreamEndKeepsNothing(t *testing.T) {
 		t.Fatalf("release by key: %v", err)
 	}
 	before := b.rows(t)
-	if _, _, err := lenient.adm.Settle(ctx, admission.FaceAPI, budget.SettleParams{TenantID: "loose", AdmissionID: "adm_nope", InputTokens: 1}); !errors.Is(err, budget.ErrAdmissionNotFound) || errors.Is(err, budget.ErrDeferred) {
+	if _, _, err := lenient.adm.Settle(ctx, admission.FaceAPI, budget.SettleParams{TenantID: "loose", AdmissionID: "adm_nope", InputTokens: 1}); !errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, budget.ErrDeferred) {
 		t.Fatalf("settle by id: %v", err)
 	}
 	if b.rows(t) != before {
@@ -407,7 +408,7 @@ func TestSettlesRaceTheReplay(t *testing.T) {
 		c.Store = replayHook{Store: c.Store, replayed: func(id string) { close(replayed[index[id]]) }}
 	})
 	rb, rc := b.replica(t, "replica-b", nil), b.replica(t, "replica-c", nil)
-	b.tenant(t, "acme", budget.PolicyLocal, ra, rb, rc)
+	b.tenant(t, "acme", rule.PolicyLocal, ra, rb, rc)
 	ra.link.cut()
 	ids := make([]string, n)
 	for i := range n {
@@ -479,7 +480,7 @@ func TestSettlesRaceTheReplay(t *testing.T) {
 		want -= int64(1 + i%19)
 	}
 	b.wantKept(t, 0)
-	if tally := b.verify(t, "acme"); tally.BalanceMicro/budget.Micro != want {
-		t.Fatalf("balance %d, want %d", tally.BalanceMicro/budget.Micro, want)
+	if tally := b.verify(t, "acme"); tally.BalanceMicro/rule.Micro != want {
+		t.Fatalf("balance %d, want %d", tally.BalanceMicro/rule.Micro, want)
 	}
 }

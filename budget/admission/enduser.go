@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -53,7 +54,7 @@ func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, 
 	switch s := v.(type) {
 	case nil:
 		if named := e.Fields.Named(); len(named) > 0 {
-			return "", field, true, &budget.InvalidError{Field: field, Reason: fmt.Sprintf(
+			return "", field, true, &rule.InvalidError{Field: field, Reason: fmt.Sprintf(
 				"is required: the tenant's end-user policy names end users by %s, and this request names one by %s instead (send it as %s, or have the policy's source changed)",
 				field, strings.Join(named, " and "), field)}
 		}
@@ -61,7 +62,7 @@ func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, 
 	case string:
 		return s, field, true, budget.ValidateEndUserID(field, s)
 	default:
-		return "", field, true, &budget.InvalidError{Field: field, Reason: "must be a string (it names the end user)"}
+		return "", field, true, &rule.InvalidError{Field: field, Reason: "must be a string (it names the end user)"}
 	}
 }
 
@@ -189,7 +190,7 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 		}
 		return child, err
 	})
-	if errors.Is(err, budget.ErrUnavailable) && !errors.Is(err, budget.ErrOutcomeUnknown) {
+	if errors.Is(err, rule.ErrUnavailable) && !errors.Is(err, rule.ErrOutcomeUnknown) {
 		a.MarkDown(err)
 	}
 	return child, err
@@ -261,7 +262,7 @@ func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *budget.R
 	if errors.Is(err, budget.ErrEndUserExpired) {
 		// Expired again in between (a sweep each time): rare, and retrying
 		// succeeds, as for a busy store.
-		err = fmt.Errorf("%w: the end user expired while it was decided", budget.ErrBusy)
+		err = fmt.Errorf("%w: the end user expired while it was decided", rule.ErrBusy)
 	}
 	return r, local, true, err
 }

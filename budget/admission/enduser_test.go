@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -28,11 +29,11 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 	pools := []*pgxpool.Pool{pgtest.Pool(t, url, cfg), pgtest.Pool(t, url, cfg)}
 	stores := []*budget.Store{budget.NewStore(pools[0]), budget.NewStore(pools[1])}
 	rate := int64(1) // a micro-token a second: no refill to speak of
-	if _, err := stores[0].CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 2000, TokensRateMicro: rate}}); err != nil {
+	if _, err := stores[0].CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 2000, TokensRateMicro: rate}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stores[0].EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceUser,
-		Template: budget.Limits{TokensCapacity: 500, TokensRateMicro: rate}, MaxEndUsers: 5, IdleTTL: time.Hour}); err != nil {
+		Template: rule.Limits{TokensCapacity: 500, TokensRateMicro: rate}, MaxEndUsers: 5, IdleTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	admitters := []*admission.Admitter{admission.New(admission.Config{Store: stores[0], Pool: pools[0]}),
@@ -58,7 +59,7 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 					spent[r.Snapshot.TenantID] += cost
 				case errors.Is(err, budget.ErrEndUserCap):
 					capped[user] = true
-				case errors.Is(err, budget.ErrRejected):
+				case errors.Is(err, rule.ErrRejected):
 				default:
 					t.Error(err)
 				}
@@ -112,7 +113,7 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 // holds balance (micro-tokens) spent exactly admitted tokens: the refill at
 // one micro-token a second over the test is all that may differ.
 func exact(admitted, capacity, balance int64) bool {
-	refill := balance - (capacity-admitted)*budget.Micro
+	refill := balance - (capacity-admitted)*rule.Micro
 	return refill >= 0 && refill < 1000
 }
 
@@ -126,11 +127,11 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 	var mu sync.Mutex
 	store := budget.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceMetadataUserID,
-		Template: budget.Limits{TokensCapacity: 100, TokensRateMicro: 1}, MaxEndUsers: 1, IdleTTL: time.Hour}); err != nil {
+		Template: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}, MaxEndUsers: 1, IdleTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
@@ -179,7 +180,7 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 		t.Fatalf("alice at the cap: %v", err)
 	}
 	tally, err := ledger.Verify(ctx, pool, alice)
-	if err != nil || tally.BalanceMicro/budget.Micro != 50 {
+	if err != nil || tally.BalanceMicro/rule.Micro != 50 {
 		t.Fatalf("alice's chain: %+v %v", tally, err)
 	}
 }

@@ -8,22 +8,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
-// Face names the front door a request came through (budget.Face): the
+// Face names the front door a request came through (rule.Face): the
 // admission remembers it, and only it may end the admission. And for the
 // metrics: every face counts its admissions here, once, so that a refusal
 // through the proxy or the rate limit service moves the same counter, and
 // the same dashboard tally and throttled alerts, as one through the HTTP
 // API.
-type Face = budget.Face
+type Face = rule.Face
 
 // The faces of a replica.
 const (
-	FaceAPI   = budget.FaceAPI
-	FaceProxy = budget.FaceProxy
-	FaceRLS   = budget.FaceRLS
+	FaceAPI   = rule.FaceAPI
+	FaceProxy = rule.FaceProxy
+	FaceRLS   = rule.FaceRLS
 )
 
 // Outcomes of an admission, the values of tokengate_admissions_total's
@@ -49,7 +50,7 @@ const (
 	OutcomeNotFound  = "not_found" // no such admission (or another tenant's)
 	OutcomeConflict  = "conflict"  // ended already another way
 	// OutcomeOtherFace: made through another face, the only one that may
-	// end it (budget.ErrOtherFace).
+	// end it (rule.ErrOtherFace).
 	OutcomeOtherFace = "other_face"
 	// OutcomeDeferred: named by key, no such admission yet, and kept for
 	// the one a replica may have made on its own (budget.ErrDeferred).
@@ -118,8 +119,8 @@ func (a *Admitter) Invalid(face Face, start time.Time) {
 // dashboard's tally (which the throttled alerts read), whichever face
 // asked. It returns the outcome and the refusing limit, for the span.
 func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *budget.Reservation, err error) (outcome, limit string) {
-	var rej *budget.RejectedError
-	var tl *budget.TooLargeError
+	var rej *rule.RejectedError
+	var tl *rule.TooLargeError
 	switch {
 	case err == nil && r.Replayed:
 		outcome = OutcomeReplayed
@@ -134,8 +135,8 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 		outcome, limit = OutcomeTooLarge, string(tl.Limit)
 	case errors.Is(err, budget.ErrEndUserCap):
 		outcome, limit = OutcomeRejected, "end_user_cap"
-	case errors.Is(err, budget.ErrKeyRevoked), errors.Is(err, budget.ErrGatewayRevoked), errors.Is(err, budget.ErrOutOfScope),
-		errors.Is(err, budget.ErrTenantDisabled), errors.Is(err, budget.ErrTenantNotFound):
+	case errors.Is(err, rule.ErrKeyRevoked), errors.Is(err, rule.ErrGatewayRevoked), errors.Is(err, rule.ErrOutOfScope),
+		errors.Is(err, rule.ErrTenantDisabled), errors.Is(err, rule.ErrTenantNotFound):
 		outcome = OutcomeUnauthorized
 	case ctx.Err() != nil:
 		outcome = OutcomeCancelled
@@ -155,11 +156,11 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 // id), an estimate's field, usage or amounts out of range, an
 // Idempotency-Key reused for another request.
 func isInvalid(err error) bool {
-	var binv *budget.InvalidError
+	var binv *rule.InvalidError
 	var einv *estimator.InvalidError
-	var lim *budget.LimitError
+	var lim *rule.LimitError
 	return budget.IsInvalidInput(err) || errors.As(err, &binv) || errors.As(err, &einv) || errors.As(err, &lim) ||
-		errors.Is(err, budget.ErrUsageOutOfBounds) || errors.Is(err, budget.ErrOverflow) || errors.Is(err, budget.ErrIdempotencyMismatch)
+		errors.Is(err, rule.ErrUsageOutOfBounds) || errors.Is(err, rule.ErrOverflow) || errors.Is(err, rule.ErrIdempotencyMismatch)
 }
 
 // ended records one settle's or release's outcome, whichever face asked,
@@ -185,11 +186,11 @@ func (m *metrics) outcomeOf(ctx context.Context, st *budget.Settlement, journale
 		return OutcomeApplied
 	case errors.Is(err, budget.ErrDeferred):
 		return OutcomeDeferred
-	case errors.Is(err, budget.ErrAdmissionNotFound):
+	case errors.Is(err, rule.ErrAdmissionNotFound):
 		return OutcomeNotFound
-	case errors.Is(err, budget.ErrConflict):
+	case errors.Is(err, rule.ErrConflict):
 		return OutcomeConflict
-	case errors.Is(err, budget.ErrOtherFace):
+	case errors.Is(err, rule.ErrOtherFace):
 		return OutcomeOtherFace
 	case ctx.Err() != nil:
 		return OutcomeCancelled

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -23,7 +24,7 @@ func poolRequest(tenant, key string, in, out int64, wait time.Duration) admissio
 
 // keyFor makes a tenant key of a priority class, straight in the table
 // the credential package owns (the decision reads it).
-func keyFor(t *testing.T, store *budget.Store, tenant, id string, priority budget.Priority) {
+func keyFor(t *testing.T, store *budget.Store, tenant, id string, priority rule.Priority) {
 	t.Helper()
 	if _, err := store.Pool().Exec(ctx, `INSERT INTO api_keys (id, tenant_id, secret_hash, priority) VALUES ($1, $2, $3, $4)`,
 		id, tenant, make([]byte, 32), string(priority)); err != nil {
@@ -49,14 +50,14 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 	store := stores[0]
 	weights := map[string]int64{"a": 1, "b": 1, "c": 2}
 	for id := range weights {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1_000_000_000,
-			TokensRateMicro: 1_000_000 * budget.Micro, MaxWait: 10 * time.Second}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000_000,
+			TokensRateMicro: 1_000_000 * rule.Micro, MaxWait: 10 * time.Second}}); err != nil {
 			t.Fatal(err)
 		}
-		keyFor(t, store, id, "k"+id, budget.PriorityStandard)
+		keyFor(t, store, id, "k"+id, rule.PriorityStandard)
 	}
 	const rate = 3000 // raw tokens a second
-	if err := store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 600, TokensRateMicro: rate * budget.Micro}); err != nil {
+	if err := store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 600, TokensRateMicro: rate * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -83,7 +84,7 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 				for runCtx.Err() == nil {
 					r, _, err := a.Reserve(runCtx, poolRequest(id, "k"+id, 40, 60, 3*time.Second))
 					if err != nil {
-						var rej *budget.RejectedError
+						var rej *rule.RejectedError
 						if !errors.As(err, &rej) && runCtx.Err() == nil {
 							t.Error(err)
 							return
@@ -143,14 +144,14 @@ func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	for _, id := range []string{"batch", "live"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1_000_000,
-			TokensRateMicro: 1000 * budget.Micro, MaxWait: 10 * time.Second}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000,
+			TokensRateMicro: 1000 * rule.Micro, MaxWait: 10 * time.Second}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	keyFor(t, store, "batch", "kbatch", budget.PrioritySheddable)
-	keyFor(t, store, "live", "klive", budget.PriorityCritical)
-	if err := store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 100 * budget.Micro}); err != nil {
+	keyFor(t, store, "batch", "kbatch", rule.PrioritySheddable)
+	keyFor(t, store, "live", "klive", rule.PriorityCritical)
+	if err := store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 100 * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -198,8 +199,8 @@ func TestNestedWaiterWokenBySibling(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	mk := func(id, parent string, concurrent int64) {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Parent: parent, Limits: budget.Limits{TokensCapacity: 1_000_000,
-			TokensRateMicro: 1000 * budget.Micro, MaxConcurrent: concurrent, MaxWait: 10 * time.Second}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Parent: parent, Limits: rule.Limits{TokensCapacity: 1_000_000,
+			TokensRateMicro: 1000 * rule.Micro, MaxConcurrent: concurrent, MaxWait: 10 * time.Second}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // poolQueues holds, per upstream pool, the callers of this replica waiting
@@ -25,7 +26,7 @@ type poolQueues struct {
 	pools    map[string]*poolWaiters
 	vtc      map[string]map[string]int64 // pool -> tenant -> counter
 	routes   map[string]string           // model key -> pool
-	priority map[string]budget.Priority  // key id -> class
+	priority map[string]rule.Priority    // key id -> class
 	seq      uint64
 }
 
@@ -43,11 +44,11 @@ type poolWaiter struct {
 
 func newPoolQueues() *poolQueues {
 	return &poolQueues{pools: map[string]*poolWaiters{}, vtc: map[string]map[string]int64{},
-		routes: map[string]string{}, priority: map[string]budget.Priority{}}
+		routes: map[string]string{}, priority: map[string]rule.Priority{}}
 }
 
 // learn keeps what a decision reported of a pool and a key.
-func (q *poolQueues) learn(p budget.ReserveParams, pool *budget.PoolState, pr budget.Priority) {
+func (q *poolQueues) learn(p budget.ReserveParams, pool *rule.PoolState, pr rule.Priority) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if pr != "" && p.KeyID != "" {
@@ -93,7 +94,7 @@ func (q *poolQueues) less(pool string, a, b *poolWaiter) bool {
 func (q *poolQueues) probe(p budget.ReserveParams) *poolWaiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return &poolWaiter{tenant: p.TenantID, rank: q.priority[p.KeyID].Rank(), needMicro: (p.Estimate.InputTokens + p.Estimate.OutputTokens) * budget.Micro, seq: ^uint64(0)}
+	return &poolWaiter{tenant: p.TenantID, rank: q.priority[p.KeyID].Rank(), needMicro: (p.Estimate.InputTokens + p.Estimate.OutputTokens) * rule.Micro, seq: ^uint64(0)}
 }
 
 // ahead is what the callers of pool to be served before me need.

@@ -11,13 +11,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Decision spans (Config.TracerProvider): one for each admission, settle,
 // release and expiry, whatever the face, started here so that every face
 // traces the same decisions with the same attributes. A face only puts its
 // caller's trace context in ctx; the span is then a child of the caller's
-// span. The pipeline transaction that decided it (budget.SpanTransaction)
+// span. The pipeline transaction that decided it (SpanTransaction)
 // is linked from it.
 //
 // Off (no provider), none of this runs: each entry point checks one nil
@@ -84,8 +85,8 @@ func endAdmissionSpan(span trace.Span, req *Request, r *budget.Reservation, loca
 		if limit != "" {
 			attrs = append(attrs, AttrLimit.String(limit))
 		}
-		var rej *budget.RejectedError
-		var tl *budget.TooLargeError
+		var rej *rule.RejectedError
+		var tl *rule.TooLargeError
 		switch {
 		case r != nil:
 			attrs = append(attrs, AttrAdmissionID.String(r.AdmissionID), decidedBy(local))
@@ -94,7 +95,7 @@ func endAdmissionSpan(span trace.Span, req *Request, r *budget.Reservation, loca
 			}
 		case errors.As(err, &rej):
 			attrs = append(attrs, AttrLevel.String(levelOr(rej.Level, rej.Snapshot.TenantID, req.TenantID)),
-				AttrRetryAfter.Int64(budget.RetryAfterMillis(rej.RetryAfter)), decidedBy(local))
+				AttrRetryAfter.Int64(rule.RetryAfterMillis(rej.RetryAfter)), decidedBy(local))
 		case errors.As(err, &tl):
 			attrs = append(attrs, AttrLevel.String(levelOr(tl.Level, "", req.TenantID)), decidedBy(local))
 		}
@@ -136,7 +137,7 @@ func endSettleSpan(span trace.Span, face Face, tenantID, admissionID string, st 
 		case journaled:
 			attrs = append(attrs, decidedBy(true))
 		case err == nil && st != nil:
-			attrs = append(attrs, decidedBy(false), AttrDelta.Float64(float64(st.DeltaMicro)/float64(budget.Micro)))
+			attrs = append(attrs, decidedBy(false), AttrDelta.Float64(float64(st.DeltaMicro)/float64(rule.Micro)))
 			if ad := st.Admission; ad != nil {
 				if admissionID == "" { // named by idempotency key
 					attrs = append(attrs, AttrAdmissionID.String(ad.ID))

@@ -6,6 +6,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/otlptest"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -37,7 +38,7 @@ func BenchmarkAdmitSettleTracing(b *testing.B) {
 			pool := pgtest.New(b, nil)
 			store := budget.NewStore(pool)
 			if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme",
-				Limits: budget.Limits{TokensCapacity: 1_000_000_000_000, TokensRateMicro: budget.Micro}}); err != nil {
+				Limits: rule.Limits{TokensCapacity: 1_000_000_000_000, TokensRateMicro: rule.Micro}}); err != nil {
 				b.Fatal(err)
 			}
 			a := admission.New(admission.Config{Store: store, Pool: pool, TracerProvider: tr.TracerProvider()})

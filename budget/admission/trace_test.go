@@ -10,12 +10,13 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
 // traced returns an Admitter on a fresh database whose spans are recorded
 // by the SDK, every one sampled, and the exporter holding them.
-func traced(t *testing.T, limits budget.Limits, tenants ...string) (*admission.Admitter, *tracetest.InMemoryExporter) {
+func traced(t *testing.T, limits rule.Limits, tenants ...string) (*admission.Admitter, *tracetest.InMemoryExporter) {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
@@ -45,7 +46,7 @@ func attrsOf(s tracetest.SpanStub) map[string]any {
 func TestTransactionSpansCountWhatTheyCarried(t *testing.T) {
 	t.Parallel()
 	tenants := []string{"t1", "t2", "t3", "t4"}
-	a, exp := traced(t, budget.Limits{TokensCapacity: 1 << 30, TokensRateMicro: budget.Micro}, tenants...)
+	a, exp := traced(t, rule.Limits{TokensCapacity: 1 << 30, TokensRateMicro: rule.Micro}, tenants...)
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Go(func() {
@@ -85,7 +86,7 @@ func TestTransactionSpansCountWhatTheyCarried(t *testing.T) {
 	var total int64
 	txs := 0
 	for _, s := range spans {
-		if s.Name != budget.SpanTransaction {
+		if s.Name != admission.SpanTransaction {
 			continue
 		}
 		txs++
@@ -126,7 +127,7 @@ func TestDecisionSpanWaitedForTokens(t *testing.T) {
 	// 50 tokens/s: the bucket takes 2 s to refill, so a stall on the real
 	// clock shorter than that neither admits the second nor spares the
 	// third its wait. (At 1000/s, 100 ms did.)
-	a, exp := traced(t, budget.Limits{TokensCapacity: 100, TokensRateMicro: 50 * budget.Micro, MaxWait: 5 * time.Second}, "acme")
+	a, exp := traced(t, rule.Limits{TokensCapacity: 100, TokensRateMicro: 50 * rule.Micro, MaxWait: 5 * time.Second}, "acme")
 	if _, _, err := a.Reserve(ctx, request("acme", 100, 0)); err != nil { // empty the bucket
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // waitQueues holds, per tenant, the callers of this replica waiting for
@@ -187,7 +188,7 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			p.PoolHoldbackMicro = a.pools.ahead(pool, at)
 		}
 		r, err := a.pipeline.Reserve(ctx, p)
-		var rej *budget.RejectedError
+		var rej *rule.RejectedError
 		switch {
 		case err == nil:
 			a.pools.learn(p, r.Pool, r.Priority)
@@ -200,13 +201,13 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 		limit := min(maxWait, rej.Snapshot.Limits.MaxWait)
 		left := limit - time.Since(start)
 		pause := rej.RetryAfter
-		if rej.Limit == budget.LimitConcurrency {
+		if rej.Limit == rule.LimitConcurrency {
 			pause = min(pause, left) // a hint: a slot may free any time
 		}
-		if left <= 0 || pause > left && rej.Limit != budget.LimitPool {
+		if left <= 0 || pause > left && rej.Limit != rule.LimitPool {
 			return nil, err
 		}
-		if rej.Limit == budget.LimitPool {
+		if rej.Limit == rule.LimitPool {
 			// The pool refills for everyone: what it holds back for the
 			// callers ahead may go to me sooner than my own refill time
 			// says, and a pool that is short wakes its waiters as they
@@ -231,7 +232,7 @@ func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, m
 			if len(rej.Snapshot.Path) > 0 {
 				root = rej.Snapshot.Path[0]
 			}
-			if me, ok = a.waiters.enter(p.TenantID, p.Estimate.Cost*budget.Micro, root); !ok {
+			if me, ok = a.waiters.enter(p.TenantID, p.Estimate.Cost*rule.Micro, root); !ok {
 				return nil, err
 			}
 		}

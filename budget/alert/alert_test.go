@@ -16,6 +16,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -64,7 +65,7 @@ func TestEndpointsAndRulesValidate(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	s := alert.NewStore(pool, testKey)
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	field := func(err error) string {
@@ -166,8 +167,8 @@ func TestThresholdsOncePerPeriodAcrossReplicas(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	stores := []*budget.Store{budget.NewStore(p1).WithClock(clock), budget.NewStore(p2).WithClock(clock)}
-	if _, err := stores[0].CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{
-		TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 10_000, Period: budget.PeriodDay}}); err != nil {
+	if _, err := stores[0].CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{
+		TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 10_000, Period: rule.PeriodDay}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(p1, testKey)
@@ -191,9 +192,9 @@ func TestThresholdsOncePerPeriodAcrossReplicas(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			r, err := pipes[g%2].Reserve(ctx, reserve("acme", 100))
-			var rej *budget.RejectedError
+			var rej *rule.RejectedError
 			switch {
-			case errors.As(err, &rej) && rej.Limit == budget.LimitPeriodBudget:
+			case errors.As(err, &rej) && rej.Limit == rule.LimitPeriodBudget:
 			case err != nil:
 				t.Error(err)
 			default:
@@ -274,7 +275,7 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 		mu.Unlock()
 	}
 	store := budget.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)
@@ -282,7 +283,7 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rule, err := s.CreateRule(ctx, alert.RuleParams{TenantID: "acme", EndpointID: ep.ID, Kind: alert.KindThrottled, Limit: "tokens", SustainMinutes: 3})
+	ar, err := s.CreateRule(ctx, alert.RuleParams{TenantID: "acme", EndpointID: ep.ID, Kind: alert.KindThrottled, Limit: "tokens", SustainMinutes: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,8 +303,8 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 		t.Helper()
 		at(time.Duration(minute) * time.Minute)
 		_, err := store.Reserve(ctx, reserve("acme", 50))
-		var rej *budget.RejectedError
-		if !errors.As(err, &rej) || rej.Limit != budget.LimitTokens {
+		var rej *rule.RejectedError
+		if !errors.As(err, &rej) || rej.Limit != rule.LimitTokens {
 			t.Fatalf("minute %d: %v", minute, err)
 		}
 		tally.Add(rej)
@@ -361,7 +362,7 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 			Rule    int64
 		}
 		if err := json.Unmarshal(es[i].Data, &d); err != nil || es[i].Type != alert.TypeThrottled || d.Limit != "tokens" ||
-			d.Since.UTC().Format("15:04:05") != since || d.Minutes < 3 || d.Rule != rule.ID {
+			d.Since.UTC().Format("15:04:05") != since || d.Minutes < 3 || d.Rule != ar.ID {
 			t.Fatalf("event %d: %s %s (%v)", i, es[i].Type, es[i].Data, err)
 		}
 	}
@@ -374,7 +375,7 @@ func TestInvariantViolationRaisedOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)
@@ -419,9 +420,9 @@ func TestThresholdsAtEveryLevel(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	for _, p := range []budget.CreateTenantParams{
-		{ID: "org", Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 1000, Period: budget.PeriodMonth}},
-		{ID: "team", Parent: "org", Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 400, Period: budget.PeriodDay}},
-		{ID: "other", Parent: "org", Limits: budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro}},
+		{ID: "org", Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodMonth}},
+		{ID: "team", Parent: "org", Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 400, Period: rule.PeriodDay}},
+		{ID: "other", Parent: "org", Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro}},
 	} {
 		if _, err := store.CreateTenant(ctx, p); err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -63,7 +64,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Its store allows private addresses: the receivers listen on loopback.
 func outbox(t *testing.T, pool *pgxpool.Pool, url string, n int) (*alert.Store, string) {
 	t.Helper()
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)

@@ -32,7 +32,7 @@ const (
 )
 
 // throttleLimits are the limits a throttled rule may name (the names of
-// budget.Limit and the model and pool limits).
+// rule.Limit and the model and pool limits).
 var throttleLimits = []string{"tokens", "requests", "concurrency", "period_budget", "input_tokens", "output_tokens", "pool"}
 
 // Rule raises events of one kind for a tenant (every tenant when TenantID

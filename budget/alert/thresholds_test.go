@@ -10,6 +10,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -20,7 +21,7 @@ func TestThresholdsCrossedInNumeric(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)
@@ -63,12 +64,12 @@ func TestSoftBudgetRaisesItsThresholds(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	store := budget.NewStore(pool).WithClock(func() time.Time { return now })
-	day, err := budget.ParseWindow("day", "Asia/Tokyo", "09:00", "")
+	day, err := rule.ParseWindow("day", "Asia/Tokyo", "09:00", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, Windows: []budget.WindowLimit{
-		{Name: "daily", Window: day, Counts: budget.CountTokens, Limit: 1000, OveragePercent: 10, Thresholds: []int64{50}}}}
+	l := rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, Windows: []rule.WindowLimit{
+		{Name: "daily", Window: day, Counts: rule.CountTokens, Limit: 1000, OveragePercent: 10, Thresholds: []int64{50}}}}
 	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestSoftBudgetRaisesItsThresholds(t *testing.T) {
 		}
 	}
 	// 1100: the ceiling. One more is refused, by the window.
-	var rej *budget.RejectedError
+	var rej *rule.RejectedError
 	if _, err := store.Reserve(ctx, reserve("acme", 1)); !errors.As(err, &rej) || rej.Window != "daily" {
 		t.Fatalf("beyond the ceiling: %v", err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var (
@@ -33,7 +33,7 @@ var (
 const GatewayPrefix = "tgw_"
 
 // AllTenants scopes a gateway to every tenant.
-const AllTenants = budget.GatewayAllTenants
+const AllTenants = rule.GatewayAllTenants
 
 var (
 	// ErrGatewayInvalid: the gateway credential is missing, malformed,
@@ -60,10 +60,10 @@ type Gateway struct {
 }
 
 // May reports whether the gateway may ask on behalf of tenantID: the
-// domain's one rule (budget.GatewayMay), which a decision also applies to
+// domain's one rule (rule.GatewayMay), which a decision also applies to
 // a request's GatewayID in its own transaction.
 func (g Gateway) May(tenantID string) bool {
-	return budget.GatewayMay(g.Tenants, tenantID)
+	return rule.GatewayMay(g.Tenants, tenantID)
 }
 
 // GatewayCreate makes a gateway credential scoped to tenants and returns it

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Health is what the Guard needs to know of the store: whether this replica
@@ -123,7 +124,7 @@ func (g *Guard) throttled() error { return &ThrottledError{RetryAfter: g.limiter
 // Tenant authenticates a presented tenant key from addr (the client
 // address). It returns the Principal, or ErrKeyInvalid (wrapped by
 // ErrKeyUnknown, ErrKeyWrongSecret or ErrKeyRevoked), ErrTenantDisabled, a
-// *ThrottledError, or budget.ErrUnavailable when the store cannot be asked
+// *ThrottledError, or rule.ErrUnavailable when the store cannot be asked
 // and this replica never saw the key succeed.
 func (g *Guard) Tenant(ctx context.Context, addr, presented string) (Principal, error) {
 	id, secret, wellFormed := Parse(KeyPrefix, presented)
@@ -142,7 +143,7 @@ func (g *Guard) Tenant(ctx context.Context, addr, presented string) (Principal, 
 		return Principal{}, g.throttled()
 	}
 	var checked KeyChecked
-	err := budget.ErrUnavailable
+	err := rule.ErrUnavailable
 	if g.health == nil || !g.health.Down() { // while it is down, do not wait on it for every request
 		lctx, cancel := context.WithTimeout(ctx, g.timeout)
 		checked, err = KeyCheck(lctx, g.db, presented)
@@ -169,7 +170,7 @@ func (g *Guard) Tenant(ctx context.Context, addr, presented string) (Principal, 
 		if g.health != nil && !errors.Is(err, context.Canceled) {
 			g.health.MarkDown(err)
 		}
-		return Principal{}, fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
+		return Principal{}, fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	p := Principal{TenantID: checked.TenantID, KeyID: checked.KeyID, at: time.Now()}
 	g.remember(presented, p)
@@ -231,7 +232,7 @@ func (g *Guard) GatewayDeferred(ctx context.Context, addr, presented string) (Ga
 		if g.health != nil && !errors.Is(err, context.Canceled) {
 			g.health.MarkDown(err)
 		}
-		return Gateway{}, fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
+		return Gateway{}, fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	return gw, err
 }
@@ -277,7 +278,7 @@ func (g *Guard) Admin(ctx context.Context, addr, presented string) (AdminToken, 
 	}
 	if err != nil {
 		// The store did not answer: a 503 the admin can retry, not a 500.
-		return AdminToken{}, fmt.Errorf("%w: %v", budget.ErrUnavailable, err)
+		return AdminToken{}, fmt.Errorf("%w: %v", rule.ErrUnavailable, err)
 	}
 	g.touch("admin:"+tok.ID, func(ctx context.Context) error { return AdminTokenTouch(ctx, g.db, tok.ID) })
 	return tok, nil

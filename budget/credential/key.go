@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var (
@@ -190,7 +191,7 @@ func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string
 			}
 			return nil
 		}})
-	if errors.Is(err, budget.ErrTenantNotFound) {
+	if errors.Is(err, rule.ErrTenantNotFound) {
 		return Key{}, "", ErrTenantNotFound
 	}
 	if err != nil {
@@ -203,7 +204,7 @@ func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string
 // sheddable) and records the change in the tenant's ledger, in one
 // transaction. It returns ErrKeyNotFound (also for a revoked key, or when
 // the tenant does not exist) or ErrBadPriority.
-func KeySetPriorityRecorded(ctx context.Context, rec Recorder, tenantID, keyID string, priority budget.Priority, actor string) error {
+func KeySetPriorityRecorded(ctx context.Context, rec Recorder, tenantID, keyID string, priority rule.Priority, actor string) error {
 	if !priority.Valid() {
 		return ErrBadPriority
 	}
@@ -218,7 +219,7 @@ func KeySetPriorityRecorded(ctx context.Context, rec Recorder, tenantID, keyID s
 			}
 			return nil
 		}})
-	if errors.Is(err, budget.ErrTenantNotFound) {
+	if errors.Is(err, rule.ErrTenantNotFound) {
 		return ErrKeyNotFound
 	}
 	return err
@@ -234,7 +235,7 @@ var ErrBadPriority = errors.New("credential: priority must be critical, standard
 func KeyRevokeRecorded(ctx context.Context, rec Recorder, tenantID, keyID, actor string) error {
 	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "revoked", KeyID: keyID, Actor: actor,
 		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error { return KeyRevoke(ctx, conn, tenantID, keyID) }})
-	if errors.Is(err, budget.ErrTenantNotFound) {
+	if errors.Is(err, rule.ErrTenantNotFound) {
 		return ErrKeyNotFound
 	}
 	return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -21,7 +22,7 @@ func TestKeyLifecycle(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
 	for _, id := range []string{"acme", "globex"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,7 +96,7 @@ func TestKeyLifecycle(t *testing.T) {
 func TestDisabledTenantKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	_, secret, err := credential.KeyCreate(ctx, pool, "acme")
@@ -118,7 +119,7 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	k, _, err := credential.KeyCreateRecorded(ctx, store, "acme", "alice")

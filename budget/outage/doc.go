@@ -12,6 +12,6 @@
 // a crash interrupts simply runs again from the start, and the spool is
 // emptied only after every record is in the store.
 //
-// It may import budget and estimator, never a face: budget.Decide is the one
+// It may import budget and estimator, never a face: rule.Decide is the one
 // decision it applies to its share.
 package outage

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestOutageKeepsTheFace: during an outage, an admission the proxy made on
@@ -18,16 +19,16 @@ import (
 // not applied.
 func TestOutageKeepsTheFace(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
 	stored := rp(est(100), "")
-	stored.Face = budget.FaceProxy
+	stored.Face = rule.FaceProxy
 	fromStore, err := b.store.Reserve(ctx, stored) // before the outage
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	viaProxy := rp(est(200), "call-1")
-	viaProxy.Face = budget.FaceProxy
+	viaProxy.Face = rule.FaceProxy
 	r, err := b.local.Reserve(b.snap, viaProxy)
 	if err != nil {
 		t.Fatal(err)
@@ -36,8 +37,8 @@ func TestOutageKeepsTheFace(t *testing.T) {
 	if err != nil || viaAPI.Replayed || viaAPI.AdmissionID == r.AdmissionID {
 		t.Fatalf("the API's admission under the proxy's key: %+v %v", viaAPI, err)
 	}
-	var of *budget.OtherFaceError
-	if err := b.local.Release(budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, Actor: "key:k"}); !errors.As(err, &of) || of.Face != budget.FaceProxy {
+	var of *rule.OtherFaceError
+	if err := b.local.Release(budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, Actor: "key:k"}); !errors.As(err, &of) || of.Face != rule.FaceProxy {
 		t.Fatalf("the API's release of the proxy's local admission: %v", err)
 	}
 	// Of the store's admission this replica knows nothing: journaled, and
@@ -46,7 +47,7 @@ func TestOutageKeepsTheFace(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, err := b.local.Spool.Records()
-	if err != nil || len(recs) != 3 || recs[0].Face != budget.FaceProxy || recs[1].Face != budget.FaceAPI || recs[2].Face != budget.FaceAPI {
+	if err != nil || len(recs) != 3 || recs[0].Face != rule.FaceProxy || recs[1].Face != rule.FaceAPI || recs[2].Face != rule.FaceAPI {
 		t.Fatalf("spool: %+v %v", recs, err)
 	}
 
@@ -54,12 +55,12 @@ func TestOutageKeepsTheFace(t *testing.T) {
 	if err != nil || rep.Reserved != 2 || rep.Skipped != 1 || rep.Rejected != 0 {
 		t.Fatalf("replay: %+v %v", rep, err)
 	}
-	for id, face := range map[string]budget.Face{r.AdmissionID: budget.FaceProxy, viaAPI.AdmissionID: budget.FaceAPI, fromStore.AdmissionID: budget.FaceProxy} {
+	for id, face := range map[string]rule.Face{r.AdmissionID: rule.FaceProxy, viaAPI.AdmissionID: rule.FaceAPI, fromStore.AdmissionID: rule.FaceProxy} {
 		if a, err := b.store.AdmissionGet(ctx, "acme", id); err != nil || a.Face != face || a.State != budget.StateReserved {
 			t.Fatalf("after the replay, admission %s: %+v %v; want open, of the %s face", id, a, err, face)
 		}
 	}
-	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, budget.ErrOtherFace) {
+	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, rule.ErrOtherFace) {
 		t.Fatalf("the API's release of the replayed admission: %v", err)
 	}
 	// The proxy's retry of its key finds its own admission, in its namespace.
@@ -68,12 +69,12 @@ func TestOutageKeepsTheFace(t *testing.T) {
 		t.Fatalf("the proxy's retry after the replay: %+v %v", again, err)
 	}
 	for _, id := range []string{r.AdmissionID, fromStore.AdmissionID} {
-		if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: 20, OutputTokens: 30, Face: budget.FaceProxy}); err != nil {
+		if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: 20, OutputTokens: 30, Face: rule.FaceProxy}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	snap, err := b.store.TenantSnapshot(ctx, "acme")
-	if err != nil || snap.TokensMicro != (1000-50-50-10)*budget.Micro {
+	if err != nil || snap.TokensMicro != (1000-50-50-10)*rule.Micro {
 		t.Fatalf("balance %d micro-tokens (%v); want 1000 less 50, 50 and the API's open 10", snap.TokensMicro, err)
 	}
 }
@@ -83,13 +84,13 @@ func TestOutageKeepsTheFace(t *testing.T) {
 // finds its keys and its admission's owner where the migration put them.
 func TestRecordFaceOfOlderRecords(t *testing.T) {
 	t.Parallel()
-	for actor, want := range map[string]budget.Face{"key:abc": budget.FaceAPI, "proxy:key:abc": budget.FaceProxy,
-		"gateway:edge": budget.FaceRLS, "": budget.FaceAPI, "replica:r1": budget.FaceAPI} {
+	for actor, want := range map[string]rule.Face{"key:abc": rule.FaceAPI, "proxy:key:abc": rule.FaceProxy,
+		"gateway:edge": rule.FaceRLS, "": rule.FaceAPI, "replica:r1": rule.FaceAPI} {
 		if got := (outage.Record{Actor: actor}).FaceOf(); got != want {
 			t.Errorf("actor %q: face %q, want %q", actor, got, want)
 		}
 	}
-	if got := (outage.Record{Actor: "key:abc", Face: budget.FaceRLS}).FaceOf(); got != budget.FaceRLS {
+	if got := (outage.Record{Actor: "key:abc", Face: rule.FaceRLS}).FaceOf(); got != rule.FaceRLS {
 		t.Errorf("a record's own face: %q", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -39,14 +40,14 @@ func TestSpoolRecordFormat(t *testing.T) {
 		// A settle by key with the request's failure policy, as far as the
 		// replica knew it, for a replay that finds no admission yet.
 		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-4", CreatedAt: at, InputTokens: 6, Actor: "gateway:edge",
-			Defer: &budget.Deferral{Model: budget.PolicyLocal, Default: budget.PolicyReject}},
+			Defer: &budget.Deferral{Model: rule.PolicyLocal, Default: rule.PolicyReject}},
 		// A settle whose output was partly reasoning.
 		{Kind: outage.KindSettle, AdmissionID: "adm_c", TenantID: "acme", CreatedAt: at, InputTokens: 9, OutputTokens: 20, ReasoningTokens: 12,
 			Actor: "key:abc"},
 		// A reserve through the proxy, which only the proxy may end, its
 		// key in the proxy's namespace.
 		{Kind: outage.KindReserve, AdmissionID: "adm_d", TenantID: "acme", Estimate: &est, CreatedAt: at, ExpiresAt: at.Add(10 * time.Minute),
-			Actor: "proxy:key:abc", IdempotencyKey: "k-2", RequestHash: []byte{4}, Response: json.RawMessage(`{"admission_id":"adm_d"}`), Face: budget.FaceProxy},
+			Actor: "proxy:key:abc", IdempotencyKey: "k-2", RequestHash: []byte{4}, Response: json.RawMessage(`{"admission_id":"adm_d"}`), Face: rule.FaceProxy},
 	}
 	var got bytes.Buffer
 	for _, r := range records {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -48,7 +49,7 @@ type Local struct {
 // idemKey is an Idempotency-Key in its tenant and face.
 type idemKey struct {
 	tenantID string
-	face     budget.Face
+	face     rule.Face
 	key      string
 }
 
@@ -58,17 +59,17 @@ type idempotent struct {
 }
 
 // share is this replica's share of one tenant: the tenant's state with its
-// limits divided by Replicas, decided with budget.Decide like the store's.
+// limits divided by Replicas, decided with rule.Decide like the store's.
 type share struct {
-	tenant budget.Limits // the tenant's own limits, shown in snapshots
-	state  budget.TenantState
+	tenant rule.Limits // the tenant's own limits, shown in snapshots
+	state  rule.TenantState
 	open   map[string]opened // admissions made here and not yet ended
 }
 
 type opened struct {
 	est  estimator.Estimate
 	at   time.Time
-	face budget.Face // the face that made it, the only one that may end it
+	face rule.Face // the face that made it, the only one that may end it
 }
 
 func (l *Local) now() time.Time {
@@ -82,7 +83,7 @@ func (l *Local) divide(n int64) int64 {
 	return n / int64(max(1, l.Replicas))
 }
 
-func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
+func (l *Local) shareOf(snap rule.Snapshot, now time.Time) *share {
 	if l.shares == nil {
 		l.shares = map[string]*share{}
 	}
@@ -93,14 +94,14 @@ func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
 	// Windows (the period budget among them) are not enforced locally: no
 	// replica knows what the others spend in the window. The replay counts
 	// the admission in every window, priced as of its creation.
-	mine := budget.Limits{TokensCapacity: l.divide(lim.TokensCapacity*budget.Micro) / budget.Micro,
+	mine := rule.Limits{TokensCapacity: l.divide(lim.TokensCapacity*rule.Micro) / rule.Micro,
 		TokensRateMicro: l.divide(lim.TokensRateMicro), ReservationTTL: lim.ReservationTTL}
 	sh := &share{tenant: lim, open: map[string]opened{}}
-	sh.state.Tokens = budget.Bucket{CapacityMicro: l.divide(lim.TokensCapacity * budget.Micro), RateMicro: mine.TokensRateMicro, At: now}
+	sh.state.Tokens = rule.Bucket{CapacityMicro: l.divide(lim.TokensCapacity * rule.Micro), RateMicro: mine.TokensRateMicro, At: now}
 	sh.state.Tokens.BalanceMicro = min(sh.state.Tokens.CapacityMicro, max(0, l.divide(snap.TokensMicro)))
 	if lim.RequestsCapacity > 0 {
 		mine.RequestsCapacity, mine.RequestsRateMicro = max(1, l.divide(lim.RequestsCapacity)), l.divide(lim.RequestsRateMicro)
-		sh.state.Requests = budget.Bucket{CapacityMicro: l.divide(lim.RequestsCapacity * budget.Micro), RateMicro: mine.RequestsRateMicro, At: now}
+		sh.state.Requests = rule.Bucket{CapacityMicro: l.divide(lim.RequestsCapacity * rule.Micro), RateMicro: mine.RequestsRateMicro, At: now}
 		sh.state.Requests.BalanceMicro = min(sh.state.Requests.CapacityMicro, max(0, l.divide(snap.RequestsMicro)))
 	}
 	if lim.MaxConcurrent > 0 {
@@ -111,7 +112,7 @@ func (l *Local) shareOf(snap budget.Snapshot, now time.Time) *share {
 	return sh
 }
 
-func (sh *share) snapshot(tenantID string, now time.Time) budget.Snapshot {
+func (sh *share) snapshot(tenantID string, now time.Time) rule.Snapshot {
 	s := sh.state.Snapshot(tenantID, now)
 	s.Limits = sh.tenant
 	return s
@@ -119,14 +120,14 @@ func (sh *share) snapshot(tenantID string, now time.Time) budget.Snapshot {
 
 // Reserve admits p for the tenant of snap (the last snapshot this replica
 // saw of it) against this replica's share, or refuses it like the store
-// would, with budget.Decide: *budget.TooLargeError, or
-// *budget.RejectedError naming the limit. A request larger than the share
+// would, with rule.Decide: *rule.TooLargeError, or
+// *rule.RejectedError naming the limit. A request larger than the share
 // but not than the tenant is refused by the tokens limit with a 1 s hint:
 // another replica, or the store once back, may admit it. A retry with p's
 // Idempotency-Key returns the admission made in this outage, or
-// budget.ErrIdempotencyMismatch if its request differs. An admission is in
+// rule.ErrIdempotencyMismatch if its request differs. An admission is in
 // the spool, with its key, before Reserve returns it.
-func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.Reservation, error) {
+func (l *Local) Reserve(snap rule.Snapshot, p budget.ReserveParams) (*budget.Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -134,7 +135,7 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 	if p.IdempotencyKey != "" {
 		if prior, ok := l.idempotent[idemKey{snap.TenantID, face, p.IdempotencyKey}]; ok {
 			if !bytes.Equal(prior.hash, p.RequestHash) {
-				return nil, budget.ErrIdempotencyMismatch
+				return nil, rule.ErrIdempotencyMismatch
 			}
 			c := *prior.r
 			c.Replayed = true
@@ -142,27 +143,27 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 		}
 	}
 	if snap.Limits.TokensCapacity > 0 && est.Cost > snap.Limits.TokensCapacity {
-		return nil, &budget.TooLargeError{Limit: budget.LimitTokens, Cost: est.Cost, Capacity: snap.Limits.TokensCapacity}
+		return nil, &rule.TooLargeError{Limit: rule.LimitTokens, Cost: est.Cost, Capacity: snap.Limits.TokensCapacity}
 	}
 	sh := l.shareOf(snap, now)
 	sh.state.Advance(now)
-	if err := budget.Decide(sh.state, est.Cost, now); err != nil {
-		var tl *budget.TooLargeError
-		var rej *budget.RejectedError
+	if err := rule.Decide(sh.state, est.Cost, now); err != nil {
+		var tl *rule.TooLargeError
+		var rej *rule.RejectedError
 		switch {
 		case errors.As(err, &tl):
-			rej = &budget.RejectedError{Limit: budget.LimitTokens, RetryAfter: time.Second}
+			rej = &rule.RejectedError{Limit: rule.LimitTokens, RetryAfter: time.Second}
 			err = rej
 		case !errors.As(err, &rej):
 			return nil, err
 		}
 		rej.Snapshot = sh.snapshot(snap.TenantID, now)
-		return nil, err // an exhausted window stays a *budget.BudgetExhaustedError
+		return nil, err // an exhausted window stays a *rule.BudgetExhaustedError
 
 	}
 	ttl := snap.Limits.ReservationTTL
 	if ttl <= 0 {
-		ttl = budget.DefaultReservationTTL
+		ttl = rule.DefaultReservationTTL
 	}
 	id := budget.NewAdmissionID(now)
 	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
@@ -202,7 +203,7 @@ func (l *Local) Reserve(snap budget.Snapshot, p budget.ReserveParams) (*budget.R
 // once, priced as the store prices it (SettleParams.Usage). A settle that
 // names by key an admission the store made is journaled by key, and the
 // replay settles it by key. It returns what p.Validate returns, and a
-// *budget.UsageError as the store would.
+// *rule.UsageError as the store would.
 func (l *Local) Settle(p budget.SettleParams) error {
 	if err := p.Validate(); err != nil {
 		return err
@@ -219,10 +220,10 @@ func (l *Local) Release(p budget.ReleaseParams) error {
 	return l.end(p.TenantID, p.AdmissionID, p.IdempotencyKey, p.Actor, faceOr(p.Face), p.Defer, nil)
 }
 
-// faceOr is f, or the API for none (budget.Face's zero).
-func faceOr(f budget.Face) budget.Face {
+// faceOr is f, or the API for none (rule.Face's zero).
+func faceOr(f rule.Face) rule.Face {
 	if f == "" {
-		return budget.FaceAPI
+		return rule.FaceAPI
 	}
 	return f
 }
@@ -238,8 +239,8 @@ func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, ac
 // end journals a settle (usage set) or a release of any admission; one by
 // key keeps its deferral (dp) for the replay. An admission made here
 // through another face is refused as the store refuses it
-// (*budget.OtherFaceError); of any other, the replay's store decides.
-func (l *Local) end(tenantID, admissionID, key, actor string, face budget.Face, dp *budget.Deferral, usage *budget.SettleParams) error {
+// (*rule.OtherFaceError); of any other, the replay's store decides.
+func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp *budget.Deferral, usage *budget.SettleParams) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if prior, ok := l.idempotent[idemKey{tenantID, face, key}]; key != "" && ok {
@@ -247,7 +248,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face budget.Face, 
 	}
 	if s, ok := l.shares[tenantID]; ok && admissionID != "" {
 		if o, ok := s.open[admissionID]; ok && o.face != face {
-			return &budget.OtherFaceError{AdmissionID: admissionID, Face: o.face}
+			return &rule.OtherFaceError{AdmissionID: admissionID, Face: o.face}
 		}
 	}
 	rec := Record{Kind: KindRelease, AdmissionID: admissionID, IdempotencyKey: key, TenantID: tenantID, CreatedAt: l.now(), Actor: actor, Face: face}
@@ -344,7 +345,7 @@ func (l *Local) Replay(ctx context.Context, store Store) (ReplayReport, error) {
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, budget.ErrUnavailable), errors.Is(err, budget.ErrBusy), ctx.Err() != nil:
+		case errors.Is(err, rule.ErrUnavailable), errors.Is(err, rule.ErrBusy), ctx.Err() != nil:
 			return rep, err // the store is away again: resume later
 		default:
 			if rerr := l.Spool.reject(line.Raw, err.Error()); rerr != nil {
@@ -402,7 +403,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 			// Its admission was made by another replica on its own, which
 			// has not replayed it yet: the store keeps it for that replay.
 			rep.Deferred++
-		case errors.Is(err, budget.ErrConflict), errors.Is(err, budget.ErrAdmissionNotFound), errors.Is(err, budget.ErrOtherFace):
+		case errors.Is(err, rule.ErrConflict), errors.Is(err, rule.ErrAdmissionNotFound), errors.Is(err, rule.ErrOtherFace):
 			// Settled otherwise meanwhile, never existed, or another face's
 			// to end: the store's answer stands; the record has nothing
 			// left to apply.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -38,11 +39,11 @@ func est(cost int64) estimator.Estimate {
 type bundle struct {
 	store *budget.Store
 	local *outage.Local
-	snap  budget.Snapshot
+	snap  rule.Snapshot
 	now   time.Time
 }
 
-func setup(t *testing.T, l budget.Limits, replicas int) *bundle {
+func setup(t *testing.T, l rule.Limits, replicas int) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
 	store := budget.NewStore(pool)
@@ -62,14 +63,14 @@ func setup(t *testing.T, l budget.Limits, replicas int) *bundle {
 
 func TestLocalAdmitsItsShareThenRefills(t *testing.T) {
 	t.Parallel()
-	l := budget.Limits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro, MaxConcurrent: 4}
+	l := rule.Limits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro, MaxConcurrent: 4}
 	b := setup(t, l, 2) // this replica's share: 50 tokens, 5/s, 2 open
 	if _, err := b.local.Reserve(b.snap, rp(est(30), "")); err != nil {
 		t.Fatal(err)
 	}
 	_, err := b.local.Reserve(b.snap, rp(est(30), ""))
-	var rej *budget.RejectedError
-	if !errors.As(err, &rej) || rej.Limit != budget.LimitTokens || rej.RetryAfter < 2*time.Second || rej.RetryAfter > 2100*time.Millisecond {
+	var rej *rule.RejectedError
+	if !errors.As(err, &rej) || rej.Limit != rule.LimitTokens || rej.RetryAfter < 2*time.Second || rej.RetryAfter > 2100*time.Millisecond {
 		t.Fatalf("over the share: %v", err)
 	}
 	b.now = b.now.Add(2 * time.Second) // 10 more tokens: exactly 30
@@ -79,7 +80,7 @@ func TestLocalAdmitsItsShareThenRefills(t *testing.T) {
 	}
 	// The concurrency share is 2: a third open reservation is refused.
 	b.now = b.now.Add(time.Hour)
-	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); !errors.As(err, &rej) || rej.Limit != budget.LimitConcurrency {
+	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); !errors.As(err, &rej) || rej.Limit != rule.LimitConcurrency {
 		t.Fatalf("third open reservation: %v", err)
 	}
 	if err := b.local.End("acme", r2.AdmissionID, true, 5, 5, "key:k"); err != nil {
@@ -89,7 +90,7 @@ func TestLocalAdmitsItsShareThenRefills(t *testing.T) {
 		t.Fatalf("after a settle freed a slot: %v", err)
 	}
 	// Too large for the tenant at all: the same answer as the store's.
-	var tl *budget.TooLargeError
+	var tl *rule.TooLargeError
 	if _, err := b.local.Reserve(b.snap, rp(est(101), "")); !errors.As(err, &tl) {
 		t.Fatalf("too large: %v", err)
 	}
@@ -108,7 +109,7 @@ type failingStore struct {
 
 func (f *failingStore) ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error) {
 	if f.left.Add(-1) < 0 {
-		return false, budget.ErrUnavailable
+		return false, rule.ErrUnavailable
 	}
 	return f.Store.ReplayReserve(ctx, p)
 }
@@ -118,7 +119,7 @@ func TestReplayIsExactlyOnceAcrossInterruptions(t *testing.T) {
 	// One token per 11 days: the store replays on the real clock, and at
 	// 1/s a second between the first replayed reserve and the last end
 	// moved the exact balance checked below.
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
 	var ids []string
 	for range 6 {
 		r, err := b.local.Reserve(b.snap, rp(est(10), ""))
@@ -137,7 +138,7 @@ func TestReplayIsExactlyOnceAcrossInterruptions(t *testing.T) {
 	// The store fails after three records: the replay stops, keeps the spool.
 	fs := &failingStore{Store: b.store}
 	fs.left.Store(3)
-	if _, err := b.local.Replay(ctx, fs); !errors.Is(err, budget.ErrUnavailable) {
+	if _, err := b.local.Replay(ctx, fs); !errors.Is(err, rule.ErrUnavailable) {
 		t.Fatalf("interrupted replay: %v", err)
 	}
 	if n, _ := b.local.Spool.Len(); n == 0 {
@@ -189,7 +190,7 @@ func TestReplayIsExactlyOnceAcrossInterruptions(t *testing.T) {
 	snap, err := b.store.TenantSnapshot(ctx, "acme")
 	// 1000, less six reserves of 10, plus the settle's refund (10 - 5) and
 	// the release's (10).
-	if err != nil || snap.OpenReservations != 4 || tally.BalanceMicro/budget.Micro != 1000-60+5+10 {
+	if err != nil || snap.OpenReservations != 4 || tally.BalanceMicro/rule.Micro != 1000-60+5+10 {
 		t.Fatalf("after replay: open %d, balance %d (%v)", snap.OpenReservations, tally.BalanceMicro, err)
 	}
 }
@@ -228,7 +229,7 @@ func poolOf(t *testing.T, b *bundle) ledger.Querier {
 // under that key is refused.
 func TestRetryAfterReplayIsNotCharged(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
 	r, err := b.local.Reserve(b.snap, rp(est(100), "k1"))
 	if err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestRetryAfterReplayIsNotCharged(t *testing.T) {
 	}
 	other := rp(est(100), "k1")
 	other.RequestHash = []byte("another request")
-	if _, err := b.store.Reserve(ctx, other); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+	if _, err := b.store.Reserve(ctx, other); !errors.Is(err, rule.ErrIdempotencyMismatch) {
 		t.Fatalf("another request under the key: %v", err)
 	}
 	after, err := b.store.TenantSnapshot(ctx, "acme")
@@ -260,7 +261,7 @@ func TestRetryAfterReplayIsNotCharged(t *testing.T) {
 // request is refused, as the store would.
 func TestLocalIdempotencyChecksTheRequest(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}, 1)
 	r, err := b.local.Reserve(b.snap, rp(est(100), "k1"))
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestLocalIdempotencyChecksTheRequest(t *testing.T) {
 	}
 	other := rp(est(100), "k1")
 	other.RequestHash = []byte("another request")
-	if _, err := b.local.Reserve(b.snap, other); !errors.Is(err, budget.ErrIdempotencyMismatch) {
+	if _, err := b.local.Reserve(b.snap, other); !errors.Is(err, rule.ErrIdempotencyMismatch) {
 		t.Fatalf("same key, another request: %v", err)
 	}
 	if recs, _ := b.local.Spool.Records(); len(recs) != 1 {
@@ -285,7 +286,7 @@ func TestLocalIdempotencyChecksTheRequest(t *testing.T) {
 // restart, reaches the ledger.
 func TestTornTailThenRestartLosesNothing(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
 	first, err := b.local.Reserve(b.snap, rp(est(10), ""))
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +335,7 @@ func TestTornTailThenRestartLosesNothing(t *testing.T) {
 // records after them are replayed, and the spool is emptied.
 func TestUnreadableLineNeverBlocksTheRest(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}, 1)
 	if _, err := b.local.Reserve(b.snap, rp(est(10), "")); err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +380,7 @@ func TestUnreadableLineNeverBlocksTheRest(t *testing.T) {
 func TestReplayMovesASkewedReplicasClock(t *testing.T) {
 	t.Parallel()
 	for _, skew := range []time.Duration{time.Hour, -24 * time.Hour} {
-		b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro, MaxConcurrent: 5, ReservationTTL: time.Minute}, 1)
+		b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro, MaxConcurrent: 5, ReservationTTL: time.Minute}, 1)
 		var dbNow time.Time
 		if err := b.store.Pool().QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
 			t.Fatal(err)
@@ -415,7 +416,7 @@ func TestReplayMovesASkewedReplicasClock(t *testing.T) {
 // negative usage is refused for any admission.
 func TestLocalRefusesUsageOutOfBounds(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}, 1)
 	r, err := b.local.Reserve(b.snap, rp(est(2), "")) // 1 input, 1 output reserved
 	if err != nil {
 		t.Fatal(err)
@@ -425,11 +426,11 @@ func TestLocalRefusesUsageOutOfBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range [][2]int64{{1_000_000_000, 1_000_000_000}, {0, 2}, {128_000, 1}, {-1, 0}} {
-		if err := b.local.End("acme", r.AdmissionID, true, u[0], u[1], "key:k"); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+		if err := b.local.End("acme", r.AdmissionID, true, u[0], u[1], "key:k"); !errors.Is(err, rule.ErrUsageOutOfBounds) {
 			t.Fatalf("settle %v: %v", u, err)
 		}
 	}
-	if err := b.local.End("acme", "adm_of_the_store", true, -5, 1, "key:k"); !errors.Is(err, budget.ErrUsageOutOfBounds) {
+	if err := b.local.End("acme", "adm_of_the_store", true, -5, 1, "key:k"); !errors.Is(err, rule.ErrUsageOutOfBounds) {
 		t.Fatalf("negative usage of another admission: %v", err)
 	}
 	after, err := b.local.Spool.Records()
@@ -440,7 +441,7 @@ func TestLocalRefusesUsageOutOfBounds(t *testing.T) {
 	if err := b.local.End("acme", r.AdmissionID, true, 127_999, 1, "key:k"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); !errors.Is(err, budget.ErrRejected) {
+	if _, err := b.local.Reserve(b.snap, rp(est(1), "")); !errors.Is(err, rule.ErrRejected) {
 		t.Fatalf("after a charge to the floor: %v", err)
 	}
 }
@@ -453,7 +454,7 @@ func TestLocalRefusesUsageOutOfBounds(t *testing.T) {
 // A settle naming its admission both ways is refused and not journaled.
 func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 	t.Parallel()
-	b := setup(t, budget.Limits{TokensCapacity: 1000, TokensRateMicro: budget.Micro}, 1)
+	b := setup(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}, 1)
 	// gpt-4o alone, its cached input at half weight.
 	table, err := estimator.NewTable([]estimator.Model{{Name: "gpt-4o", Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
 		OutputWeightMicro: estimator.WeightOne, CachedInputWeightMicro: estimator.WeightOne / 2, DefaultOutputTokens: 16384, ContextWindow: 128000, PartTokens: 765}})
@@ -483,7 +484,7 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var inv *budget.InvalidError
+	var inv *rule.InvalidError
 	if err := b.local.Settle(budget.SettleParams{TenantID: "acme", AdmissionID: local.AdmissionID, IdempotencyKey: "loc-1"}); !errors.As(err, &inv) {
 		t.Fatalf("named both ways: %v", err)
 	}

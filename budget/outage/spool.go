@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Kind of a spool record.
@@ -65,27 +66,27 @@ type Record struct {
 	// made it on its own has not replayed it yet, the store keeps the
 	// settle for that replay (budget.ErrDeferred).
 	Defer *budget.Deferral `json:"defer,omitempty"`
-	// Face is the face the decision came through (budget.Face): a reserve's
+	// Face is the face the decision came through (rule.Face): a reserve's
 	// admission remembers it, a settle or release ends only its own face's
 	// admissions, and IdempotencyKey is in its namespace. A record from
 	// before faces were told apart has none: its face is read from its
 	// Actor, as each face writes it (FaceOf).
-	Face budget.Face `json:"face,omitempty"`
+	Face rule.Face `json:"face,omitempty"`
 }
 
 // FaceOf is the face of r: its Face, or for a record written before
 // faces were told apart, the face its Actor names ("proxy:key:<id>",
 // "gateway:<name>"; the API's "key:<id>" and anything else: the API).
-func (r Record) FaceOf() budget.Face {
+func (r Record) FaceOf() rule.Face {
 	switch {
 	case r.Face != "":
 		return r.Face
 	case strings.HasPrefix(r.Actor, "proxy:"):
-		return budget.FaceProxy
+		return rule.FaceProxy
 	case strings.HasPrefix(r.Actor, "gateway:"):
-		return budget.FaceRLS
+		return rule.FaceRLS
 	}
-	return budget.FaceAPI
+	return rule.FaceAPI
 }
 
 // Spool is an append-only journal file, synced to disk on every append: a

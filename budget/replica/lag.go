@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Lag measures how far the reads pool (a streaming replica) is behind the
@@ -66,7 +67,7 @@ func (l *Lag) Check(ctx context.Context) error {
 		switch {
 		case readsErr == nil:
 			l.route.markUp()
-		case errors.Is(budget.ReadError(readsErr), budget.ErrUnavailable):
+		case errors.Is(budget.ReadError(readsErr), rule.ErrUnavailable):
 			l.route.markDown(readsErr)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Reads routes the reads that may lag (ledger pages and exports, drift
@@ -51,7 +52,7 @@ func NewReads(primary, standby *pgxpool.Pool) *Reads {
 
 // Query runs a read on the reads pool, or on the primary when that pool is
 // down or fails to answer for want of a connection. A failure to reach the
-// primary too wraps budget.ErrUnavailable (the faces answer 503).
+// primary too wraps rule.ErrUnavailable (the faces answer 503).
 //
 // It reads the first row before it returns: a pooled connection whose
 // server went away takes a statement it has prepared before, and its
@@ -63,7 +64,7 @@ func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 		if err == nil {
 			return rows, nil
 		}
-		if ctx.Err() != nil || !errors.Is(budget.ReadError(err), budget.ErrUnavailable) {
+		if ctx.Err() != nil || !errors.Is(budget.ReadError(err), rule.ErrUnavailable) {
 			return nil, err // the caller went away, or the read itself failed
 		}
 		r.markDown(err)

@@ -27,6 +27,7 @@ import (
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/outage"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/migrations"
 )
@@ -67,7 +68,7 @@ type Config struct {
 	Local *outage.Local
 	// DefaultPolicy is the failure policy when neither the model nor the
 	// tenant has one. Default reject.
-	DefaultPolicy budget.Policy
+	DefaultPolicy rule.Policy
 	// StoreTimeout bounds how long a decision waits for its turn in this
 	// replica, then each of its round trips, and a credential lookup.
 	// Default budget.DefaultStoreTimeout.
@@ -180,9 +181,9 @@ func New(cfg Config) (*Replica, error) {
 	est := cfg.Estimator
 	adm := admission.New(admission.Config{
 		Store: cfg.Admissions, Pool: cfg.DB, Local: cfg.Local, DefaultPolicy: cfg.DefaultPolicy,
-		ModelPolicyFunc: func(family string) budget.Policy {
+		ModelPolicyFunc: func(family string) rule.Policy {
 			m, _ := est.Table().Get(family)
-			return budget.Policy(m.OnStoreUnavailable)
+			return rule.Policy(m.OnStoreUnavailable)
 		},
 		StoreTimeout: cfg.StoreTimeout, MaxWaiters: cfg.MaxWaiters, Pipelines: cfg.Pipelines,
 		Gather: cfg.Gather, Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,

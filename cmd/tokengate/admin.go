@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -118,7 +119,7 @@ func (c tenantShowCmd) Run(ctx context.Context, g *globals) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		return printWindows(ctx, g.stdout, svc, []budget.Snapshot{s})
+		return printWindows(ctx, g.stdout, svc, []rule.Snapshot{s})
 	})
 }
 
@@ -131,7 +132,7 @@ func orDash(s string) string {
 
 // levelColumns are a tenant's balances against its limits, tab-separated:
 // tokens, capacity, rate, requests, open, period left, shadow limits.
-func levelColumns(s budget.Snapshot) string {
+func levelColumns(s rule.Snapshot) string {
 	req, period := "-", "-"
 	if s.Limits.RequestsCapacity > 0 {
 		req = fmt.Sprintf("%d/%d", s.Requests(), s.Limits.RequestsCapacity)
@@ -144,7 +145,7 @@ func levelColumns(s budget.Snapshot) string {
 		open += "/" + strconv.FormatInt(s.Limits.MaxConcurrent, 10)
 	}
 	return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s", s.Tokens(), s.Limits.TokensCapacity,
-		budget.FormatRate(s.Limits.TokensRateMicro), req, open, period, orDash(strings.Join(s.Limits.Shadow.Strings(), ",")))
+		rule.FormatRate(s.Limits.TokensRateMicro), req, open, period, orDash(strings.Join(s.Limits.Shadow.Strings(), ",")))
 }
 
 // tenantTreeCmd prints the budget tree holding a tenant, indented by level.
@@ -160,7 +161,7 @@ func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
 		}
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "TENANT\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
-		var snaps []budget.Snapshot
+		var snaps []rule.Snapshot
 		var walk func(n *budget.TreeNode, depth int)
 		walk = func(n *budget.TreeNode, depth int) {
 			snaps = append(snaps, n.Snapshot)
@@ -202,35 +203,35 @@ type tenantUpdateCmd struct {
 }
 
 // patch turns the flags given into a patch; the store checks its bounds.
-func (c tenantUpdateCmd) patch() (budget.LimitsPatch, error) {
-	var p budget.LimitsPatch
+func (c tenantUpdateCmd) patch() (rule.LimitsPatch, error) {
+	var p rule.LimitsPatch
 	if c.TokensCapacity != nil {
-		p.TokensCapacity = budget.Set(*c.TokensCapacity)
+		p.TokensCapacity = rule.Set(*c.TokensCapacity)
 	}
-	num := func(dst *budget.Change[int64], v *string, flag string, parse func(string) (int64, error)) error {
+	num := func(dst *rule.Change[int64], v *string, flag string, parse func(string) (int64, error)) error {
 		switch {
 		case v == nil:
 		case strings.TrimSpace(*v) == "none":
-			*dst = budget.Unset[int64]()
+			*dst = rule.Unset[int64]()
 		default:
 			n, err := parse(strings.TrimSpace(*v))
 			if err != nil {
 				return fmt.Errorf("--%s: want a number or none: %w", flag, err)
 			}
-			*dst = budget.Set(n)
+			*dst = rule.Set(n)
 		}
 		return nil
 	}
 	integer := func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) }
 	for _, f := range []struct {
-		dst   *budget.Change[int64]
+		dst   *rule.Change[int64]
 		v     *string
 		flag  string
 		parse func(string) (int64, error)
 	}{
-		{&p.TokensRateMicro, c.TokensPerSecond, "tokens-per-second", budget.ParseRate},
+		{&p.TokensRateMicro, c.TokensPerSecond, "tokens-per-second", rule.ParseRate},
 		{&p.RequestsCapacity, c.RequestsCapacity, "requests-capacity", integer},
-		{&p.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second", budget.ParseRate},
+		{&p.RequestsRateMicro, c.RequestsPerSecond, "requests-per-second", rule.ParseRate},
 		{&p.MaxConcurrent, c.MaxConcurrent, "max-concurrent", integer},
 		{&p.PeriodBudget, c.PeriodBudget, "period-budget", integer},
 	} {
@@ -239,41 +240,41 @@ func (c tenantUpdateCmd) patch() (budget.LimitsPatch, error) {
 		}
 	}
 	if c.Period != nil {
-		p.Period = budget.Set(budget.Period(*c.Period))
+		p.Period = rule.Set(rule.Period(*c.Period))
 		if *c.Period == "none" {
-			p.Period = budget.Unset[budget.Period]()
+			p.Period = rule.Unset[rule.Period]()
 		}
 	}
 	if c.ReservationTTL != nil {
-		p.ReservationTTLMS = budget.Set(c.ReservationTTL.Milliseconds())
+		p.ReservationTTLMS = rule.Set(c.ReservationTTL.Milliseconds())
 	}
 	if c.MaxWait != nil {
-		p.MaxWaitMS = budget.Set(c.MaxWait.Milliseconds())
+		p.MaxWaitMS = rule.Set(c.MaxWait.Milliseconds())
 	}
 	if c.OnStoreUnavailable != nil {
-		p.OnStoreUnavailable = budget.Set(budget.Policy(*c.OnStoreUnavailable))
+		p.OnStoreUnavailable = rule.Set(rule.Policy(*c.OnStoreUnavailable))
 		if *c.OnStoreUnavailable == "default" || *c.OnStoreUnavailable == "" {
-			p.OnStoreUnavailable = budget.Unset[budget.Policy]()
+			p.OnStoreUnavailable = rule.Unset[rule.Policy]()
 		}
 	}
 	switch {
 	case c.NoWindows && len(c.Windows) > 0:
 		return p, fmt.Errorf("--no-windows and --window: give one (--window replaces every window)")
 	case c.NoWindows:
-		p.Windows = budget.Unset[[]budget.WindowLimit]()
+		p.Windows = rule.Unset[[]rule.WindowLimit]()
 	case len(c.Windows) > 0:
 		ws, err := parseWindowSpecs(c.Windows)
 		if err != nil {
 			return p, err
 		}
-		p.Windows = budget.Set(ws)
+		p.Windows = rule.Set(ws)
 	}
 	if c.Shadow != nil {
-		set, err := budget.ParseLimitSet("shadow", *c.Shadow)
+		set, err := rule.ParseLimitSet("shadow", *c.Shadow)
 		if err != nil {
 			return p, fmt.Errorf("--shadow: %w", err)
 		}
-		p.Shadow = budget.Set(set)
+		p.Shadow = rule.Set(set)
 	}
 	return p, p.Check()
 }
@@ -289,7 +290,7 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
-			snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
+			snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
 		return nil
 	})
 }
@@ -388,8 +389,8 @@ func (modelListCmd) Run(ctx context.Context, g *globals) error {
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "MODEL\tENCODING\tIN WEIGHT\tOUT WEIGHT\tOUTPUT CAP\tCONTEXT\tPER PART")
 		for _, m := range table.Models() {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", m.Name, m.Encoding, budget.FormatRate(m.InputWeightMicro),
-				budget.FormatRate(m.OutputWeightMicro), m.DefaultOutputTokens, m.ContextWindow, m.PartTokens)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", m.Name, m.Encoding, rule.FormatRate(m.InputWeightMicro),
+				rule.FormatRate(m.OutputWeightMicro), m.DefaultOutputTokens, m.ContextWindow, m.PartTokens)
 		}
 		return w.Flush()
 	})
@@ -433,7 +434,7 @@ func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
 			{c.CacheWriteWeight, &m.CacheWriteWeightMicro, "cache-write-weight"},
 			{c.CacheWrite1hWeight, &m.CacheWrite1hWeightMicro, "cache-write-1h-weight"}} {
 			if w.v != nil {
-				if *w.dst, err = budget.ParseRate(*w.v); err != nil {
+				if *w.dst, err = rule.ParseRate(*w.v); err != nil {
 					return fmt.Errorf("--%s: %w", w.flag, err)
 				}
 			}

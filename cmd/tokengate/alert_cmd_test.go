@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -243,8 +244,8 @@ func TestAlertEventsAndRedeliver(t *testing.T) {
 	b := setupAlert(t)
 	store := budget.NewStore(b.pool)
 	t.Cleanup(store.Close)
-	_, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: budget.Limits{TokensCapacity: 1_000_000,
-		TokensRateMicro: budget.Micro, PeriodBudget: 1000, Period: budget.PeriodDay}})
+	_, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1_000_000,
+		TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodDay}})
 	if err != nil {
 		t.Fatal(err)
 	}

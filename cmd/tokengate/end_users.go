@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // endUsersCmd manages a tenant's end users: the policy that gives each of
@@ -126,7 +127,7 @@ func (c endUsersListCmd) Run(ctx context.Context, g *globals) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		snaps := make([]budget.Snapshot, len(list))
+		snaps := make([]rule.Snapshot, len(list))
 		for i, u := range list {
 			snaps[i] = u.Snapshot
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -46,7 +47,7 @@ func TestEveryFaceCountsItsRefusals(t *testing.T) {
 	pool := pgtest.Pool(t, dbURL, nil)
 	store := budget.NewStore(pool)
 	for _, id := range []string{"px", "rl"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: budget.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,19 +2,37 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the tests, or, with TOKENGATE_TEST_AS_MAIN=1, runs this
+// binary as tokengate itself, for tests that run the CLI as a user does
+// (the README's round trip).
+func TestMain(m *testing.M) {
+	if os.Getenv(asMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	// serve builds the estimator's tables before it answers (seconds under
+	// the race detector): built once here, no test's readiness wait pays it.
+	if err := estimator.Load(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pgtest.Main(m)
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // modelLimitsCmd manages a tenant's per-model input and output token
@@ -31,19 +32,19 @@ type modelLimitsSetCmd struct {
 }
 
 func (c modelLimitsSetCmd) Run(ctx context.Context, g *globals) error {
-	l := budget.ModelLimits{Model: c.Model, InputCapacity: c.InputCapacity, OutputCapacity: c.OutputCapacity}
+	l := rule.ModelLimits{Model: c.Model, InputCapacity: c.InputCapacity, OutputCapacity: c.OutputCapacity}
 	var err error
 	if c.InputPerSecond != "" {
-		if l.InputRateMicro, err = budget.ParseRate(c.InputPerSecond); err != nil {
+		if l.InputRateMicro, err = rule.ParseRate(c.InputPerSecond); err != nil {
 			return fmt.Errorf("--input-per-second: %w", err)
 		}
 	}
 	if c.OutputPerSecond != "" {
-		if l.OutputRateMicro, err = budget.ParseRate(c.OutputPerSecond); err != nil {
+		if l.OutputRateMicro, err = rule.ParseRate(c.OutputPerSecond); err != nil {
 			return fmt.Errorf("--output-per-second: %w", err)
 		}
 	}
-	if l.Shadow, err = budget.ParseLimitSet("shadow", c.Shadow); err != nil {
+	if l.Shadow, err = rule.ParseLimitSet("shadow", c.Shadow); err != nil {
 		return fmt.Errorf("--shadow: %w", err)
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
@@ -72,7 +73,7 @@ func (c modelLimitsListCmd) Run(ctx context.Context, g *globals) error {
 			if capacity == 0 {
 				return "-", "-"
 			}
-			return fmt.Sprintf("%d/%d", micro/budget.Micro, capacity), budget.FormatRate(rate)
+			return fmt.Sprintf("%d/%d", micro/rule.Micro, capacity), rule.FormatRate(rate)
 		}
 		for _, m := range list {
 			l := m.Limits

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // poolCmd manages upstream capacity pools: one upstream deployment's own
@@ -27,7 +28,7 @@ type poolLimitsFlags struct {
 }
 
 func (f poolLimitsFlags) limits() (budget.PoolLimits, error) {
-	rate, err := budget.ParseRate(f.TokensPerSecond)
+	rate, err := rule.ParseRate(f.TokensPerSecond)
 	if err != nil {
 		return budget.PoolLimits{}, fmt.Errorf("--tokens-per-second: %w", err)
 	}
@@ -49,7 +50,7 @@ func (c poolCreateCmd) Run(ctx context.Context, g *globals) error {
 		if err := svc.PoolCreate(ctx, c.ID, l, c.Models...); err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stderr, "created pool %s: %d tokens, refilling %s/s\n", c.ID, l.TokensCapacity, budget.FormatRate(l.TokensRateMicro))
+		fmt.Fprintf(g.stderr, "created pool %s: %d tokens, refilling %s/s\n", c.ID, l.TokensCapacity, rule.FormatRate(l.TokensRateMicro))
 		return nil
 	})
 }
@@ -107,8 +108,8 @@ func (poolListCmd) Run(ctx context.Context, g *globals) error {
 			for _, sh := range p.Shares {
 				total += sh.Served
 			}
-			head := fmt.Sprintf("%s\t%d/%d\t%s\t%s", p.ID, p.TokensMicro/budget.Micro, p.Limits.TokensCapacity,
-				budget.FormatRate(p.Limits.TokensRateMicro), orDash(strings.Join(p.Models, ",")))
+			head := fmt.Sprintf("%s\t%d/%d\t%s\t%s", p.ID, p.TokensMicro/rule.Micro, p.Limits.TokensCapacity,
+				rule.FormatRate(p.Limits.TokensRateMicro), orDash(strings.Join(p.Models, ",")))
 			if len(p.Shares) == 0 {
 				fmt.Fprintf(w, "%s\t-\t-\t-\t-\n", head)
 			}
@@ -136,6 +137,6 @@ type keyPriorityCmd struct {
 
 func (c keyPriorityCmd) Run(ctx context.Context, g *globals) error {
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		return svc.KeySetPriority(ctx, c.Tenant, c.Key, budget.Priority(c.Priority), c.Actor)
+		return svc.KeySetPriority(ctx, c.Tenant, c.Key, rule.Priority(c.Priority), c.Actor)
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/replica"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/web"
 )
@@ -140,7 +141,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	// admit through one admission layer and authenticate through one guard.
 	rep, err := replica.New(replica.Config{
 		DB: pool, Reads: reads, Logger: logger, Estimator: est, Alerts: alerts, Local: local,
-		DefaultPolicy: budget.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
+		DefaultPolicy: rule.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
 	})
@@ -261,7 +262,7 @@ func (s serveCmd) replicaID() (string, error) {
 // local opens the spool of the local failure policy, when configured.
 func (s serveCmd) local(logger *slog.Logger, id string) (*outage.Local, error) {
 	if s.SpoolDir == "" {
-		if s.OnStoreUnavailable == string(budget.PolicyLocal) {
+		if s.OnStoreUnavailable == string(rule.PolicyLocal) {
 			logger.Warn("--on-store-unavailable=local needs --spool-dir; the local policy acts as reject")
 		}
 		return nil, nil

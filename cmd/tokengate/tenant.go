@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 type tenantCmd struct {
@@ -41,19 +42,19 @@ type tenantCreateCmd struct {
 	Windows            []string      `name:"window" sep:"none" placeholder:"SPEC" help:"${window_help}"`
 }
 
-func (c tenantCreateCmd) limits() (budget.Limits, error) {
-	l := budget.Limits{
+func (c tenantCreateCmd) limits() (rule.Limits, error) {
+	l := rule.Limits{
 		TokensCapacity:     c.TokensCapacity,
 		RequestsCapacity:   c.RequestsCapacity,
 		MaxConcurrent:      c.MaxConcurrent,
 		PeriodBudget:       c.PeriodBudget,
-		Period:             budget.Period(c.Period),
+		Period:             rule.Period(c.Period),
 		ReservationTTL:     c.ReservationTTL,
 		MaxWait:            c.MaxWait,
-		OnStoreUnavailable: budget.Policy(c.OnStoreUnavailable),
+		OnStoreUnavailable: rule.Policy(c.OnStoreUnavailable),
 	}
 	var err error
-	if l.Shadow, err = budget.ParseLimitSet("shadow", c.Shadow); err != nil {
+	if l.Shadow, err = rule.ParseLimitSet("shadow", c.Shadow); err != nil {
 		return l, fmt.Errorf("--shadow: %w", err)
 	}
 	if len(c.Windows) > 0 {
@@ -61,11 +62,11 @@ func (c tenantCreateCmd) limits() (budget.Limits, error) {
 			return l, err
 		}
 	}
-	if l.TokensRateMicro, err = budget.ParseRate(c.TokensPerSecond); err != nil {
+	if l.TokensRateMicro, err = rule.ParseRate(c.TokensPerSecond); err != nil {
 		return l, fmt.Errorf("--tokens-per-second: %w", err)
 	}
 	if c.RequestsPerSecond != "" {
-		if l.RequestsRateMicro, err = budget.ParseRate(c.RequestsPerSecond); err != nil {
+		if l.RequestsRateMicro, err = rule.ParseRate(c.RequestsPerSecond); err != nil {
 			return l, fmt.Errorf("--requests-per-second: %w", err)
 		}
 	}
@@ -79,14 +80,14 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
 		snap, err := svc.TenantCreate(ctx, budget.CreateTenantParams{ID: c.ID, Parent: c.Parent, Limits: l, Actor: "cli"})
-		if errors.Is(err, budget.ErrTenantExists) && c.IfNotExists {
+		if errors.Is(err, rule.ErrTenantExists) && c.IfNotExists {
 			fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stderr, "created tenant %s: %d tokens, refilling %s/s\n", snap.TenantID, snap.Limits.TokensCapacity, budget.FormatRate(snap.Limits.TokensRateMicro))
+		fmt.Fprintf(g.stderr, "created tenant %s: %d tokens, refilling %s/s\n", snap.TenantID, snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
 		return nil
 	})
 }
@@ -153,8 +154,8 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 			fmt.Fprintln(g.stderr, "demo: tenants exist; a new key: bin/tokengate key create demo ; a new admin token: bin/tokengate admin-token create NAME")
 			return nil
 		}
-		l := budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * budget.Micro, RequestsCapacity: 600,
-			RequestsRateMicro: 10 * budget.Micro, MaxConcurrent: 50}
+		l := rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * rule.Micro, RequestsCapacity: 600,
+			RequestsRateMicro: 10 * rule.Micro, MaxConcurrent: 50}
 		if _, err := svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -37,7 +38,7 @@ func TestTenantAndKeyCreate(t *testing.T) {
 	}
 	l := snap.Limits
 	if l.TokensCapacity != 5000 || l.TokensRateMicro != 2_500_000 || l.RequestsCapacity != 60 || l.MaxConcurrent != 4 ||
-		l.PeriodBudget != 100000 || l.Period != budget.PeriodMonth || snap.Tokens() != 5000 {
+		l.PeriodBudget != 100000 || l.Period != rule.PeriodMonth || snap.Tokens() != 5000 {
 		t.Fatalf("created %+v", snap)
 	}
 	if _, _, err := cli2(t, "tenant", "create", "acme", "--database-url", url, "--tokens-capacity", "1", "--tokens-per-second", "1"); err == nil {

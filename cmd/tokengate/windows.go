@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // windowFlagHelp explains --window once for create and update.
@@ -20,8 +20,8 @@ const windowFlagHelp = "A calendar window (repeat for several): name=NAME,unit=h
 
 // parseWindowSpecs reads --window flags into windows, validated as the API
 // validates them: an error names the flag and the field (windows[i].money).
-func parseWindowSpecs(specs []string) ([]budget.WindowLimit, error) {
-	js := make([]budget.WindowJSON, len(specs))
+func parseWindowSpecs(specs []string) ([]rule.WindowLimit, error) {
+	js := make([]rule.WindowJSON, len(specs))
 	for i, spec := range specs {
 		j, err := parseWindowSpec(spec)
 		if err != nil {
@@ -29,7 +29,7 @@ func parseWindowSpecs(specs []string) ([]budget.WindowLimit, error) {
 		}
 		js[i] = j
 	}
-	ws, err := budget.ParseWindows(js)
+	ws, err := rule.ParseWindows(js)
 	if err != nil {
 		return nil, fmt.Errorf("--window: %w", err)
 	}
@@ -46,8 +46,8 @@ var windowSpecKeys = map[string]string{
 
 // parseWindowSpec reads one "key=value,..." spec. Its errors start with
 // the field they concern, for parseWindowSpecs to prefix.
-func parseWindowSpec(spec string) (budget.WindowJSON, error) {
-	var j budget.WindowJSON
+func parseWindowSpec(spec string) (rule.WindowJSON, error) {
+	var j rule.WindowJSON
 	seen := map[string]bool{}
 	for _, part := range strings.Split(spec, ",") {
 		key, value, ok := strings.Cut(strings.TrimSpace(part), "=")
@@ -112,7 +112,7 @@ func formatMoney(micro int64, currency string) string {
 	if micro < 0 {
 		sign, micro = "-", -micro
 	}
-	s := budget.FormatRate(micro)
+	s := rule.FormatRate(micro)
 	whole, frac, _ := strings.Cut(s, ".")
 	for len(frac) < 2 {
 		frac += "0"
@@ -122,8 +122,8 @@ func formatMoney(micro int64, currency string) string {
 
 // windowAmount writes an amount a window counts: tokens as an integer,
 // money with its currency.
-func windowAmount(w budget.WindowLimit, n int64, currency string) string {
-	if w.Counts == budget.CountMoney {
+func windowAmount(w rule.WindowLimit, n int64, currency string) string {
+	if w.Counts == rule.CountMoney {
 		return formatMoney(n, currency)
 	}
 	return strconv.FormatInt(n, 10)
@@ -131,7 +131,7 @@ func windowAmount(w budget.WindowLimit, n int64, currency string) string {
 
 // resetTime writes an instant in a window's zone, as its tenant reads it:
 // "2026-12-05 09:00 CET (Europe/Paris)".
-func resetTime(w budget.WindowLimit, t time.Time) string {
+func resetTime(w rule.WindowLimit, t time.Time) string {
 	loc := w.Location
 	if loc == nil {
 		loc = time.UTC
@@ -147,7 +147,7 @@ func resetTime(w budget.WindowLimit, t time.Time) string {
 // counts, used of its limit, its ceiling when soft, the money its span
 // cost (from the ledger, for tokens windows too) and its next reset in the
 // window's zone. Nothing when no tenant has a window.
-func printWindows(ctx context.Context, out io.Writer, svc *admin.Service, snaps []budget.Snapshot) error {
+func printWindows(ctx context.Context, out io.Writer, svc *admin.Service, snaps []rule.Snapshot) error {
 	spend, err := svc.WindowSpend(ctx, snaps...)
 	if err != nil || spend.Money == nil {
 		return err

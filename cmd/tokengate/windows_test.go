@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -37,9 +38,9 @@ func TestTenantWindowsFromTheCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := snap.Limits.Windows
-	if len(ws) != 2 || ws[0].Name != "daily" || ws[0].Counts != budget.CountMoney || ws[0].Limit != 25_500_000 || ws[0].OveragePercent != 10 ||
+	if len(ws) != 2 || ws[0].Name != "daily" || ws[0].Counts != rule.CountMoney || ws[0].Limit != 25_500_000 || ws[0].OveragePercent != 10 ||
 		ws[0].ResetAt != 9*time.Hour || ws[0].Location.String() != "Europe/Paris" || len(ws[0].Thresholds) != 3 ||
-		ws[1].Name != "weekly" || ws[1].Counts != budget.CountTokens || ws[1].Limit != 1_000_000 || ws[1].WeekStart != time.Sunday {
+		ws[1].Name != "weekly" || ws[1].Counts != rule.CountTokens || ws[1].Limit != 1_000_000 || ws[1].WeekStart != time.Sunday {
 		t.Fatalf("windows %+v", ws)
 	}
 

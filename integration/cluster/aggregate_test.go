@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestAggregateAdmissionAcrossFourReplicas: four replicas, one tenant with
@@ -18,7 +18,7 @@ import (
 func TestAggregateAdmissionAcrossFourReplicas(t *testing.T) {
 	c := newCluster(t, 4, nil)
 	const capacity, rate = 2000, 500
-	key := c.tenant("acme", budget.Limits{TokensCapacity: capacity, TokensRateMicro: rate * budget.Micro})
+	key := c.tenant("acme", rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate * rule.Micro})
 	stop := make(chan struct{})
 	time.AfterFunc(8*time.Second, func() { close(stop) })
 	answers := load(c.replicas, key, 32, 50, stop)
@@ -46,15 +46,15 @@ func TestAggregateAdmissionAcrossFourReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	elapsed := last.Sub(created).Microseconds()
-	bound := capacity*budget.Micro + rate*elapsed // micro-tokens
+	bound := capacity*rule.Micro + rate*elapsed // micro-tokens
 	if ledgerCost != admitted {
 		t.Fatalf("clients saw %d admitted, the ledger %d", admitted, ledgerCost)
 	}
-	if admitted*budget.Micro > bound {
-		t.Fatalf("admitted %d tokens > C + R x T = %.1f", admitted, float64(bound)/budget.Micro)
+	if admitted*rule.Micro > bound {
+		t.Fatalf("admitted %d tokens > C + R x T = %.1f", admitted, float64(bound)/rule.Micro)
 	}
-	if float64(admitted*budget.Micro) < 0.95*float64(bound) {
-		t.Fatalf("admitted %d tokens < 95%% of C + R x T = %.1f: quota wasted", admitted, float64(bound)/budget.Micro)
+	if float64(admitted*rule.Micro) < 0.95*float64(bound) {
+		t.Fatalf("admitted %d tokens < 95%% of C + R x T = %.1f: quota wasted", admitted, float64(bound)/rule.Micro)
 	}
 	if rejected == 0 {
 		t.Fatal("demand never exceeded the allowance")
@@ -71,6 +71,6 @@ func TestAggregateAdmissionAcrossFourReplicas(t *testing.T) {
 		t.Fatalf("only %d replicas admitted anything", len(perReplica))
 	}
 	t.Logf("admitted %d of a bound of %.1f tokens (%.2f%%) over %s; %d rejections",
-		admitted, float64(bound)/budget.Micro, 100*float64(admitted*budget.Micro)/float64(bound), last.Sub(created), rejected)
+		admitted, float64(bound)/rule.Micro, 100*float64(admitted*rule.Micro)/float64(bound), last.Sub(created), rejected)
 	c.audit()
 }

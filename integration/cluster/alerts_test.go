@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestAlertDeliveredAfterReplicaKilledMidDelivery: two replicas dispatch
@@ -96,7 +96,7 @@ func TestAlertDeliveredAfterReplicaKilledMidDelivery(t *testing.T) {
 	mu.Lock()
 	secret = ep.Secret
 	mu.Unlock()
-	tenantKey := c.tenant("acme", budget.Limits{TokensCapacity: 1_000_000, TokensRateMicro: budget.Micro, PeriodBudget: 1000, Period: budget.PeriodDay})
+	tenantKey := c.tenant("acme", rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodDay})
 	var rule alert.Rule
 	adminCall("/v1/admin/alerts/rules", map[string]any{"tenant": "acme", "endpoint": ep.Endpoint.ID, "kind": "period_budget",
 		"thresholds": []int{10, 20, 30, 40, 50, 60, 70, 80, 90, 95}}, &rule)

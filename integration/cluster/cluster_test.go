@@ -26,6 +26,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/patroni"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -233,7 +234,7 @@ func (c *cluster) addReplica(name string, migrate bool) *replica {
 }
 
 // tenant creates a tenant in the shared database and returns a key.
-func (c *cluster) tenant(id string, l budget.Limits) string {
+func (c *cluster) tenant(id string, l rule.Limits) string {
 	c.t.Helper()
 	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		c.t.Fatal(err)

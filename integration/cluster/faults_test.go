@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestPostgresPausedUnderEachPolicy pauses Postgres in the middle of load on
@@ -23,8 +24,8 @@ func TestPostgresPausedUnderEachPolicy(t *testing.T) {
 	c := newCluster(t, 2, map[string]string{
 		"TOKENGATE_REPLICAS": "2", "TOKENGATE_SPOOL_DIR": "/spool", "TOKENGATE_STORE_TIMEOUT": "1s",
 	})
-	strict := c.tenant("strict", budget.Limits{TokensCapacity: 5000, TokensRateMicro: 2000 * budget.Micro, OnStoreUnavailable: budget.PolicyReject})
-	lenient := c.tenant("lenient", budget.Limits{TokensCapacity: 5000, TokensRateMicro: 2000 * budget.Micro, OnStoreUnavailable: budget.PolicyLocal})
+	strict := c.tenant("strict", rule.Limits{TokensCapacity: 5000, TokensRateMicro: 2000 * rule.Micro, OnStoreUnavailable: rule.PolicyReject})
+	lenient := c.tenant("lenient", rule.Limits{TokensCapacity: 5000, TokensRateMicro: 2000 * rule.Micro, OnStoreUnavailable: rule.PolicyLocal})
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -100,7 +101,7 @@ func TestPostgresPausedUnderEachPolicy(t *testing.T) {
 // TTL, and the tenant is admitted again.
 func TestReplicaKilledWithOpenReservations(t *testing.T) {
 	c := newCluster(t, 2, map[string]string{"TOKENGATE_SWEEP_INTERVAL": "500ms"})
-	key := c.tenant("acme", budget.Limits{TokensCapacity: 100_000, TokensRateMicro: 100 * budget.Micro, MaxConcurrent: 3, ReservationTTL: 2 * time.Second})
+	key := c.tenant("acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 100 * rule.Micro, MaxConcurrent: 3, ReservationTTL: 2 * time.Second})
 	for range 3 {
 		if a := admit(c.replicas[0].url, key, "", 10); a.code != http.StatusCreated {
 			t.Fatalf("%+v", a)
@@ -125,7 +126,7 @@ func TestReplicaKilledWithOpenReservations(t *testing.T) {
 // exactly one debit, whatever the errors on the way.
 func TestPostgresRestartedMidLoad(t *testing.T) {
 	c := newCluster(t, 2, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s"})
-	key := c.tenant("acme", budget.Limits{TokensCapacity: 10_000_000, TokensRateMicro: 100_000 * budget.Micro})
+	key := c.tenant("acme", rule.Limits{TokensCapacity: 10_000_000, TokensRateMicro: 100_000 * rule.Micro})
 	var mu sync.Mutex
 	final := map[string]string{} // idempotency key -> admission id
 	errorsSeen := map[string]int{}

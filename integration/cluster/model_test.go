@@ -21,7 +21,7 @@ import (
 	"github.com/tokengate/tokengate/ledger"
 )
 
-// The checker: a single-threaded model of design.md's admission contract,
+// The checker: a single-threaded model of the admission contract (docs/contract.md),
 // written from the contract and not from package budget (it imports none
 // of it). It replays each tenant's ledger in order, recomputing every
 // refill, balance and count from the tenant's limits and the entries'
@@ -51,7 +51,7 @@ type mlimits struct {
 	periodBudget         int64
 }
 
-// bucket is design.md's token bucket, in micro units: refill is
+// bucket is the contract's token bucket, in micro units: refill is
 // floor(rate × elapsed µs / 1e6), never past capacity (a balance above it
 // stays), elapsed clamped at zero, and the time never moves back.
 type bucket struct {
@@ -121,7 +121,7 @@ type entry struct {
 
 // replayedLocal marks a reserve entry that a replica's replay wrote: an
 // admission the replica made on its own while Postgres was away (the
-// local failure policy). design.md lets it exceed the shared limits by
+// local failure policy). The contract lets it exceed the shared limits by
 // what the other replicas spent meanwhile, so its limits are not checked;
 // its debit, and everything after it, are.
 const replayedLocal = "admitted locally during a store outage"
@@ -658,7 +658,7 @@ func (l ledgerView) end(adm string) (string, entry) {
 }
 
 // proxySettles is the cost the proxy settles for the usage its upstream
-// reported: usage no request could produce is clamped (README), the output
+// reported: usage no request could produce is clamped (docs/contract.md), the output
 // to what was reserved, then the input to what the model's window leaves
 // (or what was reserved, if more).
 func proxySettles(in, maxOut, reportedIn, reportedOut int64) int64 {

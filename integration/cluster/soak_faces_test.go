@@ -262,12 +262,12 @@ func (w *workload) rlsRetried(r *rand.Rand, client int, a rlsHeld, end bool, hit
 
 // rlsKey is the idempotency key under which the service reserves a
 // request id (api/rls: "rls:" and the id), as the store keeps it, in the
-// service's namespace (budget.Face.StoredKey: "rls " before it), by which
+// service's namespace (rule.Face.StoredKey: "rls " before it), by which
 // the checker finds its admission.
 func rlsKey(requestID string) string { return "rls rls:" + requestID }
 
 // proxyKey is a proxy call's Idempotency-Key as the store keeps it, in the
-// proxy's namespace (budget.Face.StoredKey: "proxy " before it; "" for
+// proxy's namespace (rule.Face.StoredKey: "proxy " before it; "" for
 // none).
 func proxyKey(idem string) string {
 	if idem == "" {

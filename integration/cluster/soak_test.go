@@ -21,12 +21,13 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestSoak runs a randomized workload against three replicas (containers)
 // on one Postgres while faults strike at random moments, records every
 // request and answer the clients saw, and then checks the whole history
-// and the ledger against a single-threaded model of design.md (model_test.go)
+// and the ledger against a single-threaded model of the admission contract (docs/contract.md; model_test.go)
 // that shares no code with budget. Clients come through all three faces of
 // every replica: the HTTP API, the OpenAI proxy (in front of an upstream
 // this process emulates) and Envoy's rate limit service. SOAK_SECONDS
@@ -92,18 +93,18 @@ func soak(t *testing.T, ha bool) {
 		t.Logf("soak: planted: synchronous_commit=local (a commit does not wait for the standby), maximum_lag_on_failover 1 GiB")
 	}
 	const ttl = 3 * time.Second
-	tenants := map[string]budget.Limits{
-		"tok":  {TokensCapacity: 3000, TokensRateMicro: 300 * budget.Micro, ReservationTTL: ttl},
-		"req":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, RequestsCapacity: 30, RequestsRateMicro: 4 * budget.Micro, ReservationTTL: ttl},
-		"conc": {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, MaxConcurrent: 4, ReservationTTL: ttl},
-		"per":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, PeriodBudget: 15_000, Period: budget.PeriodDay, ReservationTTL: ttl},
+	tenants := map[string]rule.Limits{
+		"tok":  {TokensCapacity: 3000, TokensRateMicro: 300 * rule.Micro, ReservationTTL: ttl},
+		"req":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * rule.Micro, RequestsCapacity: 30, RequestsRateMicro: 4 * rule.Micro, ReservationTTL: ttl},
+		"conc": {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * rule.Micro, MaxConcurrent: 4, ReservationTTL: ttl},
+		"per":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * rule.Micro, PeriodBudget: 15_000, Period: rule.PeriodDay, ReservationTTL: ttl},
 		// Admitted by the replicas on their own while Postgres is away,
 		// and replayed into it afterwards.
-		"loc": {TokensCapacity: 3000, TokensRateMicro: 300 * budget.Micro, MaxConcurrent: 6, ReservationTTL: ttl, OnStoreUnavailable: budget.PolicyLocal},
+		"loc": {TokensCapacity: 3000, TokensRateMicro: 300 * rule.Micro, MaxConcurrent: 6, ReservationTTL: ttl, OnStoreUnavailable: rule.PolicyLocal},
 		// A budget nested in another: "ta" and "tb" must each fit "org".
-		"org": {TokensCapacity: 4000, TokensRateMicro: 400 * budget.Micro, MaxConcurrent: 6, ReservationTTL: ttl},
-		"ta":  {TokensCapacity: 3000, TokensRateMicro: 250 * budget.Micro, ReservationTTL: ttl},
-		"tb":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * budget.Micro, RequestsCapacity: 20, RequestsRateMicro: 3 * budget.Micro, ReservationTTL: ttl},
+		"org": {TokensCapacity: 4000, TokensRateMicro: 400 * rule.Micro, MaxConcurrent: 6, ReservationTTL: ttl},
+		"ta":  {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
+		"tb":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * rule.Micro, RequestsCapacity: 20, RequestsRateMicro: 3 * rule.Micro, ReservationTTL: ttl},
 	}
 	parents := map[string]string{"ta": "org", "tb": "org"}
 	keys := map[string]string{}

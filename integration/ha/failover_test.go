@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/patroni"
 )
 
@@ -19,7 +19,7 @@ import (
 // and decides nothing.
 var reject = map[string]string{"TOKENGATE_ON_STORE_UNAVAILABLE": "reject"}
 
-var roomy = budget.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: 1_000_000 * budget.Micro, OnStoreUnavailable: budget.PolicyReject}
+var roomy = rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: 1_000_000 * rule.Micro, OnStoreUnavailable: rule.PolicyReject}
 
 // assertOnlyPolicy503s fails on any answer but 201 and the reject policy's
 // 503s. A 500 here is tokengate treating a failover as a bug: a read-only

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/patroni"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -233,7 +234,7 @@ func (c *cluster) pool(node string, params ...string) *pgxpool.Pool {
 }
 
 // tenant creates a tenant on the leader and returns a key.
-func (c *cluster) tenant(pool *pgxpool.Pool, id string, l budget.Limits) string {
+func (c *cluster) tenant(pool *pgxpool.Pool, id string, l rule.Limits) string {
 	c.t.Helper()
 	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		c.t.Fatal(err)

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"archive/zip"
@@ -113,7 +113,7 @@ func nonPortable(name string) (rest string, ok bool) {
 	return "", false
 }
 
-// storedZone reads a zone from a stored row (a tenant's windows, an
+// StoredZone reads a zone from a stored row (a tenant's windows, an
 // end-user template), which an older build may have accepted from a host's
 // zoneinfo. It never fails, because a failure here was a 400 to every
 // request of the tenant, forever, for a configuration the tenant's caller
@@ -126,7 +126,7 @@ func nonPortable(name string) (rest string, ok bool) {
 //     and keep what the admin set, and counts in UTC until a build that
 //     knows it; a change of the tenant's windows must then name a zone
 //     this build knows (parseZone).
-func storedZone(name string) (*time.Location, error) {
+func StoredZone(name string) (*time.Location, error) {
 	if loc, err := parseZone(name); err == nil {
 		return loc, nil
 	}

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ type Limits struct {
 	// PeriodBudget and Period are the window named "period" (a budget of
 	// tokens per UTC day or month), as the API spelled it before Windows:
 	// setting them sets that window, and a plain "period" window shows in
-	// them (syncPeriod).
+	// them (SyncPeriod).
 	PeriodBudget int64
 	Period       Period
 	// Windows are the tenant's calendar windows (windows.go), each a
@@ -137,9 +137,9 @@ func ValidateTenantID(id string) error {
 	return nil
 }
 
-// maxAmount keeps capacities small enough that micro-unit arithmetic on
+// MaxAmount keeps capacities small enough that micro-unit arithmetic on
 // them never overflows int64 (9.2e18 / 1e6 = 9.2e12, with headroom).
-const maxAmount = 1_000_000_000_000
+const MaxAmount = 1_000_000_000_000
 
 // Validate returns a *LimitError naming the first invalid field, after
 // filling defaults.
@@ -151,19 +151,19 @@ func (l *Limits) Validate() error {
 		l.MaxWait = DefaultMaxWait
 	}
 	switch {
-	case l.TokensCapacity <= 0 || l.TokensCapacity > maxAmount:
-		return &LimitError{"tokens_capacity", fmt.Sprintf("must be between 1 and %d", int64(maxAmount))}
-	case l.TokensRateMicro <= 0 || l.TokensRateMicro > maxAmount*Micro/1000:
+	case l.TokensCapacity <= 0 || l.TokensCapacity > MaxAmount:
+		return &LimitError{"tokens_capacity", fmt.Sprintf("must be between 1 and %d", int64(MaxAmount))}
+	case l.TokensRateMicro <= 0 || l.TokensRateMicro > MaxAmount*Micro/1000:
 		return &LimitError{"tokens_per_second", "must be greater than 0 (and at most 1e9)"}
-	case l.RequestsCapacity < 0 || l.RequestsCapacity > maxAmount:
+	case l.RequestsCapacity < 0 || l.RequestsCapacity > MaxAmount:
 		return &LimitError{"requests_capacity", "must be positive"}
-	case l.RequestsRateMicro < 0 || l.RequestsRateMicro > maxAmount*Micro/1000:
+	case l.RequestsRateMicro < 0 || l.RequestsRateMicro > MaxAmount*Micro/1000:
 		return &LimitError{"requests_per_second", "must be positive"}
 	case (l.RequestsCapacity == 0) != (l.RequestsRateMicro == 0):
 		return &LimitError{"requests_per_second", "requests_capacity and requests_per_second are set together"}
 	case l.MaxConcurrent < 0 || l.MaxConcurrent > math.MaxInt32:
 		return &LimitError{"max_concurrent", "must be positive"}
-	case l.PeriodBudget < 0 || l.PeriodBudget > maxAmount:
+	case l.PeriodBudget < 0 || l.PeriodBudget > MaxAmount:
 		return &LimitError{"period_budget", "must be positive"}
 	case l.Period != PeriodNone && l.Period != PeriodDay && l.Period != PeriodMonth:
 		return &LimitError{"period", `must be "day" or "month"`}
@@ -182,7 +182,7 @@ func (l *Limits) Validate() error {
 	case l.Shadow.Has(LimitConcurrency) && l.MaxConcurrent == 0:
 		return &LimitError{"shadow", "concurrency is not configured, so it cannot be a shadow limit"}
 	}
-	l.syncPeriod()
+	l.SyncPeriod()
 	if err := validateWindows(l.Windows); err != nil {
 		return err
 	}
@@ -210,8 +210,8 @@ func ParseRate(s string) (int64, error) {
 		whole = "0"
 	}
 	w, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil || w > maxAmount {
-		return 0, fmt.Errorf("rate %q: want a non-negative decimal number up to %d", s, int64(maxAmount))
+	if err != nil || w > MaxAmount {
+		return 0, fmt.Errorf("rate %q: want a non-negative decimal number up to %d", s, int64(MaxAmount))
 	}
 	var f int64
 	if frac != "" {

@@ -1,4 +1,4 @@
-package budget_test
+package rule_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestRetryAfterRoundsUpAndIsNeverZero: the faces used to round the same
@@ -29,7 +29,7 @@ func TestRetryAfterRoundsUpAndIsNeverZero(t *testing.T) {
 		{90 * time.Second, 90000, 90},
 		{time.Duration(math.MaxInt64), 9223372036855, 9223372037},
 	} {
-		if ms, sec := budget.RetryAfterMillis(c.d), budget.RetryAfterSeconds(c.d); ms != c.ms || sec != c.sec {
+		if ms, sec := rule.RetryAfterMillis(c.d), rule.RetryAfterSeconds(c.d); ms != c.ms || sec != c.sec {
 			t.Errorf("%v: %d ms, %d s; want %d ms, %d s", c.d, ms, sec, c.ms, c.sec)
 		}
 	}
@@ -43,17 +43,17 @@ func TestRetryAfterRoundsUpAndIsNeverZero(t *testing.T) {
 func TestHugeWaitSaturatesAtNever(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	s := budget.TenantState{
-		Limits: budget.Limits{TokensCapacity: 50_000, TokensRateMicro: 1},
-		Tokens: budget.Bucket{CapacityMicro: 50_000 * budget.Micro, RateMicro: 1, BalanceMicro: 20_000 * budget.Micro, At: now},
+	s := rule.TenantState{
+		Limits: rule.Limits{TokensCapacity: 50_000, TokensRateMicro: 1},
+		Tokens: rule.Bucket{CapacityMicro: 50_000 * rule.Micro, RateMicro: 1, BalanceMicro: 20_000 * rule.Micro, At: now},
 	}
-	refusals := budget.Refusals(s, budget.Amount{Cost: 30_000}, now)
-	var rej *budget.RejectedError
-	if len(refusals) != 1 || !errors.As(refusals[0], &rej) || rej.RetryAfter != budget.NeverRefills || !rej.Never() {
+	refusals := rule.Refusals(s, rule.Amount{Cost: 30_000}, now)
+	var rej *rule.RejectedError
+	if len(refusals) != 1 || !errors.As(refusals[0], &rej) || rej.RetryAfter != rule.NeverRefills || !rej.Never() {
 		t.Fatalf("refusals %v (retry after %v), want tokens refusing with NeverRefills", refusals, rej)
 	}
 	snap := s.Snapshot("acme", now)
-	if snap.TokensFullIn != budget.NeverRefills {
+	if snap.TokensFullIn != rule.NeverRefills {
 		t.Fatalf("full in %v, want NeverRefills", snap.TokensFullIn)
 	}
 	for _, h := range snap.RateHeaders() {
@@ -62,7 +62,7 @@ func TestHugeWaitSaturatesAtNever(t *testing.T) {
 		}
 	}
 	// A long wait that a Duration holds is no "never".
-	if budget.Never(100 * 365 * 24 * time.Hour) {
+	if rule.Never(100 * 365 * 24 * time.Hour) {
 		t.Fatal("a hundred years is a wait, not never")
 	}
 }
@@ -73,27 +73,30 @@ func TestHugeWaitSaturatesAtNever(t *testing.T) {
 func TestExhaustedWindowSaysWhatItSpent(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
-	ws, err := budget.ParseWindows([]budget.WindowJSON{{Name: "daily", Unit: "day", Money: ptr("25"), OveragePercent: 10}})
+	ws, err := rule.ParseWindows([]rule.WindowJSON{{Name: "daily", Unit: "day", Money: ptr("25"), OveragePercent: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
-	s := budget.TenantState{
-		Limits:  budget.Limits{TokensCapacity: 2_000_000, TokensRateMicro: budget.Micro, Windows: ws},
-		Tokens:  budget.Bucket{CapacityMicro: 2_000_000 * budget.Micro, RateMicro: budget.Micro, BalanceMicro: 2_000_000 * budget.Micro, At: now},
-		Windows: []budget.WindowUsage{{Start: &start, Used: 27_000_000}},
+	s := rule.TenantState{
+		Limits:  rule.Limits{TokensCapacity: 2_000_000, TokensRateMicro: rule.Micro, Windows: ws},
+		Tokens:  rule.Bucket{CapacityMicro: 2_000_000 * rule.Micro, RateMicro: rule.Micro, BalanceMicro: 2_000_000 * rule.Micro, At: now},
+		Windows: []rule.WindowUsage{{Start: &start, Used: 27_000_000}},
 	}
-	refusals := budget.Refusals(s, budget.Amount{Cost: 100, Money: 600_000}, now)
-	var exh *budget.BudgetExhaustedError
-	if len(refusals) != 1 || !errors.As(refusals[0], &exh) || !errors.Is(refusals[0], budget.ErrBudgetExhausted) || !errors.Is(refusals[0], budget.ErrRejected) {
+	refusals := rule.Refusals(s, rule.Amount{Cost: 100, Money: 600_000}, now)
+	var exh *rule.BudgetExhaustedError
+	if len(refusals) != 1 || !errors.As(refusals[0], &exh) || !errors.Is(refusals[0], rule.ErrBudgetExhausted) || !errors.Is(refusals[0], rule.ErrRejected) {
 		t.Fatalf("refusals %v", refusals)
 	}
-	if exh.Window != "daily" || exh.Counts != budget.CountMoney || exh.Spent != 27_000_000 || exh.Budget != 25_000_000 || exh.Cap != 27_500_000 ||
+	if exh.Window != "daily" || exh.Counts != rule.CountMoney || exh.Spent != 27_000_000 || exh.Budget != 25_000_000 || exh.Cap != 27_500_000 ||
 		exh.Cost != 600_000 || exh.Remaining() != 500_000 || !exh.Resets.Equal(start.AddDate(0, 0, 1)) || exh.RetryAfter != 15*time.Hour {
 		t.Fatalf("%+v", exh)
 	}
-	var rej *budget.RejectedError
-	if !errors.As(refusals[0], &rej) || rej.Limit != budget.LimitPeriodBudget || rej.Window != "daily" {
+	var rej *rule.RejectedError
+	if !errors.As(refusals[0], &rej) || rej.Limit != rule.LimitPeriodBudget || rej.Window != "daily" {
 		t.Fatalf("the refusal it embeds: %+v", rej)
 	}
 }
+
+// ptr is v's address, for optional fields in literals.
+func ptr[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"encoding/json"
@@ -83,10 +83,10 @@ func (w WindowLimit) plainPeriod() (Period, bool) {
 	return PeriodNone, false
 }
 
-// sameCalendar reports whether two windows count the same spans of time in
+// SameCalendar reports whether two windows count the same spans of time in
 // the same unit: a change of anything else (its limit, overage,
 // thresholds) keeps what was used in the current window.
-func (w WindowLimit) sameCalendar(o WindowLimit) bool {
+func (w WindowLimit) SameCalendar(o WindowLimit) bool {
 	return w.Unit == o.Unit && w.loc().String() == o.loc().String() && w.ResetAt == o.ResetAt &&
 		(w.Unit != WindowWeek || w.WeekStart == o.WeekStart) && w.Counts == o.Counts
 }
@@ -111,11 +111,11 @@ func validateWindows(ws []WindowLimit) error {
 			return &LimitError{field("name"), fmt.Sprintf("%q names two windows", w.Name)}
 		case w.Counts != CountTokens && w.Counts != CountMoney:
 			return &LimitError{field("tokens"), "set tokens or money (exactly one)"}
-		case w.Limit <= 0 || w.Limit > maxAmount*Micro && w.Counts == CountMoney || w.Limit > maxAmount && w.Counts == CountTokens:
+		case w.Limit <= 0 || w.Limit > MaxAmount*Micro && w.Counts == CountMoney || w.Limit > MaxAmount && w.Counts == CountTokens:
 			if w.Counts == CountMoney {
-				return &LimitError{field("money"), fmt.Sprintf("must be between 0.000001 and %d", int64(maxAmount))}
+				return &LimitError{field("money"), fmt.Sprintf("must be between 0.000001 and %d", int64(MaxAmount))}
 			}
-			return &LimitError{field("tokens"), fmt.Sprintf("must be between 1 and %d", int64(maxAmount))}
+			return &LimitError{field("tokens"), fmt.Sprintf("must be between 1 and %d", int64(MaxAmount))}
 		case w.OveragePercent < 0 || w.OveragePercent > 1000:
 			return &LimitError{field("overage_percent"), "must be between 0 and 1000"}
 		case len(w.Thresholds) > 10:
@@ -202,11 +202,11 @@ func WindowsJSON(ws []WindowLimit) []WindowJSON {
 }
 
 // ParseWindows reads and validates windows as the API sends them.
-func ParseWindows(js []WindowJSON) ([]WindowLimit, error) { return parseWindows(js, parseZone) }
+func ParseWindows(js []WindowJSON) ([]WindowLimit, error) { return ParseWindowsWith(js, parseZone) }
 
-// parseWindows is ParseWindows with the zones read by zoneOf (storedZone
+// ParseWindowsWith is ParseWindows with the zones read by zoneOf (StoredZone
 // for stored rows).
-func parseWindows(js []WindowJSON, zoneOf func(string) (*time.Location, error)) ([]WindowLimit, error) {
+func ParseWindowsWith(js []WindowJSON, zoneOf func(string) (*time.Location, error)) ([]WindowLimit, error) {
 	out := make([]WindowLimit, 0, len(js))
 	for i, j := range js {
 		w, err := j.limit(fmt.Sprintf("windows[%d]", i), zoneOf)
@@ -236,8 +236,8 @@ type usageJSON struct {
 	Used  int64      `json:"used"`
 }
 
-// encodeUsage spells the usage of ws for the tenants row (nil: no windows).
-func encodeUsage(ws []WindowLimit, us []WindowUsage) []byte {
+// EncodeUsage spells the usage of ws for the tenants row (nil: no windows).
+func EncodeUsage(ws []WindowLimit, us []WindowUsage) []byte {
 	if len(ws) == 0 {
 		return nil
 	}
@@ -249,9 +249,9 @@ func encodeUsage(ws []WindowLimit, us []WindowUsage) []byte {
 	return b
 }
 
-// decodeWindows reads the windows and their usage from the tenants row.
+// DecodeWindows reads the windows and their usage from the tenants row.
 // The row only ever holds what validateWindows accepted.
-func decodeWindows(config, usage []byte) ([]WindowLimit, []WindowUsage, error) {
+func DecodeWindows(config, usage []byte) ([]WindowLimit, []WindowUsage, error) {
 	if len(config) == 0 {
 		return nil, nil, nil
 	}
@@ -261,7 +261,7 @@ func decodeWindows(config, usage []byte) ([]WindowLimit, []WindowUsage, error) {
 	}
 	ws := make([]WindowLimit, len(js))
 	for i, j := range js {
-		w, err := j.limit("windows", storedZone) // a zone this build cannot load never refuses the tenant
+		w, err := j.limit("windows", StoredZone) // a zone this build cannot load never refuses the tenant
 		if err != nil {
 			return nil, nil, fmt.Errorf("budget: decode windows: %w", err)
 		}
@@ -288,8 +288,8 @@ func usageFor(ws []WindowLimit, us []usageJSON) []WindowUsage {
 	return out
 }
 
-// encodeWindows spells ws for the tenants row (nil: none).
-func encodeWindows(ws []WindowLimit) []byte {
+// EncodeWindows spells ws for the tenants row (nil: none).
+func EncodeWindows(ws []WindowLimit) []byte {
 	if len(ws) == 0 {
 		return nil
 	}
@@ -297,11 +297,11 @@ func encodeWindows(ws []WindowLimit) []byte {
 	return b
 }
 
-// syncPeriod keeps the period_budget and period fields and the "period"
+// SyncPeriod keeps the period_budget and period fields and the "period"
 // window one thing: fields set make (or change) the window; the window, when
 // plain, shows as the fields. Called by Validate, so every way limits are
 // made (create, patch, template, the row) agrees.
-func (l *Limits) syncPeriod() {
+func (l *Limits) SyncPeriod() {
 	i := slices.IndexFunc(l.Windows, func(w WindowLimit) bool { return w.Name == PeriodWindowName })
 	if l.PeriodBudget > 0 && l.Period != PeriodNone {
 		cal, _ := l.Period.Window()

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"math"
@@ -103,7 +103,7 @@ func (b *Bucket) TimeUntilFull() time.Duration { return b.TimeUntil(b.CapacityMi
 // can overflow.
 func (b *Bucket) Refund(amountMicro int64) int64 {
 	if amountMicro <= 0 {
-		room, ok := sub64(b.BalanceMicro, b.Floor())
+		room, ok := Sub64(b.BalanceMicro, b.Floor())
 		applied := amountMicro
 		switch {
 		case ok && room <= 0:
@@ -114,7 +114,7 @@ func (b *Bucket) Refund(amountMicro int64) int64 {
 		b.BalanceMicro += applied
 		return applied
 	}
-	room, ok := sub64(max(b.CapacityMicro, b.BalanceMicro), b.BalanceMicro)
+	room, ok := Sub64(max(b.CapacityMicro, b.BalanceMicro), b.BalanceMicro)
 	applied := amountMicro
 	if ok && room < applied {
 		applied = room
@@ -160,10 +160,10 @@ func (p Period) next(start time.Time) time.Time {
 	return time.Time{}
 }
 
-// roundUpMS rounds d up to whole milliseconds, saturating at NeverRefills
+// RoundUpMS rounds d up to whole milliseconds, saturating at NeverRefills
 // instead of wrapping to a negative wait (which the faces used to answer
 // as "Retry-After: 1" and a reset in the past).
-func roundUpMS(d time.Duration) time.Duration {
+func RoundUpMS(d time.Duration) time.Duration {
 	if Never(d) {
 		return NeverRefills
 	}

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"errors"
@@ -27,8 +27,8 @@ const (
 	FaceRLS   Face = "rls"
 )
 
-// or is f, or FaceAPI for none.
-func (f Face) or() Face {
+// Or is f, or FaceAPI for none.
+func (f Face) Or() Face {
 	if f == "" {
 		return FaceAPI
 	}
@@ -44,7 +44,7 @@ func (f Face) or() Face {
 // (IdempotencyKeyProblem, which the decision applies), so a prefixed key
 // can equal no key of the API, nor of another face. "" stays "".
 func (f Face) StoredKey(key string) string {
-	if key == "" || f.or() == FaceAPI {
+	if key == "" || f.Or() == FaceAPI {
 		return key
 	}
 	return string(f) + " " + key

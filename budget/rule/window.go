@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"fmt"
@@ -122,7 +122,7 @@ func ParseWindow(unit, zone, resetAt, weekStart string) (Window, error) {
 	return parseWindow(unit, zone, resetAt, weekStart, parseZone)
 }
 
-// parseWindow is ParseWindow with the zone read by zoneOf (storedZone for
+// parseWindow is ParseWindow with the zone read by zoneOf (StoredZone for
 // stored rows).
 func parseWindow(unit, zone, resetAt, weekStart string, zoneOf func(string) (*time.Location, error)) (Window, error) {
 	w := Window{Unit: WindowUnit(strings.ToLower(strings.TrimSpace(unit))), WeekStart: time.Monday}

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"math"
@@ -60,7 +60,7 @@ func TestBucketTimeUntil(t *testing.T) {
 			t.Errorf("%s: timeUntil = %s, want %s", tt.name, got, tt.want)
 		}
 	}
-	if got := roundUpMS(333334 * time.Microsecond); got != 334*time.Millisecond {
+	if got := RoundUpMS(333334 * time.Microsecond); got != 334*time.Millisecond {
 		t.Errorf("roundUpMS = %s", got)
 	}
 }

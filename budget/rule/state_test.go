@@ -1,4 +1,4 @@
-package budget_test
+package rule_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // step is one moment of an ordered scenario over a frozen clock: advance
@@ -30,7 +30,7 @@ type endStep struct {
 	late             bool
 }
 
-func runScenario(t *testing.T, s budget.TenantState, start time.Time, steps []step) {
+func runScenario(t *testing.T, s rule.TenantState, start time.Time, steps []step) {
 	t.Helper()
 	for i, st := range steps {
 		now := start.Add(st.at)
@@ -38,9 +38,9 @@ func runScenario(t *testing.T, s budget.TenantState, start time.Time, steps []st
 		if st.end != nil {
 			s.End(st.end.estimate, st.end.actual, start.Add(st.end.createdAt), st.end.late)
 		} else {
-			err := budget.Decide(s, st.cost, now)
-			var rej *budget.RejectedError
-			var tl *budget.TooLargeError
+			err := rule.Decide(s, st.cost, now)
+			var rej *rule.RejectedError
+			var tl *rule.TooLargeError
 			switch {
 			case err == nil:
 				if st.want != "ok" {
@@ -71,16 +71,16 @@ func runScenario(t *testing.T, s budget.TenantState, start time.Time, steps []st
 	}
 }
 
-func newState(l budget.Limits, at time.Time) budget.TenantState {
+func newState(l rule.Limits, at time.Time) rule.TenantState {
 	if err := l.Validate(); err != nil { // as every way of making limits does: period_budget becomes a window
 		panic(err)
 	}
-	s := budget.TenantState{Limits: l}
-	s.Tokens = budget.Bucket{CapacityMicro: l.TokensCapacity * budget.Micro, RateMicro: l.TokensRateMicro,
-		BalanceMicro: l.TokensCapacity * budget.Micro, At: at}
+	s := rule.TenantState{Limits: l}
+	s.Tokens = rule.Bucket{CapacityMicro: l.TokensCapacity * rule.Micro, RateMicro: l.TokensRateMicro,
+		BalanceMicro: l.TokensCapacity * rule.Micro, At: at}
 	if l.RequestsCapacity > 0 {
-		s.Requests = budget.Bucket{CapacityMicro: l.RequestsCapacity * budget.Micro, RateMicro: l.RequestsRateMicro,
-			BalanceMicro: l.RequestsCapacity * budget.Micro, At: at}
+		s.Requests = rule.Bucket{CapacityMicro: l.RequestsCapacity * rule.Micro, RateMicro: l.RequestsRateMicro,
+			BalanceMicro: l.RequestsCapacity * rule.Micro, At: at}
 	}
 	return s
 }
@@ -94,10 +94,10 @@ func TestDecideScenarios(t *testing.T) {
 	start := time.Date(2026, 12, 31, 23, 59, 58, 0, time.UTC)
 	scenarios := []struct {
 		name   string
-		limits budget.Limits
+		limits rule.Limits
 		steps  []step
 	}{
-		{"token bucket refills exactly", budget.Limits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro}, []step{
+		{"token bucket refills exactly", rule.Limits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}, []step{
 			{cost: 60, want: "ok", tokens: 40, open: 1},
 			{cost: 50, want: "tokens", retry: time.Second, tokens: 40, open: 1}, // 10 short at 10/s
 			{at: 999 * time.Millisecond, cost: 50, want: "tokens", retry: time.Millisecond, tokens: 49, open: 1},
@@ -105,21 +105,21 @@ func TestDecideScenarios(t *testing.T) {
 			{at: 100 * time.Second, cost: 0, want: "ok", tokens: 100, open: 3}, // refill stops at capacity
 			{at: 100 * time.Second, cost: 101, want: "too_large", tokens: 100, open: 3},
 		}},
-		{"a fractional rate rounds the wait up to the millisecond", budget.Limits{TokensCapacity: 10, TokensRateMicro: 333_333}, []step{
+		{"a fractional rate rounds the wait up to the millisecond", rule.Limits{TokensCapacity: 10, TokensRateMicro: 333_333}, []step{
 			{cost: 10, want: "ok", tokens: 0, open: 1},
 			{cost: 1, want: "tokens", retry: 3001 * time.Millisecond, tokens: 0, open: 1}, // 1e6/333333 us = 3.000003 s
 		}},
-		{"tokens are checked before requests, requests before concurrency", budget.Limits{TokensCapacity: 10, TokensRateMicro: budget.Micro,
-			RequestsCapacity: 1, RequestsRateMicro: budget.Micro / 2, MaxConcurrent: 1}, []step{
+		{"tokens are checked before requests, requests before concurrency", rule.Limits{TokensCapacity: 10, TokensRateMicro: rule.Micro,
+			RequestsCapacity: 1, RequestsRateMicro: rule.Micro / 2, MaxConcurrent: 1}, []step{
 			{cost: 5, want: "ok", tokens: 5, open: 1},
 			{cost: 6, want: "tokens", retry: time.Second, tokens: 5, open: 1},
 			{cost: 1, want: "requests", retry: 2 * time.Second, tokens: 5, open: 1},
-			{at: 2 * time.Second, cost: 1, want: "concurrency", retry: budget.ConcurrencyRetryHint, tokens: 7, open: 1},
+			{at: 2 * time.Second, cost: 1, want: "concurrency", retry: rule.ConcurrencyRetryHint, tokens: 7, open: 1},
 			{at: 2 * time.Second, end: &endStep{estimate: 5, actual: 2}, tokens: 10, open: 0}, // refund capped at capacity
 			{at: 2 * time.Second, cost: 1, want: "ok", tokens: 9, open: 1},
 		}},
-		{"period budget rolls at midnight UTC", budget.Limits{TokensCapacity: 100, TokensRateMicro: 100 * budget.Micro,
-			PeriodBudget: 150, Period: budget.PeriodDay}, []step{
+		{"period budget rolls at midnight UTC", rule.Limits{TokensCapacity: 100, TokensRateMicro: 100 * rule.Micro,
+			PeriodBudget: 150, Period: rule.PeriodDay}, []step{
 			{cost: 100, want: "ok", tokens: 0, open: 1, periodOK: 100},
 			{at: time.Second, cost: 60, want: "period_budget", retry: time.Second, tokens: 100, open: 1, periodOK: 100},
 			{at: 2 * time.Second, cost: 60, want: "ok", tokens: 40, open: 2, periodOK: 60}, // a new day
@@ -130,13 +130,13 @@ func TestDecideScenarios(t *testing.T) {
 			// Today's settles for more: the extra counts today.
 			{at: 2 * time.Second, end: &endStep{estimate: 60, actual: 80, createdAt: 2 * time.Second}, tokens: 80, open: 0, periodOK: 80},
 		}},
-		{"an extra charge makes debt that refill pays back", budget.Limits{TokensCapacity: 100, TokensRateMicro: 10 * budget.Micro}, []step{
+		{"an extra charge makes debt that refill pays back", rule.Limits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}, []step{
 			{cost: 100, want: "ok", tokens: 0, open: 1},
 			{end: &endStep{estimate: 100, actual: 150}, tokens: -50, open: 0},
 			{at: 5 * time.Second, cost: 1, want: "tokens", retry: 100 * time.Millisecond, tokens: 0, open: 0}, // the debt is paid, 1 token is 0.1 s away
 			{at: 10 * time.Second, cost: 50, want: "ok", tokens: 0, open: 1},
 		}},
-		{"a late settle does not free the slot again", budget.Limits{TokensCapacity: 10, TokensRateMicro: budget.Micro, MaxConcurrent: 2}, []step{
+		{"a late settle does not free the slot again", rule.Limits{TokensCapacity: 10, TokensRateMicro: rule.Micro, MaxConcurrent: 2}, []step{
 			{cost: 5, want: "ok", tokens: 5, open: 1},
 			{end: &endStep{estimate: 5, actual: 5, late: true}, tokens: 5, open: 1},
 		}},
@@ -153,10 +153,10 @@ func TestDecideScenarios(t *testing.T) {
 func TestDecideChangesNothing(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s := newState(budget.Limits{TokensCapacity: 10, TokensRateMicro: budget.Micro, MaxConcurrent: 1}, now)
+	s := newState(rule.Limits{TokensCapacity: 10, TokensRateMicro: rule.Micro, MaxConcurrent: 1}, now)
 	s.Open = 1
 	before := s
-	if err := budget.Decide(s, 5, now); !errors.Is(err, budget.ErrRejected) {
+	if err := rule.Decide(s, 5, now); !errors.Is(err, rule.ErrRejected) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(s, before) {

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"strconv"
@@ -96,10 +96,10 @@ func Refusals(s TenantState, a Amount, now time.Time) []error {
 		}
 	}
 	if need := cost * Micro; need > s.Tokens.BalanceMicro && cost <= l.TokensCapacity {
-		out = append(out, &RejectedError{Limit: LimitTokens, RetryAfter: roundUpMS(s.Tokens.TimeUntil(need))})
+		out = append(out, &RejectedError{Limit: LimitTokens, RetryAfter: RoundUpMS(s.Tokens.TimeUntil(need))})
 	}
 	if s.Requests.CapacityMicro > 0 && s.Requests.BalanceMicro < Micro {
-		out = append(out, &RejectedError{Limit: LimitRequests, RetryAfter: roundUpMS(s.Requests.TimeUntil(Micro))})
+		out = append(out, &RejectedError{Limit: LimitRequests, RetryAfter: RoundUpMS(s.Requests.TimeUntil(Micro))})
 	}
 	if l.MaxConcurrent > 0 && s.Open >= l.MaxConcurrent {
 		out = append(out, &RejectedError{Limit: LimitConcurrency, RetryAfter: ConcurrencyRetryHint})
@@ -111,15 +111,15 @@ func Refusals(s TenantState, a Amount, now time.Time) []error {
 		if n := a.of(w); n <= w.Ceiling() && s.Windows[i].Used+n > w.Ceiling() {
 			resets := w.Next(*s.Windows[i].Start)
 			out = append(out, &BudgetExhaustedError{
-				RejectedError: RejectedError{Limit: LimitPeriodBudget, Window: w.Name, RetryAfter: roundUpMS(resets.Sub(now))},
+				RejectedError: RejectedError{Limit: LimitPeriodBudget, Window: w.Name, RetryAfter: RoundUpMS(resets.Sub(now))},
 				Counts:        w.Counts, Spent: s.Windows[i].Used, Budget: w.Limit, Cap: w.Ceiling(), Cost: n, Resets: resets})
 		}
 	}
 	return out
 }
 
-// limitOf is the limit a refusal from Refusals names.
-func limitOf(err error) Limit {
+// LimitOf is the limit a refusal from Refusals names.
+func LimitOf(err error) Limit {
 	switch e := err.(type) {
 	case *TooLargeError:
 		return e.Limit
@@ -158,7 +158,7 @@ func (s *TenantState) DebitExcept(a Amount, skip LimitSet) (int64, error) {
 		return 0, err
 	}
 	used, err := s.windowsAfter(func(w WindowLimit, u WindowUsage) (int64, error) {
-		return addMicro("period_used", u.Used, a.of(w))
+		return AddMicro("period_used", u.Used, a.of(w))
 	}, skip)
 	if err != nil {
 		return 0, err
@@ -273,7 +273,7 @@ func (s *TenantState) EndDebited(estimate, actual Amount, debitedMicro *int64, c
 		d := actual.of(w) - estimate.of(w)
 		switch {
 		case d > 0:
-			return addMicro("period_used", u.Used, d)
+			return AddMicro("period_used", u.Used, d)
 		case u.Start != nil && !createdAt.Before(*u.Start):
 			return max(0, u.Used+d), nil
 		}
@@ -348,12 +348,12 @@ func (s TenantState) Snapshot(tenantID string, now time.Time) Snapshot {
 		At:               now,
 		Limits:           s.Limits,
 		TokensMicro:      s.Tokens.BalanceMicro,
-		TokensFullIn:     roundUpMS(s.Tokens.TimeUntilFull()),
+		TokensFullIn:     RoundUpMS(s.Tokens.TimeUntilFull()),
 		OpenReservations: s.Open,
 	}
 	if s.Requests.CapacityMicro > 0 {
 		snap.RequestsMicro = s.Requests.BalanceMicro
-		snap.RequestsFullIn = roundUpMS(s.Requests.TimeUntilFull())
+		snap.RequestsFullIn = RoundUpMS(s.Requests.TimeUntilFull())
 	}
 	for i, w := range s.Limits.Windows {
 		if i >= len(s.Windows) || s.Windows[i].Start == nil {

@@ -1,4 +1,4 @@
-package budget_test
+package rule_test
 
 import (
 	"encoding/binary"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // tzif is a zone file (TZif, version 1) of one fixed offset: what a host's
@@ -62,17 +62,17 @@ func TestWindowZonesIgnoreTheHostsZoneinfo(t *testing.T) {
 
 func zoneinfoChild(t *testing.T) {
 	for _, name := range []string{"right/UTC", "Test/HostOnly", "posix/Europe/Paris", "localtime"} {
-		_, err := budget.ParseWindow("day", name, "", "")
-		var le *budget.LimitError
+		_, err := rule.ParseWindow("day", name, "", "")
+		var le *rule.LimitError
 		if !errors.As(err, &le) || le.Field != "window.time_zone" {
 			t.Errorf("zone %q: %v, want a LimitError on window.time_zone", name, err)
 		}
 	}
-	_, err := budget.ParseWindow("day", "right/UTC", "", "")
+	_, err := rule.ParseWindow("day", "right/UTC", "", "")
 	if err == nil || !strings.Contains(err.Error(), `"UTC"`) {
 		t.Errorf("right/UTC: %v, want the error to name the portable zone UTC", err)
 	}
-	w, err := budget.ParseWindow("day", "Europe/Paris", "", "")
+	w, err := rule.ParseWindow("day", "Europe/Paris", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package budget
+package rule
 
 import (
 	"fmt"
@@ -94,7 +94,7 @@ func (p LimitsPatch) Empty() bool {
 // capacity and its rate) are checked by Limits.Validate on the result of
 // Apply.
 func (p LimitsPatch) Check() error {
-	rateMax := int64(maxAmount * Micro / 1000)
+	rateMax := int64(MaxAmount * Micro / 1000)
 	for _, f := range []struct {
 		name     string
 		c        Change[int64]
@@ -102,12 +102,12 @@ func (p LimitsPatch) Check() error {
 		unset    string // why it cannot be unset; "" when it can
 		zero     string // the hint when 0 is sent
 	}{
-		{"tokens_capacity", p.TokensCapacity, 1, maxAmount, "required: the token bucket cannot be removed", ""},
+		{"tokens_capacity", p.TokensCapacity, 1, MaxAmount, "required: the token bucket cannot be removed", ""},
 		{"tokens_per_second", p.TokensRateMicro, 1, rateMax, "required: the token bucket cannot be removed", ""},
-		{"requests_capacity", p.RequestsCapacity, 1, maxAmount, "", "null removes the request bucket"},
+		{"requests_capacity", p.RequestsCapacity, 1, MaxAmount, "", "null removes the request bucket"},
 		{"requests_per_second", p.RequestsRateMicro, 1, rateMax, "", "null removes the request bucket"},
 		{"max_concurrent", p.MaxConcurrent, 1, math.MaxInt32, "", "null removes the cap"},
-		{"period_budget", p.PeriodBudget, 1, maxAmount, "", "null removes the period budget"},
+		{"period_budget", p.PeriodBudget, 1, MaxAmount, "", "null removes the period budget"},
 		{"reservation_ttl_ms", p.ReservationTTLMS, MinReservationTTL.Milliseconds(), MaxReservationTTL.Milliseconds(), "", "null restores the default"},
 		{"max_wait_ms", p.MaxWaitMS, MinMaxWait.Milliseconds(), MaxMaxWait.Milliseconds(), "", "null restores the default"},
 	} {
