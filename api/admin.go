@@ -232,7 +232,7 @@ func (p *limitsPatch) patch() (rule.LimitsPatch, error) {
 }
 
 func (s *Server) adminTenantList(c *echo.Context) error {
-	snaps, err := s.budget.TenantList(c.Request().Context())
+	snaps, err := s.admin.TenantList(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 		return err
 	}
 	l := patch.Apply(rule.Limits{})
-	snap, err := s.budget.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
+	snap, err := s.admin.TenantCreate(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
 	if errors.Is(err, rule.ErrTenantExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a tenant with this id exists"}
 	}
@@ -283,7 +283,7 @@ type treeJSON struct {
 // root: the organisation, its teams and their tenants, each with its own
 // gauges.
 func (s *Server) adminTenantTree(c *echo.Context) error {
-	roots, err := s.budget.TenantTree(c.Request().Context(), c.Param("id"))
+	roots, err := s.admin.TenantTree(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -305,7 +305,7 @@ func (s *Server) adminTenantTree(c *echo.Context) error {
 }
 
 func (s *Server) adminTenantGet(c *echo.Context) error {
-	snap, err := s.budget.TenantSnapshot(c.Request().Context(), c.Param("id"))
+	snap, err := s.admin.Tenant(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (s *Server) adminTenantLimits(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := s.budget.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: c.Param("id"), Patch: patch, Actor: actorOf(c)})
+	snap, err := s.admin.TenantLimitsUpdate(c.Request().Context(), budget.UpdateLimitsParams{TenantID: c.Param("id"), Patch: patch, Actor: actorOf(c)})
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func (s *Server) setDisabled(c *echo.Context, disabled bool) error {
 	if len(in.Reason) > 500 {
 		return invalid("reason", "at most 500 characters")
 	}
-	snap, err := s.budget.SetDisabled(c.Request().Context(), budget.SetDisabledParams{
+	snap, err := s.admin.TenantSetDisabled(c.Request().Context(), budget.SetDisabledParams{
 		TenantID: c.Param("id"), Disabled: disabled, Reason: in.Reason, Actor: actorOf(c)})
 	if err != nil {
 		return err
@@ -365,7 +365,7 @@ func (s *Server) adminTenantAdjust(c *echo.Context) error {
 	case strings.TrimSpace(in.Reason) == "" || len(in.Reason) > 500:
 		return invalid("reason", "required: 1 to 500 characters")
 	}
-	snap, err := s.budget.Adjust(c.Request().Context(), budget.AdjustParams{
+	snap, err := s.admin.TenantAdjust(c.Request().Context(), budget.AdjustParams{
 		TenantID: c.Param("id"), Tokens: *in.Tokens, Reason: in.Reason, Actor: actorOf(c)})
 	if errors.Is(err, budget.ErrBadAdjustment) {
 		return invalid("tokens", "required: a non-zero integer (positive credits, negative debits)")
@@ -407,11 +407,7 @@ func modelLimitsOf(m rule.ModelSnapshot) modelLimitsJSON {
 }
 
 func (s *Server) adminModelLimitsList(c *echo.Context) error {
-	ctx := c.Request().Context()
-	if _, err := s.budget.TenantSnapshot(ctx, c.Param("id")); err != nil {
-		return err
-	}
-	list, err := s.budget.ModelLimitsList(ctx, c.Param("id"))
+	list, err := s.admin.ModelLimitsList(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -448,7 +444,7 @@ func (s *Server) adminModelLimitsPut(c *echo.Context) error {
 	if l.Shadow, err = rule.ParseLimitSet("shadow", in.Shadow); err != nil {
 		return err
 	}
-	snap, err := s.budget.SetModelLimits(c.Request().Context(), budget.SetModelLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})
+	snap, err := s.admin.ModelLimitsSet(c.Request().Context(), budget.SetModelLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})
 	if err != nil {
 		return err
 	}
@@ -460,7 +456,7 @@ func (s *Server) adminModelLimitsDelete(c *echo.Context) error {
 	if model == "" {
 		return invalid("model", "name the model: ?model=NAME")
 	}
-	if err := s.budget.RemoveModelLimits(c.Request().Context(), c.Param("id"), model, actorOf(c)); err != nil {
+	if err := s.admin.ModelLimitsRemove(c.Request().Context(), c.Param("id"), model, actorOf(c)); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

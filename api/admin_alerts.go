@@ -23,7 +23,7 @@ func (s *Server) adminAlertEndpointCreate(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	ep, secret, err := s.alerts.CreateEndpoint(c.Request().Context(), in.URL, in.Description)
+	ep, secret, err := s.admin.AlertEndpointCreate(c.Request().Context(), in.URL, in.Description)
 	if err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func (s *Server) adminAlertEndpointCreate(c *echo.Context) error {
 }
 
 func (s *Server) adminAlertEndpointList(c *echo.Context) error {
-	eps, err := s.alerts.Endpoints(c.Request().Context())
+	eps, err := s.admin.AlertEndpointList(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (s *Server) adminAlertEndpointList(c *echo.Context) error {
 }
 
 func (s *Server) adminAlertEndpointRotate(c *echo.Context) error {
-	secret, err := s.alerts.RotateSecret(c.Request().Context(), c.Param("endpoint"))
+	secret, err := s.admin.AlertEndpointRotate(c.Request().Context(), c.Param("endpoint"))
 	if err != nil {
 		return err
 	}
@@ -51,7 +51,7 @@ func (s *Server) adminAlertEndpointRotate(c *echo.Context) error {
 }
 
 func (s *Server) adminAlertEndpointDisable(c *echo.Context) error {
-	if err := s.alerts.DisableEndpoint(c.Request().Context(), c.Param("endpoint")); err != nil {
+	if err := s.admin.AlertEndpointDisable(c.Request().Context(), c.Param("endpoint")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -71,21 +71,16 @@ func (s *Server) adminAlertRuleCreate(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	r, err := s.alerts.CreateRule(c.Request().Context(), alert.RuleParams{TenantID: in.Tenant, EndpointID: in.Endpoint, Kind: in.Kind,
+	r, err := s.admin.AlertRuleCreate(c.Request().Context(), alert.RuleParams{TenantID: in.Tenant, EndpointID: in.Endpoint, Kind: in.Kind,
 		Thresholds: in.Thresholds, Limit: in.Limit, SustainMinutes: in.SustainMinutes})
 	if err != nil {
 		return err
-	}
-	// This replica raises its thresholds from its next decision on (the
-	// others within a few seconds).
-	if n, ok := s.budget.(interface{ NotePeriodAlertRule() }); ok && r.Kind == alert.KindPeriodBudget {
-		n.NotePeriodAlertRule()
 	}
 	return c.JSON(http.StatusCreated, r)
 }
 
 func (s *Server) adminAlertRuleList(c *echo.Context) error {
-	rules, err := s.alerts.Rules(c.Request().Context(), c.QueryParam("tenant"))
+	rules, err := s.admin.AlertRuleList(c.Request().Context(), c.QueryParam("tenant"))
 	if err != nil {
 		return err
 	}
@@ -100,7 +95,7 @@ func (s *Server) adminAlertRuleDelete(c *echo.Context) error {
 	if err != nil {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such alert rule"}
 	}
-	if err := s.alerts.DeleteRule(c.Request().Context(), id); err != nil {
+	if err := s.admin.AlertRuleDelete(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -115,7 +110,7 @@ func (s *Server) adminAlertEventList(c *echo.Context) error {
 		}
 		f.Limit = n
 	}
-	events, err := s.alerts.Events(c.Request().Context(), f)
+	events, err := s.admin.AlertEventList(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -126,7 +121,7 @@ func (s *Server) adminAlertEventList(c *echo.Context) error {
 }
 
 func (s *Server) adminAlertEventRedeliver(c *echo.Context) error {
-	if err := s.alerts.Redeliver(c.Request().Context(), c.Param("event")); err != nil {
+	if err := s.admin.AlertEventRedeliver(c.Request().Context(), c.Param("event")); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, map[string]any{"id": c.Param("event"), "state": "pending"})

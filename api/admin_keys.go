@@ -10,16 +10,8 @@ import (
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
-func (s *Server) tenantMustExist(c *echo.Context) error {
-	_, err := s.budget.TenantSnapshot(c.Request().Context(), c.Param("id"))
-	return err
-}
-
 func (s *Server) adminKeyList(c *echo.Context) error {
-	if err := s.tenantMustExist(c); err != nil {
-		return err
-	}
-	keys, err := credential.KeyList(c.Request().Context(), s.db, c.Param("id"))
+	keys, err := s.admin.KeyList(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -27,7 +19,7 @@ func (s *Server) adminKeyList(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyCreate(c *echo.Context) error {
-	k, secret, err := credential.KeyCreateRecorded(c.Request().Context(), s.budget, c.Param("id"), actorOf(c))
+	k, secret, err := s.admin.KeyCreate(c.Request().Context(), c.Param("id"), actorOf(c))
 	if errors.Is(err, credential.ErrTenantNotFound) {
 		return rule.ErrTenantNotFound
 	}
@@ -43,7 +35,7 @@ func (s *Server) adminKeyCreate(c *echo.Context) error {
 }
 
 func (s *Server) adminKeyRevoke(c *echo.Context) error {
-	err := credential.KeyRevokeRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), actorOf(c))
+	err := s.admin.KeyRevoke(c.Request().Context(), c.Param("id"), c.Param("key"), actorOf(c))
 	if errors.Is(err, credential.ErrKeyNotFound) {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked key for this tenant"}
 	}
@@ -62,7 +54,7 @@ func (s *Server) adminKeyPatch(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	err := credential.KeySetPriorityRecorded(c.Request().Context(), s.budget, c.Param("id"), c.Param("key"), rule.Priority(in.Priority), actorOf(c))
+	err := s.admin.KeySetPriority(c.Request().Context(), c.Param("id"), c.Param("key"), rule.Priority(in.Priority), actorOf(c))
 	switch {
 	case errors.Is(err, credential.ErrBadPriority):
 		return invalid("priority", `must be "critical", "standard" or "sheddable"`)
@@ -75,7 +67,7 @@ func (s *Server) adminKeyPatch(c *echo.Context) error {
 }
 
 func (s *Server) adminTokenList(c *echo.Context) error {
-	tokens, err := credential.AdminTokenList(c.Request().Context(), s.db)
+	tokens, err := s.admin.AdminTokenList(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -83,7 +75,7 @@ func (s *Server) adminTokenList(c *echo.Context) error {
 }
 
 func (s *Server) adminTokenRevoke(c *echo.Context) error {
-	err := credential.AdminTokenRevoke(c.Request().Context(), s.db, c.Param("id"))
+	err := s.admin.AdminTokenRevoke(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, credential.ErrAdminNotFound) {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such unrevoked admin token"}
 	}

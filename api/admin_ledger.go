@@ -106,7 +106,7 @@ func (s *Server) adminLedger(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.reads, f)
+	entries, next, err := s.admin.LedgerQuery(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (s *Server) exportLedger(c *echo.Context, f ledger.Filter) error {
 	if c.QueryParam("order") == "" {
 		f.Oldest = true // auditors read from the first entry
 	}
-	x, err := ledger.OpenExport(c.Request().Context(), s.reads, f)
+	x, err := s.admin.LedgerExport(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (s *Server) tenantLedger(c *echo.Context) error {
 		s.ensureRateHeaders(c)
 		return s.exportLedger(c, f)
 	}
-	entries, next, err := ledger.EntryQuery(c.Request().Context(), s.reads, f)
+	entries, next, err := s.admin.LedgerQuery(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func pageOf(entries []ledger.Entry, next *ledger.Cursor) ledgerPage {
 // adminLedgerVerify recomputes every tenant's chain and balances (or one
 // tenant's, with ?tenant=) and names the first broken entry of each.
 func (s *Server) adminLedgerVerify(c *echo.Context) error {
-	results, err := s.budget.Audit(c.Request().Context(), c.QueryParam("tenant"))
+	results, err := s.admin.LedgerVerify(c.Request().Context(), c.QueryParam("tenant"))
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func (s *Server) adminDriftReport(c *echo.Context) error {
 	if p.From.IsZero() {
 		p.From = time.Now().Add(-24 * time.Hour)
 	}
-	rows, err := s.budget.DriftReport(c.Request().Context(), p)
+	rows, err := s.admin.DriftReport(c.Request().Context(), p)
 	if err != nil {
 		return err
 	}

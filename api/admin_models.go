@@ -29,7 +29,7 @@ type modelJSON struct {
 }
 
 func (s *Server) adminModelList(c *echo.Context) error {
-	stored, err := estimator.ModelList(c.Request().Context(), s.db)
+	stored, err := s.admin.ModelList(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (s *Server) adminModelList(c *echo.Context) error {
 	for _, m := range stored {
 		byName[m.Name] = m
 	}
-	table, err := estimator.LoadTable(c.Request().Context(), s.db)
+	table, err := s.admin.ModelTable(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -112,18 +112,13 @@ func (p *modelPatch) apply(m *estimator.Model) error {
 // reloads this replica's table at once.
 func (s *Server) saveModel(c *echo.Context, m estimator.Model, create bool) error {
 	ctx := c.Request().Context()
-	save, status := estimator.ModelUpsert, http.StatusOK
+	save, status := s.admin.ModelSave, http.StatusOK
 	if create {
-		save, status = estimator.ModelInsert, http.StatusCreated
+		save, status = s.admin.ModelCreate, http.StatusCreated
 	}
-	if err := save(ctx, s.db, m, actorOf(c)); err != nil {
+	if err := save(ctx, m, actorOf(c)); err != nil {
 		return err
 	}
-	table, err := estimator.LoadTable(ctx, s.db)
-	if err != nil {
-		return err
-	}
-	s.estimator.SetTable(table)
 	j := modelOf(m)
 	j.Source, j.UpdatedBy = "stored", actorOf(c)
 	return c.JSON(status, j)

@@ -46,7 +46,7 @@ func poolOf(p budget.PoolSnapshot) poolJSON {
 }
 
 func (s *Server) adminPoolList(c *echo.Context) error {
-	pools, err := s.budget.Pools(c.Request().Context())
+	pools, err := s.admin.PoolList(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -58,16 +58,11 @@ func (s *Server) adminPoolList(c *echo.Context) error {
 }
 
 func (s *Server) findPool(c *echo.Context, id string) (poolJSON, error) {
-	pools, err := s.budget.Pools(c.Request().Context())
+	p, err := s.admin.Pool(c.Request().Context(), id)
 	if err != nil {
 		return poolJSON{}, err
 	}
-	for _, p := range pools {
-		if p.ID == id {
-			return poolOf(p), nil
-		}
-	}
-	return poolJSON{}, budget.ErrPoolNotFound
+	return poolOf(p), nil
 }
 
 type poolLimitsIn struct {
@@ -97,18 +92,12 @@ func (s *Server) adminPoolCreate(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	err = s.budget.CreatePool(ctx, in.ID, l)
+	err = s.admin.PoolCreate(c.Request().Context(), in.ID, l, in.Models...)
 	if errors.Is(err, budget.ErrPoolExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a pool with this id exists"}
 	}
 	if err != nil {
 		return err
-	}
-	for _, m := range in.Models {
-		if err := s.budget.RoutePool(ctx, m, in.ID); err != nil {
-			return err
-		}
 	}
 	p, err := s.findPool(c, in.ID)
 	if err != nil {
@@ -126,7 +115,7 @@ func (s *Server) adminPoolLimits(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.budget.SetPoolLimits(c.Request().Context(), c.Param("pool"), l); err != nil {
+	if err := s.admin.PoolSetLimits(c.Request().Context(), c.Param("pool"), l); err != nil {
 		return err
 	}
 	p, err := s.findPool(c, c.Param("pool"))
@@ -145,7 +134,7 @@ func (s *Server) adminPoolRoute(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	if err := s.budget.RoutePool(c.Request().Context(), in.Model, c.Param("pool")); err != nil {
+	if err := s.admin.PoolRoute(c.Request().Context(), in.Model, c.Param("pool")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -159,7 +148,7 @@ func (s *Server) adminPoolUnroute(c *echo.Context) error {
 	if _, err := s.findPool(c, c.Param("pool")); err != nil {
 		return err
 	}
-	if err := s.budget.RoutePool(c.Request().Context(), model, ""); err != nil {
+	if err := s.admin.PoolRoute(c.Request().Context(), model, ""); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -172,7 +161,7 @@ func (s *Server) adminPoolWeight(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	if err := s.budget.SetPoolWeight(c.Request().Context(), c.Param("pool"), c.Param("id"), in.Weight); err != nil {
+	if err := s.admin.PoolSetWeight(c.Request().Context(), c.Param("pool"), c.Param("id"), in.Weight); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -71,7 +71,7 @@ func (s *Server) adminPriceList(c *echo.Context) error {
 			return invalid("at", "must be an RFC 3339 time")
 		}
 	}
-	ps, err := estimator.PriceList(c.Request().Context(), s.db, c.QueryParam("model"), at)
+	ps, err := s.admin.PriceList(c.Request().Context(), c.QueryParam("model"), at)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (s *Server) adminPriceList(c *echo.Context) error {
 // adminPriceHistory answers every row of one model, oldest first,
 // including prices not in effect yet.
 func (s *Server) adminPriceHistory(c *echo.Context) error {
-	ps, err := estimator.PriceHistory(c.Request().Context(), s.db, c.Param("model"))
+	ps, err := s.admin.PriceHistory(c.Request().Context(), c.Param("model"))
 	if err != nil {
 		return err
 	}
@@ -196,14 +196,8 @@ func (s *Server) adminPriceCreate(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	if p.Currency == "" {
-		if p.Currency, err = estimator.PriceCurrency(ctx, s.db); err != nil {
-			return err
-		}
-	}
 	p.Source, p.CreatedBy = "api", actorOf(c)
-	stored, err := estimator.PriceInsert(ctx, s.db, p) // an *estimator.InvalidError is a 400 naming the field
+	stored, err := s.admin.PriceAdd(c.Request().Context(), p) // an *estimator.InvalidError is a 400 naming the field
 	if err != nil {
 		return err
 	}

@@ -295,13 +295,7 @@ type admissionJSON struct {
 
 func (s *Server) getAdmission(c *echo.Context) error {
 	ctx := c.Request().Context()
-	a, err := s.budget.AdmissionGet(ctx, tenantOf(c), c.Param("id"))
-	if errors.Is(err, rule.ErrAdmissionNotFound) {
-		// One of the tenant's end users' (end-user policy)?
-		if child, cerr := s.budget.EndUserAdmissionTenant(ctx, tenantOf(c), c.Param("id")); cerr == nil && child != "" {
-			a, err = s.budget.AdmissionGet(ctx, child, c.Param("id"))
-		}
-	}
+	a, err := s.admin.Admission(ctx, tenantOf(c), c.Param("id"))
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v5"
-
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/ledger"
 )
 
 type budgetJSON struct {
+	// snap is what the budget renders: withSpend sums its windows' spend.
+	snap     rule.Snapshot
 	Tenant   string `json:"tenant"`
 	Disabled bool   `json:"disabled"`
 	// Parent and Path place the tenant in its budget tree (Path: its
@@ -52,7 +51,7 @@ type budgetJSON struct {
 }
 
 func (s *Server) getBudget(c *echo.Context) error {
-	snap, err := s.budget.TenantSnapshot(c.Request().Context(), tenantOf(c))
+	snap, err := s.admin.Tenant(c.Request().Context(), tenantOf(c))
 	if err != nil {
 		return err
 	}
@@ -91,6 +90,7 @@ func budgetOf(snap rule.Snapshot) budgetJSON {
 		out.Limits.MaxConcurrent = &l.MaxConcurrent
 	}
 	out.Limits.Windows = rule.WindowsJSON(l.Windows)
+	out.snap = snap
 	out.Balances.Windows = make([]windowJSON, 0, len(snap.Windows))
 	for _, w := range snap.Windows {
 		out.Balances.Windows = append(out.Balances.Windows, windowOf(w, snap.At))
@@ -128,7 +128,6 @@ type windowJSON struct {
 	// which GET /v1/budget, on a caller's hot path, does not pay.
 	MoneySpent *json.Number `json:"money_spent,omitempty"`
 	Currency   string       `json:"currency,omitempty"`
-	start      time.Time
 }
 
 func windowOf(w rule.WindowSnapshot, at time.Time) windowJSON {
@@ -144,38 +143,27 @@ func windowOf(w rule.WindowSnapshot, at time.Time) windowJSON {
 	}
 	return windowJSON{Name: w.Name, Counts: string(w.Counts), Limit: amount(w.Limit), Ceiling: amount(w.Ceiling()),
 		Used: amount(w.Used), Remaining: amount(w.Remaining()), Start: w.Start.In(loc).Format(time.RFC3339),
-		End: w.End.In(loc).Format(time.RFC3339), TimeZone: loc.String(), ResetInMS: max(0, w.End.Sub(at).Milliseconds()),
-		start: w.Start}
+		End: w.End.In(loc).Format(time.RFC3339), TimeZone: loc.String(), ResetInMS: max(0, w.End.Sub(at).Milliseconds())}
 }
 
 // withSpend fills money_spent and currency in every window of tenants, in
 // two round trips whatever their number (a tree, a listing).
 func (s *Server) withSpend(ctx context.Context, tenants ...*budgetJSON) error {
-	var (
-		spans []ledger.SpanParams
-		dst   []*windowJSON
-	)
+	snaps := make([]rule.Snapshot, len(tenants))
+	for i, t := range tenants {
+		snaps[i] = t.snap
+	}
+	spend, err := s.admin.WindowSpend(ctx, snaps...)
+	if err != nil {
+		return err
+	}
+	i := 0
 	for _, t := range tenants {
-		for i := range t.Balances.Windows {
-			w := &t.Balances.Windows[i]
-			spans = append(spans, ledger.SpanParams{TenantID: t.Tenant, Since: w.start})
-			dst = append(dst, w)
+		for j := range t.Balances.Windows {
+			n := json.Number(formatMicro(spend.Money[i]))
+			t.Balances.Windows[j].MoneySpent, t.Balances.Windows[j].Currency = &n, spend.Currency
+			i++
 		}
-	}
-	if len(spans) == 0 {
-		return nil
-	}
-	spent, err := ledger.MoneySpent(ctx, s.reads, spans)
-	if err != nil {
-		return err
-	}
-	currency, err := estimator.PriceCurrency(ctx, s.db)
-	if err != nil {
-		return err
-	}
-	for i, w := range dst {
-		n := json.Number(formatMicro(spent[i]))
-		w.MoneySpent, w.Currency = &n, currency
 	}
 	return nil
 }

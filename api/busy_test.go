@@ -46,7 +46,7 @@ func TestPoolExhaustedAnswers503ThenLeaksNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		srv, _ := newServer(t, &testConfig{replicaConfig: replica.Config{DB: pool, StoreTimeout: 400 * time.Millisecond}})
+		srv, rep := newServer(t, &testConfig{replicaConfig: replica.Config{DB: pool, StoreTimeout: 400 * time.Millisecond}})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -102,6 +102,7 @@ func TestPoolExhaustedAnswers503ThenLeaksNothing(t *testing.T) {
 		if err := srv.Close(); err != nil {
 			t.Fatal(err)
 		}
+		rep.Close() // the replica is its builder's (cmd's) to close
 	}()
 	goleak.VerifyNone(t, before,
 		// The pgtest pools (closed at cleanup) and net/http's keep-alive

@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/migrations"
+	"github.com/tokengate/tokengate/budget/replica"
 )
 
 // healthz answers while the process can serve HTTP at all. It touches no
@@ -22,18 +22,12 @@ func (s *Server) healthz(c *echo.Context) error {
 func (s *Server) readyz(c *echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.ReadyTimeout)
 	defer cancel()
-	if err := s.db.Ping(ctx); err != nil {
-		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready", Message: "database unreachable"}
-	}
-	if err := s.migrator.Check(ctx); err != nil {
-		msg := "database unreachable"
-		if errors.Is(err, migrations.ErrPending) {
-			msg = err.Error()
+	if err := s.ready(ctx); err != nil {
+		msg := err.Error()
+		if errors.Is(err, replica.ErrUnreachable) {
+			msg = "database unreachable"
 		}
 		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready", Message: msg}
-	}
-	if err := s.admitter.Ready(); err != nil {
-		return &Error{Status: http.StatusServiceUnavailable, Type: "not_ready", Message: err.Error()}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

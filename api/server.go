@@ -8,56 +8,16 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/admission"
-	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
-	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/migrations"
 )
-
-// Budget is what the API needs from the budget package.
-type Budget interface {
-	Reserve(ctx context.Context, p budget.ReserveParams) (*budget.Reservation, error)
-	DecideBatch(ctx context.Context, items []budget.Item) ([]budget.OpResult, error)
-	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
-	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
-	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
-	AdmissionGet(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error)
-	TenantSnapshot(ctx context.Context, tenantID string) (rule.Snapshot, error)
-
-	// Administration.
-	CreateTenant(ctx context.Context, p budget.CreateTenantParams) (rule.Snapshot, error)
-	UpdateLimits(ctx context.Context, p budget.UpdateLimitsParams) (rule.Snapshot, error)
-	SetDisabled(ctx context.Context, p budget.SetDisabledParams) (rule.Snapshot, error)
-	Adjust(ctx context.Context, p budget.AdjustParams) (rule.Snapshot, error)
-	TenantList(ctx context.Context) ([]rule.Snapshot, error)
-	TenantTree(ctx context.Context, tenantID string) (*budget.TreeNode, error)
-	SetModelLimits(ctx context.Context, p budget.SetModelLimitsParams) (rule.ModelSnapshot, error)
-	RemoveModelLimits(ctx context.Context, tenantID, model, actor string) error
-	ModelLimitsList(ctx context.Context, tenantID string) ([]rule.ModelSnapshot, error)
-	CreatePool(ctx context.Context, id string, l budget.PoolLimits) error
-	SetPoolLimits(ctx context.Context, id string, l budget.PoolLimits) error
-	RoutePool(ctx context.Context, model, poolID string) error
-	SetPoolWeight(ctx context.Context, poolID, tenantID string, weight int64) error
-	Pools(ctx context.Context) ([]budget.PoolSnapshot, error)
-	Audit(ctx context.Context, tenantID string) ([]budget.AuditResult, error)
-	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
-	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
-	DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error)
-	EndUserPolicySet(ctx context.Context, p budget.EndUserPolicyParams) (*budget.EndUserPolicy, error)
-	EndUserPolicyGet(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
-	EndUserPolicyDelete(ctx context.Context, tenantID, actor string) error
-	EndUserList(ctx context.Context, parent, after string, limit int) ([]budget.EndUser, error)
-	EndUserAdmissionTenant(ctx context.Context, parent, admissionID string) (string, error)
-}
 
 // DefaultBodyLimit bounds every request body: estimator.DefaultMaxRequestBytes.
 const DefaultBodyLimit = estimator.DefaultMaxRequestBytes
@@ -87,24 +47,19 @@ type Config struct {
 
 // Server is one tokengate replica's HTTP server: a face of the replica.
 type Server struct {
-	echo *echo.Echo
-	db   *pgxpool.Pool
-	// reads is where ledger queries, exports and spend tallies go: a
-	// streaming replica's pool with --read-database-url, db while it is
-	// down or without one (replica.Reads).
-	reads    *replica.Reads
+	echo     *echo.Echo
 	logger   *slog.Logger
 	registry *prometheus.Registry
-	migrator *migrations.Migrator
 	metrics  *httpMetrics
 	cfg      Config
+	// ready is the replica's readiness (replica.Replica.Ready).
+	ready func(context.Context) error
 
 	estimator *estimator.Estimator
 	gate      *estimator.Gate // the replica's: bounds the bytes estimated at once
-	budget    Budget
+	admin     *admin.Service
 	admitter  *admission.Admitter
 	guard     *credential.Guard
-	alerts    *alert.Store
 	tracing   *replica.Tracing // nil or off: no trace context is read
 }
 
@@ -127,24 +82,17 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 2 * time.Second
 	}
-	migrator, err := migrations.New(rep.DB, rep.Logger)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
-		db:       rep.DB,
-		reads:    rep.Reads,
 		logger:   rep.Logger,
 		registry: rep.Registry,
-		migrator: migrator,
 		cfg:      c,
+		ready:    rep.Ready,
 
 		estimator: rep.Estimator,
 		gate:      rep.EstimateGate,
-		budget:    rep.Store,
+		admin:     rep.Admin,
 		admitter:  rep.Admitter,
 		guard:     rep.Guard,
-		alerts:    rep.Alerts,
 		tracing:   rep.Tracing,
 	}
 	s.metrics = newHTTPMetrics(rep.Registry)
@@ -272,16 +220,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		},
 	}
 	s.logger.Info("serving", "address", ln.Addr().String())
-	stop := context.AfterFunc(ctx, s.admitter.Stop) // callers waiting for tokens answer at once
-	defer stop()
 	err := sc.Start(ctx, s.echo)
 	s.logger.Info("stopped serving", "address", ln.Addr().String())
 	return err
 }
 
-// Close releases what New opened. The replica and its pool belong to the
-// caller.
-func (s *Server) Close() error { return s.migrator.Close() }
+// Close releases what New opened: nothing today (the replica, which the
+// Server only uses, belongs to the caller). It stays so callers need not
+// change when the Server holds something of its own.
+func (s *Server) Close() error { return nil }
 
 // ClientAddr is the address a request comes from, read as the API reads it
 // (through Config.TrustedProxies), for other HTTP faces to share.

@@ -274,6 +274,11 @@ func TestShutdownEndsWaitingCallers(t *testing.T) {
 		t.Fatal(err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
+	// The admission layer is the replica's, which cmd owns: it stops the
+	// waiters when serving ends, as `tokengate serve` does (no face stops
+	// the layer every face shares).
+	stopWaiters := context.AfterFunc(sctx, b.rep.Admitter.Stop)
+	defer stopWaiters()
 	served := make(chan error, 1)
 	go func() { served <- b.srv.Serve(sctx, ln) }()
 

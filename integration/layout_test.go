@@ -42,17 +42,20 @@ var layout = map[string][]string{
 	"budget/credential": {"budget", "budget/rule"},
 	"budget/outage":     {"budget", "budget/rule", "estimator"},
 	"budget/admission":  {"budget", "budget/outage", "budget/rule", "estimator"},
+	// Administration as use cases, one method per admin operation, for
+	// every face; it holds the pools the faces never see.
+	"budget/admin": {"budget", "budget/alert", "budget/credential", "budget/rule", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
-	"budget/replica": {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/rule", "estimator"},
+	"budget/replica": {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
-	"api":       {"budget", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger", "migrations"},
-	"web":       {"budget", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"api":       {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"web":       {"budget", "budget/admin", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"api/rls":   {"budget", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	"api/proxy": {"budget", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
@@ -97,6 +100,13 @@ func goFiles(root, suffix string, fn func(path string) error) error {
 // where faces meet.)
 var faces = []string{"api", "api/proxy", "api/rls", "web"}
 
+// faceForbidden is the import outside the module a face's non-test code
+// may not have, nor any package below it: the database driver (pgx,
+// pgxpool). A face reads and changes state through the replica's services
+// (budget/admin for administration), so it holds no pool and writes no SQL
+// of its own.
+const faceForbidden = "github.com/jackc/pgx/v5"
+
 // budgetLeaves are the leaves of budget: the bottom of its layering, which
 // the deeper packages (the store and pipeline at budget's root, admission,
 // outage, the replica) build on. A leaf imports no package of budget, not
@@ -139,6 +149,9 @@ func TestLayout(t *testing.T) {
 		}
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
+			if !test && slices.Contains(faces, pkg) && (p == faceForbidden || strings.HasPrefix(p, faceForbidden+"/")) {
+				t.Errorf("%s: the face %s imports %s (a face holds no pool: it calls the replica's services)", filepath.Join(rel, filepath.Base(path)), pkg, p)
+			}
 			if !test && slices.Contains(pure, pkg) && strings.Contains(strings.Split(p, "/")[0], ".") {
 				t.Errorf("%s: %s imports %s, but imports only the standard library", filepath.Join(rel, filepath.Base(path)), pkg, p)
 			}
@@ -178,7 +191,7 @@ func TestLayout(t *testing.T) {
 		read = append(read, p)
 	}
 	sort.Strings(read)
-	for _, must := range []string{"budget", "budget/admission", "budget/rule", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
+	for _, must := range []string{"budget", "budget/admin", "budget/admission", "budget/rule", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
 		if !seen[must] {
 			t.Errorf("no file of %s was read (read %v)", must, read)
 		}

@@ -217,15 +217,15 @@ func (f *form) ruleParams() alert.RuleParams {
 func (d *Dashboard) renderAlerts(c *echo.Context, status int, edit func(*alertsView)) error {
 	ctx := c.Request().Context()
 	filter := formFrom(c.QueryParams(), "state", "tenant", "endpoint")
-	eps, err := d.alerts.Endpoints(ctx)
+	eps, err := d.admin.AlertEndpointList(ctx)
 	if err != nil {
 		return err
 	}
-	rules, err := d.alerts.Rules(ctx, "")
+	rules, err := d.admin.AlertRuleList(ctx, "")
 	if err != nil {
 		return err
 	}
-	events, err := d.alerts.Events(ctx, alert.EventFilter{TenantID: filter.Get("tenant"), State: filter.Get("state"),
+	events, err := d.admin.AlertEventList(ctx, alert.EventFilter{TenantID: filter.Get("tenant"), State: filter.Get("state"),
 		EndpointID: filter.Get("endpoint"), Limit: alertEventLimit})
 	switch {
 	case filter.alertError(err):
@@ -235,13 +235,13 @@ func (d *Dashboard) renderAlerts(c *echo.Context, status int, edit func(*alertsV
 	case err != nil:
 		return err
 	}
-	snaps, err := d.store.TenantList(ctx)
+	snaps, err := d.admin.TenantList(ctx)
 	if err != nil {
 		return err
 	}
 	v := &alertsView{
 		layout:      layout{Title: "Alerts", Nav: "alerts", Session: sessionOf(c), Flash: flash(c)},
-		KeyMissing:  !d.alerts.HasKey(),
+		KeyMissing:  !d.admin.AlertsHaveKey(),
 		Endpoints:   eps,
 		Rules:       ruleRows(rules, eps),
 		Events:      eventRows(events),
@@ -295,7 +295,7 @@ func (d *Dashboard) showSecret(c *echo.Context, s *endpointSecret) error {
 // alertEndpointCreate adds an endpoint and shows its signing secret once.
 func (d *Dashboard) alertEndpointCreate(c *echo.Context) error {
 	f := formFrom(postForm(c), "url", "description")
-	ep, secret, err := d.alerts.CreateEndpoint(c.Request().Context(), f.Get("url"), f.Get("description"))
+	ep, secret, err := d.admin.AlertEndpointCreate(c.Request().Context(), f.Get("url"), f.Get("description"))
 	switch {
 	case errors.Is(err, alert.ErrNoKey):
 		return d.noAlertKey(c, f)
@@ -311,7 +311,7 @@ func (d *Dashboard) alertEndpointCreate(c *echo.Context) error {
 // one stops signing at once.
 func (d *Dashboard) alertEndpointRotate(c *echo.Context) error {
 	id := c.Param("id")
-	secret, err := d.alerts.RotateSecret(c.Request().Context(), id)
+	secret, err := d.admin.AlertEndpointRotate(c.Request().Context(), id)
 	switch {
 	case errors.Is(err, alert.ErrNoKey):
 		return d.noAlertKey(c, nil)
@@ -325,7 +325,7 @@ func (d *Dashboard) alertEndpointRotate(c *echo.Context) error {
 
 // alertEndpointDisable stops deliveries to an endpoint; its log stays.
 func (d *Dashboard) alertEndpointDisable(c *echo.Context) error {
-	err := d.alerts.DisableEndpoint(c.Request().Context(), c.Param("id"))
+	err := d.admin.AlertEndpointDisable(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, alert.ErrNotFound) {
 		return pageErr(http.StatusNotFound, "There is no enabled alert endpoint with that id (it may have been disabled already).")
 	}
@@ -340,12 +340,9 @@ func (d *Dashboard) alertRuleCreate(c *echo.Context) error {
 	f := formFrom(postForm(c), ruleFields...)
 	p := f.ruleParams()
 	if f.OK() {
-		_, err := d.alerts.CreateRule(c.Request().Context(), p)
+		_, err := d.admin.AlertRuleCreate(c.Request().Context(), p)
 		if !f.alertError(err) && err != nil {
 			return err
-		}
-		if err == nil && p.Kind == alert.KindPeriodBudget {
-			d.store.NotePeriodAlertRule() // this replica raises it from its next decision
 		}
 	}
 	if !f.OK() {
@@ -358,7 +355,7 @@ func (d *Dashboard) alertRuleCreate(c *echo.Context) error {
 func (d *Dashboard) alertRuleDelete(c *echo.Context) error {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err == nil {
-		err = d.alerts.DeleteRule(c.Request().Context(), id)
+		err = d.admin.AlertRuleDelete(c.Request().Context(), id)
 	} else {
 		err = alert.ErrNotFound
 	}
@@ -373,7 +370,7 @@ func (d *Dashboard) alertRuleDelete(c *echo.Context) error {
 
 // alertEventRedeliver puts a failed event back in the outbox, due now.
 func (d *Dashboard) alertEventRedeliver(c *echo.Context) error {
-	err := d.alerts.Redeliver(c.Request().Context(), c.Param("id"))
+	err := d.admin.AlertEventRedeliver(c.Request().Context(), c.Param("id"))
 	if errors.Is(err, alert.ErrNotFound) {
 		return pageErr(http.StatusNotFound,
 			"Only a failed event of an enabled endpoint can be redelivered (it may have been redelivered already).")

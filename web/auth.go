@@ -34,7 +34,7 @@ func (d *Dashboard) lookup(c *echo.Context) (*credential.Session, error) {
 	if err != nil {
 		return nil, credential.ErrAdminInvalid
 	}
-	s, err := credential.SessionGet(c.Request().Context(), d.db, ck.Value)
+	s, err := d.admin.Session(c.Request().Context(), ck.Value)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (d *Dashboard) login(c *echo.Context) error {
 		return d.render(c, http.StatusTooManyRequests, "login.html", v)
 	}
 	presented := strings.TrimSpace(c.Request().PostFormValue("token"))
-	tok, err := credential.AdminTokenAuthenticate(c.Request().Context(), d.db, presented)
+	cookie, s, err := d.admin.Login(c.Request().Context(), presented, d.ttl)
 	if errors.Is(err, credential.ErrAdminInvalid) {
 		d.logins.Fail(ip)
 		v.Message = "That admin token is not valid, or it was revoked."
@@ -145,13 +145,6 @@ func (d *Dashboard) login(c *echo.Context) error {
 	}
 	if err != nil {
 		return err
-	}
-	cookie, s, err := credential.SessionCreate(c.Request().Context(), d.db, tok, d.ttl)
-	if err != nil {
-		return err
-	}
-	if err := credential.AdminTokenTouch(c.Request().Context(), d.db, tok.ID); err != nil {
-		d.logger.WarnContext(c.Request().Context(), "record admin token use", "token_id", tok.ID, "error", err.Error())
 	}
 	c.SetCookie(&http.Cookie{
 		Name:     sessionCookie,
@@ -169,7 +162,7 @@ func (d *Dashboard) login(c *echo.Context) error {
 // and its CSRF token stop working at once.
 func (d *Dashboard) logout(c *echo.Context) error {
 	if ck, err := c.Cookie(sessionCookie); err == nil {
-		if err := credential.SessionDelete(c.Request().Context(), d.db, ck.Value); err != nil {
+		if err := d.admin.Logout(c.Request().Context(), ck.Value); err != nil {
 			return err
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
 )
 
 // A tenant out of money used to read "no period budget" beside "why:
@@ -75,7 +74,7 @@ func (d *Dashboard) currencyFor(ctx context.Context, snaps []rule.Snapshot) (str
 	for _, s := range snaps {
 		for _, w := range s.Windows {
 			if w.Counts == rule.CountMoney {
-				return estimator.PriceCurrency(ctx, d.db)
+				return d.admin.PriceCurrency(ctx)
 			}
 		}
 	}

@@ -83,7 +83,7 @@ func newDrift(rows []budget.DriftRow) driftView {
 // drift reads the last day's reconciliation report: one tenant's models, or
 // (tenantID "") every model across tenants.
 func (d *Dashboard) drift(ctx context.Context, tenantID string) (driftView, error) {
-	rows, err := d.store.DriftReport(ctx, budget.DriftParams{TenantID: tenantID, From: time.Now().Add(-driftWindow), ByModel: tenantID == ""})
+	rows, err := d.admin.DriftReport(ctx, budget.DriftParams{TenantID: tenantID, From: time.Now().Add(-driftWindow), ByModel: tenantID == ""})
 	if err != nil {
 		return driftView{}, err
 	}

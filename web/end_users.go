@@ -25,7 +25,7 @@ type endUsersView struct {
 // policy or end users.
 func (d *Dashboard) endUsers(ctx context.Context, id string) (endUsersView, error) {
 	var v endUsersView
-	pol, err := d.store.EndUserPolicyGet(ctx, id)
+	pol, err := d.admin.EndUserPolicyGet(ctx, id)
 	switch {
 	case errors.Is(err, budget.ErrNoEndUserPolicy):
 	case err != nil:
@@ -33,7 +33,7 @@ func (d *Dashboard) endUsers(ctx context.Context, id string) (endUsersView, erro
 	default:
 		v.Policy = pol
 	}
-	users, err := d.store.EndUserList(ctx, id, "", endUsersShown+1)
+	users, err := d.admin.EndUserList(ctx, id, "", endUsersShown+1)
 	if err != nil {
 		return v, err
 	}

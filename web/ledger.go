@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -112,12 +111,12 @@ func (d *Dashboard) ledgerPage(c *echo.Context) error {
 	if !f.OK() {
 		return d.render(c, http.StatusBadRequest, "ledger.html", v)
 	}
-	entries, next, err := ledger.EntryQuery(c.Request().Context(), d.reads, filter)
+	entries, next, err := d.admin.LedgerQuery(c.Request().Context(), filter)
 	if err != nil {
 		return err
 	}
 	v.Entries.Entries = entries
-	if v.Entries.Currency, err = estimator.PriceCurrency(c.Request().Context(), d.db); err != nil {
+	if v.Entries.Currency, err = d.admin.PriceCurrency(c.Request().Context()); err != nil {
 		return err
 	}
 	if next != nil {
@@ -143,7 +142,7 @@ func (d *Dashboard) ledgerCSV(c *echo.Context) error {
 		return pageErr(http.StatusBadRequest, "The export's filter is not valid: "+f.Problems()[0]+".")
 	}
 	filter.After = nil
-	x, err := ledger.OpenExport(c.Request().Context(), d.reads, filter)
+	x, err := d.admin.LedgerExport(c.Request().Context(), filter)
 	if err != nil {
 		return err
 	}

@@ -62,13 +62,13 @@ func (d *Dashboard) liveOverview(c *echo.Context) error {
 		// A tenant page shows its tenant, and its ancestors and children
 		// in the tree: all of them move.
 		var tree *budget.TreeNode
-		tree, err = d.store.TenantTree(ctx, id)
+		tree, err = d.admin.TenantTree(ctx, id)
 		if errors.Is(err, rule.ErrTenantNotFound) {
 			return c.JSON(http.StatusNotFound, jsonError{Error: jsonErrorBody{Type: "not_found", Message: "no such tenant"}})
 		}
 		snaps, _, _ = treeSnapshots(tree, id)
 	} else {
-		snaps, err = d.store.TenantList(ctx)
+		snaps, err = d.admin.TenantList(ctx)
 	}
 	var (
 		rows    []*tenantRow

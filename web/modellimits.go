@@ -127,7 +127,7 @@ func (d *Dashboard) modelLimitsSet(c *echo.Context) error {
 	f := formFrom(postForm(c), modelLimitFields...)
 	l := f.modelLimits()
 	if f.OK() {
-		_, err := d.store.SetModelLimits(c.Request().Context(), budget.SetModelLimitsParams{TenantID: id, Limits: l, Actor: actor(c)})
+		_, err := d.admin.ModelLimitsSet(c.Request().Context(), budget.SetModelLimitsParams{TenantID: id, Limits: l, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
 			return err
 		}
@@ -142,7 +142,7 @@ func (d *Dashboard) modelLimitsSet(c *echo.Context) error {
 // body: model names may hold slashes), with a limits entry.
 func (d *Dashboard) modelLimitsRemove(c *echo.Context) error {
 	id := c.Param("id")
-	err := d.store.RemoveModelLimits(c.Request().Context(), id, postForm(c).Get("model"), actor(c))
+	err := d.admin.ModelLimitsRemove(c.Request().Context(), id, postForm(c).Get("model"), actor(c))
 	if errors.Is(err, rule.ErrModelLimitsNotFound) {
 		return pageErr(http.StatusNotFound, "This tenant has no limits for that model (they may have been removed already).")
 	}
@@ -158,7 +158,7 @@ func (d *Dashboard) modelLimitsRemove(c *echo.Context) error {
 func (d *Dashboard) keyPriority(c *echo.Context) error {
 	id := c.Param("id")
 	p := rule.Priority(postForm(c).Get("priority"))
-	err := credential.KeySetPriorityRecorded(c.Request().Context(), d.store, id, c.Param("key"), p, actor(c))
+	err := d.admin.KeySetPriority(c.Request().Context(), id, c.Param("key"), p, actor(c))
 	switch {
 	case errors.Is(err, credential.ErrBadPriority):
 		return pageErr(http.StatusUnprocessableEntity, "A key's priority is critical, standard or sheddable.")

@@ -46,7 +46,7 @@ func (d *Dashboard) models(c *echo.Context) error {
 }
 
 func (d *Dashboard) renderModels(c *echo.Context, status int, f *form, editing bool) error {
-	stored, err := estimator.ModelList(c.Request().Context(), d.db)
+	stored, err := d.admin.ModelList(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func (d *Dashboard) modelSave(c *echo.Context) error {
 	f := formFrom(postForm(c), modelFields...)
 	m := f.model()
 	if f.OK() {
-		err := estimator.ModelUpsert(ctx, d.db, m, actor(c))
+		err := d.admin.ModelSave(ctx, m, actor(c))
 		var inv *estimator.InvalidError
 		switch {
 		case errors.As(err, &inv):
@@ -102,10 +102,5 @@ func (d *Dashboard) modelSave(c *echo.Context) error {
 	if !f.OK() {
 		return d.renderModels(c, http.StatusUnprocessableEntity, f, true)
 	}
-	t, err := estimator.LoadTable(ctx, d.db)
-	if err != nil {
-		return err
-	}
-	d.est.SetTable(t)
 	return seeOther(c, "/models?done=saved")
 }

@@ -211,7 +211,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []rule.Snapshot) ([]*t
 	if len(snaps) == 0 {
 		return nil, nil
 	}
-	activity, err := d.store.Activity(ctx, snaps[0].At, sparkMinutes)
+	activity, err := d.admin.Activity(ctx, snaps[0].At, sparkMinutes)
 	if err != nil {
 		return nil, err
 	}
@@ -347,7 +347,7 @@ func (d *Dashboard) readsNote() *readsNote {
 	}
 	r := d.lag.Last()
 	n := &readsNote{Standby: r.Standby, OK: r.OK, Err: r.Err, Seconds: strconv.FormatFloat(r.Seconds, 'f', 3, 64), Lag: "none",
-		DownErr: d.reads.DownReason()}
+		DownErr: d.readsDown()}
 	n.Down = n.DownErr != ""
 	if !r.At.IsZero() {
 		n.At = r.At.UTC().Format("15:04:05")
@@ -368,7 +368,7 @@ func (d *Dashboard) overview(c *echo.Context) error {
 
 func (d *Dashboard) renderOverview(c *echo.Context, status int, create *form) error {
 	ctx := c.Request().Context()
-	snaps, err := d.store.TenantList(ctx)
+	snaps, err := d.admin.TenantList(ctx)
 	if err != nil {
 		return err
 	}
@@ -415,7 +415,7 @@ func (d *Dashboard) tenantCreate(c *echo.Context) error {
 	if !f.OK() {
 		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
 	}
-	_, err := d.store.CreateTenant(c.Request().Context(), budget.CreateTenantParams{ID: id, Parent: f.Get("parent"), Limits: l, Actor: actor(c)})
+	_, err := d.admin.TenantCreate(c.Request().Context(), budget.CreateTenantParams{ID: id, Parent: f.Get("parent"), Limits: l, Actor: actor(c)})
 	switch {
 	case errors.Is(err, rule.ErrTenantExists):
 		f.Fail("id", "a tenant with this id already exists")

@@ -130,11 +130,11 @@ func (v *poolsView) card(id string) *poolCard {
 // card, and returns budget.ErrPoolNotFound when the pool is not there.
 func (d *Dashboard) renderPools(c *echo.Context, status int, edit func(*poolsView) error) error {
 	ctx := c.Request().Context()
-	pools, err := d.store.Pools(ctx)
+	pools, err := d.admin.PoolList(ctx)
 	if err != nil {
 		return err
 	}
-	snaps, err := d.store.TenantList(ctx)
+	snaps, err := d.admin.TenantList(ctx)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (d *Dashboard) poolCreate(c *echo.Context) error {
 	f.limitError(rule.ValidateTenantID(id))
 	l := f.poolLimits()
 	if f.OK() {
-		err := d.store.CreatePool(c.Request().Context(), id, l)
+		err := d.admin.PoolCreate(c.Request().Context(), id, l)
 		switch {
 		case errors.Is(err, budget.ErrPoolExists):
 			f.Fail("id", "a pool with this id already exists")
@@ -198,7 +198,7 @@ func (d *Dashboard) poolSetLimits(c *echo.Context) error {
 	f := formFrom(postForm(c), "tokens_capacity", "tokens_per_second")
 	l := f.poolLimits()
 	if f.OK() {
-		err := d.store.SetPoolLimits(c.Request().Context(), id, l)
+		err := d.admin.PoolSetLimits(c.Request().Context(), id, l)
 		if !f.limitError(err) && err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (d *Dashboard) poolRoute(c *echo.Context) error {
 		f.Fail("model", "is required")
 	}
 	if f.OK() {
-		err := d.store.RoutePool(c.Request().Context(), f.Get("model"), id)
+		err := d.admin.PoolRoute(c.Request().Context(), f.Get("model"), id)
 		if !f.limitError(err) && err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func (d *Dashboard) poolRoute(c *echo.Context) error {
 func (d *Dashboard) poolUnroute(c *echo.Context) error {
 	id, model := c.Param("id"), postForm(c).Get("model")
 	ctx := c.Request().Context()
-	pools, err := d.store.Pools(ctx)
+	pools, err := d.admin.PoolList(ctx)
 	if err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func (d *Dashboard) poolUnroute(c *echo.Context) error {
 	if !routed {
 		return pageErr(http.StatusNotFound, "That model is not routed to this pool (it may have been moved or unrouted already).")
 	}
-	if err := d.store.RoutePool(ctx, model, ""); err != nil {
+	if err := d.admin.PoolRoute(ctx, model, ""); err != nil {
 		return err
 	}
 	return seeOther(c, "/pools?done=unrouted")
@@ -263,7 +263,7 @@ func (d *Dashboard) poolWeight(c *echo.Context) error {
 	}
 	w := f.Int("weight", true)
 	if f.OK() {
-		err := d.store.SetPoolWeight(c.Request().Context(), id, tenant, w)
+		err := d.admin.PoolSetWeight(c.Request().Context(), id, tenant, w)
 		switch {
 		case errors.Is(err, rule.ErrTenantNotFound):
 			f.Fail("tenant", "no tenant has the id "+strconv.Quote(tenant))

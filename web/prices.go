@@ -29,11 +29,11 @@ func (d *Dashboard) pricesPage(c *echo.Context) error {
 
 func (d *Dashboard) renderPrices(c *echo.Context, status int, f *form) error {
 	ctx := c.Request().Context()
-	ps, err := estimator.PriceList(ctx, d.db, "", time.Now())
+	ps, err := d.admin.PriceList(ctx, "", time.Now())
 	if err != nil {
 		return err
 	}
-	cur, err := estimator.PriceCurrency(ctx, d.db)
+	cur, err := d.admin.PriceCurrency(ctx)
 	if err != nil {
 		return err
 	}
@@ -114,12 +114,8 @@ func (d *Dashboard) priceAdd(c *echo.Context) error {
 	f := formFrom(postForm(c), priceFields...)
 	p := f.price()
 	if f.OK() {
-		cur, err := estimator.PriceCurrency(ctx, d.db)
-		if err != nil {
-			return err
-		}
-		p.Currency, p.Source, p.CreatedBy = cur, "dashboard", actor(c)
-		_, err = estimator.PriceInsert(ctx, d.db, p)
+		p.Source, p.CreatedBy = "dashboard", actor(c)
+		_, err := d.admin.PriceAdd(ctx, p)
 		var inv *estimator.InvalidError
 		switch {
 		case errors.As(err, &inv):

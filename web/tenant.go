@@ -12,7 +12,6 @@ import (
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -64,7 +63,7 @@ type newKey struct {
 // a new key) before it is rendered.
 func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit func(*tenantView)) error {
 	ctx := c.Request().Context()
-	tree, err := d.store.TenantTree(ctx, id)
+	tree, err := d.admin.TenantTree(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -82,19 +81,19 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 			row, r.Current = r, true
 		}
 	}
-	keys, err := credential.KeyList(ctx, d.db, id)
+	keys, err := d.admin.KeyList(ctx, id)
 	if err != nil {
 		return err
 	}
-	entries, _, err := ledger.EntryQuery(ctx, d.reads, ledger.Filter{TenantID: id, Limit: recentEntries})
+	entries, _, err := d.admin.LedgerQuery(ctx, ledger.Filter{TenantID: id, Limit: recentEntries})
 	if err != nil {
 		return err
 	}
-	models, err := d.store.ModelLimitsList(ctx, id)
+	models, err := d.admin.ModelLimitsList(ctx, id)
 	if err != nil {
 		return err
 	}
-	adms, err := d.store.AdmissionRecent(ctx, id, recentAdmissions)
+	adms, err := d.admin.AdmissionRecent(ctx, id, recentAdmissions)
 	if err != nil {
 		return err
 	}
@@ -115,7 +114,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	for i := range windows.Lines {
 		windows.Lines[i].EndUser = userNames[windows.Lines[i].Tenant]
 	}
-	currency, err := estimator.PriceCurrency(ctx, d.db)
+	currency, err := d.admin.PriceCurrency(ctx)
 	if err != nil {
 		return err
 	}
@@ -165,7 +164,7 @@ func (d *Dashboard) tenantLimits(c *echo.Context) error {
 	p := f.limitsPatch(posted)
 	f.windowsPatch(posted, &p)
 	if f.OK() && !p.Empty() {
-		_, err := d.store.UpdateLimits(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
+		_, err := d.admin.TenantLimitsUpdate(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
 			return err
 		}
@@ -187,7 +186,7 @@ func (d *Dashboard) setDisabled(c *echo.Context, disabled bool) error {
 		f.Fail("reason", "must be at most "+strconv.Itoa(maxReasonLen)+" characters")
 		return d.renderTenant(c, id, http.StatusUnprocessableEntity, func(v *tenantView) { v.Disable = f })
 	}
-	_, err := d.store.SetDisabled(c.Request().Context(), budget.SetDisabledParams{
+	_, err := d.admin.TenantSetDisabled(c.Request().Context(), budget.SetDisabledParams{
 		TenantID: id, Disabled: disabled, Reason: f.Get("reason"), Actor: actor(c),
 	})
 	if err != nil {
@@ -215,7 +214,7 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 		f.Fail("reason", "must be at most "+strconv.Itoa(maxReasonLen)+" characters")
 	}
 	if f.OK() {
-		_, err := d.store.Adjust(c.Request().Context(), budget.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
+		_, err := d.admin.TenantAdjust(c.Request().Context(), budget.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
 		switch {
 		case errors.Is(err, budget.ErrBadAdjustment), errors.Is(err, rule.ErrOverflow):
 			f.Fail("tokens", "is out of range (at most 1,000,000,000,000 either way, and the balance must stay representable)")
@@ -237,7 +236,7 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 // for the plain tenant page so that a reload shows it no more.
 func (d *Dashboard) keyCreate(c *echo.Context) error {
 	id := c.Param("id")
-	k, secret, err := credential.KeyCreateRecorded(c.Request().Context(), d.store, id, actor(c))
+	k, secret, err := d.admin.KeyCreate(c.Request().Context(), id, actor(c))
 	if errors.Is(err, credential.ErrTenantNotFound) {
 		return rule.ErrTenantNotFound
 	}
@@ -252,7 +251,7 @@ func (d *Dashboard) keyCreate(c *echo.Context) error {
 
 func (d *Dashboard) keyRevoke(c *echo.Context) error {
 	id := c.Param("id")
-	err := credential.KeyRevokeRecorded(c.Request().Context(), d.store, id, c.Param("key"), actor(c))
+	err := d.admin.KeyRevoke(c.Request().Context(), id, c.Param("key"), actor(c))
 	if errors.Is(err, credential.ErrKeyNotFound) {
 		return pageErr(http.StatusNotFound, "This tenant has no such active key (it may have been revoked already).")
 	}

@@ -10,11 +10,10 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v5"
 
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -35,15 +34,14 @@ type Config struct {
 // Dashboard serves the admin pages. Build it with New and add its routes to
 // the API's router with Register.
 type Dashboard struct {
-	db *pgxpool.Pool
-	// reads is where the ledger pages, exports and spend tallies read
-	// (a streaming replica with --read-database-url, db while it is down
-	// or without one: replica.Reads).
-	reads *replica.Reads
-	// lag is how far reads is behind db, nil when reads is db.
+	// admin is every page's and form's use case.
+	admin *admin.Service
+	// readsDown says why the reads that may lag (ledger pages, exports,
+	// spend) go to the primary, "" while their pool is up
+	// (replica.Replica.ReadsDown).
+	readsDown func() string
+	// lag is how far those reads are behind, nil without a reads pool.
 	lag    *replica.Lag
-	store  *budget.Store
-	alerts *alert.Store
 	est    *estimator.Estimator
 	logger *slog.Logger
 	ttl    time.Duration
@@ -66,15 +64,13 @@ func New(rep *replica.Replica, cfg *Config) (*Dashboard, error) {
 		cfg = &Config{}
 	}
 	d := &Dashboard{
-		db:     rep.DB,
-		reads:  rep.Reads,
-		lag:    rep.Lag,
-		store:  rep.Store,
-		alerts: rep.Alerts,
-		est:    rep.Estimator,
-		logger: rep.Logger,
-		ttl:    cfg.SessionTTL,
-		origin: http.NewCrossOriginProtection(),
+		admin:     rep.Admin,
+		readsDown: rep.ReadsDown,
+		lag:       rep.Lag,
+		est:       rep.Estimator,
+		logger:    rep.Logger,
+		ttl:       cfg.SessionTTL,
+		origin:    http.NewCrossOriginProtection(),
 	}
 	if d.ttl <= 0 {
 		d.ttl = 12 * time.Hour

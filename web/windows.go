@@ -13,8 +13,6 @@ import (
 
 	"github.com/tokengate/tokengate/budget"
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/ledger"
 )
 
 // Calendar windows (issue 25) on the dashboard: every window of every
@@ -60,31 +58,27 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []rule.Snapshot, rows
 		byID[s.TenantID] = s
 	}
 	var (
-		spans []ledger.SpanParams
-		v     windowsView
-		ws    []rule.WindowSnapshot
+		v       windowsView
+		ws      []rule.WindowSnapshot
+		ordered []rule.Snapshot
 	)
 	for _, r := range rows {
 		s, ok := byID[r.ID]
 		if !ok {
 			continue
 		}
+		ordered = append(ordered, s)
 		for _, w := range s.Windows {
-			spans = append(spans, ledger.SpanParams{TenantID: s.TenantID, Since: w.Start})
 			ws = append(ws, w)
 			v.Lines = append(v.Lines, windowLine{Tenant: r.ID, Depth: r.Depth, Current: r.Current})
 		}
 	}
-	if len(spans) == 0 {
-		return v, nil
-	}
-	spent, err := ledger.MoneySpent(ctx, d.reads, spans)
-	if err != nil {
+	spend, err := d.admin.WindowSpend(ctx, ordered...)
+	if err != nil || len(ws) == 0 {
 		return v, err
 	}
-	if v.Currency, err = estimator.PriceCurrency(ctx, d.db); err != nil {
-		return v, err
-	}
+	v.Currency = spend.Currency
+	spent := spend.Money
 	for i, w := range ws {
 		amount := func(n int64) string {
 			if w.Counts == rule.CountMoney {

@@ -10,8 +10,11 @@
 package replica
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,12 +22,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/migrations"
 )
 
 // Config configures a Replica. Zero fields take defaults; DB is required.
@@ -96,12 +101,17 @@ type Config struct {
 }
 
 // Replica is one replica's domain services. Its fields are set by New and
-// shared by every face; they are safe for concurrent use.
+// shared by every face; they are safe for concurrent use. It exports no
+// database pool: a face reads and changes state through the services
+// (Admin for administration), never with SQL of its own.
 type Replica struct {
-	DB *pgxpool.Pool
-	// Reads is where the reads that may lag go: Config.Reads, or DB
+	db *pgxpool.Pool
+	// reads is where the reads that may lag go: Config.Reads, or DB
 	// while it is down or when there is none (Reads).
-	Reads *Reads
+	reads *Reads
+	// schema checks that the database's schema is this binary's (Ready).
+	schema *migrations.Migrator
+	closed sync.Once
 	// Lag measures how far Reads is behind DB: nil when Reads is DB. The
 	// caller runs its Check periodically.
 	Lag        *Lag
@@ -113,6 +123,9 @@ type Replica struct {
 	Guard      *credential.Guard
 	Alerts     *alert.Store
 	Rejections *budget.Rejections
+	// Admin is the administration: one method per admin operation, for the
+	// API, the dashboard and the CLI alike.
+	Admin *admin.Service
 	// Tracing is Config.Tracing: the faces extract their callers' trace
 	// context with it (nil: off; its methods are nil-safe).
 	Tracing *Tracing
@@ -184,8 +197,16 @@ func New(cfg Config) (*Replica, error) {
 	guard := credential.NewGuard(credential.GuardConfig{DB: cfg.DB, Health: adm,
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
 		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
+	svc, err := admin.New(admin.Config{DB: cfg.DB, Reads: reads, Store: cfg.Store, Estimator: est, Alerts: cfg.Alerts, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	schema, err := migrations.New(cfg.DB, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	return &Replica{
-		DB: cfg.DB, Reads: reads, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
+		db: cfg.DB, reads: reads, schema: schema, Admin: svc, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
 		EstimateGate: gate,
 	}, nil
@@ -214,8 +235,36 @@ func registerGate(reg prometheus.Registerer, g *estimator.Gate) {
 }
 
 // Close waits for the guard's background writes and closes the store's
-// probe connection. The pool belongs to the caller.
+// probe connection and the schema check's handle. The pool belongs to the
+// caller. Closing again does nothing.
 func (r *Replica) Close() {
-	r.Guard.Close()
-	r.Store.Close()
+	r.closed.Do(func() {
+		r.Guard.Close()
+		r.Store.Close()
+		_ = r.schema.Close()
+	})
 }
+
+// ErrUnreachable: Ready could not reach the database.
+var ErrUnreachable = errors.New("replica: database unreachable")
+
+// Ready returns nil when this replica can make decisions: the database
+// answers, its schema is the one this binary expects, and the admission
+// layer is not stopped or degraded. Otherwise it returns ErrUnreachable,
+// migrations.ErrPending, or the admission layer's reason.
+func (r *Replica) Ready(ctx context.Context) error {
+	if err := r.db.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	if err := r.schema.Check(ctx); err != nil {
+		if errors.Is(err, migrations.ErrPending) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return r.Admitter.Ready()
+}
+
+// ReadsDown returns why the pool of the reads that may lag is down (they go
+// to the primary meanwhile), or "" while it is up or there is none.
+func (r *Replica) ReadsDown() string { return r.reads.DownReason() }

@@ -9,10 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -28,8 +26,8 @@ type adminTokenCreateCmd struct {
 }
 
 func (c adminTokenCreateCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		tok, secret, err := credential.AdminTokenCreate(ctx, pool, c.Name)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		tok, secret, err := svc.AdminTokenCreate(ctx, c.Name)
 		if err != nil {
 			return err
 		}
@@ -41,8 +39,8 @@ func (c adminTokenCreateCmd) Run(ctx context.Context, g *globals) error {
 type adminTokenListCmd struct{}
 
 func (adminTokenListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		tokens, err := credential.AdminTokenList(ctx, pool)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		tokens, err := svc.AdminTokenList(ctx)
 		if err != nil {
 			return err
 		}
@@ -60,8 +58,8 @@ type adminTokenRevokeCmd struct {
 }
 
 func (c adminTokenRevokeCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if err := credential.AdminTokenRevoke(ctx, pool, c.ID); err != nil {
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		if err := svc.AdminTokenRevoke(ctx, c.ID); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "revoked admin token %s\n", c.ID)
@@ -79,8 +77,8 @@ func stamp(t *time.Time) string {
 type tenantListCmd struct{}
 
 func (tenantListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		snaps, err := budget.NewStore(pool).TenantList(ctx)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		snaps, err := svc.TenantList(ctx)
 		if err != nil {
 			return err
 		}
@@ -96,7 +94,7 @@ func (tenantListCmd) Run(ctx context.Context, g *globals) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		return printWindows(ctx, g.stdout, pool, snaps)
+		return printWindows(ctx, g.stdout, svc, snaps)
 	})
 }
 
@@ -106,8 +104,8 @@ type tenantShowCmd struct {
 }
 
 func (c tenantShowCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		s, err := budget.NewStore(pool).TenantSnapshot(ctx, c.ID)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		s, err := svc.Tenant(ctx, c.ID)
 		if err != nil {
 			return err
 		}
@@ -121,7 +119,7 @@ func (c tenantShowCmd) Run(ctx context.Context, g *globals) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		return printWindows(ctx, g.stdout, pool, []rule.Snapshot{s})
+		return printWindows(ctx, g.stdout, svc, []rule.Snapshot{s})
 	})
 }
 
@@ -156,8 +154,8 @@ type tenantTreeCmd struct {
 }
 
 func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		root, err := budget.NewStore(pool).TenantTree(ctx, c.ID)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		root, err := svc.TenantTree(ctx, c.ID)
 		if err != nil {
 			return err
 		}
@@ -180,7 +178,7 @@ func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		return printWindows(ctx, g.stdout, pool, snaps)
+		return printWindows(ctx, g.stdout, svc, snaps)
 	})
 }
 
@@ -286,8 +284,8 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		snap, err := budget.NewStore(pool).UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		snap, err := svc.TenantLimitsUpdate(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -312,8 +310,8 @@ func (c tenantEnableCmd) Run(ctx context.Context, g *globals) error {
 }
 
 func (c tenantDisableCmd) set(ctx context.Context, g *globals, disabled bool) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		_, err := budget.NewStore(pool).SetDisabled(ctx, budget.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		_, err := svc.TenantSetDisabled(ctx, budget.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -330,8 +328,8 @@ type tenantAdjustCmd struct {
 }
 
 func (c tenantAdjustCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		snap, err := budget.NewStore(pool).Adjust(ctx, budget.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		snap, err := svc.TenantAdjust(ctx, budget.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -345,11 +343,8 @@ type keyListCmd struct {
 }
 
 func (c keyListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if _, err := budget.NewStore(pool).TenantSnapshot(ctx, c.Tenant); err != nil {
-			return err
-		}
-		keys, err := credential.KeyList(ctx, pool, c.Tenant)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		keys, err := svc.KeyList(ctx, c.Tenant)
 		if err != nil {
 			return err
 		}
@@ -369,8 +364,8 @@ type keyRevokeCmd struct {
 }
 
 func (c keyRevokeCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if err := credential.KeyRevokeRecorded(ctx, budget.NewStore(pool), c.Tenant, c.ID, c.Actor); err != nil {
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		if err := svc.KeyRevoke(ctx, c.Tenant, c.ID, c.Actor); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "revoked key %s of tenant %s\n", c.ID, c.Tenant)
@@ -386,8 +381,8 @@ type modelCmd struct {
 type modelListCmd struct{}
 
 func (modelListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		table, err := estimator.LoadTable(ctx, pool)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		table, err := svc.ModelTable(ctx)
 		if err != nil {
 			return err
 		}
@@ -417,8 +412,8 @@ type modelSetCmd struct {
 }
 
 func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		table, err := estimator.LoadTable(ctx, pool)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		table, err := svc.ModelTable(ctx)
 		if err != nil {
 			return err
 		}
@@ -452,7 +447,7 @@ func (c modelSetCmd) Run(ctx context.Context, g *globals) error {
 		if c.OnStoreUnavailable != nil {
 			m.OnStoreUnavailable = strings.TrimSuffix(*c.OnStoreUnavailable, "default")
 		}
-		if err := estimator.ModelUpsert(ctx, pool, m, c.Actor); err != nil {
+		if err := svc.ModelSave(ctx, m, c.Actor); err != nil {
 			var inv *estimator.InvalidError
 			if errors.As(err, &inv) {
 				return fmt.Errorf("--%s: %s", strings.ReplaceAll(inv.Field, "_", "-"), inv.Reason)

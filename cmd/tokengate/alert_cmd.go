@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/alert"
 )
 
@@ -56,13 +56,18 @@ func (f alertKeyFlag) key() ([]byte, error) {
 	return []byte(f.Key), nil
 }
 
-// withAlerts runs fn with an alert store on a small pool, and turns the
-// store's errors into the CLI's: a field error names its flag.
-func (g *globals) withAlerts(ctx context.Context, key []byte, policy alert.Policy, fn func(*alert.Store) error) error {
+// withAlerts runs fn with the admin service on an alert store with key
+// and policy, and turns the store's errors into the CLI's: a field error
+// names its flag.
+func (g *globals) withAlerts(ctx context.Context, key []byte, policy alert.Policy, fn func(*admin.Service) error) error {
 	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
 		s := alert.NewStore(pool, key)
 		s.Policy = policy
-		return alertError(fn(s))
+		svc, err := admin.New(admin.Config{DB: pool, Alerts: s, Logger: g.logger()})
+		if err != nil {
+			return err
+		}
+		return alertError(fn(svc))
 	})
 }
 
@@ -103,8 +108,8 @@ func (c alertEndpointCreateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withAlerts(ctx, key, alert.Policy{AllowHTTP: c.AllowHTTP, AllowPrivate: c.AllowPrivate}, func(s *alert.Store) error {
-		e, secret, err := s.CreateEndpoint(ctx, c.URL, c.Description)
+	return g.withAlerts(ctx, key, alert.Policy{AllowHTTP: c.AllowHTTP, AllowPrivate: c.AllowPrivate}, func(s *admin.Service) error {
+		e, secret, err := s.AlertEndpointCreate(ctx, c.URL, c.Description)
 		if err != nil {
 			return err
 		}
@@ -124,8 +129,8 @@ type alertEndpointListCmd struct {
 }
 
 func (c alertEndpointListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		eps, err := s.Endpoints(ctx)
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		eps, err := s.AlertEndpointList(ctx)
 		if err != nil {
 			return err
 		}
@@ -152,8 +157,8 @@ func (c alertEndpointRotateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withAlerts(ctx, key, alert.Policy{}, func(s *alert.Store) error {
-		secret, err := s.RotateSecret(ctx, c.ID)
+	return g.withAlerts(ctx, key, alert.Policy{}, func(s *admin.Service) error {
+		secret, err := s.AlertEndpointRotate(ctx, c.ID)
 		if err != nil {
 			return notFound(err, "enabled endpoint "+c.ID)
 		}
@@ -167,8 +172,8 @@ type alertEndpointDisableCmd struct {
 }
 
 func (c alertEndpointDisableCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		if err := s.DisableEndpoint(ctx, c.ID); err != nil {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		if err := s.AlertEndpointDisable(ctx, c.ID); err != nil {
 			return notFound(err, "enabled endpoint "+c.ID)
 		}
 		fmt.Fprintf(g.stderr, "disabled endpoint %s; its pending events will be recorded failed\n", c.ID)
@@ -187,8 +192,8 @@ type alertRuleCreateCmd struct {
 }
 
 func (c alertRuleCreateCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		r, err := s.CreateRule(ctx, alert.RuleParams{TenantID: c.Tenant, EndpointID: c.Endpoint, Kind: c.Kind,
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		r, err := s.AlertRuleCreate(ctx, alert.RuleParams{TenantID: c.Tenant, EndpointID: c.Endpoint, Kind: c.Kind,
 			Thresholds: c.Thresholds, Limit: c.Limit, SustainMinutes: c.Minutes})
 		if err != nil {
 			return err
@@ -208,8 +213,8 @@ type alertRuleListCmd struct {
 }
 
 func (c alertRuleListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		rules, err := s.Rules(ctx, c.Tenant)
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		rules, err := s.AlertRuleList(ctx, c.Tenant)
 		if err != nil {
 			return err
 		}
@@ -266,8 +271,8 @@ type alertRuleDeleteCmd struct {
 }
 
 func (c alertRuleDeleteCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		if err := s.DeleteRule(ctx, c.ID); err != nil {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		if err := s.AlertRuleDelete(ctx, c.ID); err != nil {
 			return notFound(err, fmt.Sprintf("rule %d", c.ID))
 		}
 		fmt.Fprintf(g.stderr, "deleted rule %d; its events stay\n", c.ID)
@@ -287,8 +292,8 @@ func (c alertEventsCmd) Run(ctx context.Context, g *globals) error {
 	if c.Limit < 1 {
 		return errors.New("--limit: must be from 1 to 1000")
 	}
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		events, err := s.Events(ctx, alert.EventFilter{TenantID: c.Tenant, State: c.State, EndpointID: c.Endpoint, Limit: c.Limit})
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		events, err := s.AlertEventList(ctx, alert.EventFilter{TenantID: c.Tenant, State: c.State, EndpointID: c.Endpoint, Limit: c.Limit})
 		if err != nil {
 			return err
 		}
@@ -386,8 +391,8 @@ type alertRedeliverCmd struct {
 }
 
 func (c alertRedeliverCmd) Run(ctx context.Context, g *globals) error {
-	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *alert.Store) error {
-		if err := s.Redeliver(ctx, c.ID); err != nil {
+	return g.withAlerts(ctx, nil, alert.Policy{}, func(s *admin.Service) error {
+		if err := s.AlertEventRedeliver(ctx, c.ID); err != nil {
 			return notFound(err, "failed event "+c.ID+" of an enabled endpoint (only failed events are redelivered)")
 		}
 		fmt.Fprintf(g.stderr, "event %s is due for delivery again\n", c.ID)

@@ -7,9 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -55,8 +54,8 @@ func (c endUserPolicySetCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		p, err := budget.NewStore(pool).EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: c.Tenant,
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		p, err := svc.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: c.Tenant,
 			Source: budget.EndUserSource(c.Source), Header: c.Header, Template: l, MaxEndUsers: c.MaxEndUsers, IdleTTL: c.IdleTTL, Actor: c.Actor})
 		if err != nil {
 			return err
@@ -71,8 +70,8 @@ type endUserPolicyGetCmd struct {
 }
 
 func (c endUserPolicyGetCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		p, err := budget.NewStore(pool).EndUserPolicyGet(ctx, c.Tenant)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		p, err := svc.EndUserPolicyGet(ctx, c.Tenant)
 		if errors.Is(err, budget.ErrNoEndUserPolicy) {
 			return fmt.Errorf("%s has no end-user policy", c.Tenant)
 		}
@@ -95,8 +94,8 @@ type endUserPolicyDeleteCmd struct {
 }
 
 func (c endUserPolicyDeleteCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		return budget.NewStore(pool).EndUserPolicyDelete(ctx, c.Tenant, c.Actor)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		return svc.EndUserPolicyDelete(ctx, c.Tenant, c.Actor)
 	})
 }
 
@@ -110,8 +109,8 @@ func (c endUsersListCmd) Run(ctx context.Context, g *globals) error {
 	if c.Limit < 1 || c.Limit > 1000 {
 		return errors.New("--limit: must be between 1 and 1000")
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		list, err := budget.NewStore(pool).EndUserList(ctx, c.Tenant, c.After, c.Limit)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		list, err := svc.EndUserList(ctx, c.Tenant, c.After, c.Limit)
 		if err != nil {
 			return err
 		}
@@ -132,6 +131,6 @@ func (c endUsersListCmd) Run(ctx context.Context, g *globals) error {
 		for i, u := range list {
 			snaps[i] = u.Snapshot
 		}
-		return printWindows(ctx, g.stdout, pool, snaps)
+		return printWindows(ctx, g.stdout, svc, snaps)
 	})
 }

@@ -6,9 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/admin"
 )
 
 // gatewayCmd manages the credentials of gateways that call the rate limit
@@ -25,8 +23,8 @@ type gatewayCreateCmd struct {
 }
 
 func (c gatewayCreateCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		gw, secret, err := credential.GatewayCreate(ctx, pool, c.Name, c.Tenants)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		gw, secret, err := svc.GatewayCreate(ctx, c.Name, c.Tenants)
 		if err != nil {
 			return err
 		}
@@ -39,8 +37,8 @@ func (c gatewayCreateCmd) Run(ctx context.Context, g *globals) error {
 type gatewayListCmd struct{}
 
 func (gatewayListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		gws, err := credential.GatewayList(ctx, pool)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		gws, err := svc.GatewayList(ctx)
 		if err != nil {
 			return err
 		}
@@ -58,8 +56,8 @@ type gatewayRevokeCmd struct {
 }
 
 func (c gatewayRevokeCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		if err := credential.GatewayRevoke(ctx, pool, c.ID); err != nil {
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		if err := svc.GatewayRevoke(ctx, c.ID); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stderr, "revoked gateway credential %s\n", c.ID)

@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -28,8 +28,8 @@ type ledgerVerifyCmd struct {
 }
 
 func (c ledgerVerifyCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		results, err := budget.NewStore(pool).Audit(ctx, c.Tenant)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		results, err := svc.LedgerVerify(ctx, c.Tenant)
 		if err != nil {
 			return err
 		}
@@ -71,8 +71,8 @@ type ledgerReportCmd struct {
 }
 
 func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
-	return g.withReadPool(ctx, func(pool *pgxpool.Pool) error {
-		rows, err := budget.NewStore(pool).DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
+	return g.withReadAdmin(ctx, func(svc *admin.Service) error {
+		rows, err := svc.DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
 		if err != nil {
 			return err
 		}

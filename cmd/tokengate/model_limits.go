@@ -6,9 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -48,8 +47,8 @@ func (c modelLimitsSetCmd) Run(ctx context.Context, g *globals) error {
 	if l.Shadow, err = rule.ParseLimitSet("shadow", c.Shadow); err != nil {
 		return fmt.Errorf("--shadow: %w", err)
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		_, err := budget.NewStore(pool).SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: c.Tenant, Limits: l, Actor: c.Actor})
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		_, err := svc.ModelLimitsSet(ctx, budget.SetModelLimitsParams{TenantID: c.Tenant, Limits: l, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -63,8 +62,8 @@ type modelLimitsListCmd struct {
 }
 
 func (c modelLimitsListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		list, err := budget.NewStore(pool).ModelLimitsList(ctx, c.Tenant)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		list, err := svc.ModelLimitsList(ctx, c.Tenant)
 		if err != nil {
 			return err
 		}
@@ -93,7 +92,7 @@ type modelLimitsRemoveCmd struct {
 }
 
 func (c modelLimitsRemoveCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		return budget.NewStore(pool).RemoveModelLimits(ctx, c.Tenant, c.Model, c.Actor)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		return svc.ModelLimitsRemove(ctx, c.Tenant, c.Model, c.Actor)
 	})
 }

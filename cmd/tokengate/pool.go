@@ -6,10 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -48,15 +46,9 @@ func (c poolCreateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		store := budget.NewStore(pool)
-		if err := store.CreatePool(ctx, c.ID, l); err != nil {
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		if err := svc.PoolCreate(ctx, c.ID, l, c.Models...); err != nil {
 			return err
-		}
-		for _, m := range c.Models {
-			if err := store.RoutePool(ctx, m, c.ID); err != nil {
-				return err
-			}
 		}
 		fmt.Fprintf(g.stderr, "created pool %s: %d tokens, refilling %s/s\n", c.ID, l.TokensCapacity, rule.FormatRate(l.TokensRateMicro))
 		return nil
@@ -73,7 +65,7 @@ func (c poolUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error { return budget.NewStore(pool).SetPoolLimits(ctx, c.ID, l) })
+	return g.withAdmin(ctx, func(svc *admin.Service) error { return svc.PoolSetLimits(ctx, c.ID, l) })
 }
 
 type poolRouteCmd struct {
@@ -86,7 +78,7 @@ func (c poolRouteCmd) Run(ctx context.Context, g *globals) error {
 	if c.Off == (c.Pool != "") {
 		return fmt.Errorf("give a pool, or --off")
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error { return budget.NewStore(pool).RoutePool(ctx, c.Model, c.Pool) })
+	return g.withAdmin(ctx, func(svc *admin.Service) error { return svc.PoolRoute(ctx, c.Model, c.Pool) })
 }
 
 type poolWeightCmd struct {
@@ -96,16 +88,16 @@ type poolWeightCmd struct {
 }
 
 func (c poolWeightCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		return budget.NewStore(pool).SetPoolWeight(ctx, c.Pool, c.Tenant, c.Weight)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		return svc.PoolSetWeight(ctx, c.Pool, c.Tenant, c.Weight)
 	})
 }
 
 type poolListCmd struct{}
 
 func (poolListCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		pools, err := budget.NewStore(pool).Pools(ctx)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		pools, err := svc.PoolList(ctx)
 		if err != nil {
 			return err
 		}
@@ -144,7 +136,7 @@ type keyPriorityCmd struct {
 }
 
 func (c keyPriorityCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		return credential.KeySetPriorityRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Key, rule.Priority(c.Priority), c.Actor)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		return svc.KeySetPriority(ctx, c.Tenant, c.Key, rule.Priority(c.Priority), c.Actor)
 	})
 }

@@ -8,8 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -35,8 +34,8 @@ func (c pricesImportCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		res, err := estimator.PriceImport(ctx, pool, f, c.Actor)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		res, err := svc.PriceImport(ctx, f, c.Actor)
 		if err != nil {
 			return err
 		}
@@ -61,8 +60,8 @@ func (c pricesListCmd) Run(ctx context.Context, g *globals) error {
 			return fmt.Errorf("--at: %w", err)
 		}
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		ps, err := estimator.PriceList(ctx, pool, c.Model, at)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		ps, err := svc.PriceList(ctx, c.Model, at)
 		if err != nil {
 			return err
 		}
@@ -105,7 +104,7 @@ type pricesAddCmd struct {
 	LongThreshold   *int64  `name:"long-context-threshold" help:"Input tokens above which the long-context prices apply."`
 	LongInput       *string `name:"long-context-input" help:"Per million input tokens above the threshold."`
 	LongOutput      *string `name:"long-context-output" help:"Per million output tokens above the threshold."`
-	Currency        string  `name:"currency" default:"USD" help:"The deployment's currency (ISO 4217)."`
+	Currency        string  `name:"currency" help:"The price's currency (ISO 4217); default: the deployment's (USD before any price is stored), as the API and the dashboard add prices."`
 	EffectiveFrom   string  `name:"effective-from" help:"When the price takes effect (RFC 3339, not in the past); default now."`
 	Actor           string  `name:"actor" default:"cli" help:"Recorded as who added the price."`
 }
@@ -143,8 +142,8 @@ func (c pricesAddCmd) Run(ctx context.Context, g *globals) error {
 		*o.dst = &v
 	}
 	p.LongContextThreshold = c.LongThreshold
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		stored, err := estimator.PriceInsert(ctx, pool, p)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		stored, err := svc.PriceAdd(ctx, p)
 		if err != nil {
 			return err
 		}

@@ -7,10 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/tokengate/tokengate/budget"
-	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -80,8 +78,8 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		snap, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: c.ID, Parent: c.Parent, Limits: l, Actor: "cli"})
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		snap, err := svc.TenantCreate(ctx, budget.CreateTenantParams{ID: c.ID, Parent: c.Parent, Limits: l, Actor: "cli"})
 		if errors.Is(err, rule.ErrTenantExists) && c.IfNotExists {
 			fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
 			return nil
@@ -107,8 +105,8 @@ type keyCreateCmd struct {
 }
 
 func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
-		k, secret, err := credential.KeyCreateRecorded(ctx, budget.NewStore(pool), c.Tenant, c.Actor)
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		k, secret, err := svc.KeyCreate(ctx, c.Tenant, c.Actor)
 		if err != nil {
 			return err
 		}
@@ -131,37 +129,37 @@ type demoCmd struct {
 }
 
 func (c demoCmd) Run(ctx context.Context, g *globals) error {
-	return g.withPool(ctx, func(pool *pgxpool.Pool) error {
+	return g.withAdmin(ctx, func(svc *admin.Service) error {
 		host := c.Addr
 		if len(host) > 0 && host[0] == ':' {
 			host = "localhost" + host
 		}
-		tokens, err := credential.AdminTokenList(ctx, pool)
+		tokens, err := svc.AdminTokenList(ctx)
 		if err != nil {
 			return err
 		}
 		if len(tokens) == 0 {
-			_, secret, err := credential.AdminTokenCreate(ctx, pool, "demo-admin")
+			_, secret, err := svc.AdminTokenCreate(ctx, "demo-admin")
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stderr, "demo: the dashboard is at http://%s/ ; log in with this admin token, shown once:\n", host)
 			fmt.Fprintln(g.stdout, secret)
 		}
-		var tenants int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM tenants").Scan(&tenants); err != nil {
+		tenants, err := svc.TenantList(ctx)
+		if err != nil {
 			return err
 		}
-		if tenants > 0 {
+		if len(tenants) > 0 {
 			fmt.Fprintln(g.stderr, "demo: tenants exist; a new key: bin/tokengate key create demo ; a new admin token: bin/tokengate admin-token create NAME")
 			return nil
 		}
 		l := rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * rule.Micro, RequestsCapacity: 600,
 			RequestsRateMicro: 10 * rule.Micro, MaxConcurrent: 50}
-		if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
+		if _, err := svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 			return err
 		}
-		_, secret, err := credential.KeyCreateRecorded(ctx, budget.NewStore(pool), "demo", "demo")
+		_, secret, err := svc.KeyCreate(ctx, "demo", "demo")
 		if err != nil {
 			return err
 		}

@@ -9,11 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/ledger"
 )
 
 // windowFlagHelp explains --window once for create and update.
@@ -150,24 +147,12 @@ func resetTime(w rule.WindowLimit, t time.Time) string {
 // counts, used of its limit, its ceiling when soft, the money its span
 // cost (from the ledger, for tokens windows too) and its next reset in the
 // window's zone. Nothing when no tenant has a window.
-func printWindows(ctx context.Context, out io.Writer, pool *pgxpool.Pool, snaps []rule.Snapshot) error {
-	var spans []ledger.SpanParams
-	for _, s := range snaps {
-		for _, w := range s.Windows {
-			spans = append(spans, ledger.SpanParams{TenantID: s.TenantID, Since: w.Start})
-		}
-	}
-	if len(spans) == 0 {
-		return nil
-	}
-	spent, err := ledger.MoneySpent(ctx, pool, spans)
-	if err != nil {
+func printWindows(ctx context.Context, out io.Writer, svc *admin.Service, snaps []rule.Snapshot) error {
+	spend, err := svc.WindowSpend(ctx, snaps...)
+	if err != nil || spend.Money == nil {
 		return err
 	}
-	currency, err := estimator.PriceCurrency(ctx, pool)
-	if err != nil {
-		return err
-	}
+	spent, currency := spend.Money, spend.Currency
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tWINDOW\tCOUNTS\tUSED / LIMIT\tCEILING\tSPENT\tRESETS")

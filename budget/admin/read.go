@@ -1,0 +1,67 @@
+package admin
+
+import (
+	"context"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// LedgerQuery returns a page of ledger entries a filter selects and the
+// cursor of the next page (nil on the last). It reads where reads may lag.
+func (s *Service) LedgerQuery(ctx context.Context, f ledger.Filter) ([]ledger.Entry, *ledger.Cursor, error) {
+	return ledger.EntryQuery(ctx, s.reads, f)
+}
+
+// LedgerExport opens an export of every entry a filter selects, where reads
+// may lag. The caller closes it.
+func (s *Service) LedgerExport(ctx context.Context, f ledger.Filter) (*ledger.Export, error) {
+	return ledger.OpenExport(ctx, s.reads, f)
+}
+
+// LedgerVerify checks the hash chains of a tenant's ledger (every tenant's
+// when tenantID is empty) against the stored heads.
+func (s *Service) LedgerVerify(ctx context.Context, tenantID string) ([]budget.AuditResult, error) {
+	return s.store.Audit(ctx, tenantID)
+}
+
+// DriftReport returns how far estimates were from actual usage.
+func (s *Service) DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error) {
+	return s.store.DriftReport(ctx, p)
+}
+
+// Spend is the money each window of some tenants moved in its span.
+type Spend struct {
+	// Currency is the deployment's (estimator.PriceCurrency).
+	Currency string
+	// Money holds one amount per window, in micro-units of Currency, in
+	// the order of the snapshots and of their windows.
+	Money []int64
+}
+
+// WindowSpend sums, for every window of snaps, the money the tenant's
+// entries moved since the window's start: one ledger query (where reads
+// may lag) for them all, whatever their number. Without windows it reads
+// nothing and returns a zero Spend.
+func (s *Service) WindowSpend(ctx context.Context, snaps ...rule.Snapshot) (Spend, error) {
+	var spans []ledger.SpanParams
+	for _, snap := range snaps {
+		for _, w := range snap.Windows {
+			spans = append(spans, ledger.SpanParams{TenantID: snap.TenantID, Since: w.Start})
+		}
+	}
+	if len(spans) == 0 {
+		return Spend{}, nil
+	}
+	money, err := ledger.MoneySpent(ctx, s.reads, spans)
+	if err != nil {
+		return Spend{}, err
+	}
+	currency, err := estimator.PriceCurrency(ctx, s.db)
+	if err != nil {
+		return Spend{}, err
+	}
+	return Spend{Currency: currency, Money: money}, nil
+}

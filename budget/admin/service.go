@@ -1,0 +1,67 @@
+package admin
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+// Config configures a Service. DB is required; nil fields take defaults.
+type Config struct {
+	// DB is the primary: every change and every read that must not lag.
+	// It belongs to the caller.
+	DB *pgxpool.Pool
+	// Reads is where the reads that may lag go (ledger queries, exports,
+	// window spend): a streaming replica, or DB. Nil: DB.
+	Reads ledger.Querier
+	// Store is the budget store the tenants' changes go through. Nil: a
+	// new budget.Store on DB.
+	Store *budget.Store
+	// Estimator is the replica's: a saved model applies to it at once
+	// (other replicas follow within their refresh interval). Nil: a saved
+	// model reloads no table (the CLI).
+	Estimator *estimator.Estimator
+	// Alerts manages alert endpoints, rules and events. Nil: a store on DB
+	// without a key (endpoints cannot be created).
+	Alerts *alert.Store
+	// Logger records what an operation tolerates failing (an admin token's
+	// last use). Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Service is the administration of one tokengate database. It is safe for
+// concurrent use.
+type Service struct {
+	db     *pgxpool.Pool
+	reads  ledger.Querier
+	store  *budget.Store
+	est    *estimator.Estimator
+	alerts *alert.Store
+	logger *slog.Logger
+}
+
+// New builds a Service on cfg.
+func New(cfg Config) (*Service, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("admin: Config.DB is required")
+	}
+	if cfg.Reads == nil {
+		cfg.Reads = cfg.DB
+	}
+	if cfg.Store == nil {
+		cfg.Store = budget.NewStore(cfg.DB)
+	}
+	if cfg.Alerts == nil {
+		cfg.Alerts = alert.NewStore(cfg.DB, nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{db: cfg.DB, reads: cfg.Reads, store: cfg.Store, est: cfg.Estimator, alerts: cfg.Alerts, logger: cfg.Logger}, nil
+}

@@ -1,0 +1,125 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/rule"
+)
+
+// TenantCreate creates a tenant (under its parent, if any) and its first
+// ledger entry in one transaction. It returns rule.ErrTenantExists,
+// rule.ErrTenantNotFound (the parent) or a validation error.
+func (s *Service) TenantCreate(ctx context.Context, p budget.CreateTenantParams) (rule.Snapshot, error) {
+	return s.store.CreateTenant(ctx, p)
+}
+
+// Tenant returns a tenant's budget refilled to now, or
+// rule.ErrTenantNotFound.
+func (s *Service) Tenant(ctx context.Context, tenantID string) (rule.Snapshot, error) {
+	return s.store.TenantSnapshot(ctx, tenantID)
+}
+
+// TenantList returns every tenant's budget.
+func (s *Service) TenantList(ctx context.Context) ([]rule.Snapshot, error) {
+	return s.store.TenantList(ctx)
+}
+
+// TenantTree returns the whole budget tree holding tenantID, or
+// rule.ErrTenantNotFound.
+func (s *Service) TenantTree(ctx context.Context, tenantID string) (*budget.TreeNode, error) {
+	return s.store.TenantTree(ctx, tenantID)
+}
+
+// TenantLimitsUpdate changes the limits a patch names, with its ledger
+// entry, in one transaction.
+func (s *Service) TenantLimitsUpdate(ctx context.Context, p budget.UpdateLimitsParams) (rule.Snapshot, error) {
+	return s.store.UpdateLimits(ctx, p)
+}
+
+// TenantSetDisabled disables or enables a tenant, with its ledger entry, in
+// one transaction.
+func (s *Service) TenantSetDisabled(ctx context.Context, p budget.SetDisabledParams) (rule.Snapshot, error) {
+	return s.store.SetDisabled(ctx, p)
+}
+
+// TenantAdjust credits or debits a tenant's tokens, with its ledger entry,
+// in one transaction.
+func (s *Service) TenantAdjust(ctx context.Context, p budget.AdjustParams) (rule.Snapshot, error) {
+	return s.store.Adjust(ctx, p)
+}
+
+// ModelLimitsSet sets a tenant's limits for one model, with its ledger
+// entry, in one transaction.
+func (s *Service) ModelLimitsSet(ctx context.Context, p budget.SetModelLimitsParams) (rule.ModelSnapshot, error) {
+	return s.store.SetModelLimits(ctx, p)
+}
+
+// ModelLimitsRemove removes a tenant's limits for one model, with its
+// ledger entry, in one transaction.
+func (s *Service) ModelLimitsRemove(ctx context.Context, tenantID, model, actor string) error {
+	return s.store.RemoveModelLimits(ctx, tenantID, model, actor)
+}
+
+// ModelLimitsList returns a tenant's model limits. It returns
+// rule.ErrTenantNotFound for a tenant that does not exist (not an empty
+// list).
+func (s *Service) ModelLimitsList(ctx context.Context, tenantID string) ([]rule.ModelSnapshot, error) {
+	if _, err := s.store.TenantSnapshot(ctx, tenantID); err != nil {
+		return nil, err
+	}
+	return s.store.ModelLimitsList(ctx, tenantID)
+}
+
+// EndUserPolicySet sets a tenant's end-user policy, with its ledger entry,
+// in one transaction.
+func (s *Service) EndUserPolicySet(ctx context.Context, p budget.EndUserPolicyParams) (*budget.EndUserPolicy, error) {
+	return s.store.EndUserPolicySet(ctx, p)
+}
+
+// EndUserPolicyGet returns a tenant's end-user policy.
+func (s *Service) EndUserPolicyGet(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error) {
+	return s.store.EndUserPolicyGet(ctx, tenantID)
+}
+
+// EndUserPolicyDelete removes a tenant's end-user policy, with its ledger
+// entry, in one transaction.
+func (s *Service) EndUserPolicyDelete(ctx context.Context, tenantID, actor string) error {
+	return s.store.EndUserPolicyDelete(ctx, tenantID, actor)
+}
+
+// EndUserList returns up to limit of a tenant's end users after the id
+// after. It returns rule.ErrTenantNotFound for a tenant that does not
+// exist (not an empty list).
+func (s *Service) EndUserList(ctx context.Context, tenantID, after string, limit int) ([]budget.EndUser, error) {
+	if _, err := s.store.TenantSnapshot(ctx, tenantID); err != nil {
+		return nil, err
+	}
+	return s.store.EndUserList(ctx, tenantID, after, limit)
+}
+
+// Admission returns one of a tenant's admissions, or one of its end users'
+// (an end-user policy admits in the end user's name), or
+// rule.ErrAdmissionNotFound.
+func (s *Service) Admission(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error) {
+	a, err := s.store.AdmissionGet(ctx, tenantID, admissionID)
+	if errors.Is(err, rule.ErrAdmissionNotFound) {
+		if child, cerr := s.store.EndUserAdmissionTenant(ctx, tenantID, admissionID); cerr == nil && child != "" {
+			a, err = s.store.AdmissionGet(ctx, child, admissionID)
+		}
+	}
+	return a, err
+}
+
+// AdmissionRecent returns a tenant's latest admissions, newest first.
+func (s *Service) AdmissionRecent(ctx context.Context, tenantID string, limit int) ([]*budget.Admission, error) {
+	return s.store.AdmissionRecent(ctx, tenantID, limit)
+}
+
+// Activity returns every tenant's admissions and refusals per minute over
+// the last minutes before now.
+func (s *Service) Activity(ctx context.Context, now time.Time, minutes int) (map[string]*budget.Activity, error) {
+	return s.store.Activity(ctx, now, minutes)
+}
