@@ -11,9 +11,9 @@ import (
 	"github.com/tokengate/tokengate/estimator"
 )
 
-// MaxHits bounds the count of one of a gateway's Hits: no request is a
-// billion tokens.
-const MaxHits = 1_000_000_000
+// MaxHits bounds the count of one of a gateway's Hits: a count of tokens,
+// so the bound on any token count (rule.MaxTokens).
+const MaxHits = rule.MaxTokens
 
 // HitsPhase is what a gateway's Hits stand for.
 type HitsPhase int
@@ -83,7 +83,7 @@ func CheckHits(hits []Hits) error {
 		case len(h.Model) > 256:
 			return &rule.InvalidError{Field: field("model"), Reason: "too long"}
 		case h.Count < 0 || h.Count > MaxHits:
-			return &rule.InvalidError{Field: field("hits"), Reason: "must be 0 to " + strconv.Itoa(MaxHits)}
+			return &rule.InvalidError{Field: field("hits"), Reason: "must be 0 to " + strconv.FormatInt(MaxHits, 10)}
 		}
 		if h.RequestID != "" {
 			// It keys the reservation: the domain's rule for idempotency
