@@ -1,11 +1,9 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v5"
 
@@ -39,27 +37,13 @@ type Error struct {
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
 	// Budget is what an exhausted window (budget_exhausted) spent, its
 	// cap and its reset.
-	Budget *exhaustedJSON `json:"budget,omitempty"`
+	Budget *rule.ExhaustedBudget `json:"budget,omitempty"`
 	// RetryNever says refill cannot make room for the request in any
 	// useful time (rule.Never): no retry_after_ms and no Retry-After.
 	RetryNever bool `json:"retry_never,omitempty"`
 	// headers are the response headers the error sets besides
 	// Retry-After (an exhausted window's in place of the bucket's).
 	headers []rule.Header
-}
-
-// exhaustedJSON is an exhausted budget window in an error body: amounts
-// in its unit (tokens, or decimal units of currency), exact.
-type exhaustedJSON struct {
-	Window    string      `json:"window"`
-	Counts    string      `json:"counts"`
-	Spent     json.Number `json:"spent"`
-	Limit     json.Number `json:"limit"`
-	Cap       json.Number `json:"cap"`
-	Remaining json.Number `json:"remaining"`
-	Cost      json.Number `json:"cost"`
-	Currency  string      `json:"currency,omitempty"`
-	ResetsAt  time.Time   `json:"resets_at"`
 }
 
 func (e *Error) Error() string { return e.Type + ": " + e.Message }
@@ -303,15 +287,7 @@ func (s *Server) handleError(c *echo.Context, err error) {
 // exhaustedError is the API's answer to an exhausted budget window.
 func exhaustedError(e *rule.BudgetExhaustedError) *Error {
 	ms := rule.RetryAfterMillis(e.RetryAfter)
-	of := ""
-	if e.Level != "" {
-		of = " of " + e.Level
-	}
-	b := &exhaustedJSON{Window: e.Window, Counts: string(e.Counts), Spent: json.Number(e.Decimal(e.Spent)), Limit: json.Number(e.Decimal(e.Budget)),
-		Cap: json.Number(e.Decimal(e.Cap)), Remaining: json.Number(e.Decimal(e.Remaining())), Cost: json.Number(e.Decimal(e.Cost)),
-		Currency: e.Currency, ResetsAt: e.Resets.UTC()}
 	return &Error{Status: http.StatusTooManyRequests, Type: "budget_exhausted", Limit: string(e.Limit), Level: e.Level, Window: e.Window,
-		RetryAfterMS: &ms, Budget: b, headers: append(e.RateHeaders(), rule.Header{Name: "X-Should-Retry", Value: "false"}),
-		Message: "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " + e.Amount(e.Cap) +
-			", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)}
+		RetryAfterMS: &ms, Budget: e.Amounts(), headers: append(e.RateHeaders(), rule.Header{Name: "X-Should-Retry", Value: "false"}),
+		Message: e.Message()}
 }

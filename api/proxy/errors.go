@@ -155,7 +155,7 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 	case errors.As(err, &exh):
 		setExhaustedHeaders(h, exh)
 		d.exhaustedHeaders(h, exh)
-		return problem{code: codeExhausted, message: exhaustedMessage(exh)}
+		return problem{code: codeExhausted, message: exh.Message()}
 	case errors.As(err, &rej) && rej.Never():
 		d.rateHeaders(h, rej.Snapshot)
 		h.Set("X-Should-Retry", "false")

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -19,15 +18,4 @@ func setExhaustedHeaders(h http.Header, e *rule.BudgetExhaustedError) {
 	h.Set("Retry-After", strconv.FormatInt(rule.RetryAfterSeconds(e.RetryAfter), 10))
 	h.Set("Retry-After-Ms", strconv.FormatInt(rule.RetryAfterMillis(e.RetryAfter), 10))
 	h.Set("X-Should-Retry", "false")
-}
-
-// exhaustedMessage says which window is spent, how much of what, and
-// when it resets: the same words on both wires.
-func exhaustedMessage(e *rule.BudgetExhaustedError) string {
-	of := ""
-	if e.Level != "" {
-		of = " of " + e.Level
-	}
-	return "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " +
-		e.Amount(e.Cap) + ", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)
 }

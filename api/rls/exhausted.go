@@ -3,7 +3,6 @@ package rls
 import (
 	"encoding/json"
 	"strings"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -40,23 +39,13 @@ func windowLimit(e *rule.BudgetExhaustedError) (*rlsv3.RateLimitResponse_RateLim
 // which Envoy sends as the 429's body (raw_body).
 type exhaustedBody struct {
 	Error struct {
-		Type         string `json:"type"`
-		Message      string `json:"message"`
-		Limit        string `json:"limit"`
-		Level        string `json:"level,omitempty"`
-		Window       string `json:"window"`
-		RetryAfterMS int64  `json:"retry_after_ms"`
-		Budget       struct {
-			Window    string      `json:"window"`
-			Counts    string      `json:"counts"`
-			Spent     json.Number `json:"spent"`
-			Limit     json.Number `json:"limit"`
-			Cap       json.Number `json:"cap"`
-			Remaining json.Number `json:"remaining"`
-			Cost      json.Number `json:"cost"`
-			Currency  string      `json:"currency,omitempty"`
-			ResetsAt  time.Time   `json:"resets_at"`
-		} `json:"budget"`
+		Type         string                `json:"type"`
+		Message      string                `json:"message"`
+		Limit        string                `json:"limit"`
+		Level        string                `json:"level,omitempty"`
+		Window       string                `json:"window"`
+		RetryAfterMS int64                 `json:"retry_after_ms"`
+		Budget       *rule.ExhaustedBudget `json:"budget"`
 	} `json:"error"`
 }
 
@@ -78,17 +67,8 @@ func exhaustedResponse(resp *rlsv3.RateLimitResponse, e *rule.BudgetExhaustedErr
 	resp.ResponseHeadersToAdd = h
 
 	var b exhaustedBody
-	of := ""
-	if e.Level != "" {
-		of = " of " + e.Level
-	}
 	b.Error.Type, b.Error.Limit, b.Error.Level, b.Error.Window = "budget_exhausted", string(e.Limit), e.Level, e.Window
 	b.Error.RetryAfterMS = rule.RetryAfterMillis(e.RetryAfter)
-	b.Error.Message = "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " +
-		e.Amount(e.Cap) + ", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)
-	bb := &b.Error.Budget
-	bb.Window, bb.Counts, bb.Currency, bb.ResetsAt = e.Window, string(e.Counts), e.Currency, e.Resets.UTC()
-	bb.Spent, bb.Limit, bb.Cap = json.Number(e.Decimal(e.Spent)), json.Number(e.Decimal(e.Budget)), json.Number(e.Decimal(e.Cap))
-	bb.Remaining, bb.Cost = json.Number(e.Decimal(e.Remaining())), json.Number(e.Decimal(e.Cost))
+	b.Error.Message, b.Error.Budget = e.Message(), e.Amounts()
 	resp.RawBody, _ = json.Marshal(b) // cannot fail: strings, numbers and a time
 }

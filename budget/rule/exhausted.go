@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -102,4 +103,40 @@ func (e *BudgetExhaustedError) RateHeaders() []Header {
 			Header{"X-Ratelimit-Reset-Tokens", reset})
 	}
 	return h
+}
+
+// Message is the refusal as every face says it to the caller: the window,
+// what it spent of its cap, what the request needed and when it resets.
+// One sentence for every wire, so the HTTP API, the proxy's wires and the
+// rate limit service's body never drift apart.
+func (e *BudgetExhaustedError) Message() string {
+	of := ""
+	if e.Level != "" {
+		of = " of " + e.Level
+	}
+	return "the " + string(e.Counts) + " budget of window " + e.Window + of + " is exhausted: spent " + e.Amount(e.Spent) + " of " +
+		e.Amount(e.Cap) + ", and this request needs " + e.Amount(e.Cost) + "; it resets at " + e.Resets.UTC().Format(time.RFC3339)
+}
+
+// ExhaustedBudget is an exhausted window's amounts as the faces' JSON
+// bodies carry them (the HTTP API's error, and the rate limit service's
+// 429 body, which must be the same): exact decimals in the window's unit
+// (tokens, or units of Currency).
+type ExhaustedBudget struct {
+	Window    string      `json:"window"`
+	Counts    string      `json:"counts"`
+	Spent     json.Number `json:"spent"`
+	Limit     json.Number `json:"limit"`
+	Cap       json.Number `json:"cap"`
+	Remaining json.Number `json:"remaining"`
+	Cost      json.Number `json:"cost"`
+	Currency  string      `json:"currency,omitempty"`
+	ResetsAt  time.Time   `json:"resets_at"`
+}
+
+// Amounts is the window's ExhaustedBudget.
+func (e *BudgetExhaustedError) Amounts() *ExhaustedBudget {
+	return &ExhaustedBudget{Window: e.Window, Counts: string(e.Counts), Spent: json.Number(e.Decimal(e.Spent)),
+		Limit: json.Number(e.Decimal(e.Budget)), Cap: json.Number(e.Decimal(e.Cap)), Remaining: json.Number(e.Decimal(e.Remaining())),
+		Cost: json.Number(e.Decimal(e.Cost)), Currency: e.Currency, ResetsAt: e.Resets.UTC()}
 }
