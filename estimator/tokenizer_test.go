@@ -534,8 +534,8 @@ func TestCountLimitStopsEarly(t *testing.T) {
 			t.Errorf("%s: countLimit(4 MB word, %d) allocates %d bytes", name, limit, alloc)
 		}
 		// The whole count encodes 512 chunks, the limited one a single one;
-		// both scan the piece to find its end (about a tenth of the work).
-		if limited*5 > whole {
+		// both scan the piece to find its end (about a tenth of the work; a third leaves room for a shared machine: it took a fifth once under -race with other packages).
+		if limited*3 > whole {
 			t.Errorf("%s: countLimit(4 MB word, %d) takes %v, the whole count %v", name, limit, limited, whole)
 		}
 		if n, ok := enc.countLimit(word, full); !ok || n != full {
