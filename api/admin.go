@@ -12,7 +12,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -262,7 +262,7 @@ func (s *Server) adminTenantCreate(c *echo.Context) error {
 		return err
 	}
 	l := patch.Apply(rule.Limits{})
-	snap, err := s.admin.TenantCreate(c.Request().Context(), budget.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
+	snap, err := s.admin.TenantCreate(c.Request().Context(), account.CreateTenantParams{ID: in.ID, Parent: in.Parent, Limits: l, Actor: actorOf(c)})
 	if errors.Is(err, rule.ErrTenantExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a tenant with this id exists"}
 	}
@@ -288,8 +288,8 @@ func (s *Server) adminTenantTree(c *echo.Context) error {
 		return err
 	}
 	var all []*budgetJSON
-	var render func(n *budget.TreeNode) *treeJSON
-	render = func(n *budget.TreeNode) *treeJSON {
+	var render func(n *account.TreeNode) *treeJSON
+	render = func(n *account.TreeNode) *treeJSON {
 		out := &treeJSON{budgetJSON: budgetOf(n.Snapshot), Children: []*treeJSON{}}
 		all = append(all, &out.budgetJSON)
 		for _, ch := range n.Children {
@@ -321,7 +321,7 @@ func (s *Server) adminTenantLimits(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	snap, err := s.admin.TenantLimitsUpdate(c.Request().Context(), budget.UpdateLimitsParams{TenantID: c.Param("id"), Patch: patch, Actor: actorOf(c)})
+	snap, err := s.admin.TenantLimitsUpdate(c.Request().Context(), account.UpdateLimitsParams{TenantID: c.Param("id"), Patch: patch, Actor: actorOf(c)})
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func (s *Server) setDisabled(c *echo.Context, disabled bool) error {
 	if len(in.Reason) > 500 {
 		return invalid("reason", "at most 500 characters")
 	}
-	snap, err := s.admin.TenantSetDisabled(c.Request().Context(), budget.SetDisabledParams{
+	snap, err := s.admin.TenantSetDisabled(c.Request().Context(), account.SetDisabledParams{
 		TenantID: c.Param("id"), Disabled: disabled, Reason: in.Reason, Actor: actorOf(c)})
 	if err != nil {
 		return err
@@ -365,9 +365,9 @@ func (s *Server) adminTenantAdjust(c *echo.Context) error {
 	case strings.TrimSpace(in.Reason) == "" || len(in.Reason) > 500:
 		return invalid("reason", "required: 1 to 500 characters")
 	}
-	snap, err := s.admin.TenantAdjust(c.Request().Context(), budget.AdjustParams{
+	snap, err := s.admin.TenantAdjust(c.Request().Context(), account.AdjustParams{
 		TenantID: c.Param("id"), Tokens: *in.Tokens, Reason: in.Reason, Actor: actorOf(c)})
-	if errors.Is(err, budget.ErrBadAdjustment) {
+	if errors.Is(err, account.ErrBadAdjustment) {
 		return invalid("tokens", "required: a non-zero integer (positive credits, negative debits)")
 	}
 	if err != nil {
@@ -444,7 +444,7 @@ func (s *Server) adminModelLimitsPut(c *echo.Context) error {
 	if l.Shadow, err = rule.ParseLimitSet("shadow", in.Shadow); err != nil {
 		return err
 	}
-	snap, err := s.admin.ModelLimitsSet(c.Request().Context(), budget.SetModelLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})
+	snap, err := s.admin.ModelLimitsSet(c.Request().Context(), account.SetModelLimitsParams{TenantID: c.Param("id"), Limits: l, Actor: actorOf(c)})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -27,10 +27,10 @@ type endUserPolicyJSON struct {
 	UpdatedBy   string          `json:"updated_by"`
 }
 
-func endUserPolicyOf(p *budget.EndUserPolicy) endUserPolicyJSON {
-	out := endUserPolicyJSON{Tenant: p.TenantID, Source: string(p.Source), Template: budget.LimitsJSON(p.Template),
+func endUserPolicyOf(p *account.EndUserPolicy) endUserPolicyJSON {
+	out := endUserPolicyJSON{Tenant: p.TenantID, Source: string(p.Source), Template: account.LimitsJSON(p.Template),
 		MaxEndUsers: p.MaxEndUsers, IdleTTLS: int64(p.IdleTTL / time.Second), UpdatedAt: p.UpdatedAt, UpdatedBy: p.UpdatedBy}
-	if p.Source == budget.SourceHeader {
+	if p.Source == account.SourceHeader {
 		out.Header = &p.Header
 	}
 	return out
@@ -75,8 +75,8 @@ func (s *Server) adminEndUserPolicyPut(c *echo.Context) error {
 		return invalid("max_end_users", "required: how many live end users the tenant may have")
 	case in.IdleTTLS == nil:
 		return invalid("idle_ttl_s", "required: how long an end user may be idle before it expires, in seconds")
-	case *in.MaxEndUsers <= 0 || *in.MaxEndUsers > budget.MaxEndUsersCap:
-		return invalid("max_end_users", "must be between 1 and "+strconv.Itoa(budget.MaxEndUsersCap))
+	case *in.MaxEndUsers <= 0 || *in.MaxEndUsers > account.MaxEndUsersCap:
+		return invalid("max_end_users", "must be between 1 and "+strconv.Itoa(account.MaxEndUsersCap))
 	case *in.IdleTTLS <= 0 || *in.IdleTTLS > 366*24*3600:
 		return invalid("idle_ttl_s", "must be between 1 and 31622400 seconds (366 days)")
 	}
@@ -84,7 +84,7 @@ func (s *Server) adminEndUserPolicyPut(c *echo.Context) error {
 	if err != nil {
 		return prefixField(err, "template.")
 	}
-	p := budget.EndUserPolicyParams{TenantID: c.Param("id"), Source: budget.EndUserSource(*in.Source),
+	p := account.EndUserPolicyParams{TenantID: c.Param("id"), Source: account.EndUserSource(*in.Source),
 		Template: patch.Apply(rule.Limits{}), MaxEndUsers: int(*in.MaxEndUsers), IdleTTL: time.Duration(*in.IdleTTLS) * time.Second,
 		Actor: actorOf(c)}
 	if in.Header != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -245,7 +245,7 @@ func (s *Server) adminDriftReport(c *echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := budget.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model"), ByModel: by == "model"}
+	p := account.DriftParams{TenantID: q.Get("tenant"), Model: q.Get("model"), ByModel: by == "model"}
 	f, err := ledgerFilter(c) // the same from/to parsing
 	if err != nil {
 		return err
@@ -259,7 +259,7 @@ func (s *Server) adminDriftReport(c *echo.Context) error {
 		return err
 	}
 	if rows == nil {
-		rows = []budget.DriftRow{}
+		rows = []account.DriftRow{}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"from": p.From, "to": p.To, "rows": rows})
 }

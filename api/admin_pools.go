@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -33,7 +33,7 @@ type shareJSON struct {
 	VTC    json.Number `json:"vtc"`
 }
 
-func poolOf(p budget.PoolSnapshot) poolJSON {
+func poolOf(p account.PoolSnapshot) poolJSON {
 	out := poolJSON{ID: p.ID, TokensCapacity: p.Limits.TokensCapacity, TokensPerSecond: json.Number(rule.FormatRate(p.Limits.TokensRateMicro)),
 		Tokens: json.Number(formatMicro(p.TokensMicro)), Models: p.Models, Shares: []shareJSON{}, At: p.At}
 	if out.Models == nil {
@@ -70,8 +70,8 @@ type poolLimitsIn struct {
 	TokensPerSecond json.RawMessage `json:"tokens_per_second"`
 }
 
-func (in poolLimitsIn) limits() (budget.PoolLimits, error) {
-	l := budget.PoolLimits{TokensCapacity: in.TokensCapacity}
+func (in poolLimitsIn) limits() (account.PoolLimits, error) {
+	l := account.PoolLimits{TokensCapacity: in.TokensCapacity}
 	if in.TokensPerSecond == nil {
 		return l, invalid("tokens_per_second", "required")
 	}
@@ -93,7 +93,7 @@ func (s *Server) adminPoolCreate(c *echo.Context) error {
 		return err
 	}
 	err = s.admin.PoolCreate(c.Request().Context(), in.ID, l, in.Models...)
-	if errors.Is(err, budget.ErrPoolExists) {
+	if errors.Is(err, account.ErrPoolExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a pool with this id exists"}
 	}
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -135,7 +135,7 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		}
 		return err
 	}
-	p := budget.ReserveParams{
+	p := account.ReserveParams{
 		TenantID: tenantID, Estimate: est,
 		IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
@@ -194,7 +194,7 @@ type usageJSON struct {
 
 type endedJSON struct {
 	ID        string        `json:"id"`
-	State     budget.State  `json:"state"`
+	State     account.State `json:"state"`
 	Late      bool          `json:"late"`
 	Model     string        `json:"model"`
 	Estimate  estimateJSON  `json:"estimate"`
@@ -205,7 +205,7 @@ type endedJSON struct {
 	Remaining remainingJSON `json:"remaining"`
 }
 
-func endedOf(st *budget.Settlement) endedJSON {
+func endedOf(st *account.Settlement) endedJSON {
 	a := st.Admission
 	out := endedJSON{
 		ID: a.ID, State: a.State, Late: a.Late, Model: a.Estimate.Model, Estimate: estimateOf(a.Estimate),
@@ -259,7 +259,7 @@ func (s *Server) releaseAdmission(c *echo.Context) error {
 	if _, err := readBody(c); err != nil {
 		return err
 	}
-	st, journaled, err := s.admitter.Release(c.Request().Context(), admission.FaceAPI, budget.ReleaseParams{
+	st, journaled, err := s.admitter.Release(c.Request().Context(), admission.FaceAPI, account.ReleaseParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "release", st, journaled, err)
@@ -268,7 +268,7 @@ func (s *Server) releaseAdmission(c *echo.Context) error {
 // ended answers a settle or release: its result, or 202 when the store is
 // unreachable and it was journaled (the accounting is kept, the balance is
 // not known yet).
-func (s *Server) ended(c *echo.Context, kind string, st *budget.Settlement, journaled bool, err error) error {
+func (s *Server) ended(c *echo.Context, kind string, st *account.Settlement, journaled bool, err error) error {
 	switch {
 	case err != nil:
 		return err
@@ -282,15 +282,15 @@ func (s *Server) ended(c *echo.Context, kind string, st *budget.Settlement, jour
 }
 
 type admissionJSON struct {
-	ID        string       `json:"id"`
-	State     budget.State `json:"state"`
-	Model     string       `json:"model"`
-	Estimate  estimateJSON `json:"estimate"`
-	CreatedAt time.Time    `json:"created_at"`
-	ExpiresAt time.Time    `json:"expires_at"`
-	EndedAt   *time.Time   `json:"ended_at"`
-	Late      bool         `json:"late"`
-	Actual    *usageJSON   `json:"actual"`
+	ID        string        `json:"id"`
+	State     account.State `json:"state"`
+	Model     string        `json:"model"`
+	Estimate  estimateJSON  `json:"estimate"`
+	CreatedAt time.Time     `json:"created_at"`
+	ExpiresAt time.Time     `json:"expires_at"`
+	EndedAt   *time.Time    `json:"ended_at"`
+	Late      bool          `json:"late"`
+	Actual    *usageJSON    `json:"actual"`
 }
 
 func (s *Server) getAdmission(c *echo.Context) error {

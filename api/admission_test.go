@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -32,7 +32,7 @@ type apiBundle struct {
 	pool  *pgxpool.Pool
 	srv   *api.Server
 	rep   *replica.Replica
-	store *budget.Store
+	store *account.Store
 }
 
 // Both halves of a replica's configuration, for tests to change either:
@@ -72,7 +72,7 @@ func newServer(t testing.TB, c *testConfig) (*api.Server, *replica.Replica) {
 func setupAPI(t testing.TB, configure func(*testConfig)) *apiBundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	cfg := &testConfig{replicaConfig: replica.Config{DB: pool, Store: store}}
 	if configure != nil {
 		configure(cfg)
@@ -84,7 +84,7 @@ func setupAPI(t testing.TB, configure func(*testConfig)) *apiBundle {
 // tenant creates a tenant and returns a key for it.
 func (b *apiBundle) tenant(t testing.TB, id string, l rule.Limits) string {
 	t.Helper()
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
 	_, secret, err := credential.KeyCreate(ctx, b.pool, id)
@@ -255,7 +255,7 @@ func TestRejectionIs429WithRetryAfter(t *testing.T) {
 	// A frozen clock: at 2 tokens/s, a 2.5 s stall between the two calls
 	// on the real clock would refill past the 46 the headers may show.
 	at := time.Now()
-	b := setupAPI(t, func(c *testConfig) { c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return at }) })
+	b := setupAPI(t, func(c *testConfig) { c.Store = account.NewStore(c.DB).WithClock(func() time.Time { return at }) })
 	key := b.tenant(t, "acme", lim(300, "2"))
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions", chat(250, "hi")); r.Code != http.StatusCreated {
 		t.Fatalf("first: %d %s", r.Code, r.Body)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 )
 
@@ -31,7 +31,7 @@ func TestBadKeysBehindAGatewayLockOutNoOne(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, func(c *testConfig) { c.AuthFailuresPerSecond, c.AuthFailureBurst = 0.001, 5 })
 	disabled := b.tenant(t, "disabled", lim(1000, "1"))
-	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "disabled", Disabled: true, Reason: "unpaid"}); err != nil {
+	if _, err := b.store.SetDisabled(ctx, account.SetDisabledParams{TenantID: "disabled", Disabled: true, Reason: "unpaid"}); err != nil {
 		t.Fatal(err)
 	}
 	revoked := b.tenant(t, "revoked", lim(1000, "1"))
@@ -173,7 +173,7 @@ func TestRevocationIsSeenAtOnceWithoutALookup(t *testing.T) {
 		t.Fatal(r.Body)
 	}
 	r.json(&a)
-	if _, err := b.store.SetDisabled(ctx, budget.SetDisabledParams{TenantID: "globex", Disabled: true, Reason: "unpaid"}); err != nil {
+	if _, err := b.store.SetDisabled(ctx, account.SetDisabledParams{TenantID: "globex", Disabled: true, Reason: "unpaid"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, path := range []string{"/v1/admissions", "/v1/admissions/" + a.ID + "/release"} {

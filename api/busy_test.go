@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -26,8 +26,8 @@ func TestPoolExhaustedAnswers503ThenLeaksNothing(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	dbURL := pgtest.URL(t)
 	setupPool := pgtest.Pool(t, dbURL, nil)
-	store := budget.NewStore(setupPool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: lim(1000, "1")}); err != nil {
+	store := account.NewStore(setupPool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: lim(1000, "1")}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, setupPool, "acme")

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -115,34 +115,34 @@ func TestNULIsA400NamingTheField(t *testing.T) {
 }
 
 // TestStoreRefusedValueIsTheCallersError: a value Postgres refuses is
-// recognized as the caller's (budget.IsInvalidInput), for the faces to
+// recognized as the caller's (account.IsInvalidInput), for the faces to
 // answer 400 / INVALID_ARGUMENT, and is not an outage.
 func TestStoreRefusedValueIsTheCallersError(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
 	b.tenant(t, "acme", rule.Limits{TokensCapacity: 100, TokensRateMicro: 1})
 	before, seq := b.balance(t, "acme")
-	_, err := b.store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: 5, Reason: "credit\x00", Actor: "admin:ops"})
+	_, err := b.store.Adjust(ctx, account.AdjustParams{TenantID: "acme", Tokens: 5, Reason: "credit\x00", Actor: "admin:ops"})
 	if err == nil {
 		t.Fatal("a reason with a NUL was stored")
 	}
 	if after, afterSeq := b.balance(t, "acme"); after != before || afterSeq != seq {
 		t.Fatal("the refused adjustment moved the balance")
 	}
-	if !budget.IsInvalidInput(err) || errors.Is(err, rule.ErrUnavailable) {
+	if !account.IsInvalidInput(err) || errors.Is(err, rule.ErrUnavailable) {
 		t.Fatalf("err = %v: want an invalid input, not an outage", err)
 	}
-	if budget.IsInvalidInput(errors.New("other")) || budget.IsInvalidInput(rule.ErrUnavailable) {
+	if account.IsInvalidInput(errors.New("other")) || account.IsInvalidInput(rule.ErrUnavailable) {
 		t.Fatal("IsInvalidInput matched an error that is not Postgres refusing a value")
 	}
 
 	// Through the admission layer (the pipeline, the failure policy), past
 	// the edge's checks: the refused value is the request's error, and the
 	// replica does not take the store for down.
-	_, _, err = b.rep.Admitter.Reserve(ctx, admission.Request{ReserveParams: budget.ReserveParams{TenantID: "acme", Actor: "test",
+	_, _, err = b.rep.Admitter.Reserve(ctx, admission.Request{ReserveParams: account.ReserveParams{TenantID: "acme", Actor: "test",
 		Estimate: estimator.Estimate{Model: "gpt-4o\x00", Family: "gpt-4o", InputTokens: 1, Cost: 1,
 			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}})
-	if !budget.IsInvalidInput(err) || errors.Is(err, rule.ErrUnavailable) {
+	if !account.IsInvalidInput(err) || errors.Is(err, rule.ErrUnavailable) {
 		t.Fatalf("reserve with a NUL model: %v, want an invalid input", err)
 	}
 	if b.rep.Admitter.Down() {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -114,7 +114,7 @@ func (b *apiBundle) moneyOf(t testing.TB, body string) int64 {
 func TestMoneyWindowExhaustedIsBudgetExhausted(t *testing.T) {
 	t.Parallel()
 	at := time.Now()
-	b := setupAPI(t, func(c *testConfig) { c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return at }) })
+	b := setupAPI(t, func(c *testConfig) { c.Store = account.NewStore(c.DB).WithClock(func() time.Time { return at }) })
 	b.priced(t)
 	body := chat(100, "hi")
 	m := b.moneyOf(t, body)

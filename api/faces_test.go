@@ -28,7 +28,7 @@ import (
 
 	llmproxy "github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/api/rls"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -41,7 +41,7 @@ import (
 func setupFaces(t *testing.T) (*apiBundle, string) {
 	t.Helper()
 	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	b := setupAPI(t, func(c *testConfig) { c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return at }) })
+	b := setupAPI(t, func(c *testConfig) { c.Store = account.NewStore(c.DB).WithClock(func() time.Time { return at }) })
 	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
 	return b, key
 }
@@ -60,7 +60,7 @@ func refusedAsOtherFace(t *testing.T, r response, id string, face rule.Face) {
 }
 
 // mustAdmission reads an admission of acme.
-func (b *apiBundle) mustAdmission(t *testing.T, id string) *budget.Admission {
+func (b *apiBundle) mustAdmission(t *testing.T, id string) *account.Admission {
 	t.Helper()
 	a, err := b.store.AdmissionGet(ctx, "acme", id)
 	if err != nil {
@@ -138,10 +138,10 @@ func TestTenantCannotEndTheProxysStreamMidway(t *testing.T) {
 		t.Fatal("the stream did not end")
 	}
 	// The proxy settles after the last byte is relayed.
-	var a *budget.Admission
-	await.For(10*time.Second, 0, func() bool { a = b.mustAdmission(t, id); return a.State != budget.StateReserved })
+	var a *account.Admission
+	await.For(10*time.Second, 0, func() bool { a = b.mustAdmission(t, id); return a.State != account.StateReserved })
 	want := estimator.Cost(2000, 4000, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
-	if a.State != budget.StateSettled || *a.ActualInput != 2000 || *a.ActualOutput != 4000 || *a.ActualCost != want || a.Face != rule.FaceProxy {
+	if a.State != account.StateSettled || *a.ActualInput != 2000 || *a.ActualOutput != 4000 || *a.ActualCost != want || a.Face != rule.FaceProxy {
 		t.Fatalf("the proxy's admission: %+v", a)
 	}
 	b.exactBalance(t, want)
@@ -232,7 +232,7 @@ func TestTenantCannotReachTheProxysCallByIdempotencyKey(t *testing.T) {
 	}
 	a := b.mustAdmission(t, proxyID)
 	want := estimator.Cost(300, 700, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
-	if a.State != budget.StateSettled || *a.ActualCost != want {
+	if a.State != account.StateSettled || *a.ActualCost != want {
 		t.Fatalf("the proxy's admission: %+v", a)
 	}
 	b.exactBalance(t, want)
@@ -309,7 +309,7 @@ func TestTenantCannotEndAGatewaysAdmission(t *testing.T) {
 
 	call(0, &ratelimitv3.RateLimitDescriptor{Entries: entries("tenant", "acme", "request_id", "req-1", "phase", "response"),
 		HitsAddend: wrapperspb.UInt64(42_000)})
-	if a := b.mustAdmission(t, id); a.State != budget.StateSettled || *a.ActualCost != 42_000 || a.Face != rule.FaceRLS {
+	if a := b.mustAdmission(t, id); a.State != account.StateSettled || *a.ActualCost != 42_000 || a.Face != rule.FaceRLS {
 		t.Fatalf("the gateway's admission: %+v", a)
 	}
 	b.exactBalance(t, 42_000)
@@ -351,11 +351,11 @@ func TestGatewayKeysLiveInTheirOwnNamespace(t *testing.T) {
 		HitsAddend: wrapperspb.UInt64(15_000)})
 
 	for _, id := range []string{early, late} {
-		if a := b.mustAdmission(t, id); a.State != budget.StateReserved || a.Face != rule.FaceAPI {
+		if a := b.mustAdmission(t, id); a.State != account.StateReserved || a.Face != rule.FaceAPI {
 			t.Fatalf("the tenant's API admission %s was ended by the gateway: %+v", id, a)
 		}
 	}
-	var gw []budget.Admission
+	var gw []account.Admission
 	as, err := b.store.AdmissionRecent(ctx, "acme", 10)
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +369,7 @@ func TestGatewayKeysLiveInTheirOwnNamespace(t *testing.T) {
 			apiCost += a.Estimate.Cost
 		}
 	}
-	if len(gw) != 2 || gw[0].State != budget.StateSettled || gw[1].State != budget.StateSettled || *gw[0].ActualCost+*gw[1].ActualCost != 40_000 {
+	if len(gw) != 2 || gw[0].State != account.StateSettled || gw[1].State != account.StateSettled || *gw[0].ActualCost+*gw[1].ActualCost != 40_000 {
 		t.Fatalf("the gateway's admissions: %+v", gw)
 	}
 	// A retry of the API's key is the API's own admission again.

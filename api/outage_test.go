@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -133,7 +133,7 @@ func setupOutage(t *testing.T, policy rule.Policy, models []estimator.Model, opt
 			}
 		}
 	}()
-	b := &outageBundle{apiBundle: &apiBundle{pool: direct, srv: srv, store: budget.NewStore(direct)}, proxy: p, local: local, est: est}
+	b := &outageBundle{apiBundle: &apiBundle{pool: direct, srv: srv, store: account.NewStore(direct)}, proxy: p, local: local, est: est}
 	b.stop = func() { cancel(); <-done }
 	t.Cleanup(b.stop)
 	return b
@@ -263,7 +263,7 @@ func TestStoreUnavailableLocalPolicyReplaysExactlyOnce(t *testing.T) {
 		t.Fatalf("the retry after the replay debited: %d -> %d", tokensBefore, tokensAfter)
 	}
 	a, err := b.store.AdmissionGet(ctx, "acme", local[0])
-	if err != nil || a.State != budget.StateSettled || *a.ActualCost != 28 {
+	if err != nil || a.State != account.StateSettled || *a.ActualCost != 28 {
 		t.Fatalf("the journaled settle: %+v %v", a, err)
 	}
 	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {
@@ -309,11 +309,11 @@ func TestFailurePolicyPerModel(t *testing.T) {
 // flakyReplay makes the first replays of a spool fail as if the store went
 // away again each time.
 type flakyReplay struct {
-	*budget.Store
+	*account.Store
 	failures atomic.Int64
 }
 
-func (f *flakyReplay) ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error) {
+func (f *flakyReplay) ReplayReserve(ctx context.Context, p account.ReplayReserveParams) (bool, error) {
 	if f.failures.Add(-1) >= 0 {
 		return false, fmt.Errorf("%w: injected", rule.ErrUnavailable)
 	}
@@ -327,7 +327,7 @@ func TestReplayFailureIsAMetricAndNotReady(t *testing.T) {
 	t.Parallel()
 	flaky := &flakyReplay{}
 	b := setupOutage(t, rule.PolicyLocal, nil, func(c *testConfig) {
-		flaky.Store = budget.NewStore(c.DB)
+		flaky.Store = account.NewStore(c.DB)
 		flaky.failures.Store(1 << 30) // fail until told otherwise
 		c.Admissions = flaky
 	})
@@ -390,8 +390,8 @@ func TestSettleOfALocalAdmissionNotYetReplayed(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
 	key := b.tenant(t, "acme", lim(1000, "1"))
-	local := budget.NewAdmissionID(time.Now())
-	if at, ok := budget.LocalAdmissionTime(local); !ok || time.Since(at) > time.Second {
+	local := account.NewAdmissionID(time.Now())
+	if at, ok := account.LocalAdmissionTime(local); !ok || time.Since(at) > time.Second {
 		t.Fatalf("local id %s: %v %v", local, at, ok)
 	}
 	for _, op := range []string{"settle", "release"} {
@@ -406,10 +406,10 @@ func TestSettleOfALocalAdmissionNotYetReplayed(t *testing.T) {
 	// An id the store made (or a local one from days ago) is simply unknown.
 	var adm struct{ ID string }
 	b.call(t, key, http.MethodPost, "/v1/admissions", chat(5, "x")).json(&adm)
-	if _, ok := budget.LocalAdmissionTime(adm.ID); ok || adm.ID == "" {
+	if _, ok := account.LocalAdmissionTime(adm.ID); ok || adm.ID == "" {
 		t.Fatalf("the store's id %q reads as local", adm.ID)
 	}
-	for _, id := range []string{adm.ID[:len(adm.ID)-1] + "0", budget.NewAdmissionID(time.Now().Add(-48 * time.Hour))} {
+	for _, id := range []string{adm.ID[:len(adm.ID)-1] + "0", account.NewAdmissionID(time.Now().Add(-48 * time.Hour))} {
 		if id == adm.ID {
 			continue
 		}

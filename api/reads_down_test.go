@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -159,7 +159,7 @@ func TestLedgerExportIsNeverAShort200(t *testing.T) {
 	reads := pgtest.New(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["lock_timeout"] = "300ms" })
 	b := setupAPI(t, func(c *testConfig) { c.Reads = reads })
 	token := b.admin(t, "auditor")
-	rb := &apiBundle{pool: reads, store: budget.NewStore(reads)}
+	rb := &apiBundle{pool: reads, store: account.NewStore(reads)}
 	rb.tenant(t, "acme", lim(1000, "1"))
 	rb.tenant(t, "other", lim(1000, "1"))
 

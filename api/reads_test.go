@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -31,7 +31,7 @@ func TestReadsGoToTheReadPool(t *testing.T) {
 		t.Fatalf("admit: %d %s", r.Code, r.Body)
 	}
 	// The "standby" knows acme as it was created, without the admission.
-	if _, err := budget.NewStore(reads).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: lim(1000, "1")}); err != nil {
+	if _, err := account.NewStore(reads).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: lim(1000, "1")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -125,7 +125,7 @@ func TestReadOnlyStoreIsAnOutage(t *testing.T) {
 	pool := pgtest.New(t, func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	})
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	b := setupAPI(t, func(c *testConfig) { c.DB, c.Store = pool, store })
 	b.pool, b.store = pool, store
 	key := b.tenant(t, "acme", lim(1000, "1"))

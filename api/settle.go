@@ -5,7 +5,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -24,7 +24,7 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	}
 	// Cached input tokens are priced by the domain, at the admission's
 	// model's cached weight, in the settle's own transaction.
-	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, budget.SettleParams{
+	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, account.SettleParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.CacheRead,
 		CacheWriteTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})

@@ -7,19 +7,19 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 )
 
 // settleSpy is the store the admission layer decides through: the real
 // one, noting each settle it is given, so a test sees what the face parsed
 // (the reasoning tokens, which no balance shows).
 type settleSpy struct {
-	*budget.Store
+	*account.Store
 	mu      sync.Mutex
-	settles []budget.SettleParams
+	settles []account.SettleParams
 }
 
-func (s *settleSpy) DecideBatch(ctx context.Context, items []budget.Item) ([]budget.OpResult, error) {
+func (s *settleSpy) DecideBatch(ctx context.Context, items []account.Item) ([]account.OpResult, error) {
 	s.mu.Lock()
 	for _, it := range items {
 		if it.Op.Settle != nil {
@@ -30,7 +30,7 @@ func (s *settleSpy) DecideBatch(ctx context.Context, items []budget.Item) ([]bud
 	return s.Store.DecideBatch(ctx, items)
 }
 
-func (s *settleSpy) last(t *testing.T) budget.SettleParams {
+func (s *settleSpy) last(t *testing.T) account.SettleParams {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -151,7 +151,7 @@ func bodyReadError(err error) error {
 // slipped past the edge, a character the encoding cannot hold, a string
 // longer than its column): the caller's 400, not an outage.
 func storeRefused(err error) *Error {
-	if !budget.IsInvalidInput(err) {
+	if !account.IsInvalidInput(err) {
 		return nil
 	}
 	return invalid("", "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)")

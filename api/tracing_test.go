@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/otlptest"
@@ -28,7 +28,7 @@ func TestAPIDecisionSpans(t *testing.T) {
 	now.Store(&start)
 	b := setupAPI(t, func(c *testConfig) {
 		c.Tracing = tr
-		c.Store = budget.NewStore(c.DB).WithClock(func() time.Time { return *now.Load() })
+		c.Store = account.NewStore(c.DB).WithClock(func() time.Time { return *now.Load() })
 	})
 	key := b.tenant(t, "acme", rule.Limits{TokensCapacity: 100000, TokensRateMicro: rule.Micro})
 	const traceID = "0af7651916cd43dd8448eb211c80319c"

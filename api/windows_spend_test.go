@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -50,12 +50,12 @@ func TestAdminWindowsShowMoneySpent(t *testing.T) {
 	}
 	org := lim(10_000_000, "1000")
 	org.Windows = win("daily", "day", 5_000_000)
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "org", Limits: org}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "org", Limits: org}); err != nil {
 		t.Fatal(err)
 	}
 	team := lim(10_000_000, "1000")
 	team.Windows = win("monthly", "month", 2_000_000)
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "team", Parent: "org", Limits: team}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "team", Parent: "org", Limits: team}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, b.pool, "team")
@@ -63,7 +63,7 @@ func TestAdminWindowsShowMoneySpent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 100 000 in at 2.50 + 20 000 out at 10.00 = 0.25 + 0.20 = 0.45 reserved.
-	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: "team", Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: "team", Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestAdminEndUsersShowMoneySpent(t *testing.T) {
 		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: lim(10_000_000, "1000")}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: lim(10_000_000, "1000")}); err != nil {
 		t.Fatal(err)
 	}
 	money := "2"
@@ -134,7 +134,7 @@ func TestAdminEndUsersShowMoneySpent(t *testing.T) {
 		t.Fatal(err)
 	}
 	tpl.Windows = ws
-	if _, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceUser, Template: tpl,
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceUser, Template: tpl,
 		MaxEndUsers: 5, IdleTTL: time.Hour, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestAdminEndUsersShowMoneySpent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}

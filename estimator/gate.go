@@ -21,7 +21,7 @@ var ErrBusy = errors.New("estimator busy: this replica is estimating as many req
 
 // DefaultGateWait is how long a caller waits for its turn to be estimated
 // unless configured: as long as a decision waits for its turn in the
-// store's pipeline (budget.DefaultStoreTimeout).
+// store's pipeline (account.DefaultStoreTimeout).
 const DefaultGateWait = 3 * time.Second
 
 // DefaultGateBytes is the gate's size unless configured: 8 MiB of bodies

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -28,14 +28,14 @@ var benchBody = []byte(`{"model":"gpt-4o-2024-08-06","max_tokens":256,"messages"
 {"role":"assistant","content":"Check which limit the 429 body names: tokens, requests, concurrency or period_budget. The token gauge can show room while the request bucket or the concurrency cap is exhausted."},
 {"role":"user","content":"It says concurrency. How do I find the reservations that are still open?"}]}`)
 
-func benchStore(b *testing.B, tenants int) (*budget.Store, []string) {
+func benchStore(b *testing.B, tenants int) (*account.Store, []string) {
 	b.Helper()
 	pool := pgtest.Pool(b, pgtest.URL(b), func(c *pgxpool.Config) { c.MaxConns = 32 })
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	ids := make([]string, tenants)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-%d", i)
-		_, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: ids[i], Limits: rule.Limits{
+		_, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: ids[i], Limits: rule.Limits{
 			TokensCapacity: 1_000_000_000_000, TokensRateMicro: 1_000_000 * rule.Micro}})
 		if err != nil {
 			b.Fatal(err)
@@ -46,7 +46,7 @@ func benchStore(b *testing.B, tenants int) (*budget.Store, []string) {
 
 // reserveOnce is the reserve path: parse and estimate (before any
 // transaction), then the locked transaction.
-func reserveOnce(b *testing.B, est *estimator.Estimator, store *budget.Store, tenant string) {
+func reserveOnce(b *testing.B, est *estimator.Estimator, store *account.Store, tenant string) {
 	req, err := estimator.Parse(benchBody)
 	if err != nil {
 		b.Fatal(err)
@@ -55,7 +55,7 @@ func reserveOnce(b *testing.B, est *estimator.Estimator, store *budget.Store, te
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, err = store.Reserve(ctx, budget.ReserveParams{TenantID: tenant, Estimate: e})
+	_, err = store.Reserve(ctx, account.ReserveParams{TenantID: tenant, Estimate: e})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,26 +36,29 @@ var layout = map[string][]string{
 	// arithmetic (no SQL, no clock, no tracing), so the store and the
 	// pipeline depend on them and never the reverse.
 	"budget/rule": nil,
-	// The domain: the store (SQL over budget's tables, and caches of them)
-	// and the pipeline.
-	"budget":            {"budget/alert", "budget/rule", "estimator", "ledger"},
-	"budget/credential": {"budget", "budget/rule"},
-	"budget/outage":     {"budget", "budget/rule", "estimator"},
-	"budget/admission":  {"budget", "budget/outage", "budget/rule", "estimator"},
+	// Budget's root is its map (doc.go) and holds no code, so that every
+	// arrow inside budget points down or across, never up to it.
+	"budget": nil,
+	// The store (SQL over budget's tables, and caches of them) and the
+	// pipeline that decides on them.
+	"budget/account":    {"budget/alert", "budget/rule", "estimator", "ledger"},
+	"budget/credential": {"budget/account", "budget/rule"},
+	"budget/outage":     {"budget/account", "budget/rule", "estimator"},
+	"budget/admission":  {"budget/account", "budget/outage", "budget/rule", "estimator"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
-	"budget/admin": {"budget", "budget/alert", "budget/credential", "budget/rule", "estimator", "ledger"},
+	"budget/admin": {"budget/account", "budget/alert", "budget/credential", "budget/rule", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
-	"budget/replica": {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
+	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
-	"api":       {"budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
-	"web":       {"budget", "budget/admin", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
-	"api/rls":   {"budget", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
-	"api/proxy": {"budget", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
+	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"web":       {"budget/account", "budget/admin", "budget/alert", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"api/rls":   {"budget/account", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
+	"api/proxy": {"budget/account", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.
@@ -108,7 +111,7 @@ var faces = []string{"api", "api/proxy", "api/rls", "web"}
 const faceForbidden = "github.com/jackc/pgx/v5"
 
 // budgetLeaves are the leaves of budget: the bottom of its layering, which
-// the deeper packages (the store and pipeline at budget's root, admission,
+// the other packages (the store and pipeline in budget/account, admission,
 // outage, the replica) build on. A leaf imports no package of budget, not
 // its root nor another leaf nor anything deeper, so that a rule or an
 // alert never depends on the store that applies it; a leaf listed here
@@ -121,10 +124,10 @@ var budgetLeaves = []string{"budget/alert", "budget/rule"}
 // tested alone.
 var pure = []string{"budget/rule"}
 
-// untraced are the packages that import no OpenTelemetry: budget's root
+// untraced are the packages that import no OpenTelemetry: budget/account
 // (the store and the pipeline) tells a small hook (PipelineTracer) what it
 // does, and budget/admission, the use case, makes the spans.
-var untraced = []string{"budget", "budget/rule"}
+var untraced = []string{"budget/account", "budget/rule"}
 
 // TestLayout checks every import between the module's packages against
 // the layout, and that no file outside tests imports the test harness.
@@ -168,6 +171,9 @@ func TestLayout(t *testing.T) {
 			if slices.Contains(budgetLeaves, pkg) && (dep == "budget" || strings.HasPrefix(dep, "budget/")) {
 				t.Errorf("%s: the leaf %s imports %s: a leaf of budget imports no package of budget", filepath.Join(rel, filepath.Base(path)), pkg, dep)
 			}
+			if strings.HasPrefix(pkg, "budget/") && strings.HasPrefix(pkg, dep+"/") {
+				t.Errorf("%s: %s imports %s, a shallower package of budget: arrows inside budget point down or across, never up", filepath.Join(rel, filepath.Base(path)), pkg, dep)
+			}
 			if slices.Contains(faces, pkg) && slices.Contains(faces, dep) && pkg != dep {
 				t.Errorf("%s: the face %s imports the face %s", filepath.Join(rel, filepath.Base(path)), pkg, dep)
 			}
@@ -191,7 +197,7 @@ func TestLayout(t *testing.T) {
 		read = append(read, p)
 	}
 	sort.Strings(read)
-	for _, must := range []string{"budget", "budget/admin", "budget/admission", "budget/rule", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
+	for _, must := range []string{"budget", "budget/account", "budget/admin", "budget/admission", "budget/rule", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
 		if !seen[must] {
 			t.Errorf("no file of %s was read (read %v)", must, read)
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -49,8 +49,8 @@ func fastUpstream(w http.ResponseWriter, r *http.Request) {
 //	make bench-proxy
 func BenchmarkProxyAddedLatency(b *testing.B) {
 	pool := pgtest.Pool(b, pgtest.URL(b), func(c *pgxpool.Config) { c.MaxConns = 32 })
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{
 		TokensCapacity: 1_000_000_000_000, TokensRateMicro: 1_000_000 * rule.Micro}}); err != nil {
 		b.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func BenchmarkProxyAddedLatency(b *testing.B) {
 		}
 	}
 	as, err := store.AdmissionRecent(ctx, "acme", 1)
-	if err != nil || len(as) == 0 || as[0].State != budget.StateSettled {
+	if err != nil || len(as) == 0 || as[0].State != account.StateSettled {
 		b.Fatalf("the last admission: %+v %v", as, err)
 	}
 }

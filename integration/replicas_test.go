@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -42,7 +42,7 @@ var ctx = context.Background()
 type cluster struct {
 	pool  *pgxpool.Pool
 	urls  []string
-	store *budget.Store
+	store *account.Store
 }
 
 // startReplicas starts n tokengate servers, each with its own pool of
@@ -55,7 +55,7 @@ func startReplicas(t *testing.T, n int, conns int32) *cluster {
 		c.urls = append(c.urls, startReplica(t, pgtest.Pool(t, dbURL, func(cfg *pgxpool.Config) { cfg.MaxConns = conns })))
 	}
 	c.pool = pgtest.Pool(t, dbURL, nil)
-	c.store = budget.NewStore(c.pool)
+	c.store = account.NewStore(c.pool)
 	return c
 }
 
@@ -88,7 +88,7 @@ func (c *cluster) tenant(t *testing.T, id string, capacity int64, perSecond stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}}); err != nil {
+	if _, err := c.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, c.pool, id)

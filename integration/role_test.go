@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -63,16 +63,16 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	// Tenants are created by an operator (the owner); the service runs as
 	// the app role.
 	tmp := startReplica(t, app)
-	key := (&cluster{pool: owner, store: budget.NewStore(owner)}).tenant(t, "acme", 1000, "1")
+	key := (&cluster{pool: owner, store: account.NewStore(owner)}).tenant(t, "acme", 1000, "1")
 	// With a pool and model limits, so the app role writes their tables too.
-	ownerStore := budget.NewStore(owner)
-	if err := ownerStore.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}); err != nil {
+	ownerStore := account.NewStore(owner)
+	if err := ownerStore.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ownerStore.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ownerStore.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{
+	if _, err := ownerStore.SetModelLimits(ctx, account.SetModelLimitsParams{TenantID: "acme", Limits: rule.ModelLimits{
 		Model: "gpt-4o", InputCapacity: 1000, InputRateMicro: rule.Micro, OutputCapacity: 1000, OutputRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -127,7 +127,7 @@ func BenchmarkLedgerScale(b *testing.B) {
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 	})
 	b.Run("verify_all", func(b *testing.B) {
-		store := budget.NewStore(pool)
+		store := account.NewStore(pool)
 		for b.Loop() {
 			res, err := store.Audit(ctx, "")
 			if err != nil || len(res) != tenants {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -49,12 +49,12 @@ func TestVerifyNamesTheFirstBrokenEntry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	for range 4 {
-		if _, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "m", Cost: 10, InputWeightMicro: 1, OutputWeightMicro: 1}}); err != nil {
+		if _, err := store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "m", Cost: 10, InputWeightMicro: 1, OutputWeightMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -81,19 +81,19 @@ func TestSQLCanonicalMatchesGo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	l := rule.Limits{TokensCapacity: 1000, TokensRateMicro: 333_333, PeriodBudget: 5000, Period: rule.PeriodMonth}
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l, Actor: "ünïcode-actor"}); err != nil {
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: l, Actor: "ünïcode-actor"}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o-2024-08-06", Cost: 10, InputTokens: 3_000_000, OutputTokens: 1, InputWeightMicro: 1, OutputWeightMicro: 1}})
+	r, err := store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o-2024-08-06", Cost: 10, InputTokens: 3_000_000, OutputTokens: 1, InputWeightMicro: 1, OutputWeightMicro: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 3_000_000, OutputTokens: 1}); err != nil {
+	if _, err := store.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 3_000_000, OutputTokens: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Adjust(ctx, budget.AdjustParams{TenantID: "acme", Tokens: 5, Reason: "naïve \"quoted\" reason; 5:x ~"}); err != nil {
+	if _, err := store.Adjust(ctx, account.AdjustParams{TenantID: "acme", Tokens: 5, Reason: "naïve \"quoted\" reason; 5:x ~"}); err != nil {
 		t.Fatal(err)
 	}
 	var total, matching int
@@ -113,14 +113,14 @@ func TestPagingIsStableUnderConcurrentInserts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	reserve := func(id string) {
-		if _, err := store.Reserve(ctx, budget.ReserveParams{TenantID: id, Estimate: estimator.Estimate{Model: "m", Cost: 1, InputWeightMicro: 1, OutputWeightMicro: 1}}); err != nil {
+		if _, err := store.Reserve(ctx, account.ReserveParams{TenantID: id, Estimate: estimator.Estimate{Model: "m", Cost: 1, InputWeightMicro: 1, OutputWeightMicro: 1}}); err != nil {
 			t.Error(err)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -86,7 +86,7 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 	now := time.Date(2026, 12, 4, 22, 50, 0, 0, time.UTC) // 23:50 in Paris
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	store := budget.NewStore(pool).WithClock(clock)
+	store := account.NewStore(pool).WithClock(clock)
 	// gpt-4o at 2.50 in / 10.00 out per million tokens.
 	if _, err := pool.Exec(ctx, `INSERT INTO model_prices (model, effective_from, input_micro, output_micro, created_by)
 		VALUES ('gpt-4o', $1, 2500000, 10000000, 'test')`, now.Add(-time.Hour)); err != nil {
@@ -106,7 +106,7 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 	for _, tn := range []struct{ id, parent string }{{"org", ""}, {"team", "org"}} {
 		l := rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: rule.Micro,
 			Windows: windows(day("spend", &money, nil), day("usage", nil, &tokens))}
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: tn.id, Parent: tn.parent, Limits: l, Actor: "test"}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: tn.id, Parent: tn.parent, Limits: l, Actor: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,7 +114,7 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne} // 0.45
 	reserve := func() string {
 		t.Helper()
-		r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "team", Estimate: est})
+		r, err := store.Reserve(ctx, account.ReserveParams{TenantID: "team", Estimate: est})
 		if err != nil {
 			t.Error(err)
 			return ""
@@ -123,7 +123,7 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 	}
 	settle := func(id string, in, out int64) {
 		t.Helper()
-		if _, err := store.Settle(ctx, budget.SettleParams{TenantID: "team", AdmissionID: id, InputTokens: in, OutputTokens: out}); err != nil {
+		if _, err := store.Settle(ctx, account.SettleParams{TenantID: "team", AdmissionID: id, InputTokens: in, OutputTokens: out}); err != nil {
 			t.Error(err)
 		}
 	}
@@ -133,7 +133,7 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 	mu.Unlock()
 	settle(a, 100_000, 10_000) // 0.35: a refund of 0.10 to yesterday
 	settle(b, 108_000, 20_000) // 0.47: 0.02 more, today
-	if _, err := store.Release(ctx, budget.ReleaseParams{TenantID: "team", AdmissionID: c}); err != nil {
+	if _, err := store.Release(ctx, account.ReleaseParams{TenantID: "team", AdmissionID: c}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -148,7 +148,7 @@ func TestMoneySpentIsWhatMoneyWindowsCount(t *testing.T) {
 			case i%3 == 1:
 				settle(id, 100_000+int64(i)*300, 20_000-int64(i)*500)
 			default:
-				if _, err := store.Release(ctx, budget.ReleaseParams{TenantID: "team", AdmissionID: id}); err != nil {
+				if _, err := store.Release(ctx, account.ReleaseParams{TenantID: "team", AdmissionID: id}); err != nil {
 					t.Error(err)
 				}
 			}

@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
@@ -20,8 +20,8 @@ func TestVerifyReportsOverflow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	w := ledgertest.Wrap(t, pool, "acme", "gpt-4o")
@@ -51,9 +51,9 @@ func TestVerifyKindsOfProblems(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	for _, id := range []string{"a", "b"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -24,7 +24,7 @@ func TestAdmissionsLearnTheirFace(t *testing.T) {
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	hash := bytes.Repeat([]byte{7}, 32)
 	response := func(id string) []byte {
-		r, err := budget.EncodeReservation(&budget.Reservation{AdmissionID: id, Estimate: estimatorEstimate(100), CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
+		r, err := account.EncodeReservation(&account.Reservation{AdmissionID: id, Estimate: estimatorEstimate(100), CreatedAt: now, ExpiresAt: now.Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestAdmissionsLearnTheirFace(t *testing.T) {
 		t.Fatalf("keys %q, kept stream ends %q", keys, deferred)
 	}
 
-	store := budget.NewStore(pool).WithClock(func() time.Time { return now }) // no refill
+	store := account.NewStore(pool).WithClock(func() time.Time { return now }) // no refill
 	for id, face := range map[string]rule.Face{"adm_proxy": rule.FaceProxy, "adm_gateway": rule.FaceRLS, "adm_api": rule.FaceAPI} {
 		if a, err := store.AdmissionGet(ctx, "acme", id); err != nil || a.Face != face {
 			t.Fatalf("%s: %+v %v; want the %s face", id, a, err, face)
@@ -88,24 +88,24 @@ func TestAdmissionsLearnTheirFace(t *testing.T) {
 		{rule.FaceRLS, "rls:req-1", "adm_gateway", 2, true},
 		{rule.FaceAPI, "k-api", "adm_api", 3, false},
 	} {
-		r, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimatorEstimate(100), IdempotencyKey: c.key,
+		r, err := store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimatorEstimate(100), IdempotencyKey: c.key,
 			RequestHash: []byte{c.hash}, ReplayNow: c.replayNow, Face: c.face})
 		if err != nil || !r.Replayed || r.AdmissionID != c.id {
 			t.Fatalf("the %s face's retry of %s: %+v %v; want %s", c.face, c.key, r, err, c.id)
 		}
 	}
 	// Only the face that made it ends it.
-	if _, err := store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: "adm_proxy"}); !errors.Is(err, rule.ErrOtherFace) {
+	if _, err := store.Release(ctx, account.ReleaseParams{TenantID: "acme", AdmissionID: "adm_proxy"}); !errors.Is(err, rule.ErrOtherFace) {
 		t.Fatalf("the API's release of the proxy's admission: %v", err)
 	}
-	if _, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: "adm_proxy", InputTokens: 60, Face: rule.FaceProxy}); err != nil {
+	if _, err := store.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: "adm_proxy", InputTokens: 60, Face: rule.FaceProxy}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Settle(ctx, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:req-1", InputTokens: 30, Face: rule.FaceRLS})
+	st, err := store.Settle(ctx, account.SettleParams{TenantID: "acme", IdempotencyKey: "rls:req-1", InputTokens: 30, Face: rule.FaceRLS})
 	if err != nil || st.Admission.ID != "adm_gateway" {
 		t.Fatalf("the gateway's stream end: %+v %v", st, err)
 	}
-	if _, err := store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: "adm_api"}); err != nil {
+	if _, err := store.Release(ctx, account.ReleaseParams{TenantID: "acme", AdmissionID: "adm_api"}); err != nil {
 		t.Fatal(err)
 	}
 	var micro int64

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -33,7 +33,7 @@ func TestPeriodBudgetsBecomeWindows(t *testing.T) {
 	if _, err := m.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store := budget.NewStore(pool).WithClock(func() time.Time { return now })
+	store := account.NewStore(pool).WithClock(func() time.Time { return now })
 	snap, err := store.TenantSnapshot(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func TestPeriodBudgetsBecomeWindows(t *testing.T) {
 		t.Fatalf("after the upgrade: %+v", snap)
 	}
 	reserve := func(id string, cost int64) error {
-		_, err := store.Reserve(ctx, budget.ReserveParams{TenantID: id, Estimate: estimatorEstimate(cost)})
+		_, err := store.Reserve(ctx, account.ReserveParams{TenantID: id, Estimate: estimatorEstimate(cost)})
 		return err
 	}
 	var rej *rule.RejectedError

@@ -13,7 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -84,7 +84,7 @@ func TestBrowserAlerts(t *testing.T) {
 	base := serve(t, b)
 	br := startBrowser(t, base)
 	rc := newReceiver(t)
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Actor: "test", Limits: rule.Limits{
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Actor: "test", Limits: rule.Limits{
 		TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodDay}}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestBrowserAlerts(t *testing.T) {
 	reserve := func(n int) {
 		t.Helper()
 		for range n {
-			if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
+			if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
 				InputTokens: 50, OutputTokens: 50, Cost: 100, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 				t.Fatal(err)
 			}

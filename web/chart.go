@@ -6,7 +6,7 @@ import (
 	"math/big"
 	"strconv"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -23,8 +23,8 @@ type costChart struct {
 	Count         int
 	// The sums are exact (rendered with bignum): each admission's cost
 	// fits an int64, their sum may not.
-	SumEstimate budget.Total
-	SumActual   budget.Total
+	SumEstimate account.Total
+	SumActual   account.Total
 }
 
 type costBar struct {
@@ -57,9 +57,9 @@ func fmt1(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 
 // newCostChart lays out the settled admissions among adms (newest first, as
 // AdmissionRecent returns them).
-func newCostChart(adms []*budget.Admission) costChart {
+func newCostChart(adms []*account.Admission) costChart {
 	ch := costChart{Width: 960, Height: 240, Left: 64, Right: 950, Top: 12, Bottom: 216}
-	var settled []*budget.Admission
+	var settled []*account.Admission
 	for i := len(adms) - 1; i >= 0; i-- {
 		if a := adms[i]; a.ActualCost != nil {
 			settled = append(settled, a)

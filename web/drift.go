@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 )
 
 // driftWindow is the span the pages' reconciliation reports cover.
@@ -23,17 +23,17 @@ type driftView struct {
 type driftRow struct {
 	Model                     string
 	Admissions, Settled       int64
-	EstIn, EstOut, ActIn, Act budget.Total // rendered with bignum: exact however large
+	EstIn, EstOut, ActIn, Act account.Total // rendered with bignum: exact however large
 	MeanErr, P95Err           string
 	Expired                   int64
 	// ShadowRefused counts the admissions a shadow limit would have
 	// refused: what enforcing it would have cost this model's callers.
 	ShadowRefused   int64
-	Refunded, Extra budget.Total // micro-tokens, rendered with bigtokens
+	Refunded, Extra account.Total // micro-tokens, rendered with bigtokens
 	// The money of the priced admissions (micro-units of the currency,
 	// rendered with bigtokens as an exact decimal).
 	Priced                         int64
-	EstMoney, ActMoney, MoneyDrift budget.Total
+	EstMoney, ActMoney, MoneyDrift account.Total
 	Y, TextY                       int
 	EstW, ActW                     string
 	Over                           bool
@@ -43,18 +43,18 @@ func percent(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) +
 
 // newDrift lays out report rows, one bar pair per model. The sums are
 // exact Totals; only the bars' geometry is approximated, in float64.
-func newDrift(rows []budget.DriftRow) driftView {
+func newDrift(rows []account.DriftRow) driftView {
 	v := driftView{Width: 960, Label: 220, Right: 940}
-	top := budget.NewTotal(1)
+	top := account.NewTotal(1)
 	for _, r := range rows {
-		for _, c := range []budget.Total{r.EstimatedCost, r.ActualCost} {
+		for _, c := range []account.Total{r.EstimatedCost, r.ActualCost} {
 			if c.Cmp(top) > 0 {
 				top = c
 			}
 		}
 	}
 	span := float64(v.Right - v.Label)
-	w := func(n budget.Total) string {
+	w := func(n account.Total) string {
 		return strconv.FormatFloat(max(0, n.Float64())*span/top.Float64(), 'f', 1, 64)
 	}
 	for i, r := range rows {
@@ -83,7 +83,7 @@ func newDrift(rows []budget.DriftRow) driftView {
 // drift reads the last day's reconciliation report: one tenant's models, or
 // (tenantID "") every model across tenants.
 func (d *Dashboard) drift(ctx context.Context, tenantID string) (driftView, error) {
-	rows, err := d.admin.DriftReport(ctx, budget.DriftParams{TenantID: tenantID, From: time.Now().Add(-driftWindow), ByModel: tenantID == ""})
+	rows, err := d.admin.DriftReport(ctx, account.DriftParams{TenantID: tenantID, From: time.Now().Add(-driftWindow), ByModel: tenantID == ""})
 	if err != nil {
 		return driftView{}, err
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
 
@@ -23,7 +23,7 @@ func TestReconciliationOnTenantAndModelsPages(t *testing.T) {
 		t.Fatalf("admit: %d %s", rec.Code, rec.Body)
 	}
 	// Estimate 9 + 100 = 109; actual 9 + 41 = 50: +118.0 % error.
-	if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: a.ID, InputTokens: 9, OutputTokens: 41}); err != nil {
+	if _, err := b.store.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: a.ID, InputTokens: 9, OutputTokens: 41}); err != nil {
 		t.Fatal(err)
 	}
 	c := b.client(t, "192.0.2.50")

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 )
 
 // endUsersShown bounds the end users a tenant page lists (the admin API
@@ -15,8 +15,8 @@ const endUsersShown = 50
 // its page shows them (read-only: the policy is set through the admin API
 // or the CLI).
 type endUsersView struct {
-	Policy *budget.EndUserPolicy
-	Users  []budget.EndUser
+	Policy *account.EndUserPolicy
+	Users  []account.EndUser
 	// More says the tenant has more end users than are shown.
 	More bool
 }
@@ -27,7 +27,7 @@ func (d *Dashboard) endUsers(ctx context.Context, id string) (endUsersView, erro
 	var v endUsersView
 	pol, err := d.admin.EndUserPolicyGet(ctx, id)
 	switch {
-	case errors.Is(err, budget.ErrNoEndUserPolicy):
+	case errors.Is(err, account.ErrNoEndUserPolicy):
 	case err != nil:
 		return v, err
 	default:

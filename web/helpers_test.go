@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -53,9 +53,9 @@ func (b *syncBuffer) String() string {
 // an admin token to log in with.
 type testBundle struct {
 	pool        *pgxpool.Pool
-	store       *budget.Store
+	store       *account.Store
 	est         *estimator.Estimator
-	rejections  *budget.Rejections
+	rejections  *account.Rejections
 	srv         *api.Server
 	rep         *replica.Replica
 	logs        *syncBuffer
@@ -68,9 +68,9 @@ func setup(t *testing.T, configure func(*replica.Config, *web.Config)) *testBund
 	pool := pgtest.New(t, nil)
 	b := &testBundle{
 		pool:       pool,
-		store:      budget.NewStore(pool),
+		store:      account.NewStore(pool),
 		est:        estimator.New(nil),
-		rejections: budget.NewRejections(pool),
+		rejections: account.NewRejections(pool),
 		logs:       &syncBuffer{},
 	}
 	logger := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -105,7 +105,7 @@ func setup(t *testing.T, configure func(*replica.Config, *web.Config)) *testBund
 // tenant creates a tenant directly and returns a key for it.
 func (b *testBundle) tenant(t *testing.T, id string, l rule.Limits) string {
 	t.Helper()
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l, Actor: "test"}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: l, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	_, secret, err := credential.KeyCreate(ctx, b.pool, id)
@@ -227,6 +227,6 @@ func limits(capacity int64, perSecond string) rule.Limits {
 	return rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate}
 }
 
-func adjustParams(id string, tokens int64) budget.AdjustParams {
-	return budget.AdjustParams{TenantID: id, Tokens: tokens, Reason: "test credit", Actor: "test"}
+func adjustParams(id string, tokens int64) account.AdjustParams {
+	return account.AdjustParams{TenantID: id, Tokens: tokens, Reason: "test credit", Actor: "test"}
 }

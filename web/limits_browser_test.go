@@ -6,7 +6,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -26,7 +26,7 @@ func TestBrowserLimitsFormKeepsOthersChanges(t *testing.T) {
 	br.login(b.adminSecret)
 	br.navigate("/tenants/acme")
 
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other",
+	if _, err := b.store.UpdateLimits(ctx, account.UpdateLimitsParams{TenantID: "acme", Actor: "other",
 		Patch: rule.LimitsPatch{MaxConcurrent: rule.Set[int64](9), RequestsCapacity: rule.Unset[int64]()}}); err != nil {
 		t.Fatal(err)
 	}

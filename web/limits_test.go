@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -61,7 +61,7 @@ func TestLimitsFormSendsOnlyEditedFields(t *testing.T) {
 	}
 
 	// Another admin, meanwhile.
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other",
+	if _, err := b.store.UpdateLimits(ctx, account.UpdateLimitsParams{TenantID: "acme", Actor: "other",
 		Patch: rule.LimitsPatch{MaxConcurrent: rule.Set[int64](9), RequestsCapacity: rule.Unset[int64]()}}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -61,7 +61,7 @@ func (d *Dashboard) liveOverview(c *echo.Context) error {
 	if id := c.QueryParam("tenant"); id != "" {
 		// A tenant page shows its tenant, and its ancestors and children
 		// in the tree: all of them move.
-		var tree *budget.TreeNode
+		var tree *account.TreeNode
 		tree, err = d.admin.TenantTree(ctx, id)
 		if errors.Is(err, rule.ErrTenantNotFound) {
 			return c.JSON(http.StatusNotFound, jsonError{Error: jsonErrorBody{Type: "not_found", Message: "no such tenant"}})

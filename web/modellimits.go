@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -127,7 +127,7 @@ func (d *Dashboard) modelLimitsSet(c *echo.Context) error {
 	f := formFrom(postForm(c), modelLimitFields...)
 	l := f.modelLimits()
 	if f.OK() {
-		_, err := d.admin.ModelLimitsSet(c.Request().Context(), budget.SetModelLimitsParams{TenantID: id, Limits: l, Actor: actor(c)})
+		_, err := d.admin.ModelLimitsSet(c.Request().Context(), account.SetModelLimitsParams{TenantID: id, Limits: l, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
 			return err
 		}

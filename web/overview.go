@@ -10,7 +10,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -205,7 +205,7 @@ func openGauge(open, maxOpen int64) gauge {
 var limitOrder = []rule.Limit{rule.LimitTokens, rule.LimitRequests, rule.LimitConcurrency, rule.LimitPeriodBudget}
 
 // tenantRows builds the rows of snaps with their activity per minute
-// (budget.Store.Activity), in tree order (treeOrder): throttled trees
+// (account.Store.Activity), in tree order (treeOrder): throttled trees
 // first. The current minute is the database's, taken from the snapshots.
 func (d *Dashboard) tenantRows(ctx context.Context, snaps []rule.Snapshot) ([]*tenantRow, error) {
 	if len(snaps) == 0 {
@@ -215,7 +215,7 @@ func (d *Dashboard) tenantRows(ctx context.Context, snaps []rule.Snapshot) ([]*t
 	if err != nil {
 		return nil, err
 	}
-	idle := &budget.Activity{Admitted: make([]int64, sparkMinutes), Rejected: make([]int64, sparkMinutes)}
+	idle := &account.Activity{Admitted: make([]int64, sparkMinutes), Rejected: make([]int64, sparkMinutes)}
 	currency, err := d.currencyFor(ctx, snaps)
 	if err != nil {
 		return nil, err
@@ -415,7 +415,7 @@ func (d *Dashboard) tenantCreate(c *echo.Context) error {
 	if !f.OK() {
 		return d.renderOverview(c, http.StatusUnprocessableEntity, f)
 	}
-	_, err := d.admin.TenantCreate(c.Request().Context(), budget.CreateTenantParams{ID: id, Parent: f.Get("parent"), Limits: l, Actor: actor(c)})
+	_, err := d.admin.TenantCreate(c.Request().Context(), account.CreateTenantParams{ID: id, Parent: f.Get("parent"), Limits: l, Actor: actor(c)})
 	switch {
 	case errors.Is(err, rule.ErrTenantExists):
 		f.Fail("id", "a tenant with this id already exists")

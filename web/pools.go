@@ -8,7 +8,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -29,7 +29,7 @@ type poolCard struct {
 	Shares []shareRow
 	// ServedTotal is what the pool has served all its tenants, in raw
 	// tokens: exact, as each tenant's count may be near int64's end.
-	ServedTotal budget.Total
+	ServedTotal account.Total
 
 	Limits, Route, Weight *form
 }
@@ -51,7 +51,7 @@ type shareRow struct {
 // sharePct is part of whole as a percentage with one decimal, rounded to
 // the nearest (so the shares of 1:2 read 33.3 % and 66.7 %); "—" when the
 // whole is nothing. It is exact for any sizes: whole is a sum of int64s.
-func sharePct(part int64, whole budget.Total) string {
+func sharePct(part int64, whole account.Total) string {
 	if whole.Sign() <= 0 {
 		return "—"
 	}
@@ -65,7 +65,7 @@ func sharePct(part int64, whole budget.Total) string {
 
 // poolCards lays out the pools in the store's order (by id), each with a
 // blank weight and route form and its limits form filled in.
-func poolCards(snaps []budget.PoolSnapshot) []*poolCard {
+func poolCards(snaps []account.PoolSnapshot) []*poolCard {
 	cards := make([]*poolCard, 0, len(snaps))
 	for _, p := range snaps {
 		c := &poolCard{
@@ -78,7 +78,7 @@ func poolCards(snaps []budget.PoolSnapshot) []*poolCard {
 			Route:  newForm(),
 			Weight: newForm(),
 		}
-		var weights budget.Total
+		var weights account.Total
 		for _, sh := range p.Shares {
 			weights = weights.AddInt64(sh.Weight)
 			c.ServedTotal = c.ServedTotal.AddInt64(sh.Served)
@@ -92,7 +92,7 @@ func poolCards(snaps []budget.PoolSnapshot) []*poolCard {
 	return cards
 }
 
-func poolLimitsForm(l budget.PoolLimits) *form {
+func poolLimitsForm(l account.PoolLimits) *form {
 	f := newForm()
 	f.Set("tokens_capacity", strconv.FormatInt(l.TokensCapacity, 10))
 	f.Set("tokens_per_second", rule.FormatRate(l.TokensRateMicro))
@@ -101,8 +101,8 @@ func poolLimitsForm(l budget.PoolLimits) *form {
 
 // poolLimits reads a pool's bucket from a form, validated with budget's
 // own rules.
-func (f *form) poolLimits() budget.PoolLimits {
-	l := budget.PoolLimits{TokensCapacity: f.Int("tokens_capacity", true), TokensRateMicro: f.Decimal("tokens_per_second", true)}
+func (f *form) poolLimits() account.PoolLimits {
+	l := account.PoolLimits{TokensCapacity: f.Int("tokens_capacity", true), TokensRateMicro: f.Decimal("tokens_per_second", true)}
 	if f.OK() {
 		f.limitError(l.Validate())
 	}
@@ -127,7 +127,7 @@ func (v *poolsView) card(id string) *poolCard {
 }
 
 // renderPools loads the pools page; edit puts a refused form back on its
-// card, and returns budget.ErrPoolNotFound when the pool is not there.
+// card, and returns account.ErrPoolNotFound when the pool is not there.
 func (d *Dashboard) renderPools(c *echo.Context, status int, edit func(*poolsView) error) error {
 	ctx := c.Request().Context()
 	pools, err := d.admin.PoolList(ctx)
@@ -161,7 +161,7 @@ func (d *Dashboard) refusedOn(c *echo.Context, id string, set func(*poolCard)) e
 	return d.renderPools(c, http.StatusUnprocessableEntity, func(v *poolsView) error {
 		card := v.card(id)
 		if card == nil {
-			return budget.ErrPoolNotFound
+			return account.ErrPoolNotFound
 		}
 		set(card)
 		return nil
@@ -178,7 +178,7 @@ func (d *Dashboard) poolCreate(c *echo.Context) error {
 	if f.OK() {
 		err := d.admin.PoolCreate(c.Request().Context(), id, l)
 		switch {
-		case errors.Is(err, budget.ErrPoolExists):
+		case errors.Is(err, account.ErrPoolExists):
 			f.Fail("id", "a pool with this id already exists")
 		case f.limitError(err):
 		case err != nil:

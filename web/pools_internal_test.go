@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -33,7 +33,7 @@ func TestSharePct(t *testing.T) {
 		{0, 0, "—"}, {-5, 10, "0.0%"},
 		{math.MaxInt64, math.MaxInt64, "100.0%"}, {math.MaxInt64 / 3, math.MaxInt64, "33.3%"}, // part * 1000 is beyond int64
 	} {
-		if got := sharePct(tc.part, budget.NewTotal(tc.whole)); got != tc.want {
+		if got := sharePct(tc.part, account.NewTotal(tc.whole)); got != tc.want {
 			t.Errorf("sharePct(%d, %d) = %q, want %q", tc.part, tc.whole, got, tc.want)
 		}
 	}
@@ -132,18 +132,18 @@ func TestModelLimitsForm(t *testing.T) {
 
 func TestPoolCards(t *testing.T) {
 	t.Parallel()
-	cards := poolCards([]budget.PoolSnapshot{
-		{ID: "gpu", Limits: budget.PoolLimits{TokensCapacity: 1_000, TokensRateMicro: 500_000}, TokensMicro: 820_500_000, Models: []string{"gpt-4o"},
-			Shares: []budget.PoolShare{{TenantID: "acme", Weight: 1, VTCMicro: 60_000_000, Served: 60}, {TenantID: "globex", Weight: 2, VTCMicro: 120_000_000, Served: 120}}},
-		{ID: "idle", Limits: budget.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1}, TokensMicro: 0,
-			Shares: []budget.PoolShare{{TenantID: "acme", Weight: 3}}},
+	cards := poolCards([]account.PoolSnapshot{
+		{ID: "gpu", Limits: account.PoolLimits{TokensCapacity: 1_000, TokensRateMicro: 500_000}, TokensMicro: 820_500_000, Models: []string{"gpt-4o"},
+			Shares: []account.PoolShare{{TenantID: "acme", Weight: 1, VTCMicro: 60_000_000, Served: 60}, {TenantID: "globex", Weight: 2, VTCMicro: 120_000_000, Served: 120}}},
+		{ID: "idle", Limits: account.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1}, TokensMicro: 0,
+			Shares: []account.PoolShare{{TenantID: "acme", Weight: 3}}},
 	})
 	if len(cards) != 2 {
 		t.Fatalf("%d cards", len(cards))
 	}
 	gpu, idle := cards[0], cards[1]
 	if gpu.ID != "gpu" || gpu.Prefix != "pool-gpu" || gpu.Tokens.Text != "820 / 1,000" || gpu.Tokens.Pct != "82.0" || gpu.Rate != "0.5" ||
-		gpu.ServedTotal.Cmp(budget.NewTotal(180)) != 0 || !slices.Equal(gpu.Models, []string{"gpt-4o"}) {
+		gpu.ServedTotal.Cmp(account.NewTotal(180)) != 0 || !slices.Equal(gpu.Models, []string{"gpt-4o"}) {
 		t.Errorf("gpu: %+v", gpu)
 	}
 	if want := []shareRow{
@@ -181,8 +181,8 @@ func TestPoolCards(t *testing.T) {
 // axes neither overflow nor loop.
 func TestSumsNearInt64(t *testing.T) {
 	t.Parallel()
-	cards := poolCards([]budget.PoolSnapshot{{ID: "gpu", Limits: budget.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1},
-		Shares: []budget.PoolShare{{TenantID: "a", Weight: math.MaxInt64, Served: math.MaxInt64}, {TenantID: "b", Weight: math.MaxInt64, Served: math.MaxInt64}}}})
+	cards := poolCards([]account.PoolSnapshot{{ID: "gpu", Limits: account.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1},
+		Shares: []account.PoolShare{{TenantID: "a", Weight: math.MaxInt64, Served: math.MaxInt64}, {TenantID: "b", Weight: math.MaxInt64, Served: math.MaxInt64}}}})
 	gpu := cards[0]
 	if gpu.ServedTotal.String() != "18446744073709551614" || gpu.Shares[0].ServedPct != "50.0%" || gpu.Shares[1].WeightPct != "50.0%" {
 		t.Errorf("served total %s, shares %+v", gpu.ServedTotal, gpu.Shares)
@@ -203,7 +203,7 @@ func TestSumsNearInt64(t *testing.T) {
 	}
 	est := int64(1)
 	big, small := int64(math.MaxInt64), int64(math.MaxInt64-1)
-	ch := newCostChart([]*budget.Admission{
+	ch := newCostChart([]*account.Admission{
 		{ID: "adm_1", Estimate: estimator.Estimate{Model: "m", Cost: est}, ActualCost: &big},
 		{ID: "adm_2", Estimate: estimator.Estimate{Model: "m", Cost: est}, ActualCost: &small},
 	})

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 )
 
@@ -18,7 +18,7 @@ func TestPoolAndModelLimitFormsRefuse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.tenant(t, "acme", limits(1000, "1"))
-	if err := b.store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 1_000_000}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := credential.KeyList(ctx, b.pool, "acme")

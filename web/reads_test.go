@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/web"
@@ -37,7 +37,7 @@ func TestOverviewShowsWhereReadsGo(t *testing.T) {
 		t.Fatalf("the overview's read note: %s", between(body, `id="read-replica"`, "</p>"))
 	}
 	// The ledger page reads from the reads pool, where acme has no entries.
-	if _, err := budget.NewStore(reads).CreateTenant(ctx, budget.CreateTenantParams{ID: "other", Limits: limits(1000, "1")}); err != nil {
+	if _, err := account.NewStore(reads).CreateTenant(ctx, account.CreateTenantParams{ID: "other", Limits: limits(1000, "1")}); err != nil {
 		t.Fatal(err)
 	}
 	page := c.get("/ledger").Body.String()

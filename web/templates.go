@@ -17,7 +17,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -57,10 +57,10 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 		"static": d.staticURL,
 		"num":    groupDigits,
 		"tokens": func(micro int64) string { return groupDecimal(ledger.Tokens(micro)) },
-		// bignum and bigtokens render a report's exact sums (budget.Total),
+		// bignum and bigtokens render a report's exact sums (account.Total),
 		// which may exceed int64: a count, and micro-tokens as tokens.
-		"bignum":    func(t budget.Total) string { return groupDecimal(t.String()) },
-		"bigtokens": func(t budget.Total) string { return groupDecimal(t.Tokens()) },
+		"bignum":    func(t account.Total) string { return groupDecimal(t.String()) },
+		"bigtokens": func(t account.Total) string { return groupDecimal(t.Tokens()) },
 		"rate":      rule.FormatRate,
 		"weight":    rule.FormatRate, // model weights share the micro scale
 		// price shows a money price (micro-units per million tokens), or of

@@ -9,7 +9,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
@@ -164,7 +164,7 @@ func (d *Dashboard) tenantLimits(c *echo.Context) error {
 	p := f.limitsPatch(posted)
 	f.windowsPatch(posted, &p)
 	if f.OK() && !p.Empty() {
-		_, err := d.admin.TenantLimitsUpdate(c.Request().Context(), budget.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
+		_, err := d.admin.TenantLimitsUpdate(c.Request().Context(), account.UpdateLimitsParams{TenantID: id, Patch: p, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
 			return err
 		}
@@ -186,7 +186,7 @@ func (d *Dashboard) setDisabled(c *echo.Context, disabled bool) error {
 		f.Fail("reason", "must be at most "+strconv.Itoa(maxReasonLen)+" characters")
 		return d.renderTenant(c, id, http.StatusUnprocessableEntity, func(v *tenantView) { v.Disable = f })
 	}
-	_, err := d.admin.TenantSetDisabled(c.Request().Context(), budget.SetDisabledParams{
+	_, err := d.admin.TenantSetDisabled(c.Request().Context(), account.SetDisabledParams{
 		TenantID: id, Disabled: disabled, Reason: f.Get("reason"), Actor: actor(c),
 	})
 	if err != nil {
@@ -214,9 +214,9 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 		f.Fail("reason", "must be at most "+strconv.Itoa(maxReasonLen)+" characters")
 	}
 	if f.OK() {
-		_, err := d.admin.TenantAdjust(c.Request().Context(), budget.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
+		_, err := d.admin.TenantAdjust(c.Request().Context(), account.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
 		switch {
-		case errors.Is(err, budget.ErrBadAdjustment), errors.Is(err, rule.ErrOverflow):
+		case errors.Is(err, account.ErrBadAdjustment), errors.Is(err, rule.ErrOverflow):
 			f.Fail("tokens", "is out of range (at most 1,000,000,000,000 either way, and the balance must stay representable)")
 		case errors.Is(err, rule.ErrDebtFloor):
 			f.Fail("tokens", "would take the balance below the debt floor (minus one tokens capacity)")

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -53,7 +53,7 @@ func treeOrder(rows []*tenantRow) []*tenantRow {
 			return u
 		}
 		u := urgency{rank: r.rank, rejected: r.Rejected + r.RejectedPrev}
-		if seen <= rule.MaxDepth { // budget.Path keeps trees this shallow; never loop
+		if seen <= rule.MaxDepth { // account.Path keeps trees this shallow; never loop
 			for _, c := range children[r.ID] {
 				cu := urgencyOf(c, seen+1)
 				u.rank = min(u.rank, cu.rank)
@@ -151,9 +151,9 @@ func parentOptions(snaps []rule.Snapshot, selected string) []parentOption {
 // treeSnapshots returns what a tenant page shows of node's tree: the
 // tenant at id, its ancestors (root first) and its children, and the
 // tenant's own snapshot. ok is false when id is not in the tree.
-func treeSnapshots(root *budget.TreeNode, id string) (snaps []rule.Snapshot, self rule.Snapshot, ok bool) {
-	var find func(n *budget.TreeNode, chain []rule.Snapshot) bool
-	find = func(n *budget.TreeNode, chain []rule.Snapshot) bool {
+func treeSnapshots(root *account.TreeNode, id string) (snaps []rule.Snapshot, self rule.Snapshot, ok bool) {
+	var find func(n *account.TreeNode, chain []rule.Snapshot) bool
+	find = func(n *account.TreeNode, chain []rule.Snapshot) bool {
 		chain = append(chain, n.Snapshot)
 		if n.Snapshot.TenantID == id {
 			snaps = chain

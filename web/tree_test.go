@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
 func (b *testBundle) child(t *testing.T, id, parent string, l rule.Limits) {
 	t.Helper()
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Parent: parent, Limits: l, Actor: "test"}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Parent: parent, Limits: l, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
 }

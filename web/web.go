@@ -12,7 +12,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
@@ -237,11 +237,11 @@ func (d *Dashboard) htmlErrors(next echo.HandlerFunc) echo.HandlerFunc {
 			status, message = se.status, se.message
 		case errors.Is(err, rule.ErrTenantNotFound):
 			status, message = http.StatusNotFound, "There is no tenant with that id."
-		case errors.Is(err, budget.ErrPoolNotFound):
+		case errors.Is(err, account.ErrPoolNotFound):
 			status, message = http.StatusNotFound, "There is no pool with that id."
 		case errors.As(err, &he) && he.Code < 500:
 			status, message = he.Code, http.StatusText(he.Code)
-		case budget.IsInvalidInput(err):
+		case account.IsInvalidInput(err):
 			// A value the store refused: the admin's to correct, not an outage.
 			status, message = http.StatusBadRequest, "A value of the form cannot be stored (a NUL character, a character outside UTF-8, or too long). Nothing was changed."
 		case echo.StatusCode(err) >= 400 && echo.StatusCode(err) < 500:

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -111,7 +111,7 @@ func (d *Dashboard) windowLines(ctx context.Context, snaps []rule.Snapshot, rows
 
 // withEndUsers appends the windows of a tenant's end users (shown on its
 // page) to rows and snaps, one level below it, for windowLines.
-func withEndUsers(snaps []rule.Snapshot, rows []*tenantRow, tenant *tenantRow, users []budget.EndUser) ([]rule.Snapshot, []*tenantRow, map[string]string) {
+func withEndUsers(snaps []rule.Snapshot, rows []*tenantRow, tenant *tenantRow, users []account.EndUser) ([]rule.Snapshot, []*tenantRow, map[string]string) {
 	names := map[string]string{}
 	if tenant == nil || len(users) == 0 {
 		return snaps, rows, names

@@ -11,7 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -89,7 +89,7 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 	}
 
 	// 100 000 in at 2.50 + 20 000 out at 10.00 per million = 0.45 spent.
-	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestBrowserWindowsFromTheLimitsForm(t *testing.T) {
 	weeklyFill := `parseFloat(document.querySelector('#windows-section tr[data-window-tenant="acme"][data-window="weekly"] [data-gauge] .fill').getAttribute('width'))`
 	fillBefore := eval[float64](br, weeklyFill)
 	br.waitFor("the live script's first answer", `document.getElementById('live-status').textContent.startsWith('live ·')`, 10*time.Second)
-	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -57,7 +57,7 @@ func TestLimitsFormWindowsRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.UpdateLimits(ctx, budget.UpdateLimitsParams{TenantID: "acme", Actor: "other", Patch: rule.LimitsPatch{Windows: rule.Set(hourly)}}); err != nil {
+	if _, err := b.store.UpdateLimits(ctx, account.UpdateLimitsParams{TenantID: "acme", Actor: "other", Patch: rule.LimitsPatch{Windows: rule.Set(hourly)}}); err != nil {
 		t.Fatal(err)
 	}
 	names := func() []string {
@@ -217,7 +217,7 @@ func TestTenantPageShowsEndUsersWindows(t *testing.T) {
 	b.tenant(t, "acme", l)
 	tpl := limits(1_000_000, "100")
 	tpl.Windows = day("user-daily", "2")
-	if _, err := b.store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceHeader, Header: "x-end-user",
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceHeader, Header: "x-end-user",
 		Template: tpl, MaxEndUsers: 7, IdleTTL: 2 * time.Hour, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestTenantPageShowsEndUsersWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestTenantPageShowsEndUsersWindows(t *testing.T) {
 
 	// The live JSON each page polls carries the very windows it shows, as
 	// it renders them, so that the script can move every row.
-	if _, err := b.store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := b.store.Reserve(ctx, account.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/client"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -42,7 +42,7 @@ var ctx = context.Background()
 
 type bundle struct {
 	pool  *pgxpool.Pool
-	store *budget.Store
+	store *account.Store
 	url   string
 	key   string
 }
@@ -51,7 +51,7 @@ type bundle struct {
 func setup(t *testing.T, limits rule.Limits) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	rep, err := replica.New(replica.Config{DB: pool, Store: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func setup(t *testing.T, limits rule.Limits) *bundle {
 	t.Cleanup(func() { _ = srv.Close() })
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")
@@ -108,7 +108,7 @@ func chat(max int, text string) map[string]any {
 	return map[string]any{"model": "gpt-4o", "max_tokens": max, "messages": []map[string]string{{"role": "user", "content": text}}}
 }
 
-func (b *bundle) admissions(t *testing.T) []*budget.Admission {
+func (b *bundle) admissions(t *testing.T) []*account.Admission {
 	t.Helper()
 	as, err := b.store.AdmissionRecent(ctx, "acme", 1000)
 	if err != nil {
@@ -123,7 +123,7 @@ func (b *bundle) verify(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range b.admissions(t) {
-		if a.State == budget.StateReserved {
+		if a.State == account.StateReserved {
 			t.Fatalf("admission %s left reserved", a.ID)
 		}
 	}
@@ -362,9 +362,9 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("%d admissions", len(as))
 	}
 	silent, panicked, failed, used := as[0], as[1], as[2], as[3]
-	if used.State != budget.StateSettled || *used.ActualInput != 40 || *used.ActualOutput != 25 ||
-		failed.State != budget.StateReleased || panicked.State != budget.StateReleased ||
-		silent.State != budget.StateSettled || *silent.ActualCost != silent.Estimate.Cost {
+	if used.State != account.StateSettled || *used.ActualInput != 40 || *used.ActualOutput != 25 ||
+		failed.State != account.StateReleased || panicked.State != account.StateReleased ||
+		silent.State != account.StateSettled || *silent.ActualCost != silent.Estimate.Cost {
 		t.Fatalf("admissions ended as %s %s %s %s", used.State, failed.State, panicked.State, silent.State)
 	}
 	b.verify(t)
@@ -388,7 +388,7 @@ func TestMiddlewareUnderConcurrency(t *testing.T) {
 	if _, err := c.Release(ctx, probe); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "beta", Limits: rule.Limits{TokensCapacity: 20 * probe.Estimate.Cost, TokensRateMicro: 1}}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "beta", Limits: rule.Limits{TokensCapacity: 20 * probe.Estimate.Cost, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	_, betaKey, err := credential.KeyCreate(ctx, b.pool, "beta")
@@ -453,7 +453,7 @@ func TestMiddlewareUnderConcurrency(t *testing.T) {
 		t.Fatalf("%d admissions", len(as))
 	}
 	for _, a := range as {
-		if a.State != budget.StateSettled || *a.ActualCost != 10 {
+		if a.State != account.StateSettled || *a.ActualCost != 10 {
 			t.Fatalf("admission %s: %s", a.ID, a.State)
 		}
 	}

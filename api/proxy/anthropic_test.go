@@ -21,7 +21,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -151,7 +151,7 @@ func TestMessagesSettlesCacheUsageExactly(t *testing.T) {
 	}
 	var spent int64
 	for _, a := range as {
-		if a.State != budget.StateSettled || *a.ActualInput != claudeAnswerInput || *a.ActualOutput != claudeAnswerOutput ||
+		if a.State != account.StateSettled || *a.ActualInput != claudeAnswerInput || *a.ActualOutput != claudeAnswerOutput ||
 			*a.ActualCost != claudeAnswerInput+claudeAnswerOutput || !a.Estimate.Approximate || a.Estimate.OutputTokens != 1024 {
 			t.Fatalf("admission: %+v (estimate %+v)", a, a.Estimate)
 		}
@@ -213,7 +213,7 @@ func TestMessagesStreamed(t *testing.T) {
 		}
 		if ev.Type == "message_stop" {
 			// The budget is settled before the stream's end reaches the client.
-			if a := b.admissions(t); len(a) != 1 || a[0].State != budget.StateSettled {
+			if a := b.admissions(t); len(a) != 1 || a[0].State != account.StateSettled {
 				t.Fatalf("at message_stop: %+v", a)
 			}
 		}
@@ -446,7 +446,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 		if stream.Err() == nil {
 			t.Fatal("the SDK saw no error")
 		}
-		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 		a := b.admissions(t)[0]
 		if *a.ActualInput != streamInput || *a.ActualOutput != scaled(3) {
 			t.Fatalf("settled %d in / %d out; want %d / %d", *a.ActualInput, *a.ActualOutput, streamInput, scaled(3))
@@ -473,7 +473,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 		if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "overloaded") {
 			t.Fatalf("the SDK saw %v, want the relayed overloaded_error", err)
 		}
-		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 		a := b.admissions(t)[0]
 		if *a.ActualInput != streamInput || *a.ActualOutput != scaled(4) {
 			t.Fatalf("settled %d in / %d out; want %d / %d", *a.ActualInput, *a.ActualOutput, streamInput, scaled(4))
@@ -507,7 +507,7 @@ func TestMessagesStreamBrokenOrClientLeaves(t *testing.T) {
 			}
 		}
 		cancel()
-		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 		a := b.admissions(t)[0]
 		exact := false
 		for n := 2; n < len(chunks); n++ {
@@ -568,7 +568,7 @@ func TestMessagesUpstreamRefusesBeforeOutput(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 529 || !strings.Contains(apiErr.RawJSON(), "overloaded_error") {
 		t.Fatalf("%v", err)
 	}
-	if as := b.admissions(t); len(as) != 1 || as[0].State != budget.StateReleased || b.balance(t) != 100_000 {
+	if as := b.admissions(t); len(as) != 1 || as[0].State != account.StateReleased || b.balance(t) != 100_000 {
 		t.Fatalf("admissions %+v, balance %d: a refused call was charged", as, b.balance(t))
 	}
 	b.verify(t)

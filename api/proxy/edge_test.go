@@ -15,7 +15,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -23,7 +23,7 @@ import (
 )
 
 type edgeBundle struct {
-	store    *budget.Store
+	store    *account.Store
 	key      string
 	base     string
 	upstream atomic.Int32
@@ -34,8 +34,8 @@ type edgeBundle struct {
 func setupEdge(t *testing.T, bodyLimit int64) *edgeBundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")

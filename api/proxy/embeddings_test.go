@@ -15,7 +15,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
@@ -184,7 +184,7 @@ func TestEmbeddingsSettleFromUsage(t *testing.T) {
 		as := b.admissions(t)
 		a := as[len(as)-1]
 		got := want + c.skew
-		if a.State != budget.StateSettled || a.Estimate.InputTokens != want || a.Estimate.OutputTokens != 0 || a.Estimate.Cost != want ||
+		if a.State != account.StateSettled || a.Estimate.InputTokens != want || a.Estimate.OutputTokens != 0 || a.Estimate.Cost != want ||
 			a.Estimate.Approximate || a.Family != string(c.params.Model) ||
 			*a.ActualInput != got || *a.ActualOutput != 0 || *a.ActualCost != got {
 			t.Fatalf("%s: admission %+v (estimate %+v, actual %d/%d/%d); want %d estimated, %d settled",
@@ -323,7 +323,7 @@ func TestEmbeddingsUpstreamFailureReleases(t *testing.T) {
 		t.Fatalf("the upstream dropped the call: %v", err)
 	}
 	as := b.admissions(t)
-	if len(as) != 2 || as[0].State != budget.StateReleased || as[1].State != budget.StateReleased {
+	if len(as) != 2 || as[0].State != account.StateReleased || as[1].State != account.StateReleased {
 		t.Fatalf("admissions: %+v", as)
 	}
 	if bal := b.balance(t); bal != 100_000 {
@@ -339,7 +339,7 @@ func TestEmbeddingsUpstreamFailureReleases(t *testing.T) {
 func TestEmbeddingsModelInputLimit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
-	if _, err := b.store.SetModelLimits(ctx, budget.SetModelLimitsParams{TenantID: "acme",
+	if _, err := b.store.SetModelLimits(ctx, account.SetModelLimitsParams{TenantID: "acme",
 		Limits: rule.ModelLimits{Model: "text-embedding-3-small", InputCapacity: 1000, InputRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}

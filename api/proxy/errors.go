@@ -6,7 +6,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -174,13 +174,13 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 		// Well formed, but it can never fit the tenant's limits: no SDK
 		// retries it.
 		return problem{code: codeTooLarge, message: tl.Error()}
-	case budget.IsInvalidInput(err):
+	case account.IsInvalidInput(err):
 		return problem{code: codeInvalid, message: "a text value of the request cannot be stored (a NUL character, a character outside UTF-8, or too long)"}
 	case errors.Is(err, credential.ErrKeyInvalid), errors.Is(err, rule.ErrKeyRevoked):
 		return problem{code: codeBadKey}
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, rule.ErrTenantDisabled):
 		return problem{code: codeDisabled, message: "the tenant is disabled"}
-	case errors.Is(err, budget.ErrEndUserCap):
+	case errors.Is(err, account.ErrEndUserCap):
 		return problem{code: codeEndUserCap, message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
 	case errors.Is(err, rule.ErrIdempotencyMismatch):
 		return problem{code: codeKeyMismatch, param: "Idempotency-Key", message: "this Idempotency-Key was used for another request"}

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -39,10 +39,10 @@ type gateBundle struct {
 func setupGate(t *testing.T, cfg replica.Config) *gateBundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	b := &gateBundle{keys: map[string]string{}, pool: pool}
 	for _, id := range []string{"acme", "globex"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000_000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 		_, key, err := credential.KeyCreate(ctx, pool, id)

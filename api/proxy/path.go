@@ -9,7 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -96,7 +96,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt rout
 	}
 	res, _, err := p.admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
 		Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(req, r),
-		ReserveParams: budget.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
+		ReserveParams: account.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
 			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
 	if err != nil {
 		outcome := "refused"
@@ -126,7 +126,7 @@ type call struct {
 	d         dialect
 	rt        route
 	principal credential.Principal
-	admission *budget.Reservation
+	admission *account.Reservation
 	est       estimator.Estimate
 	// parent is the caller's span and upstream the upstream call's, while
 	// tracing is on (trace.go).
@@ -226,7 +226,7 @@ func (c *call) estimated() rule.Usage {
 // The upstream's usage is a fact, not a claim: the request already ran.
 // But usage beyond what any call could state (rule.Usage.Clamp) or this
 // request could produce (more output than it reserved, more than the
-// model's context window: budget.UsageBounds) is an upstream's error, and
+// model's context window: account.UsageBounds) is an upstream's error, and
 // would charge the tenant without bound: it is clamped to the bound, its
 // parts with it, logged, and counted as outcome usage_clamped. The
 // cache's tokens are priced by the domain, at the model's cache weights,
@@ -234,12 +234,12 @@ func (c *call) estimated() rule.Usage {
 func (c *call) settle(reported rule.Usage) {
 	u, _ := reported.Clamp()
 	table := c.p.estimator.Table()
-	in, out, over := budget.ClampUsage(c.est, table, u.Input, u.Output)
+	in, out, over := account.ClampUsage(c.est, table, u.Input, u.Output)
 	u.Input, u.Output = in, out
 	u, _ = u.Clamp()
 	clamped := over || u.Input != reported.Input || u.Output != reported.Output
 	if clamped {
-		maxOut, maxTotal := budget.UsageBounds(c.est, table)
+		maxOut, maxTotal := account.UsageBounds(c.est, table)
 		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
 			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", reported.Input, "output_tokens", reported.Output,
 			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", u.Input, "settled_output", u.Output)
@@ -247,7 +247,7 @@ func (c *call) settle(reported rule.Usage) {
 	c.upstreamUsage(reported.Input, reported.Output)
 	ctx, cancel := c.endCtx()
 	defer cancel()
-	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, budget.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
+	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, account.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
 		InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite5m,
 		CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
@@ -268,7 +268,7 @@ const endTimeout = 10 * time.Second
 func (c *call) release() {
 	ctx, cancel := c.endCtx()
 	defer cancel()
-	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, budget.ReleaseParams{TenantID: c.tenantID(),
+	if _, _, err := c.p.admitter.Release(ctx, admission.FaceProxy, account.ReleaseParams{TenantID: c.tenantID(),
 		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID}); err != nil {
 		c.p.logger.Error("proxy release failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
 		return

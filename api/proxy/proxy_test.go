@@ -26,7 +26,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
@@ -69,7 +69,7 @@ func (u *upstream) last() (map[string]any, string) {
 
 type bundle struct {
 	pool   *pgxpool.Pool
-	store  *budget.Store
+	store  *account.Store
 	up     *upstream
 	client openai.Client
 	key    string
@@ -78,7 +78,7 @@ type bundle struct {
 	reg    *prometheus.Registry
 
 	admitter   *admission.Admitter
-	rejections *budget.Rejections
+	rejections *account.Rejections
 	spy        *settleSpy
 }
 
@@ -86,12 +86,12 @@ type bundle struct {
 // one, noting each settle it is given, so a test sees what the face parsed
 // (the reasoning tokens, which no balance shows).
 type settleSpy struct {
-	*budget.Store
+	*account.Store
 	mu      sync.Mutex
-	settles []budget.SettleParams
+	settles []account.SettleParams
 }
 
-func (s *settleSpy) DecideBatch(ctx context.Context, items []budget.Item) ([]budget.OpResult, error) {
+func (s *settleSpy) DecideBatch(ctx context.Context, items []account.Item) ([]account.OpResult, error) {
 	s.mu.Lock()
 	for _, it := range items {
 		if it.Op.Settle != nil {
@@ -103,10 +103,10 @@ func (s *settleSpy) DecideBatch(ctx context.Context, items []budget.Item) ([]bud
 }
 
 // settled returns the settles decided so far, in order.
-func (s *settleSpy) settled() []budget.SettleParams {
+func (s *settleSpy) settled() []account.SettleParams {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]budget.SettleParams(nil), s.settles...)
+	return append([]account.SettleParams(nil), s.settles...)
 }
 
 // setup runs the proxy in front of an emulated upstream, with a tenant
@@ -126,8 +126,8 @@ func setupWith(t testing.TB, limits rule.Limits, configure func(*proxy.Config)) 
 func setupTraced(t testing.TB, limits rule.Limits, configure func(*proxy.Config), tracing *replica.Tracing) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: limits}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")
@@ -147,7 +147,7 @@ func setupTraced(t testing.TB, limits rule.Limits, configure func(*proxy.Config)
 	t.Cleanup(upSrv.Close)
 	upURL, _ := url.Parse(upSrv.URL)
 	reg := prometheus.NewRegistry()
-	rejections := budget.NewRejections(pool)
+	rejections := account.NewRejections(pool)
 	spy := &settleSpy{Store: store}
 	rep, err := replica.New(replica.Config{DB: pool, Store: store, Admissions: spy, Estimator: est, Registry: reg, Rejections: rejections,
 		Tracing: tracing})
@@ -198,7 +198,7 @@ func postChat(t *testing.T, base, key string, body io.Reader, headers ...string)
 }
 
 // admissions returns the tenant's admissions, oldest first.
-func (b *bundle) admissions(t *testing.T) []*budget.Admission {
+func (b *bundle) admissions(t *testing.T) []*account.Admission {
 	t.Helper()
 	as, err := b.store.AdmissionRecent(ctx, "acme", 100)
 	if err != nil {
@@ -216,7 +216,7 @@ func (b *bundle) verify(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range b.admissions(t) {
-		if a.State == budget.StateReserved {
+		if a.State == account.StateReserved {
 			t.Fatalf("admission %s left reserved", a.ID)
 		}
 	}
@@ -258,7 +258,7 @@ func TestChatSettlesFromUsage(t *testing.T) {
 	}
 	as := b.admissions(t)
 	// 10 uncached + 30 cached at half weight = 25 input; 25 output.
-	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualInput != 25 || *as[0].ActualOutput != 25 || *as[0].ActualCost != 50 {
+	if len(as) != 1 || as[0].State != account.StateSettled || *as[0].ActualInput != 25 || *as[0].ActualOutput != 25 || *as[0].ActualCost != 50 {
 		t.Fatalf("admission: %+v", as)
 	}
 	// The settle carries the reasoning part of the output, for money.
@@ -310,7 +310,7 @@ func TestStreamingChat(t *testing.T) {
 		}
 	}
 	for _, a := range b.admissions(t) {
-		if a.State != budget.StateSettled || *a.ActualInput != 20 || *a.ActualOutput != 9 {
+		if a.State != account.StateSettled || *a.ActualInput != 20 || *a.ActualOutput != 9 {
 			t.Fatalf("admission: %+v", a)
 		}
 	}
@@ -361,7 +361,7 @@ func TestReasoningTokensWithinOutput(t *testing.T) {
 		}
 	}
 	for _, a := range b.admissions(t) {
-		if a.State != budget.StateSettled {
+		if a.State != account.StateSettled {
 			t.Fatalf("admission not settled: %+v", a)
 		}
 	}
@@ -398,7 +398,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 		for stream.Next() {
 		}
 		_ = stream.Err()
-		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 		a := b.admissions(t)[0]
 		if *a.ActualOutput != streamedTokens(t, chunks, 3) || *a.ActualInput != a.Estimate.InputTokens {
 			t.Fatalf("settled %d in / %d out; want %d / %d", *a.ActualInput, *a.ActualOutput, a.Estimate.InputTokens, streamedTokens(t, chunks, 3))
@@ -423,7 +423,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 		if stream.Err() == nil {
 			t.Fatal("the SDK saw no error")
 		}
-		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 		a := b.admissions(t)[0]
 		if *a.ActualOutput != streamedTokens(t, chunks, 4) || *a.ActualInput != a.Estimate.InputTokens {
 			t.Fatalf("settled %d in / %d out; want %d / %d", *a.ActualInput, *a.ActualOutput, a.Estimate.InputTokens, streamedTokens(t, chunks, 4))
@@ -453,7 +453,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 			}
 		}
 		cancel()
-		b.eventually(t, func(a *budget.Admission) bool { return a.State == budget.StateSettled })
+		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 		a := b.admissions(t)[0]
 		exact := false
 		for n := 2; n < len(chunks); n++ {
@@ -467,7 +467,7 @@ func TestStreamBrokenOrAbandonedSettlesWhatWasStreamed(t *testing.T) {
 }
 
 // eventually waits for the tenant's one admission to satisfy ok.
-func (b *bundle) eventually(t *testing.T, ok func(*budget.Admission) bool) {
+func (b *bundle) eventually(t *testing.T, ok func(*account.Admission) bool) {
 	t.Helper()
 	await.Until(t, 5*time.Second, "the admission's state", func() bool {
 		as := b.admissions(t)
@@ -492,7 +492,7 @@ func TestUpstreamFailsBeforeFirstByte(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 	as := b.admissions(t)
-	if len(as) != 1 || as[0].State != budget.StateReleased {
+	if len(as) != 1 || as[0].State != account.StateReleased {
 		t.Fatalf("admission: %+v", as)
 	}
 	snap, err := b.store.TenantSnapshot(ctx, "acme")
@@ -604,7 +604,7 @@ func TestResponsesAndCompletions(t *testing.T) {
 		t.Fatalf("%d admissions", len(as))
 	}
 	for i, a := range as {
-		if a.State != budget.StateSettled || *a.ActualInput != want[i][0] || *a.ActualOutput != want[i][1] {
+		if a.State != account.StateSettled || *a.ActualInput != want[i][0] || *a.ActualOutput != want[i][1] {
 			t.Fatalf("admission %d: %+v; want %v", i, a, want[i])
 		}
 	}
@@ -668,7 +668,7 @@ func TestBadCallsAreOpenAIErrorsAndChargeNothing(t *testing.T) {
 		t.Fatalf("the upstream was called %d times, want 1", n)
 	}
 	as := b.admissions(t)
-	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualCost != 16 {
+	if len(as) != 1 || as[0].State != account.StateSettled || *as[0].ActualCost != 16 {
 		t.Fatalf("admissions: %+v", as)
 	}
 	snap, err := b.store.TenantSnapshot(ctx, "acme")
@@ -688,7 +688,7 @@ func TestBadCallsAreOpenAIErrorsAndChargeNothing(t *testing.T) {
 func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	_, lb, _ := net.ParseCIDR("127.0.0.0/8") // the test's connections
 	rep, err := replica.New(replica.Config{DB: pool, Store: store, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
 		AuthFailuresPerSecond: 0.001, AuthFailureBurst: 3})
@@ -701,7 +701,7 @@ func TestBehindALoadBalancerGuessesAreLimitedPerClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")
@@ -752,7 +752,7 @@ func TestUpstreamAbsurdUsageIsClamped(t *testing.T) {
 		t.Fatal(err)
 	}
 	as := b.admissions(t)
-	if len(as) != 1 || as[0].State != budget.StateSettled || *as[0].ActualOutput != 100 || *as[0].ActualInput != 128_000-100 || *as[0].ActualCost != 128_000 {
+	if len(as) != 1 || as[0].State != account.StateSettled || *as[0].ActualOutput != 100 || *as[0].ActualInput != 128_000-100 || *as[0].ActualCost != 128_000 {
 		t.Fatalf("admission: %+v", as)
 	}
 	if got := counterValue(t, b.reg, "usage_clamped"); got != 1 {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/api/proxy"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -33,8 +33,8 @@ import (
 func TestToyWireNeedsNoPathChange(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")
@@ -91,10 +91,10 @@ func TestToyWireNeedsNoPathChange(t *testing.T) {
 		raw, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header, string(raw)
 	}
-	settled := func() *budget.Admission {
+	settled := func() *account.Admission {
 		t.Helper()
 		as, err := store.AdmissionRecent(ctx, "acme", 1)
-		if err != nil || len(as) != 1 || as[0].State != budget.StateSettled {
+		if err != nil || len(as) != 1 || as[0].State != account.StateSettled {
 			t.Fatalf("last admission: %+v, %v; want one settled", as, err)
 		}
 		return as[0]

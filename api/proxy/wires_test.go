@@ -8,17 +8,17 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
 // settledOnce checks that acme has exactly one admission, settled at in
 // and out, and that its balance is capacity less their cost (weights 1).
-func (b *bundle) settledOnce(t *testing.T, capacity, in, out int64) *budget.Admission {
+func (b *bundle) settledOnce(t *testing.T, capacity, in, out int64) *account.Admission {
 	t.Helper()
 	as := b.admissions(t)
-	if len(as) != 1 || as[0].State != budget.StateSettled {
+	if len(as) != 1 || as[0].State != account.StateSettled {
 		t.Fatalf("admissions %+v, want one settled", as)
 	}
 	a := as[0]
@@ -107,7 +107,7 @@ func TestContext1MBetaWidensTheWindow(t *testing.T) {
 		t.Fatalf("with the beta: %d %s", status, out)
 	}
 	as := b.admissions(t)
-	if len(as) != 2 || as[1].State != budget.StateSettled || *as[1].ActualCost != 900_500 || as[1].Estimate.InputTokens < 130*1600 {
+	if len(as) != 2 || as[1].State != account.StateSettled || *as[1].ActualCost != 900_500 || as[1].Estimate.InputTokens < 130*1600 {
 		t.Fatalf("the large call: %+v, want settled at 900 500 with an estimate of at least %d input tokens", as, 130*1600)
 	}
 	if got := b.balance(t); got != 2_000_000-2*900_500 {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tokengate/tokengate/api/rls"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -107,7 +107,7 @@ func TestConcurrentPairsAllOrNone(t *testing.T) {
 	// this test is about.
 	var clients []rlsv3.RateLimitServiceClient
 	for range 3 {
-		rep, err := replica.New(replica.Config{DB: b.pool, Store: budget.NewStore(b.pool), Registry: prometheus.NewRegistry(),
+		rep, err := replica.New(replica.Config{DB: b.pool, Store: account.NewStore(b.pool), Registry: prometheus.NewRegistry(),
 			Pipelines: 2, StoreTimeout: 20 * time.Second, AuthFailuresPerSecond: 1000, AuthFailureBurst: 1000})
 		if err != nil {
 			t.Fatal(err)

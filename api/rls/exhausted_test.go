@@ -9,7 +9,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -19,7 +19,7 @@ import (
 // and returns the gateway's credential.
 func (b *bundle) tenant(t *testing.T, id string, l rule.Limits) string {
 	t.Helper()
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
 	_, secret, err := credential.GatewayCreate(ctx, b.pool, "envoy-"+id, []string{id})

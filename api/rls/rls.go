@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
@@ -267,14 +267,14 @@ func verdictOf(err error) verdict {
 		// An admission another face made: not the gateway's to end (its
 		// keys live in its own namespace, so a stream end never names one).
 		return verdict{code: codes.PermissionDenied, message: err.Error()}
-	case errors.Is(err, budget.ErrEndUserCap):
+	case errors.Is(err, account.ErrEndUserCap):
 		return verdict{code: codes.OK, reason: "end_user_cap"}
 	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, rule.ErrIdempotencyMismatch),
 		errors.Is(err, rule.ErrUsageOutOfBounds), errors.Is(err, rule.ErrOverflow):
 		// The caller's own mistake (usage no request could produce, for
 		// one): nothing moved, and retrying will not help.
 		return verdict{code: codes.InvalidArgument, message: err.Error()}
-	case budget.IsInvalidInput(err):
+	case account.IsInvalidInput(err):
 		// The store refused a value the call sent: the caller's error,
 		// never an outage (and no raw database message).
 		return verdict{code: codes.InvalidArgument, message: "a descriptor value cannot be stored (a NUL character, a character outside UTF-8, or too long)"}

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tokengate/tokengate/api/rls"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
@@ -39,14 +39,14 @@ var ctx = context.Background()
 
 type bundle struct {
 	pool    *pgxpool.Pool
-	store   *budget.Store
+	store   *account.Store
 	client  rlsv3.RateLimitServiceClient
 	srv     *rls.Server
 	reg     *prometheus.Registry
 	gateway string // the credential, "Bearer"-less
 
 	admitter   *admission.Admitter
-	rejections *budget.Rejections
+	rejections *account.Rejections
 	est        *estimator.Estimator // the replica's model table
 }
 
@@ -64,9 +64,9 @@ func setupWith(t *testing.T, configure func(*pgxpool.Config)) *bundle {
 func setupTraced(t *testing.T, configure func(*pgxpool.Config), tracing *replica.Tracing) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, configure)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	reg := prometheus.NewRegistry()
-	rejections := budget.NewRejections(pool)
+	rejections := account.NewRejections(pool)
 	rep, err := replica.New(replica.Config{DB: pool, Store: store, Registry: reg, Rejections: rejections,
 		AuthFailuresPerSecond: 1000, AuthFailureBurst: 1000, Tracing: tracing})
 	if err != nil {
@@ -80,7 +80,7 @@ func setupTraced(t *testing.T, configure func(*pgxpool.Config), tracing *replica
 	// tests check balances (the replayed 700 exactly) that 1/s moved in a
 	// second's stall.
 	for _, id := range []string{"acme", "globex", "initech"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro / 100}}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro / 100}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,7 +184,7 @@ func TestTwoPhasePairReservesThenSettles(t *testing.T) {
 		t.Fatalf("ledger: %+v", entries)
 	}
 	a, err := b.store.AdmissionGet(ctx, "acme", entries[1].AdmissionID)
-	if err != nil || a.State != budget.StateSettled {
+	if err != nil || a.State != account.StateSettled {
 		t.Fatalf("the admission: %+v %v", a, err)
 	}
 	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {

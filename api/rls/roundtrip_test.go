@@ -10,7 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
@@ -49,13 +49,13 @@ func TestTheFaceAddsNoRoundTrip(t *testing.T) {
 
 	before = rt.Count()
 	for i := range n {
-		p := budget.ReserveParams{TenantID: "acme", Actor: "test", IdempotencyKey: fmt.Sprintf("rls:direct-%d", i),
+		p := account.ReserveParams{TenantID: "acme", Actor: "test", IdempotencyKey: fmt.Sprintf("rls:direct-%d", i),
 			Estimate: estimator.Estimate{InputTokens: 20, Cost: 20, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
 		r, _, err := b.admitter.Reserve(ctx, admission.Request{ReserveParams: p, Face: admission.FaceRLS, Body: []byte{byte(i)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := b.admitter.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 20, Actor: "test"}); err != nil {
+		if _, _, err := b.admitter.Settle(ctx, admission.FaceRLS, account.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 20, Actor: "test"}); err != nil {
 			t.Fatal(err)
 		}
 	}

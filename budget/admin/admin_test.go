@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -171,7 +171,7 @@ func TestKeyCreateConcurrent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "acme", Actor: "admin",
+	if _, err := b.svc.TenantCreate(ctx, account.CreateTenantParams{ID: "acme", Actor: "admin",
 		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestWindowSpend(t *testing.T) {
 	if sp, err := b.svc.WindowSpend(ctx, rule.Snapshot{TenantID: "acme"}); err != nil || sp.Money != nil || sp.Currency != "" {
 		t.Fatalf("no windows: %+v %v, want a zero Spend", sp, err)
 	}
-	snap, err := b.svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "acme", Actor: "admin",
+	snap, err := b.svc.TenantCreate(ctx, account.CreateTenantParams{ID: "acme", Actor: "admin",
 		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro,
 			Windows: []rule.WindowLimit{{Name: "daily", Window: rule.Window{Unit: rule.WindowDay}, Counts: rule.CountTokens, Limit: 500}}}})
 	if err != nil {

@@ -12,7 +12,7 @@
 //
 // Invariant: each change is checked and written with its ledger entry in one
 // transaction, owned by the method that makes it (or, for the budget's own
-// rows, by the budget.Store method it calls, which locks the tenant and
+// rows, by the account.Store method it calls, which locks the tenant and
 // appends its entry in the same transaction). Changes that have no ledger
 // entry today (models, prices, pools, alerts, gateways, admin tokens) keep
 // their own single transaction.

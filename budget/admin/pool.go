@@ -3,31 +3,31 @@ package admin
 import (
 	"context"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 )
 
 // PoolList returns every shared pool with its shares.
-func (s *Service) PoolList(ctx context.Context) ([]budget.PoolSnapshot, error) {
+func (s *Service) PoolList(ctx context.Context) ([]account.PoolSnapshot, error) {
 	return s.store.Pools(ctx)
 }
 
-// Pool returns one pool, or budget.ErrPoolNotFound.
-func (s *Service) Pool(ctx context.Context, id string) (budget.PoolSnapshot, error) {
+// Pool returns one pool, or account.ErrPoolNotFound.
+func (s *Service) Pool(ctx context.Context, id string) (account.PoolSnapshot, error) {
 	pools, err := s.store.Pools(ctx)
 	if err != nil {
-		return budget.PoolSnapshot{}, err
+		return account.PoolSnapshot{}, err
 	}
 	for _, p := range pools {
 		if p.ID == id {
 			return p, nil
 		}
 	}
-	return budget.PoolSnapshot{}, budget.ErrPoolNotFound
+	return account.PoolSnapshot{}, account.ErrPoolNotFound
 }
 
 // PoolCreate creates a pool and routes models to it. It returns
-// budget.ErrPoolExists or a validation error.
-func (s *Service) PoolCreate(ctx context.Context, id string, l budget.PoolLimits, models ...string) error {
+// account.ErrPoolExists or a validation error.
+func (s *Service) PoolCreate(ctx context.Context, id string, l account.PoolLimits, models ...string) error {
 	if err := s.store.CreatePool(ctx, id, l); err != nil {
 		return err
 	}
@@ -39,8 +39,8 @@ func (s *Service) PoolCreate(ctx context.Context, id string, l budget.PoolLimits
 	return nil
 }
 
-// PoolSetLimits changes a pool's limits. It returns budget.ErrPoolNotFound.
-func (s *Service) PoolSetLimits(ctx context.Context, id string, l budget.PoolLimits) error {
+// PoolSetLimits changes a pool's limits. It returns account.ErrPoolNotFound.
+func (s *Service) PoolSetLimits(ctx context.Context, id string, l account.PoolLimits) error {
 	return s.store.SetPoolLimits(ctx, id, l)
 }
 

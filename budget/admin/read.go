@@ -3,7 +3,7 @@ package admin
 import (
 	"context"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
@@ -23,12 +23,12 @@ func (s *Service) LedgerExport(ctx context.Context, f ledger.Filter) (*ledger.Ex
 
 // LedgerVerify checks the hash chains of a tenant's ledger (every tenant's
 // when tenantID is empty) against the stored heads.
-func (s *Service) LedgerVerify(ctx context.Context, tenantID string) ([]budget.AuditResult, error) {
+func (s *Service) LedgerVerify(ctx context.Context, tenantID string) ([]account.AuditResult, error) {
 	return s.store.Audit(ctx, tenantID)
 }
 
 // DriftReport returns how far estimates were from actual usage.
-func (s *Service) DriftReport(ctx context.Context, p budget.DriftParams) ([]budget.DriftRow, error) {
+func (s *Service) DriftReport(ctx context.Context, p account.DriftParams) ([]account.DriftRow, error) {
 	return s.store.DriftReport(ctx, p)
 }
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
@@ -21,8 +21,8 @@ type Config struct {
 	// window spend): a streaming replica, or DB. Nil: DB.
 	Reads ledger.Querier
 	// Store is the budget store the tenants' changes go through. Nil: a
-	// new budget.Store on DB.
-	Store *budget.Store
+	// new account.Store on DB.
+	Store *account.Store
 	// Estimator is the replica's: a saved model applies to it at once
 	// (other replicas follow within their refresh interval). Nil: a saved
 	// model reloads no table (the CLI).
@@ -40,7 +40,7 @@ type Config struct {
 type Service struct {
 	db     *pgxpool.Pool
 	reads  ledger.Querier
-	store  *budget.Store
+	store  *account.Store
 	est    *estimator.Estimator
 	alerts *alert.Store
 	logger *slog.Logger
@@ -55,7 +55,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Reads = cfg.DB
 	}
 	if cfg.Store == nil {
-		cfg.Store = budget.NewStore(cfg.DB)
+		cfg.Store = account.NewStore(cfg.DB)
 	}
 	if cfg.Alerts == nil {
 		cfg.Alerts = alert.NewStore(cfg.DB, nil)

@@ -5,14 +5,14 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TenantCreate creates a tenant (under its parent, if any) and its first
 // ledger entry in one transaction. It returns rule.ErrTenantExists,
 // rule.ErrTenantNotFound (the parent) or a validation error.
-func (s *Service) TenantCreate(ctx context.Context, p budget.CreateTenantParams) (rule.Snapshot, error) {
+func (s *Service) TenantCreate(ctx context.Context, p account.CreateTenantParams) (rule.Snapshot, error) {
 	return s.store.CreateTenant(ctx, p)
 }
 
@@ -29,31 +29,31 @@ func (s *Service) TenantList(ctx context.Context) ([]rule.Snapshot, error) {
 
 // TenantTree returns the whole budget tree holding tenantID, or
 // rule.ErrTenantNotFound.
-func (s *Service) TenantTree(ctx context.Context, tenantID string) (*budget.TreeNode, error) {
+func (s *Service) TenantTree(ctx context.Context, tenantID string) (*account.TreeNode, error) {
 	return s.store.TenantTree(ctx, tenantID)
 }
 
 // TenantLimitsUpdate changes the limits a patch names, with its ledger
 // entry, in one transaction.
-func (s *Service) TenantLimitsUpdate(ctx context.Context, p budget.UpdateLimitsParams) (rule.Snapshot, error) {
+func (s *Service) TenantLimitsUpdate(ctx context.Context, p account.UpdateLimitsParams) (rule.Snapshot, error) {
 	return s.store.UpdateLimits(ctx, p)
 }
 
 // TenantSetDisabled disables or enables a tenant, with its ledger entry, in
 // one transaction.
-func (s *Service) TenantSetDisabled(ctx context.Context, p budget.SetDisabledParams) (rule.Snapshot, error) {
+func (s *Service) TenantSetDisabled(ctx context.Context, p account.SetDisabledParams) (rule.Snapshot, error) {
 	return s.store.SetDisabled(ctx, p)
 }
 
 // TenantAdjust credits or debits a tenant's tokens, with its ledger entry,
 // in one transaction.
-func (s *Service) TenantAdjust(ctx context.Context, p budget.AdjustParams) (rule.Snapshot, error) {
+func (s *Service) TenantAdjust(ctx context.Context, p account.AdjustParams) (rule.Snapshot, error) {
 	return s.store.Adjust(ctx, p)
 }
 
 // ModelLimitsSet sets a tenant's limits for one model, with its ledger
 // entry, in one transaction.
-func (s *Service) ModelLimitsSet(ctx context.Context, p budget.SetModelLimitsParams) (rule.ModelSnapshot, error) {
+func (s *Service) ModelLimitsSet(ctx context.Context, p account.SetModelLimitsParams) (rule.ModelSnapshot, error) {
 	return s.store.SetModelLimits(ctx, p)
 }
 
@@ -75,12 +75,12 @@ func (s *Service) ModelLimitsList(ctx context.Context, tenantID string) ([]rule.
 
 // EndUserPolicySet sets a tenant's end-user policy, with its ledger entry,
 // in one transaction.
-func (s *Service) EndUserPolicySet(ctx context.Context, p budget.EndUserPolicyParams) (*budget.EndUserPolicy, error) {
+func (s *Service) EndUserPolicySet(ctx context.Context, p account.EndUserPolicyParams) (*account.EndUserPolicy, error) {
 	return s.store.EndUserPolicySet(ctx, p)
 }
 
 // EndUserPolicyGet returns a tenant's end-user policy.
-func (s *Service) EndUserPolicyGet(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error) {
+func (s *Service) EndUserPolicyGet(ctx context.Context, tenantID string) (*account.EndUserPolicy, error) {
 	return s.store.EndUserPolicyGet(ctx, tenantID)
 }
 
@@ -93,7 +93,7 @@ func (s *Service) EndUserPolicyDelete(ctx context.Context, tenantID, actor strin
 // EndUserList returns up to limit of a tenant's end users after the id
 // after. It returns rule.ErrTenantNotFound for a tenant that does not
 // exist (not an empty list).
-func (s *Service) EndUserList(ctx context.Context, tenantID, after string, limit int) ([]budget.EndUser, error) {
+func (s *Service) EndUserList(ctx context.Context, tenantID, after string, limit int) ([]account.EndUser, error) {
 	if _, err := s.store.TenantSnapshot(ctx, tenantID); err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func (s *Service) EndUserList(ctx context.Context, tenantID, after string, limit
 // Admission returns one of a tenant's admissions, or one of its end users'
 // (an end-user policy admits in the end user's name), or
 // rule.ErrAdmissionNotFound.
-func (s *Service) Admission(ctx context.Context, tenantID, admissionID string) (*budget.Admission, error) {
+func (s *Service) Admission(ctx context.Context, tenantID, admissionID string) (*account.Admission, error) {
 	a, err := s.store.AdmissionGet(ctx, tenantID, admissionID)
 	if errors.Is(err, rule.ErrAdmissionNotFound) {
 		if child, cerr := s.store.EndUserAdmissionTenant(ctx, tenantID, admissionID); cerr == nil && child != "" {
@@ -114,12 +114,12 @@ func (s *Service) Admission(ctx context.Context, tenantID, admissionID string) (
 }
 
 // AdmissionRecent returns a tenant's latest admissions, newest first.
-func (s *Service) AdmissionRecent(ctx context.Context, tenantID string, limit int) ([]*budget.Admission, error) {
+func (s *Service) AdmissionRecent(ctx context.Context, tenantID string, limit int) ([]*account.Admission, error) {
 	return s.store.AdmissionRecent(ctx, tenantID, limit)
 }
 
 // Activity returns every tenant's admissions and refusals per minute over
 // the last minutes before now.
-func (s *Service) Activity(ctx context.Context, now time.Time, minutes int) (map[string]*budget.Activity, error) {
+func (s *Service) Activity(ctx context.Context, now time.Time, minutes int) (map[string]*account.Activity, error) {
 	return s.store.Activity(ctx, now, minutes)
 }

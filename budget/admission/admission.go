@@ -11,22 +11,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
 // Store is what the admission layer needs of the store: deciding batches
-// (and telling busy from down, which *budget.Store does), and applying what
+// (and telling busy from down, which *account.Store does), and applying what
 // was decided without it.
 type Store interface {
-	budget.Decider
+	account.Decider
 	outage.Store
 	TenantSnapshot(ctx context.Context, tenantID string) (rule.Snapshot, error)
-	SweepOnce(ctx context.Context, expire budget.ExpireFunc) (int, error)
+	SweepOnce(ctx context.Context, expire account.ExpireFunc) (int, error)
 	// End users (enduser.go).
-	EndUserPolicyOf(ctx context.Context, tenantID string) (*budget.EndUserPolicy, error)
+	EndUserPolicyOf(ctx context.Context, tenantID string) (*account.EndUserPolicy, error)
 	EndUserEnsure(ctx context.Context, parent, endUserID string) (string, error)
 	EndUserAdmissionTenant(ctx context.Context, parent, admissionID string) (string, error)
 }
@@ -53,11 +53,11 @@ type Config struct {
 	// Default 64.
 	MaxWaiters int
 	// Pipelines is how many decision transactions the replica keeps in
-	// flight at once (budget.PipelineConfig.Shards). Default
+	// flight at once (account.PipelineConfig.Shards). Default
 	// DefaultPipelines.
 	Pipelines int
 	// Gather is how long a transaction may wait after a busy one for its
-	// callers to come back (budget.PipelineConfig.Gather). Zero:
+	// callers to come back (account.PipelineConfig.Gather). Zero:
 	// DefaultGather; negative: never wait.
 	Gather time.Duration
 	Logger *slog.Logger
@@ -65,7 +65,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Rejections tallies, for the dashboard, what shadow limits would have
 	// refused. Nil tallies nothing (the metric still counts).
-	Rejections *budget.Rejections
+	Rejections *account.Rejections
 	// Estimator is the replica's model table: it resolves the model
 	// families of a gateway's Hits (DecideHits). Nil: a model is its own
 	// family.
@@ -78,7 +78,7 @@ type Config struct {
 
 // DefaultPipelines is how many decision transactions a replica keeps in
 // flight unless configured, each for its share of the tenants
-// (budget.PipelineConfig.Shards). One: everything queued while a
+// (account.PipelineConfig.Shards). One: everything queued while a
 // transaction runs goes into the next, so batches are as large as the load
 // makes them. A second transaction in flight halves every batch and puts
 // two backends on the same index pages at once; measured on two cores
@@ -90,8 +90,8 @@ type Config struct {
 const DefaultPipelines = 1
 
 // DefaultGather is how long a decision transaction may wait, after one of
-// budget.GatherFrom requests or more, for the callers it answered to queue
-// again, unless configured (budget.PipelineConfig.Gather): at most the
+// account.GatherFrom requests or more, for the callers it answered to queue
+// again, unless configured (account.PipelineConfig.Gather): at most the
 // answered transaction's own duration, and never under a light load.
 // Measured with 32 callers over 64 tenants on two cores, it made batches of
 // 16 into batches of 30 and cut Postgres's CPU per request by a quarter
@@ -106,7 +106,7 @@ const DefaultMaxWaiters = 64
 // use.
 type Admitter struct {
 	cfg      Config
-	pipeline *budget.Pipeline
+	pipeline *account.Pipeline
 	waiters  *waitQueues
 	pools    *poolQueues
 	logger   *slog.Logger
@@ -136,7 +136,7 @@ type Admitter struct {
 // New returns an Admitter.
 func New(cfg Config) *Admitter {
 	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = budget.DefaultStoreTimeout
+		cfg.StoreTimeout = account.DefaultStoreTimeout
 	}
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = DefaultMaxWaiters
@@ -157,7 +157,7 @@ func New(cfg Config) *Admitter {
 	a := &Admitter{
 		cfg:      cfg,
 		tracer:   newTracer(cfg.TracerProvider),
-		pipeline: budget.NewPipeline(cfg.Store, &budget.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: newPipeTracer(cfg.TracerProvider)}),
+		pipeline: account.NewPipeline(cfg.Store, &account.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: newPipeTracer(cfg.TracerProvider)}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),
 		pools:    newPoolQueues(),
 		logger:   cfg.Logger,
@@ -272,14 +272,14 @@ func (a *Admitter) policy(family, tenantID string) rule.Policy {
 	if snap, ok := a.LastSnapshot(tenantID); ok {
 		tenant = snap.Limits.OnStoreUnavailable
 	}
-	return budget.ResolvePolicy(d.Model, tenant, d.Default)
+	return account.ResolvePolicy(d.Model, tenant, d.Default)
 }
 
 // deferral is the failure policy of a request of a model family, but for
 // its tenant's: the decision of a settle by key completes it with the
-// tenant's own, read under the tenant's lock (budget.Deferral).
-func (a *Admitter) deferral(family string) *budget.Deferral {
-	d := &budget.Deferral{Default: a.cfg.DefaultPolicy}
+// tenant's own, read under the tenant's lock (account.Deferral).
+func (a *Admitter) deferral(family string) *account.Deferral {
+	d := &account.Deferral{Default: a.cfg.DefaultPolicy}
 	if a.cfg.ModelPolicyFunc != nil {
 		d.Model = a.cfg.ModelPolicyFunc(family)
 	}

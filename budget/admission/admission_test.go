@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 var ctx = context.Background()
 
 func request(tenant string, cost int64, wait time.Duration) admission.Request {
-	return admission.Request{MaxWait: wait, ReserveParams: budget.ReserveParams{TenantID: tenant, Estimate: estimator.Estimate{
+	return admission.Request{MaxWait: wait, ReserveParams: account.ReserveParams{TenantID: tenant, Estimate: estimator.Estimate{
 		Model: "gpt-4o", InputTokens: cost / 2, OutputTokens: cost - cost/2, Cost: cost,
 		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}}
 }
@@ -63,9 +63,9 @@ func waitPausedChan(paused <-chan string, tenant string) <-chan struct{} {
 func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	const capacity, rate = 100, 50 // tokens, tokens a second
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme",
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme",
 		Limits: rule.Limits{TokensCapacity: capacity, TokensRateMicro: rate * rule.Micro, MaxWait: 10 * time.Second}}); err != nil {
 		t.Fatal(err)
 	}
@@ -155,13 +155,13 @@ func TestLargeRequestIsNotStarvedBySmallOnes(t *testing.T) {
 func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
 	faces := []admission.Face{admission.FaceAPI, admission.FaceProxy, admission.FaceRLS}
-	reserve := func(face admission.Face, key, body string) (*budget.Reservation, error) {
+	reserve := func(face admission.Face, key, body string) (*account.Reservation, error) {
 		r := request("acme", 100, 0)
 		r.Face, r.IdempotencyKey, r.Body = face, key, []byte(body)
 		res, _, err := a.Reserve(ctx, r)
@@ -236,8 +236,8 @@ func TestKeyRuleAndFingerprintForEveryFace(t *testing.T) {
 func TestSettleByKeyThroughTheLayer(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	spool, err := outage.OpenSpool(t.TempDir(), "r1")
@@ -246,7 +246,7 @@ func TestSettleByKeyThroughTheLayer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = spool.Close() })
 	a := admission.New(admission.Config{Store: store, Pool: pool, Local: &outage.Local{Replicas: 1, Replica: "r1", Spool: spool}})
-	reserve := func(key string) *budget.Reservation {
+	reserve := func(key string) *account.Reservation {
 		t.Helper()
 		r := request("acme", 100, 0)
 		r.Face, r.IdempotencyKey = admission.FaceRLS, key
@@ -257,17 +257,17 @@ func TestSettleByKeyThroughTheLayer(t *testing.T) {
 		return res
 	}
 	r1 := reserve("rls:r-1")
-	st, journaled, err := a.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", RefundTokens: 30})
+	st, journaled, err := a.Settle(ctx, admission.FaceRLS, account.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", RefundTokens: 30})
 	if err != nil || journaled || st.Admission.ID != r1.AdmissionID || *st.Admission.ActualInput != 70 {
 		t.Fatalf("settle by key: %+v %v %v", st, journaled, err)
 	}
-	if _, _, err := a.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:nope", InputTokens: 1}); !errors.Is(err, rule.ErrAdmissionNotFound) {
+	if _, _, err := a.Settle(ctx, admission.FaceRLS, account.SettleParams{TenantID: "acme", IdempotencyKey: "rls:nope", InputTokens: 1}); !errors.Is(err, rule.ErrAdmissionNotFound) {
 		t.Fatalf("an unknown key: %v", err)
 	}
 
 	r2 := reserve("rls:r-2")
 	a.MarkDown(errors.New("test: the store is away"))
-	st, journaled, err = a.Release(ctx, admission.FaceRLS, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-2"})
+	st, journaled, err = a.Release(ctx, admission.FaceRLS, account.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-2"})
 	if err != nil || !journaled || st != nil {
 		t.Fatalf("release by key while down: %+v %v %v", st, journaled, err)
 	}
@@ -280,7 +280,7 @@ func TestSettleByKeyThroughTheLayer(t *testing.T) {
 		t.Fatalf("after recovery: down %v, ready %v", a.Down(), a.Ready())
 	}
 	got, err := store.AdmissionGet(ctx, "acme", r2.AdmissionID)
-	if err != nil || got.State != budget.StateReleased {
+	if err != nil || got.State != account.StateReleased {
 		t.Fatalf("the admission after the replay: %+v %v", got, err)
 	}
 }

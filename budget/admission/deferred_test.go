@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -47,7 +47,7 @@ func (l *link) restore() { l.down.Store(false) }
 type deferBundle struct {
 	url    string
 	direct *pgxpool.Pool
-	store  *budget.Store // on direct: the test's own view
+	store  *account.Store // on direct: the test's own view
 }
 
 // node is one replica: its admission layer on a pool of its own, through
@@ -56,7 +56,7 @@ type node struct {
 	name  string
 	link  *link
 	pool  *pgxpool.Pool
-	store *budget.Store
+	store *account.Store
 	dir   string
 	local *outage.Local
 	adm   *admission.Admitter
@@ -66,7 +66,7 @@ func setupDefer(t *testing.T) *deferBundle {
 	t.Helper()
 	url := pgtest.URL(t)
 	direct := pgtest.Pool(t, url, nil)
-	return &deferBundle{url: url, direct: direct, store: budget.NewStore(direct)}
+	return &deferBundle{url: url, direct: direct, store: account.NewStore(direct)}
 }
 
 // replica starts a replica named name; cfg adjusts its admission layer.
@@ -78,7 +78,7 @@ func (b *deferBundle) replica(t *testing.T, name string, cfg func(*admission.Con
 		c.ConnConfig.ConnectTimeout = time.Second
 	})
 	n.link.pool = n.pool
-	n.store = budget.NewStore(n.pool)
+	n.store = account.NewStore(n.pool)
 	t.Cleanup(n.store.Close)
 	n.start(t, cfg)
 	return n
@@ -106,7 +106,7 @@ func (n *node) start(t *testing.T, cfg func(*admission.Config)) {
 func (b *deferBundle) tenant(t *testing.T, id string, policy rule.Policy, nodes ...*node) {
 	t.Helper()
 	l := rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1, OnStoreUnavailable: policy}
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nodes {
@@ -118,7 +118,7 @@ func (b *deferBundle) tenant(t *testing.T, id string, policy rule.Policy, nodes 
 
 // admitLocally admits a gateway's request of cost under key while n is cut
 // off from the store.
-func (n *node) admitLocally(t *testing.T, tenantID, key string, cost int64) *budget.Reservation {
+func (n *node) admitLocally(t *testing.T, tenantID, key string, cost int64) *account.Reservation {
 	t.Helper()
 	r := request(tenantID, cost, 0)
 	r.Face, r.IdempotencyKey, r.Actor, r.Body = admission.FaceRLS, key, "gateway:edge", []byte(key)
@@ -131,8 +131,8 @@ func (n *node) admitLocally(t *testing.T, tenantID, key string, cost int64) *bud
 
 // settle is a gateway's stream-end call for key: a settle by key with the
 // usage as input tokens.
-func (n *node) settle(tenantID, key string, used int64) (*budget.Settlement, bool, error) {
-	return n.adm.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: tenantID, IdempotencyKey: key, InputTokens: used,
+func (n *node) settle(tenantID, key string, used int64) (*account.Settlement, bool, error) {
+	return n.adm.Settle(ctx, admission.FaceRLS, account.SettleParams{TenantID: tenantID, IdempotencyKey: key, InputTokens: used,
 		Actor: "gateway:" + n.name})
 }
 
@@ -159,10 +159,10 @@ func (b *deferBundle) rows(t *testing.T) int {
 
 // settledOnce checks that admission id ended once, in state, at used
 // tokens, by actor: its row, its one end entry.
-func (b *deferBundle) settledOnce(t *testing.T, tenantID, id string, state budget.State, used int64, actor string) {
+func (b *deferBundle) settledOnce(t *testing.T, tenantID, id string, state account.State, used int64, actor string) {
 	t.Helper()
 	a, err := b.store.AdmissionGet(ctx, tenantID, id)
-	if err != nil || a.State != state || (state == budget.StateSettled && (a.ActualInput == nil || *a.ActualInput != used)) {
+	if err != nil || a.State != state || (state == account.StateSettled && (a.ActualInput == nil || *a.ActualInput != used)) {
 		t.Fatalf("admission %s: %+v %v; want %s at %d", id, a, err, state, used)
 	}
 	entries, _, err := ledger.EntryQuery(ctx, b.direct, ledger.Filter{TenantID: tenantID, AdmissionID: id, Oldest: true, Limit: 10})
@@ -175,7 +175,7 @@ func (b *deferBundle) settledOnce(t *testing.T, tenantID, id string, state budge
 			ends = append(ends, e)
 		}
 	}
-	if len(entries) != 1+len(ends) || len(ends) != 1 || string(ends[0].Kind) != map[budget.State]string{budget.StateSettled: "settle", budget.StateReleased: "release"}[state] {
+	if len(entries) != 1+len(ends) || len(ends) != 1 || string(ends[0].Kind) != map[account.State]string{account.StateSettled: "settle", account.StateReleased: "release"}[state] {
 		t.Fatalf("admission %s: ledger %+v; want its reserve and one %s", id, entries, state)
 	}
 	if actor != "" && ends[0].Actor != actor {
@@ -208,7 +208,7 @@ func (b *deferBundle) replayEnds(t *testing.T, admitting *node, tenantID, id str
 	if err := admitting.recover(); err != nil {
 		t.Fatal(err)
 	}
-	b.settledOnce(t, tenantID, id, budget.StateSettled, used, actor)
+	b.settledOnce(t, tenantID, id, account.StateSettled, used, actor)
 	b.wantKept(t, 0)
 	return b.verify(t, tenantID)
 }
@@ -242,7 +242,7 @@ func TestSettleBeforeReplayOnAnotherReplica(t *testing.T) {
 			switch {
 			case bCut && (err != nil || !journaled):
 				t.Fatalf("the stream end at B, cut off: journaled %v, %v", journaled, err)
-			case !bCut && (!errors.Is(err, budget.ErrDeferred) || !errors.Is(err, rule.ErrAdmissionNotFound) || st != nil || journaled):
+			case !bCut && (!errors.Is(err, account.ErrDeferred) || !errors.Is(err, rule.ErrAdmissionNotFound) || st != nil || journaled):
 				t.Fatalf("the stream end at B before A's replay: %+v %v %v; want it kept (ErrDeferred)", st, journaled, err)
 			case !bCut && testutil.ToFloat64(rb.adm.Settlements(admission.FaceRLS, "settle", admission.OutcomeDeferred)) != 1:
 				t.Fatal("the kept settle is not counted as deferred")
@@ -284,7 +284,7 @@ func TestSettleBeforeReplayOnTheSameReplica(t *testing.T) {
 			}
 			_, journaled, err := ra.settle("acme", "rls:r-1", 6)
 			switch {
-			case restarted && !errors.Is(err, budget.ErrDeferred):
+			case restarted && !errors.Is(err, account.ErrDeferred):
 				t.Fatalf("settle at the restarted replica: %v; want it kept", err)
 			case !restarted && (err != nil || !journaled):
 				t.Fatalf("settle at the replica still down: journaled %v, %v", journaled, err)
@@ -311,7 +311,7 @@ func TestRefusedStreamEndKeepsNothing(t *testing.T) {
 	b.tenant(t, "strict", rule.PolicyReject)
 	b.tenant(t, "loose", rule.PolicyLocal)
 	b.tenant(t, "plain", rule.PolicyDefault)
-	if _, err := b.store.CreateTenant(ctx, budget.CreateTenantParams{ID: "team", Parent: "loose",
+	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "team", Parent: "loose",
 		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1, OnStoreUnavailable: rule.PolicyLocal}}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,9 +333,9 @@ func TestRefusedStreamEndKeepsNothing(t *testing.T) {
 	} {
 		key := fmt.Sprintf("rls:r-%d", i)
 		before := b.rows(t)
-		_, _, err := c.n.adm.Settle(ctx, admission.FaceRLS, budget.SettleParams{TenantID: c.tenant, IdempotencyKey: key, InputTokens: 6,
+		_, _, err := c.n.adm.Settle(ctx, admission.FaceRLS, account.SettleParams{TenantID: c.tenant, IdempotencyKey: key, InputTokens: 6,
 			Family: c.family, Actor: "gateway:edge"})
-		if !errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, budget.ErrDeferred) != c.kept {
+		if !errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, account.ErrDeferred) != c.kept {
 			t.Fatalf("case %d (%s, %s, model %q): %v; want kept %v", i, c.n.name, c.tenant, c.family, err, c.kept)
 		}
 		if after := b.rows(t); (after == before+1) != c.kept || after < before {
@@ -344,11 +344,11 @@ func TestRefusedStreamEndKeepsNothing(t *testing.T) {
 	}
 	// A release by key is kept like a settle; a release or settle by id
 	// never is (a local admission's id tells its caller to retry).
-	if _, _, err := lenient.adm.Release(ctx, admission.FaceRLS, budget.ReleaseParams{TenantID: "loose", IdempotencyKey: "rls:rel"}); !errors.Is(err, budget.ErrDeferred) {
+	if _, _, err := lenient.adm.Release(ctx, admission.FaceRLS, account.ReleaseParams{TenantID: "loose", IdempotencyKey: "rls:rel"}); !errors.Is(err, account.ErrDeferred) {
 		t.Fatalf("release by key: %v", err)
 	}
 	before := b.rows(t)
-	if _, _, err := lenient.adm.Settle(ctx, admission.FaceAPI, budget.SettleParams{TenantID: "loose", AdmissionID: "adm_nope", InputTokens: 1}); !errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, budget.ErrDeferred) {
+	if _, _, err := lenient.adm.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: "loose", AdmissionID: "adm_nope", InputTokens: 1}); !errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, account.ErrDeferred) {
 		t.Fatalf("settle by id: %v", err)
 	}
 	if b.rows(t) != before {
@@ -367,7 +367,7 @@ type replayHook struct {
 	replayed func(admissionID string)
 }
 
-func (h replayHook) ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error) {
+func (h replayHook) ReplayReserve(ctx context.Context, p account.ReplayReserveParams) (bool, error) {
 	wrote, err := h.Store.ReplayReserve(ctx, p)
 	if err == nil {
 		h.replayed(p.AdmissionID)
@@ -420,11 +420,11 @@ func TestSettlesRaceTheReplay(t *testing.T) {
 		key := fmt.Sprintf("rls:r-%d", i)
 		var err error
 		if i%5 == 4 {
-			_, _, err = via.adm.Release(ctx, admission.FaceRLS, budget.ReleaseParams{TenantID: "acme", IdempotencyKey: key, Actor: "gateway:" + via.name})
+			_, _, err = via.adm.Release(ctx, admission.FaceRLS, account.ReleaseParams{TenantID: "acme", IdempotencyKey: key, Actor: "gateway:" + via.name})
 		} else {
 			_, _, err = via.settle("acme", key, int64(1+i%19))
 		}
-		if err != nil && !errors.Is(err, budget.ErrDeferred) {
+		if err != nil && !errors.Is(err, account.ErrDeferred) {
 			t.Errorf("stream end %d: %v", i, err)
 		}
 	}
@@ -471,10 +471,10 @@ func TestSettlesRaceTheReplay(t *testing.T) {
 	want := int64(10_000)
 	for i, id := range ids {
 		if i%5 == 4 {
-			b.settledOnce(t, "acme", id, budget.StateReleased, 0, "")
+			b.settledOnce(t, "acme", id, account.StateReleased, 0, "")
 			continue
 		}
-		b.settledOnce(t, "acme", id, budget.StateSettled, int64(1+i%19), "")
+		b.settledOnce(t, "acme", id, account.StateSettled, int64(1+i%19), "")
 		want -= int64(1 + i%19)
 	}
 	b.wantKept(t, 0)

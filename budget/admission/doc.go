@@ -1,7 +1,7 @@
 // Package admission is how a replica admits, whatever face the request came
 // through (the HTTP API, a gateway's rate limit service, a proxy): it picks
 // the failure policy of each request, decides through the replica's
-// budget.Pipeline, lets a caller wait for tokens, and when the store does
+// account.Pipeline, lets a caller wait for tokens, and when the store does
 // not answer, fails over to the local policy (budget/outage) and replays
 // what was decided without the store once it is back.
 //

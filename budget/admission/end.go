@@ -8,12 +8,12 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
-// Settle reconciles an admission (budget.Store.Settle), named by id or by
+// Settle reconciles an admission (account.Store.Settle), named by id or by
 // idempotency key. While the store is down, the settle is journaled for the
 // recovery loop as it was stated (its key, cached tokens or refund
 // included; outage.Local.Settle) and journaled is true: the accounting is
@@ -23,12 +23,12 @@ import (
 // made it on its own and not replayed it yet (the request's failure policy
 // could be local: its model's, p.Family's, else its tenant's, else the
 // replica's default) is kept in the store and applied when that admission
-// is replayed: budget.ErrDeferred, which is an ErrAdmissionNotFound. A
+// is replayed: account.ErrDeferred, which is an ErrAdmissionNotFound. A
 // gateway's stream-end call is never retried, so answering it "not found"
 // alone would lose its usage.
 //
 // Every outcome is counted here, by face: tokengate_settlements_total.
-func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams) (st *budget.Settlement, journaled bool, err error) {
+func (a *Admitter) Settle(ctx context.Context, face Face, p account.SettleParams) (st *account.Settlement, journaled bool, err error) {
 	if a.tracer != nil {
 		var span trace.Span
 		ctx, span = a.tracer.Start(ctx, SpanSettle)
@@ -46,7 +46,7 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 		return nil, false, err
 	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
-		func() (*budget.Settlement, error) { return a.pipeline.Settle(ctx, p) },
+		func() (*account.Settlement, error) { return a.pipeline.Settle(ctx, p) },
 		func(l *outage.Local) error { return l.Settle(p) })
 	a.metrics.ended(ctx, face, kindSettle, st, journaled, err)
 	return st, journaled, err
@@ -54,7 +54,7 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p budget.SettleParams)
 
 // Release refunds an admission whose request never ran, like Settle (one
 // by key is kept the same way).
-func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParams) (st *budget.Settlement, journaled bool, err error) {
+func (a *Admitter) Release(ctx context.Context, face Face, p account.ReleaseParams) (st *account.Settlement, journaled bool, err error) {
 	if a.tracer != nil {
 		var span trace.Span
 		ctx, span = a.tracer.Start(ctx, SpanRelease)
@@ -72,7 +72,7 @@ func (a *Admitter) Release(ctx context.Context, face Face, p budget.ReleaseParam
 		return nil, false, err
 	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
-		func() (*budget.Settlement, error) { return a.pipeline.Release(ctx, p) },
+		func() (*account.Settlement, error) { return a.pipeline.Release(ctx, p) },
 		func(l *outage.Local) error { return l.Release(p) })
 	a.metrics.ended(ctx, face, kindRelease, st, journaled, err)
 	return st, journaled, err
@@ -88,8 +88,8 @@ const notReplayedWindow = 24 * time.Hour
 // is down, journals it. admissionID is "" for one named by idempotency key:
 // a key the store does not know is not found, whether or not some replica
 // admitted it on its own (only an id tells).
-func (a *Admitter) end(tenantID, admissionID string, decide func() (*budget.Settlement, error),
-	journal func(*outage.Local) error) (*budget.Settlement, bool, error) {
+func (a *Admitter) end(tenantID, admissionID string, decide func() (*account.Settlement, error),
+	journal func(*outage.Local) error) (*account.Settlement, bool, error) {
 	if !a.Down() {
 		st, err := decide()
 		if err == nil {
@@ -111,7 +111,7 @@ func (a *Admitter) end(tenantID, admissionID string, decide func() (*budget.Sett
 			// Made by a replica on its own in an outage, and not replayed
 			// yet (its replica may be replaying, or still cut off): the
 			// caller should retry, not give the admission up as unknown.
-			if at, local := budget.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
+			if at, local := account.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
 				return nil, false, fmt.Errorf("%w: %s", rule.ErrNotReplayed, admissionID)
 			}
 		}

@@ -8,14 +8,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
 // EndUser is what a face found in a request that may name the caller's end
 // user: the body's candidate fields and, for an HTTP face, its headers.
-// Which one counts is the tenant's end-user policy's (budget.EndUserPolicy),
+// Which one counts is the tenant's end-user policy's (account.EndUserPolicy),
 // so a face extracts them all, cheaply, and never reads a policy.
 type EndUser struct {
 	Fields estimator.EndUserFields
@@ -37,13 +37,13 @@ type EndUser struct {
 // reads: deciding it as the tenant's own would charge the team for an end
 // user's call in silence. A request that names no end user at all is the
 // tenant's own.
-func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, err error) {
+func (e EndUser) id(pol *account.EndUserPolicy) (id, field string, present bool, err error) {
 	var v any
 	field = e.Fields.Field(string(pol.Source))
 	switch pol.Source {
-	case budget.SourceUser, budget.SourceSafetyIdentifier, budget.SourceMetadataUserID:
+	case account.SourceUser, account.SourceSafetyIdentifier, account.SourceMetadataUserID:
 		v = e.Fields.Value(field)
-	case budget.SourceHeader:
+	case account.SourceHeader:
 		field = pol.Header
 		if e.HeaderFunc != nil {
 			if h := e.HeaderFunc(pol.Header); h != "" {
@@ -60,7 +60,7 @@ func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, 
 		}
 		return "", field, false, nil
 	case string:
-		return s, field, true, budget.ValidateEndUserID(field, s)
+		return s, field, true, account.ValidateEndUserID(field, s)
 	default:
 		return "", field, true, &rule.InvalidError{Field: field, Reason: "must be a string (it names the end user)"}
 	}
@@ -70,7 +70,7 @@ func (e EndUser) id(pol *budget.EndUserPolicy) (id, field string, present bool, 
 // entries. Past it the cache starts over: a miss costs one short
 // transaction (EndUserEnsure), never a wrong answer, since the id is a
 // function of the pair and a stale entry of an expired end user is caught
-// by the decision (budget.ErrEndUserExpired).
+// by the decision (account.ErrEndUserExpired).
 const maxEndUserCache = 100_000
 
 // endUserCapWait is how long a replica answers ErrEndUserCap for an end
@@ -118,7 +118,7 @@ func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, er
 	if at, ok := c.capped[key]; ok {
 		if time.Since(at) < endUserCapWait {
 			c.mu.Unlock()
-			return "", budget.ErrEndUserCap
+			return "", account.ErrEndUserCap
 		}
 		delete(c.capped, key)
 	}
@@ -144,7 +144,7 @@ func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, er
 			c.m = make(map[string]string)
 		}
 		c.m[key] = e.child
-	case errors.Is(e.err, budget.ErrEndUserCap):
+	case errors.Is(e.err, account.ErrEndUserCap):
 		if c.capped == nil || len(c.capped) >= maxEndUserCache {
 			c.capped = make(map[string]time.Time)
 		}
@@ -158,12 +158,12 @@ func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, er
 // endUser resolves the end user a request names, when its tenant has an
 // end-user policy and the request gives an id from the policy's source:
 // the end user's tenant id (created on first sight, or revived, by
-// budget.Store.EndUserEnsure; the cap applies), or "" to decide as the
+// account.Store.EndUserEnsure; the cap applies), or "" to decide as the
 // tenant's own. A tenant without a policy costs a map lookup. While the
 // store is down nothing is resolved: the request is the tenant's, and its
 // failure policy applies as it would. fresh skips the cache (an end user
 // found expired). It returns an *InvalidError (a bad id),
-// budget.ErrEndUserCap, or the store's error.
+// account.ErrEndUserCap, or the store's error.
 func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (string, error) {
 	pol := a.endUserPolicy(ctx, req.TenantID)
 	if pol == nil {
@@ -185,7 +185,7 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StoreTimeout)
 		defer cancel()
 		child, err := a.cfg.Store.EndUserEnsure(ctx, parent, id)
-		if errors.Is(err, budget.ErrNoEndUserPolicy) {
+		if errors.Is(err, account.ErrNoEndUserPolicy) {
 			return "", nil // deleted since this replica read it
 		}
 		return child, err
@@ -198,12 +198,12 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 
 // endUserPolicy is the tenant's end-user policy, nil for none, and nil
 // while the store is down or when this replica could not read any copy of
-// the policies yet (budget.Store.EndUserPolicyOf): the request is then
+// the policies yet (account.Store.EndUserPolicyOf): the request is then
 // decided as the tenant's own, which finds the outage, if there is one,
 // and applies the failure policy as for any request. (A store that is up
 // but failed that one read decides one request as the tenant's: its bound
 // holds, its end user's is not consulted.)
-func (a *Admitter) endUserPolicy(ctx context.Context, tenantID string) *budget.EndUserPolicy {
+func (a *Admitter) endUserPolicy(ctx context.Context, tenantID string) *account.EndUserPolicy {
 	if a.Down() {
 		return nil
 	}
@@ -237,7 +237,7 @@ func (a *Admitter) endUserOfAdmission(ctx context.Context, tenantID, admissionID
 // usual). An end user found expired by the decision (it idled out since
 // this replica resolved it) is revived, the cap applying, and decided
 // again, once.
-func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *budget.Reservation, local, asEndUser bool, err error) {
+func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *account.Reservation, local, asEndUser bool, err error) {
 	child, err := a.endUser(ctx, &req, false)
 	switch {
 	case err != nil:
@@ -248,7 +248,7 @@ func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *budget.R
 	parent := req.TenantID
 	req.TenantID = child
 	r, local, err = a.reserve(ctx, req)
-	if !errors.Is(err, budget.ErrEndUserExpired) {
+	if !errors.Is(err, account.ErrEndUserExpired) {
 		return r, local, true, err
 	}
 	req.TenantID = parent
@@ -259,7 +259,7 @@ func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *budget.R
 		req.TenantID = child
 	}
 	r, local, err = a.reserve(ctx, req)
-	if errors.Is(err, budget.ErrEndUserExpired) {
+	if errors.Is(err, account.ErrEndUserExpired) {
 		// Expired again in between (a sweep each time): rare, and retrying
 		// succeeds, as for a busy store.
 		err = fmt.Errorf("%w: the end user expired while it was decided", rule.ErrBusy)

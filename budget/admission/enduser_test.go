@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -27,12 +27,12 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 	url := pgtest.URL(t)
 	cfg := func(c *pgxpool.Config) { c.MaxConns = 8 }
 	pools := []*pgxpool.Pool{pgtest.Pool(t, url, cfg), pgtest.Pool(t, url, cfg)}
-	stores := []*budget.Store{budget.NewStore(pools[0]), budget.NewStore(pools[1])}
+	stores := []*account.Store{account.NewStore(pools[0]), account.NewStore(pools[1])}
 	rate := int64(1) // a micro-token a second: no refill to speak of
-	if _, err := stores[0].CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 2000, TokensRateMicro: rate}}); err != nil {
+	if _, err := stores[0].CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 2000, TokensRateMicro: rate}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stores[0].EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceUser,
+	if _, err := stores[0].EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceUser,
 		Template: rule.Limits{TokensCapacity: 500, TokensRateMicro: rate}, MaxEndUsers: 5, IdleTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 				switch {
 				case err == nil:
 					spent[r.Snapshot.TenantID] += cost
-				case errors.Is(err, budget.ErrEndUserCap):
+				case errors.Is(err, account.ErrEndUserCap):
 					capped[user] = true
 				case errors.Is(err, rule.ErrRejected):
 				default:
@@ -125,17 +125,17 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 	pool := pgtest.New(t, nil)
 	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
-	store := budget.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	store := account.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.EndUserPolicySet(ctx, budget.EndUserPolicyParams{TenantID: "acme", Source: budget.SourceMetadataUserID,
+	if _, err := store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceMetadataUserID,
 		Template: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}, MaxEndUsers: 1, IdleTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	a := admission.New(admission.Config{Store: store, Pool: pool})
-	as := func(user string, cost int64) (*budget.Reservation, error) {
+	as := func(user string, cost int64) (*account.Reservation, error) {
 		req := request("acme", cost, 0)
 		req.EndUser = admission.EndUser{Fields: estimator.EndUserFields{MetadataUserID: user}}
 		r, _, err := a.Reserve(ctx, req)
@@ -146,7 +146,7 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := r.Snapshot.TenantID
-	if _, _, err := a.Release(ctx, admission.FaceAPI, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); err != nil {
+	if _, _, err := a.Release(ctx, admission.FaceAPI, account.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); err != nil {
 		t.Fatal(err) // by the tenant's id: the admitter finds the end user's admission
 	}
 	if _, err := as("alice", 40); err != nil {
@@ -176,7 +176,7 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 	if _, err := as("bob", 5); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := as("alice", 5); !errors.Is(err, budget.ErrEndUserCap) {
+	if _, err := as("alice", 5); !errors.Is(err, account.ErrEndUserCap) {
 		t.Fatalf("alice at the cap: %v", err)
 	}
 	tally, err := ledger.Verify(ctx, pool, alice)

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -138,7 +138,7 @@ func (a *Admitter) DecideHits(ctx context.Context, call HitsCall) ([]HitsResult,
 
 // hitsResult is a request's Hits' decision: its tenant's balances as the
 // reservation, refusal or withholding left them.
-func hitsResult(r *budget.Reservation, err error) HitsResult {
+func hitsResult(r *account.Reservation, err error) HitsResult {
 	var rej *rule.RejectedError
 	var wh *rule.WithheldError
 	switch {
@@ -156,7 +156,7 @@ func hitsResult(r *budget.Reservation, err error) HitsResult {
 // input at weight one, keyed by its request id. Envoy retrying the call
 // sends the same descriptor, which is the request's fingerprint.
 func (a *Admitter) hitsRequest(call HitsCall, h Hits) Request {
-	p := budget.ReserveParams{TenantID: h.TenantID, Actor: call.Actor, GatewayID: call.GatewayID,
+	p := account.ReserveParams{TenantID: h.TenantID, Actor: call.Actor, GatewayID: call.GatewayID,
 		Estimate: estimator.Estimate{Model: h.Model, Family: a.family(h.Model), InputTokens: h.Count, Cost: h.Count,
 			InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
 	if h.RequestID != "" {
@@ -174,7 +174,7 @@ func (a *Admitter) hitsRequest(call HitsCall, h Hits) Request {
 // the request's failure policy: a settle that comes before a local
 // admission's replay is kept.
 func (a *Admitter) settleHits(ctx context.Context, call HitsCall, h Hits) HitsResult {
-	p := budget.SettleParams{TenantID: h.TenantID, IdempotencyKey: hitsKey(h.RequestID), InputTokens: h.Count, Actor: call.Actor,
+	p := account.SettleParams{TenantID: h.TenantID, IdempotencyKey: hitsKey(h.RequestID), InputTokens: h.Count, Actor: call.Actor,
 		GatewayID: call.GatewayID, Family: a.family(h.Model)}
 	if h.Phase == HitsRefund {
 		p.InputTokens, p.RefundTokens = 0, h.Count
@@ -183,7 +183,7 @@ func (a *Admitter) settleHits(ctx context.Context, call HitsCall, h Hits) HitsRe
 	switch {
 	case errors.Is(err, rule.ErrAdmissionNotFound), errors.Is(err, rule.ErrConflict):
 		// Refused, or older than 24 h; or admitted by a replica on its own
-		// and not replayed yet, and kept for it (budget.ErrDeferred); or
+		// and not replayed yet, and kept for it (account.ErrDeferred); or
 		// settled already with other usage: the first answer stands.
 		return HitsResult{}
 	case err != nil:

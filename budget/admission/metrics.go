@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -56,7 +56,7 @@ const (
 	// end it (rule.ErrOtherFace).
 	OutcomeOtherFace = "other_face"
 	// OutcomeDeferred: named by key, no such admission yet, and kept for
-	// the one a replica may have made on its own (budget.ErrDeferred).
+	// the one a replica may have made on its own (account.ErrDeferred).
 	OutcomeDeferred = "deferred"
 )
 
@@ -121,7 +121,7 @@ func (a *Admitter) Invalid(face Face, start time.Time) {
 // count records one Reserve's outcome: the metric, and a rejection in the
 // dashboard's tally (which the throttled alerts read), whichever face
 // asked. It returns the outcome and the refusing limit, for the span.
-func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *budget.Reservation, err error) (outcome, limit string) {
+func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *account.Reservation, err error) (outcome, limit string) {
 	var rej *rule.RejectedError
 	var tl *rule.TooLargeError
 	switch {
@@ -138,7 +138,7 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *bud
 		outcome, limit = OutcomeTooLarge, string(tl.Limit)
 	case errors.Is(err, rule.ErrWithheld):
 		outcome = OutcomeWithheld
-	case errors.Is(err, budget.ErrEndUserCap):
+	case errors.Is(err, account.ErrEndUserCap):
 		outcome, limit = OutcomeRejected, "end_user_cap"
 	case errors.Is(err, rule.ErrKeyRevoked), errors.Is(err, rule.ErrGatewayRevoked), errors.Is(err, rule.ErrOutOfScope),
 		errors.Is(err, rule.ErrTenantDisabled), errors.Is(err, rule.ErrTenantNotFound):
@@ -164,14 +164,14 @@ func isInvalid(err error) bool {
 	var binv *rule.InvalidError
 	var einv *estimator.InvalidError
 	var lim *rule.LimitError
-	return budget.IsInvalidInput(err) || errors.As(err, &binv) || errors.As(err, &einv) || errors.As(err, &lim) ||
+	return account.IsInvalidInput(err) || errors.As(err, &binv) || errors.As(err, &einv) || errors.As(err, &lim) ||
 		errors.Is(err, rule.ErrUsageOutOfBounds) || errors.Is(err, rule.ErrOverflow) || errors.Is(err, rule.ErrIdempotencyMismatch)
 }
 
 // ended records one settle's or release's outcome, whichever face asked,
 // and the estimate's error of one that moved the balance (a replay moves
 // nothing and is not counted again). It returns the outcome, for the span.
-func (m *metrics) ended(ctx context.Context, face Face, kind string, st *budget.Settlement, journaled bool, err error) string {
+func (m *metrics) ended(ctx context.Context, face Face, kind string, st *account.Settlement, journaled bool, err error) string {
 	outcome := m.outcomeOf(ctx, st, journaled, err)
 	if outcome == OutcomeApplied && st.Admission != nil && st.Admission.ActualCost != nil {
 		m.deltas.WithLabelValues(kind).Observe(float64(st.Admission.Estimate.Cost - *st.Admission.ActualCost))
@@ -181,7 +181,7 @@ func (m *metrics) ended(ctx context.Context, face Face, kind string, st *budget.
 }
 
 // outcomeOf is the outcome of a settle or release.
-func (m *metrics) outcomeOf(ctx context.Context, st *budget.Settlement, journaled bool, err error) string {
+func (m *metrics) outcomeOf(ctx context.Context, st *account.Settlement, journaled bool, err error) string {
 	switch {
 	case err == nil && journaled:
 		return OutcomeJournaled
@@ -189,7 +189,7 @@ func (m *metrics) outcomeOf(ctx context.Context, st *budget.Settlement, journale
 		return OutcomeReplayed
 	case err == nil:
 		return OutcomeApplied
-	case errors.Is(err, budget.ErrDeferred):
+	case errors.Is(err, account.ErrDeferred):
 		return OutcomeDeferred
 	case errors.Is(err, rule.ErrAdmissionNotFound):
 		return OutcomeNotFound

@@ -8,10 +8,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 )
 
-// The transaction span (budget.PipelineConfig.Tracer): one per transaction
+// The transaction span (account.PipelineConfig.Tracer): one per transaction
 // a pipeline runs, a root of its own trace, since it decides for many
 // callers. Each decision span it carried links to it and is told the
 // batch's size and how long the decision queued for it. The pipeline tells
@@ -22,7 +22,7 @@ const (
 	SpanTransaction = "tokengate.transaction"
 	// PipelineTracerName is the instrumentation scope of the pipeline's
 	// spans.
-	PipelineTracerName = "github.com/tokengate/tokengate/budget"
+	PipelineTracerName = "github.com/tokengate/tokengate/budget/account"
 
 	AttrBatchSize       = attribute.Key("tokengate.batch.size")
 	AttrBatchTenants    = attribute.Key("tokengate.batch.tenants")
@@ -40,7 +40,7 @@ type pipeTracer struct{ tracer trace.Tracer }
 
 // newPipeTracer is the pipeline's tracer over tp, or nil (no tracing) when
 // tp is nil.
-func newPipeTracer(tp trace.TracerProvider) budget.PipelineTracer {
+func newPipeTracer(tp trace.TracerProvider) account.PipelineTracer {
 	if tp == nil {
 		return nil
 	}
@@ -55,7 +55,7 @@ type callTrace struct {
 
 // Call remembers the caller's span, when it records, for the transaction
 // that will carry the call.
-func (pipeTracer) Call(ctx context.Context) budget.TracedCall {
+func (pipeTracer) Call(ctx context.Context) account.TracedCall {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		return &callTrace{span: span, queued: time.Now()}
 	}
@@ -71,7 +71,7 @@ type txTrace struct {
 
 // Begin starts the span of a transaction, linked from each of the batch's
 // recorded decisions.
-func (p pipeTracer) Begin(calls []budget.TracedCall) budget.TracedTx {
+func (p pipeTracer) Begin(calls []account.TracedCall) account.TracedTx {
 	t := &txTrace{began: time.Now()}
 	var links []trace.Link
 	for _, c := range calls {
@@ -87,7 +87,7 @@ func (p pipeTracer) Begin(calls []budget.TracedCall) budget.TracedTx {
 
 // End ends a transaction's span with what it decided, and tells each of
 // its recorded decisions which transaction carried it.
-func (t *txTrace) End(f budget.BatchFigures, err error) {
+func (t *txTrace) End(f account.BatchFigures, err error) {
 	if t.span.IsRecording() {
 		t.span.SetAttributes(AttrBatchSize.Int(f.Size), AttrBatchTenants.Int(f.Tenants),
 			AttrBatchRoundTrips.Int64(f.RoundTrips), AttrBatchReserves.Int(f.Reserves), AttrBatchEnds.Int(f.Ends),

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -24,7 +24,7 @@ func poolRequest(tenant, key string, in, out int64, wait time.Duration) admissio
 
 // keyFor makes a tenant key of a priority class, straight in the table
 // the credential package owns (the decision reads it).
-func keyFor(t *testing.T, store *budget.Store, tenant, id string, priority rule.Priority) {
+func keyFor(t *testing.T, store *account.Store, tenant, id string, priority rule.Priority) {
 	t.Helper()
 	if _, err := store.Pool().Exec(ctx, `INSERT INTO api_keys (id, tenant_id, secret_hash, priority) VALUES ($1, $2, $3, $4)`,
 		id, tenant, make([]byte, 32), string(priority)); err != nil {
@@ -39,25 +39,25 @@ func keyFor(t *testing.T, store *budget.Store, tenant, id string, priority rule.
 func TestPoolSharedFairlyByWeight(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	var stores []*budget.Store
+	var stores []*account.Store
 	var admitters []*admission.Admitter
 	for range 2 {
 		pool := pgtest.Pool(t, url, nil)
-		s := budget.NewStore(pool)
+		s := account.NewStore(pool)
 		stores = append(stores, s)
 		admitters = append(admitters, admission.New(admission.Config{Store: s, Pool: pool, MaxWaiters: 256}))
 	}
 	store := stores[0]
 	weights := map[string]int64{"a": 1, "b": 1, "c": 2}
 	for id := range weights {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000_000,
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000_000,
 			TokensRateMicro: 1_000_000 * rule.Micro, MaxWait: 10 * time.Second}}); err != nil {
 			t.Fatal(err)
 		}
 		keyFor(t, store, id, "k"+id, rule.PriorityStandard)
 	}
 	const rate = 3000 // raw tokens a second
-	if err := store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 600, TokensRateMicro: rate * rule.Micro}); err != nil {
+	if err := store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 600, TokensRateMicro: rate * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -92,7 +92,7 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 						continue
 					}
 					// Used in full: the pool is spent by what was reserved.
-					if _, _, err := a.Settle(ctx, admission.FaceAPI, budget.SettleParams{TenantID: id, AdmissionID: r.AdmissionID, InputTokens: 40, OutputTokens: 60}); err != nil {
+					if _, _, err := a.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: id, AdmissionID: r.AdmissionID, InputTokens: 40, OutputTokens: 60}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -142,16 +142,16 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	for _, id := range []string{"batch", "live"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000,
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1_000_000,
 			TokensRateMicro: 1000 * rule.Micro, MaxWait: 10 * time.Second}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	keyFor(t, store, "batch", "kbatch", rule.PrioritySheddable)
 	keyFor(t, store, "live", "klive", rule.PriorityCritical)
-	if err := store.CreatePool(ctx, "gpu", budget.PoolLimits{TokensCapacity: 100, TokensRateMicro: 100 * rule.Micro}); err != nil {
+	if err := store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: 100 * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -198,9 +198,9 @@ func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 func TestNestedWaiterWokenBySibling(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	mk := func(id, parent string, concurrent int64) {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Parent: parent, Limits: rule.Limits{TokensCapacity: 1_000_000,
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Parent: parent, Limits: rule.Limits{TokensCapacity: 1_000_000,
 			TokensRateMicro: 1000 * rule.Micro, MaxConcurrent: concurrent, MaxWait: 10 * time.Second}}); err != nil {
 			t.Fatal(err)
 		}
@@ -223,7 +223,7 @@ func TestNestedWaiterWokenBySibling(t *testing.T) {
 	}()
 	waitPaused(t, paused, "blue") // blue waits for the organisation's slot
 	released := time.Now()
-	if _, _, err := a.Release(ctx, admission.FaceAPI, budget.ReleaseParams{TenantID: "red", AdmissionID: held.AdmissionID}); err != nil {
+	if _, _, err := a.Release(ctx, admission.FaceAPI, account.ReleaseParams{TenantID: "red", AdmissionID: held.AdmissionID}); err != nil {
 		t.Fatal(err)
 	}
 	if d := (<-got).Sub(released); d > 500*time.Millisecond {

@@ -3,7 +3,7 @@ package admission
 import (
 	"sync"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -48,24 +48,24 @@ func newPoolQueues() *poolQueues {
 }
 
 // learn keeps what a decision reported of a pool and a key.
-func (q *poolQueues) learn(p budget.ReserveParams, pool *rule.PoolState, pr rule.Priority) {
+func (q *poolQueues) learn(p account.ReserveParams, pool *rule.PoolState, pr rule.Priority) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if pr != "" && p.KeyID != "" {
 		q.priority[p.KeyID] = pr
 	}
 	if pool != nil {
-		q.routes[budget.ModelKey(p.Estimate)] = pool.ID
+		q.routes[account.ModelKey(p.Estimate)] = pool.ID
 		q.vtc[pool.ID] = pool.VTC
 	}
 }
 
 // poolOf is the pool a request's model draws on, as far as this replica
 // knows ("" before any decision of the model said).
-func (q *poolQueues) poolOf(p budget.ReserveParams) string {
+func (q *poolQueues) poolOf(p account.ReserveParams) string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.routes[budget.ModelKey(p.Estimate)]
+	return q.routes[account.ModelKey(p.Estimate)]
 }
 
 func (q *poolQueues) of(pool string) *poolWaiters {
@@ -91,7 +91,7 @@ func (q *poolQueues) less(pool string, a, b *poolWaiter) bool {
 
 // probe is a caller not yet waiting: it would come after every caller of
 // its class and counter that waits already.
-func (q *poolQueues) probe(p budget.ReserveParams) *poolWaiter {
+func (q *poolQueues) probe(p account.ReserveParams) *poolWaiter {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return &poolWaiter{tenant: p.TenantID, rank: q.priority[p.KeyID].Rank(), needMicro: (p.Estimate.InputTokens + p.Estimate.OutputTokens) * rule.Micro, seq: ^uint64(0)}

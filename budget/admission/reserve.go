@@ -8,13 +8,13 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // Request is one admission to decide.
 type Request struct {
-	budget.ReserveParams
+	account.ReserveParams
 	// MaxWait is how long the caller will wait for tokens instead of a
 	// rejection (capped by the tenant's max_wait).
 	MaxWait time.Duration
@@ -57,12 +57,12 @@ func (r *Request) prepare() error {
 
 // Reserve decides a request through the store, or, when the store does not
 // answer and the request's policy is local, against this replica's share
-// (local is then true). It returns what budget.Store.Reserve returns, and
+// (local is then true). It returns what account.Store.Reserve returns, and
 // rule.ErrUnavailable, ErrOutcomeUnknown or ErrBusy.
 //
 // Every outcome is counted here, by face: tokengate_admissions_total, and a
 // rejection in the dashboard's tally, which the throttled alerts read.
-func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservation, bool, error) {
+func (a *Admitter) Reserve(ctx context.Context, req Request) (*account.Reservation, bool, error) {
 	start := req.Start
 	if start.IsZero() {
 		start = time.Now()
@@ -97,7 +97,7 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*budget.Reservatio
 	return r, local, err
 }
 
-func (a *Admitter) reserve(ctx context.Context, req Request) (r *budget.Reservation, local bool, err error) {
+func (a *Admitter) reserve(ctx context.Context, req Request) (r *account.Reservation, local bool, err error) {
 	p := req.ReserveParams
 	if !a.Down() {
 		r, err = a.reserveWaiting(ctx, p, req.MaxWait)

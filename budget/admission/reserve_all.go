@@ -7,7 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -15,12 +15,12 @@ import (
 // or Err (its own refusal, a *rule.WithheldError when another request of
 // the call was refused, or a failure of the whole call).
 type Decided struct {
-	Reservation *budget.Reservation
+	Reservation *account.Reservation
 	Err         error
 }
 
 // ReserveAll decides reqs as one decision, all or none: in one
-// transaction of the store (budget.Pipeline.ReserveAll), so that either
+// transaction of the store (account.Pipeline.ReserveAll), so that either
 // every request is admitted, or none is debited and each that its own
 // limits would have admitted is answered a *rule.WithheldError. Nothing
 // is undone afterwards, because nothing moved. One request is Reserve.
@@ -43,7 +43,7 @@ func (a *Admitter) ReserveAll(ctx context.Context, reqs []Request) []Decided {
 		return out
 	}
 	spans := make([]trace.Span, len(reqs))
-	ps := make([]budget.ReserveParams, len(reqs))
+	ps := make([]account.ReserveParams, len(reqs))
 	invalid := -1
 	for i := range reqs {
 		req := &reqs[i]
@@ -93,7 +93,7 @@ func (a *Admitter) ReserveAll(ctx context.Context, reqs []Request) []Decided {
 // decidedOne learns what the store said of one request: its tenant's
 // balances, its pool's counters, and what shadow limits would have
 // refused.
-func (a *Admitter) decidedOne(p *budget.ReserveParams, r *budget.Reservation, err error) {
+func (a *Admitter) decidedOne(p *account.ReserveParams, r *account.Reservation, err error) {
 	var rej *rule.RejectedError
 	switch {
 	case err == nil:

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -76,7 +76,7 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 }
 
 // endAdmissionSpan records a Reserve's outcome on its span and ends it.
-func endAdmissionSpan(span trace.Span, req *Request, r *budget.Reservation, local bool, outcome, limit string, err error) {
+func endAdmissionSpan(span trace.Span, req *Request, r *account.Reservation, local bool, outcome, limit string, err error) {
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 14)
 		attrs = append(attrs, AttrFace.String(string(req.Face)), AttrTenant.String(req.TenantID), AttrOutcome.String(outcome),
@@ -126,7 +126,7 @@ func decidedBy(local bool) attribute.KeyValue {
 
 // endSettleSpan records a settle's or release's outcome on its span and
 // ends it.
-func endSettleSpan(span trace.Span, face Face, tenantID, admissionID string, st *budget.Settlement, journaled bool, outcome string, err error) {
+func endSettleSpan(span trace.Span, face Face, tenantID, admissionID string, st *account.Settlement, journaled bool, outcome string, err error) {
 	if span.IsRecording() {
 		attrs := make([]attribute.KeyValue, 0, 14)
 		attrs = append(attrs, AttrFace.String(string(face)), AttrTenant.String(tenantID), AttrOutcome.String(outcome))

@@ -3,7 +3,7 @@ package admission_test
 import (
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -36,8 +36,8 @@ func BenchmarkAdmitSettleTracing(b *testing.B) {
 				b.Fatalf("tracing on: %v", tr.On())
 			}
 			pool := pgtest.New(b, nil)
-			store := budget.NewStore(pool)
-			if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme",
+			store := account.NewStore(pool)
+			if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme",
 				Limits: rule.Limits{TokensCapacity: 1_000_000_000_000, TokensRateMicro: rule.Micro}}); err != nil {
 				b.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func BenchmarkAdmitSettleTracing(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, _, err := a.Settle(ctx, admission.FaceAPI, budget.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID,
+				if _, _, err := a.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID,
 					InputTokens: 40, OutputTokens: 20}); err != nil {
 					b.Fatal(err)
 				}

@@ -8,7 +8,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -19,9 +19,9 @@ import (
 func traced(t *testing.T, limits rule.Limits, tenants ...string) (*admission.Admitter, *tracetest.InMemoryExporter) {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	for _, id := range tenants {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: limits}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: limits}); err != nil {
 			t.Fatal(err)
 		}
 	}

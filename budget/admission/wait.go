@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -145,7 +145,7 @@ func (w *waitQueues) wake(tenantID string) {
 // holds waiting ahead of it: in its tenant's bucket (me is its place among
 // them, nil for none) and in its model's pool (mine its place among the
 // pool's waiters, in myPool). pool is the model's (poolQueues.poolOf).
-func (a *Admitter) holdBack(p *budget.ReserveParams, pool string, me *waiter, mine *poolWaiter, myPool string) {
+func (a *Admitter) holdBack(p *account.ReserveParams, pool string, me *waiter, mine *poolWaiter, myPool string) {
 	p.HoldbackMicro = a.waiters.ahead(p.TenantID, me)
 	// Backlogged: waiting already, or another caller of the tenant is,
 	// or this replica cannot tell (it has not learnt the model's pool).
@@ -165,7 +165,7 @@ func (a *Admitter) holdBack(p *budget.ReserveParams, pool string, me *waiter, mi
 // number of waiters per tenant is bounded; waiting ends when the caller
 // disconnects (ctx) or its wait runs out, and the last rejection is then
 // returned. Waiting holds no lock and no connection.
-func (a *Admitter) reserveWaiting(ctx context.Context, p budget.ReserveParams, maxWait time.Duration) (*budget.Reservation, error) {
+func (a *Admitter) reserveWaiting(ctx context.Context, p account.ReserveParams, maxWait time.Duration) (*account.Reservation, error) {
 	start := time.Now()
 	var me *waiter
 	var mine *poolWaiter // my place among the pool's waiters, once I wait for it

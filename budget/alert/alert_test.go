@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -27,8 +27,8 @@ var ctx = context.Background()
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
-func reserve(tenant string, cost int64) budget.ReserveParams {
-	return budget.ReserveParams{TenantID: tenant, Actor: "key:test", Estimate: estimator.Estimate{Model: "gpt-4o", InputTokens: cost / 2,
+func reserve(tenant string, cost int64) account.ReserveParams {
+	return account.ReserveParams{TenantID: tenant, Actor: "key:test", Estimate: estimator.Estimate{Model: "gpt-4o", InputTokens: cost / 2,
 		OutputTokens: cost - cost/2, Cost: cost, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
 }
 
@@ -65,7 +65,7 @@ func TestEndpointsAndRulesValidate(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	s := alert.NewStore(pool, testKey)
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	field := func(err error) string {
@@ -166,8 +166,8 @@ func TestThresholdsOncePerPeriodAcrossReplicas(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	stores := []*budget.Store{budget.NewStore(p1).WithClock(clock), budget.NewStore(p2).WithClock(clock)}
-	if _, err := stores[0].CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{
+	stores := []*account.Store{account.NewStore(p1).WithClock(clock), account.NewStore(p2).WithClock(clock)}
+	if _, err := stores[0].CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{
 		TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 10_000, Period: rule.PeriodDay}}); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestThresholdsOncePerPeriodAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipes := []*budget.Pipeline{budget.NewPipeline(stores[0], nil), budget.NewPipeline(stores[1], nil)}
+	pipes := []*account.Pipeline{account.NewPipeline(stores[0], nil), account.NewPipeline(stores[1], nil)}
 	var admitted []string
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -235,7 +235,7 @@ func TestThresholdsOncePerPeriodAcrossReplicas(t *testing.T) {
 
 	// Usage falls below 80 % (settled at 0 each) and rises again: nothing.
 	for _, id := range admitted[:30] {
-		if _, err := stores[0].Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: id}); err != nil {
+		if _, err := stores[0].Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,8 +274,8 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 		now = time.Date(2026, 12, 3, 10, 0, 5, 0, time.UTC).Add(d)
 		mu.Unlock()
 	}
-	store := budget.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool).WithClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)
@@ -298,7 +298,7 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 	if _, err := store.Reserve(ctx, reserve("acme", 100)); err != nil { // the bucket is empty from now on
 		t.Fatal(err)
 	}
-	tally := budget.NewRejections(pool)
+	tally := account.NewRejections(pool)
 	refuse := func(minute int) {
 		t.Helper()
 		at(time.Duration(minute) * time.Minute)
@@ -374,8 +374,8 @@ func TestThrottledOncePerEpisode(t *testing.T) {
 func TestInvariantViolationRaisedOnce(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)
@@ -387,7 +387,7 @@ func TestInvariantViolationRaisedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	watches := []*budget.Watch{{Store: store, Logger: logger, Alerts: s}, {Store: budget.NewStore(pool), Logger: logger, Alerts: s}}
+	watches := []*account.Watch{{Store: store, Logger: logger, Alerts: s}, {Store: account.NewStore(pool), Logger: logger, Alerts: s}}
 	for _, w := range watches {
 		if err := w.Check(ctx); err != nil {
 			t.Fatal(err)
@@ -418,8 +418,8 @@ func TestInvariantViolationRaisedOnce(t *testing.T) {
 func TestThresholdsAtEveryLevel(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	for _, p := range []budget.CreateTenantParams{
+	store := account.NewStore(pool)
+	for _, p := range []account.CreateTenantParams{
 		{ID: "org", Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodMonth}},
 		{ID: "team", Parent: "org", Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, PeriodBudget: 400, Period: rule.PeriodDay}},
 		{ID: "other", Parent: "org", Limits: rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro}},

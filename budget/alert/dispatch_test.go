@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/await"
@@ -65,7 +65,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Its store allows private addresses: the receivers listen on loopback.
 func outbox(t *testing.T, pool *pgxpool.Pool, url string, n int) (*alert.Store, string) {
 	t.Helper()
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -81,7 +81,7 @@ func TestHTTPEndpointNeedsThisReplicasFlag(t *testing.T) {
 	}
 	creator := alert.NewStore(pool, testKey)
 	creator.Policy = alert.Policy{AllowHTTP: true, AllowPrivate: true}
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	ep, _, err := creator.CreateEndpoint(ctx, srv.URL+"/hook", "")
@@ -208,7 +208,7 @@ func TestNULIsAFieldError(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	s := alert.NewStore(pool, testKey)
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	ep, _, err := s.CreateEndpoint(ctx, "https://example.com/hook", "")

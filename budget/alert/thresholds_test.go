@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -20,8 +20,8 @@ import (
 func TestThresholdsCrossedInNumeric(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)
@@ -63,14 +63,14 @@ func TestSoftBudgetRaisesItsThresholds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	store := budget.NewStore(pool).WithClock(func() time.Time { return now })
+	store := account.NewStore(pool).WithClock(func() time.Time { return now })
 	day, err := rule.ParseWindow("day", "Asia/Tokyo", "09:00", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := rule.Limits{TokensCapacity: 1_000_000, TokensRateMicro: rule.Micro, Windows: []rule.WindowLimit{
 		{Name: "daily", Window: day, Counts: rule.CountTokens, Limit: 1000, OveragePercent: 10, Thresholds: []int64{50}}}}
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l}); err != nil {
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: l}); err != nil {
 		t.Fatal(err)
 	}
 	s := alert.NewStore(pool, testKey)

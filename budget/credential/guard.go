@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -104,7 +104,7 @@ func NewGuard(cfg GuardConfig) *Guard {
 		cfg.Burst = 20
 	}
 	if cfg.LookupTimeout <= 0 {
-		cfg.LookupTimeout = budget.DefaultStoreTimeout
+		cfg.LookupTimeout = account.DefaultStoreTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -179,7 +179,7 @@ func (g *Guard) Tenant(ctx context.Context, addr, presented string) (Principal, 
 }
 
 // TenantDeferred is Tenant for requests whose decision checks the key
-// itself (budget.ReserveParams.KeyID and the like): a key whose secret this
+// itself (account.ReserveParams.KeyID and the like): a key whose secret this
 // replica verified within AuthCacheTTL is answered from memory, with no
 // lookup, because what could have changed since (revocation, the tenant
 // disabled) is checked in the decision's own transaction. A key's id, its
@@ -214,7 +214,7 @@ func (g *Guard) Gateway(ctx context.Context, addr, presented string) (Gateway, e
 }
 
 // GatewayDeferred is Gateway for calls whose decision checks the gateway
-// itself (budget.ReserveParams.GatewayID and the like): a credential whose
+// itself (account.ReserveParams.GatewayID and the like): a credential whose
 // secret this replica verified within AuthCacheTTL is answered from
 // memory, with no lookup, because what could have changed since (its
 // revocation) is checked in the decision's own transaction, in every

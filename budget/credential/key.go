@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -173,9 +173,9 @@ func KeyTouch(ctx context.Context, db DB, keyID string) error {
 }
 
 // Recorder makes a key change and its tenant ledger entry in one
-// transaction. *budget.Store is one.
+// transaction. *account.Store is one.
 type Recorder interface {
-	RecordKeyEvent(ctx context.Context, p budget.KeyEventParams) error
+	RecordKeyEvent(ctx context.Context, p account.KeyEventParams) error
 }
 
 // KeyCreateRecorded creates a key for tenantID and records who created it in
@@ -184,7 +184,7 @@ type Recorder interface {
 func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string) (Key, string, error) {
 	id, secret, full := Generate(KeyPrefix)
 	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_"}
-	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "created", KeyID: id, Actor: actor,
+	err := rec.RecordKeyEvent(ctx, account.KeyEventParams{TenantID: tenantID, Event: "created", KeyID: id, Actor: actor,
 		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
 			if err := conn.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt); err != nil {
 				return fmt.Errorf("credential: create: %w", err)
@@ -208,7 +208,7 @@ func KeySetPriorityRecorded(ctx context.Context, rec Recorder, tenantID, keyID s
 	if !priority.Valid() {
 		return ErrBadPriority
 	}
-	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "priority " + string(priority), KeyID: keyID, Actor: actor,
+	err := rec.RecordKeyEvent(ctx, account.KeyEventParams{TenantID: tenantID, Event: "priority " + string(priority), KeyID: keyID, Actor: actor,
 		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
 			tag, err := conn.Exec(ctx, keySetPrioritySQL, keyID, tenantID, string(priority))
 			if err != nil {
@@ -233,7 +233,7 @@ var ErrBadPriority = errors.New("credential: priority must be critical, standard
 // ledger, in one transaction. It returns ErrKeyNotFound (also when the tenant
 // does not exist).
 func KeyRevokeRecorded(ctx context.Context, rec Recorder, tenantID, keyID, actor string) error {
-	err := rec.RecordKeyEvent(ctx, budget.KeyEventParams{TenantID: tenantID, Event: "revoked", KeyID: keyID, Actor: actor,
+	err := rec.RecordKeyEvent(ctx, account.KeyEventParams{TenantID: tenantID, Event: "revoked", KeyID: keyID, Actor: actor,
 		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error { return KeyRevoke(ctx, conn, tenantID, keyID) }})
 	if errors.Is(err, rule.ErrTenantNotFound) {
 		return ErrKeyNotFound

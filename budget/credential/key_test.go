@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -20,9 +20,9 @@ var ctx = context.Background()
 func TestKeyLifecycle(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	for _, id := range []string{"acme", "globex"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestKeyLifecycle(t *testing.T) {
 func TestDisabledTenantKey(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	_, secret, err := credential.KeyCreate(ctx, pool, "acme")
@@ -118,8 +118,8 @@ func TestDisabledTenantKey(t *testing.T) {
 func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
+	store := account.NewStore(pool)
+	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	k, _, err := credential.KeyCreateRecorded(ctx, store, "acme", "alice")

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -38,12 +38,12 @@ func TestOutageKeepsTheFace(t *testing.T) {
 		t.Fatalf("the API's admission under the proxy's key: %+v %v", viaAPI, err)
 	}
 	var of *rule.OtherFaceError
-	if err := b.local.Release(budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, Actor: "key:k"}); !errors.As(err, &of) || of.Face != rule.FaceProxy {
+	if err := b.local.Release(account.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID, Actor: "key:k"}); !errors.As(err, &of) || of.Face != rule.FaceProxy {
 		t.Fatalf("the API's release of the proxy's local admission: %v", err)
 	}
 	// Of the store's admission this replica knows nothing: journaled, and
 	// left to the store at the replay.
-	if err := b.local.Release(budget.ReleaseParams{TenantID: "acme", AdmissionID: fromStore.AdmissionID, Actor: "key:k"}); err != nil {
+	if err := b.local.Release(account.ReleaseParams{TenantID: "acme", AdmissionID: fromStore.AdmissionID, Actor: "key:k"}); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := b.local.Spool.Records()
@@ -56,11 +56,11 @@ func TestOutageKeepsTheFace(t *testing.T) {
 		t.Fatalf("replay: %+v %v", rep, err)
 	}
 	for id, face := range map[string]rule.Face{r.AdmissionID: rule.FaceProxy, viaAPI.AdmissionID: rule.FaceAPI, fromStore.AdmissionID: rule.FaceProxy} {
-		if a, err := b.store.AdmissionGet(ctx, "acme", id); err != nil || a.Face != face || a.State != budget.StateReserved {
+		if a, err := b.store.AdmissionGet(ctx, "acme", id); err != nil || a.Face != face || a.State != account.StateReserved {
 			t.Fatalf("after the replay, admission %s: %+v %v; want open, of the %s face", id, a, err, face)
 		}
 	}
-	if _, err := b.store.Release(ctx, budget.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, rule.ErrOtherFace) {
+	if _, err := b.store.Release(ctx, account.ReleaseParams{TenantID: "acme", AdmissionID: r.AdmissionID}); !errors.Is(err, rule.ErrOtherFace) {
 		t.Fatalf("the API's release of the replayed admission: %v", err)
 	}
 	// The proxy's retry of its key finds its own admission, in its namespace.
@@ -69,7 +69,7 @@ func TestOutageKeepsTheFace(t *testing.T) {
 		t.Fatalf("the proxy's retry after the replay: %+v %v", again, err)
 	}
 	for _, id := range []string{r.AdmissionID, fromStore.AdmissionID} {
-		if _, err := b.store.Settle(ctx, budget.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: 20, OutputTokens: 30, Face: rule.FaceProxy}); err != nil {
+		if _, err := b.store.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: 20, OutputTokens: 30, Face: rule.FaceProxy}); err != nil {
 			t.Fatal(err)
 		}
 	}

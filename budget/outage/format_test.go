@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func TestSpoolRecordFormat(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
-	est := budget.StoredEstimate{Model: "gpt-4o", Family: "gpt-4o", InputTokens: 9, OutputTokens: 100, Cost: 109,
+	est := account.StoredEstimate{Model: "gpt-4o", Family: "gpt-4o", InputTokens: 9, OutputTokens: 100, Cost: 109,
 		InputWeightMicro: 1_000_000, OutputWeightMicro: 1_000_000}
 	records := []outage.Record{
 		{Kind: outage.KindReserve, AdmissionID: "adm_a", TenantID: "acme", Estimate: &est, CreatedAt: at, ExpiresAt: at.Add(10 * time.Minute),
@@ -40,7 +40,7 @@ func TestSpoolRecordFormat(t *testing.T) {
 		// A settle by key with the request's failure policy, as far as the
 		// replica knew it, for a replay that finds no admission yet.
 		{Kind: outage.KindSettle, TenantID: "acme", IdempotencyKey: "rls:r-4", CreatedAt: at, InputTokens: 6, Actor: "gateway:edge",
-			Defer: &budget.Deferral{Model: rule.PolicyLocal, Default: rule.PolicyReject}},
+			Defer: &account.Deferral{Model: rule.PolicyLocal, Default: rule.PolicyReject}},
 		// A settle whose output was partly reasoning.
 		{Kind: outage.KindSettle, AdmissionID: "adm_c", TenantID: "acme", CreatedAt: at, InputTokens: 9, OutputTokens: 20, ReasoningTokens: 12,
 			Actor: "key:abc"},

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -35,7 +35,7 @@ type Local struct {
 	// NowFunc is the clock; tests freeze it. Defaults to time.Now.
 	NowFunc func() time.Time
 	// ModelsFunc is the model table that bounds a settle's usage
-	// (budget.CheckUsage), as the store's does; nil is the seeded table.
+	// (account.CheckUsage), as the store's does; nil is the seeded table.
 	ModelsFunc func() *estimator.Table
 
 	mu     sync.Mutex
@@ -55,7 +55,7 @@ type idemKey struct {
 
 type idempotent struct {
 	hash []byte
-	r    *budget.Reservation
+	r    *account.Reservation
 }
 
 // share is this replica's share of one tenant: the tenant's state with its
@@ -127,7 +127,7 @@ func (sh *share) snapshot(tenantID string, now time.Time) rule.Snapshot {
 // Idempotency-Key returns the admission made in this outage, or
 // rule.ErrIdempotencyMismatch if its request differs. An admission is in
 // the spool, with its key, before Reserve returns it.
-func (l *Local) Reserve(snap rule.Snapshot, p budget.ReserveParams) (*budget.Reservation, error) {
+func (l *Local) Reserve(snap rule.Snapshot, p account.ReserveParams) (*account.Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -165,18 +165,18 @@ func (l *Local) Reserve(snap rule.Snapshot, p budget.ReserveParams) (*budget.Res
 	if ttl <= 0 {
 		ttl = rule.DefaultReservationTTL
 	}
-	id := budget.NewAdmissionID(now)
-	r := &budget.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	id := account.NewAdmissionID(now)
+	r := &account.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	applied, err := sh.state.Debit(est.Cost)
 	if err != nil {
 		return nil, err
 	}
 	r.Snapshot = sh.snapshot(snap.TenantID, now)
-	stored := budget.StoreEstimate(est)
+	stored := account.StoreEstimate(est)
 	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &stored, CreatedAt: now,
 		ExpiresAt: r.ExpiresAt, Actor: actor, Face: face}
 	if p.IdempotencyKey != "" {
-		response, err := budget.EncodeReservation(r)
+		response, err := account.EncodeReservation(r)
 		if err != nil {
 			sh.state.Undebit(est.Cost, applied)
 			return nil, err
@@ -204,7 +204,7 @@ func (l *Local) Reserve(snap rule.Snapshot, p budget.ReserveParams) (*budget.Res
 // names by key an admission the store made is journaled by key, and the
 // replay settles it by key. It returns what p.Validate returns, and a
 // *rule.UsageError as the store would.
-func (l *Local) Settle(p budget.SettleParams) error {
+func (l *Local) Settle(p account.SettleParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func (l *Local) Settle(p budget.SettleParams) error {
 
 // Release journals a release like Settle; the whole estimate comes back.
 // It returns what p.Validate returns.
-func (l *Local) Release(p budget.ReleaseParams) error {
+func (l *Local) Release(p account.ReleaseParams) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -231,16 +231,16 @@ func faceOr(f rule.Face) rule.Face {
 // End is Settle (usage in and out) or Release of an admission named by id.
 func (l *Local) End(tenantID, admissionID string, settle bool, in, out int64, actor string) error {
 	if settle {
-		return l.Settle(budget.SettleParams{TenantID: tenantID, AdmissionID: admissionID, InputTokens: in, OutputTokens: out, Actor: actor})
+		return l.Settle(account.SettleParams{TenantID: tenantID, AdmissionID: admissionID, InputTokens: in, OutputTokens: out, Actor: actor})
 	}
-	return l.Release(budget.ReleaseParams{TenantID: tenantID, AdmissionID: admissionID, Actor: actor})
+	return l.Release(account.ReleaseParams{TenantID: tenantID, AdmissionID: admissionID, Actor: actor})
 }
 
 // end journals a settle (usage set) or a release of any admission; one by
 // key keeps its deferral (dp) for the replay. An admission made here
 // through another face is refused as the store refuses it
 // (*rule.OtherFaceError); of any other, the replay's store decides.
-func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp *budget.Deferral, usage *budget.SettleParams) error {
+func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp *account.Deferral, usage *account.SettleParams) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if prior, ok := l.idempotent[idemKey{tenantID, face, key}]; key != "" && ok {
@@ -272,7 +272,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp
 		}
 	}
 	if usage != nil && (usage.InputTokens < 0 || usage.OutputTokens < 0) {
-		return budget.CheckUsage(estimator.Estimate{}, nil, usage.InputTokens, usage.OutputTokens)
+		return account.CheckUsage(estimator.Estimate{}, nil, usage.InputTokens, usage.OutputTokens)
 	}
 	var table *estimator.Table
 	if l.ModelsFunc != nil {
@@ -282,7 +282,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp
 	if usage != nil && mine != nil {
 		in, out := usage.Usage(mine.est, table)
 		rawIn, rawOut := usage.Tokens(mine.est) // the bounds count raw tokens, before cache weights
-		if err := budget.CheckUsage(mine.est, table, rawIn, rawOut); err != nil {
+		if err := account.CheckUsage(mine.est, table, rawIn, rawOut); err != nil {
 			return err
 		}
 		actual = estimator.Cost(in, out, mine.est.InputWeightMicro, mine.est.OutputWeightMicro)
@@ -308,9 +308,9 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp
 
 // Store is what a replay needs from the store.
 type Store interface {
-	ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error)
-	Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error)
-	Release(ctx context.Context, p budget.ReleaseParams) (*budget.Settlement, error)
+	ReplayReserve(ctx context.Context, p account.ReplayReserveParams) (bool, error)
+	Settle(ctx context.Context, p account.SettleParams) (*account.Settlement, error)
+	Release(ctx context.Context, p account.ReleaseParams) (*account.Settlement, error)
 }
 
 // ReplayReport says what a replay did.
@@ -374,7 +374,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		if r.Estimate == nil {
 			return errors.New("outage: a reserve without an estimate")
 		}
-		wrote, err := store.ReplayReserve(ctx, budget.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
+		wrote, err := store.ReplayReserve(ctx, account.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
 			Estimate: r.Estimate.Estimate(), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaNow: l.now(), Replica: l.Replica,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response, Face: r.FaceOf()})
 		if err != nil {
@@ -387,19 +387,19 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		}
 		return nil
 	case KindSettle, KindRelease:
-		var st *budget.Settlement
+		var st *account.Settlement
 		var err error
 		if r.Kind == KindSettle {
-			st, err = store.Settle(ctx, budget.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
+			st, err = store.Settle(ctx, account.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
 				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, ReasoningTokens: r.ReasoningTokens,
 				Actor: r.Actor, Defer: r.Defer, Face: r.FaceOf()})
 		} else {
-			st, err = store.Release(ctx, budget.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
+			st, err = store.Release(ctx, account.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				Actor: r.Actor, Defer: r.Defer, Face: r.FaceOf()})
 		}
 		switch {
-		case errors.Is(err, budget.ErrDeferred):
+		case errors.Is(err, account.ErrDeferred):
 			// Its admission was made by another replica on its own, which
 			// has not replayed it yet: the store keeps it for that replay.
 			rep.Deferred++

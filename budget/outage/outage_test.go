@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -23,8 +23,8 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 var ctx = context.Background()
 
 // rp is a request to reserve est, with an Idempotency-Key when key is set.
-func rp(e estimator.Estimate, key string) budget.ReserveParams {
-	p := budget.ReserveParams{TenantID: "acme", Estimate: e, Actor: "key:k", IdempotencyKey: key}
+func rp(e estimator.Estimate, key string) account.ReserveParams {
+	p := account.ReserveParams{TenantID: "acme", Estimate: e, Actor: "key:k", IdempotencyKey: key}
 	if key != "" {
 		p.RequestHash = []byte("hash of " + key)
 	}
@@ -37,7 +37,7 @@ func est(cost int64) estimator.Estimate {
 }
 
 type bundle struct {
-	store *budget.Store
+	store *account.Store
 	local *outage.Local
 	snap  rule.Snapshot
 	now   time.Time
@@ -46,8 +46,8 @@ type bundle struct {
 func setup(t *testing.T, l rule.Limits, replicas int) *bundle {
 	t.Helper()
 	pool := pgtest.New(t, nil)
-	store := budget.NewStore(pool)
-	snap, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: l})
+	store := account.NewStore(pool)
+	snap, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: l})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +103,11 @@ func TestLocalAdmitsItsShareThenRefills(t *testing.T) {
 // failingStore fails with ErrUnavailable after n calls: the store going
 // away again, or this replica crashing, in the middle of a replay.
 type failingStore struct {
-	*budget.Store
+	*account.Store
 	left atomic.Int64
 }
 
-func (f *failingStore) ReplayReserve(ctx context.Context, p budget.ReplayReserveParams) (bool, error) {
+func (f *failingStore) ReplayReserve(ctx context.Context, p account.ReplayReserveParams) (bool, error) {
 	if f.left.Add(-1) < 0 {
 		return false, rule.ErrUnavailable
 	}
@@ -474,18 +474,18 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, err := range []error{
-		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20,
+		b.local.Settle(account.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-1", InputTokens: 40, CachedInputTokens: 30, OutputTokens: 20,
 			ReasoningTokens: 5}),
-		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-2", RefundTokens: 30}),
-		b.local.Release(budget.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-3"}),
-		b.local.Settle(budget.SettleParams{TenantID: "acme", IdempotencyKey: "loc-1", InputTokens: 4, CachedInputTokens: 4, OutputTokens: 1}),
+		b.local.Settle(account.SettleParams{TenantID: "acme", IdempotencyKey: "rls:r-2", RefundTokens: 30}),
+		b.local.Release(account.ReleaseParams{TenantID: "acme", IdempotencyKey: "rls:r-3"}),
+		b.local.Settle(account.SettleParams{TenantID: "acme", IdempotencyKey: "loc-1", InputTokens: 4, CachedInputTokens: 4, OutputTokens: 1}),
 	} {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	var inv *rule.InvalidError
-	if err := b.local.Settle(budget.SettleParams{TenantID: "acme", AdmissionID: local.AdmissionID, IdempotencyKey: "loc-1"}); !errors.As(err, &inv) {
+	if err := b.local.Settle(account.SettleParams{TenantID: "acme", AdmissionID: local.AdmissionID, IdempotencyKey: "loc-1"}); !errors.As(err, &inv) {
 		t.Fatalf("named both ways: %v", err)
 	}
 	recs, err := b.local.Spool.Records()
@@ -508,24 +508,24 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 		t.Fatalf("the replay's settles: %+v", spy.settles)
 	}
 	for key, want := range map[string]struct {
-		state   budget.State
+		state   account.State
 		in, out int64
 	}{
-		"rls:r-1": {budget.StateSettled, 10 + 15, 20}, // 30 cached at half weight
-		"rls:r-2": {budget.StateSettled, 100 - 30, 0},
-		"rls:r-3": {budget.StateReleased, 0, 0},
+		"rls:r-1": {account.StateSettled, 10 + 15, 20}, // 30 cached at half weight
+		"rls:r-2": {account.StateSettled, 100 - 30, 0},
+		"rls:r-3": {account.StateReleased, 0, 0},
 	} {
 		var id string
 		if err := b.store.Pool().QueryRow(ctx, `SELECT admission_id FROM idempotency_keys WHERE tenant_id = 'acme' AND key = $1`, key).Scan(&id); err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
 		a, err := b.store.AdmissionGet(ctx, "acme", id)
-		if err != nil || a.State != want.state || (want.state == budget.StateSettled && (*a.ActualInput != want.in || *a.ActualOutput != want.out)) {
+		if err != nil || a.State != want.state || (want.state == account.StateSettled && (*a.ActualInput != want.in || *a.ActualOutput != want.out)) {
 			t.Fatalf("%s after the replay: %+v %v", key, a, err)
 		}
 	}
 	a, err := b.store.AdmissionGet(ctx, "acme", local.AdmissionID)
-	if err != nil || a.State != budget.StateSettled || *a.ActualInput != 2 {
+	if err != nil || a.State != account.StateSettled || *a.ActualInput != 2 {
 		t.Fatalf("the local admission after the replay: %+v %v", a, err)
 	}
 	if _, err := ledger.Verify(ctx, poolOf(t, b), "acme"); err != nil {
@@ -536,11 +536,11 @@ func TestOutageSettlesByKeyAndReplaysThem(t *testing.T) {
 // replaySpy is the store a replay writes to, noting the settles it is
 // given (their reasoning tokens, which no balance shows).
 type replaySpy struct {
-	*budget.Store
-	settles []budget.SettleParams
+	*account.Store
+	settles []account.SettleParams
 }
 
-func (s *replaySpy) Settle(ctx context.Context, p budget.SettleParams) (*budget.Settlement, error) {
+func (s *replaySpy) Settle(ctx context.Context, p account.SettleParams) (*account.Settlement, error) {
 	s.settles = append(s.settles, p)
 	return s.Store.Settle(ctx, p)
 }

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -29,15 +29,15 @@ const (
 // Record is one decision made without the store. It is the spool's on-disk
 // format: every field is tagged, and a field may be added but never renamed.
 type Record struct {
-	Kind         Kind                   `json:"kind"`
-	AdmissionID  string                 `json:"admission_id"`
-	TenantID     string                 `json:"tenant_id"`
-	Estimate     *budget.StoredEstimate `json:"estimate,omitempty"`
-	CreatedAt    time.Time              `json:"created_at"`
-	ExpiresAt    time.Time              `json:"expires_at,omitzero"`
-	InputTokens  int64                  `json:"input_tokens,omitempty"`
-	OutputTokens int64                  `json:"output_tokens,omitempty"`
-	Actor        string                 `json:"actor,omitempty"`
+	Kind         Kind                    `json:"kind"`
+	AdmissionID  string                  `json:"admission_id"`
+	TenantID     string                  `json:"tenant_id"`
+	Estimate     *account.StoredEstimate `json:"estimate,omitempty"`
+	CreatedAt    time.Time               `json:"created_at"`
+	ExpiresAt    time.Time               `json:"expires_at,omitzero"`
+	InputTokens  int64                   `json:"input_tokens,omitempty"`
+	OutputTokens int64                   `json:"output_tokens,omitempty"`
+	Actor        string                  `json:"actor,omitempty"`
 	// IdempotencyKey and RequestHash are the admission's Idempotency-Key
 	// and request fingerprint; Response is the admission as it was
 	// answered. The replay writes them to the store with the admission, so
@@ -46,26 +46,26 @@ type Record struct {
 	// On a settle or release, IdempotencyKey names the admission instead of
 	// AdmissionID (which is then empty): one the store made, which this
 	// replica cannot resolve while the store is away; the replay settles
-	// it by key (budget.SettleParams.IdempotencyKey).
+	// it by key (account.SettleParams.IdempotencyKey).
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	RequestHash    []byte          `json:"request_hash,omitempty"`
 	Response       json.RawMessage `json:"response,omitempty"`
 	// CachedInputTokens, the cache writes and RefundTokens are a settle's usage as it was
-	// stated (budget.SettleParams): the replay's settle prices them with
+	// stated (account.SettleParams): the replay's settle prices them with
 	// the admission, as the store would have.
 	CachedInputTokens  int64 `json:"cached_input_tokens,omitempty"`
 	CacheWriteTokens   int64 `json:"cache_write_tokens,omitempty"`
 	CacheWrite1hTokens int64 `json:"cache_write_1h_tokens,omitempty"`
 	RefundTokens       int64 `json:"refund_tokens,omitempty"`
 	// ReasoningTokens is the part of OutputTokens spent reasoning
-	// (budget.SettleParams.ReasoningTokens), kept for the replay's settle.
+	// (account.SettleParams.ReasoningTokens), kept for the replay's settle.
 	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 	// Defer is, on a settle or release by IdempotencyKey, the request's
-	// failure policy as the replica knew it (budget.SettleParams.Defer): if
+	// failure policy as the replica knew it (account.SettleParams.Defer): if
 	// the replay finds no admission for the key, because the replica that
 	// made it on its own has not replayed it yet, the store keeps the
-	// settle for that replay (budget.ErrDeferred).
-	Defer *budget.Deferral `json:"defer,omitempty"`
+	// settle for that replay (account.ErrDeferred).
+	Defer *account.Deferral `json:"defer,omitempty"`
 	// Face is the face the decision came through (rule.Face): a reserve's
 	// admission remembers it, a settle or release ends only its own face's
 	// admissions, and IdempotencyKey is in its namespace. A record from

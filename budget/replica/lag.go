@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -67,7 +67,7 @@ func (l *Lag) Check(ctx context.Context) error {
 		switch {
 		case readsErr == nil:
 			l.route.markUp()
-		case errors.Is(budget.ReadError(readsErr), rule.ErrUnavailable):
+		case errors.Is(account.ReadError(readsErr), rule.ErrUnavailable):
 			l.route.markDown(readsErr)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -64,14 +64,14 @@ func (r *Reads) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, e
 		if err == nil {
 			return rows, nil
 		}
-		if ctx.Err() != nil || !errors.Is(budget.ReadError(err), rule.ErrUnavailable) {
+		if ctx.Err() != nil || !errors.Is(account.ReadError(err), rule.ErrUnavailable) {
 			return nil, err // the caller went away, or the read itself failed
 		}
 		r.markDown(err)
 	}
 	rows, err := firstRow(r.primary.Query(ctx, sql, args...))
 	if err != nil {
-		return nil, budget.ReadError(err)
+		return nil, account.ReadError(err)
 	}
 	return rows, nil
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/alert"
@@ -52,9 +52,9 @@ type Config struct {
 	// Estimator estimates request costs. Defaults to the seeded model
 	// table.
 	Estimator *estimator.Estimator
-	// Store decides admissions. Defaults to a budget.Store on DB. Either
+	// Store decides admissions. Defaults to a account.Store on DB. Either
 	// way it is given the Estimator's model table.
-	Store *budget.Store
+	Store *account.Store
 	// Admissions is what the admission layer decides, sweeps and replays
 	// through. Defaults to Store; tests wrap Store here to inject faults.
 	Admissions admission.Store
@@ -63,7 +63,7 @@ type Config struct {
 	Alerts *alert.Store
 	// Rejections tallies refusals for the dashboard and the throttled
 	// alerts. Defaults to tallies on DB (the caller runs their Tick).
-	Rejections *budget.Rejections
+	Rejections *account.Rejections
 	// Local decides under the local policy; nil makes local act as reject.
 	Local *outage.Local
 	// DefaultPolicy is the failure policy when neither the model nor the
@@ -71,7 +71,7 @@ type Config struct {
 	DefaultPolicy rule.Policy
 	// StoreTimeout bounds how long a decision waits for its turn in this
 	// replica, then each of its round trips, and a credential lookup.
-	// Default budget.DefaultStoreTimeout.
+	// Default account.DefaultStoreTimeout.
 	StoreTimeout time.Duration
 	// MaxWaiters bounds, per tenant, the callers waiting for tokens.
 	// Default admission.DefaultMaxWaiters.
@@ -118,11 +118,11 @@ type Replica struct {
 	Logger     *slog.Logger
 	Registry   *prometheus.Registry
 	Estimator  *estimator.Estimator
-	Store      *budget.Store
+	Store      *account.Store
 	Admitter   *admission.Admitter
 	Guard      *credential.Guard
 	Alerts     *alert.Store
-	Rejections *budget.Rejections
+	Rejections *account.Rejections
 	// Admin is the administration: one method per admin operation, for the
 	// API, the dashboard and the CLI alike.
 	Admin *admin.Service
@@ -153,7 +153,7 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Estimator = estimator.New(nil)
 	}
 	if cfg.Store == nil {
-		cfg.Store = budget.NewStore(cfg.DB)
+		cfg.Store = account.NewStore(cfg.DB)
 	}
 	var lag *Lag
 	reads := NewReads(cfg.DB, cfg.Reads)
@@ -170,10 +170,10 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Alerts = alert.NewStore(cfg.DB, nil)
 	}
 	if cfg.Rejections == nil {
-		cfg.Rejections = budget.NewRejections(cfg.DB)
+		cfg.Rejections = account.NewRejections(cfg.DB)
 	}
 	if cfg.StoreTimeout <= 0 {
-		cfg.StoreTimeout = budget.DefaultStoreTimeout
+		cfg.StoreTimeout = account.DefaultStoreTimeout
 	}
 	if cfg.Admissions == nil {
 		cfg.Admissions = cfg.Store

@@ -12,7 +12,7 @@ import "fmt"
 // output, or any part of them): a thousand times the widest context window
 // any provider serves, and small enough that a count times the heaviest
 // weight (1e9 micro) stays far from the edges of int64. The model's own
-// window bounds a settle more tightly (budget.UsageBounds); this bound
+// window bounds a settle more tightly (account.UsageBounds); this bound
 // holds before the model is known.
 const MaxTokens int64 = 1_000_000_000
 
@@ -100,7 +100,7 @@ func ClampTokens(n int64) int64 { return min(max(n, 0), MaxTokens) }
 // the input and output are at most MaxTokens; the cache's reads, then its
 // 5 minute writes, then its 1 hour writes take at most what is left of the
 // input; reasoning is at most the output. A face that knows tighter
-// totals (the model's window: budget.ClampUsage) sets them and clamps
+// totals (the model's window: account.ClampUsage) sets them and clamps
 // again, so that the parts follow.
 func (u Usage) Clamp() (Usage, bool) {
 	c := u

@@ -3,7 +3,7 @@ package rule
 import "errors"
 
 // ErrWithheld is wrapped by *WithheldError: a reserve of a group
-// (budget.Item.Group) that its own limits would have admitted, not admitted
+// (account.Item.Group) that its own limits would have admitted, not admitted
 // because another reserve of its group was refused.
 var ErrWithheld = errors.New("budget: withheld: another request of its group was refused")
 

@@ -23,7 +23,7 @@ import (
 // that tenant; two hosts with different tzdata releases could also put a
 // reset at different instants. Loading from this copy alone, every replica
 // of a build accepts the same names and computes the same boundaries.
-// `go generate ./budget` refreshes it from the toolchain's.
+// `go generate ./budget/rule` refreshes it from the toolchain's.
 //
 //go:generate sh -c "cp \"$(go env GOROOT)/lib/time/zoneinfo.zip\" zoneinfo.zip"
 //go:embed zoneinfo.zip

@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -162,8 +162,8 @@ func (c tenantTreeCmd) Run(ctx context.Context, g *globals) error {
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "TENANT\tTOKENS\tCAPACITY\tPER SECOND\tREQUESTS\tOPEN\tPERIOD LEFT\tSHADOW")
 		var snaps []rule.Snapshot
-		var walk func(n *budget.TreeNode, depth int)
-		walk = func(n *budget.TreeNode, depth int) {
+		var walk func(n *account.TreeNode, depth int)
+		walk = func(n *account.TreeNode, depth int) {
 			snaps = append(snaps, n.Snapshot)
 			name := strings.Repeat("  ", depth) + n.Snapshot.TenantID
 			if n.Snapshot.Disabled {
@@ -285,7 +285,7 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		snap, err := svc.TenantLimitsUpdate(ctx, budget.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
+		snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -311,7 +311,7 @@ func (c tenantEnableCmd) Run(ctx context.Context, g *globals) error {
 
 func (c tenantDisableCmd) set(ctx context.Context, g *globals, disabled bool) error {
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		_, err := svc.TenantSetDisabled(ctx, budget.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
+		_, err := svc.TenantSetDisabled(ctx, account.SetDisabledParams{TenantID: c.ID, Disabled: disabled, Reason: c.Reason, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -329,7 +329,7 @@ type tenantAdjustCmd struct {
 
 func (c tenantAdjustCmd) Run(ctx context.Context, g *globals) error {
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		snap, err := svc.TenantAdjust(ctx, budget.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
+		snap, err := svc.TenantAdjust(ctx, account.AdjustParams{TenantID: c.ID, Tokens: c.Tokens, Reason: c.Reason, Actor: c.Actor})
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -54,7 +54,7 @@ func TestAdminCommands(t *testing.T) {
 		t.Fatalf("tenant list: %s", out)
 	}
 	must("tenant", "enable", "acme")
-	snap, err := budget.NewStore(pool).TenantSnapshot(ctx, "acme")
+	snap, err := account.NewStore(pool).TenantSnapshot(ctx, "acme")
 	if err != nil || snap.Limits.TokensCapacity != 500 || snap.Limits.MaxConcurrent != 3 || snap.Tokens() != 400 || snap.Disabled {
 		t.Fatalf("after the commands: %+v %v", snap, err)
 	}

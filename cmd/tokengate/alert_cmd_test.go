@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -242,9 +242,9 @@ func TestAlertEventsAndRedeliver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setupAlert(t)
-	store := budget.NewStore(b.pool)
+	store := account.NewStore(b.pool)
 	t.Cleanup(store.Close)
-	_, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1_000_000,
+	_, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1_000_000,
 		TokensRateMicro: rule.Micro, PeriodBudget: 1000, Period: rule.PeriodDay}})
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestAlertEventsAndRedeliver(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "EVENT") {
 		t.Fatalf("events before any decision:\n%s", out)
 	}
-	_, err = store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Actor: "key:t", Estimate: estimator.Estimate{Model: "gpt-4o",
+	_, err = store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Actor: "key:t", Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 300, OutputTokens: 300, Cost: 600, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}})
 	if err != nil {
 		t.Fatal(err)

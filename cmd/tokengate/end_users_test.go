@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -42,7 +42,7 @@ func TestEndUsersCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "header X-End-User") || !strings.Contains(out, `"tokens_per_second":"0.5"`) || !strings.Contains(out, "1h0m0s") {
 		t.Fatalf("get: %v %s %s", err, out, notes)
 	}
-	id, err := budget.NewStore(pool).EndUserEnsure(ctx, "acme", "alice")
+	id, err := account.NewStore(pool).EndUserEnsure(ctx, "acme", "alice")
 	if err != nil {
 		t.Fatal(err)
 	}

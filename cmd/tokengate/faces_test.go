@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -45,9 +45,9 @@ func TestEveryFaceCountsItsRefusals(t *testing.T) {
 		"--rls-addr", rlsAddr, "--alert-key", alertKey, "--log-level", "error"}, "http://"+addr+"/readyz")
 
 	pool := pgtest.Pool(t, dbURL, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	for _, id := range []string{"px", "rl"} {
-		if _, err := store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+		if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 			t.Fatal(err)
 		}
 	}

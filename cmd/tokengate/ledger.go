@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -72,7 +72,7 @@ type ledgerReportCmd struct {
 
 func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
 	return g.withReadAdmin(ctx, func(svc *admin.Service) error {
-		rows, err := svc.DriftReport(ctx, budget.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
+		rows, err := svc.DriftReport(ctx, account.DriftParams{TenantID: c.Tenant, Model: c.Model, From: time.Now().Add(-c.Since), ByModel: c.ByModel})
 		if err != nil {
 			return err
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
@@ -53,7 +53,7 @@ func TestTenantUpdateBounds(t *testing.T) {
 	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--max-concurrent", "none", "--max-wait", "10m"); err != nil {
 		t.Fatalf("update: %v %s", err, notes)
 	}
-	snap, err := budget.NewStore(pool).TenantSnapshot(ctx, "acme")
+	snap, err := account.NewStore(pool).TenantSnapshot(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestTenantUpdateBounds(t *testing.T) {
 	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--requests-capacity", "none"); err != nil {
 		t.Fatalf("update: %v %s", err, notes)
 	}
-	if snap, _ := budget.NewStore(pool).TenantSnapshot(ctx, "acme"); snap.Limits.RequestsCapacity != 0 || snap.Limits.RequestsRateMicro != 0 {
+	if snap, _ := account.NewStore(pool).TenantSnapshot(ctx, "acme"); snap.Limits.RequestsCapacity != 0 || snap.Limits.RequestsRateMicro != 0 {
 		t.Fatalf("after --requests-capacity none: %+v", snap.Limits)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/tokengate/tokengate/api"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 )
 
@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"max_waiters":       strconv.Itoa(admission.DefaultMaxWaiters),
 			"pipelines":         strconv.Itoa(admission.DefaultPipelines),
 			"gather":            admission.DefaultGather.String(),
-			"store_timeout":     budget.DefaultStoreTimeout.String(),
+			"store_timeout":     account.DefaultStoreTimeout.String(),
 			"window_help":       windowFlagHelp,
 		},
 	)

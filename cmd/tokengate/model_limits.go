@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -48,7 +48,7 @@ func (c modelLimitsSetCmd) Run(ctx context.Context, g *globals) error {
 		return fmt.Errorf("--shadow: %w", err)
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		_, err := svc.ModelLimitsSet(ctx, budget.SetModelLimitsParams{TenantID: c.Tenant, Limits: l, Actor: c.Actor})
+		_, err := svc.ModelLimitsSet(ctx, account.SetModelLimitsParams{TenantID: c.Tenant, Limits: l, Actor: c.Actor})
 		if err != nil {
 			return err
 		}

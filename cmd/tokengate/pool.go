@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -27,12 +27,12 @@ type poolLimitsFlags struct {
 	TokensPerSecond string `name:"tokens-per-second" required:"" help:"Refill per second (the upstream's TPM / 60)."`
 }
 
-func (f poolLimitsFlags) limits() (budget.PoolLimits, error) {
+func (f poolLimitsFlags) limits() (account.PoolLimits, error) {
 	rate, err := rule.ParseRate(f.TokensPerSecond)
 	if err != nil {
-		return budget.PoolLimits{}, fmt.Errorf("--tokens-per-second: %w", err)
+		return account.PoolLimits{}, fmt.Errorf("--tokens-per-second: %w", err)
 	}
-	return budget.PoolLimits{TokensCapacity: f.TokensCapacity, TokensRateMicro: rate}, nil
+	return account.PoolLimits{TokensCapacity: f.TokensCapacity, TokensRateMicro: rate}, nil
 }
 
 type poolCreateCmd struct {

@@ -20,7 +20,7 @@ import (
 
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/api/rls"
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -165,7 +165,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	}
 	dash.Register(srv.Echo())
 
-	watch := &budget.Watch{Store: rep.Store, Logger: logger, Alerts: alerts}
+	watch := &account.Watch{Store: rep.Store, Logger: logger, Alerts: alerts}
 	rep.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tokengate_ledger_invariant_violations",
 		Help: "Tenants whose stored balance or chain head disagreed with their ledger at the last check (should be 0).",

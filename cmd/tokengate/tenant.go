@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -79,7 +79,7 @@ func (c tenantCreateCmd) Run(ctx context.Context, g *globals) error {
 		return err
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		snap, err := svc.TenantCreate(ctx, budget.CreateTenantParams{ID: c.ID, Parent: c.Parent, Limits: l, Actor: "cli"})
+		snap, err := svc.TenantCreate(ctx, account.CreateTenantParams{ID: c.ID, Parent: c.Parent, Limits: l, Actor: "cli"})
 		if errors.Is(err, rule.ErrTenantExists) && c.IfNotExists {
 			fmt.Fprintf(g.stderr, "tenant %s exists; unchanged\n", c.ID)
 			return nil
@@ -156,7 +156,7 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 		}
 		l := rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1000 * rule.Micro, RequestsCapacity: 600,
 			RequestsRateMicro: 10 * rule.Micro, MaxConcurrent: 50}
-		if _, err := svc.TenantCreate(ctx, budget.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
+		if _, err := svc.TenantCreate(ctx, account.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 			return err
 		}
 		_, secret, err := svc.KeyCreate(ctx, "demo", "demo")

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -32,7 +32,7 @@ func TestTenantAndKeyCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := pgtest.Pool(t, url, nil)
-	snap, err := budget.NewStore(pool).TenantSnapshot(context.Background(), "acme")
+	snap, err := account.NewStore(pool).TenantSnapshot(context.Background(), "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestTenantTreeAndShadowFromTheCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := pgtest.Pool(t, url, nil)
-	snap, err := budget.NewStore(pool).TenantSnapshot(context.Background(), "team")
+	snap, err := account.NewStore(pool).TenantSnapshot(context.Background(), "team")
 	if err != nil || snap.Limits.Shadow != 0 || snap.Parent() != "org" {
 		t.Fatalf("after --shadow=: %+v %v", snap, err)
 	}
@@ -200,8 +200,8 @@ func TestPoolsFromTheCLI(t *testing.T) {
 		t.Fatal("route without a pool or --off")
 	}
 	pool := pgtest.Pool(t, url, nil)
-	store := budget.NewStore(pool)
-	p := budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o", Family: "gpt-4o", InputTokens: 300, OutputTokens: 700,
+	store := account.NewStore(pool)
+	p := account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o", Family: "gpt-4o", InputTokens: 300, OutputTokens: 700,
 		Cost: 1000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}
 	if _, err := store.Reserve(context.Background(), p); err != nil {
 		t.Fatal(err)

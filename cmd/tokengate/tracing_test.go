@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -33,7 +33,7 @@ func TestServeTracesFromTheEnvironment(t *testing.T) {
 	addr := freeAddr(t)
 	stop := startServe(t, []string{"serve", "--database-url", dbURL, "--migrate", "--addr", addr, "--log-level", "error"}, "http://"+addr+"/readyz")
 	pool := pgtest.Pool(t, dbURL, nil)
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, "acme")

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -21,7 +21,7 @@ func TestTenantWindowsFromTheCLI(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	pool := pgtest.Pool(t, url, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	must := func(args ...string) string {
 		t.Helper()
 		out, errOut, err := cli2(t, append(args, "--database-url", url)...)
@@ -66,7 +66,7 @@ func TestTenantWindowsFromTheCLI(t *testing.T) {
 	if _, _, err := cli2(t, "tenant", "update", "acme", "--window", "name=a,unit=day,tokens=1", "--no-windows", "--database-url", url); err == nil {
 		t.Error("--window with --no-windows succeeded")
 	}
-	if _, err := budget.NewStore(pool).TenantSnapshot(ctx, "x"); err == nil {
+	if _, err := account.NewStore(pool).TenantSnapshot(ctx, "x"); err == nil {
 		t.Fatal("a refused create made the tenant")
 	}
 
@@ -75,7 +75,7 @@ func TestTenantWindowsFromTheCLI(t *testing.T) {
 		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, budget.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := store.Reserve(ctx, account.ReserveParams{TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestEndUserWindowsFromTheCLI(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	pool := pgtest.Pool(t, url, nil)
-	store := budget.NewStore(pool)
+	store := account.NewStore(pool)
 	must := func(args ...string) string {
 		t.Helper()
 		out, errOut, err := cli2(t, append(args, "--database-url", url)...)
@@ -161,7 +161,7 @@ func TestEndUserWindowsFromTheCLI(t *testing.T) {
 		VALUES ('gpt-4o', now() - interval '1 hour', 2500000, 10000000, 'test')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Reserve(ctx, budget.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
+	if _, err := store.Reserve(ctx, account.ReserveParams{TenantID: alice, Estimate: estimator.Estimate{Model: "gpt-4o",
 		InputTokens: 100_000, OutputTokens: 20_000, Cost: 120_000, InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}); err != nil {
 		t.Fatal(err)
 	}

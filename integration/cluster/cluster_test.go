@@ -24,7 +24,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/await"
@@ -58,7 +58,7 @@ type cluster struct {
 	// dbURL is the store as the replicas reach it on the network.
 	dbURL    string
 	pool     *pgxpool.Pool // the test's own connection, through the mapped port
-	store    *budget.Store
+	store    *account.Store
 	replicas []*replica
 	env      map[string]string
 	// replicaEnv, when set, adds to one replica's environment (after env).
@@ -137,7 +137,7 @@ func startClusterOn(t *testing.T, ha bool, n int, env map[string]string, replica
 		t.Cleanup(func() { _ = hc.Terminate(ctx) })
 		primary, _ := hc.Primary(ctx)
 		t.Logf("patroni: etcd and %v up in %s, %s leads", hc.Nodes(), time.Since(began).Round(100*time.Millisecond), primary)
-		c := &cluster{t: t, net: nw, ha: hc, dbURL: hc.URL(), env: env, pool: hc.Pool(), store: budget.NewStore(hc.Pool())}
+		c := &cluster{t: t, net: nw, ha: hc, dbURL: hc.URL(), env: env, pool: hc.Pool(), store: account.NewStore(hc.Pool())}
 		if replicaEnv != nil {
 			c.replicaEnv = func(name string) map[string]string { return replicaEnv(c, name) }
 		}
@@ -172,7 +172,7 @@ func startClusterOn(t *testing.T, ha bool, n int, env map[string]string, replica
 		t.Fatal(err)
 	}
 	t.Cleanup(c.pool.Close)
-	c.store = budget.NewStore(c.pool)
+	c.store = account.NewStore(c.pool)
 	return c
 }
 
@@ -237,7 +237,7 @@ func (c *cluster) addReplica(name string, migrate bool) *replica {
 // tenant creates a tenant in the shared database and returns a key.
 func (c *cluster) tenant(id string, l rule.Limits) string {
 	c.t.Helper()
-	if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
+	if _, err := c.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		c.t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, c.pool, id)

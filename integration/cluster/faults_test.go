@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -197,7 +197,7 @@ func TestPostgresRestartedMidLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	c.pool, c.store = pool, budget.NewStore(pool)
+	c.pool, c.store = pool, account.NewStore(pool)
 	reserves := c.ledgerReserves("acme")
 	for idem, id := range final {
 		if reserves[id] != 1 {

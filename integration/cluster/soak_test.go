@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/await"
@@ -111,7 +111,7 @@ func soak(t *testing.T, ha bool) {
 	keys := map[string]string{}
 	var names []string // the tenants clients use
 	for _, id := range []string{"tok", "req", "conc", "per", "loc", "org", "ta", "tb"} {
-		if _, err := c.store.CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: tenants[id], Parent: parents[id]}); err != nil {
+		if _, err := c.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: tenants[id], Parent: parents[id]}); err != nil {
 			t.Fatal(err)
 		}
 		if id == "org" {
@@ -256,7 +256,7 @@ func (c *cluster) reconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	c.pool, c.store = pool, budget.NewStore(pool)
+	c.pool, c.store = pool, account.NewStore(pool)
 }
 
 // The faces a client comes through.

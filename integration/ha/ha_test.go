@@ -20,7 +20,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/tokengate/tokengate/budget"
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/await"
@@ -241,7 +241,7 @@ func (c *cluster) pool(node string, params ...string) *pgxpool.Pool {
 // tenant creates a tenant on the leader and returns a key.
 func (c *cluster) tenant(pool *pgxpool.Pool, id string, l rule.Limits) string {
 	c.t.Helper()
-	if _, err := budget.NewStore(pool).CreateTenant(ctx, budget.CreateTenantParams{ID: id, Limits: l}); err != nil {
+	if _, err := account.NewStore(pool).CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: l}); err != nil {
 		c.t.Fatal(err)
 	}
 	_, key, err := credential.KeyCreate(ctx, pool, id)
