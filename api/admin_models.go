@@ -149,7 +149,7 @@ func (s *Server) adminModelCreate(c *echo.Context) error {
 	if in.Name == nil {
 		return invalid("name", "required")
 	}
-	if _, exists := s.estimator.Table().Get(*in.Name); exists {
+	if _, exists := s.admin.Model(*in.Name); exists {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "name", Message: "a model with this name exists; PATCH /v1/admin/models/{name} changes it"}
 	}
 	m := estimator.Model{Name: *in.Name, Encoding: estimator.EncodingO200K, InputWeightMicro: estimator.WeightOne,
@@ -165,7 +165,7 @@ func (s *Server) adminModelUpdate(c *echo.Context) error {
 	if err := decodeStrict(c, &in); err != nil {
 		return err
 	}
-	m, exists := s.estimator.Table().Get(c.Param("name"))
+	m, exists := s.admin.Model(c.Param("name"))
 	if !exists {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such model; POST /v1/admin/models creates one"}
 	}

@@ -90,33 +90,29 @@ func bodyBytes(r *http.Request, limit int64) int64 {
 	return limit
 }
 
-// estimate parses and estimates a request body. Estimation happens here,
-// before any transaction begins.
-func (s *Server) estimate(c *echo.Context) (*estimator.Request, estimator.Estimate, []byte, error) {
+// parse reads and parses a request body, holding its bytes of the
+// replica's estimate gate: release gives them back once the body is
+// estimated (the caller's, and deferred by it too). The body's route does
+// not say what API it is, so the use case's model table decides
+// (admission.Admitter.ParseFor); estimating and pricing it are the use
+// case's (Admit, Quote), before any transaction begins.
+func (s *Server) parse(c *echo.Context) (req *estimator.Request, body []byte, release func(), err error) {
 	// The replica's estimate gate bounds the bytes read, parsed and
 	// counted at once, on every face; this tenant's share of it leaves the
 	// rest to the others. A body is read only once its bytes are taken, so
 	// that the callers waiting their turn hold no memory.
-	release, err := s.gate.Acquire(c.Request().Context(), tenantOf(c), bodyBytes(c.Request(), s.cfg.BodyLimit))
+	release, err = s.gate.Acquire(c.Request().Context(), tenantOf(c), bodyBytes(c.Request(), s.cfg.BodyLimit))
 	if err != nil {
 		// Past the wait, or the caller gone while it waited (whom no
 		// answer reaches, and who is not a server error).
-		return nil, estimator.Estimate{}, nil, estimator.ErrBusy
+		return nil, nil, func() {}, estimator.ErrBusy
 	}
-	defer release()
-	body, err := readBody(c)
+	body, err = readBody(c)
 	if err != nil {
-		return nil, estimator.Estimate{}, nil, err
+		return nil, nil, release, err
 	}
-	req, err := s.estimator.ParseFor(body)
-	if err != nil {
-		return nil, estimator.Estimate{}, nil, err
-	}
-	est, err := s.estimator.Estimate(req)
-	if err != nil {
-		return nil, estimator.Estimate{}, nil, err
-	}
-	return req, est, body, nil
+	req, err = s.admitter.ParseFor(body)
+	return req, body, release, err
 }
 
 // createAdmission is POST /v1/admissions: estimate, then reserve.
@@ -128,7 +124,8 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		s.admitter.Invalid(admission.FaceAPI, start)
 		return err
 	}
-	req, est, body, err := s.estimate(c)
+	req, body, release, err := s.parse(c)
+	defer release()
 	if err != nil {
 		if !errors.Is(err, estimator.ErrBusy) {
 			s.admitter.Invalid(admission.FaceAPI, start)
@@ -136,13 +133,15 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		return err
 	}
 	p := account.ReserveParams{
-		TenantID: tenantID, Estimate: est,
-		IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		TenantID: tenantID, IdempotencyKey: key, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	}
-	r, local, err := s.admitter.Reserve(c.Request().Context(), admission.Request{ReserveParams: p, MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceAPI, Start: start, Body: body,
-		EndUser: admission.EndUser{Fields: req.EndUserFields(), HeaderFunc: c.Request().Header.Get}})
-	if local {
+	ad, err := s.admitter.Admit(c.Request().Context(), admission.AdmitRequest{Parsed: req, EstimatedFunc: release,
+		Request: admission.Request{ReserveParams: p, Face: admission.FaceAPI, Start: start, Body: body,
+			EndUser: admission.EndUser{HeaderFunc: c.Request().Header.Get}}})
+	if !ad.Decided {
+		return err // its estimate refused it: counted as invalid by the use case
+	}
+	if ad.Local {
 		c.Response().Header().Set("X-Tokengate-Decided-By", "local")
 	}
 	if err != nil {
@@ -156,8 +155,9 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		case errors.As(err, &rej):
 			s.setRateHeaders(c, rej.Snapshot)
 		}
-		return &withEstimate{err: err, estimate: estimateOf(est)}
+		return &withEstimate{err: err, estimate: estimateOf(ad.Estimate)}
 	}
+	r := ad.Reservation
 	if r.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
@@ -175,7 +175,13 @@ func keyOf(c *echo.Context) string {
 
 // postEstimate is POST /v1/estimate: the estimate alone, debiting nothing.
 func (s *Server) postEstimate(c *echo.Context) error {
-	_, est, _, err := s.estimate(c)
+	req, _, release, err := s.parse(c)
+	defer release()
+	if err != nil {
+		return err
+	}
+	est, err := s.admitter.Quote(req)
+	release()
 	if err != nil {
 		return err
 	}

@@ -55,12 +55,11 @@ type Server struct {
 	// ready is the replica's readiness (replica.Replica.Ready).
 	ready func(context.Context) error
 
-	estimator *estimator.Estimator
-	gate      *estimator.Gate // the replica's: bounds the bytes estimated at once
-	admin     *admin.Service
-	admitter  *admission.Admitter
-	guard     *credential.Guard
-	tracing   *replica.Tracing // nil or off: no trace context is read
+	gate     *estimator.Gate // the replica's: bounds the bytes estimated at once
+	admin    *admin.Service
+	admitter *admission.Admitter
+	guard    *credential.Guard
+	tracing  *replica.Tracing // nil or off: no trace context is read
 }
 
 // New builds the router and its middleware on the replica's services. It
@@ -88,12 +87,11 @@ func New(rep *replica.Replica, cfg *Config) (*Server, error) {
 		cfg:      c,
 		ready:    rep.Ready,
 
-		estimator: rep.Estimator,
-		gate:      rep.EstimateGate,
-		admin:     rep.Admin,
-		admitter:  rep.Admitter,
-		guard:     rep.Guard,
-		tracing:   rep.Tracing,
+		gate:     rep.EstimateGate,
+		admin:    rep.Admin,
+		admitter: rep.Admitter,
+		guard:    rep.Guard,
+		tracing:  rep.Tracing,
 	}
 	s.metrics = newHTTPMetrics(rep.Registry)
 	s.metrics.traced = rep.Tracing.On()

@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -200,6 +201,79 @@ func TestLayout(t *testing.T) {
 	for _, must := range []string{"budget", "budget/account", "budget/admin", "budget/admission", "budget/rule", "budget/credential", "budget/outage", "budget/replica", "api", "api/proxy", "api/rls", "web", "cmd/tokengate"} {
 		if !seen[must] {
 			t.Errorf("no file of %s was read (read %v)", must, read)
+		}
+	}
+}
+
+// faceEstimates are the names of the estimator a face's non-test code may
+// not use: estimating and pricing are the admission use case's
+// (admission.Admitter.Admit, Quote, CountOutput, SettleReported), which
+// holds the replica's model table. A face parses its wire into an
+// *estimator.Request and reads the estimator's value types (Estimate,
+// Model, Price, its errors), and never estimates, counts or prices
+// itself.
+var faceEstimates = []string{"Estimator", "New", "Table", "CountText", "ScaleMessagesCount", "Cost"}
+
+// faceCalls are the methods a face's non-test code may not call, on
+// anything: an estimate or a price is the use case's to make.
+var faceCalls = []string{"Estimate", "Cost"}
+
+// TestLayoutFacesDoNotEstimate checks that no face (api, api/proxy,
+// api/rls, web) estimates or prices a request itself: no reference to the
+// estimator's Estimator, New, Table, CountText, ScaleMessagesCount or
+// Cost, and no call of a method named Estimate or Cost, in its non-test
+// files.
+func TestLayoutFacesDoNotEstimate(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	read := map[string]bool{}
+	err = goFiles(root, ".go", func(path string) error {
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		pkg := filepath.ToSlash(rel)
+		if !slices.Contains(faces, pkg) || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		read[pkg] = true
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		name := "" // the estimator's name in f, "" if f does not import it
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == module+"/estimator" {
+				name = "estimator"
+				if imp.Name != nil {
+					name = imp.Name.Name
+				}
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && name != "" && x.Name == name && slices.Contains(faceEstimates, n.Sel.Name) {
+					t.Errorf("%s: the face %s uses estimator.%s: estimating and pricing are the admission use case's (admission.Admitter)",
+						fset.Position(n.Pos()), pkg, n.Sel.Name)
+				}
+			case *ast.CallExpr:
+				if sel, ok := n.Fun.(*ast.SelectorExpr); ok && slices.Contains(faceCalls, sel.Sel.Name) {
+					t.Errorf("%s: the face %s calls %s: estimating and pricing are the admission use case's (admission.Admitter)",
+						fset.Position(n.Pos()), pkg, sel.Sel.Name)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, face := range faces {
+		if !read[face] {
+			t.Errorf("no file of the face %s was read", face)
 		}
 	}
 }

@@ -36,7 +36,7 @@ func (d *Dashboard) models(c *echo.Context) error {
 	f.Set("output_weight", "1")
 	editing := false
 	if name := c.QueryParam("edit"); name != "" {
-		for _, m := range d.est.Table().Models() {
+		for _, m := range d.admin.Models() {
 			if m.Name == name {
 				f, editing = modelForm(m), true
 			}
@@ -69,7 +69,7 @@ func (d *Dashboard) renderModels(c *echo.Context, status int, f *form, editing b
 		Editing:   editing,
 		Encodings: []string{estimator.EncodingO200K, estimator.EncodingCL100K},
 	}
-	for _, m := range d.est.Table().Models() {
+	for _, m := range d.admin.Models() {
 		r := modelRow{Model: m, Origin: "seeded"}
 		if s, ok := byName[m.Name]; ok {
 			r.UpdatedBy, r.UpdatedAt = s.UpdatedBy, s.UpdatedAt

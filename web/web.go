@@ -17,7 +17,6 @@ import (
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/estimator"
 )
 
 // Config configures a Dashboard. DB is required; nil or zero fields take
@@ -42,7 +41,6 @@ type Dashboard struct {
 	readsDown func() string
 	// lag is how far those reads are behind, nil without a reads pool.
 	lag    *replica.Lag
-	est    *estimator.Estimator
 	logger *slog.Logger
 	ttl    time.Duration
 
@@ -53,9 +51,10 @@ type Dashboard struct {
 }
 
 // New parses the embedded templates and returns a Dashboard on the
-// replica's services: the estimator is the one the API estimates with, so
-// that a model saved here applies in this replica at once (others follow
-// within their refresh interval).
+// replica's services: models are read and saved through its administration
+// (admin.Service.Models), whose table is the one the admission use case
+// estimates with, so that a model saved here applies in this replica at
+// once (others follow within their refresh interval).
 func New(rep *replica.Replica, cfg *Config) (*Dashboard, error) {
 	if rep == nil {
 		return nil, errors.New("web: a replica is required")
@@ -67,7 +66,6 @@ func New(rep *replica.Replica, cfg *Config) (*Dashboard, error) {
 		admin:     rep.Admin,
 		readsDown: rep.ReadsDown,
 		lag:       rep.Lag,
-		est:       rep.Estimator,
 		logger:    rep.Logger,
 		ttl:       cfg.SessionTTL,
 		origin:    http.NewCrossOriginProtection(),

@@ -100,13 +100,14 @@ type messagesEvent struct {
 // error event is silent: broken off to the client too.
 type messagesStream struct {
 	est                        estimator.Estimate
+	out                        outputCounter
 	streamed                   strings.Builder
 	u                          rule.Usage
 	started, stopped, sawError bool
 }
 
-func (anthropic) stream(_ route, est estimator.Estimate, _ *estimator.Table) streamReader {
-	return &messagesStream{est: est}
+func (anthropic) stream(_ route, est estimator.Estimate, out outputCounter) streamReader {
+	return &messagesStream{est: est, out: out}
 }
 
 func (s *messagesStream) event(data []byte) (forward, final bool) {
@@ -148,9 +149,7 @@ func (s *messagesStream) usage() rule.Usage {
 		u = rule.Usage{Input: s.est.InputTokens, Output: u.Output}
 	}
 	if streamed := s.streamed.String(); !s.stopped && streamed != "" {
-		if n, err := estimator.CountText(estimator.EncodingO200K, streamed); err == nil {
-			u.Output = max(u.Output, estimator.ScaleMessagesCount(s.est.Family, int64(n)))
-		}
+		u.Output = max(u.Output, s.out.CountOutput(s.est, true, streamed))
 	}
 	return u
 }

@@ -19,6 +19,15 @@ import (
 // x-goog-api-key or ?key=, its model in the URL's path, its usage in
 // usageMetadata) is a new dialect in its own files, listed in New; the
 // path does not change.
+//
+// A dialect translates and never estimates nor prices: parse turns the
+// body into an *estimator.Request, and the path hands it to the admission
+// use case (admission.Admitter.Admit estimates, prices and reserves it;
+// Quote estimates a count route's). A stream that reports no usage counts
+// its streamed text through the outputCounter stream is given (the use
+// case's CountOutput), never with the estimator itself, and the path
+// settles through the use case, which bounds and prices the usage. The
+// integration layout test refuses a face that calls the estimator.
 type dialect interface {
 	// route is r's endpoint on this wire; false if the wire serves none
 	// (r's path alone decides: its model may be in it).
@@ -37,7 +46,8 @@ type dialect interface {
 	// and refuse options it cannot settle (an *estimator.InvalidError).
 	prepare(rt *route, body []byte) ([]byte, error)
 	// count answers a route of rt.count (Anthropic's count_tokens) from
-	// its estimate, or as the wire's upstream answers it.
+	// its estimate (the use case's quote of what parse read), or as the
+	// wire's upstream answers it.
 	count(p *Proxy, w http.ResponseWriter, r *http.Request, body []byte, est estimator.Estimate)
 	// request is the upstream request for r, with body: the URL, and the
 	// headers (the wire's own key for the upstream, never the tenant's).
@@ -51,8 +61,9 @@ type dialect interface {
 	// usage reads the usage of a whole answer of rt, as reported (Clamp
 	// is the path's); false if it reports none.
 	usage(rt route, body []byte) (rule.Usage, bool)
-	// stream reads a streamed answer of rt, reserved as est.
-	stream(rt route, est estimator.Estimate, table *estimator.Table) streamReader
+	// stream reads a streamed answer of rt, reserved as est; out counts
+	// the output streamed when the stream reports no usage.
+	stream(rt route, est estimator.Estimate, out outputCounter) streamReader
 
 	// shape is how a problem of code c looks on the wire.
 	shape(c code) shape
@@ -66,6 +77,15 @@ type dialect interface {
 	// budget window, besides the ones every wire sets
 	// (setExhaustedHeaders).
 	exhaustedHeaders(h http.Header, e *rule.BudgetExhaustedError)
+}
+
+// outputCounter counts the text a stream wrote as the estimate of its
+// request counts (admission.Admitter.CountOutput): messages for a
+// Messages call (o200k_base times the family's safety factor), else with
+// the model's encoding. The path gives a dialect's stream the replica's
+// Admitter.
+type outputCounter interface {
+	CountOutput(est estimator.Estimate, messages bool, text string) int64
 }
 
 // route is one endpoint of a wire, as its dialect routed a call.

@@ -4,15 +4,15 @@ import (
 	"net/http"
 
 	"github.com/tokengate/tokengate/budget/admission"
-	"github.com/tokengate/tokengate/estimator"
 )
 
-// endUserOf is what may name a call's end user: the body's fields the
-// estimator read (OpenAI's user and safety_identifier, Anthropic's
-// metadata.user_id) and the call's headers. The admission layer picks the
-// one the tenant's end-user policy names, if it has one.
-func endUserOf(req *estimator.Request, r *http.Request) admission.EndUser {
-	return admission.EndUser{Fields: req.EndUserFields(), HeaderFunc: r.Header.Get}
+// endUserOf is what may name a call's end user: the call's headers, and
+// the body's fields its wire parsed (OpenAI's user and safety_identifier,
+// Anthropic's metadata.user_id), which Admit reads from the parsed
+// request. The admission layer picks the one the tenant's end-user policy
+// names, if it has one.
+func endUserOf(r *http.Request) admission.EndUser {
+	return admission.EndUser{HeaderFunc: r.Header.Get}
 }
 
 // tenantID is the tenant the call was admitted as: its end user's, when

@@ -116,7 +116,7 @@ type toyStream struct {
 	got  *rule.Usage
 }
 
-func (toyWire) stream(_ route, est estimator.Estimate, _ *estimator.Table) streamReader {
+func (toyWire) stream(_ route, est estimator.Estimate, _ outputCounter) streamReader {
 	return &toyStream{est: est}
 }
 

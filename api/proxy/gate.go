@@ -28,16 +28,6 @@ func (p *Proxy) gate(r *http.Request, tenantID string) (release func(), err erro
 	return release, nil
 }
 
-// estimate parses and estimates a call's body.
-func (p *Proxy) estimate(body []byte, parse func([]byte) (*estimator.Request, error)) (*estimator.Request, estimator.Estimate, error) {
-	req, err := parse(body)
-	if err != nil {
-		return nil, estimator.Estimate{}, err
-	}
-	est, err := p.estimator.Estimate(req)
-	return req, est, err
-}
-
 // notEstimated says whether err is the gate's refusal rather than an
 // answer about the request, and counts it.
 func (p *Proxy) notEstimated(err error) bool {

@@ -64,13 +64,13 @@ var responsesOutputDeltas = map[string]bool{
 type openAIStream struct {
 	rt       route
 	est      estimator.Estimate
-	table    *estimator.Table
+	out      outputCounter
 	streamed strings.Builder // every output the model wrote (text, refusals, tool calls), in order
 	got      *rule.Usage
 }
 
-func (openAI) stream(rt route, est estimator.Estimate, table *estimator.Table) streamReader {
-	return &openAIStream{rt: rt, est: est, table: table}
+func (openAI) stream(rt route, est estimator.Estimate, out outputCounter) streamReader {
+	return &openAIStream{rt: rt, est: est, out: out}
 }
 
 func (s *openAIStream) event(data []byte) (forward, final bool) {
@@ -82,13 +82,7 @@ func (s *openAIStream) usage() rule.Usage {
 	if s.got != nil {
 		return *s.got
 	}
-	out := int64(0)
-	if m, _ := s.table.Lookup(s.est.Model); m.Encoding != "" {
-		if n, err := estimator.CountText(m.Encoding, s.streamed.String()); err == nil {
-			out = int64(n)
-		}
-	}
-	return rule.Usage{Input: s.est.InputTokens, Output: out}
+	return rule.Usage{Input: s.est.InputTokens, Output: s.out.CountOutput(s.est, false, s.streamed.String())}
 }
 
 // silent is false: an OpenAI stream that ended short is relayed as it

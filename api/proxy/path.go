@@ -30,8 +30,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve is the path of every call on every wire: authenticate the key,
-// apply its rule, take the estimate gate, read, parse and estimate the
-// body, reserve, and forward; or answer a count from the estimate. Each
+// apply its rule, take the estimate gate, read and parse the body, have
+// the use case estimate and reserve it (admission.Admitter.Admit), and
+// forward; or answer a count from the use case's estimate (Quote). Each
 // failure is answered in d's terms and counted once.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt route) {
 	switch {
@@ -80,24 +81,40 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt rout
 		fail(w, d, bodyProblem(w.Header(), err))
 		return
 	}
-	req, est, err := p.estimate(body, func(b []byte) (*estimator.Request, error) { return d.parse(rt, r, b) })
-	release()
-	forward := body
-	if err == nil && !rt.count {
-		forward, err = d.prepare(&rt, body)
-	}
+	req, err := d.parse(rt, r, body)
 	if err != nil {
 		invalid(requestProblem(err))
 		return
 	}
 	if rt.count {
+		est, err := p.admitter.Quote(req)
+		release()
+		if err != nil {
+			invalid(requestProblem(err))
+			return
+		}
 		d.count(p, w, r, body, est)
 		return
 	}
-	res, _, err := p.admitter.Reserve(ctx, admission.Request{MaxWait: time.Duration(req.MaxWaitMS()) * time.Millisecond,
-		Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(req, r),
-		ReserveParams: account.ReserveParams{TenantID: principal.TenantID, Estimate: est, IdempotencyKey: idem,
-			Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}})
+	forward, err := d.prepare(&rt, body)
+	if err != nil {
+		invalid(requestProblem(err))
+		return
+	}
+	// The use case estimates and prices the parsed call, gives back the
+	// gate once it is estimated (a reservation may wait), and reserves.
+	ad, err := p.admitter.Admit(ctx, admission.AdmitRequest{Parsed: req, EstimatedFunc: release,
+		Request: admission.Request{Face: admission.FaceProxy, Start: start, Body: body, EndUser: endUserOf(r),
+			ReserveParams: account.ReserveParams{TenantID: principal.TenantID, IdempotencyKey: idem,
+				Actor: "proxy:key:" + principal.KeyID, KeyID: principal.KeyID}}})
+	if !ad.Decided {
+		// Its estimate refused it, counted as an invalid admission by the
+		// use case.
+		p.calls.WithLabelValues("invalid").Inc()
+		fail(w, d, requestProblem(err))
+		return
+	}
+	res := ad.Reservation
 	if err != nil {
 		outcome := "refused"
 		if inv := (*rule.InvalidError)(nil); errors.As(err, &inv) {
@@ -116,7 +133,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt rout
 			message: "this Idempotency-Key was admitted already (admission " + res.AdmissionID + "); send a new key to call again"})
 		return
 	}
-	c := &call{p: p, d: d, rt: rt, principal: principal, admission: res, est: est}
+	c := &call{p: p, d: d, rt: rt, principal: principal, admission: res, est: ad.Estimate}
 	c.relay(w, r, forward)
 }
 
@@ -196,7 +213,7 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 // relayed, else (the stream broke, or the client left) with what was
 // streamed so far.
 func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
-	rd := c.d.stream(c.rt, c.est, c.p.estimator.Table())
+	rd := c.d.stream(c.rt, c.est, c.p.admitter)
 	settled := false
 	clientGone := relayEvents(w, resp, func(data []byte) bool {
 		forward, final := rd.event(data)
@@ -221,35 +238,15 @@ func (c *call) estimated() rule.Usage {
 }
 
 // settle reconciles the admission with what the call used, whatever
-// happened to the client meanwhile.
-//
-// The upstream's usage is a fact, not a claim: the request already ran.
-// But usage beyond what any call could state (rule.Usage.Clamp) or this
-// request could produce (more output than it reserved, more than the
-// model's context window: account.UsageBounds) is an upstream's error, and
-// would charge the tenant without bound: it is clamped to the bound, its
-// parts with it, logged, and counted as outcome usage_clamped. The
-// cache's tokens are priced by the domain, at the model's cache weights,
-// in the settle's own transaction.
+// happened to the client meanwhile. The use case bounds the usage the
+// upstream reported (admission.Admitter.SettleReported): usage no request
+// could produce is clamped, and counted here as outcome usage_clamped.
 func (c *call) settle(reported rule.Usage) {
-	u, _ := reported.Clamp()
-	table := c.p.estimator.Table()
-	in, out, over := account.ClampUsage(c.est, table, u.Input, u.Output)
-	u.Input, u.Output = in, out
-	u, _ = u.Clamp()
-	clamped := over || u.Input != reported.Input || u.Output != reported.Output
-	if clamped {
-		maxOut, maxTotal := account.UsageBounds(c.est, table)
-		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
-			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", reported.Input, "output_tokens", reported.Output,
-			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", u.Input, "settled_output", u.Output)
-	}
 	c.upstreamUsage(reported.Input, reported.Output)
 	ctx, cancel := c.endCtx()
 	defer cancel()
-	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, account.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
-		InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite5m,
-		CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, Actor: "proxy:key:" + c.principal.KeyID})
+	clamped, err := c.p.admitter.SettleReported(ctx, admission.FaceProxy, c.est, reported, account.SettleParams{TenantID: c.tenantID(),
+		AdmissionID: c.admission.AdmissionID, Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.
 		c.p.logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())

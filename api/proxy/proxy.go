@@ -80,7 +80,6 @@ type Proxy struct {
 	cfg       Config
 	admitter  *admission.Admitter
 	guard     *credential.Guard
-	estimator *estimator.Estimator
 	estimates *estimator.Gate // the replica's: bounds the bytes estimated at once
 	logger    *slog.Logger
 	tracing   *replica.Tracing // the replica's (nil-safe)
@@ -113,7 +112,7 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if tp := rep.Tracing.TracerProvider(); tp != nil {
 		tracer = tp.Tracer(TracerName)
 	}
-	p := &Proxy{wires: []dialect{openAI{}, anthropic{}}, cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimator: rep.Estimator, estimates: rep.EstimateGate, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
+	p := &Proxy{wires: []dialect{openAI{}, anthropic{}}, cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimates: rep.EstimateGate, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, busy: not estimated in time, upstream_error).",

@@ -20,6 +20,23 @@ func (s *Service) ModelTable(ctx context.Context) (*estimator.Table, error) {
 	return estimator.LoadTable(ctx, s.db)
 }
 
+// Models returns the models this replica estimates with now, by name: its
+// live table, which a save applies at once (the stored table may be ahead
+// of it until the next reload, ModelTable). The faces show and edit them
+// through here and never hold the table themselves.
+func (s *Service) Models() []estimator.Model { return s.table().Models() }
+
+// Model returns the model of the name in this replica's live table (Models)
+// and whether it holds one.
+func (s *Service) Model(name string) (estimator.Model, bool) { return s.table().Get(name) }
+
+func (s *Service) table() *estimator.Table {
+	if s.est == nil {
+		return estimator.DefaultTable()
+	}
+	return s.est.Table()
+}
+
 // ModelCreate stores a new model and applies the table to this replica at
 // once. It returns estimator.ErrModelExists when the name is stored already
 // (the database's uniqueness decides, so of two admins creating one name

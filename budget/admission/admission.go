@@ -66,9 +66,11 @@ type Config struct {
 	// Rejections tallies, for the dashboard, what shadow limits would have
 	// refused. Nil tallies nothing (the metric still counts).
 	Rejections *account.Rejections
-	// Estimator is the replica's model table: it resolves the model
-	// families of a gateway's Hits (DecideHits). Nil: a model is its own
-	// family.
+	// Estimator is the replica's model table: it estimates and prices
+	// what the faces parsed (Admit, Quote, CountOutput, SettleReported:
+	// estimate.go), and resolves the model families of a gateway's Hits
+	// (DecideHits). Nil: the seeded table estimates, and a model of Hits
+	// is its own family.
 	Estimator *estimator.Estimator
 	// TracerProvider makes the decision spans (trace.go) and the pipeline's
 	// transaction spans, and puts exemplars on the latency. Nil: tracing
@@ -106,6 +108,7 @@ const DefaultMaxWaiters = 64
 // use.
 type Admitter struct {
 	cfg      Config
+	est      *estimator.Estimator // cfg.Estimator, else the seeded table's
 	pipeline *account.Pipeline
 	waiters  *waitQueues
 	pools    *poolQueues
@@ -154,8 +157,13 @@ func New(cfg Config) *Admitter {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // unserved
 	}
+	est := cfg.Estimator
+	if est == nil {
+		est = estimator.New(nil)
+	}
 	a := &Admitter{
 		cfg:      cfg,
+		est:      est,
 		tracer:   newTracer(cfg.TracerProvider),
 		pipeline: account.NewPipeline(cfg.Store, &account.PipelineConfig{Timeout: cfg.StoreTimeout, Shards: cfg.Pipelines, Gather: cfg.Gather, Tracer: newPipeTracer(cfg.TracerProvider)}),
 		waiters:  newWaitQueues(cfg.MaxWaiters, reg),

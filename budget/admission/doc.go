@@ -15,7 +15,12 @@
 // applies the rules every request follows (the idempotency key's form and
 // the request's fingerprint, admission.go), decides, waits and fails over;
 // Settle and Release end an admission by id or by idempotency key inside
-// the pipeline. Every outcome is counted here, once (metrics.go):
+// the pipeline. A face parses its wire's body into an *estimator.Request
+// and hands it over: Admit estimates and prices it with the replica's
+// model table and reserves it, Quote estimates a count alone, CountOutput
+// counts a stream's text that came without usage, and SettleReported
+// bounds the usage an upstream reported before settling it (estimate.go);
+// no face holds the model table. Every outcome is counted here, once (metrics.go):
 // tokengate_admissions_total and tokengate_settlements_total by face, and
 // a refusal in the dashboard's tally that the throttled alerts read, so
 // that the API, the proxy and the rate limit service cannot disagree on
