@@ -51,7 +51,11 @@ var ErrNoPrice = errors.New("estimator: no price in effect for this model")
 // stored (the table is append-only), so a past charge can always be
 // explained by the row that was in effect.
 type Price struct {
-	Model         string
+	Model string
+	// ServiceTier is the tier the row prices (one of ServiceTiers; "" is
+	// TierDefault when storing). A tier without a row of its own is priced
+	// at the default tier's row (PriceBook.AtTier).
+	ServiceTier   string
 	EffectiveFrom time.Time
 	Currency      string
 	InputMicro    int64
@@ -93,6 +97,9 @@ func (p *Price) Validate() error {
 	case len(p.Currency) != 3 || strings.ToUpper(p.Currency) != p.Currency || strings.Trim(p.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "":
 		return invalid("currency", "must be an ISO 4217 code such as USD")
 	}
+	if err := CheckTier(p.ServiceTier, "service_tier"); err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		name string
 		v    *int64
@@ -121,7 +128,7 @@ func (p *Price) Validate() error {
 // when they differ.
 func (p *Price) SamePrices(q *Price) bool {
 	eq := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	return p.Model == q.Model && p.Currency == q.Currency && p.InputMicro == q.InputMicro && p.OutputMicro == q.OutputMicro &&
+	return p.Model == q.Model && TierOr(p.ServiceTier) == TierOr(q.ServiceTier) && p.Currency == q.Currency && p.InputMicro == q.InputMicro && p.OutputMicro == q.OutputMicro &&
 		eq(p.CachedInputMicro, q.CachedInputMicro) && eq(p.CacheWrite5mMicro, q.CacheWrite5mMicro) &&
 		eq(p.CacheWrite1hMicro, q.CacheWrite1hMicro) && eq(p.ReasoningOutputMicro, q.ReasoningOutputMicro) &&
 		eq(p.LongContextThreshold, q.LongContextThreshold) && eq(p.LongInputMicro, q.LongInputMicro) &&
@@ -131,6 +138,7 @@ func (p *Price) SamePrices(q *Price) bool {
 // priceRow is a row of model_prices (SELECT *), scanned by column name.
 type priceRow struct {
 	Model                string    `db:"model"`
+	ServiceTier          string    `db:"service_tier"`
 	EffectiveFrom        time.Time `db:"effective_from"`
 	Currency             string    `db:"currency"`
 	Input                int64     `db:"input_micro"`
@@ -148,7 +156,7 @@ type priceRow struct {
 }
 
 func (r priceRow) price() Price {
-	return Price{Model: r.Model, EffectiveFrom: r.EffectiveFrom, Currency: r.Currency, InputMicro: r.Input, OutputMicro: r.Output,
+	return Price{Model: r.Model, ServiceTier: r.ServiceTier, EffectiveFrom: r.EffectiveFrom, Currency: r.Currency, InputMicro: r.Input, OutputMicro: r.Output,
 		CachedInputMicro: r.CachedInput, CacheWrite5mMicro: r.CacheWrite5m, CacheWrite1hMicro: r.CacheWrite1h,
 		ReasoningOutputMicro: r.ReasoningOutput, LongContextThreshold: r.LongContextThreshold, LongInputMicro: r.LongInput,
 		LongOutputMicro: r.LongOutput, Source: r.Source, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
@@ -169,11 +177,18 @@ func collectPrices(rows pgx.Rows, err error) ([]Price, error) {
 	return out, nil
 }
 
-// PriceAt returns the price of model in effect at t: the row with the
-// latest effective_from not after t. It returns ErrNoPrice when there is
-// none.
+// PriceAt returns the default tier's price of model in effect at t: the
+// row with the latest effective_from not after t. It returns ErrNoPrice
+// when there is none.
 func PriceAt(ctx context.Context, db DB, model string, t time.Time) (Price, error) {
-	ps, err := collectPrices(db.Query(ctx, priceAtSQL, model, t))
+	return PriceAtTier(ctx, db, model, TierDefault, t)
+}
+
+// PriceAtTier is PriceAt for the rows of one service tier only ("" is
+// TierDefault), without the fallback to the default tier that pricing a
+// call applies (PriceBook.AtTier): it answers what is stored.
+func PriceAtTier(ctx context.Context, db DB, model, tier string, t time.Time) (Price, error) {
+	ps, err := collectPrices(db.Query(ctx, priceAtSQL, model, t, TierOr(tier)))
 	if err != nil {
 		return Price{}, fmt.Errorf("estimator: price of %s: %w", model, err)
 	}
@@ -183,10 +198,11 @@ func PriceAt(ctx context.Context, db DB, model string, t time.Time) (Price, erro
 	return ps[0], nil
 }
 
-// PriceList returns the price of every model in effect at t, by model
-// (only model's when model is not empty).
-func PriceList(ctx context.Context, db DB, model string, t time.Time) ([]Price, error) {
-	ps, err := collectPrices(db.Query(ctx, priceListAtSQL, t, model))
+// PriceList returns the price of every model and service tier in effect at
+// t, by model then tier (only model's when model is not empty, only tier's
+// when tier is not empty).
+func PriceList(ctx context.Context, db DB, model, tier string, t time.Time) ([]Price, error) {
+	ps, err := collectPrices(db.Query(ctx, priceListAtSQL, t, model, tier))
 	if err != nil {
 		return nil, fmt.Errorf("estimator: list prices: %w", err)
 	}
@@ -256,13 +272,13 @@ func priceInsert(ctx context.Context, tx pgx.Tx, p Price) (Price, error) {
 	if !p.EffectiveFrom.IsZero() {
 		eff = &p.EffectiveFrom
 	}
-	ps, err := collectPrices(tx.Query(ctx, priceInsertSQL, p.Model, eff, p.Currency, p.InputMicro, p.OutputMicro,
+	ps, err := collectPrices(tx.Query(ctx, priceInsertSQL, p.Model, TierOr(p.ServiceTier), eff, p.Currency, p.InputMicro, p.OutputMicro,
 		p.CachedInputMicro, p.CacheWrite5mMicro, p.CacheWrite1hMicro, p.ReasoningOutputMicro, p.LongContextThreshold,
 		p.LongInputMicro, p.LongOutputMicro, p.Source, p.CreatedBy))
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
-		return Price{}, invalid("effective_from", "a price of this model takes effect at this time already")
+		return Price{}, invalid("effective_from", "a price of this model and service tier takes effect at this time already")
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation && pgErr.ColumnName == "currency":
 		return Price{}, invalid("currency", pgErr.Message)
 	case err != nil:
@@ -296,7 +312,10 @@ type PriceProvider struct {
 
 // PriceEntry is one model's prices in a PriceFile.
 type PriceEntry struct {
-	Model           string          `json:"model"`
+	Model string `json:"model"`
+	// ServiceTier is the tier the entry prices (absent: default); a model
+	// may have one entry per tier.
+	ServiceTier     string          `json:"service_tier,omitempty"`
 	Input           string          `json:"input"`
 	Output          string          `json:"output"`
 	CachedInput     *string         `json:"cached_input,omitempty"`
@@ -346,10 +365,11 @@ func (f *PriceFile) Prices() ([]Price, error) {
 	seen := map[string]bool{}
 	for _, pr := range f.Providers {
 		for _, e := range pr.Models {
-			if seen[e.Model] {
-				return nil, fmt.Errorf("estimator: price file: %s is priced twice", e.Model)
+			key := e.Model + "\x00" + TierOr(e.ServiceTier)
+			if seen[key] {
+				return nil, fmt.Errorf("estimator: price file: %s (%s tier) is priced twice", e.Model, TierOr(e.ServiceTier))
 			}
-			seen[e.Model] = true
+			seen[key] = true
 			p, err := e.price(f.Currency)
 			if err != nil {
 				return nil, fmt.Errorf("estimator: price file: %s: %w", e.Model, err)
@@ -362,7 +382,7 @@ func (f *PriceFile) Prices() ([]Price, error) {
 }
 
 func (e PriceEntry) price(currency string) (Price, error) {
-	p := Price{Model: e.Model, Currency: currency}
+	p := Price{Model: e.Model, ServiceTier: TierOr(e.ServiceTier), Currency: currency}
 	var err error
 	if p.InputMicro, err = ParsePrice(e.Input, "input"); err != nil {
 		return p, err
@@ -429,7 +449,7 @@ func PriceImport(ctx context.Context, db TxDB, f *PriceFile, actor string) (Pric
 			return err
 		}
 		for _, p := range prices {
-			cur, err := PriceAt(ctx, tx, p.Model, now)
+			cur, err := PriceAtTier(ctx, tx, p.Model, p.ServiceTier, now)
 			if err != nil && !errors.Is(err, ErrNoPrice) {
 				return err
 			}

@@ -249,7 +249,7 @@ func (c *call) settle(reported rule.Usage) {
 	defer cancel()
 	_, _, err := c.p.admitter.Settle(ctx, admission.FaceProxy, account.SettleParams{TenantID: c.tenantID(), AdmissionID: c.admission.AdmissionID,
 		InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.CacheRead, CacheWriteTokens: u.CacheWrite5m,
-		CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, Actor: "proxy:key:" + c.principal.KeyID})
+		CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, ServiceTier: u.Tier, Actor: "proxy:key:" + c.principal.KeyID})
 	if err != nil {
 		// It stays reserved and expires at its TTL, charged at its estimate.
 		c.p.logger.Error("proxy settle failed; the reservation will expire", "admission", c.admission.AdmissionID, "error", err.Error())
