@@ -34,7 +34,7 @@ type Estimate struct {
 	// for "auto", whose tier only the response names. Money is reserved
 	// at this tier's price; the settle charges the tier the response
 	// reports.
-	ServiceTier string
+	ServiceTier string `json:",omitempty"`
 }
 
 // Config configures an [Estimator].
