@@ -16,7 +16,7 @@ func TestReadServiceTier(t *testing.T) {
 	t.Parallel()
 	for word, want := range map[string]string{
 		"default": "default", "flex": "flex", "priority": "priority", "batch": "batch", // OpenAI, ours
-		"standard": "default", // Anthropic's usage
+		"standard":  "default",                                                             // Anthropic's usage
 		"ON_DEMAND": "default", "ON_DEMAND_FLEX": "flex", "ON_DEMAND_PRIORITY": "priority", // Vertex trafficType
 		" Priority ": "priority",
 		"auto":       "", "standard_only": "", "scale": "", "PROVISIONED_THROUGHPUT": "", "": "", "bogus": "",

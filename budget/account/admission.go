@@ -57,8 +57,8 @@ type Admission struct {
 	// model_prices row), MoneyEstimate the money of its estimate and
 	// MoneyActual of its usage at that price: all nil when its model had
 	// no price.
-	PriceModel    string
-	PriceFrom     *time.Time
+	PriceModel string
+	PriceFrom  *time.Time
 	// PriceTier is the service tier of that row ("" for admissions made
 	// before tiers: the default tier's).
 	PriceTier     string
