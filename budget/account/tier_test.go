@@ -277,3 +277,30 @@ func TestConcurrentSettlesAtEveryTier(t *testing.T) {
 	}
 	b.verify(t, "acme")
 }
+
+// A settle kept for an admission not replayed yet keeps the tier its usage
+// reported: the replay's settle charges that tier.
+func TestKeptSettleKeepsItsTier(t *testing.T) {
+	t.Parallel()
+	b, clock := setupFrozen(t)
+	tieredPrices(t, b, clock.Now().Add(-time.Hour))
+	l := limits(10_000_000, "1000")
+	l.OnStoreUnavailable = rule.PolicyLocal
+	b.tenant(t, "acme", l)
+	err := fst(b.store.Settle(ctx, account.SettleParams{TenantID: "acme", IdempotencyKey: "k1", InputTokens: 100_000, OutputTokens: 5_000,
+		ServiceTier: estimator.TierPriority, Defer: local}))
+	if !errors.Is(err, account.ErrDeferred) {
+		t.Fatalf("settle before the replay: %v", err)
+	}
+	clock.Advance(time.Second)
+	p := replayed("acme", "k1", 0, clock.Now().Add(-time.Minute))
+	p.Estimate = estimator.Estimate{Model: "gpt-4.1", InputTokens: 100_000, OutputTokens: 10_000, Cost: 110_000,
+		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne, ServiceTier: estimator.TierFlex}
+	if _, err := b.store.ReplayReserve(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	// Reserved at flex (0.10 + 0.04), settled at priority (0.35 + 0.07).
+	if est, act, tier := b.money(t, "acme", p.AdmissionID); est != 140_000 || act != 420_000 || tier != estimator.TierFlex {
+		t.Fatalf("replayed: %d at %q, settled %d; want 140000 at flex, 420000", est, tier, act)
+	}
+}
