@@ -124,6 +124,7 @@ fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the AP
 	integration/fuzz.sh FuzzEstimateMessages ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzCountText ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzPriceCost ./estimator/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzPriceBookTier ./estimator/ $(FUZZ_TIME)
 
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 

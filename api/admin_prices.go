@@ -16,6 +16,7 @@ import (
 // decimals in currency units per million tokens, as providers publish them.
 type priceJSON struct {
 	Model           string           `json:"model"`
+	ServiceTier     string           `json:"service_tier"`
 	EffectiveFrom   time.Time        `json:"effective_from"`
 	Currency        string           `json:"currency"`
 	Input           json.Number      `json:"input"`
@@ -45,7 +46,7 @@ func priceOf(p estimator.Price) priceJSON {
 		n := num(*v)
 		return &n
 	}
-	j := priceJSON{Model: p.Model, EffectiveFrom: p.EffectiveFrom, Currency: p.Currency, Input: num(p.InputMicro), Output: num(p.OutputMicro),
+	j := priceJSON{Model: p.Model, ServiceTier: estimator.TierOr(p.ServiceTier), EffectiveFrom: p.EffectiveFrom, Currency: p.Currency, Input: num(p.InputMicro), Output: num(p.OutputMicro),
 		CachedInput: opt(p.CachedInputMicro), CacheWrite5m: opt(p.CacheWrite5mMicro), CacheWrite1h: opt(p.CacheWrite1hMicro),
 		ReasoningOutput: opt(p.ReasoningOutputMicro), Source: p.Source, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy}
 	if p.LongContextThreshold != nil {
@@ -62,7 +63,8 @@ func pricesOf(ps []estimator.Price) []priceJSON {
 	return out
 }
 
-// adminPriceList answers the table in effect now, or at ?at=.
+// adminPriceList answers the table in effect now, or at ?at=, of every
+// service tier or of ?service_tier= only.
 func (s *Server) adminPriceList(c *echo.Context) error {
 	at := time.Now()
 	if q := c.QueryParam("at"); q != "" {
@@ -71,7 +73,7 @@ func (s *Server) adminPriceList(c *echo.Context) error {
 			return invalid("at", "must be an RFC 3339 time")
 		}
 	}
-	ps, err := s.admin.PriceList(c.Request().Context(), c.QueryParam("model"), at)
+	ps, err := s.admin.PriceList(c.Request().Context(), c.QueryParam("model"), c.QueryParam("service_tier"), at)
 	if err != nil {
 		return err
 	}
@@ -95,6 +97,7 @@ func (s *Server) adminPriceHistory(c *echo.Context) error {
 // numbers or strings.
 type priceIn struct {
 	Model           *string         `json:"model"`
+	ServiceTier     *string         `json:"service_tier"` // absent: default
 	EffectiveFrom   *string         `json:"effective_from"`
 	Currency        *string         `json:"currency"`
 	Input           json.RawMessage `json:"input"`
@@ -138,6 +141,12 @@ func (in *priceIn) price() (estimator.Price, error) {
 		return p, invalid("model", "required")
 	}
 	p.Model = *in.Model
+	if in.ServiceTier != nil {
+		p.ServiceTier = *in.ServiceTier // the domain judges it (estimator.Price.Validate)
+		if p.ServiceTier == "" {
+			return p, invalid("service_tier", estimator.TierReason)
+		}
+	}
 	if in.Currency != nil {
 		p.Currency = *in.Currency
 	}

@@ -103,6 +103,11 @@ func FuzzAPIBodies(f *testing.F) {
 	f.Add(uint8(7), `{"tokens":-1000000000000,"reason":"past the debt floor"}`)
 	f.Add(uint8(0), `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"user":"alice","safety_identifier":"a\u0000"}`)
 	f.Add(uint8(0), `{"model":"gpt-4o","prompt":"x","max_tokens":5,"user":42,"metadata":{"user_id":[1]}}`)
+	// Service tiers (issue 38): asked for at admit, reported at settle.
+	f.Add(uint8(0), `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"service_tier":"flex"}`)
+	f.Add(uint8(0), `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"service_tier":{"x":1}}`)
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":3,"completion_tokens":4,"service_tier":"priority"}}`)
+	f.Add(uint8(2), `{"usage":{"prompt_tokens":3,"completion_tokens":4,"service_tier":"turbo\u0000"}}`)
 	b := setupAPI(f, func(c *testConfig) { c.Alerts = alert.NewStore(c.DB, []byte("0123456789abcdef0123456789abcdef")) })
 	admin := b.admin(f, "ops")
 	key := b.tenant(f, "acme", lim(1_000_000, "1000"))

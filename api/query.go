@@ -27,7 +27,7 @@ var queryParams = map[string][]string{
 	"GET /v1/admin/tenants/:id/end-users":       {"limit", "after"},
 	"GET /v1/admin/alerts/rules":                {"tenant"},
 	"GET /v1/admin/alerts/events":               {"tenant", "state", "endpoint", "limit"},
-	"GET /v1/admin/prices":                      {"at", "model"},
+	"GET /v1/admin/prices":                      {"at", "model", "service_tier"},
 	"DELETE /v1/admin/tenants/:id/model-limits": {"model"},
 	"DELETE /v1/admin/pools/:pool/models":       {"model"},
 	"GET /v1/admin/tenants/:id/model-limits":    nil,

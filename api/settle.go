@@ -8,6 +8,7 @@ import (
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // settleAdmission is POST /v1/admissions/{id}/settle: the caller's usage,
@@ -26,7 +27,8 @@ func (s *Server) settleAdmission(c *echo.Context) error {
 	// model's cached weight, in the settle's own transaction.
 	st, journaled, err := s.admitter.Settle(c.Request().Context(), admission.FaceAPI, account.SettleParams{
 		TenantID: tenantOf(c), AdmissionID: c.Param("id"), InputTokens: u.Input, OutputTokens: u.Output, CachedInputTokens: u.CacheRead,
-		CacheWriteTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, Actor: "key:" + keyOf(c), KeyID: keyOf(c),
+		CacheWriteTokens: u.CacheWrite5m, CacheWrite1hTokens: u.CacheWrite1h, ReasoningTokens: u.Reasoning, ServiceTier: u.Tier,
+		Actor: "key:" + keyOf(c), KeyID: keyOf(c),
 	})
 	return s.ended(c, "settle", st, journaled, err)
 }
@@ -51,6 +53,11 @@ type settleBody struct {
 		CacheReadInputTokens     *int64         `json:"cache_read_input_tokens"`
 		CacheCreationInputTokens *int64         `json:"cache_creation_input_tokens"`
 		CacheCreation            *cacheCreation `json:"cache_creation"`
+		// The service tier the call was served at, as the provider's
+		// response named it (OpenAI's service_tier, Anthropic's
+		// usage.service_tier, Vertex's trafficType): money is charged at
+		// that tier's price. Absent: the tier reserved at.
+		ServiceTier *string `json:"service_tier"`
 	} `json:"usage"`
 }
 
@@ -104,6 +111,11 @@ func parseUsage(body []byte) (rule.Usage, error) {
 	}
 	if err := anthropicCache(&u, names, w.CacheReadInputTokens, w.CacheCreationInputTokens, w.CacheCreation); err != nil {
 		return u, err
+	}
+	if w.ServiceTier != nil {
+		if u.Tier = estimator.ReadServiceTier(*w.ServiceTier); u.Tier == "" {
+			return u, invalid("usage.service_tier", estimator.TierReason+" (or a provider's name for one: standard, ON_DEMAND, ON_DEMAND_FLEX, ON_DEMAND_PRIORITY)")
+		}
 	}
 	var ue *rule.UsageError
 	if errors.As(u.Check(), &ue) {

@@ -29,6 +29,12 @@ type Estimate struct {
 	// InputWeightMicro and OutputWeightMicro are the weights applied.
 	InputWeightMicro  int64
 	OutputWeightMicro int64
+	// ServiceTier is the price tier the request asked for (its
+	// service_tier, read by ReadServiceTier): "" for the default tier, as
+	// for "auto", whose tier only the response names. Money is reserved
+	// at this tier's price; the settle charges the tier the response
+	// reports.
+	ServiceTier string `json:",omitempty"`
 }
 
 // Config configures an [Estimator].
@@ -224,6 +230,7 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 		Approximate:       approx,
 		InputWeightMicro:  m.InputWeightMicro,
 		OutputWeightMicro: m.OutputWeightMicro,
+		ServiceTier:       r.serviceTier,
 	}, nil
 }
 

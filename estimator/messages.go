@@ -71,6 +71,9 @@ func (p *parser) messagesRequest(obj map[string]any, needMax bool) error {
 		return err
 	}
 	r.model = m
+	if r.serviceTier, err = serviceTierField(obj); err != nil {
+		return err
+	}
 	maxTokens, ok, err := intField(obj, "max_tokens", 1, maxTokenField)
 	if err != nil {
 		return err

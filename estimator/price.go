@@ -3,7 +3,6 @@ package estimator
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -51,7 +50,11 @@ var ErrNoPrice = errors.New("estimator: no price in effect for this model")
 // stored (the table is append-only), so a past charge can always be
 // explained by the row that was in effect.
 type Price struct {
-	Model         string
+	Model string
+	// ServiceTier is the tier the row prices (one of ServiceTiers; "" is
+	// TierDefault when storing). A tier without a row of its own is priced
+	// at the default tier's row (PriceBook.AtTier).
+	ServiceTier   string
 	EffectiveFrom time.Time
 	Currency      string
 	InputMicro    int64
@@ -93,6 +96,9 @@ func (p *Price) Validate() error {
 	case len(p.Currency) != 3 || strings.ToUpper(p.Currency) != p.Currency || strings.Trim(p.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "":
 		return invalid("currency", "must be an ISO 4217 code such as USD")
 	}
+	if err := CheckTier(p.ServiceTier, "service_tier"); err != nil {
+		return err
+	}
 	for _, f := range []struct {
 		name string
 		v    *int64
@@ -121,7 +127,7 @@ func (p *Price) Validate() error {
 // when they differ.
 func (p *Price) SamePrices(q *Price) bool {
 	eq := func(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	return p.Model == q.Model && p.Currency == q.Currency && p.InputMicro == q.InputMicro && p.OutputMicro == q.OutputMicro &&
+	return p.Model == q.Model && TierOr(p.ServiceTier) == TierOr(q.ServiceTier) && p.Currency == q.Currency && p.InputMicro == q.InputMicro && p.OutputMicro == q.OutputMicro &&
 		eq(p.CachedInputMicro, q.CachedInputMicro) && eq(p.CacheWrite5mMicro, q.CacheWrite5mMicro) &&
 		eq(p.CacheWrite1hMicro, q.CacheWrite1hMicro) && eq(p.ReasoningOutputMicro, q.ReasoningOutputMicro) &&
 		eq(p.LongContextThreshold, q.LongContextThreshold) && eq(p.LongInputMicro, q.LongInputMicro) &&
@@ -131,6 +137,7 @@ func (p *Price) SamePrices(q *Price) bool {
 // priceRow is a row of model_prices (SELECT *), scanned by column name.
 type priceRow struct {
 	Model                string    `db:"model"`
+	ServiceTier          string    `db:"service_tier"`
 	EffectiveFrom        time.Time `db:"effective_from"`
 	Currency             string    `db:"currency"`
 	Input                int64     `db:"input_micro"`
@@ -148,7 +155,7 @@ type priceRow struct {
 }
 
 func (r priceRow) price() Price {
-	return Price{Model: r.Model, EffectiveFrom: r.EffectiveFrom, Currency: r.Currency, InputMicro: r.Input, OutputMicro: r.Output,
+	return Price{Model: r.Model, ServiceTier: r.ServiceTier, EffectiveFrom: r.EffectiveFrom, Currency: r.Currency, InputMicro: r.Input, OutputMicro: r.Output,
 		CachedInputMicro: r.CachedInput, CacheWrite5mMicro: r.CacheWrite5m, CacheWrite1hMicro: r.CacheWrite1h,
 		ReasoningOutputMicro: r.ReasoningOutput, LongContextThreshold: r.LongContextThreshold, LongInputMicro: r.LongInput,
 		LongOutputMicro: r.LongOutput, Source: r.Source, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
@@ -169,11 +176,18 @@ func collectPrices(rows pgx.Rows, err error) ([]Price, error) {
 	return out, nil
 }
 
-// PriceAt returns the price of model in effect at t: the row with the
-// latest effective_from not after t. It returns ErrNoPrice when there is
-// none.
+// PriceAt returns the default tier's price of model in effect at t: the
+// row with the latest effective_from not after t. It returns ErrNoPrice
+// when there is none.
 func PriceAt(ctx context.Context, db DB, model string, t time.Time) (Price, error) {
-	ps, err := collectPrices(db.Query(ctx, priceAtSQL, model, t))
+	return PriceAtTier(ctx, db, model, TierDefault, t)
+}
+
+// PriceAtTier is PriceAt for the rows of one service tier only ("" is
+// TierDefault), without the fallback to the default tier that pricing a
+// call applies (PriceBook.AtTier): it answers what is stored.
+func PriceAtTier(ctx context.Context, db DB, model, tier string, t time.Time) (Price, error) {
+	ps, err := collectPrices(db.Query(ctx, priceAtSQL, model, t, TierOr(tier)))
 	if err != nil {
 		return Price{}, fmt.Errorf("estimator: price of %s: %w", model, err)
 	}
@@ -183,10 +197,11 @@ func PriceAt(ctx context.Context, db DB, model string, t time.Time) (Price, erro
 	return ps[0], nil
 }
 
-// PriceList returns the price of every model in effect at t, by model
-// (only model's when model is not empty).
-func PriceList(ctx context.Context, db DB, model string, t time.Time) ([]Price, error) {
-	ps, err := collectPrices(db.Query(ctx, priceListAtSQL, t, model))
+// PriceList returns the price of every model and service tier in effect at
+// t, by model then tier (only model's when model is not empty, only tier's
+// when tier is not empty).
+func PriceList(ctx context.Context, db DB, model, tier string, t time.Time) ([]Price, error) {
+	ps, err := collectPrices(db.Query(ctx, priceListAtSQL, t, model, tier))
 	if err != nil {
 		return nil, fmt.Errorf("estimator: list prices: %w", err)
 	}
@@ -256,13 +271,13 @@ func priceInsert(ctx context.Context, tx pgx.Tx, p Price) (Price, error) {
 	if !p.EffectiveFrom.IsZero() {
 		eff = &p.EffectiveFrom
 	}
-	ps, err := collectPrices(tx.Query(ctx, priceInsertSQL, p.Model, eff, p.Currency, p.InputMicro, p.OutputMicro,
+	ps, err := collectPrices(tx.Query(ctx, priceInsertSQL, p.Model, TierOr(p.ServiceTier), eff, p.Currency, p.InputMicro, p.OutputMicro,
 		p.CachedInputMicro, p.CacheWrite5mMicro, p.CacheWrite1hMicro, p.ReasoningOutputMicro, p.LongContextThreshold,
 		p.LongInputMicro, p.LongOutputMicro, p.Source, p.CreatedBy))
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation:
-		return Price{}, invalid("effective_from", "a price of this model takes effect at this time already")
+		return Price{}, invalid("effective_from", "a price of this model and service tier takes effect at this time already")
 	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation && pgErr.ColumnName == "currency":
 		return Price{}, invalid("currency", pgErr.Message)
 	case err != nil:
@@ -271,185 +286,6 @@ func priceInsert(ctx context.Context, tx pgx.Tx, p Price) (Price, error) {
 		return Price{}, invalid("effective_from", "must not be in the past: a price change never rewrites history")
 	}
 	return ps[0], nil
-}
-
-// PriceFile is a price table as data: the default one embedded in the
-// binary (DefaultPriceFile), or an admin's file for `tokengate prices
-// import --file`. Prices are decimal strings in currency units per million
-// tokens, as providers publish them.
-type PriceFile struct {
-	Version   string          `json:"version"`
-	Currency  string          `json:"currency"`
-	Providers []PriceProvider `json:"providers"`
-}
-
-// PriceProvider is one provider's prices, with where and when they were
-// taken, so an auditor can check them against the published page.
-type PriceProvider struct {
-	Provider string `json:"provider"`
-	Source   string `json:"source"`
-	Taken    string `json:"taken"`
-	// Note says how the prices were read, when not from the page itself.
-	Note   string       `json:"note,omitempty"`
-	Models []PriceEntry `json:"models"`
-}
-
-// PriceEntry is one model's prices in a PriceFile.
-type PriceEntry struct {
-	Model           string          `json:"model"`
-	Input           string          `json:"input"`
-	Output          string          `json:"output"`
-	CachedInput     *string         `json:"cached_input,omitempty"`
-	CacheWrite5m    *string         `json:"cache_write_5m,omitempty"`
-	CacheWrite1h    *string         `json:"cache_write_1h,omitempty"`
-	ReasoningOutput *string         `json:"reasoning_output,omitempty"`
-	LongContext     *LongContextRaw `json:"long_context,omitempty"`
-}
-
-// LongContextRaw is a long-context tier in a PriceFile.
-type LongContextRaw struct {
-	Threshold int64  `json:"threshold"`
-	Input     string `json:"input"`
-	Output    string `json:"output"`
-}
-
-// DefaultPriceFile returns the price table embedded in this binary.
-func DefaultPriceFile() (*PriceFile, error) {
-	return ParsePriceFile(defaultPrices)
-}
-
-// ParsePriceFile decodes a price file strictly (an unknown field is an
-// error, so a typo never drops a price) and checks every price in it.
-func ParsePriceFile(b []byte) (*PriceFile, error) {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	var f PriceFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("estimator: price file: %w", err)
-	}
-	if f.Version == "" {
-		return nil, errors.New("estimator: price file: version is required")
-	}
-	if f.Currency == "" {
-		f.Currency = DefaultCurrency
-	}
-	if _, err := f.Prices(); err != nil {
-		return nil, err
-	}
-	return &f, nil
-}
-
-// Prices returns the file's rows, unstored (no effective_from), with
-// Source naming the file's version and the provider's page.
-func (f *PriceFile) Prices() ([]Price, error) {
-	var out []Price
-	seen := map[string]bool{}
-	for _, pr := range f.Providers {
-		for _, e := range pr.Models {
-			if seen[e.Model] {
-				return nil, fmt.Errorf("estimator: price file: %s is priced twice", e.Model)
-			}
-			seen[e.Model] = true
-			p, err := e.price(f.Currency)
-			if err != nil {
-				return nil, fmt.Errorf("estimator: price file: %s: %w", e.Model, err)
-			}
-			p.Source = "prices " + f.Version + " (" + pr.Source + ", " + pr.Taken + ")"
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
-
-func (e PriceEntry) price(currency string) (Price, error) {
-	p := Price{Model: e.Model, Currency: currency}
-	var err error
-	if p.InputMicro, err = ParsePrice(e.Input, "input"); err != nil {
-		return p, err
-	}
-	if p.OutputMicro, err = ParsePrice(e.Output, "output"); err != nil {
-		return p, err
-	}
-	for _, o := range []struct {
-		s     *string
-		field string
-		dst   **int64
-	}{
-		{e.CachedInput, "cached_input", &p.CachedInputMicro}, {e.CacheWrite5m, "cache_write_5m", &p.CacheWrite5mMicro},
-		{e.CacheWrite1h, "cache_write_1h", &p.CacheWrite1hMicro}, {e.ReasoningOutput, "reasoning_output", &p.ReasoningOutputMicro},
-	} {
-		if o.s == nil {
-			continue
-		}
-		v, err := ParsePrice(*o.s, o.field)
-		if err != nil {
-			return p, err
-		}
-		*o.dst = &v
-	}
-	if lc := e.LongContext; lc != nil {
-		in, err := ParsePrice(lc.Input, "long_context.input")
-		if err != nil {
-			return p, err
-		}
-		out, err := ParsePrice(lc.Output, "long_context.output")
-		if err != nil {
-			return p, err
-		}
-		th := lc.Threshold
-		p.LongContextThreshold, p.LongInputMicro, p.LongOutputMicro = &th, &in, &out
-	}
-	return p, p.Validate()
-}
-
-// PriceImportResult counts what an import did.
-type PriceImportResult struct {
-	Inserted  []Price
-	Unchanged int
-}
-
-// PriceImport applies a price file: each model gets a new row, effective
-// now, only when its prices differ from the row in effect (or it has
-// none), so importing the same file again changes nothing. Imports and
-// inserts are serialized by a transaction-level advisory lock, so imports
-// from several replicas at once add each change exactly once.
-func PriceImport(ctx context.Context, db TxDB, f *PriceFile, actor string) (PriceImportResult, error) {
-	prices, err := f.Prices()
-	if err != nil {
-		return PriceImportResult{}, err
-	}
-	var res PriceImportResult
-	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		res = PriceImportResult{}
-		if _, err := tx.Exec(ctx, priceLockSQL); err != nil {
-			return err
-		}
-		var now time.Time
-		if err := tx.QueryRow(ctx, priceNowSQL).Scan(&now); err != nil {
-			return err
-		}
-		for _, p := range prices {
-			cur, err := PriceAt(ctx, tx, p.Model, now)
-			if err != nil && !errors.Is(err, ErrNoPrice) {
-				return err
-			}
-			if err == nil && cur.SamePrices(&p) {
-				res.Unchanged++
-				continue
-			}
-			p.EffectiveFrom, p.CreatedBy = now, actor
-			stored, err := priceInsert(ctx, tx, p)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.Model, err)
-			}
-			res.Inserted = append(res.Inserted, stored)
-		}
-		return nil
-	})
-	if err != nil {
-		return PriceImportResult{}, fmt.Errorf("estimator: import prices: %w", err)
-	}
-	return res, nil
 }
 
 // ParsePrice reads a decimal price in currency units per million tokens

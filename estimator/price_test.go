@@ -207,14 +207,14 @@ func TestPriceAtBoundaries(t *testing.T) {
 			t.Errorf("at %v: %+v %v, want input %d", tc.at, p, err, tc.input)
 		}
 	}
-	list, err := estimator.PriceList(ctx, pool, "", t1)
+	list, err := estimator.PriceList(ctx, pool, "", "", t1)
 	if err != nil || len(list) != 2 || list[0].Model != "m" || list[0].InputMicro != 3_000_000 || list[1].Model != "other" {
 		t.Fatalf("list at t1: %+v %v", list, err)
 	}
-	if list, _ := estimator.PriceList(ctx, pool, "other", t1); len(list) != 1 || list[0].Model != "other" {
+	if list, _ := estimator.PriceList(ctx, pool, "other", "", t1); len(list) != 1 || list[0].Model != "other" {
 		t.Fatalf("list of one model: %+v", list)
 	}
-	if list, _ := estimator.PriceList(ctx, pool, "", t0.Add(time.Second)); len(list) != 1 || list[0].Model != "m" {
+	if list, _ := estimator.PriceList(ctx, pool, "", "", t0.Add(time.Second)); len(list) != 1 || list[0].Model != "m" {
 		t.Fatalf("list before other's price: %+v", list)
 	}
 

@@ -263,32 +263,47 @@ type PriceBook struct {
 	// and none (nil) for the families of the default model table that
 	// have no price, so that resolution stops at them (see At). One map
 	// lookup per name tried.
-	names map[string][]Price
-	// history holds each priced model's rows, oldest effective_from
-	// first.
-	history map[string][]Price
+	names map[string]*tierHistory
+	// history holds each priced model's rows, by service tier, oldest
+	// effective_from first.
+	history map[string]*tierHistory
 	version time.Time
 }
+
+// tierHistory is one model's rows, one history per service tier, in the
+// order of ServiceTiers (the default tier's first).
+type tierHistory [4][]Price
 
 // NewPriceBook builds a book from rows of model_prices (PriceBookLoad's,
 // or a test's), in any order; rows is not changed. Rows are the table's,
 // so (Model, EffectiveFrom) is unique; of duplicates, At and Exact answer
 // with the one created last.
 func NewPriceBook(rows []Price) *PriceBook {
-	b := &PriceBook{names: map[string][]Price{}, history: map[string][]Price{}}
+	b := &PriceBook{names: map[string]*tierHistory{}, history: map[string]*tierHistory{}}
 	for _, r := range rows {
-		b.history[r.Model] = append(b.history[r.Model], r)
+		i := tierIndex(TierOr(r.ServiceTier))
+		if i < 0 {
+			continue // the table's check admits none
+		}
+		th := b.history[r.Model]
+		if th == nil {
+			th = &tierHistory{}
+			b.history[r.Model] = th
+		}
+		th[i] = append(th[i], r)
 		if r.CreatedAt.After(b.version) {
 			b.version = r.CreatedAt
 		}
 	}
-	for _, h := range b.history {
-		slices.SortStableFunc(h, func(a, c Price) int {
-			if n := a.EffectiveFrom.Compare(c.EffectiveFrom); n != 0 {
-				return n
-			}
-			return a.CreatedAt.Compare(c.CreatedAt)
-		})
+	for _, th := range b.history {
+		for _, h := range th {
+			slices.SortStableFunc(h, func(a, c Price) int {
+				if n := a.EffectiveFrom.Compare(c.EffectiveFrom); n != 0 {
+					return n
+				}
+				return a.CreatedAt.Compare(c.CreatedAt)
+			})
+		}
 	}
 	// The seeded families and aliases, priced or not: without them a
 	// family with no price would borrow the price of a shorter name by
@@ -319,7 +334,8 @@ func PriceBookLoad(ctx context.Context, db DB) (*PriceBook, error) {
 	return NewPriceBook(ps), nil
 }
 
-// At returns the price in effect at t for a request's model name: the row
+// At returns the default tier's price in effect at t for a request's
+// model name (AtTier with TierDefault): the row
 // with the latest EffectiveFrom not after t, of the model the name
 // resolves to by the model table's naming rule (resolveName: the exact
 // name, then the name without its version suffixes, then its longest
@@ -331,13 +347,34 @@ func PriceBookLoad(ctx context.Context, db DB) (*PriceBook, error) {
 // stored under, which with EffectiveFrom is what Exact takes back.
 // ok is false when there is no price. At does not allocate.
 func (b *PriceBook) At(model string, t time.Time) (Price, bool) {
+	return b.AtTier(model, TierDefault, t)
+}
+
+// AtTier is At for a service tier ("" is TierDefault): the row of tier in
+// effect at t, or, when the model has none of that tier in effect at t,
+// its default tier's row (so a tier no admin priced is charged as the
+// default tier, as before tiers existed). The returned row's ServiceTier
+// says which tier it is; with Model and EffectiveFrom it is what
+// ExactTier takes back. An unknown tier is priced as the default tier.
+// AtTier does not allocate.
+func (b *PriceBook) AtTier(model, tier string, t time.Time) (Price, bool) {
 	if b == nil {
 		return Price{}, false
 	}
-	h, ok := resolveName(model, b.lookup)
-	if !ok {
+	th, ok := resolveName(model, b.lookup)
+	if !ok || th == nil {
 		return Price{}, false
 	}
+	if i := tierIndex(TierOr(tier)); i > 0 {
+		if p, ok := inEffect(th[i], t); ok {
+			return p, true
+		}
+	}
+	return inEffect(th[0], t)
+}
+
+// inEffect is the row of h (oldest first) in effect at t.
+func inEffect(h []Price, t time.Time) (Price, bool) {
 	// The first row taking effect after t; the one before it is in
 	// effect.
 	lo, hi := 0, len(h)
@@ -355,20 +392,31 @@ func (b *PriceBook) At(model string, t time.Time) (Price, bool) {
 	return h[lo-1], true
 }
 
-func (b *PriceBook) lookup(name string) ([]Price, bool) {
+func (b *PriceBook) lookup(name string) (*tierHistory, bool) {
 	h, ok := b.names[name]
 	return h, ok
 }
 
-// Exact returns the row of model (its key, as At returned it, not a
-// request's name) that takes effect at from: the price an admission
-// recorded when it reserved, so its settle charges at the same price
-// whatever rows were added since.
+// Exact returns the default tier's row of model (its key, as At returned
+// it, not a request's name) that takes effect at from: the price an
+// admission recorded when it reserved, so its settle charges at the same
+// price whatever rows were added since.
 func (b *PriceBook) Exact(model string, from time.Time) (Price, bool) {
+	return b.ExactTier(model, TierDefault, from)
+}
+
+// ExactTier is Exact for the rows of one tier ("" is TierDefault): no
+// fallback, the row named is the row answered.
+func (b *PriceBook) ExactTier(model, tier string, from time.Time) (Price, bool) {
 	if b == nil {
 		return Price{}, false
 	}
-	h := b.history[model]
+	i := tierIndex(TierOr(tier))
+	th := b.history[model]
+	if i < 0 || th == nil {
+		return Price{}, false
+	}
+	h := th[i]
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].EffectiveFrom.Equal(from) {
 			return h[i], true

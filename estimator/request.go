@@ -87,6 +87,8 @@ type Request struct {
 	endUser EndUserFields // see EndUserFields
 
 	context1M bool // estimated with the model's widest window (WithContext1M)
+
+	serviceTier string // the price tier asked for (ReadServiceTier), "" for the default
 }
 
 type promptEntry struct {
@@ -191,6 +193,9 @@ func (p *parser) request(obj map[string]any) error {
 		return err
 	}
 	if r.maxWaitMS, _, err = intField(obj, "max_wait_ms", 0, MaxWaitMS); err != nil {
+		return err
+	}
+	if r.serviceTier, err = serviceTierField(obj); err != nil {
 		return err
 	}
 	if r.inputTokens, r.hasInputTokens, err = intField(obj, "input_tokens", 0, MaxInputTokens); err != nil {
@@ -306,4 +311,23 @@ func intField(obj map[string]any, key string, min, max int64) (int64, bool, *Inv
 		return 0, false, invalid(key, fmt.Sprintf("must be at most %d", max))
 	}
 	return x, true, nil
+}
+
+// serviceTierField reads the optional service_tier of an OpenAI or
+// Anthropic request as a price tier (ReadServiceTier): a word no tier
+// prices ("auto", "standard_only", a value a provider adds later) is the
+// default tier, for the upstream to accept or refuse; a value that is not
+// a string is an *InvalidError.
+func serviceTierField(obj map[string]any) (string, *InvalidError) {
+	switch v := obj["service_tier"].(type) {
+	case nil:
+		return "", nil
+	case string:
+		if t := ReadServiceTier(v); t != TierDefault {
+			return t, nil
+		}
+		return "", nil
+	default:
+		return "", invalid("service_tier", "must be a string, not "+kind(v))
+	}
 }

@@ -20,7 +20,7 @@ type pricesView struct {
 
 // priceFields are the price form's fields; the long-context tier's are
 // flat here (long_*), long_context.* in the API and in errors.
-var priceFields = []string{"model", "input", "output", "cached_input", "cache_write_5m", "cache_write_1h", "reasoning_output",
+var priceFields = []string{"model", "service_tier", "input", "output", "cached_input", "cache_write_5m", "cache_write_1h", "reasoning_output",
 	"long_threshold", "long_input", "long_output", "effective_from"}
 
 func (d *Dashboard) pricesPage(c *echo.Context) error {
@@ -29,7 +29,7 @@ func (d *Dashboard) pricesPage(c *echo.Context) error {
 
 func (d *Dashboard) renderPrices(c *echo.Context, status int, f *form) error {
 	ctx := c.Request().Context()
-	ps, err := d.admin.PriceList(ctx, "", time.Now())
+	ps, err := d.admin.PriceList(ctx, "", "", time.Now())
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func (d *Dashboard) renderPrices(c *echo.Context, status int, f *form) error {
 
 // price reads the form into a price row, recording each bad field.
 func (f *form) price() estimator.Price {
-	p := estimator.Price{Model: f.Get("model")}
+	p := estimator.Price{Model: f.Get("model"), ServiceTier: strings.ToLower(f.Get("service_tier"))} // blank: default; the domain judges it
 	if p.Model == "" {
 		f.Fail("model", "is required")
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,19 @@ func TestBrowserPrices(t *testing.T) {
 	}
 	if rec := c.post("/prices", url.Values{"model": {"x"}, "input": {"1"}, "output": {"1"}, "csrf": {c.csrf("/prices")}}); rec.Code != http.StatusSeeOther {
 		t.Fatalf("with the csrf token: %d %s", rec.Code, rec.Body)
+	}
+
+	// A price for a service tier is a row of its own, listed beside the
+	// default tier's; an unknown tier is refused, naming the field.
+	if rec := c.post("/prices", url.Values{"model": {"x"}, "service_tier": {"turbo"}, "input": {"1"}, "output": {"1"}, "csrf": {c.csrf("/prices")}}); rec.Code != http.StatusUnprocessableEntity ||
+		!strings.Contains(rec.Body.String(), "service_tier: must be one of default, flex, priority, batch") {
+		t.Fatalf("an unknown tier: %d %s", rec.Code, rec.Body)
+	}
+	if rec := c.post("/prices", url.Values{"model": {"x"}, "service_tier": {"flex"}, "input": {"0.5"}, "output": {"1"}, "csrf": {c.csrf("/prices")}}); rec.Code != http.StatusSeeOther {
+		t.Fatalf("a flex price: %d %s", rec.Code, rec.Body)
+	}
+	br.navigate("/prices")
+	if got := br.texts(`Array.from(document.querySelectorAll('#prices tr[data-model="x"]')).map(function (tr) { return tr.dataset.tier + ":" + tr.querySelector('td[data-price="input"]').textContent.trim(); })`); !slices.Equal(got, []string{"default:1", "flex:0.5"}) {
+		t.Errorf("x's rows: %q", got)
 	}
 }

@@ -20,6 +20,9 @@ type anthropicUsage struct {
 		Ephemeral5m *int64 `json:"ephemeral_5m_input_tokens"`
 		Ephemeral1h *int64 `json:"ephemeral_1h_input_tokens"`
 	} `json:"cache_creation"`
+	// ServiceTier is the tier that served the call ("standard",
+	// "priority", "batch"), in message_start's usage and the answer's.
+	ServiceTier *string `json:"service_tier"`
 }
 
 // complete says whether u states both input and output.
@@ -71,6 +74,11 @@ func mergeAnthropic(m *rule.Usage, u *anthropicUsage) {
 		}
 	}
 	m.Input = uncached + m.CacheRead + m.CacheWrite5m + m.CacheWrite1h
+	if u.ServiceTier != nil {
+		if t := estimator.ReadServiceTier(*u.ServiceTier); t != "" {
+			m.Tier = t
+		}
+	}
 }
 
 // messagesEvent is what the proxy reads of one Messages stream event.

@@ -104,12 +104,15 @@ func (openAI) usage(rt route, body []byte) (rule.Usage, bool) {
 		return readEmbeddingsUsage(body)
 	}
 	var v struct {
-		Usage *wireUsage `json:"usage"`
+		Usage       *wireUsage `json:"usage"`
+		ServiceTier string     `json:"service_tier"`
 	}
 	if json.Unmarshal(body, &v) != nil {
 		return rule.Usage{}, false
 	}
-	return v.Usage.usage()
+	u, ok := v.Usage.usage()
+	u.Tier = estimator.ReadServiceTier(v.ServiceTier)
+	return u, ok
 }
 
 // wireUsage reads the usage objects of the three APIs: Chat

@@ -23,9 +23,13 @@ type chunk struct {
 		} `json:"delta"`
 		Text string `json:"text"` // completions
 	} `json:"choices"`
-	Usage    *wireUsage `json:"usage"`
-	Response *struct {
-		Usage *wireUsage `json:"usage"`
+	Usage *wireUsage `json:"usage"`
+	// ServiceTier is the tier that served the stream, in every chunk of
+	// Chat Completions and in the Responses API's response object.
+	ServiceTier string `json:"service_tier"`
+	Response    *struct {
+		Usage       *wireUsage `json:"usage"`
+		ServiceTier string     `json:"service_tier"`
 	} `json:"response"`
 }
 
@@ -122,6 +126,7 @@ func (s *openAIStream) read(data []byte) bool {
 		}
 		if ch.Response != nil {
 			if u, ok := ch.Response.Usage.usage(); ok {
+				u.Tier = estimator.ReadServiceTier(ch.Response.ServiceTier)
 				s.got = &u
 			}
 		}
@@ -137,6 +142,7 @@ func (s *openAIStream) read(data []byte) bool {
 			streamed.WriteString(choice.Text)
 		}
 		if u, ok := ch.Usage.usage(); ok {
+			u.Tier = estimator.ReadServiceTier(ch.ServiceTier)
 			s.got = &u
 			if s.rt.added && len(ch.Choices) == 0 {
 				return false

@@ -57,8 +57,11 @@ type Admission struct {
 	// model_prices row), MoneyEstimate the money of its estimate and
 	// MoneyActual of its usage at that price: all nil when its model had
 	// no price.
-	PriceModel    string
-	PriceFrom     *time.Time
+	PriceModel string
+	PriceFrom  *time.Time
+	// PriceTier is the service tier of that row ("" for admissions made
+	// before tiers: the default tier's).
+	PriceTier     string
 	MoneyEstimate *int64
 	MoneyActual   *int64
 	// Face is the face that made it, the only one that may end it.
@@ -98,6 +101,7 @@ type admissionRow struct {
 	PoolID            *string    `db:"pool_id"`
 	PriceModel        *string    `db:"price_model"`
 	PriceFrom         *time.Time `db:"price_from"`
+	PriceTier         *string    `db:"price_tier"`
 	MoneyEstimate     *int64     `db:"money_estimate"`
 	MoneyActual       *int64     `db:"money_actual"`
 	Face              string     `db:"face"`
@@ -112,7 +116,7 @@ func (r *admissionRow) admission() *Admission {
 		ActualInput: r.ActualInput, ActualOutput: r.ActualOutput, ActualCost: r.ActualCost,
 		EndDeltaMicro: r.EndDeltaMicro, EndBalanceMicro: r.EndBalanceMicro, Shadowed: r.Shadowed,
 		Family: deref0(r.Family), ModelLevels: r.ModelLevels, PoolID: deref0(r.PoolID),
-		PriceModel: deref0(r.PriceModel), PriceFrom: r.PriceFrom, MoneyEstimate: r.MoneyEstimate, MoneyActual: r.MoneyActual,
+		PriceModel: deref0(r.PriceModel), PriceFrom: r.PriceFrom, PriceTier: deref0(r.PriceTier), MoneyEstimate: r.MoneyEstimate, MoneyActual: r.MoneyActual,
 		Face: rule.Face(r.Face), DebitedMicro: r.DebitedMicro}
 }
 

@@ -110,7 +110,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		Face:      p.Face.Or(),
 	}
 	if price != nil {
-		a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
+		a.PriceModel, a.PriceFrom, a.PriceTier, a.MoneyEstimate = price.Model, &price.EffectiveFrom, estimator.TierOr(price.ServiceTier), &money
 	}
 	if pl != nil {
 		a.PoolID = pl.id
@@ -128,6 +128,11 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		e.DeltaMicro = applied
 		e.MoneyMicro = a.MoneyEstimate
 		var detail []string
+		if price != nil {
+			if td := tierDetail(p.Estimate.ServiceTier, price.ServiceTier); td != "" {
+				detail = append(detail, td)
+			}
+		}
 		if m := d.models[[2]string{lv.id, mkey}]; m != nil {
 			m.debit(p.Estimate.InputTokens, p.Estimate.OutputTokens, skips[i])
 			d.w.model(m)
@@ -220,12 +225,18 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	// The money of what it used, at the price it was reserved at (0 for a
 	// release; nil when the model had no price then).
 	var moneyActual *int64
+	var tierDetailOf string // the tiers it was served and charged at, for its entries
 	if a.MoneyEstimate != nil {
-		m, err := d.moneyActual(a, usage)
+		m, charged, err := d.moneyActual(a, usage)
 		if err != nil {
 			return nil, err
 		}
 		moneyActual = &m
+		served := estimator.TierOr(a.PriceTier)
+		if usage != nil && usage.ServiceTier != "" && usage.RefundTokens == 0 {
+			served = usage.ServiceTier
+		}
+		tierDetailOf = tierDetail(served, charged)
 	}
 	cost := a.Estimate.Cost
 	kind := ledger.KindSettle
@@ -257,6 +268,9 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 			e.MoneyMicro = &moved
 		}
 		var detail []string
+		if tierDetailOf != "" {
+			detail = append(detail, tierDetailOf)
+		}
 		if m := d.models[[2]string{lv.id, a.Family}]; m != nil && slices.Contains(a.ModelLevels, lv.id) {
 			m.end(a.Estimate.InputTokens, a.Estimate.OutputTokens, in, out, skip)
 			d.w.model(m)

@@ -107,7 +107,8 @@ func (d *decision) deferEnd(key string, dp *Deferral, target State, actor, keyID
 	if usage != nil {
 		k.usage = SettleParams{InputTokens: usage.InputTokens, OutputTokens: usage.OutputTokens,
 			CachedInputTokens: usage.CachedInputTokens, CacheWriteTokens: usage.CacheWriteTokens,
-			CacheWrite1hTokens: usage.CacheWrite1hTokens, RefundTokens: usage.RefundTokens, ReasoningTokens: usage.ReasoningTokens}
+			CacheWrite1hTokens: usage.CacheWrite1hTokens, RefundTokens: usage.RefundTokens, ReasoningTokens: usage.ReasoningTokens,
+			ServiceTier: usage.ServiceTier}
 	}
 	d.w.deferEnd(k)
 	return ErrDeferred
@@ -140,13 +141,13 @@ func queueDeferred(b *pgx.Batch, ks []deferredEnd) {
 	n := len(ks)
 	tenants, keys, kinds, actors, keyIDs, gateways := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	in, out, cached, refund, at := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]time.Time, n)
-	w5, w1, reasoning := make([]int64, n), make([]int64, n), make([]int64, n)
+	w5, w1, reasoning, tiers := make([]int64, n), make([]int64, n), make([]int64, n), make([]string, n)
 	for i, k := range ks {
 		tenants[i], keys[i], kinds[i], actors[i], keyIDs[i], gateways[i], at[i] = k.tenantID, k.key, k.kind(), k.actor, k.keyID, k.gateway, k.at
 		in[i], out[i], cached[i], refund[i] = k.usage.InputTokens, k.usage.OutputTokens, k.usage.CachedInputTokens, k.usage.RefundTokens
-		w5[i], w1[i], reasoning[i] = k.usage.CacheWriteTokens, k.usage.CacheWrite1hTokens, k.usage.ReasoningTokens
+		w5[i], w1[i], reasoning[i], tiers[i] = k.usage.CacheWriteTokens, k.usage.CacheWrite1hTokens, k.usage.ReasoningTokens, k.usage.ServiceTier
 	}
-	b.Queue(deferredSettlePutSQL, tenants, keys, kinds, in, out, cached, refund, actors, keyIDs, gateways, at, w5, w1, reasoning)
+	b.Queue(deferredSettlePutSQL, tenants, keys, kinds, in, out, cached, refund, actors, keyIDs, gateways, at, w5, w1, reasoning, tiers)
 }
 
 func (k deferredEnd) kind() string {
@@ -169,7 +170,7 @@ func scanDeferred(br pgx.BatchResults, tenantID, key string) ([]*deferredEnd, er
 		k := &deferredEnd{tenantID: tenantID, key: key}
 		var kind string
 		if err := rows.Scan(&kind, &k.usage.InputTokens, &k.usage.OutputTokens, &k.usage.CachedInputTokens,
-			&k.usage.RefundTokens, &k.actor, &k.at, &k.usage.CacheWriteTokens, &k.usage.CacheWrite1hTokens, &k.usage.ReasoningTokens); err != nil {
+			&k.usage.RefundTokens, &k.actor, &k.at, &k.usage.CacheWriteTokens, &k.usage.CacheWrite1hTokens, &k.usage.ReasoningTokens, &k.usage.ServiceTier); err != nil {
 			return nil, fmt.Errorf("budget: deferred settle: %w", err)
 		}
 		k.state = StateSettled

@@ -15,6 +15,16 @@ import (
 // money windows of its tenant's tree. Its settle is priced at the same row
 // of the book, named by the admission (price_model, price_from), so a price
 // change between reserve and settle never reprices a request in flight.
+//
+// Service tiers (issue 38): an admission is reserved at the price of the
+// tier its request asked for (estimator.Estimate.ServiceTier; the default
+// tier's row when that tier has none, PriceBook.AtTier) and at the
+// long-context bracket its estimated input falls in (Price.Cost prices the
+// whole call at the long rates above the threshold). Its settle charges
+// the tier the upstream reported (SettleParams.ServiceTier), at that
+// tier's row in effect when it was reserved; with no tier reported, the
+// row it was reserved at. A ledger entry priced at any tier but the
+// default names it in its detail (tierDetail).
 
 // moneyOf is the money of an estimate at the decision's time, and the price
 // it was computed at (nil, 0 when the model has no price). A model without
@@ -25,7 +35,7 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 	var p estimator.Price
 	ok := false
 	if d.prices != nil {
-		p, ok = d.prices.At(est.Model, d.now)
+		p, ok = d.prices.AtTier(est.Model, est.ServiceTier, d.now)
 	}
 	if !ok {
 		for _, lv := range d.chain {
@@ -46,37 +56,57 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 }
 
 // moneyActual is the money of a settle's usage (nil: a release, 0) for
-// admission a, at the price a was reserved at. A refund-style usage (a
-// gateway's negative hits) keeps the share of the estimate's money that it
-// keeps of the estimate's cost.
-func (d *decision) moneyActual(a *Admission, usage *SettleParams) (int64, error) {
+// admission a, and the tier of the row it was priced at: the row of the
+// tier the usage reports in effect when a was reserved (the default
+// tier's when that tier had none), or the row a was reserved at when the
+// usage reports no tier, or that tier's row does not price a's model. A
+// refund-style usage (a gateway's negative hits) keeps the share of the
+// estimate's money that it keeps of the estimate's cost, at a's tier.
+func (d *decision) moneyActual(a *Admission, usage *SettleParams) (int64, string, error) {
+	reserved := estimator.TierOr(a.PriceTier)
 	if usage == nil {
-		return 0, nil
+		return 0, reserved, nil
 	}
 	if usage.RefundTokens > 0 {
 		kept := max(0, a.Estimate.Cost-usage.RefundTokens)
 		if a.Estimate.Cost == 0 {
-			return 0, nil
+			return 0, reserved, nil
 		}
 		n := new(big.Int).Mul(big.NewInt(*a.MoneyEstimate), big.NewInt(kept))
-		return n.Quo(n, big.NewInt(a.Estimate.Cost)).Int64(), nil
+		return n.Quo(n, big.NewInt(a.Estimate.Cost)).Int64(), reserved, nil
 	}
 	var p estimator.Price
 	ok := false
-	if d.prices != nil && a.PriceFrom != nil {
-		p, ok = d.prices.Exact(a.PriceModel, *a.PriceFrom)
+	if tier := usage.ServiceTier; d.prices != nil && tier != "" && tier != reserved {
+		p, ok = d.prices.AtTier(a.PriceModel, tier, a.CreatedAt)
+	}
+	if !ok && d.prices != nil && a.PriceFrom != nil {
+		p, ok = d.prices.ExactTier(a.PriceModel, reserved, *a.PriceFrom)
 	}
 	if !ok {
 		// Rows of model_prices are never changed nor deleted, and the load
 		// step reloads the book when any was added: not finding the row an
 		// admission names is a bug, and nothing is written.
-		return 0, fmt.Errorf("budget: admission %s names the price of %s from %s, which the price book does not hold", a.ID, a.PriceModel, a.PriceFrom)
+		return 0, "", fmt.Errorf("budget: admission %s names the %s price of %s from %s, which the price book does not hold", a.ID, reserved, a.PriceModel, a.PriceFrom)
 	}
 	m, err := p.Cost(estimator.MoneyUsage{Input: usage.InputTokens, CachedRead: usage.CachedInputTokens,
 		CacheWrite5m: usage.CacheWriteTokens, CacheWrite1h: usage.CacheWrite1hTokens, Output: usage.OutputTokens,
 		Reasoning: usage.ReasoningTokens})
 	if err != nil {
-		return 0, &rule.OverflowError{Field: "money", Op: err.Error()}
+		return 0, "", &rule.OverflowError{Field: "money", Op: err.Error()}
 	}
-	return m, nil
+	return m, estimator.TierOr(p.ServiceTier), nil
+}
+
+// tierDetail is the ledger detail naming the service tier a call was
+// served at (asked for, at a reserve; reported, else as reserved, at a
+// settle) and the tier of the price row it was charged at, or "" when
+// both are the default tier: entries of deployments that price no tier
+// read as they did before tiers.
+func tierDetail(served, priced string) string {
+	served, priced = estimator.TierOr(served), estimator.TierOr(priced)
+	if served == estimator.TierDefault && priced == estimator.TierDefault {
+		return ""
+	}
+	return fmt.Sprintf(`"service_tier":%q,"price_tier":%q`, served, priced)
 }

@@ -52,6 +52,14 @@ type SettleParams struct {
 	// they are part of. 0 <= ReasoningTokens <= OutputTokens, else a
 	// *UsageError.
 	ReasoningTokens int64
+	// ServiceTier is the price tier the call was served at, as its
+	// upstream reported it (estimator.ReadServiceTier; one of
+	// estimator.ServiceTiers, else an *InvalidError naming service_tier),
+	// "" when it did not say. Money charges that tier's price in effect
+	// when the admission was reserved (the default tier's where that tier
+	// has no row), or, with "", the price the admission was reserved at.
+	// Tokens are counted the same at every tier.
+	ServiceTier string
 	// RefundTokens states the usage as a refund of the estimate instead (a
 	// gateway's negative hits): the actual input is
 	// max(0, estimate cost - RefundTokens) and the output 0. The estimate's
@@ -93,6 +101,8 @@ func (p SettleParams) Validate() error {
 		return &rule.InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
 	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0 || p.CacheWriteTokens != 0 || p.CacheWrite1hTokens != 0):
 		return &rule.InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
+	case p.ServiceTier != "" && !estimator.ValidTier(p.ServiceTier):
+		return &rule.InvalidError{Field: "service_tier", Reason: estimator.TierReason}
 	}
 	return p.Claimed().Check()
 }
@@ -101,7 +111,7 @@ func (p SettleParams) Validate() error {
 // checks it as a claim (rule.Usage.Check), whatever face it came from.
 func (p SettleParams) Claimed() rule.Usage {
 	return rule.Usage{Input: p.InputTokens, Output: p.OutputTokens, Reasoning: p.ReasoningTokens,
-		CacheRead: p.CachedInputTokens, CacheWrite5m: p.CacheWriteTokens, CacheWrite1h: p.CacheWrite1hTokens}
+		CacheRead: p.CachedInputTokens, CacheWrite5m: p.CacheWriteTokens, CacheWrite1h: p.CacheWrite1hTokens, Tier: p.ServiceTier}
 }
 
 // Usage is the input and output tokens a settle p charges an admission

@@ -154,9 +154,9 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		approx, created, expires, shadowed := make([]bool, n), make([]time.Time, n), make([]time.Time, n), make([]string, n)
 		families, modelLevels, pools := make([]string, n), make([]string, n), make([]string, n)
 		priceModels, priceFrom, money := make([]string, n), make([]*time.Time, n), make([]*int64, n)
-		faces, debited := make([]string, n), make([]*int64, n)
+		faces, debited, priceTiers := make([]string, n), make([]*int64, n), make([]string, n)
 		for i, a := range w.inserted {
-			priceModels[i], priceFrom[i], money[i] = a.PriceModel, a.PriceFrom, a.MoneyEstimate
+			priceModels[i], priceFrom[i], money[i], priceTiers[i] = a.PriceModel, a.PriceFrom, a.MoneyEstimate, a.PriceTier
 			faces[i], debited[i] = string(a.Face.Or()), a.DebitedMicro
 			e := a.Estimate
 			shadowed[i], families[i], modelLevels[i] = strings.Join(a.Shadowed, ","), a.Family, strings.Join(a.ModelLevels, ",")
@@ -165,7 +165,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 			in[i], out[i], cost[i], approx[i], inW[i], outW[i] = e.InputTokens, e.OutputTokens, e.Cost, e.Approximate, e.InputWeightMicro, e.OutputWeightMicro
 		}
 		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels, pools,
-			priceModels, priceFrom, money, faces, debited)
+			priceModels, priceFrom, money, faces, debited, priceTiers)
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.ended); n > 0 {

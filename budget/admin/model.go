@@ -78,10 +78,15 @@ func (s *Service) PriceCurrency(ctx context.Context) (string, error) {
 	return estimator.PriceCurrency(ctx, s.db)
 }
 
-// PriceList returns the price of every model in effect at t (only model's
-// when model is not empty).
-func (s *Service) PriceList(ctx context.Context, model string, t time.Time) ([]estimator.Price, error) {
-	return estimator.PriceList(ctx, s.db, model, t)
+// PriceList returns the price of every model and service tier in effect
+// at t (only model's when model is not empty, only tier's when tier is not
+// empty). A tier not in estimator.ServiceTiers is an
+// *estimator.InvalidError naming service_tier.
+func (s *Service) PriceList(ctx context.Context, model, tier string, t time.Time) ([]estimator.Price, error) {
+	if err := estimator.CheckTier(tier, "service_tier"); err != nil {
+		return nil, err
+	}
+	return estimator.PriceList(ctx, s.db, model, tier, t)
 }
 
 // PriceHistory returns every price row of a model, oldest first.
@@ -90,10 +95,12 @@ func (s *Service) PriceHistory(ctx context.Context, model string) ([]estimator.P
 }
 
 // PriceAdd stores a new price row (a price is never edited), in the
-// deployment's currency when p names none, and returns the row stored. The
+// deployment's currency when p names none, for p's service tier (the
+// default tier when p names none), and returns the row stored. The
 // currency is read in the insert's transaction. It returns an
 // *estimator.InvalidError naming the field (a time in the past, another
-// currency, a row of that model and time stored already: of two admins
+// currency, a tier not in estimator.ServiceTiers, a row of that model,
+// tier and time stored already: of two admins
 // adding one model's price for one time at once, exactly one succeeds).
 func (s *Service) PriceAdd(ctx context.Context, p estimator.Price) (estimator.Price, error) {
 	var out estimator.Price

@@ -141,7 +141,7 @@ func (a *Admitter) SettleReported(ctx context.Context, face Face, est estimator.
 	}
 	p.InputTokens, p.OutputTokens = u.Input, u.Output
 	p.CachedInputTokens, p.CacheWriteTokens, p.CacheWrite1hTokens = u.CacheRead, u.CacheWrite5m, u.CacheWrite1h
-	p.ReasoningTokens = u.Reasoning
+	p.ReasoningTokens, p.ServiceTier = u.Reasoning, reported.Tier
 	_, _, err = a.Settle(ctx, face, p)
 	return clamped, err
 }

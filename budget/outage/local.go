@@ -174,7 +174,7 @@ func (l *Local) Reserve(snap rule.Snapshot, p account.ReserveParams) (*account.R
 	r.Snapshot = sh.snapshot(snap.TenantID, now)
 	stored := account.StoreEstimate(est)
 	rec := Record{Kind: KindReserve, AdmissionID: id, TenantID: snap.TenantID, Estimate: &stored, CreatedAt: now,
-		ExpiresAt: r.ExpiresAt, Actor: actor, Face: face}
+		ExpiresAt: r.ExpiresAt, Actor: actor, Face: face, ServiceTier: est.ServiceTier}
 	if p.IdempotencyKey != "" {
 		response, err := account.EncodeReservation(r)
 		if err != nil {
@@ -259,7 +259,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp
 		rec.Kind, rec.InputTokens, rec.OutputTokens = KindSettle, usage.InputTokens, usage.OutputTokens
 		rec.CachedInputTokens, rec.RefundTokens = usage.CachedInputTokens, usage.RefundTokens
 		rec.CacheWriteTokens, rec.CacheWrite1hTokens = usage.CacheWriteTokens, usage.CacheWrite1hTokens
-		rec.ReasoningTokens = usage.ReasoningTokens
+		rec.ReasoningTokens, rec.ServiceTier = usage.ReasoningTokens, usage.ServiceTier
 	}
 	// Usage no request could have produced is refused here, as the store
 	// would refuse it: of an admission made here the reservation is known;
@@ -374,8 +374,10 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		if r.Estimate == nil {
 			return errors.New("outage: a reserve without an estimate")
 		}
+		est := r.Estimate.Estimate()
+		est.ServiceTier = r.ServiceTier
 		wrote, err := store.ReplayReserve(ctx, account.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
-			Estimate: r.Estimate.Estimate(), CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaNow: l.now(), Replica: l.Replica,
+			Estimate: est, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaNow: l.now(), Replica: l.Replica,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response, Face: r.FaceOf()})
 		if err != nil {
 			return err
@@ -392,7 +394,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		if r.Kind == KindSettle {
 			st, err = store.Settle(ctx, account.SettleParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,
 				InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedInputTokens: r.CachedInputTokens, RefundTokens: r.RefundTokens,
-				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, ReasoningTokens: r.ReasoningTokens,
+				CacheWriteTokens: r.CacheWriteTokens, CacheWrite1hTokens: r.CacheWrite1hTokens, ReasoningTokens: r.ReasoningTokens, ServiceTier: r.ServiceTier,
 				Actor: r.Actor, Defer: r.Defer, Face: r.FaceOf()})
 		} else {
 			st, err = store.Release(ctx, account.ReleaseParams{TenantID: r.TenantID, AdmissionID: r.AdmissionID, IdempotencyKey: r.IdempotencyKey,

@@ -60,6 +60,11 @@ type Record struct {
 	// ReasoningTokens is the part of OutputTokens spent reasoning
 	// (account.SettleParams.ReasoningTokens), kept for the replay's settle.
 	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
+	// ServiceTier is, on a reserve, the price tier its request asked for
+	// (estimator.Estimate.ServiceTier) and, on a settle, the tier its
+	// upstream reported (account.SettleParams.ServiceTier): the replay
+	// prices money at them as the store would have.
+	ServiceTier string `json:"service_tier,omitempty"`
 	// Defer is, on a settle or release by IdempotencyKey, the request's
 	// failure policy as the replica knew it (account.SettleParams.Defer): if
 	// the replay finds no admission for the key, because the replica that

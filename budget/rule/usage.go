@@ -30,6 +30,13 @@ type Usage struct {
 	CacheRead    int64
 	CacheWrite5m int64
 	CacheWrite1h int64
+	// Tier is the price tier the call was served at, as its upstream
+	// reported it (estimator.ReadServiceTier: "default", "flex",
+	// "priority", "batch"), "" when it did not say: the settle then
+	// charges the tier the admission was reserved at. Check and Clamp
+	// leave it as it is; the domain's settle judges it
+	// (account.SettleParams.Validate).
+	Tier string
 }
 
 // The fields of a Usage as a *UsageError names them: OpenAI's names, and

@@ -48,8 +48,9 @@ func (c pricesImportCmd) Run(ctx context.Context, g *globals) error {
 }
 
 type pricesListCmd struct {
-	Model string `name:"model" help:"Only this model."`
-	At    string `name:"at" help:"The time to list the prices in effect at (RFC 3339); default now."`
+	Model       string `name:"model" help:"Only this model."`
+	ServiceTier string `name:"service-tier" help:"Only this service tier (default, flex, priority, batch)."`
+	At          string `name:"at" help:"The time to list the prices in effect at (RFC 3339); default now."`
 }
 
 func (c pricesListCmd) Run(ctx context.Context, g *globals) error {
@@ -61,7 +62,7 @@ func (c pricesListCmd) Run(ctx context.Context, g *globals) error {
 		}
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		ps, err := svc.PriceList(ctx, c.Model, at)
+		ps, err := svc.PriceList(ctx, c.Model, c.ServiceTier, at)
 		if err != nil {
 			return err
 		}
@@ -80,13 +81,13 @@ func writePrices(out io.Writer, ps []estimator.Price) error {
 		return estimator.FormatPrice(*v)
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "MODEL\tCURRENCY\tINPUT\tOUTPUT\tCACHED IN\tWRITE 5M\tWRITE 1H\tREASONING\tLONG CONTEXT\tEFFECTIVE FROM\tBY")
+	fmt.Fprintln(w, "MODEL\tTIER\tCURRENCY\tINPUT\tOUTPUT\tCACHED IN\tWRITE 5M\tWRITE 1H\tREASONING\tLONG CONTEXT\tEFFECTIVE FROM\tBY")
 	for _, p := range ps {
 		long := "-"
 		if p.LongContextThreshold != nil {
 			long = fmt.Sprintf(">%d: %s/%s", *p.LongContextThreshold, estimator.FormatPrice(*p.LongInputMicro), estimator.FormatPrice(*p.LongOutputMicro))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Model, p.Currency, estimator.FormatPrice(p.InputMicro),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Model, estimator.TierOr(p.ServiceTier), p.Currency, estimator.FormatPrice(p.InputMicro),
 			estimator.FormatPrice(p.OutputMicro), opt(p.CachedInputMicro), opt(p.CacheWrite5mMicro), opt(p.CacheWrite1hMicro),
 			opt(p.ReasoningOutputMicro), long, p.EffectiveFrom.UTC().Format(time.RFC3339), p.CreatedBy)
 	}
@@ -95,6 +96,7 @@ func writePrices(out io.Writer, ps []estimator.Price) error {
 
 type pricesAddCmd struct {
 	Model           string  `arg:"" help:"Model name, as in the model table."`
+	ServiceTier     string  `name:"service-tier" help:"The service tier the price is for: default, flex, priority or batch (default: default). A tier without a price of its own is charged at the default tier's."`
 	Input           string  `name:"input" required:"" help:"Price per million input tokens (decimal)."`
 	Output          string  `name:"output" required:"" help:"Price per million output tokens (decimal)."`
 	CachedInput     *string `name:"cached-input" help:"Per million input tokens read from the prompt cache (default: as input)."`
@@ -110,7 +112,7 @@ type pricesAddCmd struct {
 }
 
 func (c pricesAddCmd) Run(ctx context.Context, g *globals) error {
-	p := estimator.Price{Model: c.Model, Currency: c.Currency, Source: "cli", CreatedBy: c.Actor}
+	p := estimator.Price{Model: c.Model, ServiceTier: c.ServiceTier, Currency: c.Currency, Source: "cli", CreatedBy: c.Actor}
 	var err error
 	if c.EffectiveFrom != "" {
 		if p.EffectiveFrom, err = time.Parse(time.RFC3339, c.EffectiveFrom); err != nil {

@@ -65,11 +65,11 @@ func TestPricesCommands(t *testing.T) {
 
 	out, _ = must("prices", "list", "--model", "gpt-4o")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "MODEL") || strings.Fields(lines[1])[2] != "2" || strings.Fields(lines[1])[4] != "1.25" {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "MODEL") || strings.Fields(lines[1])[1] != "default" || strings.Fields(lines[1])[3] != "2" || strings.Fields(lines[1])[5] != "1.25" {
 		t.Fatalf("list --model gpt-4o: %q", out)
 	}
 	out, _ = must("prices", "list", "--model", "gpt-4o", "--at", firstImport.UTC().Format(time.RFC3339Nano))
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[1])[2] != "2.5" {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[1])[3] != "2.5" {
 		t.Fatalf("list --at the first import: %q", out)
 	}
 	out, _ = must("prices", "list")
@@ -97,5 +97,28 @@ func TestPricesCommands(t *testing.T) {
 	}
 	if count() != len(ps)+2 {
 		t.Fatalf("%d rows after refused adds", count())
+	}
+
+	// A price per service tier: added with --service-tier, listed by it;
+	// an unknown tier is refused, naming it.
+	must("prices", "add", "gpt-4o", "--service-tier", "flex", "--input", "1.25", "--output", "5")
+	out, _ = must("prices", "list", "--model", "gpt-4o")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || strings.Fields(lines[2])[1] != "flex" || strings.Fields(lines[2])[3] != "1.25" {
+		t.Fatalf("list with a flex price: %q", out)
+	}
+	out, _ = must("prices", "list", "--service-tier", "flex")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[1])[0] != "gpt-4o" {
+		t.Fatalf("list --service-tier flex: %q", out)
+	}
+	for _, args := range [][]string{
+		{"prices", "add", "gpt-4o", "--service-tier", "scale", "--input", "1", "--output", "1"},
+		{"prices", "list", "--service-tier", "scale"},
+	} {
+		if _, _, err := cli2(t, append(args, "--database-url", url)...); err == nil || !strings.Contains(err.Error(), "service_tier") {
+			t.Fatalf("%v: %v", args, err)
+		}
+	}
+	if count() != len(ps)+3 {
+		t.Fatalf("%d rows after a refused tier", count())
 	}
 }
