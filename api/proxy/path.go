@@ -226,7 +226,7 @@ func (c *call) estimated() rule.Usage {
 // The upstream's usage is a fact, not a claim: the request already ran.
 // But usage beyond what any call could state (rule.Usage.Clamp) or this
 // request could produce (more output than it reserved, more than the
-// model's context window: account.UsageBounds) is an upstream's error, and
+// model's context window: account.SettleBounds) is an upstream's error, and
 // would charge the tenant without bound: it is clamped to the bound, its
 // parts with it, logged, and counted as outcome usage_clamped. The
 // cache's tokens are priced by the domain, at the model's cache weights,
@@ -234,15 +234,15 @@ func (c *call) estimated() rule.Usage {
 func (c *call) settle(reported rule.Usage) {
 	u, _ := reported.Clamp()
 	table := c.p.estimator.Table()
-	in, out, over := account.ClampUsage(c.est, table, u.Input, u.Output)
+	bound := account.SettleBounds(c.est, table)
+	in, out, over := bound.Clamp(u.Input, u.Output)
 	u.Input, u.Output = in, out
 	u, _ = u.Clamp()
 	clamped := over || u.Input != reported.Input || u.Output != reported.Output
 	if clamped {
-		maxOut, maxTotal := account.UsageBounds(c.est, table)
 		c.p.logger.Warn("proxy: the upstream reported usage no request could produce; clamped to the bound",
 			"admission", c.admission.AdmissionID, "model", c.est.Model, "input_tokens", reported.Input, "output_tokens", reported.Output,
-			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", u.Input, "settled_output", u.Output)
+			"max_output_tokens", bound.MaxOutput, "max_total_tokens", bound.MaxTotal, "settled_input", u.Input, "settled_output", u.Output)
 	}
 	c.upstreamUsage(reported.Input, reported.Output)
 	ctx, cancel := c.endCtx()

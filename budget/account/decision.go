@@ -212,7 +212,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		// moves: it would charge without bound.
 		// The bounds count raw tokens: cache weights come after.
 		rawIn, rawOut := usage.Tokens(a.Estimate)
-		if err := CheckUsage(a.Estimate, d.table, rawIn, rawOut); err != nil {
+		if err := SettleBounds(a.Estimate, d.table).Check(rawIn, rawOut); err != nil {
 			return nil, err
 		}
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)

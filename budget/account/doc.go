@@ -43,7 +43,7 @@
 //     capacity, where it stops; the entry records the effective amount), and
 //     refill pays that debt back. An admin debit past the floor is refused
 //     (ErrDebtFloor).
-//   - A settle's usage is bounded (CheckUsage): output up to the output
+//   - A settle's usage is bounded (SettleBounds, rule.UsageBound): output up to the output
 //     reserved, input plus output up to the model's context window (or
 //     MaxUnknownModelUsage). Cached input is priced at the model's
 //     cached-input weight, and a refund turned into usage, first

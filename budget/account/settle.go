@@ -127,7 +127,7 @@ func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out i
 }
 
 // Tokens is the input and output tokens p reports as they were counted,
-// before any cache weight: what the usage bounds (CheckUsage) judge, since
+// before any cache weight: what the usage bounds (SettleBounds) judge, since
 // a context window holds tokens, not their price. A 150 000-token write to
 // the one-hour cache fits a 200 000-token window, though Usage charges it
 // as 300 000 input tokens. A refund's is what Usage charges.
