@@ -161,10 +161,10 @@ func httpError(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such pool"}
 	case errors.Is(err, rule.ErrModelLimitsNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}
-	case errors.Is(err, account.ErrEndUserCap):
+	case errors.Is(err, rule.ErrEndUserCap):
 		return &Error{Status: http.StatusTooManyRequests, Type: "end_user_cap", Limit: "end_user_cap",
 			Message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
-	case errors.Is(err, account.ErrNoEndUserPolicy):
+	case errors.Is(err, rule.ErrNoEndUserPolicy):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no end-user policy"}
 	case errors.Is(err, rule.ErrTenantNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}
