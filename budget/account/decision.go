@@ -99,7 +99,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	}
 
 	a := &Admission{
-		ID:        newAdmissionID(now),
+		ID:        rule.NewStoreAdmissionID(now),
 		TenantID:  t.id,
 		State:     StateReserved,
 		Estimate:  p.Estimate,

@@ -165,7 +165,7 @@ func (l *Local) Reserve(snap rule.Snapshot, p account.ReserveParams) (*account.R
 	if ttl <= 0 {
 		ttl = rule.DefaultReservationTTL
 	}
-	id := account.NewAdmissionID(now)
+	id := rule.NewLocalAdmissionID(now)
 	r := &account.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	applied, err := sh.state.Debit(est.Cost)
 	if err != nil {
