@@ -24,7 +24,7 @@ type decision struct {
 	t      *tenant
 	chain  []*tenant                  // t's ancestors and t, root first
 	models map[[2]string]*modelBucket // the batch's model buckets, by tenant and model
-	pools  map[string]*pool           // the batch's pools, locked
+	pools  map[string]*rule.Pool      // the batch's pools, locked
 	routes map[string]string          // model key -> pool id
 	now    time.Time
 	w      *writes
@@ -76,20 +76,20 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		return nil, err
 	}
 	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, money, p.HoldbackMicro, now, d.models)
-	var pl *pool
+	var pl *rule.Pool
 	if id, ok := d.routes[mkey]; ok {
 		pl = d.pools[id]
 	}
 	poolNeed := p.Estimate.InputTokens + p.Estimate.OutputTokens
 	if refusal == nil && pl != nil {
-		refusal = pl.refusal(poolNeed, p.PoolHoldbackMicro)
+		refusal = pl.Refusal(poolNeed, p.PoolHoldbackMicro)
 	}
 	if refusal != nil {
 		var rej *rule.RejectedError
 		if errors.As(refusal, &rej) {
 			rej.Priority, rej.Shadow = p.Priority, shadow
 			if pl != nil {
-				rej.PoolState = pl.state()
+				rej.PoolState = pl.State()
 			}
 		}
 		if exh := (*rule.BudgetExhaustedError)(nil); errors.As(refusal, &exh) && exh.Counts == rule.CountMoney && price != nil {
@@ -113,8 +113,8 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		a.PriceModel, a.PriceFrom, a.MoneyEstimate = price.Model, &price.EffectiveFrom, &money
 	}
 	if pl != nil {
-		a.PoolID = pl.id
-		pl.serve(t.id, poolNeed, now, p.PoolBacklogged)
+		a.PoolID = pl.ID
+		pl.Serve(t.id, poolNeed, now, p.PoolBacklogged)
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
@@ -135,7 +135,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 			detail = append(detail, m.detail())
 		}
 		if pl != nil && lv == t {
-			detail = append(detail, pl.detail())
+			detail = append(detail, poolDetail(pl))
 		}
 		e.Detail = joinDetail(detail)
 		e.Reason = shadowReason(skips[i])
@@ -148,7 +148,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow,
 		Priority: p.Priority}
 	if pl != nil {
-		r.Pool = pl.state()
+		r.Pool = pl.State()
 	}
 	if p.IdempotencyKey != "" {
 		stored := []byte{} // NOT NULL: empty is "replay now"
@@ -263,8 +263,8 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 			detail = append(detail, m.detail())
 		}
 		if pl := d.pools[a.PoolID]; pl != nil && lv == t {
-			pl.correct(t.id, a.Estimate.InputTokens+a.Estimate.OutputTokens, in+out, now)
-			detail = append(detail, pl.detail())
+			pl.Correct(t.id, a.Estimate.InputTokens+a.Estimate.OutputTokens, in+out, now)
+			detail = append(detail, poolDetail(pl))
 		}
 		e.Detail = joinDetail(detail)
 		e.Reason = joinReason(shadowReason(skip), d.note)

@@ -96,7 +96,7 @@ func (s *Store) SetPoolLimits(ctx context.Context, id string, l PoolLimits) erro
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	return s.withPoolLock(ctx, id, func(tx pgx.Tx, p *pool, now time.Time) error {
+	return s.withPoolLock(ctx, id, func(tx pgx.Tx, p *rule.Pool, now time.Time) error {
 		p.Tokens.Refill(now)
 		p.Tokens.CapacityMicro, p.Tokens.RateMicro = l.TokensCapacity*rule.Micro, l.TokensRateMicro
 		p.Tokens.BalanceMicro = min(p.Tokens.BalanceMicro, p.Tokens.CapacityMicro)
@@ -117,7 +117,7 @@ func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 		return err
 	}
 	defer s.routes.Store(nil) // this replica applies the change at once
-	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *pool, _ time.Time) error {
+	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *rule.Pool, _ time.Time) error {
 		_, err := tx.Exec(ctx, poolRouteSQL, model, poolID)
 		return err
 	})
@@ -130,7 +130,7 @@ func (s *Store) SetPoolWeight(ctx context.Context, poolID, tenantID string, weig
 	if weight < 1 || weight > 1_000_000 {
 		return &rule.LimitError{Field: "weight", Reason: "must be between 1 and 1000000"}
 	}
-	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *pool, _ time.Time) error {
+	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *rule.Pool, _ time.Time) error {
 		_, err := tx.Exec(ctx, poolWeightSQL, poolID, tenantID, weight)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
@@ -141,7 +141,7 @@ func (s *Store) SetPoolWeight(ctx context.Context, poolID, tenantID string, weig
 }
 
 // withPoolLock runs fn in a transaction holding the pool's row lock.
-func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *pool, time.Time) error) error {
+func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *rule.Pool, time.Time) error) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT * FROM pools WHERE id = $1 FOR UPDATE`, id)
 		if err != nil {
