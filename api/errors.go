@@ -7,7 +7,6 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -157,7 +156,7 @@ func httpError(err error) *Error {
 			Message: "this admission was made by a replica on its own during a store outage and is not in the store yet; retry shortly"}
 	case errors.Is(err, rule.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
-	case errors.Is(err, account.ErrPoolNotFound):
+	case errors.Is(err, rule.ErrPoolNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such pool"}
 	case errors.Is(err, rule.ErrModelLimitsNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}

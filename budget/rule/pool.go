@@ -1,6 +1,10 @@
 package rule
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // LimitPool is an upstream capacity pool's limit, as a rejection names it.
 const LimitPool Limit = "pool"
@@ -41,6 +45,60 @@ type PoolState struct {
 	// VTC is each tenant's served raw tokens divided by its weight, in
 	// micro units.
 	VTC map[string]int64
+}
+
+// ErrPoolNotFound: no pool has that id.
+var ErrPoolNotFound = errors.New("budget: pool not found")
+
+// ErrPoolExists: CreatePool found the id taken.
+var ErrPoolExists = errors.New("budget: pool already exists")
+
+// PoolLimits are a pool's token bucket, in raw tokens (input + output).
+type PoolLimits struct {
+	TokensCapacity  int64
+	TokensRateMicro int64
+}
+
+// Validate returns a *LimitError naming the first invalid field.
+func (l PoolLimits) Validate() error {
+	switch {
+	case l.TokensCapacity <= 0 || l.TokensCapacity > MaxAmount:
+		return &LimitError{Field: "tokens_capacity", Reason: fmt.Sprintf("must be between 1 and %d", int64(MaxAmount))}
+	case l.TokensRateMicro <= 0 || l.TokensRateMicro > MaxAmount*Micro/1000:
+		return &LimitError{Field: "tokens_per_second", Reason: "must be greater than 0 (and at most 1e9)"}
+	}
+	return nil
+}
+
+// PoolShare is one tenant's share of a pool.
+type PoolShare struct {
+	TenantID string
+	Weight   int64
+	// VTCMicro is the virtual token counter: served / weight, in micro units.
+	VTCMicro int64
+	Served   int64
+}
+
+// PoolSnapshot is a pool, its models and its shares at one instant.
+type PoolSnapshot struct {
+	ID          string
+	Limits      PoolLimits
+	TokensMicro int64
+	Models      []string
+	Shares      []PoolShare
+	At          time.Time
+}
+
+// MaxPoolWeight is the largest weight of a tenant's share of a pool.
+const MaxPoolWeight = 1_000_000
+
+// ValidatePoolWeight returns a *LimitError unless weight is a share's
+// weight: 1 to MaxPoolWeight.
+func ValidatePoolWeight(weight int64) error {
+	if weight < 1 || weight > MaxPoolWeight {
+		return &LimitError{Field: "weight", Reason: "must be between 1 and 1000000"}
+	}
+	return nil
 }
 
 // PoolActiveWindow is how recently a tenant must have been served from a

@@ -101,3 +101,31 @@ func TestPoolRefusal(t *testing.T) {
 		t.Fatalf("a refusal changed the pool: %+v", p)
 	}
 }
+
+// TestPoolValues: a pool's limits and a share's weight are refused
+// outside their bounds, naming the field, and taken at them.
+func TestPoolValues(t *testing.T) {
+	t.Parallel()
+	var le *rule.LimitError
+	for _, c := range []struct {
+		l     rule.PoolLimits
+		field string
+	}{
+		{rule.PoolLimits{TokensCapacity: 1, TokensRateMicro: 1}, ""},
+		{rule.PoolLimits{TokensCapacity: rule.MaxAmount, TokensRateMicro: rule.MaxAmount * rule.Micro / 1000}, ""},
+		{rule.PoolLimits{TokensCapacity: 0, TokensRateMicro: 1}, "tokens_capacity"},
+		{rule.PoolLimits{TokensCapacity: rule.MaxAmount + 1, TokensRateMicro: 1}, "tokens_capacity"},
+		{rule.PoolLimits{TokensCapacity: 1, TokensRateMicro: 0}, "tokens_per_second"},
+		{rule.PoolLimits{TokensCapacity: 1, TokensRateMicro: rule.MaxAmount*rule.Micro/1000 + 1}, "tokens_per_second"},
+	} {
+		err := c.l.Validate()
+		if (c.field == "" && err != nil) || (c.field != "" && (!errors.As(err, &le) || le.Field != c.field)) {
+			t.Errorf("%+v: %v, want field %q", c.l, err, c.field)
+		}
+	}
+	for w, ok := range map[int64]bool{0: false, 1: true, rule.MaxPoolWeight: true, rule.MaxPoolWeight + 1: false, -1: false} {
+		if err := rule.ValidatePoolWeight(w); (err == nil) != ok || (err != nil && (!errors.As(err, &le) || le.Field != "weight")) {
+			t.Errorf("weight %d: %v", w, err)
+		}
+	}
+}
