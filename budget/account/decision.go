@@ -235,7 +235,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	// Every level the admission debited is corrected, each in its own chain.
 	var applied int64
 	for _, lv := range d.chain {
-		skip := skipOf(a.Shadowed, lv.id)
+		skip := rule.SkipOf(a.Shadowed, lv.id)
 		var debited *int64 // what its reserve took from this level, when not its estimate
 		if lv == t {
 			debited = a.DebitedMicro

@@ -231,7 +231,7 @@ func (d *decision) expire(overdue []*Admission) int {
 			continue // locked by the query but not yet due at the locked clock, or ended meanwhile
 		}
 		for _, lv := range d.chain {
-			skip := skipOf(a.Shadowed, lv.id)
+			skip := rule.SkipOf(a.Shadowed, lv.id)
 			lv.ExpireExcept(skip)
 			e := lv.entry(ledger.KindExpire, now, "sweeper")
 			e.AdmissionID, e.Model = a.ID, a.Estimate.Model
