@@ -28,7 +28,7 @@ type endUserPolicyJSON struct {
 }
 
 func endUserPolicyOf(p *account.EndUserPolicy) endUserPolicyJSON {
-	out := endUserPolicyJSON{Tenant: p.TenantID, Source: string(p.Source), Template: account.LimitsJSON(p.Template),
+	out := endUserPolicyJSON{Tenant: p.TenantID, Source: string(p.Source), Template: rule.LimitsJSON(p.Template),
 		MaxEndUsers: p.MaxEndUsers, IdleTTLS: int64(p.IdleTTL / time.Second), UpdatedAt: p.UpdatedAt, UpdatedBy: p.UpdatedBy}
 	if p.Source == rule.SourceHeader {
 		out.Header = &p.Header

@@ -77,9 +77,9 @@ func (t *tenant) relimit(l rule.Limits, now time.Time, actor string, w *writes) 
 	t.advance(now)
 	before := t.Limits
 	detail, err := json.Marshal(struct {
-		Before limitsDetail `json:"before"`
-		After  limitsDetail `json:"after"`
-	}{detailOf(before), detailOf(l)})
+		Before rule.LimitsDetail `json:"before"`
+		After  rule.LimitsDetail `json:"after"`
+	}{before.Detail(), l.Detail()})
 	if err != nil {
 		return fmt.Errorf("budget: encode limits: %w", err)
 	}

@@ -131,7 +131,7 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 	w := &writes{}
 	if c != nil {
 		c.advance(now)
-		if !sameLimits(c.Limits, pol.Template) {
+		if !rule.SameLimits(c.Limits, pol.Template) {
 			if err := c.relimit(pol.Template, now, "end-user-template", w); err != nil {
 				tx.abort()
 				return "", err
@@ -151,11 +151,11 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 		}
 		p := CreateTenantParams{ID: childID, Limits: pol.Template, Parent: parent, Actor: "end-user:" + parent}
 		detail, err := json.Marshal(struct {
-			Event   string       `json:"event"`
-			Parent  string       `json:"parent"`
-			EndUser string       `json:"end_user"`
-			Limits  limitsDetail `json:"limits"`
-		}{"created", parent, endUserID, detailOf(pol.Template)})
+			Event   string            `json:"event"`
+			Parent  string            `json:"parent"`
+			EndUser string            `json:"end_user"`
+			Limits  rule.LimitsDetail `json:"limits"`
+		}{"created", parent, endUserID, pol.Template.Detail()})
 		if err != nil {
 			tx.abort()
 			return "", fmt.Errorf("budget: encode limits: %w", err)

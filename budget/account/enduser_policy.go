@@ -63,50 +63,6 @@ func (p *EndUserPolicyParams) check() error {
 	return nil
 }
 
-// LimitsJSON is l as JSON, in the one shape limits have in ledger details
-// and end-user templates (the admin API's limit field names).
-func LimitsJSON(l rule.Limits) json.RawMessage {
-	b, _ := json.Marshal(detailOf(l)) // plain fields: cannot fail
-	return b
-}
-
-// limitsOf reads limits back from their detail shape (detailOf).
-func limitsOf(d limitsDetail) (rule.Limits, error) {
-	l := rule.Limits{
-		TokensCapacity:     d.TokensCapacity,
-		RequestsCapacity:   d.RequestsCapacity,
-		MaxConcurrent:      d.MaxConcurrent,
-		PeriodBudget:       d.PeriodBudget,
-		Period:             rule.Period(d.Period),
-		ReservationTTL:     time.Duration(d.ReservationTTLMilli) * time.Millisecond,
-		MaxWait:            time.Duration(d.MaxWaitMilli) * time.Millisecond,
-		OnStoreUnavailable: rule.Policy(d.OnStoreUnavailable),
-	}
-	var err error
-	if l.TokensRateMicro, err = rule.ParseRate(d.TokensPerSecond); err != nil {
-		return l, fmt.Errorf("budget: limits: tokens_per_second: %w", err)
-	}
-	if d.RequestsPerSecond != "" {
-		if l.RequestsRateMicro, err = rule.ParseRate(d.RequestsPerSecond); err != nil {
-			return l, fmt.Errorf("budget: limits: requests_per_second: %w", err)
-		}
-	}
-	if l.Shadow, err = rule.ParseLimitSet("shadow", d.Shadow); err != nil {
-		return l, err
-	}
-	if len(d.Windows) > 0 {
-		// A stored template: its zones load as StoredZone reads them.
-		if l.Windows, err = rule.ParseWindowsWith(d.Windows, rule.StoredZone); err != nil {
-			return l, err
-		}
-	}
-	return l, nil
-}
-
-// sameLimits reports whether a and b are the same limits, by their one
-// JSON shape (so that a field added to Limits is compared too).
-func sameLimits(a, b rule.Limits) bool { return string(LimitsJSON(a)) == string(LimitsJSON(b)) }
-
 // endUserPolicyRow is a row of end_user_policies.
 type endUserPolicyRow struct {
 	TenantID    string          `db:"tenant_id"`
@@ -120,11 +76,11 @@ type endUserPolicyRow struct {
 }
 
 func (r *endUserPolicyRow) policy() (*EndUserPolicy, error) {
-	var d limitsDetail
+	var d rule.LimitsDetail
 	if err := json.Unmarshal(r.Template, &d); err != nil {
 		return nil, fmt.Errorf("budget: end-user template of %s: %w", r.TenantID, err)
 	}
-	l, err := limitsOf(d)
+	l, err := d.Limits()
 	if err != nil {
 		return nil, fmt.Errorf("budget: end-user template of %s: %w", r.TenantID, err)
 	}
@@ -151,7 +107,7 @@ func scanPolicy(rows pgx.Rows, err error) (*EndUserPolicy, error) {
 type policyDetail struct {
 	Source      rule.EndUserSource `json:"source"`
 	Header      string             `json:"header,omitempty"`
-	Template    limitsDetail       `json:"template"`
+	Template    rule.LimitsDetail  `json:"template"`
 	MaxEndUsers int                `json:"max_end_users"`
 	IdleTTLS    int64              `json:"idle_ttl_s"`
 }
@@ -160,7 +116,7 @@ func policyDetailOf(p *EndUserPolicy) *policyDetail {
 	if p == nil {
 		return nil
 	}
-	return &policyDetail{Source: p.Source, Header: p.Header, Template: detailOf(p.Template), MaxEndUsers: p.MaxEndUsers,
+	return &policyDetail{Source: p.Source, Header: p.Header, Template: p.Template.Detail(), MaxEndUsers: p.MaxEndUsers,
 		IdleTTLS: int64(p.IdleTTL / time.Second)}
 }
 
@@ -196,7 +152,7 @@ func (s *Store) EndUserPolicySet(ctx context.Context, p EndUserPolicyParams) (*E
 	after := &EndUserPolicy{TenantID: p.TenantID, Source: p.Source, Header: p.Header, Template: p.Template,
 		MaxEndUsers: p.MaxEndUsers, IdleTTL: p.IdleTTL, UpdatedAt: now, UpdatedBy: actorOr(p.Actor, "admin")}
 	w := &writes{}
-	if before != nil && !sameLimits(before.Template, after.Template) {
+	if before != nil && !rule.SameLimits(before.Template, after.Template) {
 		countTrip(ctx)
 		rows, err := tx.conn.Query(ctx, endUserLiveLockSQL, p.TenantID)
 		ends, err := scanTenants(rows, err)
@@ -239,7 +195,7 @@ func (s *Store) writePolicy(t *tenant, before, after *EndUserPolicy, now time.Ti
 		if after.Source == rule.SourceHeader {
 			header = &after.Header
 		}
-		w.statement(1, endUserPolicyPutSQL, after.TenantID, string(after.Source), header, LimitsJSON(after.Template),
+		w.statement(1, endUserPolicyPutSQL, after.TenantID, string(after.Source), header, rule.LimitsJSON(after.Template),
 			after.MaxEndUsers, int64(after.IdleTTL/time.Second), now, after.UpdatedBy)
 	} else {
 		w.statement(1, endUserPolicyDeleteSQL, t.id)

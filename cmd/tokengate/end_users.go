@@ -83,7 +83,7 @@ func (c endUserPolicyGetCmd) Run(ctx context.Context, g *globals) error {
 			source += " " + p.Header
 		}
 		fmt.Fprintf(g.stdout, "tenant\t%s\nsource\t%s\nmax end users\t%d\nidle ttl\t%s\ntemplate\t%s\nupdated\t%s by %s\n",
-			p.TenantID, source, p.MaxEndUsers, p.IdleTTL, account.LimitsJSON(p.Template), p.UpdatedAt.UTC().Format(time.RFC3339), p.UpdatedBy)
+			p.TenantID, source, p.MaxEndUsers, p.IdleTTL, rule.LimitsJSON(p.Template), p.UpdatedAt.UTC().Format(time.RFC3339), p.UpdatedBy)
 		return nil
 	})
 }
