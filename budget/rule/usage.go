@@ -173,3 +173,38 @@ func (b UsageBound) Clamp(in, out int64) (cin, cout int64, clamped bool) {
 	cin = min(cin, b.MaxTotal-cout)
 	return cin, cout, cin != in || cout != out
 }
+
+// CheckAdmissionName is the rule of a settle's or release's admission:
+// named by id or by idempotency key, exactly one of them. It returns an
+// *InvalidError on admission_id.
+func CheckAdmissionName(admissionID, key string) error {
+	switch {
+	case admissionID == "" && key == "":
+		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
+	case admissionID != "" && key != "":
+		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
+	}
+	return nil
+}
+
+// CheckRefund is the rule of a settle stated as a refund of refundTokens
+// (a gateway's negative hits): never negative, and a refund states the
+// usage by itself, so claimed input, output and cache counts must be 0.
+// It returns an *InvalidError on refund_tokens.
+func CheckRefund(refundTokens int64, claimed Usage) error {
+	switch {
+	case refundTokens < 0:
+		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
+	case refundTokens > 0 && (claimed.Input != 0 || claimed.Output != 0 || claimed.CacheRead != 0 || claimed.CacheWrite5m != 0 || claimed.CacheWrite1h != 0):
+		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
+	}
+	return nil
+}
+
+// RefundUsage is the input a refund of refundTokens of an estimate that
+// cost cost charges: the cost less the refund, never below 0 (and no
+// output).
+func RefundUsage(cost, refundTokens int64) int64 {
+	in, _ := Sub64(cost, refundTokens)
+	return max(0, in)
+}
