@@ -367,7 +367,7 @@ func (s *Server) adminTenantAdjust(c *echo.Context) error {
 	}
 	snap, err := s.admin.TenantAdjust(c.Request().Context(), account.AdjustParams{
 		TenantID: c.Param("id"), Tokens: *in.Tokens, Reason: in.Reason, Actor: actorOf(c)})
-	if errors.Is(err, account.ErrBadAdjustment) {
+	if errors.Is(err, rule.ErrBadAdjustment) {
 		return invalid("tokens", "required: a non-zero integer (positive credits, negative debits)")
 	}
 	if err != nil {

@@ -28,9 +28,9 @@ type endUserPolicyJSON struct {
 }
 
 func endUserPolicyOf(p *account.EndUserPolicy) endUserPolicyJSON {
-	out := endUserPolicyJSON{Tenant: p.TenantID, Source: string(p.Source), Template: account.LimitsJSON(p.Template),
+	out := endUserPolicyJSON{Tenant: p.TenantID, Source: string(p.Source), Template: rule.LimitsJSON(p.Template),
 		MaxEndUsers: p.MaxEndUsers, IdleTTLS: int64(p.IdleTTL / time.Second), UpdatedAt: p.UpdatedAt, UpdatedBy: p.UpdatedBy}
-	if p.Source == account.SourceHeader {
+	if p.Source == rule.SourceHeader {
 		out.Header = &p.Header
 	}
 	return out
@@ -75,8 +75,8 @@ func (s *Server) adminEndUserPolicyPut(c *echo.Context) error {
 		return invalid("max_end_users", "required: how many live end users the tenant may have")
 	case in.IdleTTLS == nil:
 		return invalid("idle_ttl_s", "required: how long an end user may be idle before it expires, in seconds")
-	case *in.MaxEndUsers <= 0 || *in.MaxEndUsers > account.MaxEndUsersCap:
-		return invalid("max_end_users", "must be between 1 and "+strconv.Itoa(account.MaxEndUsersCap))
+	case *in.MaxEndUsers <= 0 || *in.MaxEndUsers > rule.MaxEndUsersCap:
+		return invalid("max_end_users", "must be between 1 and "+strconv.Itoa(rule.MaxEndUsersCap))
 	case *in.IdleTTLS <= 0 || *in.IdleTTLS > 366*24*3600:
 		return invalid("idle_ttl_s", "must be between 1 and 31622400 seconds (366 days)")
 	}
@@ -84,7 +84,7 @@ func (s *Server) adminEndUserPolicyPut(c *echo.Context) error {
 	if err != nil {
 		return prefixField(err, "template.")
 	}
-	p := account.EndUserPolicyParams{TenantID: c.Param("id"), Source: account.EndUserSource(*in.Source),
+	p := account.EndUserPolicyParams{TenantID: c.Param("id"), Source: rule.EndUserSource(*in.Source),
 		Template: patch.Apply(rule.Limits{}), MaxEndUsers: int(*in.MaxEndUsers), IdleTTL: time.Duration(*in.IdleTTLS) * time.Second,
 		Actor: actorOf(c)}
 	if in.Header != nil {

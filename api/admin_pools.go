@@ -8,7 +8,6 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -33,7 +32,7 @@ type shareJSON struct {
 	VTC    json.Number `json:"vtc"`
 }
 
-func poolOf(p account.PoolSnapshot) poolJSON {
+func poolOf(p rule.PoolSnapshot) poolJSON {
 	out := poolJSON{ID: p.ID, TokensCapacity: p.Limits.TokensCapacity, TokensPerSecond: json.Number(rule.FormatRate(p.Limits.TokensRateMicro)),
 		Tokens: json.Number(formatMicro(p.TokensMicro)), Models: p.Models, Shares: []shareJSON{}, At: p.At}
 	if out.Models == nil {
@@ -70,8 +69,8 @@ type poolLimitsIn struct {
 	TokensPerSecond json.RawMessage `json:"tokens_per_second"`
 }
 
-func (in poolLimitsIn) limits() (account.PoolLimits, error) {
-	l := account.PoolLimits{TokensCapacity: in.TokensCapacity}
+func (in poolLimitsIn) limits() (rule.PoolLimits, error) {
+	l := rule.PoolLimits{TokensCapacity: in.TokensCapacity}
 	if in.TokensPerSecond == nil {
 		return l, invalid("tokens_per_second", "required")
 	}
@@ -93,7 +92,7 @@ func (s *Server) adminPoolCreate(c *echo.Context) error {
 		return err
 	}
 	err = s.admin.PoolCreate(c.Request().Context(), in.ID, l, in.Models...)
-	if errors.Is(err, account.ErrPoolExists) {
+	if errors.Is(err, rule.ErrPoolExists) {
 		return &Error{Status: http.StatusConflict, Type: "conflict", Field: "id", Message: "a pool with this id exists"}
 	}
 	if err != nil {

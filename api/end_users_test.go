@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -138,7 +139,7 @@ func TestEndUserAdmissionsThroughTheAPI(t *testing.T) {
 	if r := b.call(t, key, http.MethodPost, "/v1/admissions/"+ids[1]+"/release", ``); r.Code != http.StatusOK {
 		t.Fatalf("release: %d %s", r.Code, r.Body)
 	}
-	u1 := account.EndUserTenantID("acme", "u1")
+	u1 := rule.EndUserTenantID("acme", "u1")
 	a, err := b.store.AdmissionGet(ctx, u1, ids[0])
 	if err != nil || a.State != account.StateSettled {
 		t.Fatalf("u1's admission: %+v %v", a, err)
@@ -188,7 +189,7 @@ func TestEndUserAdmissionsThroughTheAPI(t *testing.T) {
 	if len(seen) != 3 || seen["u1"] != strconv.FormatInt(1000-30-cost, 10) || seen["u2"] != "1000" || seen["u3"] != strconv.FormatInt(1000-cost, 10) {
 		t.Fatalf("end users' balances %v", seen)
 	}
-	for _, id := range []string{"acme", u1, account.EndUserTenantID("acme", "u2")} {
+	for _, id := range []string{"acme", u1, rule.EndUserTenantID("acme", "u2")} {
 		if _, err := ledger.Verify(ctx, b.pool, id); err != nil {
 			t.Fatal(id, err)
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/labstack/echo/v5"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -157,14 +156,14 @@ func httpError(err error) *Error {
 			Message: "this admission was made by a replica on its own during a store outage and is not in the store yet; retry shortly"}
 	case errors.Is(err, rule.ErrAdmissionNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such admission"}
-	case errors.Is(err, account.ErrPoolNotFound):
+	case errors.Is(err, rule.ErrPoolNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such pool"}
 	case errors.Is(err, rule.ErrModelLimitsNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no limits for this model"}
-	case errors.Is(err, account.ErrEndUserCap):
+	case errors.Is(err, rule.ErrEndUserCap):
 		return &Error{Status: http.StatusTooManyRequests, Type: "end_user_cap", Limit: "end_user_cap",
 			Message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
-	case errors.Is(err, account.ErrNoEndUserPolicy):
+	case errors.Is(err, rule.ErrNoEndUserPolicy):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "the tenant has no end-user policy"}
 	case errors.Is(err, rule.ErrTenantNotFound):
 		return &Error{Status: http.StatusNotFound, Type: "not_found", Message: "no such tenant"}

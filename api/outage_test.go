@@ -390,8 +390,8 @@ func TestSettleOfALocalAdmissionNotYetReplayed(t *testing.T) {
 	t.Parallel()
 	b := setupAPI(t, nil)
 	key := b.tenant(t, "acme", lim(1000, "1"))
-	local := account.NewAdmissionID(time.Now())
-	if at, ok := account.LocalAdmissionTime(local); !ok || time.Since(at) > time.Second {
+	local := rule.NewLocalAdmissionID(time.Now())
+	if at, ok := rule.LocalAdmissionTime(local); !ok || time.Since(at) > time.Second {
 		t.Fatalf("local id %s: %v %v", local, at, ok)
 	}
 	for _, op := range []string{"settle", "release"} {
@@ -406,10 +406,10 @@ func TestSettleOfALocalAdmissionNotYetReplayed(t *testing.T) {
 	// An id the store made (or a local one from days ago) is simply unknown.
 	var adm struct{ ID string }
 	b.call(t, key, http.MethodPost, "/v1/admissions", chat(5, "x")).json(&adm)
-	if _, ok := account.LocalAdmissionTime(adm.ID); ok || adm.ID == "" {
+	if _, ok := rule.LocalAdmissionTime(adm.ID); ok || adm.ID == "" {
 		t.Fatalf("the store's id %q reads as local", adm.ID)
 	}
-	for _, id := range []string{adm.ID[:len(adm.ID)-1] + "0", account.NewAdmissionID(time.Now().Add(-48 * time.Hour))} {
+	for _, id := range []string{adm.ID[:len(adm.ID)-1] + "0", rule.NewLocalAdmissionID(time.Now().Add(-48 * time.Hour))} {
 		if id == adm.ID {
 			continue
 		}

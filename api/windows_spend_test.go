@@ -134,7 +134,7 @@ func TestAdminEndUsersShowMoneySpent(t *testing.T) {
 		t.Fatal(err)
 	}
 	tpl.Windows = ws
-	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceUser, Template: tpl,
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: rule.SourceUser, Template: tpl,
 		MaxEndUsers: 5, IdleTTL: time.Hour, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ var context1MFamilies = map[string]bool{"claude-sonnet-4": true, "claude-sonnet-
 
 // WidestContextWindow is the largest window m may serve a request: its
 // ContextWindow, or the 1M-context beta's for a family that offers it. It
-// bounds the usage a settle may report (account.UsageBounds), which does
+// bounds the usage a settle may report (account.SettleBounds), which does
 // not know whether the call carried the beta.
 func (m Model) WidestContextWindow() int64 {
 	if context1MFamilies[m.Name] {

@@ -6,7 +6,7 @@ package estimator
 // and `safety_identifier`, Anthropic's `metadata.user_id`. They are read
 // from the object the parse decoded anyway, so a request pays nothing more
 // for them; their form is checked by whoever uses one
-// (account.ValidateEndUserID), only when a policy names it.
+// (rule.ValidateEndUserID), only when a policy names it.
 type EndUserFields struct {
 	User             any
 	SafetyIdentifier any

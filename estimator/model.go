@@ -253,7 +253,7 @@ func (m Model) EffectiveCacheInput(in int64, c CacheUsage) int64 {
 	w5W := weight(m.CacheWriteWeightMicro, m.InputWeightMicro)
 	w1W := weight(m.CacheWrite1hWeightMicro, w5W)
 	// Weights are at most 1e9 micro and the faces' usage is within the
-	// usage bounds (account.UsageBounds, at most 1e9 tokens): the sum fits
+	// usage bounds (account.SettleBounds, at most 1e9 tokens): the sum fits
 	// int64 (3e18 < 9.2e18).
 	sum := read*readW + w5*w5W + w1*w1W
 	return left + (sum+m.InputWeightMicro-1)/m.InputWeightMicro

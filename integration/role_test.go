@@ -66,7 +66,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	key := (&cluster{pool: owner, store: account.NewStore(owner)}).tenant(t, "acme", 1000, "1")
 	// With a pool and model limits, so the app role writes their tables too.
 	ownerStore := account.NewStore(owner)
-	if err := ownerStore.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}); err != nil {
+	if err := ownerStore.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ownerStore.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {

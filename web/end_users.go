@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // endUsersShown bounds the end users a tenant page lists (the admin API
@@ -27,7 +28,7 @@ func (d *Dashboard) endUsers(ctx context.Context, id string) (endUsersView, erro
 	var v endUsersView
 	pol, err := d.admin.EndUserPolicyGet(ctx, id)
 	switch {
-	case errors.Is(err, account.ErrNoEndUserPolicy):
+	case errors.Is(err, rule.ErrNoEndUserPolicy):
 	case err != nil:
 		return v, err
 	default:

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestBrowserEndUsers: in Chromium, a tenant's page shows its end-user
@@ -24,7 +25,7 @@ func TestBrowserEndUsers(t *testing.T) {
 	base := serve(t, b)
 	br := startBrowser(t, base)
 	key := b.tenant(t, "acme", limits(100000, "0.000001"))
-	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceUser,
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: rule.SourceUser,
 		Template: limits(5000, "0.000001"), MaxEndUsers: 10, IdleTTL: 24 * time.Hour, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestBrowserEndUsers(t *testing.T) {
 	if len(users) != 2 || !slices.Contains(users, "alice") || !slices.Contains(users, "bob") {
 		t.Fatalf("end users shown: %q", users)
 	}
-	alice := account.EndUserTenantID("acme", "alice")
+	alice := rule.EndUserTenantID("acme", "alice")
 	spent := eval[string](br, `document.querySelector('#end-users-section tr[data-end-user="alice"] [data-field="tokens"]').textContent`)
 	if strings.HasPrefix(spent, "5,000") {
 		t.Fatalf("alice's tokens %q: the admission did not spend them", spent)

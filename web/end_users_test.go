@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestTenantPageShowsEndUsers: the tenant page shows its end-user policy
@@ -17,7 +18,7 @@ func TestTenantPageShowsEndUsers(t *testing.T) {
 	b := setup(t, nil)
 	b.tenant(t, "acme", limits(100000, "100"))
 	b.tenant(t, "plain", limits(100000, "100"))
-	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceHeader, Header: "x-end-user",
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: rule.SourceHeader, Header: "x-end-user",
 		Template: limits(2500, "0.5"), MaxEndUsers: 7, IdleTTL: 2 * time.Hour, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}

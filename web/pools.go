@@ -65,7 +65,7 @@ func sharePct(part int64, whole account.Total) string {
 
 // poolCards lays out the pools in the store's order (by id), each with a
 // blank weight and route form and its limits form filled in.
-func poolCards(snaps []account.PoolSnapshot) []*poolCard {
+func poolCards(snaps []rule.PoolSnapshot) []*poolCard {
 	cards := make([]*poolCard, 0, len(snaps))
 	for _, p := range snaps {
 		c := &poolCard{
@@ -92,7 +92,7 @@ func poolCards(snaps []account.PoolSnapshot) []*poolCard {
 	return cards
 }
 
-func poolLimitsForm(l account.PoolLimits) *form {
+func poolLimitsForm(l rule.PoolLimits) *form {
 	f := newForm()
 	f.Set("tokens_capacity", strconv.FormatInt(l.TokensCapacity, 10))
 	f.Set("tokens_per_second", rule.FormatRate(l.TokensRateMicro))
@@ -101,8 +101,8 @@ func poolLimitsForm(l account.PoolLimits) *form {
 
 // poolLimits reads a pool's bucket from a form, validated with budget's
 // own rules.
-func (f *form) poolLimits() account.PoolLimits {
-	l := account.PoolLimits{TokensCapacity: f.Int("tokens_capacity", true), TokensRateMicro: f.Decimal("tokens_per_second", true)}
+func (f *form) poolLimits() rule.PoolLimits {
+	l := rule.PoolLimits{TokensCapacity: f.Int("tokens_capacity", true), TokensRateMicro: f.Decimal("tokens_per_second", true)}
 	if f.OK() {
 		f.limitError(l.Validate())
 	}
@@ -127,7 +127,7 @@ func (v *poolsView) card(id string) *poolCard {
 }
 
 // renderPools loads the pools page; edit puts a refused form back on its
-// card, and returns account.ErrPoolNotFound when the pool is not there.
+// card, and returns rule.ErrPoolNotFound when the pool is not there.
 func (d *Dashboard) renderPools(c *echo.Context, status int, edit func(*poolsView) error) error {
 	ctx := c.Request().Context()
 	pools, err := d.admin.PoolList(ctx)
@@ -161,7 +161,7 @@ func (d *Dashboard) refusedOn(c *echo.Context, id string, set func(*poolCard)) e
 	return d.renderPools(c, http.StatusUnprocessableEntity, func(v *poolsView) error {
 		card := v.card(id)
 		if card == nil {
-			return account.ErrPoolNotFound
+			return rule.ErrPoolNotFound
 		}
 		set(card)
 		return nil
@@ -178,7 +178,7 @@ func (d *Dashboard) poolCreate(c *echo.Context) error {
 	if f.OK() {
 		err := d.admin.PoolCreate(c.Request().Context(), id, l)
 		switch {
-		case errors.Is(err, account.ErrPoolExists):
+		case errors.Is(err, rule.ErrPoolExists):
 			f.Fail("id", "a pool with this id already exists")
 		case f.limitError(err):
 		case err != nil:

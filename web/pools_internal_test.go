@@ -132,11 +132,11 @@ func TestModelLimitsForm(t *testing.T) {
 
 func TestPoolCards(t *testing.T) {
 	t.Parallel()
-	cards := poolCards([]account.PoolSnapshot{
-		{ID: "gpu", Limits: account.PoolLimits{TokensCapacity: 1_000, TokensRateMicro: 500_000}, TokensMicro: 820_500_000, Models: []string{"gpt-4o"},
-			Shares: []account.PoolShare{{TenantID: "acme", Weight: 1, VTCMicro: 60_000_000, Served: 60}, {TenantID: "globex", Weight: 2, VTCMicro: 120_000_000, Served: 120}}},
-		{ID: "idle", Limits: account.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1}, TokensMicro: 0,
-			Shares: []account.PoolShare{{TenantID: "acme", Weight: 3}}},
+	cards := poolCards([]rule.PoolSnapshot{
+		{ID: "gpu", Limits: rule.PoolLimits{TokensCapacity: 1_000, TokensRateMicro: 500_000}, TokensMicro: 820_500_000, Models: []string{"gpt-4o"},
+			Shares: []rule.PoolShare{{TenantID: "acme", Weight: 1, VTCMicro: 60_000_000, Served: 60}, {TenantID: "globex", Weight: 2, VTCMicro: 120_000_000, Served: 120}}},
+		{ID: "idle", Limits: rule.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1}, TokensMicro: 0,
+			Shares: []rule.PoolShare{{TenantID: "acme", Weight: 3}}},
 	})
 	if len(cards) != 2 {
 		t.Fatalf("%d cards", len(cards))
@@ -181,8 +181,8 @@ func TestPoolCards(t *testing.T) {
 // axes neither overflow nor loop.
 func TestSumsNearInt64(t *testing.T) {
 	t.Parallel()
-	cards := poolCards([]account.PoolSnapshot{{ID: "gpu", Limits: account.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1},
-		Shares: []account.PoolShare{{TenantID: "a", Weight: math.MaxInt64, Served: math.MaxInt64}, {TenantID: "b", Weight: math.MaxInt64, Served: math.MaxInt64}}}})
+	cards := poolCards([]rule.PoolSnapshot{{ID: "gpu", Limits: rule.PoolLimits{TokensCapacity: 10, TokensRateMicro: 1},
+		Shares: []rule.PoolShare{{TenantID: "a", Weight: math.MaxInt64, Served: math.MaxInt64}, {TenantID: "b", Weight: math.MaxInt64, Served: math.MaxInt64}}}})
 	gpu := cards[0]
 	if gpu.ServedTotal.String() != "18446744073709551614" || gpu.Shares[0].ServedPct != "50.0%" || gpu.Shares[1].WeightPct != "50.0%" {
 		t.Errorf("served total %s, shares %+v", gpu.ServedTotal, gpu.Shares)

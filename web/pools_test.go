@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // TestPoolAndModelLimitFormsRefuse: the new forms need the CSRF token,
@@ -18,7 +18,7 @@ func TestPoolAndModelLimitFormsRefuse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	b.tenant(t, "acme", limits(1000, "1"))
-	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: 1_000_000}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 100, TokensRateMicro: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := credential.KeyList(ctx, b.pool, "acme")

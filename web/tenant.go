@@ -216,7 +216,7 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 	if f.OK() {
 		_, err := d.admin.TenantAdjust(c.Request().Context(), account.AdjustParams{TenantID: id, Tokens: n, Reason: f.Get("reason"), Actor: actor(c)})
 		switch {
-		case errors.Is(err, account.ErrBadAdjustment), errors.Is(err, rule.ErrOverflow):
+		case errors.Is(err, rule.ErrBadAdjustment), errors.Is(err, rule.ErrOverflow):
 			f.Fail("tokens", "is out of range (at most 1,000,000,000,000 either way, and the balance must stay representable)")
 		case errors.Is(err, rule.ErrDebtFloor):
 			f.Fail("tokens", "would take the balance below the debt floor (minus one tokens capacity)")

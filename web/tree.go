@@ -53,7 +53,7 @@ func treeOrder(rows []*tenantRow) []*tenantRow {
 			return u
 		}
 		u := urgency{rank: r.rank, rejected: r.Rejected + r.RejectedPrev}
-		if seen <= rule.MaxDepth { // account.Path keeps trees this shallow; never loop
+		if seen <= rule.MaxDepth { // the store keeps trees this shallow; never loop
 			for _, c := range children[r.ID] {
 				cu := urgencyOf(c, seen+1)
 				u.rank = min(u.rank, cu.rank)

@@ -235,7 +235,7 @@ func (d *Dashboard) htmlErrors(next echo.HandlerFunc) echo.HandlerFunc {
 			status, message = se.status, se.message
 		case errors.Is(err, rule.ErrTenantNotFound):
 			status, message = http.StatusNotFound, "There is no tenant with that id."
-		case errors.Is(err, account.ErrPoolNotFound):
+		case errors.Is(err, rule.ErrPoolNotFound):
 			status, message = http.StatusNotFound, "There is no pool with that id."
 		case errors.As(err, &he) && he.Code < 500:
 			status, message = he.Code, http.StatusText(he.Code)

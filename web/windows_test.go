@@ -217,7 +217,7 @@ func TestTenantPageShowsEndUsersWindows(t *testing.T) {
 	b.tenant(t, "acme", l)
 	tpl := limits(1_000_000, "100")
 	tpl.Windows = day("user-daily", "2")
-	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceHeader, Header: "x-end-user",
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: rule.SourceHeader, Header: "x-end-user",
 		Template: tpl, MaxEndUsers: 7, IdleTTL: 2 * time.Hour, Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}

@@ -195,7 +195,7 @@ func (anthropic) writeError(w http.ResponseWriter, status int, typ, param, messa
 func (anthropic) rateHeaders(h http.Header, snap rule.Snapshot) {
 	h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(snap.Limits.TokensCapacity, 10))
 	h.Set("Anthropic-Ratelimit-Tokens-Remaining", strconv.FormatInt(max(0, snap.Tokens()), 10))
-	if !rule.Never(snap.TokensFullIn) { // no time to promise (account.NeverRefills)
+	if !rule.Never(snap.TokensFullIn) { // no time to promise (rule.NeverRefills)
 		h.Set("Anthropic-Ratelimit-Tokens-Reset", snap.At.Add(snap.TokensFullIn).UTC().Format(time.RFC3339))
 	}
 	if snap.Limits.RequestsCapacity > 0 {

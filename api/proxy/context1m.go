@@ -13,7 +13,7 @@ import (
 // several): the header goes upstream as it is, and the call is served up
 // to 1M tokens, so its estimate must not be refused at the standard
 // window. (The settle's usage bound is the model's widest window for
-// every call: account.UsageBounds.) A model without the beta keeps its
+// every call: account.SettleBounds.) A model without the beta keeps its
 // window: Anthropic ignores the beta for it.
 func withContext1M(req *estimator.Request, r *http.Request) *estimator.Request {
 	if req == nil {

@@ -19,7 +19,7 @@ import (
 const chatAnswer = `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],
 	"usage":{"prompt_tokens":20,"completion_tokens":5,"total_tokens":25}}`
 
-func (b *bundle) endUserPolicy(t *testing.T, source account.EndUserSource, header string, maxEndUsers int) {
+func (b *bundle) endUserPolicy(t *testing.T, source rule.EndUserSource, header string, maxEndUsers int) {
 	t.Helper()
 	_, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: source, Header: header,
 		Template: rule.Limits{TokensCapacity: 50_000, TokensRateMicro: 1}, MaxEndUsers: maxEndUsers, IdleTTL: time.Hour, Actor: "test"})
@@ -32,7 +32,7 @@ func (b *bundle) endUserPolicy(t *testing.T, source account.EndUserSource, heade
 // admissions, all settled, and that its chain and the tenant's verify.
 func (b *bundle) settledAs(t *testing.T, endUserID string, n int) {
 	t.Helper()
-	id := account.EndUserTenantID("acme", endUserID)
+	id := rule.EndUserTenantID("acme", endUserID)
 	as, err := b.store.AdmissionRecent(ctx, id, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestEndUserFromOpenAIUser(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, chatAnswer)
 	}
-	b.endUserPolicy(t, account.SourceUser, "", 10)
+	b.endUserPolicy(t, rule.SourceUser, "", 10)
 	for range 2 {
 		p := chatParams(100)
 		p.User = openai.String("alice@example.com")
@@ -125,7 +125,7 @@ func TestEndUserCapOnTheProxy(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, chatAnswer)
 	}
-	b.endUserPolicy(t, account.SourceSafetyIdentifier, "", 1)
+	b.endUserPolicy(t, rule.SourceSafetyIdentifier, "", 1)
 	body := func(u string) string {
 		return `{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"safety_identifier":"` + u + `"}`
 	}
@@ -154,14 +154,14 @@ func TestEndUserFromAnthropicMetadata(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, claudeAnswer)
 	}
-	b.endUserPolicy(t, account.SourceMetadataUserID, "", 10)
+	b.endUserPolicy(t, rule.SourceMetadataUserID, "", 10)
 	p := claudeParams(1024, "Say hello.")
 	p.Metadata = anthropic.MetadataParam{UserID: anthropic.String("user-7f3a")}
 	if _, err := b.anthropicClient(0).Messages.New(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	b.settledAs(t, "user-7f3a", 1)
-	as, _ := b.store.AdmissionRecent(ctx, account.EndUserTenantID("acme", "user-7f3a"), 1)
+	as, _ := b.store.AdmissionRecent(ctx, rule.EndUserTenantID("acme", "user-7f3a"), 1)
 	if *as[0].ActualInput != claudeAnswerInput || *as[0].ActualOutput != claudeAnswerOutput {
 		t.Fatalf("settled %+v", as[0])
 	}
@@ -179,7 +179,7 @@ func TestEndUserFromHeader(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, chatAnswer)
 	}
-	b.endUserPolicy(t, account.SourceHeader, "x-end-user", 10)
+	b.endUserPolicy(t, rule.SourceHeader, "x-end-user", 10)
 	if status, _, out := b.post(t, `{"model":"gpt-4o","max_tokens":10,"messages":[{"role":"user","content":"hi"}],"user":"ignored"}`,
 		"X-End-User", "carol"); status != http.StatusOK {
 		t.Fatalf("%d %s", status, out)
@@ -188,7 +188,7 @@ func TestEndUserFromHeader(t *testing.T) {
 		t.Fatalf("%d %s", status, out)
 	}
 	b.settledAs(t, "carol", 2)
-	if _, err := b.store.TenantSnapshot(ctx, account.EndUserTenantID("acme", "ignored")); err == nil {
+	if _, err := b.store.TenantSnapshot(ctx, rule.EndUserTenantID("acme", "ignored")); err == nil {
 		t.Fatal("the body's user made an end user while the policy names a header")
 	}
 }

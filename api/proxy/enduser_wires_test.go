@@ -11,7 +11,6 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
@@ -37,7 +36,7 @@ func (b *bundle) postMessages(t *testing.T, body string, headers ...string) (int
 // endUserBalance is end user id of acme's token balance.
 func (b *bundle) endUserBalance(t *testing.T, id string) int64 {
 	t.Helper()
-	snap, err := b.store.TenantSnapshot(ctx, account.EndUserTenantID("acme", id))
+	snap, err := b.store.TenantSnapshot(ctx, rule.EndUserTenantID("acme", id))
 	if err != nil {
 		t.Fatalf("end user %s: %v", id, err)
 	}
@@ -54,7 +53,7 @@ const claudeAnswerCost = claudeAnswerInput + claudeAnswerOutput
 // both wires.
 func TestEndUserPolicyOfUserReadsAnthropicMetadata(t *testing.T) {
 	t.Parallel()
-	for _, source := range []account.EndUserSource{account.SourceUser, account.SourceSafetyIdentifier} {
+	for _, source := range []rule.EndUserSource{rule.SourceUser, rule.SourceSafetyIdentifier} {
 		t.Run(string(source), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
@@ -124,7 +123,7 @@ func TestEndUserInAnotherFieldIsRefusedNamingTheField(t *testing.T) {
 	const claude = `{"model":"` + claudeModel + `","max_tokens":100,"messages":[{"role":"user","content":"hi"}]`
 
 	// A policy of user: safety_identifier alone, or OpenAI's metadata.user_id.
-	b.endUserPolicy(t, account.SourceUser, "", 10)
+	b.endUserPolicy(t, rule.SourceUser, "", 10)
 	for _, body := range []string{chat + `,"safety_identifier":"erin"}`, chat + `,"metadata":{"user_id":"erin"}}`} {
 		if status, _, out := b.post(t, body); status != http.StatusBadRequest || openAIParam(out) != "user" ||
 			!strings.Contains(out, "names end users by user") {
@@ -132,13 +131,13 @@ func TestEndUserInAnotherFieldIsRefusedNamingTheField(t *testing.T) {
 		}
 	}
 	// A policy of safety_identifier: user alone.
-	b.endUserPolicy(t, account.SourceSafetyIdentifier, "", 10)
+	b.endUserPolicy(t, rule.SourceSafetyIdentifier, "", 10)
 	if status, _, out := b.post(t, chat+`,"user":"erin"}`); status != http.StatusBadRequest || openAIParam(out) != "safety_identifier" {
 		t.Fatalf("%d %s", status, out)
 	}
 	// A policy of a header: the body names one, the header is missing, on
 	// both wires.
-	b.endUserPolicy(t, account.SourceHeader, "x-end-user", 10)
+	b.endUserPolicy(t, rule.SourceHeader, "x-end-user", 10)
 	if status, _, out := b.post(t, chat+`,"user":"erin"}`); status != http.StatusBadRequest || openAIParam(out) != "X-End-User" {
 		t.Fatalf("%d %s", status, out)
 	}
@@ -151,7 +150,7 @@ func TestEndUserInAnotherFieldIsRefusedNamingTheField(t *testing.T) {
 	}
 	// A Messages call under a policy of metadata.user_id that names none,
 	// and an OpenAI call that names none: the team's own.
-	b.endUserPolicy(t, account.SourceMetadataUserID, "", 10)
+	b.endUserPolicy(t, rule.SourceMetadataUserID, "", 10)
 	if status, out := b.postMessages(t, claude+`}`); status != http.StatusOK {
 		t.Fatalf("%d %s", status, out)
 	}
@@ -180,7 +179,7 @@ func TestEndUsersConcurrentOnBothWires(t *testing.T) {
 		}
 		fmt.Fprint(w, chatAnswer)
 	}
-	b.endUserPolicy(t, account.SourceUser, "", 10)
+	b.endUserPolicy(t, rule.SourceUser, "", 10)
 	users := []string{"ann", "bob", "cy", "dee", ""} // "": the team's own
 	const goroutines, perGoroutine = 24, 5
 	var mu sync.Mutex

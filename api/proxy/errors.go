@@ -180,7 +180,7 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 		return problem{code: codeBadKey}
 	case errors.Is(err, credential.ErrTenantDisabled), errors.Is(err, rule.ErrTenantDisabled):
 		return problem{code: codeDisabled, message: "the tenant is disabled"}
-	case errors.Is(err, account.ErrEndUserCap):
+	case errors.Is(err, rule.ErrEndUserCap):
 		return problem{code: codeEndUserCap, message: "the tenant has as many end users as its end-user policy allows (max_end_users); a new end user is admitted once an idle one expires"}
 	case errors.Is(err, rule.ErrIdempotencyMismatch):
 		return problem{code: codeKeyMismatch, param: "Idempotency-Key", message: "this Idempotency-Key was used for another request"}

@@ -267,7 +267,7 @@ func verdictOf(err error) verdict {
 		// An admission another face made: not the gateway's to end (its
 		// keys live in its own namespace, so a stream end never names one).
 		return verdict{code: codes.PermissionDenied, message: err.Error()}
-	case errors.Is(err, account.ErrEndUserCap):
+	case errors.Is(err, rule.ErrEndUserCap):
 		return verdict{code: codes.OK, reason: "end_user_cap"}
 	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, rule.ErrIdempotencyMismatch),
 		errors.Is(err, rule.ErrUsageOutOfBounds), errors.Is(err, rule.ErrOverflow):

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -77,9 +76,9 @@ func (t *tenant) relimit(l rule.Limits, now time.Time, actor string, w *writes) 
 	t.advance(now)
 	before := t.Limits
 	detail, err := json.Marshal(struct {
-		Before limitsDetail `json:"before"`
-		After  limitsDetail `json:"after"`
-	}{detailOf(before), detailOf(l)})
+		Before rule.LimitsDetail `json:"before"`
+		After  rule.LimitsDetail `json:"after"`
+	}{before.Detail(), l.Detail()})
 	if err != nil {
 		return fmt.Errorf("budget: encode limits: %w", err)
 	}
@@ -179,41 +178,29 @@ type AdjustParams struct {
 	Actor    string
 }
 
-// ErrBadAdjustment: an adjustment needs a non-zero amount and a reason.
-var ErrBadAdjustment = errors.New("budget: an adjustment needs a non-zero amount and a reason")
-
 // Adjust credits or debits a tenant's token balance by an admin's decision,
-// with the reason in the ledger. A credit is not capped at capacity (the
-// admin means it; refill simply pauses until the balance is below capacity
-// again); a debit may drive the balance negative, but not below the debt
+// with the reason in the ledger, under the tenant's lock (the rules:
+// rule.CheckAdjustment and Bucket.Adjust). A credit is not capped at
+// capacity; a debit may drive the balance negative, but not below the debt
 // floor, minus one tokens capacity. It returns ErrBadAdjustment (no amount
 // or no reason), an *OverflowError (ErrOverflow: the amount is beyond ±1e12
 // tokens, or the balance would leave int64), ErrDebtFloor or
 // ErrTenantNotFound; a refused adjustment changes nothing.
 func (s *Store) Adjust(ctx context.Context, p AdjustParams) (rule.Snapshot, error) {
-	reason := strings.TrimSpace(p.Reason)
-	if p.Tokens == 0 || reason == "" || len(reason) > 500 {
-		return rule.Snapshot{}, ErrBadAdjustment
-	}
-	if p.Tokens > rule.MaxAmount || p.Tokens < -rule.MaxAmount {
-		return rule.Snapshot{}, &rule.OverflowError{Field: "tokens", Op: fmt.Sprintf("an adjustment of %d tokens (at most %d either way)", p.Tokens, int64(rule.MaxAmount))}
+	reason, err := rule.CheckAdjustment(p.Tokens, p.Reason)
+	if err != nil {
+		return rule.Snapshot{}, err
 	}
 	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
 	if err != nil {
 		return rule.Snapshot{}, err
 	}
 	t.advance(now)
-	delta := p.Tokens * rule.Micro // |Tokens| <= 1e12: fits
-	next, err := rule.AddMicro("tokens", t.Tokens.BalanceMicro, delta)
-	switch {
-	case err != nil:
+	delta, err := t.Tokens.Adjust(p.Tokens)
+	if err != nil {
 		tx.abort()
 		return rule.Snapshot{}, err
-	case delta < 0 && next < t.Tokens.Floor():
-		tx.abort()
-		return rule.Snapshot{}, rule.ErrDebtFloor
 	}
-	t.Tokens.BalanceMicro = next
 	e := t.entry(ledger.KindAdjust, now, actorOr(p.Actor, "admin"))
 	e.DeltaMicro = delta
 	e.Reason = reason

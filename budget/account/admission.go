@@ -1,12 +1,8 @@
 package account
 
 import (
-	"crypto/rand"
-	"encoding/base32"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,44 +145,4 @@ func scanAdmissions(rows pgx.Rows, err error) ([]*Admission, error) {
 		out[i] = r.admission()
 	}
 	return out, nil
-}
-
-var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
-
-// NewAdmissionID is newAdmissionID for replicas that admit without the
-// store (the local failure policy): their ids never collide with the
-// store's, and are marked as local (see LocalAdmissionTime).
-func NewAdmissionID(now time.Time) string { return admissionID(now, true) }
-
-// newAdmissionID returns "adm_" and 26 characters: 48 bits of milliseconds
-// (so ids sort by creation, keeping the index append-mostly), one bit that
-// marks ids made by a replica on its own, and 79 random bits.
-func newAdmissionID(now time.Time) string { return admissionID(now, false) }
-
-func admissionID(now time.Time, local bool) string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
-	_, _ = rand.Read(b[6:])
-	b[6] &^= 0x80
-	if local {
-		b[6] |= 0x80
-	}
-	return "adm_" + idEncoding.EncodeToString(b[:])
-}
-
-// LocalAdmissionTime reports whether id was made by a replica on its own
-// (the local failure policy), and when by that replica's clock. Such an
-// admission reaches the store only when its replica replays its spool, so
-// until then the store does not know it.
-func LocalAdmissionTime(id string) (time.Time, bool) {
-	raw, ok := strings.CutPrefix(id, "adm_")
-	if !ok || len(raw) != 26 {
-		return time.Time{}, false
-	}
-	b, err := idEncoding.DecodeString(raw)
-	if err != nil || len(b) != 16 || b[6]&0x80 == 0 {
-		return time.Time{}, false
-	}
-	ms := binary.BigEndian.Uint64(append([]byte{0, 0}, b[:6]...))
-	return time.UnixMilli(int64(ms)), true
 }

@@ -196,7 +196,7 @@ func TestReplayStopsAtTheDebtFloor(t *testing.T) {
 	}
 	now := clock.Now()
 	p := reserve(80).Estimate
-	wrote, err := b.store.ReplayReserve(ctx, account.ReplayReserveParams{AdmissionID: account.NewAdmissionID(now), TenantID: "acme",
+	wrote, err := b.store.ReplayReserve(ctx, account.ReplayReserveParams{AdmissionID: rule.NewLocalAdmissionID(now), TenantID: "acme",
 		Estimate: p, CreatedAt: now, ExpiresAt: now.Add(time.Minute), Replica: "r1"})
 	if err != nil || !wrote {
 		t.Fatalf("replay: %v %v", wrote, err)

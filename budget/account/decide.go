@@ -436,7 +436,7 @@ func (b *batch) decisionFor(it Item) (*decision, error) {
 		b.decisions[it.TenantID] = d
 	}
 	if op.Reserve != nil && t.endUserExpired {
-		return nil, ErrEndUserExpired // enduser.go: revived by EndUserEnsure, cap applies
+		return nil, rule.ErrEndUserExpired // enduser.go: revived by EndUserEnsure, cap applies
 	}
 	if k := op.keyID(); k != "" {
 		switch {
@@ -474,6 +474,6 @@ func isDecision(err error) bool {
 		errors.Is(err, rule.ErrIdempotencyMismatch) || errors.Is(err, rule.ErrAdmissionNotFound) || errors.Is(err, rule.ErrConflict) ||
 		errors.Is(err, rule.ErrTenantNotFound) || errors.Is(err, rule.ErrKeyRevoked) || errors.Is(err, rule.ErrUsageOutOfBounds) ||
 		errors.Is(err, rule.ErrGatewayRevoked) || errors.Is(err, rule.ErrOutOfScope) || errors.As(err, new(*rule.InvalidError)) ||
-		errors.Is(err, ErrEndUserCap) || errors.Is(err, ErrEndUserExpired) || errors.Is(err, rule.ErrOtherFace) ||
+		errors.Is(err, rule.ErrEndUserCap) || errors.Is(err, rule.ErrEndUserExpired) || errors.Is(err, rule.ErrOtherFace) ||
 		errors.Is(err, rule.ErrWithheld)
 }

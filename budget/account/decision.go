@@ -24,7 +24,7 @@ type decision struct {
 	t      *tenant
 	chain  []*tenant                  // t's ancestors and t, root first
 	models map[[2]string]*modelBucket // the batch's model buckets, by tenant and model
-	pools  map[string]*pool           // the batch's pools, locked
+	pools  map[string]*rule.Pool      // the batch's pools, locked
 	routes map[string]string          // model key -> pool id
 	now    time.Time
 	w      *writes
@@ -76,20 +76,20 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		return nil, err
 	}
 	skips, shadow, refusal := decideLevels(d.chain, p.Estimate, money, p.HoldbackMicro, now, d.models)
-	var pl *pool
+	var pl *rule.Pool
 	if id, ok := d.routes[mkey]; ok {
 		pl = d.pools[id]
 	}
 	poolNeed := p.Estimate.InputTokens + p.Estimate.OutputTokens
 	if refusal == nil && pl != nil {
-		refusal = pl.refusal(poolNeed, p.PoolHoldbackMicro)
+		refusal = pl.Refusal(poolNeed, p.PoolHoldbackMicro)
 	}
 	if refusal != nil {
 		var rej *rule.RejectedError
 		if errors.As(refusal, &rej) {
 			rej.Priority, rej.Shadow = p.Priority, shadow
 			if pl != nil {
-				rej.PoolState = pl.state()
+				rej.PoolState = pl.State()
 			}
 		}
 		if exh := (*rule.BudgetExhaustedError)(nil); errors.As(refusal, &exh) && exh.Counts == rule.CountMoney && price != nil {
@@ -99,7 +99,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	}
 
 	a := &Admission{
-		ID:        newAdmissionID(now),
+		ID:        rule.NewStoreAdmissionID(now),
 		TenantID:  t.id,
 		State:     StateReserved,
 		Estimate:  p.Estimate,
@@ -113,8 +113,8 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		a.PriceModel, a.PriceFrom, a.PriceTier, a.MoneyEstimate = price.Model, &price.EffectiveFrom, estimator.TierOr(price.ServiceTier), &money
 	}
 	if pl != nil {
-		a.PoolID = pl.id
-		pl.serve(t.id, poolNeed, now, p.PoolBacklogged)
+		a.PoolID = pl.ID
+		pl.Serve(t.id, poolNeed, now, p.PoolBacklogged)
 	}
 	// Every level is debited, each with its own entry in its own chain.
 	for i, lv := range d.chain {
@@ -140,7 +140,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 			detail = append(detail, m.detail())
 		}
 		if pl != nil && lv == t {
-			detail = append(detail, pl.detail())
+			detail = append(detail, poolDetail(pl))
 		}
 		e.Detail = joinDetail(detail)
 		e.Reason = shadowReason(skips[i])
@@ -153,7 +153,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 	r := &Reservation{AdmissionID: a.ID, Estimate: a.Estimate, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Snapshot: t.snapshot(now), Shadow: shadow,
 		Priority: p.Priority}
 	if pl != nil {
-		r.Pool = pl.state()
+		r.Pool = pl.State()
 	}
 	if p.IdempotencyKey != "" {
 		stored := []byte{} // NOT NULL: empty is "replay now"
@@ -217,7 +217,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 		// moves: it would charge without bound.
 		// The bounds count raw tokens: cache weights come after.
 		rawIn, rawOut := usage.Tokens(a.Estimate)
-		if err := CheckUsage(a.Estimate, d.table, rawIn, rawOut); err != nil {
+		if err := SettleBounds(a.Estimate, d.table).Check(rawIn, rawOut); err != nil {
 			return nil, err
 		}
 		actual = estimator.Cost(in, out, a.Estimate.InputWeightMicro, a.Estimate.OutputWeightMicro)
@@ -246,7 +246,7 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 	// Every level the admission debited is corrected, each in its own chain.
 	var applied int64
 	for _, lv := range d.chain {
-		skip := skipOf(a.Shadowed, lv.id)
+		skip := rule.SkipOf(a.Shadowed, lv.id)
 		var debited *int64 // what its reserve took from this level, when not its estimate
 		if lv == t {
 			debited = a.DebitedMicro
@@ -277,8 +277,8 @@ func (d *decision) end(locked map[string]*Admission, admissionID, actor string, 
 			detail = append(detail, m.detail())
 		}
 		if pl := d.pools[a.PoolID]; pl != nil && lv == t {
-			pl.correct(t.id, a.Estimate.InputTokens+a.Estimate.OutputTokens, in+out, now)
-			detail = append(detail, pl.detail())
+			pl.Correct(t.id, a.Estimate.InputTokens+a.Estimate.OutputTokens, in+out, now)
+			detail = append(detail, poolDetail(pl))
 		}
 		e.Detail = joinDetail(detail)
 		e.Reason = joinReason(shadowReason(skip), d.note)

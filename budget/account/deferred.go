@@ -49,23 +49,12 @@ var (
 // caller that answers "not found" as "nothing to do" answers it the same.
 var ErrDeferred = fmt.Errorf("%w yet; the settle is kept for it until it is replayed", rule.ErrAdmissionNotFound)
 
-// ResolvePolicy is a request's failure policy: its model's, else its
-// tenant's own, else the replica's default, else reject.
-func ResolvePolicy(model, tenant, replica rule.Policy) rule.Policy {
-	for _, p := range []rule.Policy{model, tenant, replica} {
-		if p != rule.PolicyDefault {
-			return p
-		}
-	}
-	return rule.PolicyReject
-}
-
 // Deferral is the failure policy of the request a settle or release by
 // idempotency key ends, as far as its caller knows it: Model is its
 // model's (PolicyDefault: none, or the model is not known) and Default the
 // replica's. When the key names no admission, the decision completes it
 // with the tenant's own policy, read under the tenant's lock
-// (ResolvePolicy): under the local policy the settle is kept (ErrDeferred),
+// (rule.ResolvePolicy): under the local policy the settle is kept (ErrDeferred),
 // otherwise no admission can arrive for the key and nothing is written (a
 // refused request's stream end stays free). A nested tenant is never
 // admitted locally, so nothing is kept for one either.
@@ -80,7 +69,7 @@ func (d *Deferral) keeps(chain []*tenant) bool {
 	if d == nil || len(chain) != 1 {
 		return false
 	}
-	return ResolvePolicy(d.Model, chain[0].Limits.OnStoreUnavailable, d.Default) == rule.PolicyLocal
+	return rule.ResolvePolicy(d.Model, chain[0].Limits.OnStoreUnavailable, d.Default) == rule.PolicyLocal
 }
 
 // deferredEnd is a kept settle (State settled) or release (State

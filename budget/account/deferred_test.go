@@ -33,7 +33,7 @@ func (b *testBundle) keptKeys(t *testing.T) []string {
 
 // replayed is the replay of a local admission of cost under key, made at now.
 func replayed(tenantID, key string, cost int64, now time.Time) account.ReplayReserveParams {
-	return account.ReplayReserveParams{AdmissionID: account.NewAdmissionID(now), TenantID: tenantID, Estimate: hits(tenantID, cost).Estimate,
+	return account.ReplayReserveParams{AdmissionID: rule.NewLocalAdmissionID(now), TenantID: tenantID, Estimate: hits(tenantID, cost).Estimate,
 		CreatedAt: now, ExpiresAt: now.Add(10 * time.Minute), Replica: "r3", IdempotencyKey: key,
 		RequestHash: []byte("hash of " + key), Response: []byte(`{}`)}
 }

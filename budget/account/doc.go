@@ -43,13 +43,15 @@
 //     capacity, where it stops; the entry records the effective amount), and
 //     refill pays that debt back. An admin debit past the floor is refused
 //     (ErrDebtFloor).
-//   - A settle's usage is bounded (CheckUsage): output up to the output
-//     reserved, input plus output up to the model's context window (or
-//     MaxUnknownModelUsage). Cached input is priced at the model's
-//     cached-input weight, and a refund turned into usage, first
-//     (SettleParams.Usage); the bounds apply to that effective input. Usage
-//     beyond is refused (ErrUsageOutOfBounds) before anything moves. Micro-unit arithmetic is checked: an overflow
-//     is ErrOverflow, never a wrap.
+//   - A settle's usage is bounded (rule.UsageBound, with the window of
+//     the model read from the estimator's table by SettleBounds): output
+//     up to the output reserved, input plus output up to the model's
+//     context window (or rule.MaxUnknownModelUsage). Cached input is
+//     priced at the model's cached-input weight, and a refund turned into
+//     usage, first (SettleParams.Usage); the bounds apply to the raw
+//     counts. Usage beyond is refused (ErrUsageOutOfBounds) before
+//     anything moves. Micro-unit arithmetic is checked: an overflow is
+//     ErrOverflow, never a wrap.
 //   - Reservations that are never settled expire: they stay charged at their
 //     estimate and their concurrency slot is freed. A settle that arrives
 //     later still reconciles against that estimate, marked late.
@@ -95,9 +97,18 @@
 // decide instead.
 //
 // account holds the store (SQL over budget's tables, and the caches of
-// them) and the pipeline; the rules it applies are values in budget/rule, a
-// leaf that imports none of it. It may import estimator, ledger,
-// budget/rule and budget/alert, never a face, nor a tracing library (the
-// pipeline is traced through PipelineTracer); the use cases beside it
-// (admission, credential, outage, admin) build on it.
+// them: end-user policies, pool routes, the price book, which tenants have
+// model limits) and the pipeline; the rules it applies are values and
+// functions in budget/rule, a leaf that imports none of it (a tenant's
+// state, the decision over a tree, pools' fair share, usage bounds,
+// money's rules, end users' ids and policies' checks, admission ids,
+// limits' JSON shape). What account keeps besides the SQL is glue: rows
+// into rule values and back, the ledger entries that record each change,
+// and the translation of the estimator's types (an Estimate, the model
+// table, the price book) into the plain values the rules take
+// (SettleBounds, moneyOf, ModelKey), since rule knows no estimator. It may
+// import estimator, ledger, budget/rule and budget/alert, never a face,
+// nor a tracing library (the pipeline is traced through PipelineTracer);
+// the use cases beside it (admission, credential, outage, admin) build on
+// it.
 package account

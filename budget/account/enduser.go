@@ -25,7 +25,7 @@ package account
 //     has had no change for the policy's idle TTL and holds no open
 //     reservation. An expired end user keeps its row, balances and chain;
 //     it stops counting toward the cap, and a reserve for it is refused
-//     with ErrEndUserExpired until EndUserEnsure revives it (cap applies).
+//     with rule.ErrEndUserExpired until EndUserEnsure revives it (cap applies).
 
 import (
 	"context"
@@ -66,23 +66,8 @@ var (
 	endUserAdmissionTenantSQL string
 )
 
-// End-user errors.
-var (
-	// ErrEndUserCap: the tenant has as many live end users as its policy
-	// allows, so a new one (or an expired one seen again) is refused. It
-	// is a request's own outcome (429 end_user_cap on every face), and it
-	// consumes nothing.
-	ErrEndUserCap = errors.New("budget: the tenant has as many end users as its end-user policy allows")
-	// ErrEndUserExpired: a reserve named an end user that idled out since
-	// this replica resolved it; EndUserEnsure revives it (admission does,
-	// and decides again).
-	ErrEndUserExpired = errors.New("budget: the end user expired; ensure it again")
-	// ErrNoEndUserPolicy: the tenant has no end-user policy.
-	ErrNoEndUserPolicy = errors.New("budget: the tenant has no end-user policy")
-)
-
 // EndUserEnsure returns the tenant id of the end user endUserID of tenant
-// parent (EndUserTenantID), creating it from the parent's template on
+// parent (rule.EndUserTenantID), creating it from the parent's template on
 // first sight, or reviving it if it expired, in one short transaction
 // that holds the parent's lock (with its ancestors', root first, and the
 // end user's when it exists, as a decision takes them): concurrent first
@@ -91,14 +76,14 @@ var (
 // first entry is its tenant entry (kind tenant, event created, as
 // CreateTenant writes); a revival keeps the end user's balances and chain
 // and appends a tenant entry (event revived), after a limits entry if the
-// template changed while it was expired. It returns ErrEndUserCap,
-// ErrNoEndUserPolicy, ErrTenantNotFound, ErrTenantDisabled (the tenant or
+// template changed while it was expired. It returns rule.ErrEndUserCap,
+// rule.ErrNoEndUserPolicy, ErrTenantNotFound, ErrTenantDisabled (the tenant or
 // an ancestor is: it would admit nothing), or an *InvalidError (a bad id).
 func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (string, error) {
-	if err := ValidateEndUserID("end_user", endUserID); err != nil {
+	if err := rule.ValidateEndUserID("end_user", endUserID); err != nil {
 		return "", err
 	}
-	childID := EndUserTenantID(parent, endUserID)
+	childID := rule.EndUserTenantID(parent, endUserID)
 	var pol *EndUserPolicy
 	var live int
 	var c *tenant
@@ -129,7 +114,7 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 		return "", rule.ErrTenantNotFound
 	case pol == nil:
 		tx.abort()
-		return "", ErrNoEndUserPolicy
+		return "", rule.ErrNoEndUserPolicy
 	case disabledChain(ts, t):
 		tx.abort()
 		return "", rule.ErrTenantDisabled // it would admit nothing: no end user is made for it
@@ -141,12 +126,12 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 		return childID, nil
 	case live >= pol.MaxEndUsers:
 		tx.abort()
-		return "", ErrEndUserCap
+		return "", rule.ErrEndUserCap
 	}
 	w := &writes{}
 	if c != nil {
 		c.advance(now)
-		if !sameLimits(c.Limits, pol.Template) {
+		if !rule.SameLimits(c.Limits, pol.Template) {
 			if err := c.relimit(pol.Template, now, "end-user-template", w); err != nil {
 				tx.abort()
 				return "", err
@@ -166,11 +151,11 @@ func (s *Store) EndUserEnsure(ctx context.Context, parent, endUserID string) (st
 		}
 		p := CreateTenantParams{ID: childID, Limits: pol.Template, Parent: parent, Actor: "end-user:" + parent}
 		detail, err := json.Marshal(struct {
-			Event   string       `json:"event"`
-			Parent  string       `json:"parent"`
-			EndUser string       `json:"end_user"`
-			Limits  limitsDetail `json:"limits"`
-		}{"created", parent, endUserID, detailOf(pol.Template)})
+			Event   string            `json:"event"`
+			Parent  string            `json:"parent"`
+			EndUser string            `json:"end_user"`
+			Limits  rule.LimitsDetail `json:"limits"`
+		}{"created", parent, endUserID, pol.Template.Detail()})
 		if err != nil {
 			tx.abort()
 			return "", fmt.Errorf("budget: encode limits: %w", err)

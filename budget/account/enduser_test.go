@@ -15,7 +15,7 @@ import (
 // endUserPolicy gives tenant a policy on source user with template l.
 func (b *testBundle) endUserPolicy(t *testing.T, tenant string, l rule.Limits, maxEndUsers int, ttl time.Duration) {
 	t.Helper()
-	_, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: tenant, Source: account.SourceUser,
+	_, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: tenant, Source: rule.SourceUser,
 		Template: l, MaxEndUsers: maxEndUsers, IdleTTL: ttl, Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -31,25 +31,6 @@ func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 	return n
 }
 
-func TestEndUserTenantIDIsATenantID(t *testing.T) {
-	t.Parallel()
-	for _, u := range []string{"u", "Alice@example.com", "名前", string(make([]byte, 256))} {
-		id := account.EndUserTenantID("acme", u)
-		if err := rule.ValidateTenantID(id); err != nil || len(id) != 29 {
-			t.Fatalf("%q -> %q: %v", u, id, err)
-		}
-	}
-	if account.EndUserTenantID("acme", "u") == account.EndUserTenantID("acm", "eu") || account.EndUserTenantID("acme", "u") == account.EndUserTenantID("acme", "U") {
-		t.Fatal("distinct pairs share an id")
-	}
-	for _, bad := range []string{"", string(make([]byte, 257)), "a\nb", "a\x00b", "\xff"} {
-		var inv *rule.InvalidError
-		if err := account.ValidateEndUserID("user", bad); !errors.As(err, &inv) || inv.Field != "user" {
-			t.Fatalf("%q: %v", bad, err)
-		}
-	}
-}
-
 // First sight of one end user from 50 goroutines over two replicas: one
 // row, one tenant entry, and every caller gets its id.
 func TestEndUserFirstSightConcurrentMakesOneRow(t *testing.T) {
@@ -58,7 +39,7 @@ func TestEndUserFirstSightConcurrentMakesOneRow(t *testing.T) {
 	b.tenant(t, "acme", limits(10_000, "1"))
 	b.endUserPolicy(t, "acme", limits(100, "1"), 5, time.Hour)
 
-	want := account.EndUserTenantID("acme", "alice")
+	want := rule.EndUserTenantID("acme", "alice")
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for g := range 50 {
@@ -107,7 +88,7 @@ func TestEndUserCapExactUnderConcurrency(t *testing.T) {
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, account.ErrEndUserCap):
+			case errors.Is(err, rule.ErrEndUserCap):
 				capped.Add(1)
 			default:
 				t.Error(err)
@@ -293,7 +274,7 @@ func TestEndUserIdleExpiryAndRevivalKeepSpend(t *testing.T) {
 	}
 	// That sweep expired the reservation (its TTL is 10 min), a change:
 	// the end user is idle from then on, not before.
-	if _, err := b.store.EndUserEnsure(ctx, "acme", "b"); !errors.Is(err, account.ErrEndUserCap) {
+	if _, err := b.store.EndUserEnsure(ctx, "acme", "b"); !errors.Is(err, rule.ErrEndUserCap) {
 		t.Fatalf("b while a is live: %v, want ErrEndUserCap", err)
 	}
 	clock.Advance(2 * time.Hour)
@@ -304,14 +285,14 @@ func TestEndUserIdleExpiryAndRevivalKeepSpend(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].ExpiredAt == nil || list[0].EndUserID != "a" {
 		t.Fatalf("list %+v, %v", list, err)
 	}
-	if _, err := b.reserve(t, a, 1); !errors.Is(err, account.ErrEndUserExpired) {
+	if _, err := b.reserve(t, a, 1); !errors.Is(err, rule.ErrEndUserExpired) {
 		t.Fatalf("reserve for an expired end user: %v", err)
 	}
 	bID, err := b.store.EndUserEnsure(ctx, "acme", "b")
 	if err != nil {
 		t.Fatalf("b once a expired: %v", err)
 	}
-	if _, err := b.store.EndUserEnsure(ctx, "acme", "a"); !errors.Is(err, account.ErrEndUserCap) {
+	if _, err := b.store.EndUserEnsure(ctx, "acme", "a"); !errors.Is(err, rule.ErrEndUserCap) {
 		t.Fatalf("reviving a at the cap: %v, want ErrEndUserCap", err)
 	}
 	b.mustReserve(t, bID, 1) // open until the sweep expires it: b is not idle before
@@ -354,15 +335,15 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	b.child(t, "team", "org", limits(1000, "1"))
 	b.child(t, "proj", "team", limits(1000, "1"))
 	b.child(t, "leaf", "proj", limits(1000, "1"))
-	good := account.EndUserPolicyParams{TenantID: "team", Source: account.SourceUser, Template: limits(10, "1"), MaxEndUsers: 1, IdleTTL: time.Hour}
+	good := account.EndUserPolicyParams{TenantID: "team", Source: rule.SourceUser, Template: limits(10, "1"), MaxEndUsers: 1, IdleTTL: time.Hour}
 	for _, c := range []struct {
 		field string
 		edit  func(p *account.EndUserPolicyParams)
 	}{
 		{"source", func(p *account.EndUserPolicyParams) { p.Source = "cookie" }},
 		{"header", func(p *account.EndUserPolicyParams) { p.Header = "X-User" }},
-		{"header", func(p *account.EndUserPolicyParams) { p.Source = account.SourceHeader }},
-		{"header", func(p *account.EndUserPolicyParams) { p.Source, p.Header = account.SourceHeader, "X User" }},
+		{"header", func(p *account.EndUserPolicyParams) { p.Source = rule.SourceHeader }},
+		{"header", func(p *account.EndUserPolicyParams) { p.Source, p.Header = rule.SourceHeader, "X User" }},
 		{"template.tokens_capacity", func(p *account.EndUserPolicyParams) { p.Template.TokensCapacity = 0 }},
 		{"max_end_users", func(p *account.EndUserPolicyParams) { p.MaxEndUsers = 0 }},
 		{"idle_ttl_s", func(p *account.EndUserPolicyParams) { p.IdleTTL = 0 }},
@@ -375,12 +356,12 @@ func TestEndUserPolicyChecked(t *testing.T) {
 			t.Fatalf("want a LimitError on %s, got %v", c.field, err)
 		}
 	}
-	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "nope", Source: account.SourceUser,
+	if _, err := b.store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "nope", Source: rule.SourceUser,
 		Template: limits(10, "1"), MaxEndUsers: 1, IdleTTL: time.Hour}); !errors.Is(err, rule.ErrTenantNotFound) {
 		t.Fatal(err)
 	}
 	p := good
-	p.Source, p.Header = account.SourceHeader, "x-end-user"
+	p.Source, p.Header = rule.SourceHeader, "x-end-user"
 	got, err := b.store.EndUserPolicySet(ctx, p)
 	if err != nil || got.Header != "X-End-User" {
 		t.Fatalf("%+v %v", got, err)
@@ -420,13 +401,13 @@ func TestEndUserPolicyChecked(t *testing.T) {
 	if err := b.store.EndUserPolicyDelete(ctx, "team", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.EndUserPolicyGet(ctx, "team"); !errors.Is(err, account.ErrNoEndUserPolicy) {
+	if _, err := b.store.EndUserPolicyGet(ctx, "team"); !errors.Is(err, rule.ErrNoEndUserPolicy) {
 		t.Fatal(err)
 	}
 	if pol, _ := b.store.EndUserPolicyOf(ctx, "team"); pol != nil {
 		t.Fatal("the replica's copy kept a deleted policy")
 	}
-	if _, err := b.store.EndUserEnsure(ctx, "team", "v"); !errors.Is(err, account.ErrNoEndUserPolicy) {
+	if _, err := b.store.EndUserEnsure(ctx, "team", "v"); !errors.Is(err, rule.ErrNoEndUserPolicy) {
 		t.Fatal(err)
 	}
 	b.verify(t, "team")

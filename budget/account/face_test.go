@@ -192,7 +192,7 @@ func TestReplayRefundAtTheFloor(t *testing.T) {
 	replay := func(cost int64) string {
 		t.Helper()
 		now := clock.Now()
-		id := account.NewAdmissionID(now)
+		id := rule.NewLocalAdmissionID(now)
 		if wrote, err := b.store.ReplayReserve(ctx, account.ReplayReserveParams{AdmissionID: id, TenantID: "acme",
 			Estimate: reserve(cost).Estimate, CreatedAt: now, ExpiresAt: now.Add(time.Minute), Replica: "r1"}); err != nil || !wrote {
 			t.Fatalf("replay: %v %v", wrote, err)

@@ -39,7 +39,7 @@ type loaded struct {
 	now     time.Time
 	tenants map[string]*tenant         // the batch's tenants and their ancestors, locked
 	models  map[[2]string]*modelBucket // by tenant and model key
-	pools   map[string]*pool           // locked, by id
+	pools   map[string]*rule.Pool      // locked, by id
 	routes  map[string]string          // model key -> pool id
 	keys    map[string]liveKey         // unrevoked tenant keys, by id
 	gws     map[string][]string        // unrevoked gateways' scopes, by id
@@ -251,7 +251,7 @@ func (s *Store) loadLate(ctx context.Context, l *loaded, ids []string, queuedMod
 		return nil
 	}
 	if l.pools == nil {
-		l.pools = map[string]*pool{}
+		l.pools = map[string]*rule.Pool{}
 	}
 	sort.Strings(late)
 	return l.tx.lockPoolsLate(ctx, late, l.pools)

@@ -2,7 +2,6 @@ package account
 
 import (
 	"fmt"
-	"math/big"
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -28,9 +27,10 @@ import (
 
 // moneyOf is the money of an estimate at the decision's time, and the price
 // it was computed at (nil, 0 when the model has no price). A model without
-// a price cannot be admitted where a money window must count it: an
-// *InvalidError naming the window, so the request is refused, not let
-// through uncounted.
+// a price cannot be admitted where a money window must count it
+// (rule.RequirePrice, at every level): the request is refused, not let
+// through uncounted. The glue between the decision's price book and the
+// rule: the prices are the estimator's.
 func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, error) {
 	var p estimator.Price
 	ok := false
@@ -39,11 +39,8 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 	}
 	if !ok {
 		for _, lv := range d.chain {
-			for _, w := range lv.Limits.Windows {
-				if w.Counts == rule.CountMoney && !lv.Limits.Shadow.Has(rule.LimitPeriodBudget) {
-					return 0, nil, &rule.InvalidError{Field: "model", Reason: fmt.Sprintf(
-						"%q has no price in effect, and window %s of %s counts money: add its price (tokengate prices add) to admit it", est.Model, w.Name, lv.id)}
-				}
+			if err := rule.RequirePrice(est.Model, lv.id, lv.Limits); err != nil {
+				return 0, nil, err
 			}
 		}
 		return 0, nil, nil
@@ -61,19 +58,18 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 // tier's when that tier had none), or the row a was reserved at when the
 // usage reports no tier, or that tier's row does not price a's model. A
 // refund-style usage (a gateway's negative hits) keeps the share of the
-// estimate's money that it keeps of the estimate's cost, at a's tier.
+// estimate's money that it keeps of the estimate's cost (rule.MoneyKept), at
+// a's tier.
 func (d *decision) moneyActual(a *Admission, usage *SettleParams) (int64, string, error) {
 	reserved := estimator.TierOr(a.PriceTier)
 	if usage == nil {
 		return 0, reserved, nil
 	}
 	if usage.RefundTokens > 0 {
-		kept := max(0, a.Estimate.Cost-usage.RefundTokens)
 		if a.Estimate.Cost == 0 {
 			return 0, reserved, nil
 		}
-		n := new(big.Int).Mul(big.NewInt(*a.MoneyEstimate), big.NewInt(kept))
-		return n.Quo(n, big.NewInt(a.Estimate.Cost)).Int64(), reserved, nil
+		return rule.MoneyKept(*a.MoneyEstimate, a.Estimate.Cost, usage.RefundTokens), reserved, nil
 	}
 	var p estimator.Price
 	ok := false

@@ -29,30 +29,6 @@ var (
 	poolSharesPutSQL string
 )
 
-// poolActiveWindow is how recently a tenant must have been served from a
-// pool to count as backlogged there. A tenant that returns after a longer
-// pause has its counter lifted to the lowest counter of those still
-// active, as the virtual token counter prescribes: idle time earns no
-// credit to crowd out the tenants that kept the pool busy.
-const poolActiveWindow = 10 * time.Second
-
-// pool is one pool as a decision holds it under its row lock.
-type pool struct {
-	id      string
-	Tokens  rule.Bucket
-	shares  map[string]*share
-	changed bool
-}
-
-type share struct {
-	tenantID string
-	weight   int64
-	vtc      int64 // micro
-	served   int64
-	activeAt *time.Time
-	changed  bool
-}
-
 type poolRow struct {
 	ID              string    `db:"id"`
 	TokensCapacity  int64     `db:"tokens_capacity"`
@@ -62,8 +38,8 @@ type poolRow struct {
 	CreatedAt       time.Time `db:"created_at"`
 }
 
-func (r *poolRow) pool() *pool {
-	return &pool{id: r.ID, shares: map[string]*share{},
+func (r *poolRow) pool() *rule.Pool {
+	return &rule.Pool{ID: r.ID, Shares: map[string]*rule.Share{},
 		Tokens: rule.Bucket{CapacityMicro: r.TokensCapacity * rule.Micro, RateMicro: r.TokensRateMicro, BalanceMicro: r.TokensMicro, At: r.TokensAt}}
 }
 
@@ -77,7 +53,7 @@ type shareRow struct {
 }
 
 // scanPools reads locked pools, then their shares.
-func scanPools(br pgx.BatchResults) (map[string]*pool, error) {
+func scanPools(br pgx.BatchResults) (map[string]*rule.Pool, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("budget: pools: %w", err)
@@ -86,7 +62,7 @@ func scanPools(br pgx.BatchResults) (map[string]*pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("budget: pools: %w", err)
 	}
-	pools := make(map[string]*pool, len(prs))
+	pools := make(map[string]*rule.Pool, len(prs))
 	for _, r := range prs {
 		pools[r.ID] = r.pool()
 	}
@@ -100,7 +76,7 @@ func scanPools(br pgx.BatchResults) (map[string]*pool, error) {
 	}
 	for _, r := range srs {
 		if p := pools[r.PoolID]; p != nil {
-			p.shares[r.TenantID] = &share{tenantID: r.TenantID, weight: r.Weight, vtc: r.VTCMicro, served: r.Served, activeAt: r.ActiveAt}
+			p.Shares[r.TenantID] = &rule.Share{TenantID: r.TenantID, Weight: r.Weight, VTCMicro: r.VTCMicro, Served: r.Served, ActiveAt: r.ActiveAt}
 		}
 	}
 	return pools, nil
@@ -163,7 +139,7 @@ func (s *Store) NotePeriodAlertRule() { s.periodAlerts.Note() }
 // this replica had not read yet). Rare: it costs a round trip, and it may
 // lock out of id order, which Postgres's deadlock detection and the
 // decision's retry resolve.
-func (tx *lockedTx) lockPoolsLate(ctx context.Context, ids []string, into map[string]*pool) error {
+func (tx *lockedTx) lockPoolsLate(ctx context.Context, ids []string, into map[string]*rule.Pool) error {
 	b := &pgx.Batch{}
 	b.Queue(poolLockIDsSQL, ids)
 	b.Queue(poolSharesIDsSQL, ids)
@@ -182,83 +158,13 @@ func (tx *lockedTx) lockPoolsLate(ctx context.Context, ids []string, into map[st
 	return nil
 }
 
-// shareOf is tenantID's share of the pool (weight 1 until an admin says
-// otherwise), its counter lifted if the tenant was idle (poolActiveWindow)
-// to the lowest counter of the tenants served meanwhile. A request that
-// was already waiting for the pool (backlogged) was there before those
-// tenants were served, which the counter's lift in the paper (on arrival,
-// not on service) would credit: it is lifted to one pool's capacity below
-// that floor instead, so a tenant that queued at the start is not robbed of
-// its share, and one that returns after a long idle gains at most a bucket.
-func (p *pool) shareOf(tenantID string, now time.Time, backlogged bool) *share {
-	sh, ok := p.shares[tenantID]
-	if !ok {
-		sh = &share{tenantID: tenantID, weight: 1}
-		p.shares[tenantID] = sh
-	}
-	if sh.activeAt == nil || now.Sub(*sh.activeAt) > poolActiveWindow {
-		floor := int64(-1)
-		for _, o := range p.shares {
-			if o != sh && o.activeAt != nil && now.Sub(*o.activeAt) <= poolActiveWindow && (floor < 0 || o.vtc < floor) {
-				floor = o.vtc
-			}
-		}
-		if backlogged && floor > 0 {
-			floor = max(0, floor-p.Tokens.CapacityMicro/sh.weight)
-		}
-		sh.vtc = max(sh.vtc, floor)
-	}
-	return sh
-}
-
-// refusal is whether need raw tokens fit the pool while leaving holdback
-// for the requests queued ahead of this one.
-func (p *pool) refusal(need, holdbackMicro int64) error {
-	if need > p.Tokens.CapacityMicro/rule.Micro {
-		return &rule.TooLargeError{Limit: rule.LimitPool, Pool: p.id, Cost: need, Capacity: p.Tokens.CapacityMicro / rule.Micro}
-	}
-	want := need*rule.Micro + max(0, holdbackMicro)
-	if want > p.Tokens.BalanceMicro {
-		return &rule.RejectedError{Limit: rule.LimitPool, Pool: p.id, RetryAfter: rule.RoundUpMS(p.Tokens.TimeUntil(want))}
-	}
-	return nil
-}
-
-// serve takes need from the pool for tenantID and counts it to its share.
-func (p *pool) serve(tenantID string, need int64, now time.Time, backlogged bool) {
-	sh := p.shareOf(tenantID, now, backlogged)
-	p.Tokens.BalanceMicro -= need * rule.Micro
-	sh.vtc += need * rule.Micro / sh.weight
-	sh.served += need
-	sh.activeAt = &now
-	sh.changed, p.changed = true, true
-}
-
-// correct moves a served amount to what was used (refund capped at the
-// pool's capacity), and the tenant's counter with it.
-func (p *pool) correct(tenantID string, reserved, used int64, now time.Time) {
-	sh := p.shareOf(tenantID, now, false)
-	p.Tokens.Refund((reserved - used) * rule.Micro)
-	sh.vtc = max(0, sh.vtc+(used-reserved)*rule.Micro/sh.weight)
-	sh.served += used - reserved
-	sh.changed, p.changed = true, true
-}
-
-func (p *pool) state() *rule.PoolState {
-	s := &rule.PoolState{ID: p.id, TokensMicro: p.Tokens.BalanceMicro, VTC: make(map[string]int64, len(p.shares))}
-	for id, sh := range p.shares {
-		s.VTC[id] = sh.vtc
-	}
-	return s
-}
-
-// detail is how the entry of an admission that drew on the pool records it.
-func (p *pool) detail() string {
-	return `"pool":` + strconv.Quote(p.id) + `,"pool_micro":` + strconv.FormatInt(p.Tokens.BalanceMicro, 10)
+// poolDetail is how the entry of an admission that drew on pool p records it.
+func poolDetail(p *rule.Pool) string {
+	return `"pool":` + strconv.Quote(p.ID) + `,"pool_micro":` + strconv.FormatInt(p.Tokens.BalanceMicro, 10)
 }
 
 // writePools queues the pools and shares a batch changed.
-func writePools(b *pgx.Batch, pools map[string]*pool) (queued []int64) {
+func writePools(b *pgx.Batch, pools map[string]*rule.Pool) (queued []int64) {
 	var ids []string
 	var bal []int64
 	var at []time.Time
@@ -266,13 +172,13 @@ func writePools(b *pgx.Batch, pools map[string]*pool) (queued []int64) {
 	var sw, sv, ss []int64
 	var sa []*time.Time
 	for _, p := range pools {
-		if !p.changed {
+		if !p.Changed {
 			continue
 		}
-		ids, bal, at = append(ids, p.id), append(bal, p.Tokens.BalanceMicro), append(at, p.Tokens.At)
-		for _, sh := range p.shares {
-			if sh.changed {
-				sp, st, sw, sv, ss, sa = append(sp, p.id), append(st, sh.tenantID), append(sw, sh.weight), append(sv, sh.vtc), append(ss, sh.served), append(sa, sh.activeAt)
+		ids, bal, at = append(ids, p.ID), append(bal, p.Tokens.BalanceMicro), append(at, p.Tokens.At)
+		for _, sh := range p.Shares {
+			if sh.Changed {
+				sp, st, sw, sv, ss, sa = append(sp, p.ID), append(st, sh.TenantID), append(sw, sh.Weight), append(sv, sh.VTCMicro), append(ss, sh.Served), append(sa, sh.ActiveAt)
 			}
 		}
 	}

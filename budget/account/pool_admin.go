@@ -13,48 +13,6 @@ import (
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
-// ErrPoolNotFound: no pool has that id.
-var ErrPoolNotFound = errors.New("budget: pool not found")
-
-// ErrPoolExists: CreatePool found the id taken.
-var ErrPoolExists = errors.New("budget: pool already exists")
-
-// PoolLimits are a pool's token bucket, in raw tokens (input + output).
-type PoolLimits struct {
-	TokensCapacity  int64
-	TokensRateMicro int64
-}
-
-// Validate returns a *LimitError naming the first invalid field.
-func (l PoolLimits) Validate() error {
-	switch {
-	case l.TokensCapacity <= 0 || l.TokensCapacity > rule.MaxAmount:
-		return &rule.LimitError{Field: "tokens_capacity", Reason: fmt.Sprintf("must be between 1 and %d", int64(rule.MaxAmount))}
-	case l.TokensRateMicro <= 0 || l.TokensRateMicro > rule.MaxAmount*rule.Micro/1000:
-		return &rule.LimitError{Field: "tokens_per_second", Reason: "must be greater than 0 (and at most 1e9)"}
-	}
-	return nil
-}
-
-// PoolShare is one tenant's share of a pool.
-type PoolShare struct {
-	TenantID string
-	Weight   int64
-	// VTCMicro is the virtual token counter: served / weight, in micro units.
-	VTCMicro int64
-	Served   int64
-}
-
-// PoolSnapshot is a pool, its models and its shares at one instant.
-type PoolSnapshot struct {
-	ID          string
-	Limits      PoolLimits
-	TokensMicro int64
-	Models      []string
-	Shares      []PoolShare
-	At          time.Time
-}
-
 var (
 	//go:embed sql/pool_insert.sql
 	poolInsertSQL string
@@ -71,8 +29,8 @@ var (
 )
 
 // CreatePool creates a pool with a full bucket. It returns a *LimitError
-// or ErrPoolExists.
-func (s *Store) CreatePool(ctx context.Context, id string, l PoolLimits) error {
+// or rule.ErrPoolExists.
+func (s *Store) CreatePool(ctx context.Context, id string, l rule.PoolLimits) error {
 	if err := rule.ValidateTenantID(id); err != nil {
 		return err
 	}
@@ -84,19 +42,19 @@ func (s *Store) CreatePool(ctx context.Context, id string, l PoolLimits) error {
 		return fmt.Errorf("budget: create pool %s: %w", id, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return ErrPoolExists
+		return rule.ErrPoolExists
 	}
 	return nil
 }
 
 // SetPoolLimits changes a pool's bucket under its row lock: refilled to
 // now at the old rate first, then cut to a lowered capacity. It returns a
-// *LimitError or ErrPoolNotFound.
-func (s *Store) SetPoolLimits(ctx context.Context, id string, l PoolLimits) error {
+// *LimitError or rule.ErrPoolNotFound.
+func (s *Store) SetPoolLimits(ctx context.Context, id string, l rule.PoolLimits) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	return s.withPoolLock(ctx, id, func(tx pgx.Tx, p *pool, now time.Time) error {
+	return s.withPoolLock(ctx, id, func(tx pgx.Tx, p *rule.Pool, now time.Time) error {
 		p.Tokens.Refill(now)
 		p.Tokens.CapacityMicro, p.Tokens.RateMicro = l.TokensCapacity*rule.Micro, l.TokensRateMicro
 		p.Tokens.BalanceMicro = min(p.Tokens.BalanceMicro, p.Tokens.CapacityMicro)
@@ -106,7 +64,7 @@ func (s *Store) SetPoolLimits(ctx context.Context, id string, l PoolLimits) erro
 }
 
 // RoutePool makes admissions of model draw on pool ("" takes the model off
-// any pool). It returns ErrPoolNotFound.
+// any pool). It returns rule.ErrPoolNotFound.
 func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 	if model == "" || len(model) > 200 {
 		return &rule.LimitError{Field: "model", Reason: "must be 1 to 200 characters"}
@@ -117,7 +75,7 @@ func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 		return err
 	}
 	defer s.routes.Store(nil) // this replica applies the change at once
-	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *pool, _ time.Time) error {
+	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *rule.Pool, _ time.Time) error {
 		_, err := tx.Exec(ctx, poolRouteSQL, model, poolID)
 		return err
 	})
@@ -125,12 +83,12 @@ func (s *Store) RoutePool(ctx context.Context, model, poolID string) error {
 
 // SetPoolWeight sets a tenant's weight in a pool, under the pool's lock
 // like every write of its shares (the counter is kept). It returns a
-// *LimitError, ErrPoolNotFound or ErrTenantNotFound.
+// *LimitError, rule.ErrPoolNotFound or ErrTenantNotFound.
 func (s *Store) SetPoolWeight(ctx context.Context, poolID, tenantID string, weight int64) error {
-	if weight < 1 || weight > 1_000_000 {
-		return &rule.LimitError{Field: "weight", Reason: "must be between 1 and 1000000"}
+	if err := rule.ValidatePoolWeight(weight); err != nil {
+		return err
 	}
-	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *pool, _ time.Time) error {
+	return s.withPoolLock(ctx, poolID, func(tx pgx.Tx, _ *rule.Pool, _ time.Time) error {
 		_, err := tx.Exec(ctx, poolWeightSQL, poolID, tenantID, weight)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "23503" {
@@ -141,7 +99,7 @@ func (s *Store) SetPoolWeight(ctx context.Context, poolID, tenantID string, weig
 }
 
 // withPoolLock runs fn in a transaction holding the pool's row lock.
-func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *pool, time.Time) error) error {
+func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *rule.Pool, time.Time) error) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT * FROM pools WHERE id = $1 FOR UPDATE`, id)
 		if err != nil {
@@ -149,7 +107,7 @@ func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *po
 		}
 		r, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[poolRow])
 		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrPoolNotFound
+			return rule.ErrPoolNotFound
 		}
 		if err != nil {
 			return err
@@ -160,7 +118,7 @@ func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *po
 		}
 		return fn(tx, r.pool(), now)
 	})
-	if err != nil && !errors.Is(err, ErrPoolNotFound) && !errors.Is(err, rule.ErrTenantNotFound) {
+	if err != nil && !errors.Is(err, rule.ErrPoolNotFound) && !errors.Is(err, rule.ErrTenantNotFound) {
 		return fmt.Errorf("budget: pool %s: %w", id, err)
 	}
 	return err
@@ -168,7 +126,7 @@ func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *po
 
 // Pools lists every pool with its models and shares, refilled to the
 // database's clock now, without locking.
-func (s *Store) Pools(ctx context.Context) ([]PoolSnapshot, error) {
+func (s *Store) Pools(ctx context.Context) ([]rule.PoolSnapshot, error) {
 	rows, err := s.pool.Query(ctx, poolListSQL, s.clock())
 	if err != nil {
 		return nil, fmt.Errorf("budget: pools: %w", err)
@@ -183,14 +141,14 @@ func (s *Store) Pools(ctx context.Context) ([]PoolSnapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("budget: pools: %w", err)
 	}
-	out := make([]PoolSnapshot, len(rs))
+	out := make([]rule.PoolSnapshot, len(rs))
 	for i, r := range rs {
 		p := r.pool()
 		p.Tokens.Refill(r.Now)
-		ps := PoolSnapshot{ID: r.ID, Limits: PoolLimits{r.TokensCapacity, r.TokensRateMicro}, TokensMicro: p.Tokens.BalanceMicro,
+		ps := rule.PoolSnapshot{ID: r.ID, Limits: rule.PoolLimits{TokensCapacity: r.TokensCapacity, TokensRateMicro: r.TokensRateMicro}, TokensMicro: p.Tokens.BalanceMicro,
 			Models: r.Models, At: r.Now}
 		for _, sh := range r.Shares { // tenant:weight:vtc:served
-			var x PoolShare
+			var x rule.PoolShare
 			if _, err := fmt.Sscanf(sh, "%s %d %d %d", &x.TenantID, &x.Weight, &x.VTCMicro, &x.Served); err == nil {
 				ps.Shares = append(ps.Shares, x)
 			}

@@ -27,7 +27,7 @@ func TestPoolExactAcrossReplicas(t *testing.T) {
 	for _, id := range []string{"t1", "t2", "t3"} {
 		b.tenant(t, id, limits(1_000_000_000, "1000"))
 	}
-	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 8000, TokensRateMicro: 1}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 8000, TokensRateMicro: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -130,19 +130,19 @@ func TestPoolAdministration(t *testing.T) {
 	b, clock := setupFrozen(t)
 	b.tenant(t, "acme", limits(1_000_000, "1000"))
 	var le *rule.LimitError
-	if err := b.store.CreatePool(ctx, "Bad Id", account.PoolLimits{TokensCapacity: 1, TokensRateMicro: 1}); !errors.As(err, &le) {
+	if err := b.store.CreatePool(ctx, "Bad Id", rule.PoolLimits{TokensCapacity: 1, TokensRateMicro: 1}); !errors.As(err, &le) {
 		t.Fatalf("bad id: %v", err)
 	}
-	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{}); !errors.As(err, &le) || le.Field != "tokens_capacity" {
+	if err := b.store.CreatePool(ctx, "gpu", rule.PoolLimits{}); !errors.As(err, &le) || le.Field != "tokens_capacity" {
 		t.Fatalf("no capacity: %v", err)
 	}
-	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}); !errors.Is(err, account.ErrPoolExists) {
+	if err := b.store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 100, TokensRateMicro: 10 * rule.Micro}); !errors.Is(err, rule.ErrPoolExists) {
 		t.Fatalf("twice: %v", err)
 	}
-	if err := b.store.RoutePool(ctx, "gpt-4o", "nope"); !errors.Is(err, account.ErrPoolNotFound) {
+	if err := b.store.RoutePool(ctx, "gpt-4o", "nope"); !errors.Is(err, rule.ErrPoolNotFound) {
 		t.Fatalf("route to nothing: %v", err)
 	}
 	if err := b.store.SetPoolWeight(ctx, "gpu", "nobody", 2); !errors.Is(err, rule.ErrTenantNotFound) {
@@ -165,7 +165,7 @@ func TestPoolAdministration(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	// Lowering the capacity cuts the balance; the refill rate changes.
-	if err := b.store.SetPoolLimits(ctx, "gpu", account.PoolLimits{TokensCapacity: 50, TokensRateMicro: rule.Micro}); err != nil {
+	if err := b.store.SetPoolLimits(ctx, "gpu", rule.PoolLimits{TokensCapacity: 50, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	pools, err := b.store.Pools(ctx)

@@ -87,24 +87,24 @@ type SettleParams struct {
 }
 
 // Validate returns an *InvalidError when p names its admission neither or
-// both ways, or states its usage both ways, and a *UsageError
+// both ways (rule.CheckAdmissionName), or states its usage both ways
+// (rule.CheckRefund), and a *UsageError
 // (ErrUsageOutOfBounds) when its usage is no usage a call could have used
 // (rule.Usage.Check: a part of the input or output out of 0..the count it
 // is part of, or a count past rule.MaxTokens). The decision applies it first; a replica deciding
 // without the store (budget/outage) applies it too.
 func (p SettleParams) Validate() error {
-	if err := nameProblem(p.AdmissionID, p.IdempotencyKey); err != nil {
+	if err := rule.CheckAdmissionName(p.AdmissionID, p.IdempotencyKey); err != nil {
 		return err
 	}
-	switch {
-	case p.RefundTokens < 0:
-		return &rule.InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
-	case p.RefundTokens > 0 && (p.InputTokens != 0 || p.OutputTokens != 0 || p.CachedInputTokens != 0 || p.CacheWriteTokens != 0 || p.CacheWrite1hTokens != 0):
-		return &rule.InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
-	case p.ServiceTier != "" && !estimator.ValidTier(p.ServiceTier):
+	claimed := p.Claimed()
+	if err := rule.CheckRefund(p.RefundTokens, claimed); err != nil {
+		return err
+	}
+	if p.ServiceTier != "" && !estimator.ValidTier(p.ServiceTier) {
 		return &rule.InvalidError{Field: "service_tier", Reason: estimator.TierReason}
 	}
-	return p.Claimed().Check()
+	return claimed.Check()
 }
 
 // Claimed is the usage p states, as the caller counted it: the domain
@@ -122,8 +122,7 @@ func (p SettleParams) Claimed() rule.Usage {
 // the output. p must be valid (Validate).
 func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out int64) {
 	if p.RefundTokens > 0 {
-		in, _ = rule.Sub64(e.Cost, p.RefundTokens)
-		return max(0, in), 0
+		return rule.RefundUsage(e.Cost, p.RefundTokens), 0
 	}
 	in, out = p.InputTokens, p.OutputTokens
 	if p.CachedInputTokens > 0 || p.CacheWriteTokens > 0 || p.CacheWrite1hTokens > 0 {
@@ -137,7 +136,7 @@ func (p SettleParams) Usage(e estimator.Estimate, t *estimator.Table) (in, out i
 }
 
 // Tokens is the input and output tokens p reports as they were counted,
-// before any cache weight: what the usage bounds (CheckUsage) judge, since
+// before any cache weight: what the usage bounds (SettleBounds) judge, since
 // a context window holds tokens, not their price. A 150 000-token write to
 // the one-hour cache fits a 200 000-token window, though Usage charges it
 // as 300 000 input tokens. A refund's is what Usage charges.
@@ -146,18 +145,6 @@ func (p SettleParams) Tokens(e estimator.Estimate) (in, out int64) {
 		return p.Usage(e, nil)
 	}
 	return p.InputTokens, p.OutputTokens
-}
-
-// nameProblem is the rule of a settle's or release's admission: named by
-// id or by idempotency key, exactly one of them.
-func nameProblem(admissionID, key string) error {
-	switch {
-	case admissionID == "" && key == "":
-		return &rule.InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
-	case admissionID != "" && key != "":
-		return &rule.InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
-	}
-	return nil
 }
 
 // Settlement is the reconciliation of one admission.
@@ -205,7 +192,9 @@ type ReleaseParams struct {
 
 // Validate returns an *InvalidError when p names its admission neither or
 // both ways.
-func (p ReleaseParams) Validate() error { return nameProblem(p.AdmissionID, p.IdempotencyKey) }
+func (p ReleaseParams) Validate() error {
+	return rule.CheckAdmissionName(p.AdmissionID, p.IdempotencyKey)
+}
 
 // Release refunds an admission's whole estimate (capped at capacity): the
 // request never ran. Releasing again returns the original answer. It
@@ -241,7 +230,7 @@ func (d *decision) expire(overdue []*Admission) int {
 			continue // locked by the query but not yet due at the locked clock, or ended meanwhile
 		}
 		for _, lv := range d.chain {
-			skip := skipOf(a.Shadowed, lv.id)
+			skip := rule.SkipOf(a.Shadowed, lv.id)
 			lv.ExpireExcept(skip)
 			e := lv.entry(ledger.KindExpire, now, "sweeper")
 			e.AdmissionID, e.Model = a.ID, a.Estimate.Model

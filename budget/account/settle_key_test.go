@@ -181,7 +181,7 @@ func TestReleaseByKeyGivesThePoolBack(t *testing.T) {
 	t.Parallel()
 	b, _ := setupFrozen(t)
 	b.tenant(t, "acme", limits(1_000_000, "1000"))
-	if err := b.store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: rule.Micro}); err != nil {
+	if err := b.store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 100, TokensRateMicro: rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {

@@ -687,7 +687,7 @@ func reserveFor(tenantID string, cost int64) account.ReserveParams {
 func ptr[T any](v T) *T { return &v }
 
 // fit moves the output beyond what e reserved into the input, so that a
-// test's usage stays within the bound a settle checks (account.CheckUsage)
+// test's usage stays within the bound a settle checks (account.SettleBounds)
 // and costs the same at weight 1.0.
 func fit(e estimator.Estimate, in, out int64) (int64, int64) {
 	if out > e.OutputTokens {

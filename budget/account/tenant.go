@@ -28,49 +28,6 @@ type CreateTenantParams struct {
 //go:embed sql/tenant_parent.sql
 var tenantParentSQL string
 
-// limitsDetail is how limits appear in a ledger entry's detail.
-type limitsDetail struct {
-	TokensCapacity      int64    `json:"tokens_capacity"`
-	TokensPerSecond     string   `json:"tokens_per_second"`
-	RequestsCapacity    int64    `json:"requests_capacity,omitempty"`
-	RequestsPerSecond   string   `json:"requests_per_second,omitempty"`
-	MaxConcurrent       int64    `json:"max_concurrent,omitempty"`
-	PeriodBudget        int64    `json:"period_budget,omitempty"`
-	Period              string   `json:"period,omitempty"`
-	ReservationTTLMilli int64    `json:"reservation_ttl_ms"`
-	MaxWaitMilli        int64    `json:"max_wait_ms"`
-	OnStoreUnavailable  string   `json:"on_store_unavailable,omitempty"`
-	Shadow              []string `json:"shadow,omitempty"`
-	// Windows are the tenant's windows (the "period" window among them).
-	Windows []rule.WindowJSON `json:"windows,omitempty"`
-}
-
-// detailOf is l as a ledger entry's detail shows it; limitsOf reads it
-// back (an end-user policy's template is stored in this shape).
-func detailOf(l rule.Limits) limitsDetail {
-	d := limitsDetail{
-		TokensCapacity:      l.TokensCapacity,
-		TokensPerSecond:     rule.FormatRate(l.TokensRateMicro),
-		RequestsCapacity:    l.RequestsCapacity,
-		MaxConcurrent:       l.MaxConcurrent,
-		PeriodBudget:        l.PeriodBudget,
-		Period:              string(l.Period),
-		ReservationTTLMilli: l.ReservationTTL.Milliseconds(),
-		MaxWaitMilli:        l.MaxWait.Milliseconds(),
-		OnStoreUnavailable:  string(l.OnStoreUnavailable),
-	}
-	if l.Shadow != 0 {
-		d.Shadow = l.Shadow.Strings()
-	}
-	if len(l.Windows) > 0 {
-		d.Windows = rule.WindowsJSON(l.Windows)
-	}
-	if l.RequestsRateMicro > 0 {
-		d.RequestsPerSecond = rule.FormatRate(l.RequestsRateMicro)
-	}
-	return d
-}
-
 // CreateTenant creates a tenant with a full token bucket and writes its
 // first ledger entry (kind tenant), whose delta is the starting balance. It
 // returns a *LimitError (ErrInvalidLimits) or ErrTenantExists.
@@ -87,10 +44,10 @@ func (s *Store) CreateTenant(ctx context.Context, p CreateTenantParams) (rule.Sn
 		return rule.Snapshot{}, &rule.LimitError{Field: "parent", Reason: "a tenant cannot be its own parent"}
 	}
 	detail, err := json.Marshal(struct {
-		Event  string       `json:"event"`
-		Parent string       `json:"parent,omitempty"`
-		Limits limitsDetail `json:"limits"`
-	}{"created", p.Parent, detailOf(l)})
+		Event  string            `json:"event"`
+		Parent string            `json:"parent,omitempty"`
+		Limits rule.LimitsDetail `json:"limits"`
+	}{"created", p.Parent, l.Detail()})
 	if err != nil {
 		return rule.Snapshot{}, fmt.Errorf("budget: encode limits: %w", err)
 	}

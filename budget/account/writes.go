@@ -38,7 +38,7 @@ type writes struct {
 	keys     []keyPut
 	deferred []deferredEnd // settles and releases kept for an admission not replayed yet
 	models   []*modelBucket
-	pools    map[string]*pool // the batch's locked pools; those changed are written
+	pools    map[string]*rule.Pool // the batch's locked pools; those changed are written
 	// alerts: queue the threshold statement (some period_budget rule may
 	// exist); set by commit from the store.
 	alerts bool

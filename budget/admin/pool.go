@@ -3,31 +3,31 @@ package admin
 import (
 	"context"
 
-	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // PoolList returns every shared pool with its shares.
-func (s *Service) PoolList(ctx context.Context) ([]account.PoolSnapshot, error) {
+func (s *Service) PoolList(ctx context.Context) ([]rule.PoolSnapshot, error) {
 	return s.store.Pools(ctx)
 }
 
-// Pool returns one pool, or account.ErrPoolNotFound.
-func (s *Service) Pool(ctx context.Context, id string) (account.PoolSnapshot, error) {
+// Pool returns one pool, or rule.ErrPoolNotFound.
+func (s *Service) Pool(ctx context.Context, id string) (rule.PoolSnapshot, error) {
 	pools, err := s.store.Pools(ctx)
 	if err != nil {
-		return account.PoolSnapshot{}, err
+		return rule.PoolSnapshot{}, err
 	}
 	for _, p := range pools {
 		if p.ID == id {
 			return p, nil
 		}
 	}
-	return account.PoolSnapshot{}, account.ErrPoolNotFound
+	return rule.PoolSnapshot{}, rule.ErrPoolNotFound
 }
 
 // PoolCreate creates a pool and routes models to it. It returns
-// account.ErrPoolExists or a validation error.
-func (s *Service) PoolCreate(ctx context.Context, id string, l account.PoolLimits, models ...string) error {
+// rule.ErrPoolExists or a validation error.
+func (s *Service) PoolCreate(ctx context.Context, id string, l rule.PoolLimits, models ...string) error {
 	if err := s.store.CreatePool(ctx, id, l); err != nil {
 		return err
 	}
@@ -39,8 +39,8 @@ func (s *Service) PoolCreate(ctx context.Context, id string, l account.PoolLimit
 	return nil
 }
 
-// PoolSetLimits changes a pool's limits. It returns account.ErrPoolNotFound.
-func (s *Service) PoolSetLimits(ctx context.Context, id string, l account.PoolLimits) error {
+// PoolSetLimits changes a pool's limits. It returns rule.ErrPoolNotFound.
+func (s *Service) PoolSetLimits(ctx context.Context, id string, l rule.PoolLimits) error {
 	return s.store.SetPoolLimits(ctx, id, l)
 }
 

@@ -280,7 +280,7 @@ func (a *Admitter) policy(family, tenantID string) rule.Policy {
 	if snap, ok := a.LastSnapshot(tenantID); ok {
 		tenant = snap.Limits.OnStoreUnavailable
 	}
-	return account.ResolvePolicy(d.Model, tenant, d.Default)
+	return rule.ResolvePolicy(d.Model, tenant, d.Default)
 }
 
 // deferral is the failure policy of a request of a model family, but for

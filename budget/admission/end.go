@@ -111,7 +111,7 @@ func (a *Admitter) end(tenantID, admissionID string, decide func() (*account.Set
 			// Made by a replica on its own in an outage, and not replayed
 			// yet (its replica may be replaying, or still cut off): the
 			// caller should retry, not give the admission up as unknown.
-			if at, local := account.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
+			if at, local := rule.LocalAdmissionTime(admissionID); local && time.Since(at).Abs() < notReplayedWindow {
 				return nil, false, fmt.Errorf("%w: %s", rule.ErrNotReplayed, admissionID)
 			}
 		}

@@ -41,9 +41,9 @@ func (e EndUser) id(pol *account.EndUserPolicy) (id, field string, present bool,
 	var v any
 	field = e.Fields.Field(string(pol.Source))
 	switch pol.Source {
-	case account.SourceUser, account.SourceSafetyIdentifier, account.SourceMetadataUserID:
+	case rule.SourceUser, rule.SourceSafetyIdentifier, rule.SourceMetadataUserID:
 		v = e.Fields.Value(field)
-	case account.SourceHeader:
+	case rule.SourceHeader:
 		field = pol.Header
 		if e.HeaderFunc != nil {
 			if h := e.HeaderFunc(pol.Header); h != "" {
@@ -60,7 +60,7 @@ func (e EndUser) id(pol *account.EndUserPolicy) (id, field string, present bool,
 		}
 		return "", field, false, nil
 	case string:
-		return s, field, true, account.ValidateEndUserID(field, s)
+		return s, field, true, rule.ValidateEndUserID(field, s)
 	default:
 		return "", field, true, &rule.InvalidError{Field: field, Reason: "must be a string (it names the end user)"}
 	}
@@ -70,7 +70,7 @@ func (e EndUser) id(pol *account.EndUserPolicy) (id, field string, present bool,
 // entries. Past it the cache starts over: a miss costs one short
 // transaction (EndUserEnsure), never a wrong answer, since the id is a
 // function of the pair and a stale entry of an expired end user is caught
-// by the decision (account.ErrEndUserExpired).
+// by the decision (rule.ErrEndUserExpired).
 const maxEndUserCache = 100_000
 
 // endUserCapWait is how long a replica answers ErrEndUserCap for an end
@@ -118,7 +118,7 @@ func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, er
 	if at, ok := c.capped[key]; ok {
 		if time.Since(at) < endUserCapWait {
 			c.mu.Unlock()
-			return "", account.ErrEndUserCap
+			return "", rule.ErrEndUserCap
 		}
 		delete(c.capped, key)
 	}
@@ -144,7 +144,7 @@ func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, er
 			c.m = make(map[string]string)
 		}
 		c.m[key] = e.child
-	case errors.Is(e.err, account.ErrEndUserCap):
+	case errors.Is(e.err, rule.ErrEndUserCap):
 		if c.capped == nil || len(c.capped) >= maxEndUserCache {
 			c.capped = make(map[string]time.Time)
 		}
@@ -163,7 +163,7 @@ func (c *endUserCache) ensure(key string, fn func() (string, error)) (string, er
 // store is down nothing is resolved: the request is the tenant's, and its
 // failure policy applies as it would. fresh skips the cache (an end user
 // found expired). It returns an *InvalidError (a bad id),
-// account.ErrEndUserCap, or the store's error.
+// rule.ErrEndUserCap, or the store's error.
 func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (string, error) {
 	pol := a.endUserPolicy(ctx, req.TenantID)
 	if pol == nil {
@@ -185,7 +185,7 @@ func (a *Admitter) endUser(ctx context.Context, req *Request, fresh bool) (strin
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StoreTimeout)
 		defer cancel()
 		child, err := a.cfg.Store.EndUserEnsure(ctx, parent, id)
-		if errors.Is(err, account.ErrNoEndUserPolicy) {
+		if errors.Is(err, rule.ErrNoEndUserPolicy) {
 			return "", nil // deleted since this replica read it
 		}
 		return child, err
@@ -248,7 +248,7 @@ func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *account.
 	parent := req.TenantID
 	req.TenantID = child
 	r, local, err = a.reserve(ctx, req)
-	if !errors.Is(err, account.ErrEndUserExpired) {
+	if !errors.Is(err, rule.ErrEndUserExpired) {
 		return r, local, true, err
 	}
 	req.TenantID = parent
@@ -259,7 +259,7 @@ func (a *Admitter) reserveEndUser(ctx context.Context, req Request) (r *account.
 		req.TenantID = child
 	}
 	r, local, err = a.reserve(ctx, req)
-	if errors.Is(err, account.ErrEndUserExpired) {
+	if errors.Is(err, rule.ErrEndUserExpired) {
 		// Expired again in between (a sweep each time): rare, and retrying
 		// succeeds, as for a busy store.
 		err = fmt.Errorf("%w: the end user expired while it was decided", rule.ErrBusy)

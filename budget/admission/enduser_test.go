@@ -32,7 +32,7 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 	if _, err := stores[0].CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 2000, TokensRateMicro: rate}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stores[0].EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceUser,
+	if _, err := stores[0].EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: rule.SourceUser,
 		Template: rule.Limits{TokensCapacity: 500, TokensRateMicro: rate}, MaxEndUsers: 5, IdleTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestEndUsersConcurrentAcrossReplicas(t *testing.T) {
 				switch {
 				case err == nil:
 					spent[r.Snapshot.TenantID] += cost
-				case errors.Is(err, account.ErrEndUserCap):
+				case errors.Is(err, rule.ErrEndUserCap):
 					capped[user] = true
 				case errors.Is(err, rule.ErrRejected):
 				default:
@@ -130,7 +130,7 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: account.SourceMetadataUserID,
+	if _, err := store.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: "acme", Source: rule.SourceMetadataUserID,
 		Template: rule.Limits{TokensCapacity: 100, TokensRateMicro: 1}, MaxEndUsers: 1, IdleTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestExpiredEndUserIsRevivedByTheAdmitter(t *testing.T) {
 	if _, err := as("bob", 5); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := as("alice", 5); !errors.Is(err, account.ErrEndUserCap) {
+	if _, err := as("alice", 5); !errors.Is(err, rule.ErrEndUserCap) {
 		t.Fatalf("alice at the cap: %v", err)
 	}
 	tally, err := ledger.Verify(ctx, pool, alice)

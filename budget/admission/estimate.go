@@ -121,23 +121,22 @@ func (a *Admitter) CountOutput(est estimator.Estimate, messages bool, text strin
 // fact, not a claim: the request already ran. But usage beyond what any
 // call could state (rule.Usage.Clamp) or this request could produce (more
 // output than it reserved, more than the model's context window:
-// account.UsageBounds) is an upstream's error, and would charge the
+// account.SettleBounds) is an upstream's error, and would charge the
 // tenant without bound: it is clamped to the bound, its parts with it,
 // and logged, and clamped is true. The cache's tokens are priced at the
 // model's cache weights in the settle's own transaction. Otherwise it
 // returns what Settle returns.
 func (a *Admitter) SettleReported(ctx context.Context, face Face, est estimator.Estimate, reported rule.Usage, p account.SettleParams) (clamped bool, err error) {
 	u, _ := reported.Clamp()
-	table := a.est.Table()
-	in, out, over := account.ClampUsage(est, table, u.Input, u.Output)
+	bound := account.SettleBounds(est, a.est.Table())
+	in, out, over := bound.Clamp(u.Input, u.Output)
 	u.Input, u.Output = in, out
 	u, _ = u.Clamp()
 	clamped = over || u.Input != reported.Input || u.Output != reported.Output
 	if clamped {
-		maxOut, maxTotal := account.UsageBounds(est, table)
 		a.logger.Warn(string(face)+": the upstream reported usage no request could produce; clamped to the bound",
 			"admission", p.AdmissionID, "model", est.Model, "input_tokens", reported.Input, "output_tokens", reported.Output,
-			"max_output_tokens", maxOut, "max_total_tokens", maxTotal, "settled_input", u.Input, "settled_output", u.Output)
+			"max_output_tokens", bound.MaxOutput, "max_total_tokens", bound.MaxTotal, "settled_input", u.Input, "settled_output", u.Output)
 	}
 	p.InputTokens, p.OutputTokens = u.Input, u.Output
 	p.CachedInputTokens, p.CacheWriteTokens, p.CacheWrite1hTokens = u.CacheRead, u.CacheWrite5m, u.CacheWrite1h

@@ -138,7 +138,7 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *acc
 		outcome, limit = OutcomeTooLarge, string(tl.Limit)
 	case errors.Is(err, rule.ErrWithheld):
 		outcome = OutcomeWithheld
-	case errors.Is(err, account.ErrEndUserCap):
+	case errors.Is(err, rule.ErrEndUserCap):
 		outcome, limit = OutcomeRejected, "end_user_cap"
 	case errors.Is(err, rule.ErrKeyRevoked), errors.Is(err, rule.ErrGatewayRevoked), errors.Is(err, rule.ErrOutOfScope),
 		errors.Is(err, rule.ErrTenantDisabled), errors.Is(err, rule.ErrTenantNotFound):

@@ -57,7 +57,7 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 		keyFor(t, store, id, "k"+id, rule.PriorityStandard)
 	}
 	const rate = 3000 // raw tokens a second
-	if err := store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 600, TokensRateMicro: rate * rule.Micro}); err != nil {
+	if err := store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 600, TokensRateMicro: rate * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {
@@ -151,7 +151,7 @@ func TestPoolServesCriticalBeforeSheddable(t *testing.T) {
 	}
 	keyFor(t, store, "batch", "kbatch", rule.PrioritySheddable)
 	keyFor(t, store, "live", "klive", rule.PriorityCritical)
-	if err := store.CreatePool(ctx, "gpu", account.PoolLimits{TokensCapacity: 100, TokensRateMicro: 100 * rule.Micro}); err != nil {
+	if err := store.CreatePool(ctx, "gpu", rule.PoolLimits{TokensCapacity: 100, TokensRateMicro: 100 * rule.Micro}); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.RoutePool(ctx, "gpt-4o", "gpu"); err != nil {

@@ -5,7 +5,7 @@
 // into the store, exactly once, when the store is back.
 //
 // Exactly once: a replayed admission keeps the id the replica gave it, and
-// the store writes it only if no admission has that id (account.ReplayReserve);
+// the store writes it only if no admission has that id (account.Store.ReplayReserve);
 // settles and releases are idempotent in the store already, and one by key
 // whose admission another replica made and has not replayed yet is kept by
 // the store for that replay (account.ErrDeferred). So a replay that

@@ -35,7 +35,7 @@ type Local struct {
 	// NowFunc is the clock; tests freeze it. Defaults to time.Now.
 	NowFunc func() time.Time
 	// ModelsFunc is the model table that bounds a settle's usage
-	// (account.CheckUsage), as the store's does; nil is the seeded table.
+	// (account.SettleBounds), as the store's does; nil is the seeded table.
 	ModelsFunc func() *estimator.Table
 
 	mu     sync.Mutex
@@ -165,7 +165,7 @@ func (l *Local) Reserve(snap rule.Snapshot, p account.ReserveParams) (*account.R
 	if ttl <= 0 {
 		ttl = rule.DefaultReservationTTL
 	}
-	id := account.NewAdmissionID(now)
+	id := rule.NewLocalAdmissionID(now)
 	r := &account.Reservation{AdmissionID: id, Estimate: est, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	applied, err := sh.state.Debit(est.Cost)
 	if err != nil {
@@ -272,7 +272,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp
 		}
 	}
 	if usage != nil && (usage.InputTokens < 0 || usage.OutputTokens < 0) {
-		return account.CheckUsage(estimator.Estimate{}, nil, usage.InputTokens, usage.OutputTokens)
+		return account.SettleBounds(estimator.Estimate{}, nil).Check(usage.InputTokens, usage.OutputTokens)
 	}
 	var table *estimator.Table
 	if l.ModelsFunc != nil {
@@ -282,7 +282,7 @@ func (l *Local) end(tenantID, admissionID, key, actor string, face rule.Face, dp
 	if usage != nil && mine != nil {
 		in, out := usage.Usage(mine.est, table)
 		rawIn, rawOut := usage.Tokens(mine.est) // the bounds count raw tokens, before cache weights
-		if err := account.CheckUsage(mine.est, table, rawIn, rawOut); err != nil {
+		if err := account.SettleBounds(mine.est, table).Check(rawIn, rawOut); err != nil {
 			return err
 		}
 		actual = estimator.Cost(in, out, mine.est.InputWeightMicro, mine.est.OutputWeightMicro)

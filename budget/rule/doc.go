@@ -1,9 +1,15 @@
-// Package rule holds budget's rules as values: a tenant's limits and the
-// patches that change them, calendar windows and their time zones, the
-// token bucket and its micro-unit arithmetic, money amounts, the bounds of
-// every amount, the state one decision reads and changes (TenantState:
-// Decide, Debit, End), pools' and model limits' values, the Retry-After a
-// refusal tells, idempotency keys, faces, and the domain's errors.
+// Package rule holds budget's rules as values: a tenant's limits, the
+// patches that change them and their one JSON shape (LimitsDetail),
+// calendar windows and their time zones, the token bucket and its
+// micro-unit arithmetic, money amounts and money's rules (RequirePrice,
+// MoneyKept), the bounds of every amount and of a settle's usage
+// (UsageBounds), the state one decision reads and changes (TenantState:
+// Decide, Debit, End) and the decision over a tree of them
+// (DecideLevels), pools' values and fair share (Pool: the virtual token
+// counter), model limits' values, end users' sources, ids and policies'
+// checks, admission ids (local or the store's), admin adjustments, the
+// form of a settle or release, the Retry-After a refusal tells,
+// idempotency keys, faces, and the domain's errors.
 //
 // Why a package of its own: the store (SQL over budget's tables) and the
 // pipeline (load, decide, write) apply these rules, and a replica applies
@@ -21,4 +27,10 @@
 //   - A refusal consumes nothing: Decide and Refusals change no state.
 //   - A wait computed from a refill saturates at NeverRefills, and the
 //     wait a face tells is never zero (RetryAfterMillis).
+//   - A request fits only if every level of its tree allows it
+//     (DecideLevels); a shadow limit refuses nothing but is recorded, and
+//     the debit leaves it out.
+//   - A settle's usage never passes its bound (UsageBound.Check refuses a
+//     claim, UsageBound.Clamp bounds an upstream's fact), and a debit never
+//     passes the debt floor (Bucket.Adjust: ErrDebtFloor).
 package rule

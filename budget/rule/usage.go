@@ -6,13 +6,16 @@
 
 package rule
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // MaxTokens is the most tokens any one count of a usage may state (input,
 // output, or any part of them): a thousand times the widest context window
 // any provider serves, and small enough that a count times the heaviest
 // weight (1e9 micro) stays far from the edges of int64. The model's own
-// window bounds a settle more tightly (account.UsageBounds); this bound
+// window bounds a settle more tightly (UsageBounds); this bound
 // holds before the model is known.
 const MaxTokens int64 = 1_000_000_000
 
@@ -107,7 +110,7 @@ func ClampTokens(n int64) int64 { return min(max(n, 0), MaxTokens) }
 // the input and output are at most MaxTokens; the cache's reads, then its
 // 5 minute writes, then its 1 hour writes take at most what is left of the
 // input; reasoning is at most the output. A face that knows tighter
-// totals (the model's window: account.ClampUsage) sets them and clamps
+// totals (the model's window: UsageBound.Clamp) sets them and clamps
 // again, so that the parts follow.
 func (u Usage) Clamp() (Usage, bool) {
 	c := u
@@ -123,4 +126,92 @@ func (u Usage) Clamp() (Usage, bool) {
 	c.CacheWrite1h = take(u.CacheWrite1h)
 	c.Reasoning = min(max(u.Reasoning, 0), c.Output)
 	return c, c != u
+}
+
+// UsageBound is the most usage a settle of one admission may report, in
+// raw tokens before any cache weight: MaxOutput output tokens, and
+// MaxTotal input plus output. It is the bound of a model's context
+// window, which the caller reads from its model table (UsageBounds);
+// rule knows no models.
+type UsageBound struct {
+	MaxOutput int64
+	MaxTotal  int64
+}
+
+// UsageBounds is the bound of a settle of an admission that reserved
+// reservedIn input and reservedOut output tokens of a model whose widest
+// context window is window (MaxUnknownModelUsage for a model the table
+// does not know): output up to the output it reserved, and input plus
+// output up to the window, or the reservation if larger (a batch of
+// prompts or n > 1 reserves for several sequences). Negative reserved
+// counts are 0, and a sum past int64 saturates.
+func UsageBounds(window, reservedIn, reservedOut int64) UsageBound {
+	reserved, ok := Add64(max(reservedIn, 0), max(reservedOut, 0))
+	if !ok {
+		reserved = math.MaxInt64
+	}
+	return UsageBound{MaxOutput: max(reservedOut, 0), MaxTotal: max(window, reserved)}
+}
+
+// Check returns a *UsageError (ErrUsageOutOfBounds) when in and out are
+// not usage within b, or are negative; nil otherwise. It is the check of
+// a usage a caller claims: nothing is charged.
+func (b UsageBound) Check(in, out int64) error {
+	switch {
+	case in < 0:
+		return &UsageError{Field: FieldInput, Reason: "must not be negative", Bound: b.MaxTotal}
+	case out < 0:
+		return &UsageError{Field: FieldOutput, Reason: "must not be negative", Bound: b.MaxOutput}
+	case out > b.MaxOutput:
+		return &UsageError{Field: FieldOutput, Bound: b.MaxOutput,
+			Reason: fmt.Sprintf("%d exceeds the %d output tokens the admission reserved", out, b.MaxOutput)}
+	case in > b.MaxTotal-out:
+		return &UsageError{Field: FieldInput, Bound: b.MaxTotal - out,
+			Reason: fmt.Sprintf("%d input plus %d output tokens exceed the model's context window of %d tokens", in, out, b.MaxTotal)}
+	}
+	return nil
+}
+
+// Clamp brings in and out within b (output first, then input), for usage
+// that is a fact rather than a claim: the proxy's upstream already ran the
+// request. clamped says whether anything changed.
+func (b UsageBound) Clamp(in, out int64) (cin, cout int64, clamped bool) {
+	cin, cout = min(max(in, 0), b.MaxTotal), min(max(out, 0), b.MaxOutput)
+	cin = min(cin, b.MaxTotal-cout)
+	return cin, cout, cin != in || cout != out
+}
+
+// CheckAdmissionName is the rule of a settle's or release's admission:
+// named by id or by idempotency key, exactly one of them. It returns an
+// *InvalidError on admission_id.
+func CheckAdmissionName(admissionID, key string) error {
+	switch {
+	case admissionID == "" && key == "":
+		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key"}
+	case admissionID != "" && key != "":
+		return &InvalidError{Field: "admission_id", Reason: "name the admission by its id or by its idempotency key, not both"}
+	}
+	return nil
+}
+
+// CheckRefund is the rule of a settle stated as a refund of refundTokens
+// (a gateway's negative hits): never negative, and a refund states the
+// usage by itself, so claimed input, output and cache counts must be 0.
+// It returns an *InvalidError on refund_tokens.
+func CheckRefund(refundTokens int64, claimed Usage) error {
+	switch {
+	case refundTokens < 0:
+		return &InvalidError{Field: "refund_tokens", Reason: "must not be negative"}
+	case refundTokens > 0 && (claimed.Input != 0 || claimed.Output != 0 || claimed.CacheRead != 0 || claimed.CacheWrite5m != 0 || claimed.CacheWrite1h != 0):
+		return &InvalidError{Field: "refund_tokens", Reason: "a refund states the usage by itself: input, output and cached tokens must be 0"}
+	}
+	return nil
+}
+
+// RefundUsage is the input a refund of refundTokens of an estimate that
+// cost cost charges: the cost less the refund, never below 0 (and no
+// output).
+func RefundUsage(cost, refundTokens int64) int64 {
+	in, _ := Sub64(cost, refundTokens)
+	return max(0, in)
 }

@@ -56,7 +56,7 @@ func (c endUserPolicySetCmd) Run(ctx context.Context, g *globals) error {
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
 		p, err := svc.EndUserPolicySet(ctx, account.EndUserPolicyParams{TenantID: c.Tenant,
-			Source: account.EndUserSource(c.Source), Header: c.Header, Template: l, MaxEndUsers: c.MaxEndUsers, IdleTTL: c.IdleTTL, Actor: c.Actor})
+			Source: rule.EndUserSource(c.Source), Header: c.Header, Template: l, MaxEndUsers: c.MaxEndUsers, IdleTTL: c.IdleTTL, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
@@ -72,18 +72,18 @@ type endUserPolicyGetCmd struct {
 func (c endUserPolicyGetCmd) Run(ctx context.Context, g *globals) error {
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
 		p, err := svc.EndUserPolicyGet(ctx, c.Tenant)
-		if errors.Is(err, account.ErrNoEndUserPolicy) {
+		if errors.Is(err, rule.ErrNoEndUserPolicy) {
 			return fmt.Errorf("%s has no end-user policy", c.Tenant)
 		}
 		if err != nil {
 			return err
 		}
 		source := string(p.Source)
-		if p.Source == account.SourceHeader {
+		if p.Source == rule.SourceHeader {
 			source += " " + p.Header
 		}
 		fmt.Fprintf(g.stdout, "tenant\t%s\nsource\t%s\nmax end users\t%d\nidle ttl\t%s\ntemplate\t%s\nupdated\t%s by %s\n",
-			p.TenantID, source, p.MaxEndUsers, p.IdleTTL, account.LimitsJSON(p.Template), p.UpdatedAt.UTC().Format(time.RFC3339), p.UpdatedBy)
+			p.TenantID, source, p.MaxEndUsers, p.IdleTTL, rule.LimitsJSON(p.Template), p.UpdatedAt.UTC().Format(time.RFC3339), p.UpdatedBy)
 		return nil
 	})
 }

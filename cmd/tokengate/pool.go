@@ -6,7 +6,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -27,12 +26,12 @@ type poolLimitsFlags struct {
 	TokensPerSecond string `name:"tokens-per-second" required:"" help:"Refill per second (the upstream's TPM / 60)."`
 }
 
-func (f poolLimitsFlags) limits() (account.PoolLimits, error) {
+func (f poolLimitsFlags) limits() (rule.PoolLimits, error) {
 	rate, err := rule.ParseRate(f.TokensPerSecond)
 	if err != nil {
-		return account.PoolLimits{}, fmt.Errorf("--tokens-per-second: %w", err)
+		return rule.PoolLimits{}, fmt.Errorf("--tokens-per-second: %w", err)
 	}
-	return account.PoolLimits{TokensCapacity: f.TokensCapacity, TokensRateMicro: rate}, nil
+	return rule.PoolLimits{TokensCapacity: f.TokensCapacity, TokensRateMicro: rate}, nil
 }
 
 type poolCreateCmd struct {
