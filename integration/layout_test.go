@@ -45,6 +45,10 @@ var layout = map[string][]string{
 	"budget/credential": {"budget/account", "budget/rule"},
 	"budget/outage":     {"budget/account", "budget/rule", "estimator"},
 	"budget/admission":  {"budget/account", "budget/outage", "budget/rule", "estimator"},
+	// Batches: the enqueued-tokens allowance, batches and their lines
+	// (their tables and SQL), reserved through the store under the tenant
+	// row lock.
+	"budget/batch": {"budget/account", "budget/rule", "estimator", "ledger"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
 	"budget/admin": {"budget/account", "budget/alert", "budget/credential", "budget/rule", "estimator", "ledger"},
