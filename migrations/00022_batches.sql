@@ -60,6 +60,9 @@ CREATE TABLE batches (
     expires_at     timestamptz NOT NULL,
     ended_at       timestamptz,
     outcome        text, -- the upstream's final status, or 'expired' by the sweeper, or 'refused'
+    -- the files the upstream answered it with (output, errors): the
+    -- tenant may read them through the proxy, no other tenant may.
+    output_files   text[]      NOT NULL DEFAULT '{}',
     UNIQUE (provider, upstream_id)
 );
 CREATE INDEX batches_open_expiry_idx ON batches (expires_at) WHERE state = 'open';

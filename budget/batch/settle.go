@@ -28,6 +28,8 @@ var (
 	batchOverdueSQL string
 	//go:embed sql/batch_lines_list.sql
 	batchLinesListSQL string
+	//go:embed sql/file_owned.sql
+	fileOwnedSQL string
 )
 
 // The outcomes of a line.
@@ -55,7 +57,10 @@ type EndParams struct {
 	// those, else as Failed.
 	Status  string
 	Results []Result
-	Actor   string
+	// Files are the upstream's files of the batch's end (its output and
+	// error files): the tenant may read them (FileOwned).
+	Files []string
+	Actor string
 }
 
 // Summary is what ending a batch did.
@@ -153,7 +158,7 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 		if _, err := q.Exec(ctx, allowanceEnqueueSQL, p.TenantID, -given); err != nil {
 			return nil, fmt.Errorf("batch: give back: %w", err)
 		}
-		if _, err := q.Exec(ctx, batchEndSQL, p.BatchID, now, p.Status); err != nil {
+		if _, err := q.Exec(ctx, batchEndSQL, p.BatchID, now, p.Status, append([]string{}, p.Files...)); err != nil {
 			return nil, fmt.Errorf("batch: end: %w", err)
 		}
 		return s.endEntries(p, sum, outcomeCounts)
@@ -220,6 +225,16 @@ func (s *Service) ExpireOverdue(ctx context.Context, limit int) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// FileOwned says whether an upstream's file is the tenant's to read: an
+// input file it uploaded, or a file one of its batches ended with.
+func (s *Service) FileOwned(ctx context.Context, provider, fileID, tenantID string) (bool, error) {
+	var ok bool
+	if err := s.store.Pool().QueryRow(ctx, fileOwnedSQL, provider, fileID, tenantID).Scan(&ok); err != nil {
+		return false, fmt.Errorf("batch: file owner: %w", err)
+	}
+	return ok, nil
 }
 
 // LineState is one line of a batch as it stands.

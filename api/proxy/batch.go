@@ -1,0 +1,117 @@
+package proxy
+
+// Batches through the proxy (budget/batch): OpenAI's Batch API
+// (batch_openai.go) and Anthropic's Message Batches (batch_anthropic.go).
+// Every line of a batch is read and estimated as its single request would
+// be, the whole batch is reserved against the tenant's enqueued-tokens
+// allowance before the upstream sees it, and it is settled per custom_id
+// from the results the upstream reports when it ends. The domain decides;
+// these files only translate the wires.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/tokengate/tokengate/budget/batch"
+	"github.com/tokengate/tokengate/budget/credential"
+)
+
+// DefaultBatchFileBytes bounds a batch input file (or an Anthropic batch
+// body) unless Config.BatchFileLimit says otherwise: OpenAI's own limit
+// for a batch file.
+const DefaultBatchFileBytes = 200 << 20
+
+// maxBatchResults bounds the results file the proxy reads from the
+// upstream to settle a batch.
+const maxBatchResults = 2 << 30
+
+// serveBatch serves the batch routes of the wires whose upstream is set,
+// and says whether r was one.
+func (p *Proxy) serveBatch(w http.ResponseWriter, r *http.Request) bool {
+	if p.batches == nil {
+		return false
+	}
+	if p.cfg.Upstream != nil && p.serveOpenAIBatch(w, r) {
+		return true
+	}
+	return false
+}
+
+// batchPrincipal authenticates a batch call's key, answering a refusal
+// in d's terms (false: answered).
+func (p *Proxy) batchPrincipal(w http.ResponseWriter, r *http.Request, d dialect) (credential.Principal, bool) {
+	principal, err := p.guard.TenantDeferred(r.Context(), p.cfg.ClientAddr(r), d.key(r))
+	if err != nil {
+		writeDomainError(w, d, err)
+		return credential.Principal{}, false
+	}
+	return principal, true
+}
+
+// batchFail answers a batch call's failure in d's shape: the domain's
+// batch errors here, every other through the proxy's one table.
+func batchFail(w http.ResponseWriter, d dialect, err error) {
+	var le *batch.LineError
+	var ae *batch.AllowanceError
+	switch {
+	case errors.As(err, &le):
+		who := ""
+		if le.CustomID != "" {
+			who = fmt.Sprintf(" (custom_id %q)", le.CustomID)
+		}
+		d.writeError(w, http.StatusBadRequest, "invalid_request_error", "line "+strconv.Itoa(le.Line),
+			fmt.Sprintf("line %d%s: %s %s", le.Line, who, le.Field, le.Reason))
+	case errors.As(err, &ae):
+		// The allowance comes back as batches end, in hours: no SDK retry
+		// helps.
+		w.Header().Set("X-Should-Retry", "false")
+		d.writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "tokengate: "+ae.Error()[len("batch: "):])
+	case errors.Is(err, batch.ErrNoAllowance):
+		d.writeError(w, http.StatusForbidden, "permission_denied", "", "tokengate: this tenant has no batch allowance; an administrator sets one (tokengate tenant batch-allowance)")
+	case errors.Is(err, batch.ErrNotFound):
+		d.writeError(w, http.StatusNotFound, "not_found", "", "no batch of this tenant has that id")
+	default:
+		writeDomainError(w, d, err)
+	}
+}
+
+// upstreamCall sends one request to a wire's upstream with the wire's
+// own key (set), and returns its answer's status and body (at most
+// limit bytes).
+func (p *Proxy) upstreamCall(ctx context.Context, method, url, contentType string, body []byte, set func(http.Header), limit int64) (int, http.Header, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	set(req.Header)
+	resp, err := p.cfg.Client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Header, out, nil
+}
+
+// relayAnswer relays an upstream's answer as it is.
+func relayAnswer(w http.ResponseWriter, status int, h http.Header, body []byte) {
+	copyHeaders(w.Header(), h)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
