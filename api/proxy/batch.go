@@ -15,10 +15,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
+	"strings"
 
 	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/estimator"
 )
 
 // DefaultBatchFileBytes bounds a batch input file (or an Anthropic batch
@@ -39,7 +40,7 @@ func (p *Proxy) serveBatch(w http.ResponseWriter, r *http.Request) bool {
 	if p.cfg.Upstream != nil && p.serveOpenAIBatch(w, r) {
 		return true
 	}
-	return false
+	return p.cfg.AnthropicUpstream != nil && p.serveAnthropicBatch(w, r)
 }
 
 // batchPrincipal authenticates a batch call's key, answering a refusal
@@ -54,30 +55,39 @@ func (p *Proxy) batchPrincipal(w http.ResponseWriter, r *http.Request, d dialect
 }
 
 // batchFail answers a batch call's failure in d's shape: the domain's
-// batch errors here, every other through the proxy's one table.
-func batchFail(w http.ResponseWriter, d dialect, err error) {
+// batch errors here (a refused line named as the wire names it: line
+// says how), every other through the proxy's one table.
+func batchFail(w http.ResponseWriter, d dialect, err error, line func(n int) string) {
 	var le *batch.LineError
 	var ae *batch.AllowanceError
+	var inv *estimator.InvalidError
 	switch {
+	case errors.As(err, &inv):
+		d.writeError(w, http.StatusBadRequest, d.shape(codeInvalid).typ, inv.Field, inv.Reason)
 	case errors.As(err, &le):
 		who := ""
 		if le.CustomID != "" {
 			who = fmt.Sprintf(" (custom_id %q)", le.CustomID)
 		}
-		d.writeError(w, http.StatusBadRequest, "invalid_request_error", "line "+strconv.Itoa(le.Line),
-			fmt.Sprintf("line %d%s: %s %s", le.Line, who, le.Field, le.Reason))
+		name := line(le.Line)
+		d.writeError(w, http.StatusBadRequest, d.shape(codeInvalid).typ, name, fmt.Sprintf("%s%s: %s %s", name, who, le.Field, le.Reason))
 	case errors.As(err, &ae):
 		// The allowance comes back as batches end, in hours: no SDK retry
 		// helps.
 		w.Header().Set("X-Should-Retry", "false")
-		d.writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "", "tokengate: "+ae.Error()[len("batch: "):])
+		d.writeError(w, http.StatusTooManyRequests, d.shape(codeRejected).typ, "", "tokengate: "+strings.TrimPrefix(ae.Error(), "batch: "))
 	case errors.Is(err, batch.ErrNoAllowance):
-		d.writeError(w, http.StatusForbidden, "permission_denied", "", "tokengate: this tenant has no batch allowance; an administrator sets one (tokengate tenant batch-allowance)")
+		d.writeError(w, http.StatusForbidden, d.shape(codeDisabled).typ, "", "tokengate: this tenant has no batch allowance; an administrator sets one (tokengate tenant batch-allowance)")
 	case errors.Is(err, batch.ErrNotFound):
-		d.writeError(w, http.StatusNotFound, "not_found", "", "no batch of this tenant has that id")
+		notFound(w, d, "no batch of this tenant has that id")
 	default:
 		writeDomainError(w, d, err)
 	}
+}
+
+// notFound answers a 404 in d's shape with message.
+func notFound(w http.ResponseWriter, d dialect, message string) {
+	d.writeError(w, http.StatusNotFound, d.shape(codeNotFound).typ, "", message)
 }
 
 // upstreamCall sends one request to a wire's upstream with the wire's

@@ -15,6 +15,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/batch"
@@ -45,13 +46,13 @@ func (p *Proxy) serveOpenAIBatch(w http.ResponseWriter, r *http.Request) bool {
 	case path == "/v1/files" || path == "/v1/batches" || strings.HasPrefix(path, "/v1/files/") || strings.HasPrefix(path, "/v1/batches/"):
 		// Listings and deletions would reach every tenant's files on the
 		// upstream's one account.
-		d.writeError(w, http.StatusNotFound, "not_found", "", "tokengate serves POST /v1/files (purpose=batch), GET /v1/files/{id}[/content], POST /v1/batches, GET /v1/batches/{id} and POST /v1/batches/{id}/cancel")
+		notFound(w, d, "tokengate serves POST /v1/files (purpose=batch), GET /v1/files/{id}[/content], POST /v1/batches, GET /v1/batches/{id} and POST /v1/batches/{id}/cancel")
 		return true
 	default:
 		return false
 	}
 	if id != "" && strings.Contains(strings.TrimSuffix(id, "/content"), "/") || id == "" && path != "/v1/files" && path != "/v1/batches" {
-		d.writeError(w, http.StatusNotFound, "not_found", "", "no such route")
+		notFound(w, d, "no such route")
 		return true
 	}
 	principal, ok := p.batchPrincipal(w, r, d)
@@ -98,13 +99,13 @@ func (p *Proxy) openAIFileUpload(w http.ResponseWriter, r *http.Request, princip
 	}
 	endpoint, lines, err := parseOpenAIBatchFile(content, p.cfg.BodyLimit)
 	if err != nil {
-		batchFail(w, d, err)
+		batchFail(w, d, err, openAILine)
 		return
 	}
 	plan, err := p.batches.Plan(r.Context(), principal.TenantID, lines)
 	release()
 	if err != nil {
-		batchFail(w, d, err)
+		batchFail(w, d, err, openAILine)
 		return
 	}
 	status, h, out, err := p.upstreamCall(r.Context(), http.MethodPost, p.cfg.Upstream.JoinPath("/v1/files").String(), r.Header.Get("Content-Type"), body, p.openAIHeaders, 1<<20)
@@ -166,6 +167,9 @@ func multipartFile(contentType string, body []byte) ([]byte, string) {
 	}
 	return file, ""
 }
+
+// openAILine names a line of an input file: "line 3".
+func openAILine(n int) string { return "line " + strconv.Itoa(n) }
 
 // openAIBatchLine is one line of an OpenAI batch input file.
 type openAIBatchLine struct {
@@ -234,7 +238,7 @@ func (p *Proxy) openAIFileRead(w http.ResponseWriter, r *http.Request, principal
 		return
 	}
 	if !ok {
-		openAI{}.writeError(w, http.StatusNotFound, "not_found", "", "no file of this tenant has that id")
+		notFound(w, openAI{}, "no file of this tenant has that id")
 		return
 	}
 	p.forwardOpenAI(w, r, http.MethodGet, r.URL.Path, nil)
@@ -287,7 +291,7 @@ func (p *Proxy) openAIBatchCreate(w http.ResponseWriter, r *http.Request, princi
 	actor := "proxy:key:" + principal.KeyID
 	b, err := p.batches.Reserve(r.Context(), batch.ReserveParams{TenantID: principal.TenantID, KeyID: principal.KeyID, Provider: batch.OpenAI, FileID: req.InputFileID, Actor: actor})
 	if err != nil {
-		batchFail(w, d, err)
+		batchFail(w, d, err, openAILine)
 		return
 	}
 	w.Header().Set("X-Tokengate-Batch", b.ID)
@@ -338,7 +342,7 @@ func (p *Proxy) openAIBatchCall(w http.ResponseWriter, r *http.Request, principa
 	d := openAI{}
 	batchID, err := p.batches.Find(r.Context(), batch.OpenAI, id, principal.TenantID)
 	if err != nil {
-		batchFail(w, d, err)
+		batchFail(w, d, err, openAILine)
 		return
 	}
 	w.Header().Set("X-Tokengate-Batch", batchID)

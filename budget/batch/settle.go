@@ -41,11 +41,13 @@ const (
 )
 
 // Result is what the upstream reported of one line: its usage when it
-// succeeded.
+// succeeded, else its outcome (Failed, Expired or Cancelled; "" is
+// Failed).
 type Result struct {
 	CustomID      string
 	Succeeded     bool
 	Input, Output int64
+	Outcome       string
 }
 
 // EndParams ends a batch.
@@ -138,6 +140,9 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 				states[i], outcomes[i] = "refunded", missing
 				if ok {
 					outcomes[i] = Failed
+					if r.Outcome == Expired || r.Outcome == Cancelled {
+						outcomes[i] = r.Outcome
+					}
 				}
 				outcomeCounts[outcomes[i]]++
 				sum.Refunded++
