@@ -6,15 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 
-	"github.com/tokengate/tokengate/api/proxy"
 	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -96,20 +93,8 @@ func (u *messageBatches) end(id string, types map[string]string) {
 
 func setupMessageBatches(t *testing.T, capacity int64, models ...string) (*batchBundle, *messageBatches, *anthropic.Client) {
 	t.Helper()
-	up := &messageBatches{batches: map[string]map[string]any{}, ids: map[string][]string{}, results: map[string][]byte{}}
-	srv := httptest.NewServer(up)
-	t.Cleanup(srv.Close)
-	b := setupWith(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}, func(c *proxy.Config) {
-		c.AnthropicUpstream, _ = url.Parse(srv.URL)
-	})
-	svc, err := batch.New(batch.Config{Store: b.store, Estimator: b.est})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: capacity, Models: models}); err != nil {
-		t.Fatal(err)
-	}
-	return &batchBundle{bundle: b, svc: svc}, up, b.anthropicClient(0)
+	b := setupBatches(t, capacity, models...)
+	return b, b.anthro, b.anthropicClient(0)
 }
 
 func batchRequest(id, model string, maxTokens int64) anthropic.MessageBatchNewParamsRequest {

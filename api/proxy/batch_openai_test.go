@@ -134,19 +134,24 @@ func (u *batchUpstream) end(id, status string, failed map[string]bool, ran int) 
 
 type batchBundle struct {
 	*bundle
-	up  *batchUpstream
-	svc *batch.Service
+	up     *batchUpstream
+	anthro *messageBatches
+	svc    *batch.Service
 }
 
 // setupBatches runs the proxy in front of the emulated Batch API, with a
 // tenant whose allowance is capacity tokens for models (none: any).
-func setupBatches(t *testing.T, capacity int64, models ...string) *batchBundle {
+func setupBatches(t testing.TB, capacity int64, models ...string) *batchBundle {
 	t.Helper()
 	up := &batchUpstream{files: map[string][]byte{}, batches: map[string]map[string]any{}}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
+	anthro := &messageBatches{batches: map[string]map[string]any{}, ids: map[string][]string{}, results: map[string][]byte{}}
+	asrv := httptest.NewServer(anthro)
+	t.Cleanup(asrv.Close)
 	b := setupWith(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}, func(c *proxy.Config) {
 		c.Upstream, _ = url.Parse(srv.URL)
+		c.AnthropicUpstream, _ = url.Parse(asrv.URL)
 	})
 	svc, err := batch.New(batch.Config{Store: b.store, Estimator: b.est})
 	if err != nil {
@@ -155,7 +160,7 @@ func setupBatches(t *testing.T, capacity int64, models ...string) *batchBundle {
 	if _, err := svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: capacity, Models: models}); err != nil {
 		t.Fatal(err)
 	}
-	return &batchBundle{bundle: b, up: up, svc: svc}
+	return &batchBundle{bundle: b, up: up, anthro: anthro, svc: svc}
 }
 
 // chatLine is a batch line of a chat completion.
@@ -197,7 +202,7 @@ func (b *batchBundle) create(t *testing.T, fileID string) (*openai.Batch, error)
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
 }
 
-func (b *batchBundle) enqueued(t *testing.T) int64 {
+func (b *batchBundle) enqueued(t testing.TB) int64 {
 	t.Helper()
 	a, err := b.svc.Allowance(ctx, "acme")
 	if err != nil {
