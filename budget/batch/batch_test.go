@@ -355,3 +355,78 @@ func TestConcurrentReservesNeverExceedTheAllowance(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Reports of the same batches racing one another and new reserves: each
+// batch ends once (one settle entry, its lines given back once), and what
+// is enqueued is exactly the reservations of the batches still open.
+func TestConcurrentEndsSettleOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	plan := b.upload(t, "f", 3)
+	const batches, reports, fresh = 5, 4, 6
+	ids := make([]string, batches)
+	for i := range ids {
+		bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = bt.ID
+	}
+	results := []batch.Result{{CustomID: "r0", Succeeded: true, Input: 3, Output: 2}, {CustomID: "r1"}}
+	var ended, already atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, batches*reports+fresh)
+	for _, id := range ids {
+		for range reports {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				sum, err := b.svc.End(ctx, batch.EndParams{TenantID: "acme", BatchID: id, Status: "completed", Results: results})
+				switch {
+				case err != nil:
+					errs <- err
+				case sum.Already:
+					already.Add(1)
+				default:
+					ended.Add(1)
+				}
+			}()
+		}
+	}
+	for range fresh {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if ended.Load() != batches || already.Load() != batches*(reports-1) {
+		t.Fatalf("ended %d, already %d", ended.Load(), already.Load())
+	}
+	if got := b.enqueued(t); got != fresh*plan.ReservedMicro {
+		t.Fatalf("enqueued %d, want the %d fresh batches' %d", got, fresh, fresh*plan.ReservedMicro)
+	}
+	for _, id := range ids {
+		if es := b.entries(t, id); len(es) != 3 {
+			t.Fatalf("batch %s: %d entries", id, len(es))
+		}
+	}
+	if _, err := ledger.Verify(ctx, b.pool, "acme"); err != nil {
+		t.Fatal(err)
+	}
+}
