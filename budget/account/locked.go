@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -45,9 +46,52 @@ type LockedFunc func(ctx context.Context, q LockedQuerier, now time.Time) ([]Loc
 // tenant's balances, whatever the replica, with their ledger entries in
 // the same transaction. It returns fn's error or rule.ErrTenantNotFound.
 func (s *Store) Locked(ctx context.Context, tenantID string, fn LockedFunc) error {
-	tx, t, now, err := s.lockTenant(ctx, tenantID, nil, nil)
+	return s.locked(ctx, tenantID, "", false, fn)
+}
+
+// LockedAdmit is Locked for a change a tenant's key asks for (a batch's
+// reserve): like an admission, it is refused in the same transaction if
+// the tenant is disabled (rule.ErrTenantDisabled) or the key revoked or
+// not the tenant's (rule.ErrKeyRevoked), so that a revocation applies in
+// every replica at once.
+func (s *Store) LockedAdmit(ctx context.Context, tenantID, keyID string, fn LockedFunc) error {
+	return s.locked(ctx, tenantID, keyID, true, fn)
+}
+
+func (s *Store) locked(ctx context.Context, tenantID, keyID string, admit bool, fn LockedFunc) error {
+	live := false
+	var extra func(*pgx.Batch)
+	var readExtra func(pgx.BatchResults) error
+	if admit {
+		extra = func(b *pgx.Batch) { b.Queue(keyLiveSQL, []string{keyID}) }
+		readExtra = func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
+				return fmt.Errorf("budget: key: %w", err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id, tenant string
+				var priority *string
+				if err := rows.Scan(&id, &tenant, &priority); err != nil {
+					return fmt.Errorf("budget: key: %w", err)
+				}
+				live = live || tenant == tenantID
+			}
+			return rows.Err()
+		}
+	}
+	tx, t, now, err := s.lockTenant(ctx, tenantID, extra, readExtra)
 	if err != nil {
 		return err
+	}
+	switch {
+	case admit && t.disabled:
+		tx.abort()
+		return rule.ErrTenantDisabled
+	case admit && !live:
+		tx.abort()
+		return rule.ErrKeyRevoked
 	}
 	entries, err := fn(ctx, tx.conn, now)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/batch"
+	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -22,6 +23,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 type testBundle struct {
+	key   string // a key of acme's
 	pool  *pgxpool.Pool
 	store *account.Store
 	svc   *batch.Service
@@ -43,6 +45,11 @@ func setup(t *testing.T) *testBundle {
 	if _, err := b.store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
 		t.Fatal(err)
 	}
+	k, _, err := credential.KeyCreate(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.key = k.ID
 	return b
 }
 
@@ -152,7 +159,7 @@ func TestPartialFailureRefundsExactlyTheFailedLines(t *testing.T) {
 	}
 	const n, k = 10, 3
 	plan := b.upload(t, "file-1", n)
-	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k1", Provider: batch.OpenAI, FileID: "file-1", Actor: "test"})
+	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "file-1", Actor: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,10 +251,10 @@ func TestReserveRefusedPastTheAllowance(t *testing.T) {
 	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: capTokens}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"}); err != nil {
+	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"})
+	_, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"})
 	var ae *batch.AllowanceError
 	if !errors.As(err, &ae) || ae.Never || ae.EnqueuedMicro != plan {
 		t.Fatalf("second batch: %v", err)
@@ -255,11 +262,25 @@ func TestReserveRefusedPastTheAllowance(t *testing.T) {
 	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"}); !errors.As(err, &ae) || !ae.Never {
+	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"}); !errors.As(err, &ae) || !ae.Never {
 		t.Fatalf("past the capacity: %v", err)
 	}
-	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "nope"}); !errors.Is(err, batch.ErrFileNotFound) {
+	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "nope"}); !errors.Is(err, batch.ErrFileNotFound) {
 		t.Fatalf("unknown file: %v", err)
+	}
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	// Checked under the lock, as an admission's: a revoked key, and a
+	// disabled tenant.
+	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "nosuchkey", Provider: batch.OpenAI, FileID: "f"}); !errors.Is(err, rule.ErrKeyRevoked) {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if _, err := b.store.SetDisabled(ctx, account.SetDisabledParams{TenantID: "acme", Disabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"}); !errors.Is(err, rule.ErrTenantDisabled) {
+		t.Fatalf("disabled tenant: %v", err)
 	}
 	if b.enqueued(t) != plan {
 		t.Fatalf("refusals moved the allowance: %d", b.enqueued(t))
@@ -276,7 +297,7 @@ func TestExpiryRefundsAnOverdueBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := b.upload(t, "f", 3)
-	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"})
+	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +353,7 @@ func TestConcurrentReservesNeverExceedTheAllowance(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"})
+			_, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"})
 			var ae *batch.AllowanceError
 			switch {
 			case err == nil:
@@ -370,7 +391,7 @@ func TestConcurrentEndsSettleOnce(t *testing.T) {
 	const batches, reports, fresh = 5, 4, 6
 	ids := make([]string, batches)
 	for i := range ids {
-		bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"})
+		bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +425,7 @@ func TestConcurrentEndsSettleOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: "k", Provider: batch.OpenAI, FileID: "f"}); err != nil {
+			if _, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"}); err != nil {
 				errs <- err
 			}
 		}()

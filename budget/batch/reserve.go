@@ -53,7 +53,9 @@ type Batch struct {
 // under its row lock, and records the batch and its lines, with a
 // batch_reserve entry, held for CompletionWindow. Nothing is taken from a
 // batch refused. It returns ErrNoAllowance, ErrFileNotFound, an
-// *AllowanceError or rule.ErrTenantNotFound.
+// *AllowanceError, rule.ErrTenantNotFound, rule.ErrTenantDisabled or
+// rule.ErrKeyRevoked (the key is checked under the lock, as an
+// admission's).
 func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 	if (p.FileID == "") == (p.Plan == nil) {
 		return Batch{}, errors.New("batch: a reserve names a file or a plan")
@@ -63,7 +65,7 @@ func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 		return Batch{}, err
 	}
 	var b Batch
-	err = s.store.Locked(ctx, p.TenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time) ([]account.LockedEntry, error) {
+	err = s.store.LockedAdmit(ctx, p.TenantID, p.KeyID, func(ctx context.Context, q account.LockedQuerier, now time.Time) ([]account.LockedEntry, error) {
 		a, found, err := lockAllowance(ctx, q, p.TenantID)
 		if err != nil {
 			return nil, err
