@@ -241,17 +241,25 @@ func (p *Proxy) openAIFileRead(w http.ResponseWriter, r *http.Request, principal
 		notFound(w, openAI{}, "no file of this tenant has that id")
 		return
 	}
-	p.forwardOpenAI(w, r, http.MethodGet, r.URL.Path, nil)
-}
-
-// forwardOpenAI forwards a call to the upstream and relays its answer.
-func (p *Proxy) forwardOpenAI(w http.ResponseWriter, r *http.Request, method, path string, body []byte) {
-	status, h, out, err := p.upstreamCall(r.Context(), method, p.cfg.Upstream.JoinPath(path).String(), "application/json", body, p.openAIHeaders, maxBatchResults)
+	// Streamed as it comes: an output file may hold gigabytes.
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, p.cfg.Upstream.JoinPath(r.URL.Path).String(), nil)
+	if err != nil {
+		fail(w, openAI{}, problem{code: codeUpstream, message: "the upstream request could not be built"})
+		return
+	}
+	if a := r.Header.Get("Accept"); a != "" {
+		req.Header.Set("Accept", a)
+	}
+	p.openAIHeaders(req.Header)
+	resp, err := p.cfg.Client.Do(req)
 	if err != nil {
 		fail(w, openAI{}, problem{code: codeUpstream, message: "the upstream did not answer"})
 		return
 	}
-	relayAnswer(w, status, h, out)
+	defer resp.Body.Close()
+	copyHeaders(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }
 
 // openAIBatchCreate reserves a batch of a recorded file and forwards its

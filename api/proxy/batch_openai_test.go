@@ -443,3 +443,63 @@ func TestBatchRefusals(t *testing.T) {
 		CompletionWindow: openai.BatchNewParamsCompletionWindow24h})
 	lineError(t, err, http.StatusBadRequest, "endpoint")
 }
+
+// Many batches created at once through the SDK on one tenant's
+// allowance: exactly as many as fit are created upstream, the others get
+// 429s, and what is enqueued is exactly theirs.
+func TestBatchConcurrentCreatesNeverExceedTheAllowance(t *testing.T) {
+	t.Parallel()
+	b := setupBatches(t, 100_000)
+	line := chatLine("a", "gpt-4o", 100)
+	per := b.reservedOf(t, line)
+	f, err := b.upload(t, line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fit, tries = 4, 16
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: (fit*per + per/2) / rule.Micro}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created, refused := 0, 0
+	start := make(chan struct{})
+	for range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := b.create(t, f.ID)
+			var apiErr *openai.Error
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests:
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	b.up.mu.Lock()
+	upstream := len(b.up.batches)
+	b.up.mu.Unlock()
+	if created != fit || refused != tries-fit || upstream != fit || b.enqueued(t) != fit*per {
+		t.Fatalf("created %d, refused %d, upstream %d, enqueued %d (want %d, %d, %d, %d)", created, refused, upstream, b.enqueued(t), fit, tries-fit, fit, fit*per)
+	}
+}
+
+// A tenant without an allowance has its batches refused with a 403.
+func TestBatchWithoutAllowanceIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setupBatches(t, 100_000)
+	if _, err := b.pool.Exec(ctx, `DELETE FROM batch_allowances`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.upload(t, chatLine("a", "gpt-4o", 10))
+	lineError(t, err, http.StatusForbidden, "")
+}
