@@ -219,7 +219,8 @@ func (p *Proxy) messageBatchResults(ctx context.Context, upstreamID string, head
 var messageOutcomes = map[string]string{"errored": batch.Failed, "canceled": batch.Cancelled, "expired": batch.Expired}
 
 // settleMessageBatch settles an ended batch per custom_id from its
-// results; results that cannot be read leave it open for the next
+// results (a succeeded request that states no usage at its estimate, as
+// a single call is); results that cannot be read leave it open for the next
 // retrieval (or its expiry).
 func (p *Proxy) settleMessageBatch(ctx context.Context, principal credential.Principal, batchID, upstreamID string, headers func(http.Header)) {
 	resp, err := p.messageBatchResults(ctx, upstreamID, headers)
@@ -247,9 +248,9 @@ func (p *Proxy) settleMessageBatch(ctx context.Context, principal credential.Pri
 			if json.Unmarshal(line, &l) == nil && l.CustomID != "" {
 				res := batch.Result{CustomID: l.CustomID, Outcome: messageOutcomes[l.Result.Type]}
 				if l.Result.Type == "succeeded" {
-					if u, ok := (anthropic{}).usage(route{api: messagesAPI}, l.Result.Message); ok {
-						res.Succeeded, res.Input, res.Output = true, u.Input, u.Output
-					}
+					res.Succeeded = true
+					u, ok := (anthropic{}).usage(route{api: messagesAPI}, l.Result.Message)
+					res.Input, res.Output, res.AtEstimate = u.Input, u.Output, !ok
 				}
 				results = append(results, res)
 			}

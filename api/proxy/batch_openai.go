@@ -403,7 +403,8 @@ func (p *Proxy) settleOpenAIBatch(ctx context.Context, principal credential.Prin
 }
 
 // openAIResults reads a results file line by line: a line whose response
-// is a 200 with usage succeeded; any other failed.
+// is a 200 succeeded (at its estimate if it states no usage, as a single
+// call is settled); any other failed.
 func (p *Proxy) openAIResults(ctx context.Context, fileID string, rt route) ([]batch.Result, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.cfg.Upstream.JoinPath("/v1/files", fileID, "content").String(), nil)
 	if err != nil {
@@ -433,9 +434,9 @@ func (p *Proxy) openAIResults(ctx context.Context, fileID string, rt route) ([]b
 			if json.Unmarshal(line, &l) == nil && l.CustomID != "" {
 				res := batch.Result{CustomID: l.CustomID}
 				if l.Response != nil && l.Response.StatusCode == http.StatusOK {
-					if u, ok := (openAI{}).usage(rt, l.Response.Body); ok {
-						res.Succeeded, res.Input, res.Output = true, u.Input, u.Output
-					}
+					res.Succeeded = true
+					u, ok := (openAI{}).usage(rt, l.Response.Body)
+					res.Input, res.Output, res.AtEstimate = u.Input, u.Output, !ok
 				}
 				out = append(out, res)
 			}

@@ -451,3 +451,32 @@ func TestConcurrentEndsSettleOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A line that succeeded without stating its usage settles at its
+// estimate, as a single call that reports none does; usage past what the
+// line reserved is clamped to its bound.
+func TestEndSettlesAtTheEstimateAndClamps(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	plan := b.upload(t, "f", 2)
+	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := b.svc.End(ctx, batch.EndParams{TenantID: "acme", BatchID: bt.ID, Status: "completed", Results: []batch.Result{
+		{CustomID: "r0", Succeeded: true, AtEstimate: true},
+		{CustomID: "r1", Succeeded: true, Input: 3, Output: 1_000_000},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l0, l1 := plan.Lines[0], plan.Lines[1]
+	want := l0.ReservedMicro + batch.PriceMicro(3, l1.OutputTokens, l1.InputWeightMicro, l1.OutputWeightMicro)
+	if sum.Settled != 2 || sum.ActualMicro != want {
+		t.Fatalf("summary %+v, want actual %d", sum, want)
+	}
+}

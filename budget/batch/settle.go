@@ -47,7 +47,10 @@ type Result struct {
 	CustomID      string
 	Succeeded     bool
 	Input, Output int64
-	Outcome       string
+	// AtEstimate: it succeeded but reported no usage, so its estimate
+	// stands (as a single call's does).
+	AtEstimate bool
+	Outcome    string
 }
 
 // EndParams ends a batch.
@@ -148,6 +151,9 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 				sum.Refunded++
 				sum.RefundedMicro += l.ReservedMicro
 				continue
+			}
+			if r.AtEstimate {
+				r.Input, r.Output = l.InputTokens, l.OutputTokens
 			}
 			in, out, _ := account.ClampUsage(estimator.Estimate{Model: l.Model, InputTokens: l.InputTokens, OutputTokens: l.OutputTokens}, table, r.Input, r.Output)
 			actual := PriceMicro(in, out, l.InputWeightMicro, l.OutputWeightMicro)
