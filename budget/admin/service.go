@@ -42,12 +42,14 @@ type Config struct {
 // Service is the administration of one tokengate database. It is safe for
 // concurrent use.
 type Service struct {
-	db      *pgxpool.Pool
-	reads   ledger.Querier
-	store   *account.Store
-	est     *estimator.Estimator
-	alerts  *alert.Store
-	logger  *slog.Logger
+	db     *pgxpool.Pool
+	reads  ledger.Querier
+	store  *account.Store
+	est    *estimator.Estimator
+	alerts *alert.Store
+	logger *slog.Logger
+
+	// batches is the batch use case, for the allowance (batch.go).
 	batches *batch.Service
 }
 

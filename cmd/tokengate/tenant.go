@@ -13,16 +13,18 @@ import (
 )
 
 type tenantCmd struct {
-	Create  tenantCreateCmd   `cmd:"" help:"Create a tenant with a full token bucket."`
-	List    tenantListCmd     `cmd:"" help:"List tenants with their balances and windows."`
-	Show    tenantShowCmd     `cmd:"" help:"Show one tenant's balances and windows (each window's next reset in its zone)."`
-	Update  tenantUpdateCmd   `cmd:"" help:"Change a tenant's limits (the others are kept)."`
-	Disable tenantDisableCmd  `cmd:"" help:"Disable a tenant: its requests answer 403."`
-	Enable  tenantEnableCmd   `cmd:"" help:"Enable a disabled tenant."`
-	Adjust  tenantAdjustCmd   `cmd:"" help:"Credit or debit a tenant's tokens, with a reason."`
-	Tree    tenantTreeCmd     `cmd:"" help:"Show the budget tree that holds a tenant, every level with its balances."`
-	Models  modelLimitsCmd    `cmd:"" name:"model-limits" help:"A tenant's per-model input and output token buckets."`
-	Batch   batchAllowanceCmd `cmd:"" name:"batch-allowance" help:"Show or set a tenant's enqueued-tokens allowance for batches."`
+	Create  tenantCreateCmd  `cmd:"" help:"Create a tenant with a full token bucket."`
+	List    tenantListCmd    `cmd:"" help:"List tenants with their balances and windows."`
+	Show    tenantShowCmd    `cmd:"" help:"Show one tenant's balances and windows (each window's next reset in its zone)."`
+	Update  tenantUpdateCmd  `cmd:"" help:"Change a tenant's limits (the others are kept)."`
+	Disable tenantDisableCmd `cmd:"" help:"Disable a tenant: its requests answer 403."`
+	Enable  tenantEnableCmd  `cmd:"" help:"Enable a disabled tenant."`
+	Adjust  tenantAdjustCmd  `cmd:"" help:"Credit or debit a tenant's tokens, with a reason."`
+	Tree    tenantTreeCmd    `cmd:"" help:"Show the budget tree that holds a tenant, every level with its balances."`
+	Models  modelLimitsCmd   `cmd:"" name:"model-limits" help:"A tenant's per-model input and output token buckets."`
+
+	// Batch is batch.go's.
+	Batch batchAllowanceCmd `cmd:"" name:"batch-allowance" help:"Show or set a tenant's enqueued-tokens allowance for batches."`
 }
 
 type tenantCreateCmd struct {
