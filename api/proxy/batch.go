@@ -43,6 +43,28 @@ func (p *Proxy) serveBatch(w http.ResponseWriter, r *http.Request) bool {
 	return p.cfg.AnthropicUpstream != nil && p.serveAnthropicBatch(w, r)
 }
 
+// batchGate takes a batch body's bytes of the estimate gate, as gate does
+// a call's, up to the batch file limit: a file larger than the gate runs
+// alone.
+func (p *Proxy) batchGate(r *http.Request, tenantID string) (release func(), err error) {
+	n := p.batchFileLimit()
+	if r.ContentLength >= 0 {
+		n = min(r.ContentLength, n)
+	}
+	release, err = p.estimates.Acquire(r.Context(), tenantID, n)
+	if err != nil {
+		return nil, estimator.ErrBusy
+	}
+	return release, nil
+}
+
+func (p *Proxy) batchFileLimit() int64 {
+	if p.cfg.BatchFileLimit > 0 {
+		return p.cfg.BatchFileLimit
+	}
+	return DefaultBatchFileBytes
+}
+
 // batchPrincipal authenticates a batch call's key, answering a refusal
 // in d's terms (false: answered).
 func (p *Proxy) batchPrincipal(w http.ResponseWriter, r *http.Request, d dialect) (credential.Principal, bool) {

@@ -63,7 +63,7 @@ func anthropicLine(n int) string { return fmt.Sprintf("requests[%d]", n-1) }
 // accept it has its reservation refunded at once.
 func (p *Proxy) anthropicBatchCreate(w http.ResponseWriter, r *http.Request, principal credential.Principal, _ string) {
 	d := anthropic{}
-	release, err := p.gate(r, principal.TenantID)
+	release, err := p.batchGate(r, principal.TenantID)
 	if p.notEstimated(err) {
 		writeDomainError(w, d, err)
 		return

@@ -69,19 +69,12 @@ func (p *Proxy) openAIHeaders(h http.Header) {
 	}
 }
 
-func (p *Proxy) batchFileLimit() int64 {
-	if p.cfg.BatchFileLimit > 0 {
-		return p.cfg.BatchFileLimit
-	}
-	return DefaultBatchFileBytes
-}
-
 // openAIFileUpload reads a batch input file, estimates and checks every
 // line, and forwards the file as it came only if every line may run; the
 // upstream's file id then names the estimate.
 func (p *Proxy) openAIFileUpload(w http.ResponseWriter, r *http.Request, principal credential.Principal, _ string) {
 	d := openAI{}
-	release, err := p.gate(r, principal.TenantID)
+	release, err := p.batchGate(r, principal.TenantID)
 	if p.notEstimated(err) {
 		writeDomainError(w, d, err)
 		return
