@@ -119,6 +119,7 @@ FUZZ_TIME ?= 15s
 fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's and the OpenAI proxy's bodies on real servers, the estimator, the tokenizer.
 	integration/fuzz.sh FuzzAPIBodies ./api/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzProxyBodies ./api/proxy/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzBatchBodies ./api/proxy/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEstimate ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEmbeddings ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEstimateMessages ./estimator/ $(FUZZ_TIME)

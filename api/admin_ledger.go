@@ -23,9 +23,10 @@ func ledgerFilter(c *echo.Context) (ledger.Filter, error) {
 	f := ledger.Filter{TenantID: q.Get("tenant"), Kind: ledger.Kind(q.Get("kind")), Model: q.Get("model"),
 		AdmissionID: q.Get("admission_id"), Actor: q.Get("actor"), Oldest: order == "oldest"}
 	switch f.Kind {
-	case "", ledger.KindReserve, ledger.KindSettle, ledger.KindRelease, ledger.KindExpire, ledger.KindAdjust, ledger.KindLimits, ledger.KindTenant:
+	case "", ledger.KindReserve, ledger.KindSettle, ledger.KindRelease, ledger.KindExpire, ledger.KindAdjust, ledger.KindLimits, ledger.KindTenant,
+		ledger.KindBatchReserve, ledger.KindBatchSettle, ledger.KindBatchRefund:
 	default:
-		return f, invalid("kind", "must be one of reserve, settle, release, expire, adjust, limits, tenant")
+		return f, invalid("kind", "must be one of reserve, settle, release, expire, adjust, limits, tenant, batch_reserve, batch_settle, batch_refund")
 	}
 	for _, tf := range []struct {
 		name string

@@ -31,6 +31,7 @@ var queryParams = map[string][]string{
 	"DELETE /v1/admin/tenants/:id/model-limits": {"model"},
 	"DELETE /v1/admin/pools/:pool/models":       {"model"},
 	"GET /v1/admin/tenants/:id/model-limits":    nil,
+	"GET /v1/admin/tenants/:id/batch-allowance": nil,
 	"GET /v1/admin/tenants/:id/end-user-policy": nil,
 	"GET /v1/admin/tenants/:id/tree":            nil,
 	"GET /v1/admin/tenants/:id":                 nil,

@@ -150,6 +150,8 @@ func (s *Server) routes() {
 	admin.POST("/tenants", s.adminTenantCreate)
 	admin.GET("/tenants/:id", s.adminTenantGet)
 	admin.GET("/tenants/:id/tree", s.adminTenantTree)
+	admin.GET("/tenants/:id/batch-allowance", s.adminBatchAllowanceGet)
+	admin.PUT("/tenants/:id/batch-allowance", s.adminBatchAllowancePut)
 	admin.GET("/tenants/:id/model-limits", s.adminModelLimitsList)
 	admin.PUT("/tenants/:id/model-limits", s.adminModelLimitsPut)
 	admin.DELETE("/tenants/:id/model-limits", s.adminModelLimitsDelete)

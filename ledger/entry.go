@@ -18,6 +18,13 @@ const (
 	KindAdjust  Kind = "adjust"
 	KindLimits  Kind = "limits"
 	KindTenant  Kind = "tenant"
+	// A batch's story (budget/batch), its entries' AdmissionID the batch's
+	// id: the whole batch reserved against the enqueued-tokens allowance,
+	// its lines with usage settled, and its failed, expired or cancelled
+	// lines refunded. They move the allowance, never the token balance.
+	KindBatchReserve Kind = "batch_reserve"
+	KindBatchSettle  Kind = "batch_settle"
+	KindBatchRefund  Kind = "batch_refund"
 )
 
 // Entry is one ledger row. Amounts of the token balance are micro-tokens.

@@ -38,6 +38,8 @@ var flashes = map[string]string{
 	"unrouted":      "Model unrouted: its admissions no longer draw on a pool.",
 	"weight":        "Weight saved. The tenant's counter is kept.",
 
+	"batch_allowance": "Batch allowance saved. New batches are reserved against it from now on; open ones keep what they hold.",
+
 	"endpoint_disabled": "Endpoint disabled: its rules raise nothing more, and its pending events are given up. Its log stays.",
 	"rule_created":      "Rule created. It applies from the next decision on.",
 	"rule_deleted":      "Rule deleted. Its events and their delivery log stay.",

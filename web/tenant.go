@@ -52,6 +52,8 @@ type tenantView struct {
 	Windows windowsView
 	// EndUsers is the tenant's end-user policy and end users (end_users.go).
 	EndUsers endUsersView
+	// Batch is the tenant's batch allowance and its form (batch.go).
+	Batch batchView
 }
 
 type newKey struct {
@@ -118,6 +120,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	batches, err := d.batchAllowanceView(ctx, id)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -138,6 +144,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Drift:       drift,
 		Windows:     windows,
 		EndUsers:    endUsers,
+		Batch:       batches,
 	}
 	if edit != nil {
 		edit(v)

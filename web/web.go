@@ -113,6 +113,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.POST("/tenants/:id/keys/:key/revoke", d.keyRevoke, change...)
 	e.POST("/tenants/:id/keys/:key/priority", d.keyPriority, change...)
 	e.POST("/tenants/:id/model-limits", d.modelLimitsSet, change...)
+	e.POST("/tenants/:id/batch-allowance", d.batchAllowanceSet, change...)
 	e.POST("/tenants/:id/model-limits/remove", d.modelLimitsRemove, change...)
 
 	e.GET("/models", d.models, page...)

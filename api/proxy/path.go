@@ -20,6 +20,9 @@ import (
 // routes the call serves it, on the one path.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = p.withTrace(r)
+	if p.serveBatch(w, r) {
+		return
+	}
 	for _, d := range p.wires {
 		if rt, ok := d.route(r); ok {
 			p.serve(w, r, d, rt)

@@ -34,6 +34,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/replica"
 	"github.com/tokengate/tokengate/estimator"
@@ -73,6 +74,9 @@ type Config struct {
 	// BodyLimit bounds a request body. Default
 	// estimator.DefaultMaxRequestBytes.
 	BodyLimit int64
+	// BatchFileLimit bounds a batch input file (batch.go). Default
+	// DefaultBatchFileBytes.
+	BatchFileLimit int64
 }
 
 // Proxy is the OpenAI-compatible face.
@@ -81,6 +85,7 @@ type Proxy struct {
 	admitter  *admission.Admitter
 	guard     *credential.Guard
 	estimates *estimator.Gate // the replica's: bounds the bytes estimated at once
+	batches   *batch.Service  // the replica's (batch.go)
 	logger    *slog.Logger
 	tracing   *replica.Tracing // the replica's (nil-safe)
 	tracer    trace.Tracer     // nil: tracing is off
@@ -112,7 +117,7 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if tp := rep.Tracing.TracerProvider(); tp != nil {
 		tracer = tp.Tracer(TracerName)
 	}
-	p := &Proxy{wires: []dialect{openAI{}, anthropic{}}, cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimates: rep.EstimateGate, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
+	p := &Proxy{wires: []dialect{openAI{}, anthropic{}}, cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimates: rep.EstimateGate, batches: rep.Batches, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, busy: not estimated in time, upstream_error).",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -30,6 +31,9 @@ type Config struct {
 	// Alerts manages alert endpoints, rules and events. Nil: a store on DB
 	// without a key (endpoints cannot be created).
 	Alerts *alert.Store
+	// Batches sets the tenants' batch allowances. Nil: a batch.Service on
+	// Store.
+	Batches *batch.Service
 	// Logger records what an operation tolerates failing (an admin token's
 	// last use). Defaults to slog.Default().
 	Logger *slog.Logger
@@ -44,6 +48,9 @@ type Service struct {
 	est    *estimator.Estimator
 	alerts *alert.Store
 	logger *slog.Logger
+
+	// batches is the batch use case, for the allowance (batch.go).
+	batches *batch.Service
 }
 
 // New builds a Service on cfg.
@@ -63,5 +70,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Service{db: cfg.DB, reads: cfg.Reads, store: cfg.Store, est: cfg.Estimator, alerts: cfg.Alerts, logger: cfg.Logger}, nil
+	if cfg.Batches == nil {
+		b, err := batch.New(batch.Config{Store: cfg.Store, Estimator: cfg.Estimator})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Batches = b
+	}
+	return &Service{db: cfg.DB, reads: cfg.Reads, store: cfg.Store, est: cfg.Estimator, alerts: cfg.Alerts, logger: cfg.Logger, batches: cfg.Batches}, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/tokengate/tokengate/budget/admin"
 	"github.com/tokengate/tokengate/budget/admission"
 	"github.com/tokengate/tokengate/budget/alert"
+	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -133,6 +134,9 @@ type Replica struct {
 	// a face takes a body's bytes before parsing it and gives them back
 	// once it is estimated, answering estimator.ErrBusy past its wait.
 	EstimateGate *estimator.Gate
+	// Batches admits batch traffic against each tenant's enqueued-tokens
+	// allowance; the caller's expiry sweep runs its ExpireOverdue.
+	Batches *batch.Service
 }
 
 // New builds a replica's services. It starts nothing: the periodic work
@@ -197,7 +201,11 @@ func New(cfg Config) (*Replica, error) {
 	guard := credential.NewGuard(credential.GuardConfig{DB: cfg.DB, Health: adm,
 		FailuresPerSecond: cfg.AuthFailuresPerSecond, Burst: cfg.AuthFailureBurst,
 		LookupTimeout: cfg.StoreTimeout, Logger: cfg.Logger})
-	svc, err := admin.New(admin.Config{DB: cfg.DB, Reads: reads, Store: cfg.Store, Estimator: est, Alerts: cfg.Alerts, Logger: cfg.Logger})
+	batches, err := batch.New(batch.Config{Store: cfg.Store, Estimator: est})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := admin.New(admin.Config{DB: cfg.DB, Reads: reads, Store: cfg.Store, Estimator: est, Alerts: cfg.Alerts, Logger: cfg.Logger, Batches: batches})
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +216,7 @@ func New(cfg Config) (*Replica, error) {
 	return &Replica{
 		db: cfg.DB, reads: reads, schema: schema, Admin: svc, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
-		EstimateGate: gate,
+		EstimateGate: gate, Batches: batches,
 	}, nil
 }
 

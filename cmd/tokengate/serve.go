@@ -185,6 +185,14 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		if n > 0 {
 			logger.Info("expired reservations", "count", n)
 		}
+		if err != nil {
+			return err
+		}
+		// Batches still open past their completion window: refunded.
+		n, err = rep.Batches.ExpireOverdue(ctx, 100)
+		if n > 0 {
+			logger.Info("expired batches", "count", n)
+		}
 		return err
 	})
 	periodic(s.ModelRefresh, "model refresh", refresh.Once)

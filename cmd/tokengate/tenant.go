@@ -22,6 +22,9 @@ type tenantCmd struct {
 	Adjust  tenantAdjustCmd  `cmd:"" help:"Credit or debit a tenant's tokens, with a reason."`
 	Tree    tenantTreeCmd    `cmd:"" help:"Show the budget tree that holds a tenant, every level with its balances."`
 	Models  modelLimitsCmd   `cmd:"" name:"model-limits" help:"A tenant's per-model input and output token buckets."`
+
+	// Batch is batch.go's.
+	Batch batchAllowanceCmd `cmd:"" name:"batch-allowance" help:"Show or set a tenant's enqueued-tokens allowance for batches."`
 }
 
 type tenantCreateCmd struct {
