@@ -162,14 +162,14 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	textLimit := unbounded
 	if batch == 1 {
 		textLimit = bound - in
-		if r.messagesAPI && textLimit > 0 {
+		if f := r.textFactorMilli(m.Name); f > 0 && textLimit > 0 {
 			// The largest raw count whose scaled count fits.
-			textLimit = textLimit * 1000 / MessagesSafetyFactorMilli(m.Name)
+			textLimit = textLimit * 1000 / f
 		}
 	}
 	textIn, fits := countTexts(enc, r.texts, textLimit)
-	if r.messagesAPI {
-		textIn = ScaleMessagesCount(m.Name, textIn)
+	if f := r.textFactorMilli(m.Name); f > 0 {
+		textIn = scaleCount(textIn, f)
 	}
 	in = satAdd(in, textIn)
 	if !fits {
@@ -213,7 +213,16 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	if ctxIn+out > m.ContextWindow {
 		return Estimate{}, overWindow(r.source, ctxIn, out, m.ContextWindow, false)
 	}
+	perCandidate := out
 	out = satMul(satMul(out, max(r.n, 1)), batch)
+	if t := r.thinking; t != 0 {
+		// Gemini's thoughts, reserved once beside maxOutputTokens x
+		// candidateCount, within what the window leaves.
+		if t == thinkingModelLimit {
+			t = m.DefaultOutputTokens
+		}
+		out = satAdd(out, min(t, max(m.ContextWindow-ctxIn-perCandidate, 0)))
+	}
 
 	return Estimate{
 		Model:             r.model,
@@ -236,7 +245,11 @@ func outputCap(r *Request, outLimit int64) (int64, error) {
 			continue
 		}
 		if c > outLimit {
-			return 0, invalid(outputCapFields[i], fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
+			field := outputCapFields[i]
+			if r.capField != "" {
+				field = r.capField
+			}
+			return 0, invalid(field, fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
 		}
 		if out == 0 {
 			out = c
