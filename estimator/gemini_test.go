@@ -1,6 +1,7 @@
 package estimator_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -135,5 +136,65 @@ func TestGeminiInvalid(t *testing.T) {
 	var inv *estimator.InvalidError
 	if !errors.As(err, &inv) || inv.Field != "generationConfig.maxOutputTokens" {
 		t.Fatalf("over the output limit: %v", err)
+	}
+}
+
+// typicalGemini is typicalChat in Gemini's shape: the same system prompt
+// and turns, with a thinking budget.
+var typicalGemini = func() []byte {
+	var chat struct {
+		Messages []struct{ Role, Content string } `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(typicalChat), &chat); err != nil {
+		panic(err)
+	}
+	type part struct {
+		Text string `json:"text"`
+	}
+	type content struct {
+		Role  string `json:"role,omitempty"`
+		Parts []part `json:"parts"`
+	}
+	body := struct {
+		System   content        `json:"systemInstruction"`
+		Contents []content      `json:"contents"`
+		Config   map[string]any `json:"generationConfig"`
+	}{Config: map[string]any{"maxOutputTokens": 800, "temperature": 0.3, "thinkingConfig": map[string]any{"thinkingBudget": 1024}}}
+	for _, m := range chat.Messages {
+		switch m.Role {
+		case "system":
+			body.System = content{Parts: []part{{m.Content}}}
+		case "assistant":
+			body.Contents = append(body.Contents, content{Role: "model", Parts: []part{{m.Content}}})
+		default:
+			body.Contents = append(body.Contents, content{Role: "user", Parts: []part{{m.Content}}})
+		}
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		panic(err)
+	}
+	return raw
+}()
+
+// BenchmarkEstimateGemini is BenchmarkEstimate's conversation on the
+// Gemini wire: what its parse and scaled count cost beside OpenAI's.
+func BenchmarkEstimateGemini(b *testing.B) {
+	est := estimator.New(nil)
+	if r, err := estimator.ParseGemini("gemini-2.5-flash", typicalGemini); err != nil {
+		b.Fatal(err)
+	} else if _, err := est.Estimate(r); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(typicalGemini)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := estimator.ParseGemini("gemini-2.5-flash", typicalGemini)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := est.Estimate(r); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
