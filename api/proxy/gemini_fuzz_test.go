@@ -101,4 +101,3 @@ func FuzzGeminiBodies(f *testing.F) {
 		}
 	})
 }
-

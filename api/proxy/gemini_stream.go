@@ -57,6 +57,9 @@ type geminiChunk struct {
 			} `json:"parts"`
 		} `json:"content"`
 	} `json:"candidates"`
+	PromptFeedback *struct {
+		BlockReason string `json:"blockReason"`
+	} `json:"promptFeedback"`
 	UsageMetadata *geminiUsage    `json:"usageMetadata"`
 	Error         json.RawMessage `json:"error"`
 }
@@ -65,7 +68,8 @@ type geminiChunk struct {
 // relayed as it comes. Each event's usageMetadata is cumulative: the last
 // one wins, and chunks are never summed, so a stream of N chunks is
 // charged once. The usage is final once every candidate the stream has
-// shown has its finishReason and the event states a usage. A stream that
+// shown has its finishReason (or the prompt was blocked) and the event
+// states a usage. A stream that
 // breaks, or whose client leaves, is charged the last usage it stated,
 // its output raised to the text and function calls streamed so far,
 // counted as the estimate counts (o200k_base times
@@ -108,7 +112,15 @@ func (s *geminiSSE) event(data []byte) (forward, final bool) {
 	if c.UsageMetadata != nil && c.UsageMetadata.PromptTokenCount != nil {
 		s.last = c.UsageMetadata
 	}
-	if s.final || s.last == nil || len(c.Candidates) == 0 {
+	if s.final || s.last == nil {
+		return true, false
+	}
+	if c.PromptFeedback != nil && c.PromptFeedback.BlockReason != "" {
+		// A blocked prompt: no candidate comes, and this is the answer.
+		s.final = true
+		return true, true
+	}
+	if len(c.Candidates) == 0 {
 		return true, false
 	}
 	for _, unfinished := range s.open {

@@ -17,6 +17,7 @@ import (
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/ledger"
 )
 
 // geminiModel is a seeded Gemini family: weights 1, cached content 0.1.
@@ -361,7 +362,9 @@ func TestGeminiRefusalAndTheSDKRetries(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, geminiAnswer("ok", "STOP", `{"promptTokenCount":20,"candidatesTokenCount":500,"totalTokenCount":520}`))
 	}
-	config := func(max int32) *genai.GenerateContentConfig { return &genai.GenerateContentConfig{MaxOutputTokens: max} }
+	config := func(max int32) *genai.GenerateContentConfig {
+		return &genai.GenerateContentConfig{MaxOutputTokens: max}
+	}
 	if _, err := b.geminiClient(t, false, 0).Models.GenerateContent(ctx, geminiModel, genai.Text("Hello"), config(500)); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +387,10 @@ func TestGeminiRefusalAndTheSDKRetries(t *testing.T) {
 	if as := b.admissions(t); len(as) != 2 || h.count() != 2 {
 		t.Fatalf("%d admissions, %d upstream calls; the refusals must not count", len(as), h.count())
 	}
-	balance := b.balance(t)
+	before, err := ledger.Verify(ctx, b.pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Never fits: 800 output tokens against a capacity of 700 (and the SDK,
 	// retrying, would call again: it does not).
 	_, err = b.geminiClient(t, true, 4).Models.GenerateContent(ctx, geminiModel, genai.Text("Hello"), config(800))
@@ -404,8 +410,9 @@ func TestGeminiRefusalAndTheSDKRetries(t *testing.T) {
 	if json.Unmarshal([]byte(raw), &ge) != nil || status != http.StatusUnauthorized || ge.Error.Status != "UNAUTHENTICATED" {
 		t.Fatalf("bad key: %d %s", status, raw)
 	}
-	if as := b.admissions(t); len(as) != 2 || h.count() != 2 || b.balance(t) != balance {
-		t.Fatalf("%d admissions, %d upstream calls, balance %d (was %d) after calls refused", len(as), h.count(), b.balance(t), balance)
+	after, err := ledger.Verify(ctx, b.pool, "acme")
+	if as := b.admissions(t); err != nil || len(as) != 2 || h.count() != 2 || after.LastSeq != before.LastSeq {
+		t.Fatalf("%d admissions, %d upstream calls, ledger at %d (was %d, %v) after calls refused", len(as), h.count(), after.LastSeq, before.LastSeq, err)
 	}
 	b.verify(t)
 }
@@ -433,6 +440,26 @@ func TestGeminiUpstreamErrorAndBrokenStream(t *testing.T) {
 		b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateReleased })
 		if got := b.balance(t); got != 100_000 {
 			t.Fatalf("balance %d after a released call", got)
+		}
+		b.verify(t)
+	})
+	t.Run("blocked prompt", func(t *testing.T) {
+		t.Parallel()
+		b := setupGemini(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+		b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"promptFeedback\":{\"blockReason\":\"SAFETY\"},\"usageMetadata\":{\"promptTokenCount\":30,\"totalTokenCount\":30}}\r\n\r\n")
+		}
+		chunks := 0
+		for _, err := range b.geminiClient(t, false, 0).Models.GenerateContentStream(ctx, geminiModel, genai.Text("Explain."), &genai.GenerateContentConfig{MaxOutputTokens: 1000}) {
+			if err != nil {
+				t.Fatalf("a blocked prompt's stream, whole: %v", err)
+			}
+			chunks++
+		}
+		a := b.admissions(t)[0]
+		if chunks != 1 || a.State != account.StateSettled || *a.ActualInput != 30 || *a.ActualOutput != 0 {
+			t.Fatalf("%d chunks; admission %+v: want settled before the stream ended, 30 in, 0 out", chunks, a)
 		}
 		b.verify(t)
 	})
