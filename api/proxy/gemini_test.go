@@ -499,3 +499,60 @@ func TestGeminiUpstreamErrorAndBrokenStream(t *testing.T) {
 		b.verify(t)
 	})
 }
+
+// TestGeminiToolUseEstimatedAsForwarded: a tool-use turn through the SDK
+// (a function declaration, the model's functionCall, the caller's
+// functionResponse, an image inline and a file) is estimated exactly as
+// the body the upstream received parses, its media as parts and never as
+// base64 text, and the answer's functionCall reaches the SDK; the call
+// settles from its usage.
+func TestGeminiToolUseEstimatedAsForwarded(t *testing.T) {
+	t.Parallel()
+	b := setupGemini(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	var forwarded []byte
+	var mu sync.Mutex
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		raw, _ := json.Marshal(body)
+		mu.Lock()
+		forwarded = raw
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"candidates":[{"index":0,"finishReason":"STOP","content":{"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{"city":"Oslo"}}}]}}],`+
+			`"usageMetadata":{"promptTokenCount":400,"candidatesTokenCount":12,"totalTokenCount":412}}`)
+	}
+	image := make([]byte, 300_000) // as base64, 400 KB: about 100k tokens were it counted as text
+	contents := []*genai.Content{
+		genai.NewContentFromParts([]*genai.Part{genai.NewPartFromText("What is the weather in Paris, and in this picture?"),
+			genai.NewPartFromBytes(image, "image/png"), genai.NewPartFromURI("gs://bucket/forecast.pdf", "application/pdf")}, genai.RoleUser),
+		genai.NewContentFromParts([]*genai.Part{genai.NewPartFromFunctionCall("get_weather", map[string]any{"city": "Paris"})}, genai.RoleModel),
+		genai.NewContentFromParts([]*genai.Part{genai.NewPartFromFunctionResponse("get_weather", map[string]any{"temp_c": 21, "sky": "clear"})}, genai.RoleUser),
+	}
+	config := &genai.GenerateContentConfig{MaxOutputTokens: 256, Tools: []*genai.Tool{{FunctionDeclarations: []*genai.FunctionDeclaration{{
+		Name: "get_weather", Description: "The weather in a city",
+		Parameters: &genai.Schema{Type: genai.TypeObject, Properties: map[string]*genai.Schema{"city": {Type: genai.TypeString}}, Required: []string{"city"}}}}}}}
+	resp, err := b.geminiClient(t, false, 0).Models.GenerateContent(ctx, geminiModel, contents, config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := resp.FunctionCalls(); len(calls) != 1 || calls[0].Name != "get_weather" || calls[0].Args["city"] != "Oslo" {
+		t.Fatalf("function calls: %+v", calls)
+	}
+	mu.Lock()
+	req, err := estimator.ParseGemini(geminiModel, forwarded)
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := b.est.Estimate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := b.admissions(t)[0]
+	if a.Estimate.InputTokens != want.InputTokens || a.Estimate.OutputTokens != 256 || want.InputTokens < 2*1120 || want.InputTokens > 2*1120+200 {
+		t.Fatalf("estimated %+v; the forwarded body parses to %+v (want two media parts at 1120 and the text, never the base64)", a.Estimate, want)
+	}
+	if a.State != account.StateSettled || *a.ActualInput != 400 || *a.ActualOutput != 12 {
+		t.Fatalf("admission: %+v", a)
+	}
+	b.verify(t)
+}

@@ -10,7 +10,8 @@
 // if the upstream fails before its first byte, the reservation is released.
 // No path leaves a reservation open.
 //
-// Every wire (OpenAI's, Anthropic's Messages API) takes one path
+// Every wire (OpenAI's, Anthropic's Messages API, Google's Gemini API)
+// takes one path
 // (path.go): authenticate, apply the key's rule, estimate, reserve,
 // forward, relay, settle or release, count. What differs between wires
 // is a dialect (dialect.go): where the key is, how a body is read and
