@@ -11,9 +11,8 @@
 // No path leaves a reservation open.
 //
 // Every wire (OpenAI's, Anthropic's Messages API, Google's Gemini API)
-// takes one path
-// (path.go): authenticate, apply the key's rule, estimate, reserve,
-// forward, relay, settle or release, count. What differs between wires
+// takes one path (path.go): authenticate, apply the key's rule, estimate,
+// reserve, forward, relay, settle or release, count. What differs between wires
 // is a dialect (dialect.go): where the key is, how a body is read and
 // estimated, how the upstream is called, how an error looks, how usage is
 // read from an answer and a stream. Failures are mapped once (errors.go)
