@@ -116,10 +116,11 @@ soak-ha: ha-image image ## The soak on three Postgres under Patroni: the primary
 
 FUZZ_TIME ?= 15s
 .PHONY: fuzz
-fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's and the OpenAI proxy's bodies on real servers, the estimator, the tokenizer.
+fuzz: pg-image ## Run every fuzz target for FUZZ_TIME each (default 15s): the API's and the proxy's bodies (OpenAI's and Anthropic's, Gemini's) on real servers, the estimator, the tokenizer.
 	integration/fuzz.sh FuzzAPIBodies ./api/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzProxyBodies ./api/proxy/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzBatchBodies ./api/proxy/ $(FUZZ_TIME)
+	integration/fuzz.sh FuzzGeminiBodies ./api/proxy/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEstimate ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEmbeddings ./estimator/ $(FUZZ_TIME)
 	integration/fuzz.sh FuzzEstimateMessages ./estimator/ $(FUZZ_TIME)

@@ -35,6 +35,13 @@ type Estimate struct {
 	// at this tier's price; the settle charges the tier the response
 	// reports.
 	ServiceTier string `json:",omitempty"`
+	// TextFactorMilli is the factor, in thousandths, the request's texts
+	// were counted at in o200k_base, for a wire whose tokenizer is not
+	// offline (Anthropic's Messages API, Gemini's); 0 when they were
+	// counted in the model's own encoding. Output streamed without a
+	// stated usage is counted the same way (CountOutput), so a wire's
+	// fallback needs no rule of its own.
+	TextFactorMilli int64 `json:",omitempty"`
 }
 
 // Config configures an [Estimator].
@@ -168,14 +175,14 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	textLimit := unbounded
 	if batch == 1 {
 		textLimit = bound - in
-		if r.messagesAPI && textLimit > 0 {
+		if f := r.textFactorMilli(m.Name); f > 0 && textLimit > 0 {
 			// The largest raw count whose scaled count fits.
-			textLimit = textLimit * 1000 / MessagesSafetyFactorMilli(m.Name)
+			textLimit = textLimit * 1000 / f
 		}
 	}
 	textIn, fits := countTexts(enc, r.texts, textLimit)
-	if r.messagesAPI {
-		textIn = ScaleMessagesCount(m.Name, textIn)
+	if f := r.textFactorMilli(m.Name); f > 0 {
+		textIn = scaleCount(textIn, f)
 	}
 	in = satAdd(in, textIn)
 	if !fits {
@@ -219,7 +226,16 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 	if ctxIn+out > m.ContextWindow {
 		return Estimate{}, overWindow(r.source, ctxIn, out, m.ContextWindow, false)
 	}
+	perCandidate := out
 	out = satMul(satMul(out, max(r.n, 1)), batch)
+	if t := r.thinking; t != 0 {
+		// Gemini's thoughts, reserved once beside maxOutputTokens x
+		// candidateCount, within what the window leaves.
+		if t == thinkingModelLimit {
+			t = m.DefaultOutputTokens
+		}
+		out = satAdd(out, min(t, max(m.ContextWindow-ctxIn-perCandidate, 0)))
+	}
 
 	return Estimate{
 		Model:             r.model,
@@ -231,6 +247,7 @@ func (e *Estimator) Estimate(r *Request) (Estimate, error) {
 		InputWeightMicro:  m.InputWeightMicro,
 		OutputWeightMicro: m.OutputWeightMicro,
 		ServiceTier:       r.serviceTier,
+		TextFactorMilli:   r.textFactorMilli(m.Name),
 	}, nil
 }
 
@@ -243,7 +260,11 @@ func outputCap(r *Request, outLimit int64) (int64, error) {
 			continue
 		}
 		if c > outLimit {
-			return 0, invalid(outputCapFields[i], fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
+			field := outputCapFields[i]
+			if r.capField != "" {
+				field = r.capField
+			}
+			return 0, invalid(field, fmt.Sprintf("exceeds the model's output limit of %d", outLimit))
 		}
 		if out == 0 {
 			out = c

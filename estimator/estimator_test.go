@@ -372,8 +372,8 @@ func TestLookup(t *testing.T) {
 	}
 
 	ms := tbl.Models()
-	if len(ms) != 35 {
-		t.Fatalf("DefaultTable has %d models, want 35 (11 OpenAI chat, 3 OpenAI embedding, 21 Claude)", len(ms))
+	if len(ms) != 43 {
+		t.Fatalf("DefaultTable has %d models, want 43 (11 OpenAI chat, 3 OpenAI embedding, 21 Claude, 8 Gemini)", len(ms))
 	}
 	for i, m := range ms {
 		if i > 0 && ms[i-1].Name >= m.Name {

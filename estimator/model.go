@@ -190,8 +190,9 @@ var defaultAliases = map[string]string{
 // gpt-4o-mini, gpt-4.1, gpt-4.1-mini, gpt-4.1-nano, o1, o3, o4-mini,
 // gpt-4-turbo, gpt-4, gpt-3.5-turbo, and the embedding models
 // text-embedding-3-small, text-embedding-3-large and
-// text-embedding-ada-002) with weights 1.0, plus aliases for GPT-4 Turbo's
-// preview snapshots.
+// text-embedding-ada-002) with weights 1.0, Anthropic's Claude families
+// (claude.go) and Google's Gemini families (gemini.go), plus aliases for
+// GPT-4 Turbo's preview snapshots.
 func DefaultTable() *Table {
 	ms := make([]Model, len(defaultModels))
 	for i, m := range defaultModels {
@@ -199,6 +200,7 @@ func DefaultTable() *Table {
 		ms[i] = m
 	}
 	ms = append(ms, claudeModels()...)
+	ms = append(ms, geminiModels()...)
 	t, err := NewTable(ms)
 	if err != nil {
 		panic("estimator: invalid default table: " + err.Error())

@@ -83,6 +83,14 @@ type Request struct {
 	// counted with o200k_base times the family's safety factor
 	// (MessagesSafetyFactorMilli), Claude's tokenizer being unpublished.
 	messagesAPI bool
+	// gemini is the Gemini API's shape (ParseGemini): its texts are counted
+	// with o200k_base times GeminiSafetyFactorMilli, Gemini's tokenizer
+	// having no offline copy; thinking is output reserved beside its
+	// maxOutputTokens x candidateCount (thinkingModelLimit: the model's
+	// output limit); capField names its output cap in errors.
+	gemini   bool
+	thinking int64
+	capField string
 
 	endUser EndUserFields // see EndUserFields
 

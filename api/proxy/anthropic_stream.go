@@ -157,7 +157,7 @@ func (s *messagesStream) usage() rule.Usage {
 		u = rule.Usage{Input: s.est.InputTokens, Output: u.Output}
 	}
 	if streamed := s.streamed.String(); !s.stopped && streamed != "" {
-		u.Output = max(u.Output, s.out.CountOutput(s.est, true, streamed))
+		u.Output = max(u.Output, s.out.CountOutput(s.est, streamed))
 	}
 	return u
 }

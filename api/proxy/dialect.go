@@ -80,12 +80,12 @@ type dialect interface {
 }
 
 // outputCounter counts the text a stream wrote as the estimate of its
-// request counts (admission.Admitter.CountOutput): messages for a
-// Messages call (o200k_base times the family's safety factor), else with
-// the model's encoding. The path gives a dialect's stream the replica's
-// Admitter.
+// request counted its texts (admission.Admitter.CountOutput: the estimate
+// carries the factor of a wire without an offline tokenizer, so no wire
+// needs a counting rule of its own). The path gives a dialect's stream the
+// replica's Admitter.
 type outputCounter interface {
-	CountOutput(est estimator.Estimate, messages bool, text string) int64
+	CountOutput(est estimator.Estimate, text string) int64
 }
 
 // route is one endpoint of a wire, as its dialect routed a call.

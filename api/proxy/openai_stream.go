@@ -86,7 +86,7 @@ func (s *openAIStream) usage() rule.Usage {
 	if s.got != nil {
 		return *s.got
 	}
-	return rule.Usage{Input: s.est.InputTokens, Output: s.out.CountOutput(s.est, false, s.streamed.String())}
+	return rule.Usage{Input: s.est.InputTokens, Output: s.out.CountOutput(s.est, s.streamed.String())}
 }
 
 // silent is false: an OpenAI stream that ended short is relayed as it

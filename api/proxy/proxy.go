@@ -10,9 +10,9 @@
 // if the upstream fails before its first byte, the reservation is released.
 // No path leaves a reservation open.
 //
-// Every wire (OpenAI's, Anthropic's Messages API) takes one path
-// (path.go): authenticate, apply the key's rule, estimate, reserve,
-// forward, relay, settle or release, count. What differs between wires
+// Every wire (OpenAI's, Anthropic's Messages API, Google's Gemini API)
+// takes one path (path.go): authenticate, apply the key's rule, estimate,
+// reserve, forward, relay, settle or release, count. What differs between wires
 // is a dialect (dialect.go): where the key is, how a body is read and
 // estimated, how the upstream is called, how an error looks, how usage is
 // read from an answer and a stream. Failures are mapped once (errors.go)
@@ -41,8 +41,8 @@ import (
 )
 
 // Config configures a Proxy's HTTP concerns; its domain services are the
-// replica's. Upstream, AnthropicUpstream or both are required: each
-// serves its own routes.
+// replica's. Upstream, AnthropicUpstream, GeminiUpstream or several are
+// required: each serves its own routes.
 type Config struct {
 	// Upstream is the provider's base URL (the path of each call is
 	// appended), e.g. https://api.openai.com.
@@ -63,6 +63,16 @@ type Config struct {
 	// answer. Either way nothing is admitted or debited. Default false:
 	// the estimate, which costs no upstream call.
 	CountTokensUpstream bool
+	// GeminiUpstream is the Gemini API's base URL, e.g.
+	// https://generativelanguage.googleapis.com (or a Vertex AI endpoint,
+	// https://aiplatform.googleapis.com, whose express mode takes an API
+	// key): with it the proxy serves models/{model}:generateContent,
+	// :streamGenerateContent and :countTokens, on AI Studio's paths and
+	// Vertex AI's.
+	GeminiUpstream *url.URL
+	// GeminiKey is sent to GeminiUpstream as its x-goog-api-key; the
+	// tenant's key never leaves tokengate.
+	GeminiKey string
 	// Client calls the upstream. Default: no overall timeout (streams run
 	// long), 30 s to connect and to get the response headers.
 	Client *http.Client
@@ -117,7 +127,7 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 	if tp := rep.Tracing.TracerProvider(); tp != nil {
 		tracer = tp.Tracer(TracerName)
 	}
-	p := &Proxy{wires: []dialect{openAI{}, anthropic{}}, cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimates: rep.EstimateGate, batches: rep.Batches, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
+	p := &Proxy{wires: []dialect{openAI{}, anthropic{}, gemini{}}, cfg: cfg, admitter: rep.Admitter, guard: rep.Guard, estimates: rep.EstimateGate, batches: rep.Batches, logger: rep.Logger, tracing: rep.Tracing, tracer: tracer,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_proxy_calls_total",
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, busy: not estimated in time, upstream_error).",

@@ -94,16 +94,17 @@ func (a *Admitter) ParseFor(body []byte) (*estimator.Request, error) {
 
 // CountOutput counts the text a model streamed, for a stream that ended
 // without reporting its usage, as the estimate of a request reserved as
-// est counts: a Messages call (messages: Anthropic's API) in o200k_base
-// times its family's safety factor; any other with its model's encoding.
-// Zero when the text cannot be counted.
-func (a *Admitter) CountOutput(est estimator.Estimate, messages bool, text string) int64 {
-	if messages {
+// est counted its texts: in o200k_base times est.TextFactorMilli for a
+// wire whose tokenizer is not offline (Anthropic's Messages API,
+// Gemini's), else with its model's encoding. Zero when the text cannot
+// be counted.
+func (a *Admitter) CountOutput(est estimator.Estimate, text string) int64 {
+	if f := est.TextFactorMilli; f > 0 {
 		n, err := estimator.CountText(estimator.EncodingO200K, text)
 		if err != nil {
 			return 0
 		}
-		return estimator.ScaleMessagesCount(est.Family, int64(n))
+		return (int64(n)*f + 999) / 1000
 	}
 	m, _ := a.est.Table().Lookup(est.Model)
 	if m.Encoding == "" {

@@ -132,8 +132,8 @@ func TestQuoteReservesNothing(t *testing.T) {
 }
 
 // TestCountOutput: streamed text is counted as its request's estimate
-// counts: a Messages call's in o200k_base times its family's safety
-// factor, any other's with its model's encoding.
+// counted its texts: a Messages or Gemini call's in o200k_base times the
+// factor its estimate carries, any other's with its model's encoding.
 func TestCountOutput(t *testing.T) {
 	t.Parallel()
 	a := admission.New(admission.Config{Store: account.NewStore(nil)})
@@ -146,22 +146,40 @@ func TestCountOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	est := estimator.New(nil)
+	estimate := func(r *estimator.Request, err error) estimator.Estimate {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := est.Estimate(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	claude := estimate(estimator.ParseMessages([]byte(`{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)))
+	unknown := estimate(estimator.ParseMessages([]byte(`{"model":"claude-x","max_tokens":10,"messages":[{"role":"user","content":"hi"}]}`)))
+	gemini := estimate(estimator.ParseGemini("gemini-2.5-flash", []byte(`{"contents":[{"parts":[{"text":"hi"}]}],"generationConfig":{"maxOutputTokens":10}}`)))
 	for _, tc := range []struct {
-		name     string
-		est      estimator.Estimate
-		messages bool
-		want     int64
+		name string
+		est  estimator.Estimate
+		want int64
 	}{
-		{"gpt-4o", estimator.Estimate{Model: "gpt-4o", Family: "gpt-4o"}, false, int64(o200k)},
-		{"gpt-4", estimator.Estimate{Model: "gpt-4", Family: "gpt-4"}, false, int64(cl100k)},
-		{"older claude", estimator.Estimate{Model: "claude-sonnet-4-5", Family: "claude-sonnet-4-5"}, true, (int64(o200k)*1250 + 999) / 1000},
-		{"unknown claude", estimator.Estimate{Model: "claude-x", Family: estimator.UnknownFamily}, true, (int64(o200k)*1625 + 999) / 1000},
+		{"gpt-4o", estimator.Estimate{Model: "gpt-4o", Family: "gpt-4o"}, int64(o200k)},
+		{"gpt-4", estimator.Estimate{Model: "gpt-4", Family: "gpt-4"}, int64(cl100k)},
+		{"older claude", claude, (int64(o200k)*estimator.MessagesSafetyFactorMilli(claude.Family) + 999) / 1000},
+		{"unknown claude", unknown, (int64(o200k)*1625 + 999) / 1000},
+		{"gemini", gemini, (int64(o200k)*estimator.GeminiSafetyFactorMilli + 999) / 1000},
 	} {
-		if got := a.CountOutput(tc.est, tc.messages, text); got != tc.want {
+		if got := a.CountOutput(tc.est, text); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	if got := a.CountOutput(estimator.Estimate{Model: "gpt-4o"}, false, ""); got != 0 {
+	if claude.TextFactorMilli != 1250 || gemini.TextFactorMilli != estimator.GeminiSafetyFactorMilli {
+		t.Errorf("text factors: claude %d, gemini %d", claude.TextFactorMilli, gemini.TextFactorMilli)
+	}
+	if got := a.CountOutput(estimator.Estimate{Model: "gpt-4o"}, ""); got != 0 {
 		t.Errorf("no text counted %d, want 0", got)
 	}
 }

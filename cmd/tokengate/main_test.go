@@ -155,7 +155,8 @@ func TestDatabaseUnreachableFailsAfterWait(t *testing.T) {
 // TestServeWithTheProxy: --proxy-addr without --upstream is refused at
 // start; with it, the proxy answers on its address (an unknown key gets
 // OpenAI's 401 shape, so SDKs report it as an authentication error; on
-// /v1/messages, with --anthropic-upstream, Anthropic's authentication_error).
+// /v1/messages, with --anthropic-upstream, Anthropic's authentication_error;
+// on a Gemini route, with --gemini-upstream, Google's UNAUTHENTICATED).
 func TestServeWithTheProxy(t *testing.T) {
 	t.Parallel()
 	url := pgtest.EmptyURL(t)
@@ -173,7 +174,7 @@ func TestServeWithTheProxy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- proxyCmd{serveCmd{Addr: freeAddr(t), Migrate: true, MaxConns: 4, ProxyAddr: proxyAddr, Upstream: "http://127.0.0.1:1",
-			AnthropicUpstream: "http://127.0.0.1:1", ShutdownTimeout: 5 * time.Second}}.Run(ctx, g)
+			AnthropicUpstream: "http://127.0.0.1:1", GeminiUpstream: "http://127.0.0.1:1", ShutdownTimeout: 5 * time.Second}}.Run(ctx, g)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -196,6 +197,15 @@ func TestServeWithTheProxy(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"type":"authentication_error"`) {
 				t.Fatalf("/v1/messages answered %d %s, want 401 authentication_error", resp.StatusCode, body)
+			}
+			resp, err = http.Post("http://"+proxyAddr+"/v1beta/models/gemini-2.5-flash:generateContent?key=tg_nosuchkey_0000", "application/json", strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"status":"UNAUTHENTICATED"`) {
+				t.Fatalf(":generateContent answered %d %s, want Google's 401 UNAUTHENTICATED", resp.StatusCode, body)
 			}
 			break
 		}

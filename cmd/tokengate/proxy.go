@@ -20,8 +20,8 @@ import (
 // settle, for up to the shutdown timeout.
 func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) (func(), error) {
 	logger := rep.Logger
-	if s.Upstream == "" && s.AnthropicUpstream == "" {
-		return nil, errors.New("--proxy-addr needs --upstream or --anthropic-upstream, an http(s) URL")
+	if s.Upstream == "" && s.AnthropicUpstream == "" && s.GeminiUpstream == "" {
+		return nil, errors.New("--proxy-addr needs --upstream, --anthropic-upstream or --gemini-upstream, an http(s) URL")
 	}
 	upstream, err := upstreamURL("--upstream", s.Upstream)
 	if err != nil {
@@ -31,11 +31,16 @@ func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) 
 	if err != nil {
 		return nil, err
 	}
+	gemini, err := upstreamURL("--gemini-upstream", s.GeminiUpstream)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", s.ProxyAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--proxy-addr %s: %w", s.ProxyAddr, err)
 	}
 	p := proxy.New(rep, proxy.Config{Upstream: upstream, UpstreamKey: s.UpstreamKey, AnthropicUpstream: anthropic, AnthropicKey: s.AnthropicKey,
+		GeminiUpstream: gemini, GeminiKey: s.GeminiKey,
 		CountTokensUpstream: s.CountTokens == "upstream", ClientAddr: srv.ClientAddr, BodyLimit: s.BodyLimit})
 	hs := &http.Server{Handler: p}
 	s.httpTimeouts().Apply(hs)
@@ -49,6 +54,9 @@ func (s serveCmd) serveProxy(g *globals, rep *replica.Replica, srv *api.Server) 
 	}
 	if anthropic != nil {
 		fmt.Fprintf(g.stderr, "tokengate Anthropic Messages proxy on %s, forwarding to %s\n", displayURL(ln.Addr()), anthropic.Redacted())
+	}
+	if gemini != nil {
+		fmt.Fprintf(g.stderr, "tokengate Gemini API proxy on %s, forwarding to %s\n", displayURL(ln.Addr()), gemini.Redacted())
 	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)

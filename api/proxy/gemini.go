@@ -1,0 +1,188 @@
+package proxy
+
+// The Gemini API (`--gemini-upstream URL`): Google's genai SDKs, and
+// plain REST callers, point their base URL at the proxy and use a tenant
+// key as their API key. A call of models/{model}:generateContent or
+// :streamGenerateContent, on AI Studio's paths (/v1beta/models/...) or
+// Vertex AI's (/v1/projects/{p}/locations/{l}/publishers/google/models/...),
+// is admitted on the same path as the other wires, forwarded with
+// tokengate's own Gemini key, and settled from Gemini's usageMetadata.
+// :countTokens is answered from the estimator and never debits.
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// gemini is Google's Gemini wire: the model in the URL's path, the
+// tenant's key in x-goog-api-key, ?key= or a bearer token (never sent
+// upstream: tokengate's key goes as x-goog-api-key), Google's error shape
+// (google.rpc.Status with ErrorInfo, RetryInfo and BadRequest details),
+// and usageMetadata, cumulative in every chunk of a stream.
+type gemini struct{}
+
+// The Gemini API's routes, by route.api.
+const (
+	geminiGenerate = iota
+	geminiStream
+	geminiCount
+)
+
+// geminiActions are the methods served, after the model's colon.
+var geminiActions = map[string]route{
+	"generateContent":       {op: "chat", api: geminiGenerate},
+	"streamGenerateContent": {op: "chat", api: geminiStream},
+	"countTokens":           {op: "chat", api: geminiCount, count: true},
+}
+
+// geminiVersions are the API versions both surfaces serve.
+var geminiVersions = map[string]bool{"v1": true, "v1beta": true, "v1beta1": true, "v1alpha": true}
+
+// geminiModelAction is the model and the method of a Gemini path:
+// /{version}/models/{model}:{method} (AI Studio),
+// /{version}/publishers/google/models/{model}:{method} (Vertex AI express
+// mode) or
+// /{version}/projects/{p}/locations/{l}/publishers/google/models/{model}:{method}
+// (Vertex AI); ok is false for any other path.
+func geminiModelAction(path string) (model, action string, ok bool) {
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if len(segs) < 3 || !geminiVersions[segs[0]] {
+		return "", "", false
+	}
+	rest := segs[1:]
+	if len(rest) == 8 && rest[0] == "projects" && rest[2] == "locations" && rest[1] != "" && rest[3] != "" {
+		rest = rest[4:]
+	}
+	if len(rest) == 4 && rest[0] == "publishers" && rest[1] == "google" {
+		rest = rest[2:]
+	}
+	if len(rest) != 2 || rest[0] != "models" {
+		return "", "", false
+	}
+	model, action, ok = strings.Cut(rest[1], ":")
+	return model, action, ok
+}
+
+func (gemini) route(r *http.Request) (route, bool) {
+	_, action, ok := geminiModelAction(r.URL.Path)
+	if !ok {
+		return route{}, false
+	}
+	rt, ok := geminiActions[action]
+	return rt, ok
+}
+
+func (gemini) upstream(cfg *Config) *url.URL { return cfg.GeminiUpstream }
+
+// provider is OpenTelemetry's name for the Gemini API (Vertex AI's calls
+// take the same wire).
+func (gemini) provider() string { return "gcp.gemini" }
+
+// key is the tenant's key: x-goog-api-key, as the genai SDKs send it,
+// ?key= as REST examples do, or a bearer token (Vertex AI's SDKs send
+// their credentials' token).
+func (gemini) key(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get("X-Goog-Api-Key")); k != "" {
+		return k
+	}
+	if k := strings.TrimSpace(r.URL.Query().Get("key")); k != "" {
+		return k
+	}
+	return bearer(r)
+}
+
+// parse reads a generateContent body (or a countTokens one) for the model
+// in the path.
+func (gemini) parse(rt route, r *http.Request, body []byte) (*estimator.Request, error) {
+	model, _, _ := geminiModelAction(r.URL.Path)
+	if rt.api == geminiCount {
+		return estimator.ParseGeminiCount(model, body)
+	}
+	return estimator.ParseGemini(model, body)
+}
+
+// prepare forwards the body as it came: every Gemini answer, whole or
+// streamed, states its usage.
+func (gemini) prepare(_ *route, body []byte) ([]byte, error) { return body, nil }
+
+// count answers countTokens with the estimate's input, as Gemini's
+// {"totalTokens": N}; nothing is admitted or debited. X-Tokengate-Count
+// says it is the estimate (no upstream call: Gemini's tokenizer is
+// Google's alone).
+func (gemini) count(_ *Proxy, w http.ResponseWriter, _ *http.Request, _ []byte, est estimator.Estimate) {
+	w.Header().Set("X-Tokengate-Count", "estimate")
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(struct {
+		TotalTokens int64 `json:"totalTokens"`
+	}{est.InputTokens})
+}
+
+// geminiHeaderDrops are request headers never forwarded besides the ones
+// every wire drops: the tenant's key in Google's header.
+var geminiHeaderDrops = map[string]bool{"X-Goog-Api-Key": true}
+
+// request forwards to the same path and query on the upstream, without
+// ?key= (the tenant's), with the client's headers but its credentials,
+// and tokengate's key as x-goog-api-key.
+func (gemini) request(ctx context.Context, cfg *Config, r *http.Request, body []byte) (*http.Request, error) {
+	req, err := newUpstreamRequest(ctx, cfg.GeminiUpstream, r, body)
+	if err != nil {
+		return nil, err
+	}
+	q := r.URL.Query()
+	q.Del("key")
+	req.URL.RawQuery = q.Encode()
+	for k, vs := range r.Header {
+		if c := http.CanonicalHeaderKey(k); !upstreamHeaderDrops[c] && !geminiHeaderDrops[c] {
+			req.Header[k] = vs
+		}
+	}
+	req.Header.Set("Content-Type", "application/json") // the body tokengate read, whatever the client said
+	if cfg.GeminiKey != "" {
+		req.Header.Set("X-Goog-Api-Key", cfg.GeminiKey)
+	}
+	return req, nil
+}
+
+// answered relays Google's headers as they are: Gemini sends no rate
+// limit headers of its account.
+func (gemini) answered(http.Header) {}
+
+// usage reads a whole answer's usage: a GenerateContentResponse's
+// usageMetadata, or a streamGenerateContent answered as one JSON array of
+// responses (its default form, without alt=sse), whose every element
+// restates the cumulative usage: the last one stating it wins, never their
+// sum.
+func (gemini) usage(rt route, body []byte) (rule.Usage, bool) {
+	if rt.api == geminiStream {
+		var chunks []geminiChunk
+		if json.Unmarshal(body, &chunks) == nil {
+			var last *geminiUsage
+			for _, c := range chunks {
+				if c.UsageMetadata != nil {
+					last = c.UsageMetadata
+				}
+			}
+			return last.usage()
+		}
+	}
+	var c geminiChunk
+	if json.Unmarshal(body, &c) != nil {
+		return rule.Usage{}, false
+	}
+	return c.UsageMetadata.usage()
+}
+
+func (gemini) rateHeaders(h http.Header, snap rule.Snapshot) {
+	for _, rh := range snap.RateHeaders() {
+		h.Set(rh.Name, rh.Value)
+	}
+}
+
+func (gemini) exhaustedHeaders(http.Header, *rule.BudgetExhaustedError) {}
