@@ -11,6 +11,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,16 +32,38 @@ const DefaultBatchFileBytes = 200 << 20
 // upstream to settle a batch.
 const maxBatchResults = 2 << 30
 
+// batchHandler serves one batch route for an authenticated tenant; id is
+// the route's file or batch id ("" when it names none).
+type batchHandler func(w http.ResponseWriter, r *http.Request, principal credential.Principal, id string)
+
 // serveBatch serves the batch routes of the wires whose upstream is set,
-// and says whether r was one.
+// and says whether r was one. A wire's router names the route's handler
+// (or answers r itself: a route tokengate does not serve); the key is
+// authenticated here, once for every wire.
 func (p *Proxy) serveBatch(w http.ResponseWriter, r *http.Request) bool {
 	if p.batches == nil {
 		return false
 	}
-	if p.cfg.Upstream != nil && p.serveOpenAIBatch(w, r) {
-		return true
+	var d dialect
+	var serve batchHandler
+	var id string
+	handled := false
+	if p.cfg.Upstream != nil {
+		d = openAI{}
+		serve, id, handled = p.openAIBatchRoute(w, r)
 	}
-	return p.cfg.AnthropicUpstream != nil && p.serveAnthropicBatch(w, r)
+	if !handled && p.cfg.AnthropicUpstream != nil {
+		d = anthropic{}
+		serve, id, handled = p.anthropicBatchRoute(w, r)
+	}
+	if !handled || serve == nil {
+		return handled
+	}
+	principal, ok := p.batchPrincipal(w, r, d)
+	if ok {
+		serve(w, r, principal, id)
+	}
+	return true
 }
 
 // batchGate takes a batch body's bytes of the estimate gate, as gate does
@@ -104,6 +127,106 @@ func batchFail(w http.ResponseWriter, d dialect, err error, line func(n int) str
 		notFound(w, d, "no batch of this tenant has that id")
 	default:
 		writeDomainError(w, d, err)
+	}
+}
+
+// planBatch is a batch body's front half, once for every wire: the
+// estimate gate, the body read up to the batch file limit, the wire's
+// read of it into the lines their single calls would be, and the plan of
+// every line (estimated and checked by the domain). It answers a failure
+// in d's shape, a refused line named as the wire names it (line); false:
+// answered.
+func (p *Proxy) planBatch(w http.ResponseWriter, r *http.Request, tenantID string, d dialect, line func(n int) string,
+	read func(body []byte) ([]batch.Line, error)) (body []byte, plan *batch.Plan, ok bool) {
+	release, err := p.batchGate(r, tenantID)
+	if p.notEstimated(err) {
+		writeDomainError(w, d, err)
+		return nil, nil, false
+	}
+	defer release()
+	body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, p.batchFileLimit()))
+	if err != nil {
+		fail(w, d, bodyProblem(w.Header(), err))
+		return nil, nil, false
+	}
+	lines, err := read(body)
+	if err == nil {
+		plan, err = p.batches.Plan(r.Context(), tenantID, lines)
+	}
+	if err != nil {
+		batchFail(w, d, err, line)
+		return nil, nil, false
+	}
+	return body, plan, true
+}
+
+// submitBatch is a batch's back half, once for every wire: it reserves
+// the batch (rp), forwards body to the wire's create call at url, and
+// binds the upstream's batch id to the reservation. A batch the upstream
+// does not accept is refunded at once; its answer is relayed with the
+// wire's headers edited (d.answered).
+func (p *Proxy) submitBatch(w http.ResponseWriter, r *http.Request, d dialect, rp batch.ReserveParams, url string, set func(http.Header),
+	body []byte, line func(n int) string) {
+	b, err := p.batches.Reserve(r.Context(), rp)
+	if err != nil {
+		batchFail(w, d, err, line)
+		return
+	}
+	w.Header().Set("X-Tokengate-Batch", b.ID)
+	status, h, out, err := p.upstreamCall(r.Context(), http.MethodPost, url, "application/json", body, set, 1<<20)
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err == nil && status < 300 && (json.Unmarshal(out, &created) != nil || created.ID == "") {
+		err = errors.New("the upstream's answer names no batch id")
+	}
+	if err != nil || status >= 300 {
+		p.refuseBatch(rp.TenantID, b.ID, rp.Actor)
+		if err != nil {
+			fail(w, d, problem{code: codeUpstream, message: "the upstream did not accept the batch"})
+			return
+		}
+		d.answered(h)
+		relayAnswer(w, status, h, out)
+		return
+	}
+	if err := p.batches.Bind(r.Context(), rp.TenantID, b.ID, created.ID); err != nil {
+		p.logger.Error("proxy: batch not bound to its upstream id; it expires with its window", "batch", b.ID, "upstream", created.ID, "error", err.Error())
+	}
+	d.answered(h)
+	relayAnswer(w, status, h, out)
+}
+
+// batchCall forwards a call about a tenant's batch (id, the upstream's)
+// to url, once for every wire: a batch of another tenant is not found.
+// On an answer that succeeded, ended reads it and settles the batch when
+// the upstream reports it ended.
+func (p *Proxy) batchCall(w http.ResponseWriter, r *http.Request, d dialect, provider, tenantID, id, method, url string,
+	set func(http.Header), line func(n int) string, ended func(ctx context.Context, batchID string, answer []byte)) {
+	batchID, err := p.batches.Find(r.Context(), provider, id, tenantID)
+	if err != nil {
+		batchFail(w, d, err, line)
+		return
+	}
+	w.Header().Set("X-Tokengate-Batch", batchID)
+	status, h, out, err := p.upstreamCall(r.Context(), method, url, "application/json", nil, set, 1<<20)
+	if err != nil {
+		fail(w, d, problem{code: codeUpstream, message: "the upstream did not answer"})
+		return
+	}
+	if status < 300 {
+		ended(r.Context(), batchID, out)
+	}
+	d.answered(h)
+	relayAnswer(w, status, h, out)
+}
+
+// refuseBatch refunds a batch the upstream never accepted.
+func (p *Proxy) refuseBatch(tenantID, batchID, actor string) {
+	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
+	defer cancel()
+	if _, err := p.batches.End(ctx, batch.EndParams{TenantID: tenantID, BatchID: batchID, Status: "refused", Actor: actor}); err != nil {
+		p.logger.Error("proxy: refused batch not refunded; it expires with its window", "batch", batchID, "error", err.Error())
 	}
 }
 

@@ -23,15 +23,14 @@ import (
 
 const messageBatchesPath = "/v1/messages/batches"
 
-// serveAnthropicBatch serves r if it is a route of Message Batches.
-func (p *Proxy) serveAnthropicBatch(w http.ResponseWriter, r *http.Request) bool {
-	d := anthropic{}
+// anthropicBatchRoute is r's handler if r is a route of Message Batches
+// (handled), with the batch id it names; nil when it answered r itself.
+func (p *Proxy) anthropicBatchRoute(w http.ResponseWriter, r *http.Request) (serve batchHandler, id string, handled bool) {
 	rest, ok := strings.CutPrefix(r.URL.Path, messageBatchesPath)
 	if !ok || rest != "" && rest[0] != '/' {
-		return false
+		return nil, "", false
 	}
 	id, tail, _ := strings.Cut(strings.TrimPrefix(rest, "/"), "/")
-	var serve func(http.ResponseWriter, *http.Request, credential.Principal, string)
 	switch {
 	case rest == "" && r.Method == http.MethodPost:
 		serve = p.anthropicBatchCreate
@@ -44,15 +43,10 @@ func (p *Proxy) serveAnthropicBatch(w http.ResponseWriter, r *http.Request) bool
 	default:
 		// Listings and deletions would reach every tenant's batches on the
 		// upstream's one organisation.
-		notFound(w, d, "tokengate serves POST /v1/messages/batches, GET /v1/messages/batches/{id} and /results, and POST /v1/messages/batches/{id}/cancel")
-		return true
+		notFound(w, anthropic{}, "tokengate serves POST /v1/messages/batches, GET /v1/messages/batches/{id} and /results, and POST /v1/messages/batches/{id}/cancel")
+		return nil, "", true
 	}
-	principal, ok := p.batchPrincipal(w, r, d)
-	if !ok {
-		return true
-	}
-	serve(w, r, principal, id)
-	return true
+	return serve, id, true
 }
 
 // anthropicLine names a request of a batch: "requests[2]".
@@ -63,58 +57,15 @@ func anthropicLine(n int) string { return fmt.Sprintf("requests[%d]", n-1) }
 // accept it has its reservation refunded at once.
 func (p *Proxy) anthropicBatchCreate(w http.ResponseWriter, r *http.Request, principal credential.Principal, _ string) {
 	d := anthropic{}
-	release, err := p.batchGate(r, principal.TenantID)
-	if p.notEstimated(err) {
-		writeDomainError(w, d, err)
+	body, plan, ok := p.planBatch(w, r, principal.TenantID, d, anthropicLine, func(body []byte) ([]batch.Line, error) {
+		return parseMessageBatch(body, r)
+	})
+	if !ok {
 		return
 	}
-	defer release()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.batchFileLimit()))
-	if err != nil {
-		fail(w, d, bodyProblem(w.Header(), err))
-		return
-	}
-	lines, err := parseMessageBatch(body, r)
-	if err != nil {
-		batchFail(w, d, err, anthropicLine)
-		return
-	}
-	plan, err := p.batches.Plan(r.Context(), principal.TenantID, lines)
-	release()
-	if err != nil {
-		batchFail(w, d, err, anthropicLine)
-		return
-	}
-	actor := "proxy:key:" + principal.KeyID
-	b, err := p.batches.Reserve(r.Context(), batch.ReserveParams{TenantID: principal.TenantID, KeyID: principal.KeyID, Provider: batch.Anthropic, Plan: plan, Actor: actor})
-	if err != nil {
-		batchFail(w, d, err, anthropicLine)
-		return
-	}
-	w.Header().Set("X-Tokengate-Batch", b.ID)
-	status, h, out, err := p.upstreamCall(r.Context(), http.MethodPost, p.cfg.AnthropicUpstream.JoinPath(messageBatchesPath).String(), "application/json", body,
-		func(h http.Header) { anthropicHeaders(&p.cfg, r, h) }, 1<<20)
-	var created struct {
-		ID string `json:"id"`
-	}
-	if err == nil && status < 300 && (json.Unmarshal(out, &created) != nil || created.ID == "") {
-		err = errors.New("the upstream's answer names no batch id")
-	}
-	if err != nil || status >= 300 {
-		p.refuseBatch(principal.TenantID, b.ID, actor)
-		if err != nil {
-			fail(w, d, problem{code: codeUpstream, message: "the upstream did not accept the batch"})
-			return
-		}
-		dropUpstreamRateHeaders(h)
-		relayAnswer(w, status, h, out)
-		return
-	}
-	if err := p.batches.Bind(r.Context(), principal.TenantID, b.ID, created.ID); err != nil {
-		p.logger.Error("proxy: batch not bound to its upstream id; it expires with its window", "batch", b.ID, "upstream", created.ID, "error", err.Error())
-	}
-	dropUpstreamRateHeaders(h)
-	relayAnswer(w, status, h, out)
+	p.submitBatch(w, r, d, batch.ReserveParams{TenantID: principal.TenantID, KeyID: principal.KeyID, Provider: batch.Anthropic, Plan: plan,
+		Actor: "proxy:key:" + principal.KeyID}, p.cfg.AnthropicUpstream.JoinPath(messageBatchesPath).String(),
+		func(h http.Header) { anthropicHeaders(&p.cfg, r, h) }, body, anthropicLine)
 }
 
 // parseMessageBatch reads a Message Batches body into the requests their
@@ -161,28 +112,17 @@ func (p *Proxy) anthropicBatchCancel(w http.ResponseWriter, r *http.Request, pri
 // anthropicBatchCall forwards a call about a tenant's batch and, when the
 // upstream reports it ended, settles it from its results.
 func (p *Proxy) anthropicBatchCall(w http.ResponseWriter, r *http.Request, principal credential.Principal, id, method, path string) {
-	d := anthropic{}
-	batchID, err := p.batches.Find(r.Context(), batch.Anthropic, id, principal.TenantID)
-	if err != nil {
-		batchFail(w, d, err, anthropicLine)
-		return
-	}
-	w.Header().Set("X-Tokengate-Batch", batchID)
 	headers := func(h http.Header) { anthropicHeaders(&p.cfg, r, h) }
-	status, h, out, err := p.upstreamCall(r.Context(), method, p.cfg.AnthropicUpstream.JoinPath(path).String(), "application/json", nil, headers, 1<<20)
-	if err != nil {
-		fail(w, d, problem{code: codeUpstream, message: "the upstream did not answer"})
-		return
-	}
-	var b struct {
-		ID               string `json:"id"`
-		ProcessingStatus string `json:"processing_status"`
-	}
-	if status < 300 && json.Unmarshal(out, &b) == nil && b.ProcessingStatus == "ended" {
-		p.settleMessageBatch(r.Context(), principal, batchID, b.ID, headers)
-	}
-	dropUpstreamRateHeaders(h)
-	relayAnswer(w, status, h, out)
+	p.batchCall(w, r, anthropic{}, batch.Anthropic, principal.TenantID, id, method, p.cfg.AnthropicUpstream.JoinPath(path).String(), headers, anthropicLine,
+		func(ctx context.Context, batchID string, answer []byte) {
+			var b struct {
+				ID               string `json:"id"`
+				ProcessingStatus string `json:"processing_status"`
+			}
+			if json.Unmarshal(answer, &b) == nil && b.ProcessingStatus == "ended" {
+				p.settleMessageBatch(ctx, principal, batchID, b.ID, headers)
+			}
+		})
 }
 
 // anthropicBatchResults relays a tenant's batch results as they stream.

@@ -23,12 +23,12 @@ import (
 	"github.com/tokengate/tokengate/estimator"
 )
 
-// serveOpenAIBatch serves r if it is a route of OpenAI's Batch API.
-func (p *Proxy) serveOpenAIBatch(w http.ResponseWriter, r *http.Request) bool {
+// openAIBatchRoute is r's handler if r is a route of OpenAI's Batch API
+// (handled), with the file or batch id it names; nil when it answered r
+// itself.
+func (p *Proxy) openAIBatchRoute(w http.ResponseWriter, r *http.Request) (serve batchHandler, id string, handled bool) {
 	d := openAI{}
 	path := r.URL.Path
-	var serve func(http.ResponseWriter, *http.Request, credential.Principal, string)
-	var id string
 	switch {
 	case path == "/v1/files" && r.Method == http.MethodPost:
 		serve = p.openAIFileUpload
@@ -47,20 +47,15 @@ func (p *Proxy) serveOpenAIBatch(w http.ResponseWriter, r *http.Request) bool {
 		// Listings and deletions would reach every tenant's files on the
 		// upstream's one account.
 		notFound(w, d, "tokengate serves POST /v1/files (purpose=batch), GET /v1/files/{id}[/content], POST /v1/batches, GET /v1/batches/{id} and POST /v1/batches/{id}/cancel")
-		return true
+		return nil, "", true
 	default:
-		return false
+		return nil, "", false
 	}
 	if id != "" && strings.Contains(strings.TrimSuffix(id, "/content"), "/") || id == "" && path != "/v1/files" && path != "/v1/batches" {
 		notFound(w, d, "no such route")
-		return true
+		return nil, "", true
 	}
-	principal, ok := p.batchPrincipal(w, r, d)
-	if !ok {
-		return true
-	}
-	serve(w, r, principal, id)
-	return true
+	return serve, id, true
 }
 
 func (p *Proxy) openAIHeaders(h http.Header) {
@@ -74,31 +69,18 @@ func (p *Proxy) openAIHeaders(h http.Header) {
 // upstream's file id then names the estimate.
 func (p *Proxy) openAIFileUpload(w http.ResponseWriter, r *http.Request, principal credential.Principal, _ string) {
 	d := openAI{}
-	release, err := p.batchGate(r, principal.TenantID)
-	if p.notEstimated(err) {
-		writeDomainError(w, d, err)
-		return
-	}
-	defer release()
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.batchFileLimit()))
-	if err != nil {
-		fail(w, d, bodyProblem(w.Header(), err))
-		return
-	}
-	content, bad := multipartFile(r.Header.Get("Content-Type"), body)
-	if bad != "" {
-		d.writeError(w, http.StatusBadRequest, "invalid_request_error", "file", bad)
-		return
-	}
-	endpoint, lines, err := parseOpenAIBatchFile(content, p.cfg.BodyLimit)
-	if err != nil {
-		batchFail(w, d, err, openAILine)
-		return
-	}
-	plan, err := p.batches.Plan(r.Context(), principal.TenantID, lines)
-	release()
-	if err != nil {
-		batchFail(w, d, err, openAILine)
+	var endpoint string
+	body, plan, ok := p.planBatch(w, r, principal.TenantID, d, openAILine, func(body []byte) ([]batch.Line, error) {
+		content, bad := multipartFile(r.Header.Get("Content-Type"), body)
+		if bad != "" {
+			return nil, &estimator.InvalidError{Field: "file", Reason: bad}
+		}
+		var lines []batch.Line
+		var err error
+		endpoint, lines, err = parseOpenAIBatchFile(content, p.cfg.BodyLimit)
+		return lines, err
+	})
+	if !ok {
 		return
 	}
 	status, h, out, err := p.upstreamCall(r.Context(), http.MethodPost, p.cfg.Upstream.JoinPath("/v1/files").String(), r.Header.Get("Content-Type"), body, p.openAIHeaders, 1<<20)
@@ -289,42 +271,8 @@ func (p *Proxy) openAIBatchCreate(w http.ResponseWriter, r *http.Request, princi
 		d.writeError(w, http.StatusBadRequest, "invalid_request_error", "completion_window", `must be "24h"`)
 		return
 	}
-	actor := "proxy:key:" + principal.KeyID
-	b, err := p.batches.Reserve(r.Context(), batch.ReserveParams{TenantID: principal.TenantID, KeyID: principal.KeyID, Provider: batch.OpenAI, FileID: req.InputFileID, Actor: actor})
-	if err != nil {
-		batchFail(w, d, err, openAILine)
-		return
-	}
-	w.Header().Set("X-Tokengate-Batch", b.ID)
-	status, h, out, err := p.upstreamCall(r.Context(), http.MethodPost, p.cfg.Upstream.JoinPath("/v1/batches").String(), "application/json", body, p.openAIHeaders, 1<<20)
-	var created struct {
-		ID string `json:"id"`
-	}
-	if err == nil && status < 300 && (json.Unmarshal(out, &created) != nil || created.ID == "") {
-		err = errors.New("the upstream's answer names no batch id")
-	}
-	if err != nil || status >= 300 {
-		p.refuseBatch(principal.TenantID, b.ID, actor)
-		if err != nil {
-			fail(w, d, problem{code: codeUpstream, message: "the upstream did not accept the batch"})
-			return
-		}
-		relayAnswer(w, status, h, out)
-		return
-	}
-	if err := p.batches.Bind(r.Context(), principal.TenantID, b.ID, created.ID); err != nil {
-		p.logger.Error("proxy: batch not bound to its upstream id; it expires with its window", "batch", b.ID, "upstream", created.ID, "error", err.Error())
-	}
-	relayAnswer(w, status, h, out)
-}
-
-// refuseBatch refunds a batch the upstream never accepted.
-func (p *Proxy) refuseBatch(tenantID, batchID, actor string) {
-	ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
-	defer cancel()
-	if _, err := p.batches.End(ctx, batch.EndParams{TenantID: tenantID, BatchID: batchID, Status: "refused", Actor: actor}); err != nil {
-		p.logger.Error("proxy: refused batch not refunded; it expires with its window", "batch", batchID, "error", err.Error())
-	}
+	p.submitBatch(w, r, d, batch.ReserveParams{TenantID: principal.TenantID, KeyID: principal.KeyID, Provider: batch.OpenAI, FileID: req.InputFileID,
+		Actor: "proxy:key:" + principal.KeyID}, p.cfg.Upstream.JoinPath("/v1/batches").String(), p.openAIHeaders, body, openAILine)
 }
 
 // openAIBatchGet forwards a batch's retrieval and, when the upstream
@@ -340,22 +288,10 @@ func (p *Proxy) openAIBatchCancel(w http.ResponseWriter, r *http.Request, princi
 }
 
 func (p *Proxy) openAIBatchCall(w http.ResponseWriter, r *http.Request, principal credential.Principal, id, method, path string) {
-	d := openAI{}
-	batchID, err := p.batches.Find(r.Context(), batch.OpenAI, id, principal.TenantID)
-	if err != nil {
-		batchFail(w, d, err, openAILine)
-		return
-	}
-	w.Header().Set("X-Tokengate-Batch", batchID)
-	status, h, out, err := p.upstreamCall(r.Context(), method, p.cfg.Upstream.JoinPath(path).String(), "application/json", nil, p.openAIHeaders, 1<<20)
-	if err != nil {
-		fail(w, d, problem{code: codeUpstream, message: "the upstream did not answer"})
-		return
-	}
-	if status < 300 {
-		p.settleOpenAIBatch(r.Context(), principal, batchID, out)
-	}
-	relayAnswer(w, status, h, out)
+	p.batchCall(w, r, openAI{}, batch.OpenAI, principal.TenantID, id, method, p.cfg.Upstream.JoinPath(path).String(), p.openAIHeaders, openAILine,
+		func(ctx context.Context, batchID string, answer []byte) {
+			p.settleOpenAIBatch(ctx, principal, batchID, answer)
+		})
 }
 
 // openAIEnded are the statuses of a batch that ended.
