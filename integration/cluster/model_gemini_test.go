@@ -71,6 +71,18 @@ func geminiSettles(seen proxySeen, a providerAnswer, streamed [3]int64) (actual 
 	return geminiCost(estIn, estOut, in, out, cached), false
 }
 
+// geminiKind names how the upstream answered a call, for the checker's
+// tally: broken off, with usage, or with none.
+func geminiKind(a providerAnswer, broken bool) string {
+	switch {
+	case broken:
+		return "broken"
+	case a.reported:
+		return "usage"
+	}
+	return "no usage"
+}
+
 // geminiLenient is what else a Gemini call the upstream answered may be
 // settled at when a fault struck during it: its answer lost on the way
 // (the estimate), or its client gone mid-stream (an SSE stream settled as

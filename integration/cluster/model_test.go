@@ -764,7 +764,7 @@ func checkProxyCalls(h *history, up *provider, l ledgerView, streamed [3]int64) 
 			want = "settle"
 			actual, broken = geminiSettles(seen, a, streamed)
 			also = geminiLenient(seen, a, streamed)
-			kind = map[bool]string{true: "broken", false: map[bool]string{true: "usage", false: "no usage"}[a.reported]}[broken]
+			kind = geminiKind(a, broken)
 		case len(answers) > 0 && answers[0].status == http.StatusOK:
 			a := answers[0]
 			want, actual = "settle", seen.in+seen.maxOut // no usage: the estimate stands
