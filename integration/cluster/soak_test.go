@@ -267,7 +267,7 @@ func (c *cluster) reconnect(t *testing.T) {
 // The faces a client comes through.
 const (
 	faceAPI   = "api"   // the HTTP API
-	faceProxy = "proxy" // the OpenAI proxy
+	faceProxy = "proxy" // the proxy: OpenAI's wire, and Gemini's (proxySeen.gemini)
 	faceRLS   = "rls"   // Envoy's rate limit service
 )
 
