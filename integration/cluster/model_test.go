@@ -204,7 +204,7 @@ func decimalMicro(s string) int64 {
 // history against it; it returns every divergence, the first first.
 // parents nests tenants: an admission of a tenant is in its chain and in
 // every ancestor's, once each.
-func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, tenants []string, parents map[string]string) []string {
+func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed [3]int64, tenants []string, parents map[string]string) []string {
 	t.Helper()
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
@@ -520,24 +520,30 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, tenants [
 		}
 	}
 	l := ledgerView{owner: owner, reserveOf: reserveOf, endsOf: endsOf, expired: expired, keyed: keyed}
-	proxyProblems, exact, lenient := checkProxyCalls(h, up, l)
-	problems = append(append(problems, proxyProblems...), checkRLSRequests(h, l)...)
+	proxyProblems, exact, lenient, geminiExact := checkProxyCalls(h, up, l, streamed)
+	geminiProblems, geminiCounts := checkGeminiEvents(h, up)
+	problems = append(append(append(problems, proxyProblems...), geminiProblems...), checkRLSRequests(h, l)...)
 	ends := map[string]map[string]int{} // face -> how its admissions clients were told of ended
 	counted := map[string]bool{}
 	for _, e := range h.events {
 		if e.told() && e.admission != "" && !counted[e.admission] {
 			counted[e.admission] = true
-			if ends[e.face] == nil {
-				ends[e.face] = map[string]int{}
+			face := e.face
+			if e.proxy.gemini {
+				face = "gemini"
+			}
+			if ends[face] == nil {
+				ends[face] = map[string]int{}
 			}
 			kind, en := l.end(e.admission)
 			if en.Late {
 				kind += " (late)"
 			}
-			ends[e.face][kind]++
+			ends[face][kind]++
 		}
 	}
-	t.Logf("checker: admissions clients were told of, by face and end: %v; proxy calls held to their upstream's answer exactly %d, during a fault %d", ends, exact, lenient)
+	t.Logf("checker: admissions clients were told of, by face (the proxy's Gemini wire apart) and end: %v; proxy calls held to their upstream's answer exactly %d, during a fault %d", ends, exact, lenient)
+	t.Logf("checker: Gemini calls held exactly, by form and answer: %v; countTokens answered, by status: %v", geminiExact, geminiCounts)
 	t.Logf("checker: %d admissions (%d of them made locally and replayed), %d expiries checked for timeliness outside faults", len(owner), local, onTime)
 	untold := map[string]int{}
 	for adm, id := range owner {
@@ -588,6 +594,11 @@ func (e event) unknown() bool {
 func (e event) detail() string {
 	switch e.face {
 	case faceProxy:
+		if e.proxy.gemini {
+			return fmt.Sprintf(" call=%s in=%d maxOut=%d form=%s vertex=%t keyVia=%d cands=%d sawFinish=%t sawUsage=%t retryInfo=%t counted=%d",
+				e.proxy.call, e.proxy.in, e.proxy.maxOut, e.proxy.form, e.proxy.vertex, e.proxy.keyVia, e.proxy.cands, e.proxy.sawFinish,
+				e.proxy.sawUsage, e.proxy.retryInfo, e.proxy.counted)
+		}
 		return fmt.Sprintf(" call=%s in=%d max=%d stream=%t asked=%t sawUsage=%t sawDone=%t",
 			e.proxy.call, e.proxy.in, e.proxy.maxOut, e.proxy.stream, e.proxy.askedUsage, e.proxy.sawUsage, e.proxy.sawDone)
 	case faceRLS:
@@ -691,23 +702,25 @@ func (h *history) storeTrouble() func(replica string, from, to time.Duration) bo
 	}
 }
 
-// checkProxyCalls holds each call through the proxy to what its upstream
-// answered: a call the upstream answered is settled from the usage it
-// reported (clamped), or at the estimate if it reported none; a call the
-// upstream failed, or never got, is released. The client saw the
+// checkProxyCalls holds each call through the proxy, on either wire, to
+// what its upstream answered: a call the upstream answered is settled from
+// the usage it reported (clamped; a Gemini call's as model_gemini_test.go
+// models it, a broken answer too), or at the estimate if it reported none;
+// a call the upstream failed, or never got, is released. The client saw the
 // upstream's answer, and a stream that ended, with the usage chunk only if
 // it asked for it. Where a fault struck during the call, or its replica
 // lost its store (storeTrouble), the proxy may have lost its client, its
 // store or its upstream on the way: the call may
 // then also be released, expire, or be settled at the estimate or from
 // what was streamed (the prompt and at most 2 tokens of "ok").
-func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string, exact, lenient int) {
+func checkProxyCalls(h *history, up *provider, l ledgerView, streamed [3]int64) (problems []string, exact, lenient int, geminiExact map[string]int) {
+	geminiExact = map[string]int{}
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	troubled := h.storeTrouble()
 	calls := map[string][]event{}
 	var order []string
 	for _, e := range h.events {
-		if e.face == faceProxy {
+		if e.face == faceProxy && e.op != "count" {
 			if _, ok := calls[e.proxy.call]; !ok {
 				order = append(order, e.proxy.call)
 			}
@@ -744,11 +757,23 @@ func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string,
 		}
 		seen := first.proxy
 		want, actual := "release", int64(0)
-		if len(answers) > 0 && answers[0].status == http.StatusOK {
+		broken, also, kind := false, []int64{seen.in + seen.maxOut}, "failed"
+		switch {
+		case len(answers) > 0 && answers[0].status == http.StatusOK && seen.gemini:
+			a := answers[0]
+			want = "settle"
+			actual, broken = geminiSettles(seen, a, streamed)
+			also = geminiLenient(seen, a, streamed)
+			kind = geminiKind(a, broken)
+		case len(answers) > 0 && answers[0].status == http.StatusOK:
 			a := answers[0]
 			want, actual = "settle", seen.in+seen.maxOut // no usage: the estimate stands
 			if a.reported {
 				actual = proxySettles(seen.in, seen.maxOut, a.in, a.out)
+			}
+			if seen.stream {
+				// What was streamed: the prompt and at most 2 tokens of "ok".
+				also = append(also, seen.in, seen.in+1, seen.in+2)
 			}
 			if a.stream && !a.askedUsage {
 				fail("proxy call %s (%s, %s): a stream forwarded without asking for usage", id, first.tenant, adm)
@@ -757,16 +782,19 @@ func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string,
 		got, en := l.end(adm)
 		if quiet {
 			exact++
+			if seen.gemini {
+				geminiExact[seen.form+" "+kind]++
+			}
 		} else {
 			lenient++
 		}
 		switch {
 		case got == want && (got != "settle" || *en.Actual == actual):
 		case quiet:
-			fail("proxy call %s (%s, %s), with no fault going on: the upstream answered %v, so the model says %s (actual %d); the ledger says %s %v",
+			fail("proxy call %s (%s, %s), with no fault going on: the upstream answered %+v, so the model says %s (actual %d); the ledger says %s %v",
 				id, first.tenant, adm, answers, want, actual, got, deref(en.Actual))
 		case got == "expire" || got == "release":
-		case got == "settle" && want == "settle" && (*en.Actual == seen.in+seen.maxOut || seen.stream && *en.Actual >= seen.in && *en.Actual <= seen.in+2):
+		case got == "settle" && want == "settle" && slices.Contains(also, *en.Actual):
 		default:
 			fail("proxy call %s (%s, %s), during a fault: the upstream answered %v, so the model says %s (actual %d); the ledger says %s %v",
 				id, first.tenant, adm, answers, want, actual, got, deref(en.Actual))
@@ -775,7 +803,17 @@ func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string,
 			continue
 		}
 		// What the client saw of it.
+		if seen.gemini {
+			if p := geminiSeen(want, broken, answers, admitted); p != "" {
+				fail("gemini call %s (%s, %s): %s", id, first.tenant, adm, p)
+			}
+		}
 		switch {
+		case seen.gemini && want == "settle" && en.CreatedAt.After(h.start.Add(admitted.end+time.Second)):
+			fail("gemini call %s (%s, %s): settled at %s, after the client had its answer (%s)", id, first.tenant, adm,
+				en.CreatedAt.Format("15:04:05.000"), h.start.Add(admitted.end).Format("15:04:05.000"))
+		case seen.gemini:
+			// The rest of what its client saw is geminiSeen's.
 		case want == "settle" && admitted.code != http.StatusOK:
 			fail("proxy call %s (%s, %s): the upstream answered 200; the client saw %d %s", id, first.tenant, adm, admitted.code, admitted.typ)
 		case want == "settle" && seen.stream && (!admitted.proxy.sawDone || admitted.proxy.sawUsage != seen.askedUsage):
@@ -788,7 +826,7 @@ func checkProxyCalls(h *history, up *provider, l ledgerView) (problems []string,
 			fail("proxy call %s (%s, %s): the upstream answered %d; the client saw %d", id, first.tenant, adm, answers[0].status, admitted.code)
 		}
 	}
-	return problems, exact, lenient
+	return problems, exact, lenient, geminiExact
 }
 
 // checkRLSRequests holds each request a gateway made through the rate

@@ -8,13 +8,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// provider emulates an OpenAI provider behind the replicas' proxies: it
-// answers each chat completion as the soak client that sent it planned
+// provider emulates an OpenAI provider, and a Gemini one
+// (provider_gemini_test.go), behind the replicas' proxies: it answers each
+// chat completion as the soak client that sent it planned
 // (the plan is found by the call's "user" field, which the proxy forwards
 // untouched), and records what it answered, which is what the proxy must
 // settle from. It runs in this process; the replicas reach it through their
@@ -26,6 +30,9 @@ type provider struct {
 	mu       sync.Mutex
 	plans    map[string]providerPlan
 	answered map[string][]providerAnswer // by call id
+	// strays are the calls it got that it must not have: the checker
+	// reports each (provider_gemini_test.go).
+	strays []string
 }
 
 // providerPlan is how the upstream is to answer one call.
@@ -34,6 +41,7 @@ type providerPlan struct {
 	usage   bool          // report usage; else the proxy settles at its estimate
 	in, out int64         // the usage reported
 	delay   time.Duration // before the answer (a model at work)
+	gemini  *geminiPlan   // a Gemini call's usageMetadata (provider_gemini_test.go)
 }
 
 // providerAnswer is what the upstream answered one call.
@@ -43,6 +51,12 @@ type providerAnswer struct {
 	askedUsage bool // stream_options.include_usage, as the proxy forwarded it
 	reported   bool // the answer carried usage
 	in, out    int64
+	// A Gemini call's: its form (formGenerate, formSSE, formArray), the
+	// candidates it asked for, and the usage it stated and how it ended.
+	gemini     bool
+	form       string
+	candidates int
+	g          geminiPlan
 }
 
 func newProvider(t *testing.T, c *cluster) *provider {
@@ -73,7 +87,18 @@ func (u *provider) answers(id string) []providerAnswer {
 	return u.answered[id]
 }
 
+// stray returns the calls the upstream got that it must not have.
+func (u *provider) stray() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.strays)
+}
+
 func (u *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.Contains(path.Base(r.URL.Path), ":") { // models/{model}:{method}
+		u.serveGemini(w, r)
+		return
+	}
 	raw, _ := io.ReadAll(r.Body)
 	var body struct {
 		User          string `json:"user"`

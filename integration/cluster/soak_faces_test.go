@@ -25,9 +25,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// The soak's clients of the two other faces: the OpenAI proxy, in front of
-// the emulated upstream (upstream_test.go), and Envoy's rate limit
-// service. They admit against the same tenants as the API's clients, and
+// The soak's clients of the two other faces: the proxy's OpenAI wire, in
+// front of the emulated upstream (provider_test.go; its Gemini wire's
+// clients are soak_gemini_test.go's), and Envoy's rate limit service. They admit against the same tenants as the API's clients, and
 // the checker holds every admission to the same model (model_test.go).
 
 // prompts is how many chat prompts the proxy's clients choose from; their

@@ -189,7 +189,8 @@ func dockerOut(args ...string) (string, error) {
 // new leader (with a synchronous standby) and until every node was up,
 // the errors clients saw while it lasted (5xx, or no answer, through any
 // face, until 3 s after every node was up; but the upstream's own 500s
-// through the proxy), and, for a kill, the recovery
+// through the proxy, and the Gemini wire's 502s of answers its upstream
+// broke off), and, for a kill, the recovery
 // the clients saw: the first admission decided by the store (a 201 from
 // the API, not a local decision) that a client asked for after the kill.
 func (h *history) logFailovers(t *testing.T) {
@@ -205,8 +206,10 @@ func (h *history) logFailovers(t *testing.T) {
 			if e.face == faceAPI && e.op == "reserve" && e.code == http.StatusCreated && !e.local && (first < 0 || e.end < first) {
 				first = e.end
 			}
-			// (A proxy's 500 is the upstream's own, as its client planned.)
-			if e.code == 0 || e.code >= 500 && !(e.face == faceProxy && e.code == http.StatusInternalServerError) {
+			// (A proxy's 500 is the upstream's own, as its client planned,
+			// and so is a Gemini call's 502: its answer broken off.)
+			planned := e.face == faceProxy && (e.code == http.StatusInternalServerError || e.proxy.gemini && e.code == http.StatusBadGateway)
+			if e.code == 0 || e.code >= 500 && !planned {
 				errs[fmt.Sprintf("%s %d %s", e.face, e.code, e.typ)]++
 				last = max(last, e.end)
 			}

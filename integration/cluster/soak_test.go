@@ -30,8 +30,9 @@ import (
 // request and answer the clients saw, and then checks the whole history
 // and the ledger against a single-threaded model of the admission contract (docs/contract.md; model_test.go)
 // that shares no code with budget. Clients come through all three faces of
-// every replica: the HTTP API, the OpenAI proxy (in front of an upstream
-// this process emulates) and Envoy's rate limit service. SOAK_SECONDS
+// every replica: the HTTP API, the proxy (its OpenAI wire and its Gemini
+// wire, in front of an upstream this process emulates) and Envoy's rate
+// limit service. SOAK_SECONDS
 // (default 60) and SOAK_SEED (default: from the clock, printed) choose the
 // run; `make soak` runs it.
 func TestSoak(t *testing.T) { soak(t, false) }
@@ -66,7 +67,7 @@ func soak(t *testing.T, ha bool) {
 		skew = -skew
 	}
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
-	var up *provider // the OpenAI upstream the proxies call
+	var up *provider // the OpenAI and Gemini upstream the proxies call
 	c := startClusterOn(t, ha, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
 		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082"},
 		func(c *cluster, name string) map[string]string {
@@ -75,6 +76,7 @@ func soak(t *testing.T, ha bool) {
 			}
 			env := proxies.env(c, name)
 			env["TOKENGATE_UPSTREAM"] = "http://" + up.addr
+			env["TOKENGATE_GEMINI_UPSTREAM"], env["TOKENGATE_GEMINI_UPSTREAM_KEY"] = "http://"+up.addr, soakGeminiKey
 			if name == skewed {
 				env["TOKENGATE_CLOCK_OFFSET"] = skew.String()
 			}
@@ -137,18 +139,21 @@ func soak(t *testing.T, ha bool) {
 
 	h := &history{start: time.Now()}
 	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
-		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]]), plantAsync: ha && os.Getenv("SOAK_HA_PLANT") == "async"}
+		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]]), gemini: measureGemini(t, c.replicas[0].proxyURL, keys[names[0]]), plantAsync: ha && os.Getenv("SOAK_HA_PLANT") == "async"}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	// Client i is the same frontend whatever the seed: 0-11 call the API,
-	// 12-17 the proxy, 18-23 the rate limit service.
-	for i := range 24 {
+	// 12-17 the proxy's OpenAI wire, 18-23 the rate limit service, 24-27
+	// the proxy's Gemini wire.
+	for i := range 28 {
 		r := rand.New(rand.NewPCG(uint64(seed), uint64(i)))
 		switch {
 		case i < 12:
 			wg.Go(func() { w.client(r, i, stop) })
 		case i < 18:
 			wg.Go(func() { w.proxyClient(r, i, stop) })
+		case i >= 24:
+			wg.Go(func() { w.geminiClient(r, i, stop) })
 		default:
 			wg.Go(func() { w.rlsClient(r, i, stop) })
 		}
@@ -195,7 +200,7 @@ func soak(t *testing.T, ha bool) {
 		h.dumpHistory(t)
 		sameOnEveryNode(t, c)
 	}
-	if problems := check(t, c.pool, h, up, append(names, "org"), parents); len(problems) > 0 {
+	if problems := check(t, c.pool, h, up, w.gemini.streamed, append(names, "org"), parents); len(problems) > 0 {
 		for i, p := range problems {
 			if i == 10 {
 				t.Errorf("... and %d more", len(problems)-10)
@@ -262,7 +267,7 @@ func (c *cluster) reconnect(t *testing.T) {
 // The faces a client comes through.
 const (
 	faceAPI   = "api"   // the HTTP API
-	faceProxy = "proxy" // the OpenAI proxy
+	faceProxy = "proxy" // the proxy: OpenAI's wire, and Gemini's (proxySeen.gemini)
 	faceRLS   = "rls"   // Envoy's rate limit service
 )
 
@@ -292,6 +297,17 @@ type proxySeen struct {
 	in, maxOut         int64  // the prompt's input tokens and max_tokens
 	stream, askedUsage bool
 	sawUsage, sawDone  bool // the stream carried a usage chunk; it ended
+	// A Gemini call's (soak_gemini_test.go): maxOut is all the output it
+	// reserved (maxOutputTokens x candidates, and the thinking budget).
+	gemini    bool
+	form      string // formGenerate, formSSE, formArray; "count" for countTokens
+	vertex    bool   // Vertex AI's path, else AI Studio's
+	keyVia    int    // the key in x-goog-api-key (0), ?key= (1), a bearer token (2)
+	cands     int    // candidateCount
+	sawFinish bool   // every candidate finished (sawUsage: the last response stated usageMetadata)
+	retryInfo bool   // the error carried a google.rpc.RetryInfo
+	counted   int64  // countTokens' totalTokens
+	countedBy string // its X-Tokengate-Count
 }
 
 // rlsSeen is what a gateway knows of its call to the rate limit service.
@@ -424,7 +440,8 @@ type workload struct {
 	keys         map[string]string
 	names        []string
 	admin        string
-	promptTokens []int64    // the input tokens of each prompt the proxy's clients send
+	promptTokens []int64 // the input tokens of each prompt the proxy's clients send
+	gemini       geminiMeasured
 	plantAsync   bool       // SOAK_HA_PLANT=async
 	mu           sync.Mutex // replicas' addresses change when a replica restarts
 }
