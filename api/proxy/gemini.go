@@ -155,23 +155,9 @@ func (gemini) request(ctx context.Context, cfg *Config, r *http.Request, body []
 func (gemini) answered(http.Header) {}
 
 // usage reads a whole answer's usage: a GenerateContentResponse's
-// usageMetadata, or a streamGenerateContent answered as one JSON array of
-// responses (its default form, without alt=sse), whose every element
-// restates the cumulative usage: the last one stating it wins, never their
-// sum.
-func (gemini) usage(rt route, body []byte) (rule.Usage, bool) {
-	if rt.api == geminiStream {
-		var chunks []geminiChunk
-		if json.Unmarshal(body, &chunks) == nil {
-			var last *geminiUsage
-			for _, c := range chunks {
-				if c.UsageMetadata != nil {
-					last = c.UsageMetadata
-				}
-			}
-			return last.usage()
-		}
-	}
+// usageMetadata (a streamGenerateContent answer is a stream in either
+// form: framing).
+func (gemini) usage(_ route, body []byte) (rule.Usage, bool) {
 	var c geminiChunk
 	if json.Unmarshal(body, &c) != nil {
 		return rule.Usage{}, false

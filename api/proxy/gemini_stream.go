@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/rule"
@@ -64,8 +65,10 @@ type geminiChunk struct {
 	Error         json.RawMessage `json:"error"`
 }
 
-// geminiSSE reads a streamGenerateContent?alt=sse answer, every event
-// relayed as it comes. Each event's usageMetadata is cumulative: the last
+// geminiStreamReader reads a streamGenerateContent answer, in either of its
+// forms (server-sent events with alt=sse, else one JSON array of
+// responses, framed by jsonArray), every event or element relayed as it
+// comes. Each one's usageMetadata is cumulative: the last
 // one wins, and chunks are never summed, so a stream of N chunks is
 // charged once. The usage is final once every candidate the stream has
 // shown has its finishReason (or the prompt was blocked) and the event
@@ -76,7 +79,7 @@ type geminiChunk struct {
 // estimator.GeminiSafetyFactorMilli); with no usage stated at all, the
 // estimate's input. A stream the upstream broke off without an error
 // event is silent: broken off to the client too.
-type geminiSSE struct {
+type geminiStreamReader struct {
 	est      estimator.Estimate
 	out      outputCounter
 	streamed strings.Builder
@@ -86,11 +89,21 @@ type geminiSSE struct {
 	sawError bool
 }
 
-func (gemini) stream(_ route, est estimator.Estimate, out outputCounter) streamReader {
-	return &geminiSSE{est: est, out: out, open: map[int]bool{}}
+// framing is how Gemini streams: server-sent events when asked for with
+// alt=sse, else a streamGenerateContent answer is one JSON array whose
+// elements are relayed as each arrives; every other answer is whole.
+func (gemini) framing(rt route, h http.Header) framing {
+	if fr := sseFraming(h); fr != nil || rt.api != geminiStream {
+		return fr
+	}
+	return &jsonArray{}
 }
 
-func (s *geminiSSE) event(data []byte) (forward, final bool) {
+func (gemini) stream(_ route, est estimator.Estimate, out outputCounter) streamReader {
+	return &geminiStreamReader{est: est, out: out, open: map[int]bool{}}
+}
+
+func (s *geminiStreamReader) event(data []byte) (forward, final bool) {
 	var c geminiChunk
 	if len(data) == 0 || json.Unmarshal(data, &c) != nil {
 		return true, false
@@ -135,7 +148,7 @@ func (s *geminiSSE) event(data []byte) (forward, final bool) {
 
 // usage is the stream's usage: its last usageMetadata when it finished,
 // else raised to what it streamed so far.
-func (s *geminiSSE) usage() rule.Usage {
+func (s *geminiStreamReader) usage() rule.Usage {
 	u, ok := s.last.usage()
 	if !ok {
 		u = rule.Usage{Input: s.est.InputTokens}
@@ -146,4 +159,4 @@ func (s *geminiSSE) usage() rule.Usage {
 	return u
 }
 
-func (s *geminiSSE) silent() bool { return !s.sawError }
+func (s *geminiStreamReader) silent() bool { return !s.sawError }

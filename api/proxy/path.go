@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -189,8 +188,8 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 		return
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		c.stream(w, resp)
+	if fr := c.d.framing(c.rt, resp.Header); fr != nil {
+		c.stream(w, resp, fr)
 		return
 	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -211,14 +210,14 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 	_, _ = w.Write(out)
 }
 
-// stream relays a streamed answer event by event as its wire's reader
-// reads it, and settles: before the event that makes its usage final is
+// stream relays a streamed answer event by event, as its wire frames it
+// (fr) and its wire's reader reads it, and settles: before the event that makes its usage final is
 // relayed, else (the stream broke, or the client left) with what was
 // streamed so far.
-func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
+func (c *call) stream(w http.ResponseWriter, resp *http.Response, fr framing) {
 	rd := c.d.stream(c.rt, c.est, c.p.admitter)
 	settled := false
-	clientGone := relayEvents(w, resp, func(data []byte) bool {
+	clientGone := relayEvents(w, resp, fr, func(data []byte) bool {
 		forward, final := rd.event(data)
 		if final && !settled {
 			c.settle(rd.usage())
