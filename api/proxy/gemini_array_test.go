@@ -186,6 +186,16 @@ func TestGeminiArrayStreamBroken(t *testing.T) {
 	if want := "[" + strings.Join(whole, ",\r\n"); string(got) != want {
 		t.Fatalf("relayed %q\nwant the whole elements only %q", got, want)
 	}
+	b.settledAtStreamed(t, chunks)
+	b.verify(t)
+}
+
+// settledAtStreamed checks a broken stream of chunks, each stating a
+// usage of 30 in and up to 3 out: settled once, at the last usage's input
+// and the streamed text counted as the estimate counts (above the 3), and
+// the balance moved by exactly its cost.
+func (b *bundle) settledAtStreamed(t *testing.T, chunks []string) {
+	t.Helper()
 	b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
 	n, err := estimator.CountText(estimator.EncodingO200K, strings.Join(chunks, ""))
 	if err != nil {
@@ -198,5 +208,4 @@ func TestGeminiArrayStreamBroken(t *testing.T) {
 	if len(b.spy.settled()) != 1 || b.balance(t) != 100_000-*a.ActualCost {
 		t.Fatalf("%d settles, balance %d; want one, %d", len(b.spy.settled()), b.balance(t), 100_000-*a.ActualCost)
 	}
-	b.verify(t)
 }
