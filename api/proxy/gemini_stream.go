@@ -18,6 +18,10 @@ type geminiUsage struct {
 	ThoughtsTokenCount      *int64 `json:"thoughtsTokenCount"`
 	ToolUsePromptTokenCount *int64 `json:"toolUsePromptTokenCount"`
 	TotalTokenCount         *int64 `json:"totalTokenCount"`
+	// TrafficType is Vertex AI's word for the tier that served the call
+	// (ON_DEMAND, ON_DEMAND_PRIORITY, ON_DEMAND_FLEX,
+	// PROVISIONED_THROUGHPUT); AI Studio states none.
+	TrafficType string `json:"trafficType"`
 }
 
 // usage is u in tokengate's terms; false when u states no prompt count.
@@ -29,7 +33,9 @@ type geminiUsage struct {
 // candidatesTokenCount (some Vertex AI responses) or beside it (AI
 // Studio's); candidates plus thoughts when no total is stated, or a total
 // below the input. Each count is clamped (rule.ClampTokens) before any is
-// added up.
+// added up. Tier is the tier trafficType names
+// (estimator.ReadServiceTier), "" when it names none: the settle then
+// charges the tier reserved.
 func (u *geminiUsage) usage() (rule.Usage, bool) {
 	if u == nil || u.PromptTokenCount == nil {
 		return rule.Usage{}, false
@@ -42,7 +48,7 @@ func (u *geminiUsage) usage() (rule.Usage, bool) {
 		}
 	}
 	return rule.Usage{Input: prompt + toolUse, Output: out, CacheRead: min(tokenCount(u.CachedContentTokenCount), prompt),
-		Reasoning: tokenCount(u.ThoughtsTokenCount)}, true
+		Reasoning: tokenCount(u.ThoughtsTokenCount), Tier: estimator.ReadServiceTier(u.TrafficType)}, true
 }
 
 // geminiChunk is what the proxy reads of a GenerateContentResponse: a
