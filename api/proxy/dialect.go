@@ -105,6 +105,10 @@ type route struct {
 	// added: prepare asked the upstream for usage the client did not ask
 	// for, which the wire's stream reader keeps from the client.
 	added bool
+	// unserved: the path is of the wire's API but no route the proxy
+	// serves (Gemini's models list, a method it does not admit), answered
+	// codeUnserved in the wire's shape rather than another wire's.
+	unserved bool
 }
 
 // streamReader reads one streamed answer, event by event, for its

@@ -69,13 +69,29 @@ func geminiModelAction(path string) (model, action string, ok bool) {
 	return model, action, ok
 }
 
+// route is the method's route; any other path of the Gemini API's is
+// unserved, answered in Google's shape: every path under a version only
+// Google's API has (v1beta, v1beta1, v1alpha), and under v1 a model's
+// method, a Vertex AI resource (projects/..., publishers/...), or any path
+// of a call carrying Google's key (x-goog-api-key or ?key=: the genai
+// SDKs' GET /v1/models/{model}), which OpenAI's and Anthropic's SDKs never
+// send. The wires before Gemini's have routed theirs already.
 func (gemini) route(r *http.Request) (route, bool) {
-	_, action, ok := geminiModelAction(r.URL.Path)
-	if !ok {
-		return route{}, false
+	if _, action, ok := geminiModelAction(r.URL.Path); ok {
+		if rt, ok := geminiActions[action]; ok {
+			return rt, true
+		}
 	}
-	rt, ok := geminiActions[action]
-	return rt, ok
+	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	switch {
+	case len(segs) < 2 || !geminiVersions[segs[0]]:
+		return route{}, false
+	case segs[0] != "v1", segs[1] == "projects", segs[1] == "publishers",
+		segs[1] == "models" && len(segs) == 3 && strings.Contains(segs[2], ":"),
+		r.Header.Get("X-Goog-Api-Key") != "", r.URL.Query().Has("key"):
+		return route{unserved: true}, true
+	}
+	return route{}, false
 }
 
 func (gemini) upstream(cfg *Config) *url.URL { return cfg.GeminiUpstream }

@@ -38,6 +38,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // failure is answered in d's terms and counted once.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt route) {
 	switch {
+	case rt.unserved:
+		fail(w, d, problem{code: codeUnserved, message: "tokengate does not proxy " + r.Method + " " + r.URL.Path})
+		return
 	case d.upstream(&p.cfg) == nil:
 		fail(w, d, problem{code: codeNotFound})
 		return
