@@ -91,9 +91,10 @@ var geminiFamilies = []Model{
 // counted in tokens, as for every seeded family), cached content 0.1 of an
 // input token (Google's context-caching price for Gemini 2.5 and 3), 0.25
 // for Gemini 2.0. Gemini bills no cache writes apart from storage, which
-// no call's usage states.
+// no call's usage states. Google's embedding models (gemini_embed.go)
+// follow, input only, their window the limit per content.
 func geminiModels() []Model {
-	ms := make([]Model, len(geminiFamilies))
+	ms := make([]Model, len(geminiFamilies), len(geminiFamilies)+len(geminiEmbeddingModels))
 	for i, m := range geminiFamilies {
 		m.Encoding = EncodingO200K
 		m.ContextWindow = geminiInputLimit + m.DefaultOutputTokens
@@ -104,6 +105,11 @@ func geminiModels() []Model {
 			m.CachedInputWeightMicro = WeightOne / 4
 		}
 		ms[i] = m
+	}
+	for _, m := range geminiEmbeddingModels {
+		m.Encoding, m.ContextWindow, m.DefaultOutputTokens, m.PartTokens = EncodingO200K, geminiEmbeddingWindow, 1, 1
+		m.InputWeightMicro, m.OutputWeightMicro, m.InputOnly = WeightOne, WeightOne, true
+		ms = append(ms, m)
 	}
 	return ms
 }

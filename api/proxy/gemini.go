@@ -32,6 +32,8 @@ const (
 	geminiGenerate = iota
 	geminiStream
 	geminiCount
+	geminiEmbed
+	geminiBatchEmbed
 )
 
 // geminiActions are the methods served, after the model's colon.
@@ -39,6 +41,8 @@ var geminiActions = map[string]route{
 	"generateContent":       {op: "chat", api: geminiGenerate},
 	"streamGenerateContent": {op: "chat", api: geminiStream},
 	"countTokens":           {op: "chat", api: geminiCount, count: true},
+	"embedContent":          {op: "embeddings", api: geminiEmbed},
+	"batchEmbedContents":    {op: "embeddings", api: geminiBatchEmbed},
 }
 
 // geminiVersions are the API versions both surfaces serve.
@@ -113,12 +117,15 @@ func (gemini) key(r *http.Request) string {
 	return bearer(r)
 }
 
-// parse reads a generateContent body (or a countTokens one) for the model
-// in the path.
+// parse reads a generateContent body (or a countTokens one, or an
+// embedding one) for the model in the path.
 func (gemini) parse(rt route, r *http.Request, body []byte) (*estimator.Request, error) {
 	model, _, _ := geminiModelAction(r.URL.Path)
-	if rt.api == geminiCount {
+	switch rt.api {
+	case geminiCount:
 		return estimator.ParseGeminiCount(model, body)
+	case geminiEmbed, geminiBatchEmbed:
+		return estimator.ParseGeminiEmbed(model, body, rt.api == geminiBatchEmbed)
 	}
 	return estimator.ParseGemini(model, body)
 }
@@ -172,13 +179,19 @@ func (gemini) answered(http.Header) {}
 
 // usage reads a whole answer's usage: a GenerateContentResponse's
 // usageMetadata (a streamGenerateContent answer is a stream in either
-// form: framing).
-func (gemini) usage(_ route, body []byte) (rule.Usage, bool) {
+// form: framing), or an embedding answer's, which only Vertex AI states
+// (its promptTokenCount; an embedding writes no output): AI Studio's
+// states none, and the path settles it at its estimate.
+func (gemini) usage(rt route, body []byte) (rule.Usage, bool) {
 	var c geminiChunk
 	if json.Unmarshal(body, &c) != nil {
 		return rule.Usage{}, false
 	}
-	return c.UsageMetadata.usage()
+	u, ok := c.UsageMetadata.usage()
+	if rt.op == "embeddings" {
+		u.Output, u.Reasoning = 0, 0
+	}
+	return u, ok
 }
 
 func (gemini) rateHeaders(h http.Header, snap rule.Snapshot) {
