@@ -23,8 +23,9 @@ import (
 // one by one. 1.25 leans toward reserving more than a call uses, which
 // the settle refunds from Gemini's own usageMetadata; it was not measured
 // on a corpus here. The drift report per model shows an operator the
-// estimate's bias (a negative drift: the factor is high for their
-// traffic), and every Gemini estimate is approximate.
+// estimate's bias (estimated input tokens above the actual ones: the
+// factor is high for their traffic), and every Gemini estimate is
+// approximate.
 const GeminiSafetyFactorMilli = 1250
 
 // ScaleGeminiCount is an o200k_base count of n tokens of Gemini text times
