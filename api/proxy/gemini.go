@@ -7,7 +7,10 @@ package proxy
 // Vertex AI's (/v1/projects/{p}/locations/{l}/publishers/google/models/...),
 // is admitted on the same path as the other wires, forwarded with
 // tokengate's own Gemini key, and settled from Gemini's usageMetadata.
-// :countTokens is answered from the estimator and never debits.
+// :countTokens is answered from the estimator and never debits;
+// :embedContent and :batchEmbedContents are admitted for their input
+// alone. Any other path of the API is answered 404 NOT_FOUND in Google's
+// shape.
 
 import (
 	"context"

@@ -214,9 +214,10 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 }
 
 // stream relays a streamed answer event by event, as its wire frames it
-// (fr) and its wire's reader reads it, and settles: before the event that makes its usage final is
-// relayed, else (the stream broke, or the client left) with what was
-// streamed so far.
+// (fr: SSE events, JSON array elements) and its wire's reader reads it,
+// and settles: before the event that makes its usage final is relayed,
+// else (the stream broke, or the client left) with what was streamed so
+// far.
 func (c *call) stream(w http.ResponseWriter, resp *http.Response, fr framing) {
 	rd := c.d.stream(c.rt, c.est, c.p.admitter)
 	settled := false
