@@ -190,6 +190,38 @@ func TestGeminiArrayStreamBroken(t *testing.T) {
 	b.verify(t)
 }
 
+// TestGeminiArrayStreamUnclosed: a JSON array stream whose last element
+// finished every candidate with its usage, but which the upstream broke
+// off before its "]", is settled once at that usage, and broken off to the
+// client too: it never reads a body without its "]" as a whole answer.
+func TestGeminiArrayStreamUnclosed(t *testing.T) {
+	t.Parallel()
+	b := setupGemini(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	elems := "[" + geminiAnswer("part 1 ", "", streamUsage(1)) + ",\r\n" + geminiAnswer("part 2", "STOP", streamUsage(2))
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, elems)
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // no "]"
+	}
+	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1beta/models/"+geminiModel+":streamGenerateContent?key="+b.key,
+		strings.NewReader(`{"contents":[{"parts":[{"text":"Count."}]}],"generationConfig":{"maxOutputTokens":100}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err == nil || string(got) != elems {
+		t.Fatalf("read %q, %v; want the elements, then the connection broken", got, err)
+	}
+	b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
+	if a := b.admissions(t)[0]; *a.ActualInput != 30 || *a.ActualOutput != 14 || len(b.spy.settled()) != 1 {
+		t.Fatalf("admission %+v, %d settles; want one, at the last usage (30 in, 14 out)", a, len(b.spy.settled()))
+	}
+	b.verify(t)
+}
+
 // settledAtStreamed checks a broken stream of chunks, each stating a
 // usage of 30 in and up to 3 out: settled once, at the last usage's input
 // and the streamed text counted as the estimate counts (above the 3), and

@@ -217,7 +217,8 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 // (fr: SSE events, JSON array elements) and its wire's reader reads it,
 // and settles: before the event that makes its usage final is relayed,
 // else (the stream broke, or the client left) with what was streamed so
-// far.
+// far. A stream the upstream broke off before its framing closed is broken
+// off to the client too, settled or not (a silent one: rd.silent).
 func (c *call) stream(w http.ResponseWriter, resp *http.Response, fr framing) {
 	rd := c.d.stream(c.rt, c.est, c.p.admitter)
 	settled := false
@@ -230,6 +231,9 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response, fr framing) {
 		return forward
 	})
 	if settled {
+		if !clientGone && !fr.closed() {
+			panic(http.ErrAbortHandler)
+		}
 		return
 	}
 	c.settle(rd.usage())

@@ -16,6 +16,12 @@ import (
 // wire's stream is relayed by the one loop below as each event completes.
 type framing interface {
 	next(rd *bufio.Reader) (raw, data []byte, err error)
+	// closed says whether the stream read so far ends as its framing
+	// must (a JSON array its "]"; an SSE stream at any event's end): a
+	// stream whose usage was final but that broke off before it closed is
+	// broken off to the client too, so that it never reads a short body
+	// as whole.
+	closed() bool
 }
 
 // sseFraming is a stream of server-sent events when h says so (every
@@ -31,6 +37,8 @@ func sseFraming(h http.Header) framing {
 // its data is its data: lines joined. An event the stream broke off in
 // the middle of is never relayed.
 type sseEvents struct{}
+
+func (sseEvents) closed() bool { return true }
 
 func (sseEvents) next(rd *bufio.Reader) (raw, data []byte, err error) {
 	var rawBuf, dataBuf bytes.Buffer
@@ -61,7 +69,10 @@ func (sseEvents) next(rd *bufio.Reader) (raw, data []byte, err error) {
 // client sees a broken array, never a truncated element.
 type jsonArray struct {
 	depth int // 0 before the array opens and after it closes, else 1 between elements
+	done  bool
 }
+
+func (a *jsonArray) closed() bool { return a.done }
 
 func (a *jsonArray) next(rd *bufio.Reader) (raw, data []byte, err error) {
 	var buf bytes.Buffer
@@ -99,7 +110,7 @@ func (a *jsonArray) next(rd *bufio.Reader) (raw, data []byte, err error) {
 				return buf.Bytes(), buf.Bytes()[start:], nil
 			}
 			if a.depth <= 0 {
-				a.depth = 0
+				a.depth, a.done = 0, true
 				return buf.Bytes(), nil, nil // the array closed
 			}
 		}
