@@ -119,10 +119,16 @@ func embeddingsInput(r *Request, v any) error {
 
 // embeddingsEstimate is [Estimator.Estimate] for an embeddings request:
 // the exact count of every input, each within the model's context window,
-// and no output.
+// and no output; a Gemini input as its wire's texts count, at most the
+// window (geminiEmbeddingCount).
 func embeddingsEstimate(r *Request, m Model, known bool, enc *encoder) (Estimate, error) {
 	var in int64
+	factor := r.textFactorMilli(m.Name)
 	for i, p := range r.prompts {
+		if r.gemini {
+			in = satAdd(in, geminiEmbeddingCount(enc, p.text, m, factor))
+			continue
+		}
 		c, fits := p.tokens, true
 		if p.tokens == 0 {
 			// Counting stops once the input is proven over the window.
@@ -146,7 +152,8 @@ func embeddingsEstimate(r *Request, m Model, known bool, enc *encoder) (Estimate
 		Family:            m.Name,
 		InputTokens:       in,
 		Cost:              Cost(in, 0, m.InputWeightMicro, m.OutputWeightMicro),
-		Approximate:       !known,
+		Approximate:       !known || r.approximate,
+		TextFactorMilli:   factor,
 		InputWeightMicro:  m.InputWeightMicro,
 		OutputWeightMicro: m.OutputWeightMicro,
 	}, nil

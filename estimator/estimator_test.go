@@ -372,8 +372,8 @@ func TestLookup(t *testing.T) {
 	}
 
 	ms := tbl.Models()
-	if len(ms) != 43 {
-		t.Fatalf("DefaultTable has %d models, want 43 (11 OpenAI chat, 3 OpenAI embedding, 21 Claude, 8 Gemini)", len(ms))
+	if len(ms) != 46 {
+		t.Fatalf("DefaultTable has %d models, want 46 (11 OpenAI chat, 3 OpenAI embedding, 21 Claude, 8 Gemini, 3 Gemini embedding)", len(ms))
 	}
 	for i, m := range ms {
 		if i > 0 && ms[i-1].Name >= m.Name {
@@ -383,7 +383,7 @@ func TestLookup(t *testing.T) {
 			t.Errorf("%s weights %d/%d, want 1.0", m.Name, m.InputWeightMicro, m.OutputWeightMicro)
 		}
 		wantEnc := "o200k_base"
-		if strings.HasPrefix(m.Name, "gpt-4-") || m.Name == "gpt-4" || m.Name == "gpt-3.5-turbo" || strings.HasPrefix(m.Name, "text-embedding-") {
+		if strings.HasPrefix(m.Name, "gpt-4-") || m.Name == "gpt-4" || m.Name == "gpt-3.5-turbo" || strings.HasPrefix(m.Name, "text-embedding-3") || m.Name == "text-embedding-ada-002" {
 			wantEnc = "cl100k_base"
 		}
 		if m.Encoding != wantEnc {

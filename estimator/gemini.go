@@ -23,8 +23,9 @@ import (
 // one by one. 1.25 leans toward reserving more than a call uses, which
 // the settle refunds from Gemini's own usageMetadata; it was not measured
 // on a corpus here. The drift report per model shows an operator the
-// estimate's bias (a negative drift: the factor is high for their
-// traffic), and every Gemini estimate is approximate.
+// estimate's bias (estimated input tokens above the actual ones: the
+// factor is high for their traffic), and every Gemini estimate is
+// approximate.
 const GeminiSafetyFactorMilli = 1250
 
 // ScaleGeminiCount is an o200k_base count of n tokens of Gemini text times
@@ -91,9 +92,10 @@ var geminiFamilies = []Model{
 // counted in tokens, as for every seeded family), cached content 0.1 of an
 // input token (Google's context-caching price for Gemini 2.5 and 3), 0.25
 // for Gemini 2.0. Gemini bills no cache writes apart from storage, which
-// no call's usage states.
+// no call's usage states. Google's embedding models (gemini_embed.go)
+// follow, input only, their window the limit per content.
 func geminiModels() []Model {
-	ms := make([]Model, len(geminiFamilies))
+	ms := make([]Model, len(geminiFamilies), len(geminiFamilies)+len(geminiEmbeddingModels))
 	for i, m := range geminiFamilies {
 		m.Encoding = EncodingO200K
 		m.ContextWindow = geminiInputLimit + m.DefaultOutputTokens
@@ -104,6 +106,11 @@ func geminiModels() []Model {
 			m.CachedInputWeightMicro = WeightOne / 4
 		}
 		ms[i] = m
+	}
+	for _, m := range geminiEmbeddingModels {
+		m.Encoding, m.ContextWindow, m.DefaultOutputTokens, m.PartTokens = EncodingO200K, geminiEmbeddingWindow, 1, 1
+		m.InputWeightMicro, m.OutputWeightMicro, m.InputOnly = WeightOne, WeightOne, true
+		ms = append(ms, m)
 	}
 	return ms
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/rule"
@@ -113,6 +114,8 @@ type messagesStream struct {
 	u                          rule.Usage
 	started, stopped, sawError bool
 }
+
+func (anthropic) framing(_ route, h http.Header) framing { return sseFraming(h) }
 
 func (anthropic) stream(_ route, est estimator.Estimate, out outputCounter) streamReader {
 	return &messagesStream{est: est, out: out}

@@ -61,6 +61,9 @@ type dialect interface {
 	// usage reads the usage of a whole answer of rt, as reported (Clamp
 	// is the path's); false if it reports none.
 	usage(rt route, body []byte) (rule.Usage, bool)
+	// framing is how an answer of rt with headers h is streamed (sse.go):
+	// nil for a whole answer, read by usage.
+	framing(rt route, h http.Header) framing
 	// stream reads a streamed answer of rt, reserved as est; out counts
 	// the output streamed when the stream reports no usage.
 	stream(rt route, est estimator.Estimate, out outputCounter) streamReader
@@ -102,6 +105,10 @@ type route struct {
 	// added: prepare asked the upstream for usage the client did not ask
 	// for, which the wire's stream reader keeps from the client.
 	added bool
+	// unserved: the path is of the wire's API but no route the proxy
+	// serves (Gemini's models list, a method it does not admit), answered
+	// codeUnserved in the wire's shape rather than another wire's.
+	unserved bool
 }
 
 // streamReader reads one streamed answer, event by event, for its

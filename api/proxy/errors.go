@@ -37,6 +37,7 @@ const (
 	codeBusy                     // not estimated in time
 	codeUnavailable              // the domain cannot decide now
 	codeUpstream                 // the upstream failed or broke off
+	codeUnserved                 // a path of a wire's API the proxy does not serve
 )
 
 // statuses is each code's HTTP status, as a wire answers it unless its
@@ -49,6 +50,7 @@ var statuses = map[code]int{
 	codeTooLarge: http.StatusUnprocessableEntity, codeBadKey: http.StatusUnauthorized, codeDisabled: http.StatusForbidden,
 	codeEndUserCap: http.StatusTooManyRequests, codeBusy: http.StatusServiceUnavailable, codeUnavailable: http.StatusServiceUnavailable,
 	codeUpstream: http.StatusBadGateway,
+	codeUnserved: http.StatusNotFound,
 }
 
 // shape is how a code looks on a wire.

@@ -116,6 +116,8 @@ type toyStream struct {
 	got  *rule.Usage
 }
 
+func (toyWire) framing(_ route, h http.Header) framing { return sseFraming(h) }
+
 func (toyWire) stream(_ route, est estimator.Estimate, _ outputCounter) streamReader {
 	return &toyStream{est: est}
 }

@@ -7,7 +7,10 @@ package proxy
 // Vertex AI's (/v1/projects/{p}/locations/{l}/publishers/google/models/...),
 // is admitted on the same path as the other wires, forwarded with
 // tokengate's own Gemini key, and settled from Gemini's usageMetadata.
-// :countTokens is answered from the estimator and never debits.
+// :countTokens is answered from the estimator and never debits;
+// :embedContent and :batchEmbedContents are admitted for their input
+// alone. Any other path of the API is answered 404 NOT_FOUND in Google's
+// shape.
 
 import (
 	"context"
@@ -32,6 +35,8 @@ const (
 	geminiGenerate = iota
 	geminiStream
 	geminiCount
+	geminiEmbed
+	geminiBatchEmbed
 )
 
 // geminiActions are the methods served, after the model's colon.
@@ -39,6 +44,8 @@ var geminiActions = map[string]route{
 	"generateContent":       {op: "chat", api: geminiGenerate},
 	"streamGenerateContent": {op: "chat", api: geminiStream},
 	"countTokens":           {op: "chat", api: geminiCount, count: true},
+	"embedContent":          {op: "embeddings", api: geminiEmbed},
+	"batchEmbedContents":    {op: "embeddings", api: geminiBatchEmbed},
 }
 
 // geminiVersions are the API versions both surfaces serve.
@@ -69,13 +76,29 @@ func geminiModelAction(path string) (model, action string, ok bool) {
 	return model, action, ok
 }
 
+// route is the method's route; any other path of the Gemini API's is
+// unserved, answered in Google's shape: every path under a version only
+// Google's API has (v1beta, v1beta1, v1alpha), and under v1 a model's
+// method, a Vertex AI resource (projects/..., publishers/...), or any path
+// of a call carrying Google's key (x-goog-api-key or ?key=: the genai
+// SDKs' GET /v1/models/{model}), which OpenAI's and Anthropic's SDKs never
+// send. The wires before Gemini's have routed theirs already.
 func (gemini) route(r *http.Request) (route, bool) {
-	_, action, ok := geminiModelAction(r.URL.Path)
-	if !ok {
-		return route{}, false
+	if _, action, ok := geminiModelAction(r.URL.Path); ok {
+		if rt, ok := geminiActions[action]; ok {
+			return rt, true
+		}
 	}
-	rt, ok := geminiActions[action]
-	return rt, ok
+	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	switch {
+	case len(segs) < 2 || !geminiVersions[segs[0]]:
+		return route{}, false
+	case segs[0] != "v1", segs[1] == "projects", segs[1] == "publishers",
+		segs[1] == "models" && len(segs) == 3 && strings.Contains(segs[2], ":"),
+		r.Header.Get("X-Goog-Api-Key") != "", r.URL.Query().Has("key"):
+		return route{unserved: true}, true
+	}
+	return route{}, false
 }
 
 func (gemini) upstream(cfg *Config) *url.URL { return cfg.GeminiUpstream }
@@ -97,12 +120,15 @@ func (gemini) key(r *http.Request) string {
 	return bearer(r)
 }
 
-// parse reads a generateContent body (or a countTokens one) for the model
-// in the path.
+// parse reads a generateContent body (or a countTokens one, or an
+// embedding one) for the model in the path.
 func (gemini) parse(rt route, r *http.Request, body []byte) (*estimator.Request, error) {
 	model, _, _ := geminiModelAction(r.URL.Path)
-	if rt.api == geminiCount {
+	switch rt.api {
+	case geminiCount:
 		return estimator.ParseGeminiCount(model, body)
+	case geminiEmbed, geminiBatchEmbed:
+		return estimator.ParseGeminiEmbed(model, body, rt.api == geminiBatchEmbed)
 	}
 	return estimator.ParseGemini(model, body)
 }
@@ -155,28 +181,20 @@ func (gemini) request(ctx context.Context, cfg *Config, r *http.Request, body []
 func (gemini) answered(http.Header) {}
 
 // usage reads a whole answer's usage: a GenerateContentResponse's
-// usageMetadata, or a streamGenerateContent answered as one JSON array of
-// responses (its default form, without alt=sse), whose every element
-// restates the cumulative usage: the last one stating it wins, never their
-// sum.
+// usageMetadata (a streamGenerateContent answer is a stream in either
+// form: framing), or an embedding answer's, which only Vertex AI states
+// (its promptTokenCount; an embedding writes no output): AI Studio's
+// states none, and the path settles it at its estimate.
 func (gemini) usage(rt route, body []byte) (rule.Usage, bool) {
-	if rt.api == geminiStream {
-		var chunks []geminiChunk
-		if json.Unmarshal(body, &chunks) == nil {
-			var last *geminiUsage
-			for _, c := range chunks {
-				if c.UsageMetadata != nil {
-					last = c.UsageMetadata
-				}
-			}
-			return last.usage()
-		}
-	}
 	var c geminiChunk
 	if json.Unmarshal(body, &c) != nil {
 		return rule.Usage{}, false
 	}
-	return c.UsageMetadata.usage()
+	u, ok := c.UsageMetadata.usage()
+	if rt.op == "embeddings" {
+		u.Output, u.Reasoning = 0, 0
+	}
+	return u, ok
 }
 
 func (gemini) rateHeaders(h http.Header, snap rule.Snapshot) {

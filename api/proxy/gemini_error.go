@@ -33,6 +33,7 @@ var geminiShapes = map[code]shape{
 	codeBusy:         {typ: "UNAVAILABLE/ESTIMATOR_BUSY", prefix: "tokengate estimator_busy: "},
 	codeUnavailable:  {typ: "UNAVAILABLE/UNAVAILABLE"},
 	codeUpstream:     {typ: "UNAVAILABLE/UPSTREAM_FAILED"},
+	codeUnserved:     {typ: "NOT_FOUND/NOT_FOUND"},
 }
 
 func (gemini) shape(c code) shape {

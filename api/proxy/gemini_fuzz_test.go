@@ -20,6 +20,8 @@ var geminiRoutes = []string{
 	"/v1beta/models/gemini-2.0-flash:countTokens",
 	"/v1/projects/p/locations/us-central1/publishers/google/models/gemini-3-pro-preview:generateContent",
 	"/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-flash:countTokens",
+	"/v1beta/models/gemini-embedding-001:embedContent",
+	"/v1beta1/projects/p/locations/us-central1/publishers/google/models/gemini-embedding-001:batchEmbedContents",
 }
 
 // FuzzGeminiBodies sends arbitrary bodies to the Gemini wire, in front of
@@ -42,6 +44,8 @@ func FuzzGeminiBodies(f *testing.F) {
 		`{"contents":[{"parts":[{"text":"a\u0000b"}]}]} trailing`,
 		`{"contents":[{"parts":[{"executableCode":{"code":5}}]}]}`,
 		`{"contents":[{"parts":[{}]}],"tools":[{"functionDeclarations":{}}]}`,
+		`{"content":{"parts":[{"text":"embed me"}]},"taskType":"RETRIEVAL_DOCUMENT","title":"t","outputDimensionality":768}`,
+		`{"requests":[{"model":"models/gemini-embedding-001","content":{"parts":[{"text":"a"}]}},{"content":{"parts":[{"text":5}]}}]}`,
 	} {
 		for i := range geminiRoutes {
 			f.Add(uint8(i), s)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/rule"
@@ -17,6 +18,10 @@ type geminiUsage struct {
 	ThoughtsTokenCount      *int64 `json:"thoughtsTokenCount"`
 	ToolUsePromptTokenCount *int64 `json:"toolUsePromptTokenCount"`
 	TotalTokenCount         *int64 `json:"totalTokenCount"`
+	// TrafficType is Vertex AI's word for the tier that served the call
+	// (ON_DEMAND, ON_DEMAND_PRIORITY, ON_DEMAND_FLEX,
+	// PROVISIONED_THROUGHPUT); AI Studio states none.
+	TrafficType string `json:"trafficType"`
 }
 
 // usage is u in tokengate's terms; false when u states no prompt count.
@@ -28,7 +33,9 @@ type geminiUsage struct {
 // candidatesTokenCount (some Vertex AI responses) or beside it (AI
 // Studio's); candidates plus thoughts when no total is stated, or a total
 // below the input. Each count is clamped (rule.ClampTokens) before any is
-// added up.
+// added up. Tier is the tier trafficType names
+// (estimator.ReadServiceTier), "" when it names none: the settle then
+// charges the tier reserved.
 func (u *geminiUsage) usage() (rule.Usage, bool) {
 	if u == nil || u.PromptTokenCount == nil {
 		return rule.Usage{}, false
@@ -41,7 +48,7 @@ func (u *geminiUsage) usage() (rule.Usage, bool) {
 		}
 	}
 	return rule.Usage{Input: prompt + toolUse, Output: out, CacheRead: min(tokenCount(u.CachedContentTokenCount), prompt),
-		Reasoning: tokenCount(u.ThoughtsTokenCount)}, true
+		Reasoning: tokenCount(u.ThoughtsTokenCount), Tier: estimator.ReadServiceTier(u.TrafficType)}, true
 }
 
 // geminiChunk is what the proxy reads of a GenerateContentResponse: a
@@ -64,8 +71,10 @@ type geminiChunk struct {
 	Error         json.RawMessage `json:"error"`
 }
 
-// geminiSSE reads a streamGenerateContent?alt=sse answer, every event
-// relayed as it comes. Each event's usageMetadata is cumulative: the last
+// geminiStreamReader reads a streamGenerateContent answer, in either of its
+// forms (server-sent events with alt=sse, else one JSON array of
+// responses, framed by jsonArray), every event or element relayed as it
+// comes. Each one's usageMetadata is cumulative: the last
 // one wins, and chunks are never summed, so a stream of N chunks is
 // charged once. The usage is final once every candidate the stream has
 // shown has its finishReason (or the prompt was blocked) and the event
@@ -76,7 +85,7 @@ type geminiChunk struct {
 // estimator.GeminiSafetyFactorMilli); with no usage stated at all, the
 // estimate's input. A stream the upstream broke off without an error
 // event is silent: broken off to the client too.
-type geminiSSE struct {
+type geminiStreamReader struct {
 	est      estimator.Estimate
 	out      outputCounter
 	streamed strings.Builder
@@ -86,11 +95,21 @@ type geminiSSE struct {
 	sawError bool
 }
 
-func (gemini) stream(_ route, est estimator.Estimate, out outputCounter) streamReader {
-	return &geminiSSE{est: est, out: out, open: map[int]bool{}}
+// framing is how Gemini streams: server-sent events when asked for with
+// alt=sse, else a streamGenerateContent answer is one JSON array whose
+// elements are relayed as each arrives; every other answer is whole.
+func (gemini) framing(rt route, h http.Header) framing {
+	if fr := sseFraming(h); fr != nil || rt.api != geminiStream {
+		return fr
+	}
+	return &jsonArray{}
 }
 
-func (s *geminiSSE) event(data []byte) (forward, final bool) {
+func (gemini) stream(_ route, est estimator.Estimate, out outputCounter) streamReader {
+	return &geminiStreamReader{est: est, out: out, open: map[int]bool{}}
+}
+
+func (s *geminiStreamReader) event(data []byte) (forward, final bool) {
 	var c geminiChunk
 	if len(data) == 0 || json.Unmarshal(data, &c) != nil {
 		return true, false
@@ -135,7 +154,7 @@ func (s *geminiSSE) event(data []byte) (forward, final bool) {
 
 // usage is the stream's usage: its last usageMetadata when it finished,
 // else raised to what it streamed so far.
-func (s *geminiSSE) usage() rule.Usage {
+func (s *geminiStreamReader) usage() rule.Usage {
 	u, ok := s.last.usage()
 	if !ok {
 		u = rule.Usage{Input: s.est.InputTokens}
@@ -146,4 +165,4 @@ func (s *geminiSSE) usage() rule.Usage {
 	return u
 }
 
-func (s *geminiSSE) silent() bool { return !s.sawError }
+func (s *geminiStreamReader) silent() bool { return !s.sawError }

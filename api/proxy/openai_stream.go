@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/rule"
@@ -72,6 +73,8 @@ type openAIStream struct {
 	streamed strings.Builder // every output the model wrote (text, refusals, tool calls), in order
 	got      *rule.Usage
 }
+
+func (openAI) framing(_ route, h http.Header) framing { return sseFraming(h) }
 
 func (openAI) stream(rt route, est estimator.Estimate, out outputCounter) streamReader {
 	return &openAIStream{rt: rt, est: est, out: out}

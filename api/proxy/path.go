@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -39,6 +38,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // failure is answered in d's terms and counted once.
 func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, d dialect, rt route) {
 	switch {
+	case rt.unserved:
+		fail(w, d, problem{code: codeUnserved, message: "tokengate does not proxy " + r.Method + " " + r.URL.Path})
+		return
 	case d.upstream(&p.cfg) == nil:
 		fail(w, d, problem{code: codeNotFound})
 		return
@@ -189,8 +191,8 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 		_, _ = io.Copy(w, io.LimitReader(resp.Body, 1<<20))
 		return
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		c.stream(w, resp)
+	if fr := c.d.framing(c.rt, resp.Header); fr != nil {
+		c.stream(w, resp, fr)
 		return
 	}
 	out, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -211,14 +213,16 @@ func (c *call) relay(w http.ResponseWriter, r *http.Request, body []byte) {
 	_, _ = w.Write(out)
 }
 
-// stream relays a streamed answer event by event as its wire's reader
-// reads it, and settles: before the event that makes its usage final is
-// relayed, else (the stream broke, or the client left) with what was
-// streamed so far.
-func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
+// stream relays a streamed answer event by event, as its wire frames it
+// (fr: SSE events, JSON array elements) and its wire's reader reads it,
+// and settles: before the event that makes its usage final is relayed,
+// else (the stream broke, or the client left) with what was streamed so
+// far. A stream the upstream broke off before its framing closed is broken
+// off to the client too, settled or not (a silent one: rd.silent).
+func (c *call) stream(w http.ResponseWriter, resp *http.Response, fr framing) {
 	rd := c.d.stream(c.rt, c.est, c.p.admitter)
 	settled := false
-	clientGone := relayEvents(w, resp, func(data []byte) bool {
+	clientGone := relayEvents(w, resp, fr, func(data []byte) bool {
 		forward, final := rd.event(data)
 		if final && !settled {
 			c.settle(rd.usage())
@@ -227,6 +231,9 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response) {
 		return forward
 	})
 	if settled {
+		if !clientGone && !fr.closed() {
+			panic(http.ErrAbortHandler)
+		}
 		return
 	}
 	c.settle(rd.usage())

@@ -5,7 +5,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+
+	"google.golang.org/genai"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -99,6 +102,78 @@ func TestServiceTierChargedAsTheUpstreamReports(t *testing.T) {
 		a := as[i]
 		if a.State != account.StateSettled || a.PriceTier != w.reserved || settles[i].ServiceTier != w.settled || a.MoneyActual == nil || *a.MoneyActual != w.money {
 			t.Errorf("call %d: reserved at %q, settled at %q for %v; want %q, %q for %d", i, a.PriceTier, settles[i].ServiceTier, a.MoneyActual, w.reserved, w.settled, w.money)
+		}
+	}
+	b.verify(t)
+}
+
+// TestGeminiTrafficTypeChargedAsReported: Vertex AI's
+// usageMetadata.trafficType names the tier that served a call, whole or
+// streamed: ON_DEMAND_PRIORITY settles at the priority price row,
+// ON_DEMAND at the default one, and an answer naming none (AI Studio's) at
+// the tier reserved. gemini-2.5-flash is priced at 0.30 / 2.50 (default)
+// and 0.60 / 5 (priority) per million tokens.
+func TestGeminiTrafficTypeChargedAsReported(t *testing.T) {
+	t.Parallel()
+	b := setupGemini(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: rule.Micro})
+	if _, err := b.pool.Exec(ctx, `INSERT INTO model_prices (model, service_tier, input_micro, output_micro, effective_from, created_by)
+		SELECT m, s, i, o, now() - interval '1 hour', 'test' FROM (VALUES ('gemini-2.5-flash', 'default', 300000, 2500000),
+			('gemini-2.5-flash', 'priority', 600000, 5000000)) v (m, s, i, o)`); err != nil {
+		t.Fatal(err)
+	}
+	served := []string{"ON_DEMAND_PRIORITY", "ON_DEMAND_PRIORITY", "ON_DEMAND", ""}
+	var mu sync.Mutex
+	calls := 0
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		mu.Lock()
+		traffic := served[calls]
+		calls++
+		mu.Unlock()
+		usage := `{"promptTokenCount":100,"candidatesTokenCount":20,"totalTokenCount":120`
+		if traffic != "" {
+			usage += `,"trafficType":"` + traffic + `"`
+		}
+		usage += "}"
+		if r.URL.Query().Get("alt") == "sse" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "data: %s\r\n\r\ndata: %s\r\n\r\n", geminiAnswer("Hi ", "", ""), geminiAnswer("there", "STOP", usage))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, geminiAnswer("Hi there", "STOP", usage))
+	}
+	vertex := b.geminiClient(t, true, 0)
+	cfg := &genai.GenerateContentConfig{MaxOutputTokens: 100}
+	if _, err := vertex.Models.GenerateContent(ctx, geminiModel, genai.Text("hi"), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range vertex.Models.GenerateContentStream(ctx, geminiModel, genai.Text("hi"), cfg) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := b.geminiClient(t, false, 0).Models.GenerateContent(ctx, geminiModel, genai.Text("hi"), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []struct {
+		settled string
+		money   int64
+	}{
+		{"priority", 100*600_000/1_000_000 + 20*5}, // 60 + 100
+		{"priority", 160},                          // the stream's last usageMetadata names it
+		{"default", 100*300_000/1_000_000 + 50},    // 30 + 20 x 2.50
+		{"", 80},                                   // none named: the tier reserved, default
+	}
+	as, settles := b.admissions(t), b.spy.settled()
+	if len(as) != len(want) || len(settles) != len(want) {
+		t.Fatalf("%d admissions, %d settles", len(as), len(settles))
+	}
+	for i, w := range want {
+		a := as[i]
+		if a.State != account.StateSettled || a.PriceTier != "default" || settles[i].ServiceTier != w.settled || a.MoneyActual == nil || *a.MoneyActual != w.money {
+			t.Errorf("call %d: reserved at %q, settled at %q for %v; want default, %q for %d", i, a.PriceTier, settles[i].ServiceTier, a.MoneyActual, w.settled, w.money)
 		}
 	}
 	b.verify(t)
