@@ -54,6 +54,16 @@ func (e *ModelNotAllowedError) fieldOr() string {
 	return e.Field
 }
 
+// Message says which scope refused the model, for a face's error body:
+// the same words in every face's error shape.
+func (e *ModelNotAllowedError) Message() string {
+	who := "this API key"
+	if e.Scope == "tenant" {
+		who = "tenant " + e.Level
+	}
+	return fmt.Sprintf("the model %q (%s) is not one %s may use; nothing was charged", e.Model, e.fieldOr(), who)
+}
+
 // FieldOr is the field that named the model ("model" when unset).
 func (e *ModelNotAllowedError) FieldOr() string { return e.fieldOr() }
 

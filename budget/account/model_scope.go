@@ -1,0 +1,69 @@
+package account
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"slices"
+
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+//go:embed sql/tenant_set_models.sql
+var tenantSetModelsSQL string
+
+// SetModelsParams sets a tenant's model scope.
+type SetModelsParams struct {
+	TenantID string
+	// Models are exact model names or '*' globs (rule.ModelMatches); empty:
+	// every model its ancestors allow.
+	Models []string
+	Actor  string
+}
+
+// SetModels sets a tenant's model scope under its row lock, with a limits
+// entry in the ledger (the lists before and after) in the same
+// transaction: the decisions of every replica read the scope under that
+// lock, so each is checked against the list in effect when it is decided.
+// Setting the list it has changes nothing. It returns a *rule.LimitError
+// (field "models") or ErrTenantNotFound.
+func (s *Store) SetModels(ctx context.Context, p SetModelsParams) (rule.Snapshot, error) {
+	models, err := rule.NormalizeModels(p.Models)
+	if err != nil {
+		return rule.Snapshot{}, err
+	}
+	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	if err != nil {
+		return rule.Snapshot{}, err
+	}
+	t.advance(now)
+	if slices.Equal(t.models, models) {
+		tx.abort()
+		return t.snapshot(now), nil
+	}
+	detail, err := json.Marshal(map[string]any{"models": map[string][]string{"before": nonNil(t.models), "after": models}})
+	if err != nil {
+		tx.abort()
+		return rule.Snapshot{}, err
+	}
+	t.models = models
+	e := t.entry(ledger.KindLimits, now, actorOr(p.Actor, "admin"))
+	e.Reason = "models"
+	e.Detail = string(detail)
+	t.seal(e)
+	w := &writes{}
+	w.statement(1, tenantSetModelsSQL, t.id, models)
+	w.entry(t, e)
+	if err := tx.commit(ctx, w); err != nil {
+		return rule.Snapshot{}, err
+	}
+	return t.snapshot(now), nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
