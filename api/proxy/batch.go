@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/batch"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -83,7 +84,15 @@ func batchFail(w http.ResponseWriter, d dialect, err error, line func(n int) str
 	var le *batch.LineError
 	var ae *batch.AllowanceError
 	var inv *estimator.InvalidError
+	var scope *rule.ModelNotAllowedError
 	switch {
+	case errors.As(err, &le) && errors.As(err, &scope):
+		// A line's model outside the key's or tenant's scope: the refusal
+		// of a single request of it, naming the line.
+		name := line(le.Line)
+		w.Header().Set("X-Should-Retry", "false")
+		d.writeError(w, statuses[codeModelNotAllowed], d.shape(codeModelNotAllowed).typ, name+"."+le.Field,
+			fmt.Sprintf("tokengate: model_not_allowed: %s (custom_id %q): %s", name, le.CustomID, scope.Message()))
 	case errors.As(err, &inv):
 		d.writeError(w, http.StatusBadRequest, d.shape(codeInvalid).typ, inv.Field, inv.Reason)
 	case errors.As(err, &le):

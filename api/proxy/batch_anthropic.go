@@ -79,7 +79,7 @@ func (p *Proxy) anthropicBatchCreate(w http.ResponseWriter, r *http.Request, pri
 		batchFail(w, d, err, anthropicLine)
 		return
 	}
-	plan, err := p.batches.Plan(r.Context(), principal.TenantID, lines)
+	plan, err := p.batches.Plan(r.Context(), principal.TenantID, principal.KeyID, lines)
 	release()
 	if err != nil {
 		batchFail(w, d, err, anthropicLine)

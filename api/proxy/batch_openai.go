@@ -95,7 +95,7 @@ func (p *Proxy) openAIFileUpload(w http.ResponseWriter, r *http.Request, princip
 		batchFail(w, d, err, openAILine)
 		return
 	}
-	plan, err := p.batches.Plan(r.Context(), principal.TenantID, lines)
+	plan, err := p.batches.Plan(r.Context(), principal.TenantID, principal.KeyID, lines)
 	release()
 	if err != nil {
 		batchFail(w, d, err, openAILine)

@@ -37,6 +37,8 @@ const (
 	codeBusy                     // not estimated in time
 	codeUnavailable              // the domain cannot decide now
 	codeUpstream                 // the upstream failed or broke off
+
+	codeModelNotAllowed // a model outside the key's or tenant's scope
 )
 
 // statuses is each code's HTTP status, as a wire answers it unless its
@@ -49,6 +51,8 @@ var statuses = map[code]int{
 	codeTooLarge: http.StatusUnprocessableEntity, codeBadKey: http.StatusUnauthorized, codeDisabled: http.StatusForbidden,
 	codeEndUserCap: http.StatusTooManyRequests, codeBusy: http.StatusServiceUnavailable, codeUnavailable: http.StatusServiceUnavailable,
 	codeUpstream: http.StatusBadGateway,
+
+	codeModelNotAllowed: http.StatusForbidden,
 }
 
 // shape is how a code looks on a wire.
@@ -144,7 +148,11 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 	var thr *credential.ThrottledError
 	var inv *rule.InvalidError
 	var other *rule.OtherFaceError
+	var scope *rule.ModelNotAllowedError
 	switch {
+	case errors.As(err, &scope):
+		// No balance or wait changes it: 403, never retried.
+		return problem{code: codeModelNotAllowed, param: scope.FieldOr(), message: "tokengate: model_not_allowed: " + scope.Message()}
 	case errors.As(err, &inv):
 		return problem{code: codeInvalid, param: inv.Field, message: inv.Reason}
 	case errors.As(err, &other):

@@ -33,6 +33,8 @@ var geminiShapes = map[code]shape{
 	codeBusy:         {typ: "UNAVAILABLE/ESTIMATOR_BUSY", prefix: "tokengate estimator_busy: "},
 	codeUnavailable:  {typ: "UNAVAILABLE/UNAVAILABLE"},
 	codeUpstream:     {typ: "UNAVAILABLE/UPSTREAM_FAILED"},
+
+	codeModelNotAllowed: {typ: "PERMISSION_DENIED/MODEL_NOT_ALLOWED", noRetry: true},
 }
 
 func (gemini) shape(c code) shape {

@@ -4,7 +4,10 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"slices"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
@@ -66,4 +69,37 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+//go:embed sql/model_scopes.sql
+var modelScopesSQL string
+
+// ModelScopes reads, without locks, the scopes a request of tenantID with
+// keyID ("" for none) must pass: each tenant's of its budget tree, root
+// first, and its key's, for rule.CheckModelScopes. A batch file's plan
+// reads them so; a decision reads them under its tenant locks. It returns
+// ErrTenantNotFound.
+func (s *Store) ModelScopes(ctx context.Context, tenantID, keyID string) (levels []rule.ScopeLevel, key []string, err error) {
+	rows, err := s.pool.Query(ctx, modelScopesSQL, tenantID, keyID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("budget: model scopes: %w", err)
+	}
+	var id string
+	var models []string
+	var level int
+	_, err = pgx.ForEachRow(rows, []any{&id, &models, &level}, func() error {
+		if level < 0 {
+			key = slices.Clone(models)
+		} else {
+			levels = append(levels, rule.ScopeLevel{TenantID: id, Models: slices.Clone(models)})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("budget: model scopes: %w", err)
+	}
+	if len(levels) == 0 {
+		return nil, nil, rule.ErrTenantNotFound
+	}
+	return levels, key, nil
 }

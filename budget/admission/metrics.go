@@ -140,6 +140,8 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *acc
 		outcome = OutcomeWithheld
 	case errors.Is(err, rule.ErrEndUserCap):
 		outcome, limit = OutcomeRejected, "end_user_cap"
+	case errors.Is(err, rule.ErrModelNotAllowed):
+		outcome, limit = OutcomeRejected, string(rule.LimitModelScope)
 	case errors.Is(err, rule.ErrKeyRevoked), errors.Is(err, rule.ErrGatewayRevoked), errors.Is(err, rule.ErrOutOfScope),
 		errors.Is(err, rule.ErrTenantDisabled), errors.Is(err, rule.ErrTenantNotFound):
 		outcome = OutcomeUnauthorized

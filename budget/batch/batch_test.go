@@ -72,7 +72,7 @@ func (b *testBundle) upload(t *testing.T, fileID string, n int) *batch.Plan {
 	for i := range lines {
 		lines[i] = batch.Line{CustomID: fmt.Sprintf("r%d", i), Request: chat(t, "gpt-4o", "Hello there, line "+fmt.Sprint(i), 100)}
 	}
-	plan, err := b.svc.Plan(context.Background(), "acme", lines)
+	plan, err := b.svc.Plan(context.Background(), "acme", "", lines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.svc.Plan(ctx, "acme", []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "hi", 10)}}); !errors.Is(err, batch.ErrNoAllowance) {
+	if _, err := b.svc.Plan(ctx, "acme", "", []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "hi", 10)}}); !errors.Is(err, batch.ErrNoAllowance) {
 		t.Fatalf("no allowance: %v", err)
 	}
 	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 100_000, Models: []string{"gpt-4o"}}); err != nil {
@@ -115,7 +115,7 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := b.svc.Plan(ctx, "acme", []batch.Line{{CustomID: "a", Request: req}})
+	plan, err := b.svc.Plan(ctx, "acme", "", []batch.Line{{CustomID: "a", Request: req}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 			batch.LineError{Line: 2, CustomID: "a", Field: "custom_id"}},
 	}
 	for _, c := range cases {
-		_, err := b.svc.Plan(ctx, "acme", c.lines)
+		_, err := b.svc.Plan(ctx, "acme", "", c.lines)
 		var le *batch.LineError
 		if !errors.As(err, &le) || le.Line != c.want.Line || le.CustomID != c.want.CustomID || le.Field != c.want.Field {
 			t.Errorf("%s: %v (%+v)", c.name, err, le)
