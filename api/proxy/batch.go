@@ -18,8 +18,8 @@ import (
 	"strings"
 
 	"github.com/tokengate/tokengate/budget/batch"
-	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -91,8 +91,8 @@ func batchFail(w http.ResponseWriter, d dialect, err error, line func(n int) str
 		// of a single request of it, naming the line.
 		name := line(le.Line)
 		w.Header().Set("X-Should-Retry", "false")
-		d.writeError(w, statuses[codeModelNotAllowed], d.shape(codeModelNotAllowed).typ, name+"."+le.Field,
-			fmt.Sprintf("tokengate: model_not_allowed: %s (custom_id %q): %s", name, le.CustomID, scope.Message()))
+		d.writeError(w, statuses[codeModelNotAllowed], d.shape(codeModelNotAllowed).typ, name,
+			fmt.Sprintf("tokengate: model_not_allowed: %s (custom_id %q): %s: %s", name, le.CustomID, le.Field, scope.Message()))
 	case errors.As(err, &inv):
 		d.writeError(w, http.StatusBadRequest, d.shape(codeInvalid).typ, inv.Field, inv.Reason)
 	case errors.As(err, &le):
