@@ -10,7 +10,11 @@
 -- decision on, with no cache to invalidate.
 ALTER TABLE tenants ADD COLUMN allowed_models text[] NOT NULL DEFAULT '{}';
 ALTER TABLE api_keys ADD COLUMN allowed_models text[] NOT NULL DEFAULT '{}';
+-- A batch line follows the same scopes as the request sent alone: the
+-- batch allowance's own list of models (00023) is replaced by them.
+ALTER TABLE batch_allowances DROP COLUMN models;
 
 -- +goose Down
+ALTER TABLE batch_allowances ADD COLUMN models text[] NOT NULL DEFAULT '{}';
 ALTER TABLE api_keys DROP COLUMN allowed_models;
 ALTER TABLE tenants DROP COLUMN allowed_models;

@@ -107,7 +107,11 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 	if _, err := b.svc.Plan(ctx, "acme", "", []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "hi", 10)}}); !errors.Is(err, batch.ErrNoAllowance) {
 		t.Fatalf("no allowance: %v", err)
 	}
-	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 100_000, Models: []string{"gpt-4o"}}); err != nil {
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	// The lines follow the tenant's model scope, as its single requests do.
+	if _, err := b.store.SetModels(ctx, account.SetModelsParams{TenantID: "acme", Models: []string{"gpt-4o"}}); err != nil {
 		t.Fatal(err)
 	}
 	req := chat(t, "gpt-4o", "Hello there", 100)
@@ -142,6 +146,9 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 		var le *batch.LineError
 		if !errors.As(err, &le) || le.Line != c.want.Line || le.CustomID != c.want.CustomID || le.Field != c.want.Field {
 			t.Errorf("%s: %v (%+v)", c.name, err, le)
+		}
+		if forbidden := c.name == "forbidden model"; errors.Is(err, rule.ErrModelNotAllowed) != forbidden {
+			t.Errorf("%s: %v; a model outside the scope (only) is a *rule.ModelNotAllowedError", c.name, err)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -55,14 +54,13 @@ const maxCustomID = 512
 // Plan estimates every line as its single request would be and checks it
 // against what the tenant may enqueue: a model the key (keyID, "" for
 // none) and the tenant may use (rule.CheckModelScopes, the rule of every
-// single request) and its allowance allows, input and output within the
+// single request), input and output within the
 // model's window, a custom_id of its own. It holds no lock: the reserve
 // checks the amounts again. It returns ErrNoAllowance or a *LineError
 // naming the first line refused (wrapping a *rule.ModelNotAllowedError
 // for a model outside a scope).
 func (s *Service) Plan(ctx context.Context, tenantID, keyID string, lines []Line) (*Plan, error) {
-	a, err := s.Allowance(ctx, tenantID)
-	if err != nil {
+	if _, err := s.Allowance(ctx, tenantID); err != nil {
 		return nil, err
 	}
 	levels, keyModels, err := s.store.ModelScopes(ctx, tenantID, keyID)
@@ -95,10 +93,6 @@ func (s *Service) Plan(ctx context.Context, tenantID, keyID string, lines []Line
 		}
 		if err := rule.CheckModelScopes(est.Model, "body.model", levels, keyModels); err != nil {
 			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "body.model", Reason: err.(*rule.ModelNotAllowedError).Message(), Err: err}
-		}
-		if !a.Allows(est.Model) && !a.Allows(account.ModelKey(est)) {
-			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "body.model",
-				Reason: fmt.Sprintf("%q is not a model this tenant's batches may use", est.Model)}
 		}
 		pl := PlannedLine{CustomID: l.CustomID, Model: est.Model, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens,
 			InputWeightMicro: est.InputWeightMicro, OutputWeightMicro: est.OutputWeightMicro,
