@@ -136,4 +136,27 @@ func TestModelScopeRefusesABatchLine(t *testing.T) {
 	if _, err := b.upload(t, chatLine("a", "gpt-4o", 10)); err != nil {
 		t.Fatalf("an allowed file: %v", err)
 	}
+
+	// A file uploaded while the key could use both models is batched after
+	// its scope narrowed: the create checks the lines again, under the
+	// tenant's lock, and refuses the batch naming the line; nothing is
+	// enqueued and the upstream gets no batch.
+	if _, err := credential.KeySetModelsRecorded(ctx, b.store, "acme", id, nil, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := b.upload(t, chatLine("a", "gpt-4o", 10), chatLine("b", "gpt-4o-mini", 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := credential.KeySetModelsRecorded(ctx, b.store, "acme", id, []string{"gpt-4o"}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.create(t, f.ID)
+	lineError(t, err, http.StatusForbidden, "line 2")
+	if !errors.As(err, &apiErr) || apiErr.Code != "model_not_allowed" {
+		t.Fatalf("create: %v, want model_not_allowed", err)
+	}
+	if b.enqueued(t) != 0 || len(b.up.batches) != 0 {
+		t.Fatalf("a refused batch: %d enqueued, %d upstream batches", b.enqueued(t), len(b.up.batches))
+	}
 }

@@ -80,7 +80,14 @@ var modelScopesSQL string
 // reads them so; a decision reads them under its tenant locks. It returns
 // ErrTenantNotFound.
 func (s *Store) ModelScopes(ctx context.Context, tenantID, keyID string) (levels []rule.ScopeLevel, key []string, err error) {
-	rows, err := s.pool.Query(ctx, modelScopesSQL, tenantID, keyID)
+	return ModelScopesIn(ctx, s.pool, tenantID, keyID)
+}
+
+// ModelScopesIn is ModelScopes on q: in a Locked transaction, the lists in
+// effect under the tenant's lock, which their changes take too (a batch's
+// reserve checks its lines so).
+func ModelScopesIn(ctx context.Context, q LockedQuerier, tenantID, keyID string) (levels []rule.ScopeLevel, key []string, err error) {
+	rows, err := q.Query(ctx, modelScopesSQL, tenantID, keyID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("budget: model scopes: %w", err)
 	}
