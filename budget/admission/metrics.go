@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
-			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, withheld, invalid, unauthorized, cancelled, error) and the limit that refused.",
+			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, withheld, invalid, unauthorized, cancelled, error) and the limit that refused (model_scope: a model outside its key's or tenant's list).",
 		}, []string{"face", "outcome", "limit"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokengate_admission_duration_seconds",
