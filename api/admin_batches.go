@@ -17,15 +17,10 @@ type batchAllowanceJSON struct {
 	// hold now (a decimal: batch prices halve whole tokens).
 	Capacity int64       `json:"capacity"`
 	Enqueued json.Number `json:"enqueued"`
-	Models   []string    `json:"models"`
 }
 
 func batchAllowanceOf(tenant string, a batch.Allowance) batchAllowanceJSON {
-	models := a.Models
-	if models == nil {
-		models = []string{}
-	}
-	return batchAllowanceJSON{Tenant: tenant, Capacity: a.Capacity, Enqueued: json.Number(formatMicro(a.EnqueuedMicro)), Models: models}
+	return batchAllowanceJSON{Tenant: tenant, Capacity: a.Capacity, Enqueued: json.Number(formatMicro(a.EnqueuedMicro))}
 }
 
 func (s *Server) adminBatchAllowanceGet(c *echo.Context) error {
@@ -40,20 +35,25 @@ func (s *Server) adminBatchAllowanceGet(c *echo.Context) error {
 }
 
 // adminBatchAllowancePut sets a tenant's batch allowance: the body is the
-// whole allowance (no models: any model).
+// whole allowance. The models a batch line may name are the tenant's and
+// its key's model scopes (PUT /v1/admin/tenants/{id}/models), as for any
+// request: a list here is refused, naming where it now lives.
 func (s *Server) adminBatchAllowancePut(c *echo.Context) error {
 	var in struct {
-		Capacity *int64   `json:"capacity"`
-		Models   []string `json:"models"`
+		Capacity *int64           `json:"capacity"`
+		Models   *json.RawMessage `json:"models"`
 	}
 	if err := decodeStrict(c, &in); err != nil {
 		return err
+	}
+	if in.Models != nil {
+		return invalid("models", "a batch line may name the models its key and tenant may use, as any request: set them with PUT /v1/admin/tenants/{id}/models")
 	}
 	if in.Capacity == nil {
 		return invalid("capacity", "required: the tokens (at batch prices) the tenant's open batches may hold at once, 0 or more")
 	}
 	a, err := s.admin.BatchAllowanceSet(c.Request().Context(), batch.SetAllowanceParams{TenantID: c.Param("id"), Capacity: *in.Capacity,
-		Models: in.Models, Actor: actorOf(c)})
+		Actor: actorOf(c)})
 	if err != nil {
 		return err
 	}

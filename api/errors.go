@@ -88,6 +88,7 @@ func httpError(err error) *Error {
 		usage     *rule.UsageError
 		overflow  *rule.OverflowError
 		otherFace *rule.OtherFaceError
+		scope     *rule.ModelNotAllowedError
 	)
 	switch {
 	case errors.As(err, &apiErr):
@@ -128,6 +129,8 @@ func httpError(err error) *Error {
 	case errors.As(err, &tooLarge):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "request_too_large", Limit: string(tooLarge.Limit), Level: tooLarge.Level, Model: tooLarge.Model, Pool: tooLarge.Pool,
 			Window: tooLarge.Window, Message: tooLarge.Error()}
+	case errors.As(err, &scope):
+		return modelNotAllowed(scope)
 	case errors.As(err, &usage):
 		return &Error{Status: http.StatusUnprocessableEntity, Type: "usage_out_of_bounds", Field: "usage." + usage.Field,
 			Message: usage.Reason + "; no request could have produced this usage, and nothing was charged"}
@@ -288,5 +291,13 @@ func exhaustedError(e *rule.BudgetExhaustedError) *Error {
 	ms := rule.RetryAfterMillis(e.RetryAfter)
 	return &Error{Status: http.StatusTooManyRequests, Type: "budget_exhausted", Limit: string(e.Limit), Level: e.Level, Window: e.Window,
 		RetryAfterMS: &ms, Budget: e.Amounts(), headers: append(e.RateHeaders(), rule.Header{Name: "X-Should-Retry", Value: "false"}),
+		Message: e.Message()}
+}
+
+// modelNotAllowed is a model outside a model scope: 403, since no balance
+// or wait changes it, with the model and the field that named it.
+func modelNotAllowed(e *rule.ModelNotAllowedError) *Error {
+	return &Error{Status: http.StatusForbidden, Type: "model_not_allowed", Limit: string(rule.LimitModelScope), Level: e.Level, Model: e.Model, Field: e.FieldOr(),
+		RetryNever: true, headers: []rule.Header{{Name: "X-Should-Retry", Value: "false"}},
 		Message: e.Message()}
 }

@@ -156,6 +156,8 @@ func (s *Server) routes() {
 	admin.PUT("/tenants/:id/model-limits", s.adminModelLimitsPut)
 	admin.DELETE("/tenants/:id/model-limits", s.adminModelLimitsDelete)
 	admin.PATCH("/tenants/:id/keys/:key", s.adminKeyPatch)
+	admin.GET("/tenants/:id/models", s.adminTenantModelsGet)
+	admin.PUT("/tenants/:id/models", s.adminTenantModelsPut)
 	admin.PUT("/tenants/:id/end-user-policy", s.adminEndUserPolicyPut)
 	admin.GET("/tenants/:id/end-user-policy", s.adminEndUserPolicyGet)
 	admin.DELETE("/tenants/:id/end-user-policy", s.adminEndUserPolicyDelete)

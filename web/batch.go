@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v5"
 
@@ -22,14 +21,13 @@ import (
 type batchView struct {
 	Set      bool // false: the tenant has none, and its batches are refused
 	Gauge    gauge
-	Models   string // comma-separated; "" for any
 	Form     *form
 	Capacity int64
 }
 
 // batchFields are the batch allowance form's fields, named like the
 // rule.LimitError fields of batch.SetAllowance.
-var batchFields = []string{"batch_tokens_capacity", "batch_models"}
+var batchFields = []string{"batch_tokens_capacity"}
 
 // batchAllowanceView loads a tenant's allowance for its page.
 func (d *Dashboard) batchAllowanceView(ctx context.Context, id string) (batchView, error) {
@@ -42,12 +40,11 @@ func (d *Dashboard) batchAllowanceView(ctx context.Context, id string) (batchVie
 	}
 	f := newForm()
 	f.Set("batch_tokens_capacity", strconv.FormatInt(a.Capacity, 10))
-	f.Set("batch_models", strings.Join(a.Models, ", "))
 	g := gauge{Name: "batch", Set: true, Text: "0 / 0", Pct: "0", Level: "bad"}
 	if a.Capacity > 0 {
 		g = balanceGauge("batch", a.Capacity-(a.EnqueuedMicro+rule.Micro-1)/rule.Micro, a.Capacity)
 	}
-	return batchView{Set: true, Capacity: a.Capacity, Gauge: g, Models: strings.Join(a.Models, ", "), Form: f}, nil
+	return batchView{Set: true, Capacity: a.Capacity, Gauge: g, Form: f}, nil
 }
 
 // batchAllowanceSet sets a tenant's batch allowance; budget records the
@@ -56,14 +53,8 @@ func (d *Dashboard) batchAllowanceSet(c *echo.Context) error {
 	id := c.Param("id")
 	f := formFrom(postForm(c), batchFields...)
 	capacity := f.Int("batch_tokens_capacity", true)
-	var models []string
-	for _, m := range strings.Split(f.Get("batch_models"), ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			models = append(models, m)
-		}
-	}
 	if f.OK() {
-		_, err := d.admin.BatchAllowanceSet(c.Request().Context(), batch.SetAllowanceParams{TenantID: id, Capacity: capacity, Models: models, Actor: actor(c)})
+		_, err := d.admin.BatchAllowanceSet(c.Request().Context(), batch.SetAllowanceParams{TenantID: id, Capacity: capacity, Actor: actor(c)})
 		if !f.limitError(err) && err != nil {
 			return err
 		}

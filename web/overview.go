@@ -32,6 +32,7 @@ var flashes = map[string]string{
 	"model_limits":  "Model limits saved. Every replica decides the next admission of the model with them.",
 	"model_removed": "Model limits removed: this tenant has no buckets of its own for the model any more.",
 	"priority":      "Key priority changed. It orders this key's callers waiting for a pool from now on.",
+	"models":        "Model scope saved. Every replica checks the next admission against it.",
 	"pool_created":  "Pool created with a full bucket. Route a model to it so admissions draw on it.",
 	"pool_limits":   "Pool limits saved.",
 	"routed":        "Model routed: its admissions draw on the pool from now on.",

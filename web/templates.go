@@ -76,15 +76,16 @@ func (d *Dashboard) parsePages() (map[string]*template.Template, error) {
 			}
 			return ""
 		},
-		"deref":    func(v *int64) int64 { return *v },
-		"optnum":   optNum,
-		"time":     fmtTime,
-		"opttime":  fmtOptTime,
-		"duration": fmtDuration,
-		"pathesc":  pathEscape,
-		"field":    newField,
-		"prefixed": func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
-		"limits":   func() []rule.Limit { return rule.AllLimits },
+		"deref":      func(v *int64) int64 { return *v },
+		"optnum":     optNum,
+		"time":       fmtTime,
+		"opttime":    fmtOptTime,
+		"duration":   fmtDuration,
+		"pathesc":    pathEscape,
+		"modelscope": func(m []string) string { return strings.Join(m, ", ") },
+		"field":      newField,
+		"prefixed":   func(f *form, prefix string) prefixedForm { return prefixedForm{f, prefix} },
+		"limits":     func() []rule.Limit { return rule.AllLimits },
 		// wasfields are the limits form's hidden fields holding the values
 		// shown, so that only the fields an admin edits are sent.
 		"wasfields":   func() []string { return wasFields },

@@ -243,9 +243,12 @@ func (d *Dashboard) tenantAdjust(c *echo.Context) error {
 // for the plain tenant page so that a reload shows it no more.
 func (d *Dashboard) keyCreate(c *echo.Context) error {
 	id := c.Param("id")
-	k, secret, err := d.admin.KeyCreate(c.Request().Context(), id, actor(c))
+	k, secret, err := d.admin.KeyCreate(c.Request().Context(), id, modelList(postForm(c).Get("models")), actor(c))
 	if errors.Is(err, credential.ErrTenantNotFound) {
 		return rule.ErrTenantNotFound
+	}
+	if le := (*rule.LimitError)(nil); errors.As(err, &le) {
+		return scopeErr(le)
 	}
 	if err != nil {
 		return err

@@ -112,6 +112,8 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.POST("/tenants/:id/keys", d.keyCreate, change...)
 	e.POST("/tenants/:id/keys/:key/revoke", d.keyRevoke, change...)
 	e.POST("/tenants/:id/keys/:key/priority", d.keyPriority, change...)
+	e.POST("/tenants/:id/keys/:key/models", d.keyModels, change...)
+	e.POST("/tenants/:id/models", d.tenantModels, change...)
 	e.POST("/tenants/:id/model-limits", d.modelLimitsSet, change...)
 	e.POST("/tenants/:id/batch-allowance", d.batchAllowanceSet, change...)
 	e.POST("/tenants/:id/model-limits/remove", d.modelLimitsRemove, change...)

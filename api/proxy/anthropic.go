@@ -160,6 +160,8 @@ var anthropicShapes = map[code]shape{
 	codeUnavailable:  {status: 529, typ: "overloaded_error"},
 	codeInternal:     {typ: "api_error"},
 	codeUpstream:     {typ: "api_error"},
+
+	codeModelNotAllowed: {typ: "permission_error", noRetry: true},
 }
 
 // shape is c's entry in anthropicShapes, else an invalid_request_error.

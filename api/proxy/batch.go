@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -106,7 +107,15 @@ func batchFail(w http.ResponseWriter, d dialect, err error, line func(n int) str
 	var le *batch.LineError
 	var ae *batch.AllowanceError
 	var inv *estimator.InvalidError
+	var scope *rule.ModelNotAllowedError
 	switch {
+	case errors.As(err, &le) && errors.As(err, &scope):
+		// A line's model outside the key's or tenant's scope: the refusal
+		// of a single request of it, naming the line.
+		name := line(le.Line)
+		w.Header().Set("X-Should-Retry", "false")
+		d.writeError(w, statuses[codeModelNotAllowed], d.shape(codeModelNotAllowed).typ, name,
+			fmt.Sprintf("tokengate: model_not_allowed: %s (custom_id %q): %s: %s", name, le.CustomID, le.Field, scope.Message()))
 	case errors.As(err, &inv):
 		d.writeError(w, http.StatusBadRequest, d.shape(codeInvalid).typ, inv.Field, inv.Reason)
 	case errors.As(err, &le):
@@ -133,12 +142,13 @@ func batchFail(w http.ResponseWriter, d dialect, err error, line func(n int) str
 // planBatch is a batch body's front half, once for every wire: the
 // estimate gate, the body read up to the batch file limit, the wire's
 // read of it into the lines their single calls would be, and the plan of
-// every line (estimated and checked by the domain). It answers a failure
+// every line (estimated and checked by the domain, against the key's
+// and the tenant's model scopes). It answers a failure
 // in d's shape, a refused line named as the wire names it (line); false:
 // answered.
-func (p *Proxy) planBatch(w http.ResponseWriter, r *http.Request, tenantID string, d dialect, line func(n int) string,
+func (p *Proxy) planBatch(w http.ResponseWriter, r *http.Request, principal credential.Principal, d dialect, line func(n int) string,
 	read func(body []byte) ([]batch.Line, error)) (body []byte, plan *batch.Plan, ok bool) {
-	release, err := p.batchGate(r, tenantID)
+	release, err := p.batchGate(r, principal.TenantID)
 	if p.notEstimated(err) {
 		writeDomainError(w, d, err)
 		return nil, nil, false
@@ -151,7 +161,7 @@ func (p *Proxy) planBatch(w http.ResponseWriter, r *http.Request, tenantID strin
 	}
 	lines, err := read(body)
 	if err == nil {
-		plan, err = p.batches.Plan(r.Context(), tenantID, lines)
+		plan, err = p.batches.Plan(r.Context(), principal.TenantID, principal.KeyID, lines)
 	}
 	if err != nil {
 		batchFail(w, d, err, line)

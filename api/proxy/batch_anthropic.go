@@ -57,7 +57,7 @@ func anthropicLine(n int) string { return fmt.Sprintf("requests[%d]", n-1) }
 // accept it has its reservation refunded at once.
 func (p *Proxy) anthropicBatchCreate(w http.ResponseWriter, r *http.Request, principal credential.Principal, _ string) {
 	d := anthropic{}
-	body, plan, ok := p.planBatch(w, r, principal.TenantID, d, anthropicLine, func(body []byte) ([]batch.Line, error) {
+	body, plan, ok := p.planBatch(w, r, principal, d, anthropicLine, func(body []byte) ([]batch.Line, error) {
 		return parseMessageBatch(body, r)
 	})
 	if !ok {

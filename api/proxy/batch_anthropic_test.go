@@ -182,23 +182,24 @@ func TestMessageBatchSettlesPerCustomID(t *testing.T) {
 	}
 }
 
-// A request over its model's window, or naming a model the tenant's
-// batches may not use, refuses the batch with a 400 naming the request;
-// the upstream never sees it.
+// A request over its model's window refuses the batch with a 400 naming
+// the request, one naming a model the tenant may not use with a 403
+// permission_error (model_not_allowed); the upstream never sees either.
 func TestMessageBatchRefusesABadRequest(t *testing.T) {
 	t.Parallel()
 	_, up, client := setupMessageBatches(t, 100_000, claudeModel)
 	for _, c := range []struct {
 		reqs       []anthropic.MessageBatchNewParamsRequest
 		name, says string
+		status     int
 	}{
-		{[]anthropic.MessageBatchNewParamsRequest{batchRequest("a", claudeModel, 10), batchRequest("b", "claude-3-haiku-20240307", 10)}, "requests[1]", "may use"},
-		{[]anthropic.MessageBatchNewParamsRequest{batchRequest("a", claudeModel, 10), batchRequest("b", claudeModel, 10), batchRequest("c", claudeModel, 5_000_000)}, "requests[2]", "max_tokens"},
+		{[]anthropic.MessageBatchNewParamsRequest{batchRequest("a", claudeModel, 10), batchRequest("b", "claude-3-haiku-20240307", 10)}, "requests[1]", "model_not_allowed", http.StatusForbidden},
+		{[]anthropic.MessageBatchNewParamsRequest{batchRequest("a", claudeModel, 10), batchRequest("b", claudeModel, 10), batchRequest("c", claudeModel, 5_000_000)}, "requests[2]", "max_tokens", http.StatusBadRequest},
 	} {
 		_, err := client.Messages.Batches.New(ctx, anthropic.MessageBatchNewParams{Requests: c.reqs})
 		var apiErr *anthropic.Error
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || !strings.Contains(apiErr.Error(), c.name) || !strings.Contains(apiErr.Error(), c.says) {
-			t.Fatalf("want a 400 naming %s (%s), got %v", c.name, c.says, err)
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != c.status || !strings.Contains(apiErr.Error(), c.name) || !strings.Contains(apiErr.Error(), c.says) {
+			t.Fatalf("want a %d naming %s (%s), got %v", c.status, c.name, c.says, err)
 		}
 	}
 	if up.creates != 0 {

@@ -70,7 +70,7 @@ func (p *Proxy) openAIHeaders(h http.Header) {
 func (p *Proxy) openAIFileUpload(w http.ResponseWriter, r *http.Request, principal credential.Principal, _ string) {
 	d := openAI{}
 	var endpoint string
-	body, plan, ok := p.planBatch(w, r, principal.TenantID, d, openAILine, func(body []byte) ([]batch.Line, error) {
+	body, plan, ok := p.planBatch(w, r, principal, d, openAILine, func(body []byte) ([]batch.Line, error) {
 		content, bad := multipartFile(r.Header.Get("Content-Type"), body)
 		if bad != "" {
 			return nil, &estimator.InvalidError{Field: "file", Reason: bad}

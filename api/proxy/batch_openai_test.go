@@ -140,7 +140,8 @@ type batchBundle struct {
 }
 
 // setupBatches runs the proxy in front of the emulated Batch API, with a
-// tenant whose allowance is capacity tokens for models (none: any).
+// tenant whose allowance is capacity tokens and whose model scope is models
+// (none: any).
 func setupBatches(t testing.TB, capacity int64, models ...string) *batchBundle {
 	t.Helper()
 	up := &batchUpstream{files: map[string][]byte{}, batches: map[string]map[string]any{}}
@@ -157,7 +158,10 @@ func setupBatches(t testing.TB, capacity int64, models ...string) *batchBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: capacity, Models: models}); err != nil {
+	if _, err := svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: capacity}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.SetModels(ctx, account.SetModelsParams{TenantID: "acme", Models: models}); err != nil {
 		t.Fatal(err)
 	}
 	return &batchBundle{bundle: b, up: up, anthro: anthro, svc: svc}
@@ -336,18 +340,19 @@ func TestBatchUploadRefusesABadLine(t *testing.T) {
 	t.Parallel()
 	b := setupBatches(t, 100_000, "gpt-4o")
 	cases := []struct {
-		name  string
-		lines []string
-		param string
+		name   string
+		lines  []string
+		param  string
+		status int
 	}{
-		{"over the window", []string{chatLine("a", "gpt-4o", 10), chatLine("b", "gpt-4o", 10), chatLine("c", "gpt-4o", 200_000)}, "line 3"},
-		{"forbidden model", []string{chatLine("a", "gpt-4o", 10), chatLine("b", "gpt-4o-mini", 10)}, "line 2"},
-		{"two endpoints", []string{chatLine("a", "gpt-4o", 10), `{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{"model":"gpt-4o","input":"x"}}`}, "line 2"},
-		{"not JSON", []string{chatLine("a", "gpt-4o", 10), `{"custom_id":`}, "line 2"},
+		{"over the window", []string{chatLine("a", "gpt-4o", 10), chatLine("b", "gpt-4o", 10), chatLine("c", "gpt-4o", 200_000)}, "line 3", http.StatusBadRequest},
+		{"forbidden model", []string{chatLine("a", "gpt-4o", 10), chatLine("b", "gpt-4o-mini", 10)}, "line 2", http.StatusForbidden},
+		{"two endpoints", []string{chatLine("a", "gpt-4o", 10), `{"custom_id":"b","method":"POST","url":"/v1/embeddings","body":{"model":"gpt-4o","input":"x"}}`}, "line 2", http.StatusBadRequest},
+		{"not JSON", []string{chatLine("a", "gpt-4o", 10), `{"custom_id":`}, "line 2", http.StatusBadRequest},
 	}
 	for _, c := range cases {
 		_, err := b.upload(t, c.lines...)
-		lineError(t, err, http.StatusBadRequest, c.param)
+		lineError(t, err, c.status, c.param)
 		var apiErr *openai.Error
 		if errors.As(err, &apiErr) && !strings.Contains(apiErr.Message, c.param) {
 			t.Errorf("%s: message %q names no line", c.name, apiErr.Message)

@@ -18,26 +18,27 @@ import (
 type code int
 
 const (
-	codeInternal     code = iota // anything unexpected: a 500, no internals
-	codeNotFound                 // a route the proxy does not serve
-	codeMethod                   // not a POST
-	codeInvalid                  // an invalid request (param names its field)
-	codeBodyTooLarge             // a body past Config.BodyLimit
-	codeBodyTimeout              // a body past the server's read deadline
-	codeReplayed                 // an Idempotency-Key admitted already
-	codeKeyMismatch              // an Idempotency-Key of another request
-	codeOtherFace                // an admission of another face
-	codeExhausted                // a spent budget window
-	codeRejected                 // a limit without room
-	codeThrottled                // too many failed authentications
-	codeTooLarge                 // a request no limit could ever hold
-	codeBadKey                   // an unknown or revoked key
-	codeDisabled                 // a disabled tenant
-	codeEndUserCap               // no room for a new end user
-	codeBusy                     // not estimated in time
-	codeUnavailable              // the domain cannot decide now
-	codeUpstream                 // the upstream failed or broke off
-	codeUnserved                 // a path of a wire's API the proxy does not serve
+	codeInternal        code = iota // anything unexpected: a 500, no internals
+	codeNotFound                    // a route the proxy does not serve
+	codeMethod                      // not a POST
+	codeInvalid                     // an invalid request (param names its field)
+	codeBodyTooLarge                // a body past Config.BodyLimit
+	codeBodyTimeout                 // a body past the server's read deadline
+	codeReplayed                    // an Idempotency-Key admitted already
+	codeKeyMismatch                 // an Idempotency-Key of another request
+	codeOtherFace                   // an admission of another face
+	codeExhausted                   // a spent budget window
+	codeRejected                    // a limit without room
+	codeThrottled                   // too many failed authentications
+	codeTooLarge                    // a request no limit could ever hold
+	codeBadKey                      // an unknown or revoked key
+	codeDisabled                    // a disabled tenant
+	codeEndUserCap                  // no room for a new end user
+	codeBusy                        // not estimated in time
+	codeUnavailable                 // the domain cannot decide now
+	codeUpstream                    // the upstream failed or broke off
+	codeUnserved                    // a path of a wire's API the proxy does not serve
+	codeModelNotAllowed             // a model outside the key's or tenant's scope
 )
 
 // statuses is each code's HTTP status, as a wire answers it unless its
@@ -49,8 +50,9 @@ var statuses = map[code]int{
 	codeExhausted: http.StatusTooManyRequests, codeRejected: http.StatusTooManyRequests, codeThrottled: http.StatusTooManyRequests,
 	codeTooLarge: http.StatusUnprocessableEntity, codeBadKey: http.StatusUnauthorized, codeDisabled: http.StatusForbidden,
 	codeEndUserCap: http.StatusTooManyRequests, codeBusy: http.StatusServiceUnavailable, codeUnavailable: http.StatusServiceUnavailable,
-	codeUpstream: http.StatusBadGateway,
-	codeUnserved: http.StatusNotFound,
+	codeUpstream:        http.StatusBadGateway,
+	codeUnserved:        http.StatusNotFound,
+	codeModelNotAllowed: http.StatusForbidden,
 }
 
 // shape is how a code looks on a wire.
@@ -146,7 +148,11 @@ func domainProblem(h http.Header, d dialect, err error) problem {
 	var thr *credential.ThrottledError
 	var inv *rule.InvalidError
 	var other *rule.OtherFaceError
+	var scope *rule.ModelNotAllowedError
 	switch {
+	case errors.As(err, &scope):
+		// No balance or wait changes it: 403, never retried.
+		return problem{code: codeModelNotAllowed, param: scope.FieldOr(), message: "tokengate: model_not_allowed: " + scope.Message()}
 	case errors.As(err, &inv):
 		return problem{code: codeInvalid, param: inv.Field, message: inv.Reason}
 	case errors.As(err, &other):

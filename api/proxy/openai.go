@@ -176,6 +176,8 @@ var openAIShapes = map[code]shape{
 	codeInternal:    {typ: "api_error"},
 	codeUnavailable: {typ: "api_error"},
 	codeUpstream:    {typ: "api_error"},
+
+	codeModelNotAllowed: {typ: "model_not_allowed", noRetry: true},
 }
 
 // shape is c's entry in openAIShapes, else an invalid_request_error.

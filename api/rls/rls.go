@@ -269,6 +269,10 @@ func verdictOf(err error) verdict {
 		return verdict{code: codes.PermissionDenied, message: err.Error()}
 	case errors.Is(err, rule.ErrEndUserCap):
 		return verdict{code: codes.OK, reason: "end_user_cap"}
+	case errors.Is(err, rule.ErrModelNotAllowed):
+		// The descriptor's model is outside the key's or tenant's scope:
+		// refused like a tenant Envoy may not admit, nothing decided.
+		return verdict{code: codes.OK, reason: "model_not_allowed"}
 	case errors.As(err, &tl), errors.As(err, &inv), errors.Is(err, rule.ErrIdempotencyMismatch),
 		errors.Is(err, rule.ErrUsageOutOfBounds), errors.Is(err, rule.ErrOverflow):
 		// The caller's own mistake (usage no request could produce, for

@@ -263,6 +263,9 @@ type KeyEventParams struct {
 	Event    string // "created" or "revoked"
 	KeyID    string
 	Actor    string
+	// Detail is more of the entry's detail (a key's model scope, before
+	// and after), beside its event and key id.
+	Detail map[string]any
 	// WriteFunc writes the key row (insert or revoke) on the transaction's
 	// connection, under the tenant's lock; its error aborts everything.
 	WriteFunc func(ctx context.Context, conn *pgxpool.Conn) error
@@ -285,7 +288,11 @@ func (s *Store) RecordKeyEvent(ctx context.Context, p KeyEventParams) error {
 		}
 	}
 	t.advance(now)
-	detail, err := json.Marshal(map[string]string{"event": "key_" + p.Event, "key_id": p.KeyID})
+	d := map[string]any{"event": "key_" + p.Event, "key_id": p.KeyID}
+	for k, v := range p.Detail {
+		d[k] = v
+	}
+	detail, err := json.Marshal(d)
 	if err != nil {
 		tx.abort()
 		return err

@@ -446,6 +446,11 @@ func (b *batch) decisionFor(it Item) (*decision, error) {
 			return nil, rule.ErrTenantDisabled // as authenticating the key would have said
 		}
 	}
+	if op.Reserve != nil {
+		if err := checkScopes(d.chain, b.keys[op.keyID()].models, op.Reserve.Estimate.Model); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -475,5 +480,5 @@ func isDecision(err error) bool {
 		errors.Is(err, rule.ErrTenantNotFound) || errors.Is(err, rule.ErrKeyRevoked) || errors.Is(err, rule.ErrUsageOutOfBounds) ||
 		errors.Is(err, rule.ErrGatewayRevoked) || errors.Is(err, rule.ErrOutOfScope) || errors.As(err, new(*rule.InvalidError)) ||
 		errors.Is(err, rule.ErrEndUserCap) || errors.Is(err, rule.ErrEndUserExpired) || errors.Is(err, rule.ErrOtherFace) ||
-		errors.Is(err, rule.ErrWithheld)
+		errors.Is(err, rule.ErrWithheld) || errors.Is(err, rule.ErrModelNotAllowed)
 }

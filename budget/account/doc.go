@@ -81,7 +81,12 @@
 // it is held. A request's credentials are
 // checked in that transaction too (rule.ErrKeyRevoked, rule.ErrGatewayRevoked,
 // rule.ErrOutOfScope), so a revocation applies in every replica at once and a
-// face needs no query of its own. Requests of any tenants (reserves,
+// face needs no query of its own. So are the model scopes of a reserve
+// (rule.CheckModelScopes over the key's list and every level's, read with
+// the key and the locked tenant rows: *rule.ModelNotAllowedError), which
+// their changes write under the same tenant lock (SetModels,
+// RecordKeyEvent): each admission passes the lists in effect when it is
+// decided, on every replica, with no cache to invalidate. Requests of any tenants (reserves,
 // settles, releases, expiries) are decided under one lock statement
 // (DecideBatch); a replica queues them in a Pipeline. The reserves of a
 // group (Item.Group, Pipeline.ReserveAll: a gateway's call naming several

@@ -54,6 +54,7 @@ type loaded struct {
 type liveKey struct {
 	tenantID string
 	priority rule.Priority
+	models   []string // the key's model scope (empty: every model)
 }
 
 // wants is what a batch's requests need read, gathered from its items once.
@@ -296,8 +297,9 @@ func (r keyLiveRead) queue(b *pgx.Batch) { b.Queue(keyLiveSQL, r.ids) }
 
 func (r keyLiveRead) scan(br pgx.BatchResults) error {
 	var id, tenantID, priority string
-	return eachRow(br, "keys", []any{&id, &tenantID, &priority}, func() {
-		r.l.keys[id] = liveKey{tenantID: tenantID, priority: rule.Priority(priority)}
+	var models []string
+	return eachRow(br, "keys", []any{&id, &tenantID, &priority, &models}, func() {
+		r.l.keys[id] = liveKey{tenantID: tenantID, priority: rule.Priority(priority), models: slices.Clone(models)}
 	})
 }
 

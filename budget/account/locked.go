@@ -73,7 +73,8 @@ func (s *Store) locked(ctx context.Context, tenantID, keyID string, admit bool, 
 			for rows.Next() {
 				var id, tenant string
 				var priority *string
-				if err := rows.Scan(&id, &tenant, &priority); err != nil {
+				var models []string
+				if err := rows.Scan(&id, &tenant, &priority, &models); err != nil {
 					return fmt.Errorf("budget: key: %w", err)
 				}
 				live = live || tenant == tenantID

@@ -45,6 +45,7 @@ type tenantRow struct {
 	EndUserOf          *string    `db:"end_user_of"`
 	EndUserID          *string    `db:"end_user_id"`
 	EndUserExpiredAt   *time.Time `db:"end_user_expired_at"`
+	AllowedModels      []string   `db:"allowed_models"`
 
 	decodeErr error
 }
@@ -53,11 +54,14 @@ type tenantRow struct {
 // chain head that its entries extend.
 type tenant struct {
 	rule.TenantState
-	id           string
-	path         []string // ancestors, root first (immutable)
-	disabled     bool
-	head         ledger.Head
-	modelLimits  int   // how many model limits it has
+	id          string
+	path        []string // ancestors, root first (immutable)
+	disabled    bool
+	head        ledger.Head
+	modelLimits int // how many model limits it has
+	// models is the tenant's model scope (empty: every model): a request's
+	// model must pass it, and its ancestors' (rule.CheckModelScopes).
+	models       []string
 	pendingFill  int64 // token refill not yet attributed to a ledger entry
 	periodRolled bool
 	// locked is the windows' usage as the row was read: the decision's
@@ -96,6 +100,7 @@ func (r *tenantRow) tenant() *tenant {
 	l.SyncPeriod()
 	t := &tenant{
 		modelLimits:    r.ModelLimits,
+		models:         r.AllowedModels,
 		id:             r.ID,
 		path:           r.Path,
 		disabled:       r.DisabledAt != nil,
@@ -188,6 +193,7 @@ func (t *tenant) snapshot(now time.Time) rule.Snapshot {
 	s.Disabled = t.disabled
 	s.LedgerSeq = t.head.Seq
 	s.Path = t.path
+	s.Models = t.models
 	return s
 }
 

@@ -89,3 +89,19 @@ func joinDetail(fields []string) string {
 	}
 	return "{" + strings.Join(fields, ",") + "}"
 }
+
+// checkScopes is rule.CheckModelScopes over a chain of locked tenants (root
+// first) and the request's key's scope: read in the decision's own
+// transaction, under the tenants' row locks that an administrator's change
+// of either list takes too, so every admission is checked against the
+// lists in effect when it is decided, on every replica.
+func checkScopes(chain []*tenant, keyModels []string, model string) error {
+	var levels [8]rule.ScopeLevel
+	lv := levels[:0]
+	for _, t := range chain {
+		if len(t.models) > 0 {
+			lv = append(lv, rule.ScopeLevel{TenantID: t.id, Models: t.models})
+		}
+	}
+	return rule.CheckModelScopes(model, "model", lv, keyModels)
+}

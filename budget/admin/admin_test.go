@@ -177,7 +177,7 @@ func TestKeyCreateConcurrent(t *testing.T) {
 	}
 	const n = 20
 	errs := together(n, func(int) error {
-		_, _, err := b.svc.KeyCreate(ctx, "acme", "admin")
+		_, _, err := b.svc.KeyCreate(ctx, "acme", nil, "admin")
 		return err
 	})
 	for i, err := range errs {
@@ -214,7 +214,7 @@ func TestKeyCreateConcurrent(t *testing.T) {
 	if len(audit) != 1 || !audit[0].OK || audit[0].Entries != n+1 {
 		t.Fatalf("audit %+v, want acme's chain whole with %d entries", audit, n+1)
 	}
-	if _, _, err := b.svc.KeyCreate(ctx, "nobody", "admin"); err == nil {
+	if _, _, err := b.svc.KeyCreate(ctx, "nobody", nil, "admin"); err == nil {
 		t.Fatal("a key for a tenant that does not exist")
 	}
 	if _, err := b.svc.KeyList(ctx, "nobody"); !errors.Is(err, rule.ErrTenantNotFound) {

@@ -17,11 +17,36 @@ func (s *Service) KeyList(ctx context.Context, tenantID string) ([]credential.Ke
 	return credential.KeyList(ctx, s.db, tenantID)
 }
 
-// KeyCreate creates an API key for a tenant and its ledger entry in one
-// transaction (the tenant's lock held). It returns the key with its secret,
-// shown once, or credential.ErrTenantNotFound.
-func (s *Service) KeyCreate(ctx context.Context, tenantID, actor string) (credential.Key, string, error) {
-	return credential.KeyCreateRecorded(ctx, s.store, tenantID, actor)
+// KeyCreate creates an API key for a tenant, limited to models (its model
+// scope: exact names or '*' globs; empty: every model the tenant may use),
+// and its ledger entry in one transaction (the tenant's lock held). It
+// returns the key with its secret, shown once, a *rule.LimitError (field
+// "models") or credential.ErrTenantNotFound.
+func (s *Service) KeyCreate(ctx context.Context, tenantID string, models []string, actor string) (credential.Key, string, error) {
+	return credential.KeyCreateRecorded(ctx, s.store, tenantID, models, actor)
+}
+
+// KeySetModels sets a key's model scope (empty: every model its tenant may
+// use) and writes its ledger entry, the lists before and after, in one
+// transaction. It returns the list stored, a *rule.LimitError (field
+// "models") or credential.ErrKeyNotFound.
+func (s *Service) KeySetModels(ctx context.Context, tenantID, keyID string, models []string, actor string) ([]string, error) {
+	return credential.KeySetModelsRecorded(ctx, s.store, tenantID, keyID, models, actor)
+}
+
+// KeyModels returns a key's model scope (empty: every model its tenant
+// may use). It returns credential.ErrKeyNotFound.
+func (s *Service) KeyModels(ctx context.Context, tenantID, keyID string) ([]string, error) {
+	keys, err := s.KeyList(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if k.ID == keyID && k.RevokedAt == nil {
+			return k.Models, nil
+		}
+	}
+	return nil, credential.ErrKeyNotFound
 }
 
 // KeyRevoke revokes a key and writes its ledger entry in one transaction.

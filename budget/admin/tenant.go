@@ -123,3 +123,24 @@ func (s *Service) AdmissionRecent(ctx context.Context, tenantID string, limit in
 func (s *Service) Activity(ctx context.Context, now time.Time, minutes int) (map[string]*account.Activity, error) {
 	return s.store.Activity(ctx, now, minutes)
 }
+
+// TenantModelsSet sets a tenant's model scope (exact names or '*' globs;
+// empty: every model its ancestors allow) and writes its ledger entry, the
+// lists before and after, in one transaction. It returns a
+// *rule.LimitError (field "models") or rule.ErrTenantNotFound.
+func (s *Service) TenantModelsSet(ctx context.Context, p account.SetModelsParams) (rule.Snapshot, error) {
+	return s.store.SetModels(ctx, p)
+}
+
+// TenantModels returns a tenant's model scope (empty: every model its
+// ancestors allow). It returns rule.ErrTenantNotFound.
+func (s *Service) TenantModels(ctx context.Context, tenantID string) ([]string, error) {
+	snap, err := s.store.TenantSnapshot(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	if snap.Models == nil {
+		return []string{}, nil
+	}
+	return snap.Models, nil
+}

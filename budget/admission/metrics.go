@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tokengate_admissions_total",
-			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, withheld, invalid, unauthorized, cancelled, error) and the limit that refused.",
+			Help: "Admission decisions by face (api, proxy, rls), outcome (admitted, rejected, too_large, replayed, withheld, invalid, unauthorized, cancelled, error) and the limit that refused (model_scope: a model outside its key's or tenant's list).",
 		}, []string{"face", "outcome", "limit"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "tokengate_admission_duration_seconds",
@@ -140,6 +140,8 @@ func (a *Admitter) count(ctx context.Context, face Face, start time.Time, r *acc
 		outcome = OutcomeWithheld
 	case errors.Is(err, rule.ErrEndUserCap):
 		outcome, limit = OutcomeRejected, "end_user_cap"
+	case errors.Is(err, rule.ErrModelNotAllowed):
+		outcome, limit = OutcomeRejected, string(rule.LimitModelScope)
 	case errors.Is(err, rule.ErrKeyRevoked), errors.Is(err, rule.ErrGatewayRevoked), errors.Is(err, rule.ErrOutOfScope),
 		errors.Is(err, rule.ErrTenantDisabled), errors.Is(err, rule.ErrTenantNotFound):
 		outcome = OutcomeUnauthorized

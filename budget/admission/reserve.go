@@ -134,6 +134,12 @@ func (a *Admitter) reserve(ctx context.Context, req Request) (r *account.Reserva
 		// exists to prevent. The store decides, or no one does.
 		return nil, false, err
 	}
+	// The tenant's model scope as this replica last saw it; a key's scope
+	// is read only by the store's decision, so a key narrower than its
+	// tenant is not applied while the store is down.
+	if err := rule.CheckModelScopes(p.Estimate.Model, "model", []rule.ScopeLevel{{TenantID: snap.TenantID, Models: snap.Models}}, nil); err != nil {
+		return nil, true, err
+	}
 	r, err = a.cfg.Local.Reserve(snap, p)
 	return r, true, err
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,14 +33,12 @@ type Allowance struct {
 	Capacity int64
 	// EnqueuedMicro is what its open batches hold now, in micro-units.
 	EnqueuedMicro int64
-	// Models are the models a batch line may name; empty: any.
-	Models []string
 }
 
-// Allows says whether a batch line may name model.
-func (a Allowance) Allows(model string) bool {
-	return len(a.Models) == 0 || slices.Contains(a.Models, model)
-}
+// The models a batch line may name are not the allowance's: a line
+// follows the key's and the tenant's model scopes as the same request
+// sent alone does (rule.CheckModelScopes, in Plan), so that no model is
+// allowed for a call and refused for a batch line, or the reverse.
 
 // SetAllowanceParams sets a tenant's batch allowance.
 type SetAllowanceParams struct {
@@ -50,15 +46,12 @@ type SetAllowanceParams struct {
 	// Capacity in tokens at batch prices: 0 refuses every new batch (open
 	// ones run to their end).
 	Capacity int64
-	// Models a line may name; empty: any model.
-	Models []string
-	Actor  string
+	Actor    string
 }
 
 // allowanceDetail is how an allowance appears in a limits entry.
 type allowanceDetail struct {
-	Capacity int64    `json:"capacity"`
-	Models   []string `json:"models"`
+	Capacity int64 `json:"capacity"`
 }
 
 // SetAllowance sets a tenant's allowance under its row lock, with a limits
@@ -69,20 +62,6 @@ func (s *Service) SetAllowance(ctx context.Context, p SetAllowanceParams) (Allow
 	if p.Capacity < 0 || p.Capacity > rule.MaxAmount {
 		return Allowance{}, &rule.LimitError{Field: "batch_tokens_capacity", Reason: fmt.Sprintf("must be between 0 and %d", int64(rule.MaxAmount))}
 	}
-	if len(p.Models) > 1000 {
-		return Allowance{}, &rule.LimitError{Field: "batch_models", Reason: "at most 1000 models"}
-	}
-	models := make([]string, 0, len(p.Models))
-	for _, m := range p.Models {
-		m = strings.TrimSpace(m)
-		if m == "" || len(m) > 200 {
-			return Allowance{}, &rule.LimitError{Field: "batch_models", Reason: "a model name is 1 to 200 characters"}
-		}
-		if !slices.Contains(models, m) {
-			models = append(models, m)
-		}
-	}
-	slices.Sort(models)
 	actor := p.Actor
 	if actor == "" {
 		actor = "admin"
@@ -93,15 +72,15 @@ func (s *Service) SetAllowance(ctx context.Context, p SetAllowanceParams) (Allow
 		if err != nil {
 			return nil, err
 		}
-		if _, err := q.Exec(ctx, allowancePutSQL, p.TenantID, p.Capacity*rule.Micro, models, now); err != nil {
+		if _, err := q.Exec(ctx, allowancePutSQL, p.TenantID, p.Capacity*rule.Micro, now); err != nil {
 			return nil, fmt.Errorf("batch: set allowance: %w", err)
 		}
-		out = Allowance{Capacity: p.Capacity, EnqueuedMicro: before.EnqueuedMicro, Models: models}
+		out = Allowance{Capacity: p.Capacity, EnqueuedMicro: before.EnqueuedMicro}
 		var b *allowanceDetail
 		if found {
-			b = &allowanceDetail{before.Capacity, before.Models}
+			b = &allowanceDetail{before.Capacity}
 		}
-		detail, err := json.Marshal(map[string]any{"batch_allowance": map[string]any{"before": b, "after": allowanceDetail{p.Capacity, models}}})
+		detail, err := json.Marshal(map[string]any{"batch_allowance": map[string]any{"before": b, "after": allowanceDetail{p.Capacity}}})
 		if err != nil {
 			return nil, fmt.Errorf("batch: encode allowance: %w", err)
 		}
@@ -128,7 +107,7 @@ func lockAllowance(ctx context.Context, q account.LockedQuerier, tenantID string
 func scanAllowance(row pgx.Row) (Allowance, bool, error) {
 	var a Allowance
 	var capMicro int64
-	err := row.Scan(&capMicro, &a.EnqueuedMicro, &a.Models)
+	err := row.Scan(&capMicro, &a.EnqueuedMicro)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Allowance{}, false, nil
 	}

@@ -72,7 +72,7 @@ func (b *testBundle) upload(t *testing.T, fileID string, n int) *batch.Plan {
 	for i := range lines {
 		lines[i] = batch.Line{CustomID: fmt.Sprintf("r%d", i), Request: chat(t, "gpt-4o", "Hello there, line "+fmt.Sprint(i), 100)}
 	}
-	plan, err := b.svc.Plan(context.Background(), "acme", lines)
+	plan, err := b.svc.Plan(context.Background(), "acme", "", lines)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +104,14 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if _, err := b.svc.Plan(ctx, "acme", []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "hi", 10)}}); !errors.Is(err, batch.ErrNoAllowance) {
+	if _, err := b.svc.Plan(ctx, "acme", "", []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "hi", 10)}}); !errors.Is(err, batch.ErrNoAllowance) {
 		t.Fatalf("no allowance: %v", err)
 	}
-	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 100_000, Models: []string{"gpt-4o"}}); err != nil {
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	// The lines follow the tenant's model scope, as its single requests do.
+	if _, err := b.store.SetModels(ctx, account.SetModelsParams{TenantID: "acme", Models: []string{"gpt-4o"}}); err != nil {
 		t.Fatal(err)
 	}
 	req := chat(t, "gpt-4o", "Hello there", 100)
@@ -115,7 +119,7 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := b.svc.Plan(ctx, "acme", []batch.Line{{CustomID: "a", Request: req}})
+	plan, err := b.svc.Plan(ctx, "acme", "", []batch.Line{{CustomID: "a", Request: req}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,10 +142,13 @@ func TestPlanEstimatesEveryLineAsItsSingleRequest(t *testing.T) {
 			batch.LineError{Line: 2, CustomID: "a", Field: "custom_id"}},
 	}
 	for _, c := range cases {
-		_, err := b.svc.Plan(ctx, "acme", c.lines)
+		_, err := b.svc.Plan(ctx, "acme", "", c.lines)
 		var le *batch.LineError
 		if !errors.As(err, &le) || le.Line != c.want.Line || le.CustomID != c.want.CustomID || le.Field != c.want.Field {
 			t.Errorf("%s: %v (%+v)", c.name, err, le)
+		}
+		if forbidden := c.name == "forbidden model"; errors.Is(err, rule.ErrModelNotAllowed) != forbidden {
+			t.Errorf("%s: %v; a model outside the scope (only) is a *rule.ModelNotAllowedError", c.name, err)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
 
@@ -52,12 +52,18 @@ const MaxLines = 100_000
 const maxCustomID = 512
 
 // Plan estimates every line as its single request would be and checks it
-// against what the tenant may enqueue: a model its allowance allows, input
-// and output within the model's window, a custom_id of its own. It holds
-// no lock: the reserve checks the amounts again. It returns ErrNoAllowance
-// or a *LineError naming the first line refused.
-func (s *Service) Plan(ctx context.Context, tenantID string, lines []Line) (*Plan, error) {
-	a, err := s.Allowance(ctx, tenantID)
+// against what the tenant may enqueue: a model the key (keyID, "" for
+// none) and the tenant may use (rule.CheckModelScopes, the rule of every
+// single request), input and output within the
+// model's window, a custom_id of its own. It holds no lock: the reserve
+// checks the amounts again. It returns ErrNoAllowance or a *LineError
+// naming the first line refused (wrapping a *rule.ModelNotAllowedError
+// for a model outside a scope).
+func (s *Service) Plan(ctx context.Context, tenantID, keyID string, lines []Line) (*Plan, error) {
+	if _, err := s.Allowance(ctx, tenantID); err != nil {
+		return nil, err
+	}
+	levels, keyModels, err := s.store.ModelScopes(ctx, tenantID, keyID)
 	if err != nil {
 		return nil, err
 	}
@@ -85,9 +91,8 @@ func (s *Service) Plan(ctx context.Context, tenantID string, lines []Line) (*Pla
 		if err != nil {
 			return nil, fmt.Errorf("batch: estimate line %d: %w", n, err)
 		}
-		if !a.Allows(est.Model) && !a.Allows(account.ModelKey(est)) {
-			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "body.model",
-				Reason: fmt.Sprintf("%q is not a model this tenant's batches may use", est.Model)}
+		if err := rule.CheckModelScopes(est.Model, "body.model", levels, keyModels); err != nil {
+			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "body.model", Reason: err.(*rule.ModelNotAllowedError).Message(), Err: err}
 		}
 		pl := PlannedLine{CustomID: l.CustomID, Model: est.Model, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens,
 			InputWeightMicro: est.InputWeightMicro, OutputWeightMicro: est.OutputWeightMicro,

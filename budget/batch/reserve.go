@@ -53,9 +53,11 @@ type Batch struct {
 // under its row lock, and records the batch and its lines, with a
 // batch_reserve entry, held for CompletionWindow. Nothing is taken from a
 // batch refused. It returns ErrNoAllowance, ErrFileNotFound, an
-// *AllowanceError, rule.ErrTenantNotFound, rule.ErrTenantDisabled or
-// rule.ErrKeyRevoked (the key is checked under the lock, as an
-// admission's).
+// *AllowanceError, a *LineError wrapping a *rule.ModelNotAllowedError (the
+// lines' models are checked again under the lock, against the key that
+// creates the batch: scope.go), rule.ErrTenantNotFound,
+// rule.ErrTenantDisabled or rule.ErrKeyRevoked (the key is checked under
+// the lock, as an admission's).
 func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 	if (p.FileID == "") == (p.Plan == nil) {
 		return Batch{}, errors.New("batch: a reserve names a file or a plan")
@@ -85,6 +87,9 @@ func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 			if err != nil {
 				return nil, fmt.Errorf("batch: read file: %w", err)
 			}
+		}
+		if err := checkScopes(ctx, q, p); err != nil {
+			return nil, err
 		}
 		capMicro := a.Capacity * rule.Micro
 		if need > capMicro || a.EnqueuedMicro+need > capMicro {

@@ -97,7 +97,13 @@ type LineError struct {
 	CustomID string
 	Field    string
 	Reason   string
+	// Err is the rule that refused the line, when one did (a
+	// *rule.ModelNotAllowedError).
+	Err error
 }
+
+// Unwrap is the rule that refused the line, if any.
+func (e *LineError) Unwrap() error { return e.Err }
 
 func (e *LineError) Error() string {
 	return fmt.Sprintf("line %d: %s %s", e.Line, e.Field, e.Reason)

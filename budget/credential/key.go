@@ -31,6 +31,8 @@ var (
 	keySetPrioritySQL string
 	//go:embed sql/key_touch.sql
 	keyTouchSQL string
+	//go:embed sql/key_set_models.sql
+	keySetModelsSQL string
 )
 
 // KeyPrefix starts every tenant key, so that scanners can spot leaked keys.
@@ -67,6 +69,10 @@ type Key struct {
 	// Priority is the key's class among requests waiting for an upstream
 	// pool: critical, standard or sheddable.
 	Priority string `json:"priority" db:"priority"`
+	// Models is the key's model scope: exact names or '*' globs
+	// (rule.ModelMatches), narrowing its tenant's; empty: every model the
+	// tenant may use.
+	Models []string `json:"models" db:"allowed_models"`
 }
 
 // KeyCreate makes a key for tenantID and returns it with its secret, the full
@@ -74,8 +80,8 @@ type Key struct {
 // ErrTenantNotFound.
 func KeyCreate(ctx context.Context, db DB, tenantID string) (Key, string, error) {
 	id, secret, full := Generate(KeyPrefix)
-	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_"}
-	err := db.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt)
+	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_", Models: []string{}}
+	err := db.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret), k.Models).Scan(&k.CreatedAt)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ForeignKeyViolation {
 		return Key{}, "", ErrTenantNotFound
@@ -178,15 +184,25 @@ type Recorder interface {
 	RecordKeyEvent(ctx context.Context, p account.KeyEventParams) error
 }
 
-// KeyCreateRecorded creates a key for tenantID and records who created it in
-// the tenant's ledger, in one transaction: a key exists exactly when its
-// entry does. It returns the key with its secret, or ErrTenantNotFound.
-func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID, actor string) (Key, string, error) {
+// KeyCreateRecorded creates a key for tenantID, limited to models (its model
+// scope; empty: every model its tenant may use), and records who created
+// it in the tenant's ledger, in one transaction: a key exists exactly when
+// its entry does. It returns the key with its secret, a *rule.LimitError
+// (field "models") or ErrTenantNotFound.
+func KeyCreateRecorded(ctx context.Context, rec Recorder, tenantID string, models []string, actor string) (Key, string, error) {
+	models, err := rule.NormalizeModels(models)
+	if err != nil {
+		return Key{}, "", err
+	}
 	id, secret, full := Generate(KeyPrefix)
-	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_"}
-	err := rec.RecordKeyEvent(ctx, account.KeyEventParams{TenantID: tenantID, Event: "created", KeyID: id, Actor: actor,
+	k := Key{ID: id, TenantID: tenantID, Prefix: KeyPrefix + id + "_", Models: models}
+	var detail map[string]any
+	if len(models) > 0 {
+		detail = map[string]any{"models": models}
+	}
+	err = rec.RecordKeyEvent(ctx, account.KeyEventParams{TenantID: tenantID, Event: "created", KeyID: id, Actor: actor, Detail: detail,
 		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
-			if err := conn.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret)).Scan(&k.CreatedAt); err != nil {
+			if err := conn.QueryRow(ctx, keyInsertSQL, id, tenantID, HashSecret(secret), models).Scan(&k.CreatedAt); err != nil {
 				return fmt.Errorf("credential: create: %w", err)
 			}
 			return nil
@@ -223,6 +239,42 @@ func KeySetPriorityRecorded(ctx context.Context, rec Recorder, tenantID, keyID s
 		return ErrKeyNotFound
 	}
 	return err
+}
+
+// KeySetModelsRecorded sets a key's model scope (exact names or '*' globs;
+// empty: every model its tenant may use) and records the change, the lists
+// before and after, in the tenant's ledger in one transaction, under the
+// tenant's row lock that every decision on the key takes: each admission
+// is checked against the list in effect when it is decided, on every
+// replica. It returns a *rule.LimitError (field "models") or
+// ErrKeyNotFound (also for a revoked key, or when the tenant does not
+// exist).
+func KeySetModelsRecorded(ctx context.Context, rec Recorder, tenantID, keyID string, models []string, actor string) ([]string, error) {
+	models, err := rule.NormalizeModels(models)
+	if err != nil {
+		return nil, err
+	}
+	detail := map[string]any{"models": map[string][]string{"after": models}}
+	err = rec.RecordKeyEvent(ctx, account.KeyEventParams{TenantID: tenantID, Event: "models", KeyID: keyID, Actor: actor, Detail: detail,
+		WriteFunc: func(ctx context.Context, conn *pgxpool.Conn) error {
+			var before []string
+			err := conn.QueryRow(ctx, keySetModelsSQL, keyID, tenantID, models).Scan(&before)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrKeyNotFound
+			}
+			if err != nil {
+				return fmt.Errorf("credential: set models: %w", err)
+			}
+			if before == nil {
+				before = []string{}
+			}
+			detail["models"].(map[string][]string)["before"] = before
+			return nil
+		}})
+	if errors.Is(err, rule.ErrTenantNotFound) {
+		return nil, ErrKeyNotFound
+	}
+	return models, err
 }
 
 // ErrBadPriority: a priority class other than critical, standard or

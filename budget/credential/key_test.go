@@ -122,7 +122,7 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 	if _, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 10, TokensRateMicro: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	k, _, err := credential.KeyCreateRecorded(ctx, store, "acme", "alice")
+	k, _, err := credential.KeyCreateRecorded(ctx, store, "acme", nil, "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 		FOR EACH ROW WHEN (NEW.reason LIKE 'key %') EXECUTE FUNCTION refuse_key_entries();`); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := credential.KeyCreateRecorded(ctx, store, "acme", "alice"); err == nil {
+	if _, _, err := credential.KeyCreateRecorded(ctx, store, "acme", nil, "alice"); err == nil {
 		t.Fatal("a key was created without its ledger entry")
 	}
 	if err := credential.KeyRevokeRecorded(ctx, store, "acme", k.ID, "alice"); err == nil {
@@ -150,7 +150,7 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 		t.Fatalf("%d keys (%d revoked) and %d key entries; want the first key, unrevoked, and its one entry", keys, revoked, entries)
 	}
 	// Unknown tenants and keys.
-	if _, _, err := credential.KeyCreateRecorded(ctx, store, "nobody", "alice"); !errors.Is(err, credential.ErrTenantNotFound) {
+	if _, _, err := credential.KeyCreateRecorded(ctx, store, "nobody", nil, "alice"); !errors.Is(err, credential.ErrTenantNotFound) {
 		t.Fatalf("create for no tenant: %v", err)
 	}
 	if err := credential.KeyRevokeRecorded(ctx, store, "acme", "nosuchkey000", "alice"); !errors.Is(err, credential.ErrKeyNotFound) {

@@ -327,6 +327,10 @@ type Snapshot struct {
 	// Windows are every window's current span and usage.
 	Windows   []WindowSnapshot
 	LedgerSeq int64
+	// Models is the tenant's own model scope (empty: every model), as
+	// rule.CheckModelScopes reads it: a replica deciding on its own while
+	// the store is down applies the last it saw.
+	Models []string
 }
 
 // WindowSnapshot is one window at one instant: its span [Start, End) in

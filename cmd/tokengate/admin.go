@@ -199,6 +199,7 @@ type tenantUpdateCmd struct {
 	Shadow             *[]string      `name:"shadow" help:"The limits to evaluate without enforcing (replaces the set; --shadow= enforces every limit)."`
 	Windows            []string       `name:"window" sep:"none" placeholder:"SPEC" help:"${window_help} Given, the windows replace ALL of the tenant's windows (repeat --window for each to keep); a window keeping its name and calendar keeps what it used."`
 	NoWindows          bool           `name:"no-windows" help:"Remove every calendar window (the period budget among them)."`
+	Models             *string        `name:"models" placeholder:"LIST" help:"The models the tenant may use, comma-separated exact names or globs (claude-*, gpt-4o*); replaces the list, and --models= allows every model its parent allows."`
 	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
 }
 
@@ -280,11 +281,19 @@ func (c tenantUpdateCmd) patch() (rule.LimitsPatch, error) {
 }
 
 func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
+	if c.Models != nil && c.onlyModels() {
+		return g.withAdmin(ctx, func(svc *admin.Service) error { return c.setModels(ctx, g, svc) })
+	}
 	p, err := c.patch()
 	if err != nil {
 		return err
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
+		if c.Models != nil {
+			if err := c.setModels(ctx, g, svc); err != nil {
+				return err
+			}
+		}
 		snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
 		if err != nil {
 			return err

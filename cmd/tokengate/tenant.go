@@ -100,16 +100,18 @@ type keyCmd struct {
 	List     keyListCmd     `cmd:"" help:"List a tenant's keys (never their secrets)."`
 	Revoke   keyRevokeCmd   `cmd:"" help:"Revoke a tenant's key."`
 	Priority keyPriorityCmd `cmd:"" help:"Set a key's priority class for upstream pools: critical, standard or sheddable."`
+	Models   keyModelsCmd   `cmd:"" help:"Show or set the models a key may use (within its tenant's)."`
 }
 
 type keyCreateCmd struct {
 	Tenant string `arg:"" help:"Tenant id."`
+	Models string `name:"models" placeholder:"LIST" help:"The models the key may use, comma-separated exact names or globs (claude-*, gpt-4o*), within its tenant's (default: every model the tenant may use)."`
 	Actor  string `name:"actor" default:"cli" help:"Recorded in the ledger as who created the key."`
 }
 
 func (c keyCreateCmd) Run(ctx context.Context, g *globals) error {
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		k, secret, err := svc.KeyCreate(ctx, c.Tenant, c.Actor)
+		k, secret, err := svc.KeyCreate(ctx, c.Tenant, splitModels(c.Models), c.Actor)
 		if err != nil {
 			return err
 		}
@@ -162,7 +164,7 @@ func (c demoCmd) Run(ctx context.Context, g *globals) error {
 		if _, err := svc.TenantCreate(ctx, account.CreateTenantParams{ID: "demo", Limits: l, Actor: "demo"}); err != nil {
 			return err
 		}
-		_, secret, err := svc.KeyCreate(ctx, "demo", "demo")
+		_, secret, err := svc.KeyCreate(ctx, "demo", nil, "demo")
 		if err != nil {
 			return err
 		}

@@ -22,10 +22,10 @@ import (
 // clamped at the bound (output at most what was reserved, input and
 // output at most the model's window or the reservation), and charged at
 // weight 1 each. An answer that states no usage, or breaks off a whole
-// answer (a generateContent or a JSON-array stream), is settled at the
-// estimate; an SSE stream that breaks off is settled at the last usage it
-// stated (the estimate's input if none), its output raised to the text it
-// streamed, counted as the estimate counts. A call the upstream failed is
+// generateContent answer, is settled at the estimate; a stream that breaks
+// off (SSE or a JSON array, relayed an element at a time) is settled at
+// the last usage it stated (the estimate's input if none), its output
+// raised to the text it streamed, counted as the estimate counts. A call the upstream failed is
 // released. countTokens is answered from the estimate and debits nothing.
 
 // maxTokens is the most tokens any one count of a usage may state
@@ -57,6 +57,13 @@ func geminiStated(g geminiPlan, cand int64) (in, out, cached int64) {
 func geminiSettles(seen proxySeen, a providerAnswer, streamed [3]int64) (actual int64, broken bool) {
 	estIn, estOut, g := seen.in, seen.maxOut, a.g
 	switch {
+	case g.brokenAfter == 0 && a.form == formArray:
+		// The upstream broke its array off after the first element, which
+		// was relayed whole: settled as an SSE stream broken after its
+		// first chunk.
+		b := a
+		b.form, b.g.brokenAfter = formSSE, 1
+		return geminiSettles(seen, b, streamed)
 	case g.brokenAfter == 0 && a.form != formSSE:
 		return estIn + estOut, true // the answer broke off: the estimate stands
 	case g.brokenAfter == 0:
@@ -85,14 +92,14 @@ func geminiKind(a providerAnswer, broken bool) string {
 
 // geminiLenient is what else a Gemini call the upstream answered may be
 // settled at when a fault struck during it: its answer lost on the way
-// (the estimate), or its client gone mid-stream (an SSE stream settled as
-// if broken before its first chunk, or after it).
+// (the estimate), or its client gone mid-stream (a stream, SSE or a JSON
+// array, settled as if broken before its first chunk, or after it).
 func geminiLenient(seen proxySeen, a providerAnswer, streamed [3]int64) []int64 {
 	also := []int64{seen.in + seen.maxOut}
-	if a.form == formSSE {
+	if a.form == formSSE || a.form == formArray {
 		for _, after := range []int{0, 1} {
 			b := a
-			b.g.brokenAfter = after
+			b.form, b.g.brokenAfter = formSSE, after
 			v, _ := geminiSettles(seen, b, streamed)
 			also = append(also, v)
 		}
@@ -103,15 +110,18 @@ func geminiLenient(seen proxySeen, a providerAnswer, streamed [3]int64) []int64 
 // geminiSeen is what the client of a Gemini call must have seen, with no
 // fault going on, of the call the model settles or releases (want): the
 // answer relayed whole (every candidate finished, usageMetadata as stated)
-// or broken off as the upstream broke it (a stream broken mid-way, a whole
-// answer refused with 502), or the upstream's own failure. "" if it did.
+// or broken off as the upstream broke it (a stream, SSE or a JSON array,
+// broken mid-way; a whole answer refused with 502), or the upstream's own
+// failure. "" if it did.
 func geminiSeen(want string, broken bool, answers []providerAnswer, admitted event) string {
 	seen := admitted.proxy
 	switch {
 	case want == "release" && len(answers) > 0 && admitted.code != answers[0].status:
 		return fmt.Sprintf("the upstream answered %d; the client saw %d %s", answers[0].status, admitted.code, admitted.typ)
 	case want != "settle":
-	case broken && seen.form != formSSE && admitted.code != http.StatusBadGateway:
+	case broken && seen.form == formArray && (admitted.code != http.StatusOK || !strings.HasPrefix(admitted.typ, "answer broken") || seen.sawFinish):
+		return fmt.Sprintf("the upstream broke its array stream off; the client saw %d %q, finished %t", admitted.code, admitted.typ, seen.sawFinish)
+	case broken && seen.form == formGenerate && admitted.code != http.StatusBadGateway:
 		return fmt.Sprintf("the upstream broke its %s answer off; the client saw %d %s, not a 502", seen.form, admitted.code, admitted.typ)
 	case broken && seen.form == formSSE && (admitted.code != http.StatusOK || !strings.HasPrefix(admitted.typ, "stream broken") || seen.sawFinish):
 		return fmt.Sprintf("the upstream broke its stream off; the client saw %d %q, finished %t", admitted.code, admitted.typ, seen.sawFinish)

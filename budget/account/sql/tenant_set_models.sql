@@ -1,0 +1,1 @@
+UPDATE tenants SET allowed_models = $2 WHERE id = $1
