@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/batch"
@@ -84,4 +85,44 @@ func TestBatchCountsInTheMoneyBudget(t *testing.T) {
 	if want := int64(2 * line); spent() != want || ledgerMoney != want {
 		t.Fatalf("the window counts %d, the ledger %d; want %d", spent(), ledgerMoney, want)
 	}
+	// The replica's batch metrics count what happened.
+	for _, c := range []struct {
+		name, label, value string
+		want               float64
+	}{
+		{"tokengate_batches_created_total", "provider", "openai", 1}, {"tokengate_batches_created_total", "provider", "anthropic", 0},
+		{"tokengate_batches_refused_total", "", "", 1}, {"tokengate_batches_ended_total", "outcome", "completed", 1},
+		{"tokengate_batch_lines_settled_total", "", "", 2}, {"tokengate_batch_lines_refunded_total", "", "", 0},
+	} {
+		if got := metricValue(t, b.reg, c.name, c.label, c.value); got != c.want {
+			t.Errorf("%s{%s=%q} = %v, want %v", c.name, c.label, c.value, got, c.want)
+		}
+	}
+}
+
+// metricValue is a counter's value in reg: of the series whose label
+// has value (any series when label is "").
+func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m.GetCounter().GetValue()
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{%s=%q}", name, label, value)
+	return 0
 }

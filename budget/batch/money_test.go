@@ -284,3 +284,54 @@ func TestConcurrentBatchesWithinTheMoneyWindow(t *testing.T) {
 		}
 	}
 }
+
+// File records are purged by the sweeper after their retention: a file
+// no batch was made of after UnusedFileRetention, a file a batch was made
+// of only once it ended, EndedFileRetention later; the batch and its
+// lines stay. The Service's Stats count the batch and its lines.
+func TestPurgeFilesAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	b.upload(t, "unused", 1)
+	b.upload(t, "used", 2)
+	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.OpenAI, FileID: "used"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	purge := func(want int) {
+		t.Helper()
+		if n, err := b.svc.PurgeFiles(ctx, 100); err != nil || n != want {
+			t.Fatalf("purged %d (%v), want %d", n, err, want)
+		}
+	}
+	b.advance(batch.UnusedFileRetention - time.Minute)
+	purge(0)
+	b.advance(2 * time.Minute)
+	purge(1)
+	if _, err := b.svc.FileOf(ctx, batch.OpenAI, "unused", "acme"); !errors.Is(err, batch.ErrFileNotFound) {
+		t.Fatalf("the unused file: %v", err)
+	}
+	if _, err := b.svc.FileOf(ctx, batch.OpenAI, "used", "acme"); err != nil {
+		t.Fatalf("the file of an open batch was purged: %v", err)
+	}
+	if _, err := b.svc.End(ctx, batch.EndParams{TenantID: "acme", BatchID: bt.ID, Status: "completed",
+		Results: []batch.Result{{CustomID: "r0", Succeeded: true, Input: 3, Output: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.advance(batch.EndedFileRetention - time.Minute)
+	purge(0)
+	b.advance(2 * time.Minute)
+	purge(1)
+	ls, err := b.svc.Lines(ctx, bt.ID)
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("the batch's lines after its file was purged: %+v %v", ls, err)
+	}
+	st := b.svc.Stats()
+	if st.Created[batch.OpenAI] != 1 || st.Ended["completed"] != 1 || st.LinesSettled != 1 || st.LinesRefunded != 1 || st.Refused != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

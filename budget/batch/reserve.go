@@ -131,6 +131,7 @@ func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 		}
 		return []account.LockedEntry{e}, nil
 	})
+	s.stats.created(p.Provider, err)
 	if err != nil {
 		return Batch{}, err
 	}

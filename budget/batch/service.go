@@ -45,6 +45,7 @@ type Config struct {
 type Service struct {
 	store *account.Store
 	est   *estimator.Estimator
+	stats *stats
 }
 
 // New returns a Service on cfg.
@@ -55,7 +56,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Estimator == nil {
 		cfg.Estimator = estimator.New(nil)
 	}
-	return &Service{store: cfg.Store, est: cfg.Estimator}, nil
+	return &Service{store: cfg.Store, est: cfg.Estimator, stats: &stats{}}, nil
 }
 
 // Errors of the batch use case.

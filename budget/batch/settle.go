@@ -217,6 +217,9 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 		}
 		return s.endEntries(p, sum, outcomeCounts, created)
 	})
+	if err == nil {
+		s.stats.ended(p.Status, sum)
+	}
 	return sum, err
 }
 
