@@ -335,3 +335,42 @@ func TestPurgeFilesAfterTheirRetention(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// The drift report of batch lines: a row per tenant and model (or per
+// model), each line an admission, with its money at the batch price, so
+// that a tenant's reported spend includes its batches.
+func TestBatchDrift(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.prices(t)
+	key := b.moneyTree(t, 1_000_000_000)
+	plan, err := b.svc.Plan(ctx, "team", []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "Hello there", 1000)},
+		{CustomID: "c", Request: chat(t, "gpt-4o", "Hello again", 200)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "team", KeyID: key, Provider: batch.Anthropic, Plan: plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := b.svc.End(ctx, batch.EndParams{TenantID: "team", BatchID: bt.ID, Status: "ended",
+		Results: []batch.Result{{CustomID: "a", Succeeded: true, Input: 400, Output: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, b.now.Load())
+	for _, byModel := range []bool{false, true} {
+		rows, err := b.svc.Drift(ctx, account.DriftParams{From: now.Add(-time.Hour), To: now.Add(time.Hour), ByModel: byModel})
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("drift: %+v %v", rows, err)
+		}
+		r := rows[0]
+		tenant := map[bool]string{false: "team", true: "*"}[byModel]
+		if !r.Batch || r.TenantID != tenant || r.Model != "gpt-4o" || r.Admissions != 2 || r.Settled != 1 || r.Priced != 2 ||
+			r.EstimatedMoneyMicro.String() != fmt.Sprint(plan.MoneyMicro) || r.ActualMoneyMicro.String() != fmt.Sprint(sum.ActualMoney) ||
+			r.ActualInput.String() != "400" {
+			t.Fatalf("drift row %+v", r)
+		}
+	}
+}
