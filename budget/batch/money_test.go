@@ -374,3 +374,36 @@ func TestBatchDrift(t *testing.T) {
 		}
 	}
 }
+
+// A batch line of a model without a price is refused where a money window
+// must count it (as an admission of it would be), naming the model; the
+// same batch is reserved for a tenant without money windows.
+func TestBatchOfAnUnpricedModel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.prices(t)
+	key := b.moneyTree(t, 1_000_000_000)
+	lines := []batch.Line{{CustomID: "a", Request: chat(t, "gpt-4o", "Hello there", 100)},
+		{CustomID: "b", Request: chat(t, "gpt-4.1", "Hello there", 100)}}
+	plan, err := b.svc.Plan(ctx, "team", lines)
+	if err != nil || plan.Unpriced != "gpt-4.1" || plan.Lines[1].MoneyMicro != nil || plan.MoneyMicro != *plan.Lines[0].MoneyMicro {
+		t.Fatalf("plan %+v: %v", plan, err)
+	}
+	_, err = b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "team", KeyID: key, Provider: batch.Anthropic, Plan: plan})
+	var inv *rule.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "model" {
+		t.Fatalf("an unpriced line under a money window: %v", err)
+	}
+	if _, err := b.svc.SetAllowance(ctx, batch.SetAllowanceParams{TenantID: "acme", Capacity: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	free, err := b.svc.Plan(ctx, "acme", lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := b.svc.Reserve(ctx, batch.ReserveParams{TenantID: "acme", KeyID: b.key, Provider: batch.Anthropic, Plan: free})
+	if err != nil || bt.MoneyMicro != free.MoneyMicro || b.ledgerMoney(t, "acme") != free.MoneyMicro {
+		t.Fatalf("without money windows: %+v %v, ledger %d", bt, err, b.ledgerMoney(t, "acme"))
+	}
+}
