@@ -91,8 +91,36 @@ func TestDefaultPriceFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	byModel := map[string]estimator.Price{}
+	tiers := map[string]estimator.Price{}
 	for _, p := range ps {
-		byModel[p.Model] = p
+		if p.ServiceTier == estimator.TierDefault {
+			byModel[p.Model] = p
+		}
+		tiers[p.Model+"/"+p.ServiceTier] = p
+	}
+	// Every seeded batch row, and o4-mini's flex row, is half of its
+	// default row, part by part; every priced OpenAI and Anthropic model
+	// has a batch row.
+	half := func(d, h *int64) bool { return (d == nil) == (h == nil) && (d == nil || *d == 2**h) }
+	for _, p := range ps {
+		if p.ServiceTier != estimator.TierBatch && !(p.ServiceTier == estimator.TierFlex && p.Model == "o4-mini") {
+			continue
+		}
+		d, ok := byModel[p.Model]
+		if !ok || d.InputMicro != 2*p.InputMicro || d.OutputMicro != 2*p.OutputMicro || !half(d.CachedInputMicro, p.CachedInputMicro) ||
+			!half(d.CacheWrite5mMicro, p.CacheWrite5mMicro) || !half(d.CacheWrite1hMicro, p.CacheWrite1hMicro) {
+			t.Errorf("%s %s row is not half of its default row: %+v, default %+v", p.Model, p.ServiceTier, p, d)
+		}
+	}
+	for _, pr := range f.Providers {
+		for _, m := range pr.Models {
+			if _, ok := tiers[m.Model+"/batch"]; !ok && pr.Provider != "google" {
+				t.Errorf("%s has no batch row", m.Model)
+			}
+		}
+	}
+	if p := tiers["gpt-4.1/priority"]; p.InputMicro != 3_500_000 || p.OutputMicro != 14_000_000 {
+		t.Errorf("gpt-4.1 priority: %+v", p)
 	}
 	if p := byModel["claude-sonnet-4-5"]; p.InputMicro != 3_000_000 || p.OutputMicro != 15_000_000 || *p.CacheWrite5mMicro != 3_750_000 ||
 		*p.CacheWrite1hMicro != 6_000_000 || *p.CachedInputMicro != 300_000 || p.ReasoningOutputMicro != nil {
@@ -165,7 +193,13 @@ func TestPriceImportIdempotent(t *testing.T) {
 	if err != nil || cur.InputMicro != 2_000_000 || cur.CreatedBy != "bob" {
 		t.Fatalf("price now: %+v %v", cur, err)
 	}
-	hist, err := estimator.PriceHistory(ctx, pool, "gpt-4o")
+	all, err := estimator.PriceHistory(ctx, pool, "gpt-4o")
+	var hist []estimator.Price // the default tier's (the file prices gpt-4o's batch and priority tiers too)
+	for _, p := range all {
+		if p.ServiceTier == estimator.TierDefault {
+			hist = append(hist, p)
+		}
+	}
 	if err != nil || len(hist) != 2 || !hist[0].EffectiveFrom.Before(hist[1].EffectiveFrom) {
 		t.Fatalf("history: %+v %v", hist, err)
 	}
@@ -310,7 +344,7 @@ func TestPriceImportConcurrent(t *testing.T) {
 		t.Fatalf("%d rows, want exactly %d", n, len(ps))
 	}
 	var models int
-	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT model) FROM model_prices`).Scan(&models); err != nil || models != len(ps) {
-		t.Fatalf("%d distinct models, %v", models, err)
+	if err := pool.QueryRow(ctx, `SELECT count(DISTINCT (model, service_tier)) FROM model_prices`).Scan(&models); err != nil || models != len(ps) {
+		t.Fatalf("%d distinct models and tiers, %v", models, err)
 	}
 }

@@ -343,7 +343,7 @@ func TestPriceBookAtNames(t *testing.T) {
 	}
 	// The default file's every model answers for itself, with its prices.
 	for _, want := range bookRows(t, t0, t0) {
-		p, ok := book.At(want.Model, now)
+		p, ok := book.AtTier(want.Model, want.ServiceTier, now)
 		if !ok || !p.SamePrices(&want) {
 			t.Errorf("At(%q) = %+v, %v; want %+v", want.Model, p, ok, want)
 		}
@@ -490,16 +490,16 @@ func TestPriceBookLoad(t *testing.T) {
 	}
 	ps, _ := f.Prices()
 	for _, want := range ps {
-		got, ok := book.At(want.Model, imported)
+		got, ok := book.AtTier(want.Model, want.ServiceTier, imported)
 		if !ok || !got.SamePrices(&want) || got.CreatedBy != "alice" || got.Currency != "USD" {
 			t.Errorf("%s at the import: %+v, %v; want %+v", want.Model, got, ok, want)
 		}
 		// The one row PriceAt reads from the table is the book's.
-		db, err := estimator.PriceAt(ctx, pool, want.Model, imported)
+		db, err := estimator.PriceAtTier(ctx, pool, want.Model, want.ServiceTier, imported)
 		if err != nil || !db.SamePrices(&got) || !db.EffectiveFrom.Equal(got.EffectiveFrom) {
 			t.Errorf("%s: PriceAt %+v %v, book %+v", want.Model, db, err, got)
 		}
-		if ex, ok := book.Exact(got.Model, got.EffectiveFrom); !ok || !ex.SamePrices(&got) {
+		if ex, ok := book.ExactTier(got.Model, got.ServiceTier, got.EffectiveFrom); !ok || !ex.SamePrices(&got) {
 			t.Errorf("%s: Exact(%v) = %+v, %v", want.Model, got.EffectiveFrom, ex, ok)
 		}
 	}

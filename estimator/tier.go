@@ -1,6 +1,9 @@
 package estimator
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // The service tiers a price row is keyed by (issue 38). Providers sell the
 // same model at several speeds: flex (OpenAI's flex processing, Vertex's
@@ -85,4 +88,58 @@ func TierOr(tier string) string {
 		return TierDefault
 	}
 	return tier
+}
+
+// BatchDiscountPercent is the share of a model's default price that the
+// Batch APIs charge where no 'batch' row prices the model: both OpenAI's
+// Batch API and Anthropic's Message Batches bill every token, cache reads
+// and writes included, at 50% of the standard price (their pricing pages,
+// checked 2026-12-04). It is defined here and nowhere else.
+const BatchDiscountPercent = 50
+
+// AtBatch is the price of a batch line of model at t: the 'batch' tier's
+// row in effect, or else the default row at BatchDiscountPercent (every
+// part of it, rounded up to a whole micro-unit: never below what the
+// provider bills). It answers false when the model has no price at all.
+//
+// Why not AtTier's fallback (the default row at full price): that rule is
+// right for flex and priority, whose price a deployment may not have
+// stored, where the default price is the one the operator knows. A batch
+// is never billed at the default price: every provider discounts it, so
+// the full price would reserve and count twice what the invoice says, and
+// a tenant's money budget would refuse batches it can afford.
+func (b *PriceBook) AtBatch(model string, t time.Time) (Price, bool) {
+	if b == nil {
+		return Price{}, false
+	}
+	th, ok := resolveName(model, b.lookup)
+	if !ok || th == nil {
+		return Price{}, false
+	}
+	if p, ok := inEffect(th[tierIndex(TierBatch)], t); ok {
+		return p, true
+	}
+	p, ok := inEffect(th[0], t)
+	if !ok {
+		return Price{}, false
+	}
+	return p.discounted(BatchDiscountPercent), true
+}
+
+// discounted is p with every price at percent of its own, rounded up, and
+// ServiceTier TierBatch (the tier it prices, though no row of it exists).
+func (p Price) discounted(percent int64) Price {
+	of := func(v int64) int64 { return (v*percent + 99) / 100 }
+	ptr := func(v *int64) *int64 {
+		if v == nil {
+			return nil
+		}
+		d := of(*v)
+		return &d
+	}
+	p.ServiceTier = TierBatch
+	p.InputMicro, p.OutputMicro = of(p.InputMicro), of(p.OutputMicro)
+	p.CachedInputMicro, p.CacheWrite5mMicro, p.CacheWrite1hMicro = ptr(p.CachedInputMicro), ptr(p.CacheWrite5mMicro), ptr(p.CacheWrite1hMicro)
+	p.ReasoningOutputMicro, p.LongInputMicro, p.LongOutputMicro = ptr(p.ReasoningOutputMicro), ptr(p.LongInputMicro), ptr(p.LongOutputMicro)
+	return p
 }

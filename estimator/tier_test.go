@@ -226,3 +226,38 @@ func scanTier(rows []estimator.Price, tier string, at time.Time) (estimator.Pric
 	}
 	return best, ok
 }
+
+// TestPriceBookAtBatch: a batch line is priced at the model's 'batch' row
+// where one is in effect, else at the default row at BatchDiscountPercent
+// (every part, rounded up), never at the default row's full price.
+func TestPriceBookAtBatch(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	t1 := t0.Add(24 * time.Hour)
+	cached, lin, lout, th := int64(1_250_001), int64(5_000_000), int64(15_000_000), int64(200_000)
+	book := estimator.NewPriceBook([]estimator.Price{
+		{Model: "gpt-4o", EffectiveFrom: t0, InputMicro: 2_500_000, OutputMicro: 10_000_001, CachedInputMicro: &cached,
+			LongContextThreshold: &th, LongInputMicro: &lin, LongOutputMicro: &lout},
+		{Model: "gpt-4o", ServiceTier: "batch", EffectiveFrom: t1, InputMicro: 1_000_000, OutputMicro: 4_000_000},
+	})
+	p, ok := book.AtBatch("gpt-4o", t0)
+	if !ok || p.InputMicro != 1_250_000 || p.OutputMicro != 5_000_001 || *p.CachedInputMicro != 625_001 ||
+		*p.LongInputMicro != 2_500_000 || *p.LongOutputMicro != 7_500_000 || *p.LongContextThreshold != th || p.ServiceTier != "batch" {
+		t.Fatalf("AtBatch without a batch row: %+v %v", p, ok)
+	}
+	if cached != 1_250_001 {
+		t.Fatal("AtBatch changed the book's row")
+	}
+	if d, _ := book.AtTier("gpt-4o", "default", t0); d.InputMicro != 2_500_000 {
+		t.Fatalf("the default row after AtBatch: %+v", d)
+	}
+	if p, ok := book.AtBatch("gpt-4o-2024-08-06", t1); !ok || p.InputMicro != 1_000_000 || p.OutputMicro != 4_000_000 {
+		t.Fatalf("AtBatch with a batch row: %+v %v", p, ok)
+	}
+	if _, ok := book.AtBatch("gpt-4o", t0.Add(-time.Second)); ok {
+		t.Fatal("AtBatch priced a model before any row")
+	}
+	if _, ok := book.AtBatch("no-such-model", t1); ok {
+		t.Fatal("AtBatch priced an unknown model")
+	}
+}

@@ -66,8 +66,12 @@ func newDrift(rows []account.DriftRow) driftView {
 				mean = "+" + mean
 			}
 		}
+		model := r.Model
+		if r.Batch {
+			model += " (batch)" // its batch lines, beside its admissions
+		}
 		v.Rows = append(v.Rows, driftRow{
-			Model: r.Model, Admissions: r.Admissions, Settled: r.Settled, Expired: r.Expired, ShadowRefused: r.ShadowRefused,
+			Model: model, Admissions: r.Admissions, Settled: r.Settled, Expired: r.Expired, ShadowRefused: r.ShadowRefused,
 			EstIn: r.EstimatedInput, EstOut: r.EstimatedOutput, ActIn: r.ActualInput, Act: r.ActualOutput,
 			MeanErr: mean, P95Err: p95,
 			Refunded: r.RefundedMicro, Extra: r.ExtraChargedMicro,

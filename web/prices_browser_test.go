@@ -36,7 +36,7 @@ func TestBrowserPrices(t *testing.T) {
 	br.do("wait for the table", chromedp.WaitVisible(chromedp.CSS("#prices")))
 	row := func(model string) []string {
 		t.Helper()
-		return br.texts(`Array.from(document.querySelectorAll('#prices tr[data-model="` + model + `"] td[data-price]')).map(function (td) { return td.textContent.trim(); })`)
+		return br.texts(`Array.from(document.querySelectorAll('#prices tr[data-model="` + model + `"][data-tier="default"] td[data-price]')).map(function (td) { return td.textContent.trim(); })`)
 	}
 	if n := eval[int](br, `document.querySelectorAll('#prices tbody tr[data-model]').length`); n != len(ps) {
 		t.Fatalf("%d rows, want %d", n, len(ps))

@@ -191,6 +191,7 @@ func (p *Proxy) settleMessageBatch(ctx context.Context, principal credential.Pri
 					res.Succeeded = true
 					u, ok := (anthropic{}).usage(route{api: messagesAPI}, l.Result.Message)
 					res.Input, res.Output, res.AtEstimate = u.Input, u.Output, !ok
+					res.CacheRead, res.CacheWrite5m, res.CacheWrite1h = u.CacheRead, u.CacheWrite5m, u.CacheWrite1h
 				}
 				results = append(results, res)
 			}

@@ -366,6 +366,7 @@ func (p *Proxy) openAIResults(ctx context.Context, fileID string, rt route) ([]b
 					res.Succeeded = true
 					u, ok := (openAI{}).usage(rt, l.Response.Body)
 					res.Input, res.Output, res.AtEstimate = u.Input, u.Output, !ok
+					res.CacheRead, res.CacheWrite5m, res.CacheWrite1h = u.CacheRead, u.CacheWrite5m, u.CacheWrite1h
 				}
 				out = append(out, res)
 			}

@@ -117,7 +117,7 @@ func (u *batchUpstream) end(id, status string, failed map[string]bool, ran int) 
 		case failed[l.CustomID]:
 			fmt.Fprintf(&errs, `{"id":"r","custom_id":%q,"response":{"status_code":400,"body":{"error":{"message":"bad"}}},"error":null}`+"\n", l.CustomID)
 		default:
-			fmt.Fprintf(&out, `{"id":"r","custom_id":%q,"response":{"status_code":200,"request_id":"q","body":{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}},"error":null}`+"\n", l.CustomID)
+			fmt.Fprintf(&out, `{"id":"r","custom_id":%q,"response":{"status_code":200,"request_id":"q","body":{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":3}}}},"error":null}`+"\n", l.CustomID)
 		}
 		n++
 	}

@@ -133,6 +133,9 @@ func New(rep *replica.Replica, cfg Config) *Proxy {
 			Help: "Calls through the OpenAI-compatible proxy by outcome (settled, usage_clamped: settled at the bound of usage the upstream overstated, released, refused, invalid, busy: not estimated in time, upstream_error).",
 		}, []string{"outcome"})}
 	rep.Registry.MustRegister(p.calls)
+	if rep.Batches != nil {
+		rep.Registry.MustRegister(newBatchMetrics(rep.Batches))
+	}
 	return p
 }
 

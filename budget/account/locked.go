@@ -32,6 +32,14 @@ type LockedEntry struct {
 	Estimate, Actual *int64
 	Actor, Reason    string
 	Detail           string // JSON
+	// MoneyMicro is the entry's money, as an admission's entries carry
+	// theirs: a reserve's estimate, a settle's actual - estimate, a
+	// refund's -estimate (nil: no money).
+	MoneyMicro *int64
+	// Money, when set, is counted in the money windows of the tenant and
+	// its ancestors (LockedMoney); each ancestor gets an entry of the same
+	// kind, ref and money in its own chain, as an admission's levels do.
+	Money *LockedMoney
 }
 
 // LockedFunc is a change decided under a tenant's row lock, at now (the
@@ -82,9 +90,14 @@ func (s *Store) locked(ctx context.Context, tenantID, keyID string, admit bool, 
 			return rows.Err()
 		}
 	}
-	tx, t, now, err := s.lockTenant(ctx, tenantID, extra, readExtra)
+	tx, ts, now, err := s.lockTenants(ctx, []string{tenantID}, extra, readExtra)
 	if err != nil {
 		return err
+	}
+	t, ok := ts[tenantID]
+	if !ok {
+		tx.abort()
+		return rule.ErrTenantNotFound
 	}
 	switch {
 	case admit && t.disabled:
@@ -109,12 +122,29 @@ func (s *Store) locked(ctx context.Context, tenantID, keyID string, admit bool, 
 		return nil
 	}
 	w := &writes{}
+	chain := make([]*tenant, 0, len(t.path)+1)
+	for _, id := range t.path {
+		if a, ok := ts[id]; ok {
+			chain = append(chain, a)
+		}
+	}
+	chain = append(chain, t)
 	for _, le := range entries {
-		e := t.entry(le.Kind, now, le.Actor)
-		e.AdmissionID, e.Model, e.Estimate, e.Actual = le.Ref, le.Model, le.Estimate, le.Actual
-		e.Reason, e.Detail = le.Reason, le.Detail
-		t.seal(e)
-		w.entry(t, e)
+		levels := []*tenant{t}
+		if le.Money != nil {
+			if err := applyMoney(chain, *le.Money, now); err != nil {
+				tx.abort()
+				return err
+			}
+			levels = chain
+		}
+		for _, lv := range levels {
+			e := lv.entry(le.Kind, now, le.Actor)
+			e.AdmissionID, e.Model, e.Estimate, e.Actual = le.Ref, le.Model, le.Estimate, le.Actual
+			e.Reason, e.Detail, e.MoneyMicro = le.Reason, le.Detail, le.MoneyMicro
+			lv.seal(e)
+			w.entry(lv, e)
+		}
 	}
 	return tx.commit(ctx, w)
 }

@@ -57,6 +57,10 @@ type DriftRow struct {
 	EstimatedMoneyMicro Total `json:"estimated_money_micro" db:"estimated_money_micro"`
 	ActualMoneyMicro    Total `json:"actual_money_micro" db:"actual_money_micro"`
 	MoneyDriftMicro     Total `json:"money_drift_micro" db:"money_drift_micro"`
+	// Batch: the row reports batch lines (budget/batch's Drift), each
+	// counted as an admission, costs in the allowance's units and money at
+	// the batch price; false for admissions.
+	Batch bool `json:"batch,omitempty" db:"-"`
 }
 
 // DriftReport reconciles estimates against actual usage per tenant and

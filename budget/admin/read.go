@@ -27,9 +27,19 @@ func (s *Service) LedgerVerify(ctx context.Context, tenantID string) ([]account.
 	return s.store.Audit(ctx, tenantID)
 }
 
-// DriftReport returns how far estimates were from actual usage.
+// DriftReport returns how far estimates were from actual usage: the
+// admissions' rows, then the batch lines' (DriftRow.Batch), so that a
+// tenant's spend in the report includes its batches.
 func (s *Service) DriftReport(ctx context.Context, p account.DriftParams) ([]account.DriftRow, error) {
-	return s.store.DriftReport(ctx, p)
+	rows, err := s.store.DriftReport(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	batches, err := s.batches.Drift(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, batches...), nil
 }
 
 // Spend is the money each window of some tenants moved in its span.

@@ -5,8 +5,8 @@
 //
 //   - The allowance is a capacity, not a rate: a tenant's open batches
 //     hold at most capacity_micro at once. A batch's whole estimate, every
-//     line as its single request would be estimated, at batch prices
-//     (PriceMicro), is taken when it is created and given back line by
+//     line as its single request would be estimated, at the batch
+//     discount (PriceMicro), is taken when it is created and given back line by
 //     line as its lines settle or are refunded; time alone never refills
 //     it.
 //   - Every change of an allowance, a batch or its lines happens under the
@@ -22,7 +22,15 @@
 //   - A batch is held for its completion window (24 h); the sweeper
 //     (ExpireOverdue) refunds the lines of a batch still open after it.
 //
-// The spend of a settled line is recorded (its actual cost at batch
-// prices), not charged to the per-minute buckets nor the period windows:
-// batches are admitted by their allowance alone.
+// Money (money.go): a batch's lines are priced at the batch price
+// (estimator.PriceBook.AtBatch), reserved with the batch in the money
+// windows of the tenant and its ancestors under the same lock
+// (account.LockedMoney: a batch that does not fit an enforced money
+// window is refused whole), and corrected line by line as they settle or
+// are refunded; the entries carry that money. The per-minute buckets and
+// the token windows are never moved: a batch is admitted by its allowance
+// and its money.
+//
+// Housekeeping (housekeeping.go): file records are purged after their
+// retention by the sweeper; Stats counts batches and lines for metrics.
 package batch

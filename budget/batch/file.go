@@ -36,12 +36,19 @@ type PlannedLine struct {
 	InputWeightMicro, OutputWeightMicro int64
 	// ReservedMicro is its estimate at batch prices (PriceMicro).
 	ReservedMicro int64
+	// MoneyMicro is its estimate's money at the batch price (Prices.Line);
+	// nil: its model has no price.
+	MoneyMicro *int64
 }
 
 // Plan is a batch's lines, estimated and checked.
 type Plan struct {
 	Lines         []PlannedLine
 	ReservedMicro int64
+	// MoneyMicro is its priced lines' money; Unpriced a model of a line
+	// without a price ("" for none).
+	MoneyMicro int64
+	Unpriced   string
 }
 
 // MaxLines bounds a batch's lines: the most either provider takes
@@ -73,6 +80,10 @@ func (s *Service) Plan(ctx context.Context, tenantID, keyID string, lines []Line
 	if len(lines) > MaxLines {
 		return nil, &LineError{Line: MaxLines + 1, Field: "file", Reason: fmt.Sprintf("holds more than %d requests", MaxLines)}
 	}
+	pr, err := s.prices(ctx)
+	if err != nil {
+		return nil, err
+	}
 	plan := &Plan{Lines: make([]PlannedLine, 0, len(lines))}
 	seen := make(map[string]bool, len(lines))
 	for i, l := range lines {
@@ -97,6 +108,17 @@ func (s *Service) Plan(ctx context.Context, tenantID, keyID string, lines []Line
 		pl := PlannedLine{CustomID: l.CustomID, Model: est.Model, InputTokens: est.InputTokens, OutputTokens: est.OutputTokens,
 			InputWeightMicro: est.InputWeightMicro, OutputWeightMicro: est.OutputWeightMicro,
 			ReservedMicro: PriceMicro(est.InputTokens, est.OutputTokens, est.InputWeightMicro, est.OutputWeightMicro)}
+		if pl.MoneyMicro, err = pr.estimate(est); err != nil {
+			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "file", Reason: err.Error()}
+		}
+		if pl.MoneyMicro == nil && plan.Unpriced == "" {
+			plan.Unpriced = est.Model
+		}
+		if m := pl.MoneyMicro; m != nil && plan.MoneyMicro > math.MaxInt64-*m {
+			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "file", Reason: "the batch's money is beyond any budget"}
+		} else if m != nil {
+			plan.MoneyMicro += *m
+		}
 		if plan.ReservedMicro > math.MaxInt64-pl.ReservedMicro {
 			return nil, &LineError{Line: n, CustomID: l.CustomID, Field: "file", Reason: "the batch's estimate is beyond any allowance"}
 		}
@@ -121,9 +143,11 @@ func (s *Service) FileRecord(ctx context.Context, p FileParams) error {
 	n := len(p.Plan.Lines)
 	idx, ids, models := make([]int32, n), make([]string, n), make([]string, n)
 	in, out, win, wout, res := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	money := make([]*int64, n)
 	for i, l := range p.Plan.Lines {
 		idx[i], ids[i], models[i] = int32(i+1), l.CustomID, l.Model
 		in[i], out[i], win[i], wout[i], res[i] = l.InputTokens, l.OutputTokens, l.InputWeightMicro, l.OutputWeightMicro, l.ReservedMicro
+		money[i] = l.MoneyMicro
 	}
 	now, err := s.now(ctx)
 	if err != nil {
@@ -133,7 +157,7 @@ func (s *Service) FileRecord(ctx context.Context, p FileParams) error {
 		if _, err := tx.Exec(ctx, fileInsertSQL, p.Provider, p.FileID, p.TenantID, p.Endpoint, n, now); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, fileLinesInsertSQL, p.Provider, p.FileID, idx, ids, models, in, out, win, wout, res)
+		_, err := tx.Exec(ctx, fileLinesInsertSQL, p.Provider, p.FileID, idx, ids, models, in, out, win, wout, res, money)
 		return err
 	})
 	if err != nil {
@@ -147,12 +171,16 @@ type File struct {
 	Endpoint      string
 	Lines         int
 	ReservedMicro int64
+	// MoneyMicro is its priced lines' money; Unpriced a model of a line
+	// without a price ("" for none).
+	MoneyMicro int64
+	Unpriced   string
 }
 
 // FileOf reads a tenant's input file. It returns ErrFileNotFound.
 func (s *Service) FileOf(ctx context.Context, provider, fileID, tenantID string) (File, error) {
 	var f File
-	err := s.store.Pool().QueryRow(ctx, fileGetSQL, provider, fileID, tenantID).Scan(&f.Endpoint, &f.Lines, &f.ReservedMicro)
+	err := s.store.Pool().QueryRow(ctx, fileGetSQL, provider, fileID, tenantID).Scan(&f.Endpoint, &f.Lines, &f.ReservedMicro, &f.MoneyMicro, &f.Unpriced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return File{}, ErrFileNotFound
 	}

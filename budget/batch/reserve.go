@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
 
@@ -44,25 +45,36 @@ type Batch struct {
 	ID            string
 	Lines         int
 	ReservedMicro int64
-	ExpiresAt     time.Time
+	// MoneyMicro is its priced lines' money at the batch price, counted
+	// in the tenant's money windows.
+	MoneyMicro int64
+	ExpiresAt  time.Time
 	// EnqueuedMicro and CapacityMicro are the allowance after the reserve.
 	EnqueuedMicro, CapacityMicro int64
 }
 
 // Reserve takes a batch's whole estimate from the tenant's allowance,
 // under its row lock, and records the batch and its lines, with a
-// batch_reserve entry, held for CompletionWindow. Nothing is taken from a
-// batch refused. It returns ErrNoAllowance, ErrFileNotFound, an
-// *AllowanceError, a *LineError wrapping a *rule.ModelNotAllowedError (the
-// lines' models are checked again under the lock, against the key that
-// creates the batch: scope.go), rule.ErrTenantNotFound,
-// rule.ErrTenantDisabled or rule.ErrKeyRevoked (the key is checked under
-// the lock, as an admission's).
+// batch_reserve entry carrying its money, held for CompletionWindow; its
+// money is taken from the money windows of the tenant and its ancestors
+// in the same transaction. Nothing is taken from a batch refused. It
+// returns ErrNoAllowance, ErrFileNotFound, an *AllowanceError, a *LineError
+// wrapping a *rule.ModelNotAllowedError (the lines' models are checked
+// again under the lock, against the key that creates the batch:
+// scope.go), a *rule.BudgetExhaustedError naming the money window that
+// cannot hold the batch's money (or a *rule.TooLargeError, or
+// rule.RequirePrice's error for a line of a model without a price),
+// rule.ErrTenantNotFound, rule.ErrTenantDisabled or rule.ErrKeyRevoked
+// (the key is checked under the lock, as an admission's).
 func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 	if (p.FileID == "") == (p.Plan == nil) {
 		return Batch{}, errors.New("batch: a reserve names a file or a plan")
 	}
 	id, err := newID()
+	if err != nil {
+		return Batch{}, err
+	}
+	currency, err := estimator.PriceCurrency(ctx, s.store.Pool())
 	if err != nil {
 		return Batch{}, err
 	}
@@ -75,12 +87,12 @@ func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 		if !found {
 			return nil, ErrNoAllowance
 		}
-		lines, need := 0, int64(0)
+		lines, need, money, unpriced := 0, int64(0), int64(0), ""
 		if p.Plan != nil {
-			lines, need = len(p.Plan.Lines), p.Plan.ReservedMicro
+			lines, need, money, unpriced = len(p.Plan.Lines), p.Plan.ReservedMicro, p.Plan.MoneyMicro, p.Plan.Unpriced
 		} else {
 			var endpoint string
-			err := q.QueryRow(ctx, fileGetSQL, p.Provider, p.FileID, p.TenantID).Scan(&endpoint, &lines, &need)
+			err := q.QueryRow(ctx, fileGetSQL, p.Provider, p.FileID, p.TenantID).Scan(&endpoint, &lines, &need, &money, &unpriced)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, ErrFileNotFound
 			}
@@ -95,13 +107,13 @@ func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 		if need > capMicro || a.EnqueuedMicro+need > capMicro {
 			return nil, &AllowanceError{NeedMicro: need, EnqueuedMicro: a.EnqueuedMicro, CapacityMicro: capMicro, Never: need > capMicro}
 		}
-		b = Batch{ID: id, Lines: lines, ReservedMicro: need, ExpiresAt: now.Add(CompletionWindow),
+		b = Batch{ID: id, Lines: lines, ReservedMicro: need, MoneyMicro: money, ExpiresAt: now.Add(CompletionWindow),
 			EnqueuedMicro: a.EnqueuedMicro + need, CapacityMicro: capMicro}
 		var file *string
 		if p.FileID != "" {
 			file = &p.FileID
 		}
-		if _, err := q.Exec(ctx, batchInsertSQL, id, p.Provider, p.TenantID, p.KeyID, file, lines, need, now, b.ExpiresAt); err != nil {
+		if _, err := q.Exec(ctx, batchInsertSQL, id, p.Provider, p.TenantID, p.KeyID, file, lines, need, now, b.ExpiresAt, money); err != nil {
 			return nil, fmt.Errorf("batch: insert: %w", err)
 		}
 		if err := insertLines(ctx, q, id, p); err != nil {
@@ -111,13 +123,20 @@ func (s *Service) Reserve(ctx context.Context, p ReserveParams) (Batch, error) {
 			return nil, fmt.Errorf("batch: enqueue: %w", err)
 		}
 		detail, err := json.Marshal(map[string]any{"event": "reserve", "provider": p.Provider, "file": p.FileID, "lines": lines,
-			"reserved_micro": need, "enqueued_micro": b.EnqueuedMicro, "capacity_micro": capMicro, "expires_at": b.ExpiresAt})
+			"reserved_micro": need, "enqueued_micro": b.EnqueuedMicro, "capacity_micro": capMicro, "expires_at": b.ExpiresAt,
+			"money_micro": money, "currency": currency})
 		if err != nil {
 			return nil, fmt.Errorf("batch: encode: %w", err)
 		}
-		return []account.LockedEntry{{Kind: ledger.KindBatchReserve, Ref: id, Estimate: units(need), Actor: p.Actor,
-			Reason: fmt.Sprintf("batch of %d requests reserved at batch prices", lines), Detail: string(detail)}}, nil
+		e := account.LockedEntry{Kind: ledger.KindBatchReserve, Ref: id, Estimate: units(need), Actor: p.Actor,
+			Reason: fmt.Sprintf("batch of %d requests reserved at batch prices", lines), Detail: string(detail)}
+		if money > 0 || unpriced != "" {
+			e.MoneyMicro = &money
+			e.Money = &account.LockedMoney{Reserve: money, Currency: currency, Unpriced: unpriced}
+		}
+		return []account.LockedEntry{e}, nil
 	})
+	s.stats.created(p.Provider, err)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -134,11 +153,13 @@ func insertLines(ctx context.Context, q account.LockedQuerier, id string, p Rese
 	n := len(p.Plan.Lines)
 	ids, models := make([]string, n), make([]string, n)
 	in, out, win, wout, res := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	money := make([]*int64, n)
 	for i, l := range p.Plan.Lines {
 		ids[i], models[i] = l.CustomID, l.Model
 		in[i], out[i], win[i], wout[i], res[i] = l.InputTokens, l.OutputTokens, l.InputWeightMicro, l.OutputWeightMicro, l.ReservedMicro
+		money[i] = l.MoneyMicro
 	}
-	if _, err := q.Exec(ctx, batchLinesInsertSQL, id, ids, models, in, out, win, wout, res); err != nil {
+	if _, err := q.Exec(ctx, batchLinesInsertSQL, id, ids, models, in, out, win, wout, res, money); err != nil {
 		return fmt.Errorf("batch: insert lines: %w", err)
 	}
 	return nil

@@ -22,19 +22,14 @@ const (
 // within 24 h.
 const CompletionWindow = 24 * time.Hour
 
-// The batch price is the model's price times PriceNumerator/PriceDenominator
-// (both providers charge batches half). It is applied here and nowhere
-// else; once price rows carry a batch service tier, PriceMicro reads it.
-const (
-	PriceNumerator   = 1
-	PriceDenominator = 2
-)
-
-// PriceMicro is the batch price of in and out tokens at the weights given,
-// in micro cost units: estimator.Cost at the batch factor.
+// PriceMicro is what a batch's tokens take from its allowance: in and
+// out tokens at the weights given (estimator.Cost), at the providers'
+// batch discount (estimator.BatchDiscountPercent, defined once), in micro
+// cost units. The allowance counts tokens, not money: a batch's money is
+// priced from the price table (money.go).
 func PriceMicro(in, out, inWeightMicro, outWeightMicro int64) int64 {
 	c := min(estimator.Cost(in, out, inWeightMicro, outWeightMicro), int64(rule.MaxAmount))
-	return c * rule.Micro * PriceNumerator / PriceDenominator
+	return c * rule.Micro * estimator.BatchDiscountPercent / 100
 }
 
 // Config configures a Service. Store is required.
@@ -50,6 +45,7 @@ type Config struct {
 type Service struct {
 	store *account.Store
 	est   *estimator.Estimator
+	stats *stats
 }
 
 // New returns a Service on cfg.
@@ -60,7 +56,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Estimator == nil {
 		cfg.Estimator = estimator.New(nil)
 	}
-	return &Service{store: cfg.Store, est: cfg.Estimator}, nil
+	return &Service{store: cfg.Store, est: cfg.Estimator, stats: &stats{}}, nil
 }
 
 // Errors of the batch use case.

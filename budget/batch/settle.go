@@ -47,6 +47,12 @@ type Result struct {
 	CustomID      string
 	Succeeded     bool
 	Input, Output int64
+	// CacheRead, CacheWrite5m and CacheWrite1h are the parts of Input
+	// read from and written to the provider's prompt cache (OpenAI's
+	// prompt_tokens_details.cached_tokens; Anthropic's cache reads and
+	// writes, which its face adds to Input): priced at the model's cache
+	// weights and prices, as a single request's are.
+	CacheRead, CacheWrite5m, CacheWrite1h int64
 	// AtEstimate: it succeeded but reported no usage, so its estimate
 	// stands (as a single call's does).
 	AtEstimate bool
@@ -76,6 +82,12 @@ type Summary struct {
 	// their reservation. Micro-units at batch prices.
 	Settled, Refunded                        int
 	SettledMicro, ActualMicro, RefundedMicro int64
+	// The money of the priced lines: the settled ones' reservation and
+	// actual cost, the refunded ones' reservation (micro-units of the
+	// deployment's currency, at the batch price).
+	SettledMoney, ActualMoney, RefundedMoney int64
+	// priced: some line ended has a price (its entries carry money).
+	priced bool
 }
 
 // End ends a batch under its tenant's row lock: each line still enqueued
@@ -97,8 +109,12 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 		missing = p.Status
 	}
 	table := s.est.Table()
+	book, err := s.store.PriceBook(ctx)
+	if err != nil {
+		return Summary{}, err
+	}
 	var sum Summary
-	err := s.store.Locked(ctx, p.TenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time) ([]account.LockedEntry, error) {
+	err = s.store.Locked(ctx, p.TenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time) ([]account.LockedEntry, error) {
 		sum = Summary{}
 		var state, provider, upstream, outcome string
 		var lines int
@@ -124,7 +140,7 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 		}
 		open, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PlannedLine, error) {
 			var l PlannedLine
-			err := r.Scan(&l.CustomID, &l.Model, &l.InputTokens, &l.OutputTokens, &l.InputWeightMicro, &l.OutputWeightMicro, &l.ReservedMicro)
+			err := r.Scan(&l.CustomID, &l.Model, &l.InputTokens, &l.OutputTokens, &l.InputWeightMicro, &l.OutputWeightMicro, &l.ReservedMicro, &l.MoneyMicro)
 			return l, err
 		})
 		if err != nil {
@@ -133,6 +149,8 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 		n := len(open)
 		ids, states, outcomes := make([]string, n), make([]string, n), make([]string, n)
 		ain, aout, amicro := make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		amoney, cread, cw5, cw1 := make([]*int64, n), make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		prices := linePrices{book: book, at: created}
 		outcomeCounts := map[string]int{}
 		var given int64
 		for i, l := range open {
@@ -150,20 +168,45 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 				outcomeCounts[outcomes[i]]++
 				sum.Refunded++
 				sum.RefundedMicro += l.ReservedMicro
+				if l.MoneyMicro != nil {
+					sum.RefundedMoney += *l.MoneyMicro
+					sum.priced = true
+				}
 				continue
 			}
 			if r.AtEstimate {
-				r.Input, r.Output = l.InputTokens, l.OutputTokens
+				r.Input, r.Output, r.CacheRead, r.CacheWrite5m, r.CacheWrite1h = l.InputTokens, l.OutputTokens, 0, 0, 0
 			}
 			in, out, _ := account.SettleBounds(estimator.Estimate{Model: l.Model, InputTokens: l.InputTokens, OutputTokens: l.OutputTokens}, table).Clamp(r.Input, r.Output)
-			actual := PriceMicro(in, out, l.InputWeightMicro, l.OutputWeightMicro)
+			cache := cacheParts(in, estimator.CacheUsage{Read: r.CacheRead, Write5m: r.CacheWrite5m, Write1h: r.CacheWrite1h})
+			weighted := in
+			if cache != (estimator.CacheUsage{}) {
+				m, _ := table.Lookup(l.Model)
+				weighted = m.EffectiveCacheInput(in, cache)
+			}
+			actual := PriceMicro(weighted, out, l.InputWeightMicro, l.OutputWeightMicro)
 			states[i], outcomes[i] = "settled", Succeeded
 			ain[i], aout[i], amicro[i] = &in, &out, &actual
+			cread[i], cw5[i], cw1[i] = &cache.Read, &cache.Write5m, &cache.Write1h
 			sum.Settled++
 			sum.SettledMicro += l.ReservedMicro
 			sum.ActualMicro += actual
+			if l.MoneyMicro != nil {
+				m, err := prices.cost(l.Model, estimator.MoneyUsage{Input: in, CachedRead: cache.Read, CacheWrite5m: cache.Write5m,
+					CacheWrite1h: cache.Write1h, Output: out})
+				if err != nil {
+					return nil, err
+				}
+				if m == nil { // the rows are append-only: the price the line was planned at is still there
+					return nil, fmt.Errorf("batch: %s lost its price", l.Model)
+				}
+				amoney[i] = m
+				sum.SettledMoney += *l.MoneyMicro
+				sum.ActualMoney += *m
+				sum.priced = true
+			}
 		}
-		if _, err := q.Exec(ctx, batchLinesEndSQL, p.BatchID, ids, states, outcomes, ain, aout, amicro); err != nil {
+		if _, err := q.Exec(ctx, batchLinesEndSQL, p.BatchID, ids, states, outcomes, ain, aout, amicro, amoney, cread, cw5, cw1); err != nil {
 			return nil, fmt.Errorf("batch: end lines: %w", err)
 		}
 		if _, err := q.Exec(ctx, allowanceEnqueueSQL, p.TenantID, -given); err != nil {
@@ -172,34 +215,52 @@ func (s *Service) End(ctx context.Context, p EndParams) (Summary, error) {
 		if _, err := q.Exec(ctx, batchEndSQL, p.BatchID, now, p.Status, append([]string{}, p.Files...)); err != nil {
 			return nil, fmt.Errorf("batch: end: %w", err)
 		}
-		return s.endEntries(p, sum, outcomeCounts)
+		return s.endEntries(p, sum, outcomeCounts, created)
 	})
+	if err == nil {
+		s.stats.ended(p.Status, sum)
+	}
 	return sum, err
 }
 
 // endEntries are the entries of a batch's end: batch_settle for its lines
 // with usage, batch_refund for the others (none for no such line).
-func (s *Service) endEntries(p EndParams, sum Summary, outcomes map[string]int) ([]account.LockedEntry, error) {
+func (s *Service) endEntries(p EndParams, sum Summary, outcomes map[string]int, created time.Time) ([]account.LockedEntry, error) {
 	var out []account.LockedEntry
+	// money is the entry's money moved and windows' correction: estimate
+	// ends as actual (0: refunded).
+	money := func(e *account.LockedEntry, estimate, actual int64) {
+		if !sum.priced {
+			return
+		}
+		moved := actual - estimate
+		e.MoneyMicro = &moved
+		e.Money = &account.LockedMoney{End: true, Estimate: estimate, Actual: actual, ReservedAt: created}
+	}
 	if sum.Settled > 0 {
 		detail, err := json.Marshal(map[string]any{"event": "settle", "status": p.Status, "lines": sum.Settled,
-			"reserved_micro": sum.SettledMicro, "actual_micro": sum.ActualMicro})
+			"reserved_micro": sum.SettledMicro, "actual_micro": sum.ActualMicro,
+			"money_micro": sum.SettledMoney, "actual_money_micro": sum.ActualMoney})
 		if err != nil {
 			return nil, fmt.Errorf("batch: encode: %w", err)
 		}
-		out = append(out, account.LockedEntry{Kind: ledger.KindBatchSettle, Ref: p.BatchID, Estimate: units(sum.SettledMicro),
+		e := account.LockedEntry{Kind: ledger.KindBatchSettle, Ref: p.BatchID, Estimate: units(sum.SettledMicro),
 			Actual: units(sum.ActualMicro), Actor: p.Actor, Reason: fmt.Sprintf("%d requests settled from the batch's output (%s)", sum.Settled, p.Status),
-			Detail: string(detail)})
+			Detail: string(detail)}
+		money(&e, sum.SettledMoney, sum.ActualMoney)
+		out = append(out, e)
 	}
 	if sum.Refunded > 0 {
 		detail, err := json.Marshal(map[string]any{"event": "refund", "status": p.Status, "lines": sum.Refunded,
-			"reserved_micro": sum.RefundedMicro, "outcomes": outcomes})
+			"reserved_micro": sum.RefundedMicro, "money_micro": sum.RefundedMoney, "outcomes": outcomes})
 		if err != nil {
 			return nil, fmt.Errorf("batch: encode: %w", err)
 		}
 		zero := int64(0)
-		out = append(out, account.LockedEntry{Kind: ledger.KindBatchRefund, Ref: p.BatchID, Estimate: units(sum.RefundedMicro),
-			Actual: &zero, Actor: p.Actor, Reason: fmt.Sprintf("%d requests refunded (%s)", sum.Refunded, p.Status), Detail: string(detail)})
+		e := account.LockedEntry{Kind: ledger.KindBatchRefund, Ref: p.BatchID, Estimate: units(sum.RefundedMicro),
+			Actual: &zero, Actor: p.Actor, Reason: fmt.Sprintf("%d requests refunded (%s)", sum.Refunded, p.Status), Detail: string(detail)}
+		money(&e, sum.RefundedMoney, 0)
+		out = append(out, e)
 	}
 	return out, nil
 }

@@ -82,7 +82,11 @@ func (c ledgerReportCmd) Run(ctx context.Context, g *globals) error {
 		w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "TENANT\tMODEL\tADMISSIONS\tEST IN\tEST OUT\tACT IN\tACT OUT\tMEAN ERR\tP95 |ERR|\tEXPIRED\tREFUNDED\tEXTRA\tEST MONEY\tACT MONEY\tMONEY DRIFT")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\t%s\t%s\t%s\n", r.TenantID, r.Model, r.Admissions,
+			model := r.Model
+			if r.Batch {
+				model += " (batch)" // its batch lines, beside its admissions
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%+.1f%%\t%.1f%%\t%d\t%s\t%s\t%s\t%s\t%s\n", r.TenantID, model, r.Admissions,
 				r.EstimatedInput, r.EstimatedOutput, r.ActualInput, r.ActualOutput, 100*r.MeanRelativeError, 100*r.P95AbsRelativeErr,
 				r.Expired, r.RefundedMicro.Tokens(), r.ExtraChargedMicro.Tokens(),
 				r.EstimatedMoneyMicro.Tokens(), r.ActualMoneyMicro.Tokens(), r.MoneyDriftMicro.Tokens())

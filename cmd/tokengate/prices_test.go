@@ -63,12 +63,12 @@ func TestPricesCommands(t *testing.T) {
 		t.Fatalf("import --file: %q %q", out, notes)
 	}
 
-	out, _ = must("prices", "list", "--model", "gpt-4o")
+	out, _ = must("prices", "list", "--model", "gpt-4o", "--service-tier", "default") // the file prices its batch and priority tiers too
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "MODEL") || strings.Fields(lines[1])[1] != "default" || strings.Fields(lines[1])[3] != "2" || strings.Fields(lines[1])[5] != "1.25" {
 		t.Fatalf("list --model gpt-4o: %q", out)
 	}
-	out, _ = must("prices", "list", "--model", "gpt-4o", "--at", firstImport.UTC().Format(time.RFC3339Nano))
+	out, _ = must("prices", "list", "--model", "gpt-4o", "--service-tier", "default", "--at", firstImport.UTC().Format(time.RFC3339Nano))
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[1])[3] != "2.5" {
 		t.Fatalf("list --at the first import: %q", out)
 	}
@@ -102,12 +102,13 @@ func TestPricesCommands(t *testing.T) {
 	// A price per service tier: added with --service-tier, listed by it;
 	// an unknown tier is refused, naming it.
 	must("prices", "add", "gpt-4o", "--service-tier", "flex", "--input", "1.25", "--output", "5")
-	out, _ = must("prices", "list", "--model", "gpt-4o")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || strings.Fields(lines[2])[1] != "flex" || strings.Fields(lines[2])[3] != "1.25" {
+	out, _ = must("prices", "list", "--model", "gpt-4o", "--service-tier", "flex")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[1])[1] != "flex" || strings.Fields(lines[1])[3] != "1.25" {
 		t.Fatalf("list with a flex price: %q", out)
 	}
 	out, _ = must("prices", "list", "--service-tier", "flex")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || strings.Fields(lines[1])[0] != "gpt-4o" {
+	// gpt-4o's, and the seeded o4-mini's.
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 3 || strings.Fields(lines[1])[0] != "gpt-4o" || strings.Fields(lines[2])[0] != "o4-mini" {
 		t.Fatalf("list --service-tier flex: %q", out)
 	}
 	for _, args := range [][]string{

@@ -195,6 +195,14 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		if n > 0 {
 			logger.Info("expired batches", "count", n)
 		}
+		if err != nil {
+			return err
+		}
+		// Batch file records past their retention: purged.
+		n, err = rep.Batches.PurgeFiles(ctx, 1000)
+		if n > 0 {
+			logger.Info("purged batch files", "count", n)
+		}
 		return err
 	})
 	periodic(s.ModelRefresh, "model refresh", refresh.Once)
