@@ -50,6 +50,9 @@ var layout = map[string][]string{
 	// (their tables and SQL), reserved through the store under the tenant
 	// row lock.
 	"budget/batch": {"budget/account", "budget/rule", "estimator", "ledger"},
+	// Quota leasing: leases and their journal (their tables and SQL),
+	// taken, renewed and ended through the store under the tree's locks.
+	"budget/lease": {"budget/account", "budget/rule", "ledger"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
 	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/rule", "estimator", "ledger"},
