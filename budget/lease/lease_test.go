@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -294,4 +295,93 @@ func TestDeadHolderGivesBackAtTTL(t *testing.T) {
 	if err := dead.Admit(ctx, adm("zombie", 20)); !errors.Is(err, lease.ErrExhausted) {
 		t.Fatalf("the dead holder's admission: %v, want ErrExhausted", err)
 	}
+}
+
+// A lease ended while its journal is busy: every admission the journal
+// accepted is booked in the ledger by the end, none is accepted after it,
+// and the end gives back exactly the slice less what was accepted.
+func TestEndWithAdmissionsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 100000, TokensRateMicro: tok})
+	other := b.replica(t, "r1", 4)
+	for round, end := range []string{"return", "sweep"} {
+		l, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 5000 * tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var accepted, refused atomic.Int64
+		started := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					if w == 0 && i == 20 {
+						close(started)
+					}
+					err := b.r.journal.Append(ctx, l.ID, adm(fmt.Sprintf("%d-%d-%d", round, w, i), 3))
+					if errors.Is(err, lease.ErrOver) {
+						refused.Add(1)
+						return
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					accepted.Add(3 * tok)
+				}
+			}()
+		}
+		<-started // the journal is busy with this lease
+		var unused int64
+		if end == "return" {
+			unused, err = other.leases.Return(ctx, l.ID)
+		} else {
+			b.advance(10 * time.Second)
+			var n int
+			n, err = other.leases.Sweep(ctx, 10)
+			if n != 1 {
+				t.Fatalf("swept %d leases, want 1", n)
+			}
+			unused = -1
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if refused.Load() != 8 {
+			t.Fatalf("%s: %d appenders refused, want all 8", end, refused.Load())
+		}
+		if unused >= 0 && unused != 5000*tok-accepted.Load() {
+			t.Fatalf("%s gave back %d, want the slice less the %d accepted", end, unused, accepted.Load())
+		}
+		var booked, used int64
+		if err := b.r.pool.QueryRow(ctx, "SELECT booked_micro, used_micro FROM leases WHERE id = $1", l.ID).Scan(&booked, &used); err != nil {
+			t.Fatal(err)
+		}
+		_, _, est := b.kindSumRef(t, "acme", l.ID)
+		if booked != accepted.Load() || used != booked || est*tok != accepted.Load() {
+			t.Fatalf("%s: accepted %d, used %d, booked %d, in the ledger %d", end, accepted.Load(), used, booked, est*tok)
+		}
+		if _, gave, _ := b.kindSum(t, "acme", ledger.KindLeaseReturn); round == 1 && gave <= 0 {
+			t.Fatalf("no lease_return entry after the sweep")
+		}
+		b.verify(t, "acme")
+	}
+}
+
+// kindSumRef is the count, deltas and estimates of the reserve entries a
+// lease's reconciles appended (their detail names the lease).
+func (b *testBundle) kindSumRef(t *testing.T, id, leaseID string) (n, delta, estimate int64) {
+	t.Helper()
+	err := b.r.pool.QueryRow(context.Background(),
+		"SELECT count(*), coalesce(sum(delta_micro), 0), coalesce(sum(estimate), 0) FROM ledger_entries WHERE tenant_id = $1 AND kind = 'reserve' AND detail::jsonb->>'lease' = $2",
+		id, leaseID).Scan(&n, &delta, &estimate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, delta, estimate
 }
