@@ -47,6 +47,17 @@ CREATE TABLE lease_admissions (
 );
 CREATE INDEX lease_admissions_unbooked_idx ON lease_admissions (lease_id, seq) WHERE NOT booked;
 
+-- A tenant's lease mode (budget/lease, mode.go): off (no row, the default)
+-- or auto (its replicas lease its budget when no level of its tree has a
+-- rule only exact mode keeps). Written under the tenant's row lock with a
+-- limits entry.
+CREATE TABLE lease_modes (
+    tenant_id  text        PRIMARY KEY REFERENCES tenants (id),
+    mode       text        NOT NULL CHECK (mode IN ('off', 'auto')),
+    updated_at timestamptz NOT NULL,
+    actor      text        NOT NULL
+);
+
 -- The ledger tells a lease's story in kinds of its own (admission_id is
 -- the lease's id): lease_take (the pre-debit), lease_return (what was not
 -- used, refunded by a return or at expiry). An admission made from a lease
@@ -62,5 +73,6 @@ ALTER TABLE ledger_entries DROP CONSTRAINT ledger_entries_kind_check;
 ALTER TABLE ledger_entries ADD CONSTRAINT ledger_entries_kind_check
     CHECK (kind IN ('reserve', 'settle', 'release', 'expire', 'adjust', 'limits', 'tenant',
                     'batch_reserve', 'batch_settle', 'batch_refund'));
+DROP TABLE lease_modes;
 DROP TABLE lease_admissions;
 DROP TABLE leases;
