@@ -55,7 +55,7 @@ var layout = map[string][]string{
 	"budget/lease": {"budget/account", "budget/rule", "ledger"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
-	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/rule", "estimator", "ledger"},
+	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/rule", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
 	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.

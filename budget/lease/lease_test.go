@@ -82,8 +82,8 @@ func (b *testBundle) balance(t *testing.T, id string) int64 {
 	return v
 }
 
-// verify checks the tenant's chain and that its stored balance is the
-// chain's, and returns the tally.
+// verify checks the tenant's chain, that its stored balance is the
+// chain's, and the audit `ledger verify` runs, and returns the tally.
 func (b *testBundle) verify(t *testing.T, id string) ledger.Tally {
 	t.Helper()
 	tally, err := ledger.Verify(context.Background(), b.r.pool, id)
@@ -92,6 +92,12 @@ func (b *testBundle) verify(t *testing.T, id string) ledger.Tally {
 	}
 	if got := b.balance(t, id); got != tally.BalanceMicro {
 		t.Fatalf("%s: stored balance %d, the chain's %d", id, got, tally.BalanceMicro)
+	}
+	// What `tokengate ledger verify` runs: the chain, and the row's head
+	// and balance against it.
+	res, err := b.r.acct.Audit(context.Background(), id)
+	if err != nil || len(res) != 1 || !res[0].OK || res[0].Entries != tally.Entries {
+		t.Fatalf("audit %s: %+v, %v", id, res, err)
 	}
 	return tally
 }
