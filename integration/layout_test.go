@@ -66,7 +66,7 @@ var layout = map[string][]string{
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/outage", "budget/replica", "budget/rule", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -200,6 +201,8 @@ type tenantUpdateCmd struct {
 	Windows            []string       `name:"window" sep:"none" placeholder:"SPEC" help:"${window_help} Given, the windows replace ALL of the tenant's windows (repeat --window for each to keep); a window keeping its name and calendar keeps what it used."`
 	NoWindows          bool           `name:"no-windows" help:"Remove every calendar window (the period budget among them)."`
 	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
+
+	Lease *string `name:"lease" enum:"auto,off," help:"Lease mode: auto lets replicas lease the tenant's budget (docs/leasing.md), off decides every admission exactly."`
 }
 
 // patch turns the flags given into a patch; the store checks its bounds.
@@ -284,13 +287,34 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
+	var mode lease.Mode
+	if c.Lease != nil {
+		if mode, err = lease.ParseMode(*c.Lease); err != nil {
+			return err
+		}
+	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
+		// --lease alone changes no limit, and writes no limits entry of
+		// the limits' own.
+		if c.Lease == nil || !p.Empty() {
+			snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
+				snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
+		}
+		if c.Lease == nil {
+			return nil
+		}
+		st, err := svc.TenantLeaseModeSet(ctx, lease.SetModeParams{TenantID: c.ID, Mode: mode, Actor: c.Actor})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
-			snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
+		fmt.Fprintf(g.stderr, "tenant %s: lease mode %s\n", st.TenantID, st.Mode)
+		if st.Mode == lease.ModeAuto && st.ExactOnly != "" {
+			fmt.Fprintf(g.stderr, "tenant %s stays in exact mode while %s has a %s\n", st.TenantID, st.ExactOnlyTenant, st.ExactOnly)
+		}
 		return nil
 	})
 }
