@@ -44,37 +44,54 @@ type appendReq struct {
 // tenant rows: an admission is either journaled before the lease ends, and
 // reconciled by its end, or refused.
 type Journal struct {
-	s    *Store
-	reqs chan *appendReq
+	s       *Store
+	reqs    chan *appendReq
+	stopped chan struct{} // closed when Run returns
 }
+
+// ErrStopped: the journal's Run has returned; nothing more is journaled.
+var ErrStopped = errors.New("lease: the journal is stopped")
 
 // NewJournal returns a journal of s's leases; Run commits its groups.
 func NewJournal(s *Store) *Journal {
-	return &Journal{s: s, reqs: make(chan *appendReq, maxGroup)}
+	return &Journal{s: s, reqs: make(chan *appendReq, maxGroup), stopped: make(chan struct{})}
 }
 
 // Append journals a, made from leaseID, and returns once its group has
 // committed: nil means durable. ErrOver: the lease ended, expired or is
 // short (the admission was not made). An error of ctx leaves the outcome
 // unknown; the caller must not answer the admission as made (if it was
-// journaled, its cost stays charged, never spent twice).
+// journaled, its cost stays charged, never spent twice). ErrStopped: Run
+// returned before the admission's group committed.
 func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error {
 	r := &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1)}
 	select {
 	case j.reqs <- r:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-j.stopped:
+		return ErrStopped
 	}
 	select {
 	case err := <-r.done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-j.stopped:
+		// A group that committed as Run stopped has answered already.
+		select {
+		case err := <-r.done:
+			return err
+		default:
+			return ErrStopped
+		}
 	}
 }
 
-// Run commits groups until ctx ends.
+// Run commits groups until ctx ends; the group in flight then still
+// commits and is answered. Run must be called once.
 func (j *Journal) Run(ctx context.Context) {
+	defer close(j.stopped)
 	for {
 		var group []*appendReq
 		select {

@@ -391,3 +391,32 @@ func (b *testBundle) kindSumRef(t *testing.T, id, leaseID string) (n, delta, est
 	}
 	return n, delta, estimate
 }
+
+// A journal whose Run has returned refuses every append at once, so no
+// caller waits for a group that never commits.
+func TestJournalStopped(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok})
+	l, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 100 * tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := lease.NewJournal(b.r.leases)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { j.Run(runCtx); close(done) }()
+	if err := j.Append(ctx, l.ID, adm("a", 10)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	if err := j.Append(ctx, l.ID, adm("b", 10)); !errors.Is(err, lease.ErrStopped) {
+		t.Fatalf("append after Run returned: %v, want ErrStopped", err)
+	}
+	if unused, err := b.r.leases.Return(ctx, l.ID); err != nil || unused != 90*tok {
+		t.Fatalf("return: %d, %v; want the 90 not journaled", unused, err)
+	}
+	b.verify(t, "acme")
+}
