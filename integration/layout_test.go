@@ -59,7 +59,7 @@ var layout = map[string][]string{
 	// One replica's domain services, built once for every face.
 	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
-	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"web":       {"budget/account", "budget/admin", "budget/alert", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"api/rls":   {"budget/account", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	"api/proxy": {"budget/account", "budget/admission", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator"},
