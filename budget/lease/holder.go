@@ -36,6 +36,7 @@ type Holder struct {
 	lease   *Lease
 	unused  int64 // in memory: what the lease can still pay for
 	expires time.Time
+	over    bool // the journal said the lease is over
 }
 
 // NewHolder returns a holder of c.TenantID's lease on s, journaling to j.
@@ -54,23 +55,28 @@ func NewHolder(s *Store, j *Journal, c HolderConfig) *Holder {
 // tenant's budget, less what other replicas' leases hold), ErrExactOnly
 // when the tenant cannot be leased, or a store error.
 func (h *Holder) Admit(ctx context.Context, a Admission) error {
-	leaseID, err := h.take(ctx, a.CostMicro)
-	if err != nil {
-		return err
-	}
-	err = h.j.Append(ctx, leaseID, a)
-	if errors.Is(err, ErrOver) {
-		// The store ended the lease (expiry by its clock, or a sweeper):
-		// forget it, and let the next admission take a new one. This
-		// one is refused; its amount is not given back in memory.
+	for attempt := 0; ; attempt++ {
+		leaseID, err := h.take(ctx, a.CostMicro)
+		if err != nil {
+			return err
+		}
+		err = h.j.Append(ctx, leaseID, a)
+		if !errors.Is(err, ErrOver) {
+			return err
+		}
+		// The store says the lease is over (its expiry by the store's
+		// clock, ahead of the holder's; or a sweeper): the amount set
+		// aside is not given back in memory. The next take returns the
+		// lease and takes a new one; this admission tries once more.
 		h.mu.Lock()
 		if h.lease != nil && h.lease.ID == leaseID {
-			h.lease, h.unused = nil, 0
+			h.over = true
 		}
 		h.mu.Unlock()
-		return ErrExhausted
+		if attempt == 1 {
+			return ErrExhausted
+		}
 	}
-	return err
 }
 
 // take sets aside cost from the lease in memory, renewing or taking one
@@ -80,7 +86,7 @@ func (h *Holder) take(ctx context.Context, cost int64) (string, error) {
 	defer h.mu.Unlock()
 	now := h.c.NowFunc()
 	stale := h.lease != nil && !now.Before(h.expires.Add(-h.c.RenewBefore))
-	if h.lease == nil || stale || h.unused < cost {
+	if h.lease == nil || stale || h.over || h.unused < cost {
 		if err := h.refresh(ctx, max(h.c.SliceMicro, cost)); err != nil {
 			return "", err
 		}
@@ -96,19 +102,23 @@ func (h *Holder) take(ctx context.Context, cost int64) (string, error) {
 // is none, takes a new one (returning the old one first).
 func (h *Holder) refresh(ctx context.Context, want int64) error {
 	if h.lease != nil {
-		l, err := h.s.Renew(ctx, h.lease.ID, want)
-		if err == nil {
-			h.unused += l.SliceMicro - h.lease.SliceMicro
-			h.lease, h.expires = &l, l.ExpiresAt
-			return nil
+		if !h.over {
+			l, err := h.s.Renew(ctx, h.lease.ID, want)
+			if err == nil {
+				h.unused += l.SliceMicro - h.lease.SliceMicro
+				h.lease, h.expires = &l, l.ExpiresAt
+				return nil
+			}
+			if !errors.Is(err, ErrOver) {
+				return err
+			}
 		}
-		if !errors.Is(err, ErrOver) {
-			return err
-		}
+		// Over: give back what it did not use now rather than at the
+		// sweep (a no-op when a sweeper or a return ended it already).
 		if _, err := h.s.Return(ctx, h.lease.ID); err != nil && !errors.Is(err, ErrOver) {
 			return err
 		}
-		h.lease, h.unused = nil, 0
+		h.lease, h.unused, h.over = nil, 0, false
 	}
 	l, err := h.s.Take(ctx, TakeParams{TenantID: h.c.TenantID, WantMicro: want, MinMicro: 1})
 	if errors.Is(err, ErrShort) {
@@ -130,7 +140,7 @@ func (h *Holder) Return(ctx context.Context) error {
 		return nil
 	}
 	_, err := h.s.Return(ctx, h.lease.ID)
-	h.lease, h.unused = nil, 0
+	h.lease, h.unused, h.over = nil, 0, false
 	if errors.Is(err, ErrOver) {
 		return nil
 	}

@@ -420,3 +420,50 @@ func TestJournalStopped(t *testing.T) {
 	}
 	b.verify(t, "acme")
 }
+
+// A holder whose clock runs behind the store's never admits past its
+// lease's expiry by the store's clock: the journal refuses, and the holder
+// returns the lease (booking what it admitted, giving back the rest) and
+// admits from a new one.
+func TestHolderClockBehind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok})
+	behind := b.clock() // the holder's clock stays here
+	h := lease.NewHolder(b.r.leases, b.r.journal, lease.HolderConfig{TenantID: "acme", SliceMicro: 100 * tok, NowFunc: func() time.Time { return behind }})
+	if err := h.Admit(ctx, adm("a", 10)); err != nil {
+		t.Fatal(err)
+	}
+	first := h.LeaseID()
+	b.advance(10 * time.Second) // by the store's clock the lease is past its expiry
+	if err := h.Admit(ctx, adm("b", 10)); err != nil {
+		t.Fatalf("admit past the expiry by the store's clock: %v", err)
+	}
+	if h.LeaseID() == first || h.LeaseID() == "" {
+		t.Fatalf("lease %q after the expiry, want a new one", h.LeaseID())
+	}
+	var state string
+	var used int64
+	if err := b.r.pool.QueryRow(ctx, "SELECT state, used_micro FROM leases WHERE id = $1", first).Scan(&state, &used); err != nil {
+		t.Fatal(err)
+	}
+	if state != "expired" || used != 10*tok {
+		t.Fatalf("the first lease: %s with %d used; want expired with a's 10 only", state, used)
+	}
+	if err := h.Return(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.r.leases.Sweep(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("sweep: %d, %v; want nothing left to sweep", n, err)
+	}
+	// 1000 - 100 (first take) + 10 s of refill + 90 back = 1000; - 100
+	// (second take) + 90 back.
+	if got, want := b.balance(t, "acme"), int64(990)*tok; got != want {
+		t.Fatalf("balance %d, want %d", got, want)
+	}
+	b.verify(t, "acme")
+	if n, _, est := b.kindSum(t, "acme", ledger.KindReserve); n != 2 || est != 20 {
+		t.Errorf("%d reserve entries for %d; want a and b, 20", n, est)
+	}
+}
