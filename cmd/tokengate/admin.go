@@ -11,7 +11,6 @@ import (
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admin"
-	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
@@ -208,6 +207,9 @@ type tenantUpdateCmd struct {
 // patch turns the flags given into a patch; the store checks its bounds.
 func (c tenantUpdateCmd) patch() (rule.LimitsPatch, error) {
 	var p rule.LimitsPatch
+	if err := c.checkLease(); err != nil {
+		return p, err
+	}
 	if c.TokensCapacity != nil {
 		p.TokensCapacity = rule.Set(*c.TokensCapacity)
 	}
@@ -287,15 +289,8 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	var mode lease.Mode
-	if c.Lease != nil {
-		if mode, err = lease.ParseMode(*c.Lease); err != nil {
-			return err
-		}
-	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		// --lease alone changes no limit, and writes no limits entry of
-		// the limits' own.
+		// --lease alone changes no limit (and writes no limits entry).
 		if c.Lease == nil || !p.Empty() {
 			snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
 			if err != nil {
@@ -304,18 +299,7 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 			fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
 				snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
 		}
-		if c.Lease == nil {
-			return nil
-		}
-		st, err := svc.TenantLeaseModeSet(ctx, lease.SetModeParams{TenantID: c.ID, Mode: mode, Actor: c.Actor})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(g.stderr, "tenant %s: lease mode %s\n", st.TenantID, st.Mode)
-		if st.Mode == lease.ModeAuto && st.ExactOnly != "" {
-			fmt.Fprintf(g.stderr, "tenant %s stays in exact mode while %s has a %s\n", st.TenantID, st.ExactOnlyTenant, st.ExactOnly)
-		}
-		return nil
+		return c.setLease(ctx, g, svc)
 	})
 }
 

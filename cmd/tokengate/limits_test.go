@@ -80,8 +80,10 @@ func TestTenantUpdateLease(t *testing.T) {
 		"--max-concurrent", "4"); err != nil {
 		t.Fatalf("create: %v %s", err, notes)
 	}
-	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--lease", "sometimes"); err == nil {
-		t.Fatalf("--lease sometimes: no error (%s)", notes)
+	for _, bad := range [][]string{{"--lease", "sometimes"}, {"--lease=", "--tokens-capacity", "5"}} {
+		if _, notes, err := cli2(t, append([]string{"tenant", "update", "acme", "--database-url", url}, bad...)...); err == nil {
+			t.Fatalf("%v: no error (%s)", bad, notes)
+		}
 	}
 	_, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--lease", "auto")
 	if err != nil {
