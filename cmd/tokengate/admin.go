@@ -289,16 +289,16 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
+	if c.Lease != nil && p.Empty() { // --lease alone changes no limit, and writes no limits entry
+		return g.withAdmin(ctx, func(svc *admin.Service) error { return c.setLease(ctx, g, svc) })
+	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
-		// --lease alone changes no limit (and writes no limits entry).
-		if c.Lease == nil || !p.Empty() {
-			snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
-				snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
+		snap, err := svc.TenantLimitsUpdate(ctx, account.UpdateLimitsParams{TenantID: c.ID, Patch: p, Actor: c.Actor})
+		if err != nil {
+			return err
 		}
+		fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
+			snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
 		return c.setLease(ctx, g, svc)
 	})
 }
