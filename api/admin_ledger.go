@@ -24,9 +24,10 @@ func ledgerFilter(c *echo.Context) (ledger.Filter, error) {
 		AdmissionID: q.Get("admission_id"), Actor: q.Get("actor"), Oldest: order == "oldest"}
 	switch f.Kind {
 	case "", ledger.KindReserve, ledger.KindSettle, ledger.KindRelease, ledger.KindExpire, ledger.KindAdjust, ledger.KindLimits, ledger.KindTenant,
-		ledger.KindBatchReserve, ledger.KindBatchSettle, ledger.KindBatchRefund:
+		ledger.KindBatchReserve, ledger.KindBatchSettle, ledger.KindBatchRefund,
+		ledger.KindLeaseTake, ledger.KindLeaseReturn:
 	default:
-		return f, invalid("kind", "must be one of reserve, settle, release, expire, adjust, limits, tenant, batch_reserve, batch_settle, batch_refund")
+		return f, invalid("kind", "must be one of reserve, settle, release, expire, adjust, limits, tenant, batch_reserve, batch_settle, batch_refund, lease_take, lease_return")
 	}
 	for _, tf := range []struct {
 		name string

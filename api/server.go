@@ -178,6 +178,8 @@ func (s *Server) routes() {
 	admin.DELETE("/pools/:pool/models", s.adminPoolUnroute)
 	admin.PUT("/pools/:pool/weights/:id", s.adminPoolWeight)
 	admin.PATCH("/tenants/:id/limits", s.adminTenantLimits)
+	admin.GET("/tenants/:id/lease", s.adminTenantLeaseGet)
+	admin.PUT("/tenants/:id/lease", s.adminTenantLeasePut)
 	admin.POST("/tenants/:id/disable", s.adminTenantDisable)
 	admin.POST("/tenants/:id/enable", s.adminTenantEnable)
 	admin.POST("/tenants/:id/adjustments", s.adminTenantAdjust)

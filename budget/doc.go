@@ -12,6 +12,9 @@
 //     pipeline that loads, decides and writes a decision in one transaction.
 //   - credential: API keys and gateway credentials.
 //   - outage: what a replica does while the store is unreachable.
+//   - lease: quota leasing (docs/leasing.md): slices of a tenant's budget
+//     pre-debited at every level of its tree, admitted from in memory and
+//     journaled before the answer; not used by admissions yet.
 //   - admission: the one admission use case every face calls (estimate,
 //     reserve, settle, release).
 //   - admin: the administration use cases, one method per operation, each

@@ -50,20 +50,23 @@ var layout = map[string][]string{
 	// (their tables and SQL), reserved through the store under the tenant
 	// row lock.
 	"budget/batch": {"budget/account", "budget/rule", "estimator", "ledger"},
+	// Quota leasing: leases and their journal (their tables and SQL),
+	// taken, renewed and ended through the store under the tree's locks.
+	"budget/lease": {"budget/account", "budget/rule", "ledger"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
-	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/rule", "estimator", "ledger"},
+	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/rule", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
 	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
-	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"web":       {"budget/account", "budget/admin", "budget/alert", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"api/rls":   {"budget/account", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	"api/proxy": {"budget/account", "budget/admission", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.
 	"api/client": nil,
 	// The wiring and the tools.
-	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/outage", "budget/replica", "budget/rule", "estimator",
+	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/outage", "budget/replica", "budget/rule", "estimator",
 		"ledger", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
 	// The test harness, for tests only.

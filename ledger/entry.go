@@ -25,6 +25,12 @@ const (
 	KindBatchReserve Kind = "batch_reserve"
 	KindBatchSettle  Kind = "batch_settle"
 	KindBatchRefund  Kind = "batch_refund"
+	// A lease's story (budget/lease), its entries' AdmissionID the lease's
+	// id: the slice pre-debited at one level, and what was not used of it,
+	// refunded by a return or at expiry. An admission made from a lease is
+	// a KindReserve entry whose delta is zero (the take already debited).
+	KindLeaseTake   Kind = "lease_take"
+	KindLeaseReturn Kind = "lease_return"
 )
 
 // Entry is one ledger row. Amounts of the token balance are micro-tokens.

@@ -16,7 +16,8 @@ const ledgerPageSize = 50
 
 // ledgerKinds are the kinds the filter offers.
 var ledgerKinds = []ledger.Kind{ledger.KindReserve, ledger.KindSettle, ledger.KindRelease, ledger.KindExpire,
-	ledger.KindAdjust, ledger.KindLimits, ledger.KindTenant, ledger.KindBatchReserve, ledger.KindBatchSettle, ledger.KindBatchRefund}
+	ledger.KindAdjust, ledger.KindLimits, ledger.KindTenant, ledger.KindBatchReserve, ledger.KindBatchSettle, ledger.KindBatchRefund,
+	ledger.KindLeaseTake, ledger.KindLeaseReturn}
 
 // filterFields are the ledger filter's query parameters (plus after, the
 // page cursor).

@@ -9,6 +9,7 @@ import (
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/batch"
+	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -34,6 +35,8 @@ type Config struct {
 	// Batches sets the tenants' batch allowances. Nil: a batch.Service on
 	// Store.
 	Batches *batch.Service
+	// Leases sets the tenants' lease modes. Nil: a lease.Store on Store.
+	Leases *lease.Store
 	// Logger records what an operation tolerates failing (an admin token's
 	// last use). Defaults to slog.Default().
 	Logger *slog.Logger
@@ -51,6 +54,9 @@ type Service struct {
 
 	// batches is the batch use case, for the allowance (batch.go).
 	batches *batch.Service
+
+	// leases is quota leasing, for the tenants' lease modes (lease.go).
+	leases *lease.Store
 }
 
 // New builds a Service on cfg.
@@ -77,5 +83,13 @@ func New(cfg Config) (*Service, error) {
 		}
 		cfg.Batches = b
 	}
-	return &Service{db: cfg.DB, reads: cfg.Reads, store: cfg.Store, est: cfg.Estimator, alerts: cfg.Alerts, logger: cfg.Logger, batches: cfg.Batches}, nil
+	if cfg.Leases == nil {
+		l, err := lease.New(lease.Config{Store: cfg.Store})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Leases = l
+	}
+	return &Service{db: cfg.DB, reads: cfg.Reads, store: cfg.Store, est: cfg.Estimator, alerts: cfg.Alerts, logger: cfg.Logger, batches: cfg.Batches,
+		leases: cfg.Leases}, nil
 }

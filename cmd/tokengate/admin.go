@@ -201,11 +201,16 @@ type tenantUpdateCmd struct {
 	NoWindows          bool           `name:"no-windows" help:"Remove every calendar window (the period budget among them)."`
 	Models             *string        `name:"models" placeholder:"LIST" help:"The models the tenant may use, comma-separated exact names or globs (claude-*, gpt-4o*); replaces the list, and --models= allows every model its parent allows."`
 	Actor              string         `name:"actor" default:"cli" help:"Recorded in the ledger as who made the change."`
+
+	Lease *string `name:"lease" enum:"auto,off," help:"Lease mode: auto lets replicas lease the tenant's budget (docs/leasing.md), off decides every admission exactly."`
 }
 
 // patch turns the flags given into a patch; the store checks its bounds.
 func (c tenantUpdateCmd) patch() (rule.LimitsPatch, error) {
 	var p rule.LimitsPatch
+	if err := c.checkLease(); err != nil {
+		return p, err
+	}
 	if c.TokensCapacity != nil {
 		p.TokensCapacity = rule.Set(*c.TokensCapacity)
 	}
@@ -288,6 +293,9 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
+	if c.Lease != nil && p.Empty() { // --lease alone changes no limit, and writes no limits entry
+		return g.withAdmin(ctx, func(svc *admin.Service) error { return c.setLease(ctx, g, svc) })
+	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
 		if c.Models != nil {
 			if err := c.setModels(ctx, g, svc); err != nil {
@@ -300,7 +308,7 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 		}
 		fmt.Fprintf(g.stderr, "updated tenant %s: %d tokens of %d, refilling %s/s\n", snap.TenantID, snap.Tokens(),
 			snap.Limits.TokensCapacity, rule.FormatRate(snap.Limits.TokensRateMicro))
-		return nil
+		return c.setLease(ctx, g, svc)
 	})
 }
 

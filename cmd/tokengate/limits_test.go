@@ -67,3 +67,37 @@ func TestTenantUpdateBounds(t *testing.T) {
 		t.Fatalf("after --requests-capacity none: %+v", snap.Limits)
 	}
 }
+
+// TestTenantUpdateLease: `tenant update --lease` sets the lease mode alone
+// (no limits entry of the limits' own), says which rule keeps a tenant
+// exact, and refuses a mode that is not one, changing nothing.
+func TestTenantUpdateLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	pool := pgtest.Pool(t, url, nil)
+	if _, notes, err := cli2(t, "tenant", "create", "acme", "--database-url", url, "--tokens-capacity", "1000", "--tokens-per-second", "1",
+		"--max-concurrent", "4"); err != nil {
+		t.Fatalf("create: %v %s", err, notes)
+	}
+	for _, bad := range [][]string{{"--lease", "sometimes"}, {"--lease=", "--tokens-capacity", "5"}} {
+		if _, notes, err := cli2(t, append([]string{"tenant", "update", "acme", "--database-url", url}, bad...)...); err == nil {
+			t.Fatalf("%v: no error (%s)", bad, notes)
+		}
+	}
+	_, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--lease", "auto")
+	if err != nil {
+		t.Fatalf("--lease auto: %v %s", err, notes)
+	}
+	if !strings.Contains(notes, "lease mode auto") || !strings.Contains(notes, "exact mode while acme has a concurrency limit") || strings.Contains(notes, "updated tenant") {
+		t.Fatalf("--lease auto said %q", notes)
+	}
+	var mode string
+	var limits int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT mode FROM lease_modes WHERE tenant_id = 'acme'), (SELECT count(*) FROM ledger_entries WHERE kind = 'limits')`).Scan(&mode, &limits); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "auto" || limits != 1 {
+		t.Fatalf("mode %q with %d limits entries; want auto with the one of the mode", mode, limits)
+	}
+}

@@ -1,0 +1,26 @@
+// Package lease is quota leasing (docs/leasing.md): a replica takes a
+// lease, a slice of a tenant's token budget pre-debited at every level of
+// its tree, and admits from it in memory, each admission journaled before
+// it is answered.
+//
+// Invariants:
+//
+//   - A lease's slice is debited at every level in one transaction under
+//     the tree's row locks (account.Store.LockedLevels), with a lease_take
+//     entry at each level, and never takes a level below zero: what is
+//     admitted from leases can never pass a budget.
+//   - A journal write (group commit) locks the lease row, never a tenant
+//     row, and keeps used <= slice in the database, only while the lease
+//     is live and unexpired by the store's clock.
+//   - Renew, return and expiry lock the tree's rows, then the lease row
+//     (the one lock order), append a reserve entry at every level for each
+//     journal row not yet in the ledger (delta zero: the take debited it),
+//     in journal order, and refund slice - used (lease_return) when the
+//     lease ends. The chain stays verifiable: every balance move has its
+//     entry, appended under the lock that orders it.
+//   - A lease whose holder stops renewing is ended by the sweeper once its
+//     expiry passes: a dead replica holds budget for at most the TTL.
+//
+// A tenant with a rule only exact mode keeps (account.Level.ExactOnly) is
+// never leased (ErrExactOnly).
+package lease

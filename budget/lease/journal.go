@@ -1,0 +1,201 @@
+package lease
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	//go:embed sql/lease_use.sql
+	leaseUseSQL string
+	//go:embed sql/lease_admissions_insert.sql
+	leaseAdmissionsInsertSQL string
+)
+
+// Admission is one admission made from a lease, as the journal records it.
+type Admission struct {
+	ID        string
+	Model     string
+	Cost      int64  // cost units, as the admission's reserve entry records
+	CostMicro int64  // what it takes from the lease
+	Money     *int64 // micro-units of the currency; nil when unpriced
+}
+
+// maxGroup caps the admissions of one group commit.
+const maxGroup = 512
+
+type appendReq struct {
+	leaseID string
+	a       Admission
+	done    chan error
+}
+
+// Journal makes admissions from leases durable before they are answered,
+// many per transaction (group commit): while one group commits, the next
+// gathers. A group takes no tenant row lock: per lease, one statement adds
+// the group's cost to the lease's used amount (refused unless the lease is
+// live, unexpired by the store's clock and keeps the sum within its
+// slice), and one inserts its rows. The lease row's lock orders the group
+// against the lease's renew, return or expiry, which lock it after the
+// tenant rows: an admission is either journaled before the lease ends, and
+// reconciled by its end, or refused.
+type Journal struct {
+	s       *Store
+	reqs    chan *appendReq
+	stopped chan struct{} // closed when Run returns
+}
+
+// ErrStopped: the journal's Run has returned; nothing more is journaled.
+var ErrStopped = errors.New("lease: the journal is stopped")
+
+// NewJournal returns a journal of s's leases; Run commits its groups.
+func NewJournal(s *Store) *Journal {
+	return &Journal{s: s, reqs: make(chan *appendReq, maxGroup), stopped: make(chan struct{})}
+}
+
+// Append journals a, made from leaseID, and returns once its group has
+// committed: nil means durable. ErrOver: the lease ended, expired or is
+// short (the admission was not made). An error of ctx leaves the outcome
+// unknown; the caller must not answer the admission as made (if it was
+// journaled, its cost stays charged, never spent twice). ErrStopped: Run
+// returned before the admission's group committed.
+func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error {
+	r := &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1)}
+	select {
+	case j.reqs <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-j.stopped:
+		return ErrStopped
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-j.stopped:
+		// A group that committed as Run stopped has answered already.
+		select {
+		case err := <-r.done:
+			return err
+		default:
+			return ErrStopped
+		}
+	}
+}
+
+// Run commits groups until ctx ends; the group in flight then still
+// commits and is answered. Run must be called once.
+func (j *Journal) Run(ctx context.Context) {
+	defer close(j.stopped)
+	for {
+		var group []*appendReq
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-j.reqs:
+			group = append(group, r)
+		}
+	gather:
+		for len(group) < maxGroup {
+			select {
+			case r := <-j.reqs:
+				group = append(group, r)
+			default:
+				break gather
+			}
+		}
+		j.commit(context.WithoutCancel(ctx), group)
+	}
+}
+
+// commit writes one group in one transaction and answers each request.
+func (j *Journal) commit(ctx context.Context, group []*appendReq) {
+	byLease := map[string][]*appendReq{}
+	var order []string
+	for _, r := range group {
+		if _, ok := byLease[r.leaseID]; !ok {
+			order = append(order, r.leaseID)
+		}
+		byLease[r.leaseID] = append(byLease[r.leaseID], r)
+	}
+	verdict, err := j.write(ctx, order, byLease)
+	for _, id := range order {
+		for _, r := range byLease[id] {
+			switch {
+			case err != nil:
+				r.done <- err
+			case !verdict[id]:
+				r.done <- ErrOver
+			default:
+				r.done <- nil
+			}
+		}
+	}
+}
+
+// write is a group's transaction: a round trip that begins and uses each
+// lease (the statements that may refuse), then one that inserts the rows of
+// the leases that accepted and commits.
+func (j *Journal) write(ctx context.Context, order []string, byLease map[string][]*appendReq) (map[string]bool, error) {
+	conn, err := j.s.acct.Pool().Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: journal: acquire: %w", err)
+	}
+	defer conn.Release()
+	clock := j.s.frozen()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, id := range order {
+		var sum int64
+		for _, r := range byLease[id] {
+			sum += r.a.CostMicro
+		}
+		b.Queue(leaseUseSQL, id, sum, clock)
+	}
+	verdict := make(map[string]bool, len(order))
+	err = func() error {
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		for _, id := range order {
+			var got string
+			switch err := br.QueryRow().Scan(&got); {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return err
+			default:
+				verdict[id] = true
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		return nil, fmt.Errorf("lease: journal: use: %w", err)
+	}
+	b = &pgx.Batch{}
+	for _, id := range order {
+		if !verdict[id] {
+			continue
+		}
+		rs := byLease[id]
+		ids, models, costs, micros, money := make([]string, len(rs)), make([]string, len(rs)), make([]int64, len(rs)), make([]int64, len(rs)), make([]*int64, len(rs))
+		for i, r := range rs {
+			ids[i], models[i], costs[i], micros[i], money[i] = r.a.ID, r.a.Model, r.a.Cost, r.a.CostMicro, r.a.Money
+		}
+		b.Queue(leaseAdmissionsInsertSQL, id, ids, models, costs, micros, money, clock)
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		return nil, fmt.Errorf("lease: journal: insert: %w", err)
+	}
+	return verdict, nil
+}
