@@ -293,8 +293,15 @@ func (c tenantUpdateCmd) Run(ctx context.Context, g *globals) error {
 	if err != nil {
 		return err
 	}
-	if c.Lease != nil && p.Empty() { // --lease alone changes no limit, and writes no limits entry
-		return g.withAdmin(ctx, func(svc *admin.Service) error { return c.setLease(ctx, g, svc) })
+	if c.Lease != nil && p.Empty() { // --lease (and --models) change no limit, and write no limits entry
+		return g.withAdmin(ctx, func(svc *admin.Service) error {
+			if c.Models != nil {
+				if err := c.setModels(ctx, g, svc); err != nil {
+					return err
+				}
+			}
+			return c.setLease(ctx, g, svc)
+		})
 	}
 	return g.withAdmin(ctx, func(svc *admin.Service) error {
 		if c.Models != nil {

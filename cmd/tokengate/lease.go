@@ -33,6 +33,11 @@ func (c tenantUpdateCmd) setLease(ctx context.Context, g *globals, svc *admin.Se
 		return err
 	}
 	fmt.Fprintf(g.stderr, "tenant %s: lease mode %s\n", st.TenantID, st.Mode)
+	if st.Mode == lease.ModeAuto {
+		// Said here because an administrator who asks for leases would
+		// otherwise expect them: the mode is recorded, not yet applied.
+		fmt.Fprintf(g.stderr, "tenant %s: admissions do not use leases yet (docs/leasing.md); every admission is decided exactly\n", st.TenantID)
+	}
 	if st.Mode == lease.ModeAuto && st.ExactOnly != "" {
 		fmt.Fprintf(g.stderr, "tenant %s stays in exact mode while %s has a %s\n", st.TenantID, st.ExactOnlyTenant, st.ExactOnly)
 	}

@@ -100,4 +100,15 @@ func TestTenantUpdateLease(t *testing.T) {
 	if mode != "auto" || limits != 1 {
 		t.Fatalf("mode %q with %d limits entries; want auto with the one of the mode", mode, limits)
 	}
+	// --models beside --lease: both are applied, neither hides the other.
+	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--models", "gpt-4o", "--lease", "off"); err != nil {
+		t.Fatalf("--models with --lease: %v %s", err, notes)
+	}
+	var models []string
+	if err := pool.QueryRow(ctx, `SELECT (SELECT mode FROM lease_modes WHERE tenant_id = 'acme'), (SELECT allowed_models FROM tenants WHERE id = 'acme')`).Scan(&mode, &models); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "off" || len(models) != 1 || models[0] != "gpt-4o" {
+		t.Fatalf("after --models gpt-4o --lease off: mode %q, models %v", mode, models)
+	}
 }

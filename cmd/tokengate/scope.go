@@ -32,9 +32,9 @@ func showModels(m []string) string {
 	return strings.Join(m, ",")
 }
 
-// onlyModels says no limit flag was given beside --models.
+// onlyModels says no limit flag (nor --lease) was given beside --models.
 func (c tenantUpdateCmd) onlyModels() bool {
-	return c.TokensCapacity == nil && c.TokensPerSecond == nil && c.RequestsCapacity == nil && c.RequestsPerSecond == nil &&
+	return c.Lease == nil && c.TokensCapacity == nil && c.TokensPerSecond == nil && c.RequestsCapacity == nil && c.RequestsPerSecond == nil &&
 		c.MaxConcurrent == nil && c.PeriodBudget == nil && c.Period == nil && c.ReservationTTL == nil && c.MaxWait == nil &&
 		c.OnStoreUnavailable == nil && c.Shadow == nil && len(c.Windows) == 0 && !c.NoWindows
 }
