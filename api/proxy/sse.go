@@ -28,20 +28,24 @@ type framing interface {
 // wire's streamed form but Gemini's JSON array), else nil: a whole answer.
 func sseFraming(h http.Header) framing {
 	if strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
-		return sseEvents{}
+		return &sseEvents{}
 	}
 	return nil
 }
 
 // sseEvents frames server-sent events: an event ends at a blank line, and
 // its data is its data: lines joined. An event the stream broke off in
-// the middle of is never relayed.
-type sseEvents struct{}
+// the middle of is never relayed. Its buffers are reused from one event
+// to the next (what next returns is read before it is called again), so a
+// stream of many events allocates for its largest, not for each.
+type sseEvents struct{ rawBuf, dataBuf bytes.Buffer }
 
-func (sseEvents) closed() bool { return true }
+func (*sseEvents) closed() bool { return true }
 
-func (sseEvents) next(rd *bufio.Reader) (raw, data []byte, err error) {
-	var rawBuf, dataBuf bytes.Buffer
+func (e *sseEvents) next(rd *bufio.Reader) (raw, data []byte, err error) {
+	rawBuf, dataBuf := &e.rawBuf, &e.dataBuf
+	rawBuf.Reset()
+	dataBuf.Reset()
 	for {
 		line, err := rd.ReadBytes('\n')
 		if len(line) > 0 {
@@ -70,12 +74,14 @@ func (sseEvents) next(rd *bufio.Reader) (raw, data []byte, err error) {
 type jsonArray struct {
 	depth int // 0 before the array opens and after it closes, else 1 between elements
 	done  bool
+	buf   bytes.Buffer // reused from one element to the next, as sseEvents' are
 }
 
 func (a *jsonArray) closed() bool { return a.done }
 
 func (a *jsonArray) next(rd *bufio.Reader) (raw, data []byte, err error) {
-	var buf bytes.Buffer
+	buf := &a.buf
+	buf.Reset()
 	start := -1 // where the element began in buf
 	inString, escaped := false, false
 	for {
