@@ -167,7 +167,7 @@ func TestSurvivesNextReleasesAdditiveMigration(t *testing.T) {
 	must("key list", err)
 	soloKey, _, err := svc.KeyCreate(ctx, "solo", nil, "admin")
 	must("key create", err)
-	gw, gwSecret, err := svc.GatewayCreate(ctx, "edge", []string{"acme"})
+	_, gwSecret, err := svc.GatewayCreate(ctx, "edge", []string{"acme"})
 	must("gateway create", err)
 	gws, err := svc.GatewayList(ctx)
 	must("gateway list", err)
