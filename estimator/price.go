@@ -134,7 +134,9 @@ func (p *Price) SamePrices(q *Price) bool {
 		eq(p.LongOutputMicro, q.LongOutputMicro)
 }
 
-// priceRow is a row of model_prices (SELECT *), scanned by column name.
+// priceRow is a row of model_prices, scanned by column name. Every query
+// of it names these columns (never SELECT *), so a column a later
+// release adds is not read and this release survives its migration.
 type priceRow struct {
 	Model                string    `db:"model"`
 	ServiceTier          string    `db:"service_tier"`

@@ -38,8 +38,9 @@ type StoredModel struct {
 	UpdatedBy string
 }
 
-// modelRow is a row of models (SELECT * FROM models), scanned by column
-// name.
+// modelRow is a row of models, scanned by column name. model_list.sql
+// names these columns (never SELECT *), so a column a later release adds
+// is not read and this release survives its migration.
 type modelRow struct {
 	Name                string    `db:"name"`
 	Encoding            string    `db:"encoding"`

@@ -105,7 +105,9 @@ func (f Filter) args() []any {
 }
 
 // entryRow is a row of ledger_entries, as every query of it reads it
-// (SELECT * FROM ledger_entries ...), scanned by column name.
+// (entry_*.sql name its columns, never SELECT *: a column a later release
+// adds is not read, so this release survives that migration), scanned by
+// column name.
 type entryRow struct {
 	TenantID     string     `db:"tenant_id"`
 	Seq          int64      `db:"seq"`

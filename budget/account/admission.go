@@ -70,7 +70,8 @@ type Admission struct {
 }
 
 // admissionRow is a row of admissions, as every query of it reads it
-// (SELECT * FROM admissions ...), scanned by column name.
+// (admission_*.sql name its columns: a column a later release adds is not
+// read, so this release survives that migration), scanned by column name.
 type admissionRow struct {
 	ID                string     `db:"id"`
 	TenantID          string     `db:"tenant_id"`

@@ -101,7 +101,7 @@ func (s *Store) SetPoolWeight(ctx context.Context, poolID, tenantID string, weig
 // withPoolLock runs fn in a transaction holding the pool's row lock.
 func (s *Store) withPoolLock(ctx context.Context, id string, fn func(pgx.Tx, *rule.Pool, time.Time) error) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT * FROM pools WHERE id = $1 FOR UPDATE`, id)
+		rows, err := tx.Query(ctx, poolLockIDsSQL, []string{id})
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,9 @@ import (
 )
 
 // tenantRow is a row of tenants, as every query of it reads it
-// (SELECT * FROM tenants ...), scanned by column name.
+// (tenant_*.sql and end_user_*.sql name its columns: a column a later
+// release adds is not read, so this release survives that migration),
+// scanned by column name.
 type tenantRow struct {
 	ID                 string     `db:"id"`
 	DisabledAt         *time.Time `db:"disabled_at"`

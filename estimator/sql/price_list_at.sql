@@ -1,3 +1,7 @@
-SELECT DISTINCT ON (model, service_tier) * FROM model_prices
+SELECT DISTINCT ON (model, service_tier)
+       model, service_tier, effective_from, currency, input_micro, output_micro, cached_input_micro,
+       cache_write_5m_micro, cache_write_1h_micro, reasoning_output_micro, long_context_threshold,
+       long_input_micro, long_output_micro, source, created_at, created_by
+FROM model_prices
 WHERE effective_from <= $1 AND ($2 = '' OR model = $2) AND ($3 = '' OR service_tier = $3)
 ORDER BY model, service_tier, effective_from DESC

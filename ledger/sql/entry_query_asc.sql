@@ -1,4 +1,7 @@
-SELECT * FROM ledger_entries
+SELECT tenant_id, seq, kind, created_at, admission_id, model, estimate, actual, refill_micro, delta_micro,
+       balance_micro, period_start, period_used, late, actor, reason, detail, prev_hash, hash, money_micro,
+       windows
+FROM ledger_entries
 WHERE ($1 = '' OR tenant_id = $1)
   AND ($2 = '' OR kind = $2)
   AND ($3 = '' OR model = $3)

@@ -13,7 +13,12 @@ WITH named AS (
     JOIN unnest($2::text[], $3::text[]) AS q (tenant_id, key) ON k.tenant_id = q.tenant_id AND k.key = q.key
     WHERE k.created_at > coalesce($4::timestamptz, clock_timestamp()) - interval '24 hours'
 )
-SELECT a.*, ARRAY(SELECT n.key FROM named n WHERE n.admission_id = a.id) AS named_by
+SELECT a.id, a.tenant_id, a.state, a.model, a.input_tokens, a.output_tokens, a.cost, a.approximate,
+       a.input_weight_micro, a.output_weight_micro, a.created_at, a.expires_at, a.ended_at, a.late,
+       a.actual_input, a.actual_output, a.actual_cost, a.end_delta_micro, a.end_balance_micro, a.shadowed,
+       a.family, a.model_levels, a.pool_id, a.price_model, a.price_from, a.price_tier, a.money_estimate,
+       a.money_actual, a.face, a.debited_micro,
+       ARRAY(SELECT n.key FROM named n WHERE n.admission_id = a.id) AS named_by
 FROM admissions a
 WHERE a.id = ANY ($1::text[] || ARRAY(SELECT admission_id FROM named))
 ORDER BY a.id

@@ -1,2 +1,3 @@
 -- A tenant's end-user policy (no row: none).
-SELECT * FROM end_user_policies WHERE tenant_id = $1
+SELECT tenant_id, source, header, template, max_end_users, idle_ttl_s, updated_at, updated_by
+FROM end_user_policies WHERE tenant_id = $1

@@ -1,1 +1,1 @@
-SELECT * FROM gateway_credentials WHERE id = $1
+SELECT id, name, secret_hash, tenants, created_at, last_used_at, revoked_at FROM gateway_credentials WHERE id = $1
