@@ -241,3 +241,36 @@ func (b *bundle) settledAtStreamed(t *testing.T, chunks []string) {
 		t.Fatalf("%d settles, balance %d; want one, %d", len(b.spy.settled()), b.balance(t), 100_000-*a.ActualCost)
 	}
 }
+
+// TestGeminiArrayStreamWholeWithoutUsage: a JSON array stream that closes
+// with every candidate finished but states no usageMetadata is a whole
+// answer that states none: relayed whole to the client (never broken
+// off), and settled once at its estimate, as a whole answer without usage
+// is. (The soak found it broken off and settled at the streamed text.)
+func TestGeminiArrayStreamWholeWithoutUsage(t *testing.T) {
+	t.Parallel()
+	b := setupGemini(t, rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
+	body := "[" + geminiAnswer("part 1 ", "", "") + ",\r\n" + geminiAnswer("part 2", "STOP", "") + "]"
+	b.up.behave = func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, b.base+"/v1beta/models/"+geminiModel+":streamGenerateContent?key="+b.key,
+		strings.NewReader(`{"contents":[{"parts":[{"text":"Count."}]}],"generationConfig":{"maxOutputTokens":100}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || string(got) != body {
+		t.Fatalf("%d, read %q, %v; want the whole array", resp.StatusCode, got, err)
+	}
+	b.eventually(t, func(a *account.Admission) bool { return a.State == account.StateSettled })
+	a := b.admissions(t)[0]
+	if *a.ActualInput != a.Estimate.InputTokens || *a.ActualOutput != a.Estimate.OutputTokens || len(b.spy.settled()) != 1 {
+		t.Fatalf("settled %d in / %d out (%d settles); want the estimate %d / %d, once", *a.ActualInput, *a.ActualOutput,
+			len(b.spy.settled()), a.Estimate.InputTokens, a.Estimate.OutputTokens)
+	}
+	b.verify(t)
+}

@@ -84,7 +84,10 @@ type geminiChunk struct {
 // counted as the estimate counts (o200k_base times
 // estimator.GeminiSafetyFactorMilli); with no usage stated at all, the
 // estimate's input. A stream the upstream broke off without an error
-// event is silent: broken off to the client too.
+// event is silent: broken off to the client too. A stream that ended
+// whole (every candidate finished) but stated no usage is an answer that
+// states none: settled at its estimate, as a whole answer would be, and
+// relayed whole.
 type geminiStreamReader struct {
 	est      estimator.Estimate
 	out      outputCounter
@@ -156,6 +159,9 @@ func (s *geminiStreamReader) event(data []byte) (forward, final bool) {
 // else raised to what it streamed so far.
 func (s *geminiStreamReader) usage() rule.Usage {
 	u, ok := s.last.usage()
+	if !ok && s.finished() {
+		return rule.Usage{Input: s.est.InputTokens, Output: s.est.OutputTokens}
+	}
 	if !ok {
 		u = rule.Usage{Input: s.est.InputTokens}
 	}
@@ -165,4 +171,20 @@ func (s *geminiStreamReader) usage() rule.Usage {
 	return u
 }
 
-func (s *geminiStreamReader) silent() bool { return !s.sawError }
+// silent: the stream ended without an error event before every candidate
+// finished, so the upstream broke it off.
+func (s *geminiStreamReader) silent() bool { return !s.sawError && !s.finished() }
+
+// finished says whether every candidate the stream showed has its
+// finishReason: the answer is whole, whatever usage it stated.
+func (s *geminiStreamReader) finished() bool {
+	if len(s.open) == 0 {
+		return false
+	}
+	for _, unfinished := range s.open {
+		if unfinished {
+			return false
+		}
+	}
+	return true
+}

@@ -237,7 +237,7 @@ func (c *call) stream(w http.ResponseWriter, resp *http.Response, fr framing) {
 		return
 	}
 	c.settle(rd.usage())
-	if !clientGone && rd.silent() {
+	if !clientGone && (rd.silent() || !fr.closed()) {
 		panic(http.ErrAbortHandler)
 	}
 }
