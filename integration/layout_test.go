@@ -45,7 +45,7 @@ var layout = map[string][]string{
 	"budget/account":    {"budget/alert", "budget/rule", "estimator", "ledger"},
 	"budget/credential": {"budget/account", "budget/rule"},
 	"budget/outage":     {"budget/account", "budget/rule", "estimator"},
-	"budget/admission":  {"budget/account", "budget/outage", "budget/rule", "estimator"},
+	"budget/admission":  {"budget/account", "budget/lease", "budget/outage", "budget/rule", "estimator"},
 	// Batches: the enqueued-tokens allowance, batches and their lines
 	// (their tables and SQL), reserved through the store under the tenant
 	// row lock.
@@ -57,7 +57,7 @@ var layout = map[string][]string{
 	// every face; it holds the pools the faces never see.
 	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/rule", "estimator", "ledger"},
 	// One replica's domain services, built once for every face.
-	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/outage", "budget/rule", "estimator", "migrations"},
+	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
 	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"web":       {"budget/account", "budget/admin", "budget/alert", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},

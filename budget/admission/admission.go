@@ -72,6 +72,11 @@ type Config struct {
 	// (DecideHits). Nil: the seeded table estimates, and a model of Hits
 	// is its own family.
 	Estimator *estimator.Estimator
+	// Leases is this replica's quota leasing (lease.go): a request of a
+	// tenant in lease mode auto is admitted from the replica's lease of
+	// it when no per-request rule keeps it exact. Nil: every request is
+	// decided exactly.
+	Leases Leases
 	// TracerProvider makes the decision spans (trace.go) and the pipeline's
 	// transaction spans, and puts exemplars on the latency. Nil: tracing
 	// is off, and costs a nil check per decision.

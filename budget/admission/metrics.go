@@ -74,6 +74,7 @@ type metrics struct {
 	latency    *prometheus.HistogramVec
 	ends       *prometheus.CounterVec
 	deltas     *prometheus.HistogramVec
+	paths      *prometheus.CounterVec
 	// traced: the latency carries exemplars (tracing is on).
 	traced bool
 }
@@ -99,7 +100,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{-10000, -1000, -100, -10, 0, 10, 100, 1000, 10000, 100000},
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.admissions, m.latency, m.ends, m.deltas)
+	m.paths = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tokengate_admission_paths_total",
+		Help: "Admission decisions by face and the path that decided them: exact (the store's pipeline, under the tenant's row locks), lease (this replica's lease of the tenant, quota leasing) or local (the failure policy, without the store). A lease path only admits: a refusal is always decided exactly.",
+	}, []string{"face", "path"})
+	reg.MustRegister(m.admissions, m.latency, m.ends, m.deltas, m.paths)
 	return m
 }
 
@@ -217,4 +222,22 @@ func (a *Admitter) Settlements(face Face, kind, outcome string) prometheus.Count
 // none), for tests and for the faces' own reports.
 func (a *Admitter) Admissions(face Face, outcome, limit string) prometheus.Counter {
 	return a.metrics.admissions.WithLabelValues(string(face), outcome, limit)
+}
+
+// path counts the path that decided one Reserve (tokengate_admission_paths_total).
+func (m *metrics) path(face Face, leased, local bool) {
+	p := PathExact
+	switch {
+	case leased:
+		p = PathLease
+	case local:
+		p = PathLocal
+	}
+	m.paths.WithLabelValues(string(face), p).Inc()
+}
+
+// Paths is the counter of one face's decisions made by a path (PathExact,
+// PathLease, PathLocal), for tests and the faces' reports.
+func (a *Admitter) Paths(face Face, path string) prometheus.Counter {
+	return a.metrics.paths.WithLabelValues(string(face), path)
 }

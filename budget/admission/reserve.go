@@ -80,8 +80,12 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*account.Reservati
 		return nil, false, err
 	}
 	r, local, asEndUser, err := a.reserveEndUser(ctx, req)
+	leased := false
 	if !asEndUser {
-		r, local, err = a.reserve(ctx, req)
+		// The tenant's own request (an end user's is always exact).
+		if r, leased, err = a.reserveLeased(ctx, &req); !leased && err == nil {
+			r, local, err = a.reserve(ctx, req)
+		}
 	}
 	if inv := (*rule.InvalidError)(nil); asEndUser && errors.As(err, &inv) {
 		a.Invalid(req.Face, start) // the end-user id
@@ -91,6 +95,7 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*account.Reservati
 		return nil, false, err
 	}
 	outcome, limit := a.count(ctx, req.Face, start, r, err)
+	a.metrics.path(req.Face, leased, local)
 	if span != nil {
 		endAdmissionSpan(span, &req, r, local, outcome, limit, err)
 	}

@@ -87,6 +87,7 @@ type Store struct {
 	holder string
 	ttl    time.Duration
 	clock  func() time.Time
+	modes  modeCache // mode_cache.go
 }
 
 // New returns a Store.

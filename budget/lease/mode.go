@@ -104,6 +104,7 @@ func (s *Store) SetMode(ctx context.Context, p SetModeParams) (ModeState, error)
 	if err != nil {
 		return ModeState{}, err
 	}
+	s.dropModes() // this replica's copy (Auto) sees the change at once
 	return out, nil
 }
 

@@ -99,6 +99,9 @@ type Config struct {
 	// its turn). Zero fields take estimator.GateConfig's defaults.
 	EstimateBytes, EstimateTenantBytes int64
 	EstimateWait                       time.Duration
+	// Leasing configures quota leasing (lease.go): the tenants in lease
+	// mode auto are admitted from this replica's leases of their budget.
+	Leasing LeaseConfig
 }
 
 // Replica is one replica's domain services. Its fields are set by New and
@@ -137,6 +140,9 @@ type Replica struct {
 	// Batches admits batch traffic against each tenant's enqueued-tokens
 	// allowance; the caller's expiry sweep runs its ExpireOverdue.
 	Batches *batch.Service
+	// Leases is quota leasing: the caller runs its Run (the journal, the
+	// sweeper, the holders' renewals) for as long as the replica serves.
+	Leases *Leases
 }
 
 // New builds a replica's services. It starts nothing: the periodic work
@@ -183,6 +189,10 @@ func New(cfg Config) (*Replica, error) {
 		cfg.Admissions = cfg.Store
 	}
 	est := cfg.Estimator
+	leases, err := newLeases(cfg.Store, cfg.Leasing, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	adm := admission.New(admission.Config{
 		Store: cfg.Admissions, Pool: cfg.DB, Local: cfg.Local, DefaultPolicy: cfg.DefaultPolicy,
 		ModelPolicyFunc: func(family string) rule.Policy {
@@ -191,7 +201,7 @@ func New(cfg Config) (*Replica, error) {
 		},
 		StoreTimeout: cfg.StoreTimeout, MaxWaiters: cfg.MaxWaiters, Pipelines: cfg.Pipelines,
 		Gather: cfg.Gather, Logger: cfg.Logger, Registerer: cfg.Registry, Rejections: cfg.Rejections,
-		TracerProvider: cfg.Tracing.TracerProvider(), Estimator: est,
+		TracerProvider: cfg.Tracing.TracerProvider(), Estimator: est, Leases: leases,
 	})
 	if cfg.EstimateWait <= 0 {
 		cfg.EstimateWait = cfg.StoreTimeout
@@ -205,7 +215,7 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc, err := admin.New(admin.Config{DB: cfg.DB, Reads: reads, Store: cfg.Store, Estimator: est, Alerts: cfg.Alerts, Logger: cfg.Logger, Batches: batches})
+	svc, err := admin.New(admin.Config{DB: cfg.DB, Reads: reads, Store: cfg.Store, Estimator: est, Alerts: cfg.Alerts, Logger: cfg.Logger, Batches: batches, Leases: leases.Store()})
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +226,7 @@ func New(cfg Config) (*Replica, error) {
 	return &Replica{
 		db: cfg.DB, reads: reads, schema: schema, Admin: svc, Lag: lag, Logger: cfg.Logger, Registry: cfg.Registry, Estimator: est, Store: cfg.Store,
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
-		EstimateGate: gate, Batches: batches,
+		EstimateGate: gate, Batches: batches, Leases: leases,
 	}, nil
 }
 

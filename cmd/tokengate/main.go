@@ -19,6 +19,8 @@ import (
 	"github.com/tokengate/tokengate/api"
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
+	"github.com/tokengate/tokengate/budget/lease"
+	"github.com/tokengate/tokengate/budget/replica"
 )
 
 // globals are the settings every command shares.
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"max_waiters":       strconv.Itoa(admission.DefaultMaxWaiters),
 			"pipelines":         strconv.Itoa(admission.DefaultPipelines),
 			"gather":            admission.DefaultGather.String(),
+			"lease_ttl":         lease.DefaultTTL.String(),
+			"lease_slice":       strconv.Itoa(replica.DefaultLeaseMinSlice),
 			"store_timeout":     account.DefaultStoreTimeout.String(),
 			"window_help":       windowFlagHelp,
 		},

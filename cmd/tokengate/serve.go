@@ -38,6 +38,8 @@ type serveCmd struct {
 	SweepInterval      time.Duration `name:"sweep-interval" env:"TOKENGATE_SWEEP_INTERVAL" default:"5s" help:"How often this replica expires overdue reservations."`
 	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"${pipelines}" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
 	Gather             time.Duration `name:"gather" env:"TOKENGATE_GATHER" default:"${gather}" help:"How long a decision transaction may wait, after a busy one (8 requests or more), for the callers it answered to queue again, so that one transaction decides them all; at most that transaction's own duration. 0: never wait."`
+	LeaseTTL           time.Duration `name:"lease-ttl" env:"TOKENGATE_LEASE_TTL" default:"${lease_ttl}" help:"Quota leasing (tenants in lease mode auto): a lease's life from its take or last renew, the longest a dead replica holds a tenant's budget. Leases are renewed every half of it."`
+	LeaseSlice         int64         `name:"lease-slice" env:"TOKENGATE_LEASE_SLICE" default:"${lease_slice}" help:"Quota leasing: the smallest slice, in tokens, a replica leases of a tenant (its first, and a quiet tenant's); a busy tenant's slice is its rate over half the TTL, capped at its capacity over twice the replicas leasing it."`
 	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"${max_waiters}" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
@@ -146,6 +148,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		DefaultPolicy: rule.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
+		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice},
 	})
 	if err != nil {
 		return err
@@ -205,6 +208,9 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		}
 		return err
 	})
+	// Quota leasing: the journal's group commits, the sweep of expired
+	// leases, the holders' renewals; at the end, every lease given back.
+	bg.Go(func() error { rep.Leases.Run(bgCtx); return nil })
 	periodic(s.ModelRefresh, "model refresh", refresh.Once)
 	periodic(5*time.Second, "rejection tallies", rep.Rejections.Tick)
 	periodic(s.WatchInterval, "ledger invariant watch", watch.Check)

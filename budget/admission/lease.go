@@ -1,0 +1,109 @@
+package admission
+
+import (
+	"context"
+	"time"
+
+	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/lease"
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// Leases is quota leasing on this replica (budget/replica builds it): the
+// tenants' lease modes, and a lease holder per tenant. A tenant in mode
+// auto is admitted from this replica's lease of its budget, journaled
+// before the answer, without its row lock (docs/leasing.md); anything the
+// lease cannot decide goes to the exact pipeline.
+type Leases interface {
+	// Auto reports whether the tenant's lease mode is auto, from a copy
+	// of the modes (no query per admission); false when it cannot tell.
+	Auto(ctx context.Context, tenantID string) bool
+	// Pooled reports whether a request of e's model draws on an upstream
+	// pool (from the store's copy of the routes); true when it cannot
+	// tell.
+	Pooled(ctx context.Context, e estimator.Estimate) bool
+	// Admit makes a from the tenant's lease on this replica and returns
+	// once it is journaled, with the tenant's snapshot as the answer
+	// shows it (LeaseAnswer). Any error means it was not made: the
+	// request is decided exactly (lease.ErrExhausted, lease.ErrExactOnly,
+	// no lease held yet, a store error).
+	Admit(ctx context.Context, tenantID string, a lease.Admission) (rule.Snapshot, error)
+}
+
+// Decision paths, the values of tokengate_admission_paths_total's path
+// label: what decided a request.
+const (
+	// PathExact: the store's pipeline, under the tenant's row locks.
+	PathExact = "exact"
+	// PathLease: this replica's lease of the tenant (quota leasing).
+	PathLease = "lease"
+	// PathLocal: the local failure policy, without the store.
+	PathLocal = "local"
+)
+
+// exactPerRequest reports whether a request must be decided exactly
+// whatever its tenant's lease mode (docs/leasing.md, "Rules that keep a
+// tenant in exact mode"): one of a model routed to an upstream pool (a
+// pool's fair share depends on every tenant's live state), and, until the
+// journal keeps idempotency keys, one with an Idempotency-Key (a retry
+// must find the first admission). The rules of a tenant's tree (end
+// users, request and concurrency limits, windows, model limits, shadow
+// limits, a disabled level) are the lease store's: its take refuses with
+// lease.ErrExactOnly. This is the one place per-request rules are kept,
+// so relaxing one is a change here.
+func exactPerRequest(p *account.ReserveParams, pooled func() bool) bool {
+	return p.IdempotencyKey != "" || pooled()
+}
+
+// leaseAdmission is the journal's record of the admission id made from a
+// lease for p: the one place a lease.Admission is built from a request.
+func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
+	return lease.Admission{ID: id, Model: p.Estimate.Model, Cost: p.Estimate.Cost, CostMicro: p.Estimate.Cost * rule.Micro}
+}
+
+// reserveLeased admits req from its tenant's lease on this replica when it
+// may be (leased true), and says false when it must be decided exactly: no
+// leasing, mode off, a per-request exact rule, callers of the tenant
+// waiting in this replica (they are served first, by the exact path), or
+// anything the lease could not decide (a refusal is always exact). An
+// error is returned only when the caller's ctx ended while the lease
+// journaled: the admission's outcome is then unknown, and deciding it
+// again exactly could charge it twice.
+func (a *Admitter) reserveLeased(ctx context.Context, req *Request) (*account.Reservation, bool, error) {
+	l := a.cfg.Leases
+	p := &req.ReserveParams
+	if l == nil || a.Down() || p.Estimate.Cost <= 0 || !l.Auto(ctx, p.TenantID) {
+		return nil, false, nil
+	}
+	if exactPerRequest(p, func() bool { return l.Pooled(ctx, p.Estimate) }) || a.waiters.ahead(p.TenantID, nil) > 0 {
+		return nil, false, nil
+	}
+	now := time.Now()
+	id := rule.NewStoreAdmissionID(now)
+	snap, err := l.Admit(ctx, p.TenantID, leaseAdmission(id, p))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return nil, false, nil
+	}
+	return leaseReservation(id, p, now, snap), true, nil
+}
+
+// leaseReservation is the answer of an admission made from a lease. Its
+// snapshot is the one the replica's lease keeps (Leases.Admit): the
+// tenant's limits as last read, and for TokensMicro what this replica can
+// still admit at once, its lease's unused part plus the balance outside
+// every lease at the lease's last take or renew. That is at most what an
+// exact decision would report (it leaves out other replicas' unused
+// slices and the refill since the renew), so a client pacing itself on
+// the rate headers never overruns.
+func leaseReservation(id string, p *account.ReserveParams, now time.Time, snap rule.Snapshot) *account.Reservation {
+	ttl := snap.Limits.ReservationTTL
+	if ttl <= 0 {
+		ttl = rule.DefaultReservationTTL
+	}
+	snap.At = now
+	return &account.Reservation{AdmissionID: id, Estimate: p.Estimate, CreatedAt: now, ExpiresAt: now.Add(ttl), Snapshot: snap}
+}

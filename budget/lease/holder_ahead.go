@@ -1,0 +1,119 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// HolderState is what a holder holds, as its replica's background work
+// and its admissions' answers read it.
+type HolderState struct {
+	LeaseID string // "" for none
+	// UnusedMicro is what the lease can still pay for, in memory.
+	UnusedMicro int64
+	SliceMicro  int64 // what a take or a renew asks for now
+	ExpiresAt   time.Time
+	// Over: the journal said the lease is over (the next admission or
+	// TopUp replaces it).
+	Over bool
+}
+
+// State returns what the holder holds now.
+func (h *Holder) State() HolderState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := HolderState{UnusedMicro: h.unused, SliceMicro: h.c.SliceMicro, ExpiresAt: h.expires, Over: h.over}
+	if h.lease != nil {
+		st.LeaseID = h.lease.ID
+	}
+	return st
+}
+
+// SetSlice sets the slice the holder's next take or renew asks for: its
+// replica sizes it from the tenant's recent admission rate.
+func (h *Holder) SetSlice(micro int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.c.SliceMicro = max(micro, 1)
+}
+
+// TopUp brings the holder's lease up to its slice ahead of need, without
+// holding the holder's mutex over the store's transaction, so that the
+// admissions made meanwhile are not held up: it takes a lease when there
+// is none, takes a new one when the old one is over (returning the old
+// one), and renews a live one whose unused amount is below low or that
+// expires within renewWithin (by the holder's clock), asking for what
+// the slice lacks. It reports whether it changed anything. It returns
+// ErrExactOnly (an *ExactOnlyError) or a store error; ErrShort (the
+// budget left is below one token) is not an error.
+//
+// A foreground refresh (an admission the lease could not pay for) may
+// run at the same time: a renew's answer is applied only when its slice
+// is larger than the one the holder knows (a lease's slice only grows),
+// and a lease taken while another was installed is returned at once.
+func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration) (bool, error) {
+	h.mu.Lock()
+	var cur *Lease
+	if h.lease != nil {
+		c := *h.lease
+		cur = &c
+	}
+	over, unused, slice := h.over, h.unused, h.c.SliceMicro
+	due := cur == nil || over || unused < low || !h.c.NowFunc().Before(h.expires.Add(-renewWithin))
+	h.mu.Unlock()
+	if !due {
+		return false, nil
+	}
+	if cur != nil && !over {
+		l, err := h.s.Renew(ctx, cur.ID, max(slice-unused, 0))
+		switch {
+		case err == nil:
+			h.mu.Lock()
+			if h.lease != nil && h.lease.ID == l.ID && !h.over {
+				if add := l.SliceMicro - h.lease.SliceMicro; add > 0 {
+					h.unused += add
+					h.lease.SliceMicro = l.SliceMicro
+				}
+				if l.ExpiresAt.After(h.expires) {
+					h.expires, h.lease.ExpiresAt = l.ExpiresAt, l.ExpiresAt
+				}
+			}
+			h.mu.Unlock()
+			return true, nil
+		case !errors.Is(err, ErrOver):
+			return false, err
+		}
+	}
+	if cur != nil {
+		if _, err := h.s.Return(ctx, cur.ID); err != nil && !errors.Is(err, ErrOver) {
+			return false, err
+		}
+	}
+	l, err := h.s.Take(ctx, TakeParams{TenantID: h.c.TenantID, WantMicro: slice, MinMicro: 1})
+	if errors.Is(err, ErrShort) {
+		h.mu.Lock()
+		if cur != nil && h.lease != nil && h.lease.ID == cur.ID {
+			h.lease, h.unused, h.over = nil, 0, false // returned above
+		}
+		h.mu.Unlock()
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	h.mu.Lock()
+	installed := h.lease == nil || (cur != nil && h.lease.ID == cur.ID)
+	if installed {
+		h.lease, h.unused, h.expires, h.over = &l, l.SliceMicro, l.ExpiresAt, false
+	}
+	h.mu.Unlock()
+	if !installed {
+		// A foreground refresh installed a lease meanwhile: give this
+		// one back rather than hold two.
+		if _, err := h.s.Return(ctx, l.ID); err != nil && !errors.Is(err, ErrOver) {
+			return true, err
+		}
+	}
+	return true, nil
+}

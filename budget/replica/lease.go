@@ -1,0 +1,235 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/lease"
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
+)
+
+// DefaultLeaseMinSlice is the smallest slice a holder asks for, in tokens,
+// unless configured: a tenant's first lease on a replica, before its rate
+// is known, and a quiet tenant's.
+const DefaultLeaseMinSlice = 1000
+
+// LeaseConfig configures quota leasing on a replica (docs/leasing.md).
+// Zero fields take defaults.
+type LeaseConfig struct {
+	// Holder names this replica in the leases it takes.
+	Holder string
+	// TTL is a lease's life from its take or last renew
+	// (lease.DefaultTTL): the longest a dead replica holds budget.
+	TTL time.Duration
+	// MinSlice is the smallest slice a holder asks for, in tokens
+	// (DefaultLeaseMinSlice).
+	MinSlice int64
+	// Tick is how often the background sizes the holders' slices and
+	// renews them ahead of need (TTL/10); an admission that leaves its
+	// lease low wakes it at once. Negative: no background loop (tests
+	// call TopUpOnce).
+	Tick time.Duration
+	// NowFunc is the holders' clock (time.Now); ClockFunc freezes the
+	// store's statements (tests: the account store's frozen clock).
+	NowFunc, ClockFunc func() time.Time
+}
+
+// Leases is a replica's quota leasing: the lease store (and its mode
+// cache), the journal, and one holder per tenant it admits in mode auto,
+// built on first use. Run commits the journal, sweeps expired leases every
+// TTL/2, and sizes and renews the holders in the background, so that an
+// admission in the steady state never waits for a take or a renew: until
+// a tenant's first lease is taken, its requests are decided exactly.
+type Leases struct {
+	store   *lease.Store
+	journal *lease.Journal
+	acct    *account.Store
+	cfg     LeaseConfig
+	logger  *slog.Logger
+	kick    chan struct{}
+
+	mu      sync.Mutex
+	holders map[string]*held
+}
+
+// held is one tenant's holder and what sizes it.
+type held struct {
+	tenant   string
+	h        *lease.Holder
+	admitted atomic.Int64 // micro-tokens admitted since the last sizing
+	lastUse  atomic.Int64 // unix nanoseconds of the last admission, by NowFunc
+	// exactUntil: the take said exact only; no lease until then.
+	exactUntil atomic.Int64
+	// snap is the tenant's snapshot read after the last take or renew:
+	// its limits, and the balance outside every lease then.
+	snap atomic.Pointer[rule.Snapshot]
+
+	sizing  sync.Mutex // the fields below, for one top-up at a time
+	sizedAt time.Time
+	rate    float64 // micro-tokens a second, smoothed
+	holders int     // live leases of the tenant at the last read
+}
+
+var errNoLease = errors.New("replica: no lease of the tenant held yet")
+
+func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases, error) {
+	if c.TTL <= 0 {
+		c.TTL = lease.DefaultTTL
+	}
+	if c.MinSlice <= 0 {
+		c.MinSlice = DefaultLeaseMinSlice
+	}
+	if c.Tick == 0 {
+		c.Tick = c.TTL / 10
+	}
+	if c.NowFunc == nil {
+		c.NowFunc = time.Now
+	}
+	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc})
+	if err != nil {
+		return nil, err
+	}
+	return &Leases{store: s, journal: lease.NewJournal(s), acct: acct, cfg: c, logger: logger,
+		kick: make(chan struct{}, 1), holders: map[string]*held{}}, nil
+}
+
+// Store is the lease store (the admin service sets modes through it, so
+// that this replica's copy of the modes sees a change at once).
+func (l *Leases) Store() *lease.Store { return l.store }
+
+// Auto implements admission.Leases.
+func (l *Leases) Auto(ctx context.Context, tenantID string) bool {
+	ok, err := l.store.Auto(ctx, tenantID)
+	return err == nil && ok
+}
+
+// Pooled implements admission.Leases.
+func (l *Leases) Pooled(ctx context.Context, e estimator.Estimate) bool {
+	ok, err := l.acct.PoolRouted(ctx, e)
+	return err != nil || ok
+}
+
+// Admit implements admission.Leases: the tenant's holder admits a, and the
+// answer's snapshot reports, as TokensMicro, the lease's unused part plus
+// the balance outside every lease at its last take or renew.
+func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) (rule.Snapshot, error) {
+	hd := l.holder(tenantID)
+	now := l.cfg.NowFunc()
+	hd.lastUse.Store(now.UnixNano())
+	if now.UnixNano() < hd.exactUntil.Load() {
+		return rule.Snapshot{}, lease.ErrExactOnly
+	}
+	snap := hd.snap.Load()
+	if snap == nil || hd.h.State().LeaseID == "" {
+		l.wake()
+		return rule.Snapshot{}, errNoLease
+	}
+	if err := hd.h.Admit(ctx, a); err != nil {
+		if errors.Is(err, lease.ErrExactOnly) {
+			hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
+		}
+		l.wake()
+		return rule.Snapshot{}, err
+	}
+	hd.admitted.Add(a.CostMicro)
+	st := hd.h.State()
+	if st.UnusedMicro < st.SliceMicro/2 {
+		l.wake() // renew ahead of need
+	}
+	out := *snap
+	out.TokensMicro += st.UnusedMicro
+	return out, nil
+}
+
+// holder is the tenant's holder, built on first use.
+func (l *Leases) holder(tenantID string) *held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hd, ok := l.holders[tenantID]
+	if !ok {
+		hd = &held{tenant: tenantID, h: lease.NewHolder(l.store, l.journal, lease.HolderConfig{
+			TenantID: tenantID, SliceMicro: l.cfg.MinSlice * rule.Micro, NowFunc: l.cfg.NowFunc})}
+		l.holders[tenantID] = hd
+	}
+	return hd
+}
+
+func (l *Leases) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run commits the journal, sweeps expired leases every TTL/2, and sizes
+// and renews the holders (every Tick, and when an admission leaves a
+// lease low) until ctx ends; it then returns every lease this replica
+// holds, so that a replica shut down gives its budget back at once rather
+// than at the TTL.
+func (l *Leases) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	jctx, stopJournal := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Add(1)
+	go func() { defer wg.Done(); l.journal.Run(jctx) }()
+	sweep := time.NewTicker(l.cfg.TTL / 2)
+	defer sweep.Stop()
+	var tick <-chan time.Time
+	if l.cfg.Tick > 0 {
+		t := time.NewTicker(l.cfg.Tick)
+		defer t.Stop()
+		tick = t.C
+	}
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-sweep.C:
+			if _, err := l.store.Sweep(ctx, 100); err != nil && ctx.Err() == nil {
+				l.logger.Warn("lease sweep", "error", err.Error())
+			}
+		case <-tick:
+			l.TopUpOnce(ctx)
+		case <-l.kick:
+			if tick != nil {
+				l.TopUpOnce(ctx)
+			}
+		}
+	}
+	// Admissions in flight journal before their leases are returned.
+	stopJournal()
+	wg.Wait()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, hd := range l.all() {
+		if err := hd.h.Return(rctx); err != nil {
+			l.logger.Warn("lease return at shutdown", "tenant", hd.tenant, "error", err.Error())
+		}
+	}
+}
+
+func (l *Leases) all() []*held {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*held, 0, len(l.holders))
+	for _, hd := range l.holders {
+		out = append(out, hd)
+	}
+	return out
+}
+
+// TopUpOnce sizes every holder's slice and renews (or takes) its lease
+// when it is low or near its expiry, and gives back the lease of a tenant
+// idle for a TTL; Run calls it, tests call it on a frozen clock.
+func (l *Leases) TopUpOnce(ctx context.Context) {
+	for _, hd := range l.all() {
+		if err := l.topUp(ctx, hd); err != nil && ctx.Err() == nil {
+			l.logger.Warn("lease top-up", "tenant", hd.tenant, "error", err.Error())
+		}
+	}
+}
