@@ -176,6 +176,10 @@ bench-proxy: pg-image ## The OpenAI-compatible proxy's added latency (p50/p99) o
 bench-compare: pg-image build ## tokengate over HTTP against pgbench's one-statement admission, on one durable Postgres, in one run (BENCH_SECONDS=15).
 	integration/bench/compare.sh
 
+.PHONY: bench-compare-lease
+bench-compare-lease: pg-image build ## bench-compare with every tenant in lease mode auto (LEASE=auto): admissions from leases; the settle loads count errors until lease admissions can be settled.
+	LEASE=auto integration/bench/compare.sh
+
 .PHONY: bench-faces
 bench-faces: pg-image build ## The same load through the HTTP API and the rate limit service (gRPC) of one replica, in turns (ROUNDS=3, BENCH_SECONDS=15).
 	integration/bench/faces.sh
@@ -183,6 +187,10 @@ bench-faces: pg-image build ## The same load through the HTTP API and the rate l
 .PHONY: bench-peer
 bench-peer: pg-image build ## The rate limit service against envoyproxy/ratelimit on Redis (with and without fsync per write), same gRPC load, in turns (ROUNDS=2, BENCH_SECONDS=15).
 	integration/bench/peer.sh
+
+.PHONY: bench-peer-lease
+bench-peer-lease: pg-image build ## bench-peer with every tenant in lease mode auto (LEASE=auto); the rate limit service keys each reservation by its request id, so it stays exact until the lease journal keeps idempotency keys.
+	LEASE=auto integration/bench/peer.sh
 
 .PHONY: bench-profile
 bench-profile: pg-image build ## Where a decision's cost goes for one load of the rate limit service: Postgres statements, WAL, CPU and the server's pprof (LOAD=spread-settle, BENCH_SECONDS=15).

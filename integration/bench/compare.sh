@@ -42,6 +42,7 @@ warm http://127.0.0.1:18080
 read -r tg_hot tg_hot_p99 tg_hot_cpu tg_hot_pg tg_hot_rss tg_hot_lg <<<"$(run hot "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --no-settle)"
 read -r tg_spread tg_spread_p99 tg_spread_cpu tg_spread_pg tg_spread_rss tg_spread_lg <<<"$(run spread "$s1" -- --url http://127.0.0.1:18080 "${spread_keys[@]}" --no-settle)"
 read -r tg_settle tg_settle_p99 tg_settle_cpu tg_settle_pg tg_settle_rss tg_settle_lg <<<"$(run settle "$s1" -- --url http://127.0.0.1:18080 --key "$hot_key" --settle)"
+lease_paths 18080
 kill "$s1"; wait "$s1" 2>/dev/null || true; pids=()
 
 say "tokengate: four replicas"
@@ -53,6 +54,7 @@ for p in 18081 18082 18083 18084; do wait_ready $p; done
 read -r r4_hot r4_hot_p99 r4_hot_cpu r4_hot_pg r4_hot_rss r4_hot_lg <<<"$(run hot4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --no-settle)"
 read -r r4_spread r4_spread_p99 r4_spread_cpu r4_spread_pg r4_spread_rss r4_spread_lg <<<"$(run spread4 "${four[@]}" -- "${urls[@]}" "${spread_keys[@]}" --no-settle)"
 read -r r4_settle r4_settle_p99 r4_settle_cpu r4_settle_pg r4_settle_rss r4_settle_lg <<<"$(run settle4 "${four[@]}" -- "${urls[@]}" --key "$hot_key" --settle)"
+for p in 18081 18082 18083 18084; do lease_paths $p; done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; }
 cat <<TABLE

@@ -49,10 +49,22 @@ proc_cpu_ns() { # the CPU of processes, in ns (utime + stime)
 }
 
 # tokengate: tenants whose limits never refuse, so that what is measured
-# is the cost of deciding.
+# is the cost of deciding. LEASE=auto puts each of them in lease mode auto
+# (quota leasing, docs/leasing.md): the replicas admit their requests from
+# leases, journaled, and take their row locks only to renew. A request with
+# an Idempotency-Key is still decided exactly (until the journal keeps
+# keys), so the rate limit service's traffic, which keys every reservation
+# by its request id, and loadgen --idempotency-keys stay exact; and a lease
+# admission cannot be settled yet, so the --settle loads count errors.
+# lease_paths shows which path decided (tokengate_admission_paths_total).
 export TOKENGATE_DATABASE_URL="$url"
 "$bin" migrate --wait 30s 2>/dev/null
-mk() { "$bin" tenant create "$1" --tokens-capacity 1000000000000 --tokens-per-second 1000000000 >/dev/null 2>&1 && "$bin" key create "$1" 2>/dev/null; }
+lease="${LEASE:-}"
+mk() {
+	"$bin" tenant create "$1" --tokens-capacity 1000000000000 --tokens-per-second 1000000000 >/dev/null 2>&1 &&
+		{ [ -z "$lease" ] || "$bin" tenant update "$1" --lease "$lease" >/dev/null 2>&1; } &&
+		"$bin" key create "$1" 2>/dev/null
+}
 hot_key=$(mk hot)
 spread_keys=()
 for i in $(seq -w 1 64); do spread_keys+=(--key "$(mk "t$i")"); done
@@ -84,6 +96,13 @@ ready() { # no curl on a bare machine: HTTP/1.0 over bash's /dev/tcp
 	printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3
 	local status; read -r _ status _ <&3; exec 3<&-
 	[ "$status" = 200 ]
+}
+lease_paths() { # http port -> the replica's decisions by path, on stderr (LEASE set)
+	[ -n "$lease" ] || return 0
+	{ exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 0
+	printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
+	say "replica :$1 (LEASE=$lease): $(grep '^tokengate_admission_paths_total' <&3 | tr '\n' ' ')"
+	exec 3<&-
 }
 wait_ready() { for _ in $(seq 100); do ready "$1" && return; sleep 0.1; done; cat "$work/serve-$1.log" >&2; exit 1; }
 secs_of() { awk '{split($0, p, "m"); sub("s", "", p[2]); print p[1] * 60 + p[2]}' <<<"$1"; }

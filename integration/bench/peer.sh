@@ -181,6 +181,8 @@ for load in "${loads[@]}"; do
 	done
 done
 
+lease_paths $tg_http
+
 printf '| load | system | calls/s | LLM requests/s | admit p50 (ms) | admit p99 (ms) | server CPU us/req | store CPU us/req | load generator CPU us/req | server peak RSS (MB) |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for load in "${loads[@]}"; do
