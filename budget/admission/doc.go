@@ -30,8 +30,15 @@
 // the answer through its one table of the domain's errors; adding a face
 // is a handful of files that do only that (see api/rls, the smallest).
 //
+// A tenant in lease mode auto is admitted from its replica's lease of its
+// budget (quota leasing, lease.go and docs/leasing.md) when no per-request
+// rule keeps the request exact; anything the lease cannot decide, a
+// refusal above all, goes to the pipeline. tokengate_admission_paths_total
+// counts the decisions by path (exact, lease, local).
+//
 // The replica builds one Admitter (budget/replica) and hands it to every
 // face.
 //
-// It may import budget, budget/outage and estimator, never a face.
+// It may import budget, budget/lease, budget/outage and estimator, never a
+// face.
 package admission

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -41,6 +43,22 @@ const (
 	// PathLocal: the local failure policy, without the store.
 	PathLocal = "local"
 )
+
+// AttrPath is the decision span's path attribute (PathExact, PathLease,
+// PathLocal). A lease admission's tokengate.decided_by is "store": its
+// journal row is in Postgres before it is answered.
+var AttrPath = attribute.Key("tokengate.path")
+
+// pathOf is the path that decided a request.
+func pathOf(leased, local bool) string {
+	switch {
+	case leased:
+		return PathLease
+	case local:
+		return PathLocal
+	}
+	return PathExact
+}
 
 // exactPerRequest reports whether a request must be decided exactly
 // whatever its tenant's lease mode (docs/leasing.md, "Rules that keep a

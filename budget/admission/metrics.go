@@ -225,15 +225,8 @@ func (a *Admitter) Admissions(face Face, outcome, limit string) prometheus.Count
 }
 
 // path counts the path that decided one Reserve (tokengate_admission_paths_total).
-func (m *metrics) path(face Face, leased, local bool) {
-	p := PathExact
-	switch {
-	case leased:
-		p = PathLease
-	case local:
-		p = PathLocal
-	}
-	m.paths.WithLabelValues(string(face), p).Inc()
+func (m *metrics) path(face Face, path string) {
+	m.paths.WithLabelValues(string(face), path).Inc()
 }
 
 // Paths is the counter of one face's decisions made by a path (PathExact,

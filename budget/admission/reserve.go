@@ -95,8 +95,10 @@ func (a *Admitter) Reserve(ctx context.Context, req Request) (*account.Reservati
 		return nil, false, err
 	}
 	outcome, limit := a.count(ctx, req.Face, start, r, err)
-	a.metrics.path(req.Face, leased, local)
+	path := pathOf(leased, local)
+	a.metrics.path(req.Face, path)
 	if span != nil {
+		span.SetAttributes(AttrPath.String(path))
 		endAdmissionSpan(span, &req, r, local, outcome, limit, err)
 	}
 	return r, local, err

@@ -80,7 +80,9 @@ func (a *Admitter) ReserveAll(ctx context.Context, reqs []Request) []Decided {
 	for i := range out {
 		a.decidedOne(&ps[i], out[i].Reservation, out[i].Err)
 		outcome, limit := a.count(ctx, reqs[i].Face, reqs[i].Start, out[i].Reservation, out[i].Err)
+		a.metrics.path(reqs[i].Face, PathExact) // all or none: never leased
 		if spans[i] != nil {
+			spans[i].SetAttributes(AttrPath.String(PathExact))
 			endAdmissionSpan(spans[i], &reqs[i], out[i].Reservation, false, outcome, limit, out[i].Err)
 		}
 	}
