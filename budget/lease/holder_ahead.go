@@ -97,7 +97,7 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 			h.lease, h.unused, h.over = nil, 0, false // returned above
 		}
 		h.mu.Unlock()
-		return true, nil
+		return cur != nil, nil
 	}
 	if err != nil {
 		return false, err

@@ -53,9 +53,7 @@ type Leases struct {
 	cfg     LeaseConfig
 	logger  *slog.Logger
 	kick    chan struct{}
-
-	mu      sync.Mutex
-	holders map[string]*held
+	holders sync.Map // tenant id -> *held: read on every lease admission
 }
 
 // held is one tenant's holder and what sizes it.
@@ -63,7 +61,10 @@ type held struct {
 	tenant   string
 	h        *lease.Holder
 	admitted atomic.Int64 // micro-tokens admitted since the last sizing
-	lastUse  atomic.Int64 // unix nanoseconds of the last admission, by NowFunc
+	// backlog counts the admissions since the last renew: each is a
+	// journal row the next renew books under the tenant's row locks.
+	backlog atomic.Int64
+	lastUse atomic.Int64 // unix nanoseconds of the last admission, by NowFunc
 	// exactUntil: the take said exact only; no lease until then.
 	exactUntil atomic.Int64
 	// snap is the tenant's snapshot read after the last take or renew:
@@ -96,7 +97,7 @@ func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases
 		return nil, err
 	}
 	return &Leases{store: s, journal: lease.NewJournal(s), acct: acct, cfg: c, logger: logger,
-		kick: make(chan struct{}, 1), holders: map[string]*held{}}, nil
+		kick: make(chan struct{}, 1)}, nil
 }
 
 // Store is the lease store (the admin service sets modes through it, so
@@ -138,8 +139,8 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) 
 		return rule.Snapshot{}, err
 	}
 	hd.admitted.Add(a.CostMicro)
-	st := hd.h.State()
-	if st.UnusedMicro < st.SliceMicro/2 {
+	st, backlog := hd.h.State(), hd.backlog.Add(1)
+	if st.UnusedMicro < st.SliceMicro/2 || backlog == maxBacklog {
 		l.wake() // renew ahead of need
 	}
 	out := *snap
@@ -149,15 +150,13 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) 
 
 // holder is the tenant's holder, built on first use.
 func (l *Leases) holder(tenantID string) *held {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	hd, ok := l.holders[tenantID]
-	if !ok {
-		hd = &held{tenant: tenantID, h: lease.NewHolder(l.store, l.journal, lease.HolderConfig{
-			TenantID: tenantID, SliceMicro: l.cfg.MinSlice * rule.Micro, NowFunc: l.cfg.NowFunc})}
-		l.holders[tenantID] = hd
+	if v, ok := l.holders.Load(tenantID); ok {
+		return v.(*held)
 	}
-	return hd
+	hd := &held{tenant: tenantID, h: lease.NewHolder(l.store, l.journal, lease.HolderConfig{
+		TenantID: tenantID, SliceMicro: l.cfg.MinSlice * rule.Micro, NowFunc: l.cfg.NowFunc})}
+	v, _ := l.holders.LoadOrStore(tenantID, hd)
+	return v.(*held)
 }
 
 func (l *Leases) wake() {
@@ -214,12 +213,8 @@ func (l *Leases) Run(ctx context.Context) {
 }
 
 func (l *Leases) all() []*held {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]*held, 0, len(l.holders))
-	for _, hd := range l.holders {
-		out = append(out, hd)
-	}
+	var out []*held
+	l.holders.Range(func(_, v any) bool { out = append(out, v.(*held)); return true })
 	return out
 }
 
@@ -228,7 +223,11 @@ func (l *Leases) all() []*held {
 // idle for a TTL; Run calls it, tests call it on a frozen clock.
 func (l *Leases) TopUpOnce(ctx context.Context) {
 	for _, hd := range l.all() {
-		if err := l.topUp(ctx, hd); err != nil && ctx.Err() == nil {
+		// A top-up that takes half a TTL is stuck: the next one retries.
+		tctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/2)
+		err := l.topUp(tctx, hd)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			l.logger.Warn("lease top-up", "tenant", hd.tenant, "error", err.Error())
 		}
 	}

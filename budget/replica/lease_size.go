@@ -9,6 +9,13 @@ import (
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
+// maxBacklog is how many admissions a holder makes before its lease is
+// renewed whatever its unused part and expiry: a renew books every journal
+// row since the last one, under the tenant's row locks (a ledger entry per
+// admission and level), so a busy tenant's renews stay short, each holding
+// the locks as long as a few exact batches would.
+const maxBacklog = 256
+
 // sliceFor is the slice a holder asks for: what the tenant admitted on
 // this replica in half a TTL at its recent rate (rateMicro a second), so
 // that a renew every TTL/2 keeps the lease ahead of its admissions; at
@@ -65,7 +72,11 @@ func (l *Leases) topUp(ctx context.Context, hd *held) error {
 	}
 	slice := sliceFor(hd.rate, l.cfg.TTL, l.cfg.MinSlice*rule.Micro, hd.snap.Load().Limits.TokensCapacity*rule.Micro, holders)
 	hd.h.SetSlice(slice)
-	changed, err := hd.h.TopUp(ctx, slice/2, l.cfg.TTL/2)
+	within := l.cfg.TTL / 2
+	if hd.backlog.Load() >= maxBacklog {
+		within = 2 * l.cfg.TTL // due now: book the backlog
+	}
+	changed, err := hd.h.TopUp(ctx, slice/2, within)
 	if errors.Is(err, lease.ErrExactOnly) {
 		hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
 		return nil
@@ -73,6 +84,7 @@ func (l *Leases) topUp(ctx context.Context, hd *held) error {
 	if err != nil || !changed {
 		return err
 	}
+	hd.backlog.Store(0)
 	return l.readTenant(ctx, hd)
 }
 

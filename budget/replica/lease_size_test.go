@@ -120,3 +120,41 @@ func TestLeaseRenewsAheadOfNeed(t *testing.T) {
 		t.Fatalf("after the return, exact decisions %d, want %d", got, exact+1)
 	}
 }
+
+// A busy lease is renewed after replica.MaxBacklog admissions whatever its
+// unused part and expiry, so that each renew books a bounded journal
+// under the tenant's row locks.
+func TestLeaseRenewsAfterBacklog(t *testing.T) {
+	t.Parallel()
+	b := setupLeasesSlice(t, 1, 10_000)
+	r := b.reps[0]
+	ctx := context.Background()
+	b.tenant(t, "acme", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1}, lease.ModeAuto)
+	b.warm(t, "acme", 1)
+	reserve := func(n int) {
+		t.Helper()
+		for range n {
+			if _, _, err := r.Admitter.Reserve(ctx, req("acme", 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	reserve(replica.MaxBacklog - 1)
+	_, takes := b.leases(t, "acme")
+	r.Leases.TopUpOnce(ctx)
+	if _, got := b.leases(t, "acme"); got != takes {
+		t.Fatalf("renewed before the backlog: %d lease_take entries, %d before", got, takes)
+	}
+	reserve(1)
+	r.Leases.TopUpOnce(ctx)
+	if _, got := b.leases(t, "acme"); got != takes+1 {
+		t.Fatalf("at the backlog: %d lease_take entries, want %d", got, takes+1)
+	}
+	r.Leases.TopUpOnce(ctx)
+	if _, got := b.leases(t, "acme"); got != takes+1 {
+		t.Fatalf("after the backlog was booked: %d lease_take entries, want %d", got, takes+1)
+	}
+	if got := paths(r, admission.PathLease); got != replica.MaxBacklog {
+		t.Fatalf("%d lease admissions, want %d", got, replica.MaxBacklog)
+	}
+}

@@ -36,6 +36,8 @@ type leaseBundle struct {
 	now  *atomic.Int64
 	reps []*replica.Replica
 	pool *pgxpool.Pool // the first replica's
+	// minSlice is the replicas' minimum slice, in tokens.
+	minSlice int64
 }
 
 func (b *leaseBundle) clock() time.Time { return time.Unix(0, b.now.Load()).UTC() }
@@ -44,7 +46,14 @@ func (b *leaseBundle) advance(d time.Duration) { b.now.Add(int64(d)) }
 
 func setupLeases(t *testing.T, replicas int) *leaseBundle {
 	t.Helper()
-	b := &leaseBundle{url: pgtest.URL(t), now: &atomic.Int64{}}
+	return setupLeasesSlice(t, replicas, minSlice)
+}
+
+// setupLeasesSlice is setupLeases with a minimum slice of its own, in
+// tokens.
+func setupLeasesSlice(t *testing.T, replicas int, slice int64) *leaseBundle {
+	t.Helper()
+	b := &leaseBundle{url: pgtest.URL(t), now: &atomic.Int64{}, minSlice: slice}
 	b.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	for i := range replicas {
 		r, _ := b.replica(t, string(rune('a'+i)))
@@ -62,7 +71,7 @@ func (b *leaseBundle) replica(t *testing.T, name string) (*replica.Replica, func
 		b.pool = pool
 	}
 	r, err := replica.New(replica.Config{DB: pool, Store: account.NewStore(pool).WithClock(b.clock),
-		Leasing: replica.LeaseConfig{Holder: name, TTL: leaseTTL, MinSlice: minSlice, Tick: -1, NowFunc: b.clock, ClockFunc: b.clock}})
+		Leasing: replica.LeaseConfig{Holder: name, TTL: leaseTTL, MinSlice: b.minSlice, Tick: -1, NowFunc: b.clock, ClockFunc: b.clock}})
 	if err != nil {
 		t.Fatal(err)
 	}
