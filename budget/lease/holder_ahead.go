@@ -117,3 +117,30 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 	}
 	return true, nil
 }
+
+// AdmitHeld is Admit without a renew or a take: a from what the lease
+// holds in memory, journaled, or ErrExhausted at once when there is no
+// lease, it is over, within RenewBefore of its expiry, or short of a's
+// cost (the caller decides otherwise, and its replica's TopUp refills the
+// lease in the background). ErrOver: the journal said the lease is over
+// (marked, for the next TopUp). So an admission never waits for a store
+// transaction other than its journal's group commit.
+func (h *Holder) AdmitHeld(ctx context.Context, a Admission) error {
+	h.mu.Lock()
+	if h.lease == nil || h.over || h.unused < a.CostMicro || !h.c.NowFunc().Before(h.expires.Add(-h.c.RenewBefore)) {
+		h.mu.Unlock()
+		return ErrExhausted
+	}
+	h.unused -= a.CostMicro
+	leaseID := h.lease.ID
+	h.mu.Unlock()
+	err := h.j.Append(ctx, leaseID, a)
+	if errors.Is(err, ErrOver) {
+		h.mu.Lock()
+		if h.lease != nil && h.lease.ID == leaseID {
+			h.over = true
+		}
+		h.mu.Unlock()
+	}
+	return err
+}

@@ -116,9 +116,12 @@ func (l *Leases) Pooled(ctx context.Context, e estimator.Estimate) bool {
 	return err != nil || ok
 }
 
-// Admit implements admission.Leases: the tenant's holder admits a, and the
-// answer's snapshot reports, as TokensMicro, the lease's unused part plus
-// the balance outside every lease at its last take or renew.
+// Admit implements admission.Leases: the tenant's holder admits a from
+// what its lease holds in memory (lease.Holder.AdmitHeld), never waiting
+// for a take or a renew: a lease that cannot pay sends the request to the
+// exact pipeline and wakes the top-up. The answer's snapshot reports, as
+// TokensMicro, the lease's unused part plus the balance outside every
+// lease at its last take or renew.
 func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) (rule.Snapshot, error) {
 	hd := l.holder(tenantID)
 	now := l.cfg.NowFunc()
@@ -127,11 +130,11 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) 
 		return rule.Snapshot{}, lease.ErrExactOnly
 	}
 	snap := hd.snap.Load()
-	if snap == nil || hd.h.State().LeaseID == "" {
+	if snap == nil {
 		l.wake()
 		return rule.Snapshot{}, errNoLease
 	}
-	if err := hd.h.Admit(ctx, a); err != nil {
+	if err := hd.h.AdmitHeld(ctx, a); err != nil {
 		if errors.Is(err, lease.ErrExactOnly) {
 			hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
 		}
