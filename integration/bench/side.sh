@@ -9,7 +9,8 @@
 # load, the sides swapping ports and Postgres names each round.
 #
 #   side.sh OLD_BINARY [NEW_BINARY (bin/tokengate)]
-#   BENCH_SECONDS (12)  BENCH_CLIENTS (32)  ROUNDS (4)  LOADS ("hot spread settle")  PG_IMAGE
+#   BENCH_SECONDS (12)  BENCH_CLIENTS (32)  ROUNDS (4)  PG_IMAGE
+#   LOADS ("hot spread settle"; hot4, spread4, settle4: four replicas a side)
 #
 # Prints, per load, each round's admissions/s of A and B, the geometric
 # mean of B/A, and the median server CPU per admission of each side.
@@ -20,16 +21,25 @@ if [ "${SIDE_ONE:-}" = 1 ]; then
 	# One side: serve, warm, say ready, wait for the start, run the load.
 	# SIDE_PORT SIDE_LOAD SIDE_DIR; $TOKENGATE and $BENCH_PG_NAME/PORT set by the caller.
 	. integration/bench/lib.sh
-	s=$(serve "$SIDE_PORT"); pids+=("$s"); wait_ready "$SIDE_PORT"
+	# A load named with a 4 (hot4, spread4, settle4) runs on four replicas
+	# of the side, at SIDE_PORT, +100, +200, +300, as compare.sh's.
+	n=1; [ "${SIDE_LOAD%4}" = "$SIDE_LOAD" ] || n=4
+	ss=(); urls=()
+	for i in $(seq 0 $((n - 1))); do
+		p=$((SIDE_PORT + 100 * i))
+		if [ "$n" = 4 ]; then s=$(serve "$p" --max-conns 8 --replica-id "r$p"); else s=$(serve "$p"); fi
+		pids+=("$s"); ss+=("$s"); urls+=(--url "http://127.0.0.1:$p")
+	done
+	for i in $(seq 0 $((n - 1))); do wait_ready $((SIDE_PORT + 100 * i)); done
 	warm "http://127.0.0.1:$SIDE_PORT"
 	touch "$SIDE_DIR/ready-$SIDE_PORT"
 	while [ ! -e "$SIDE_DIR/go" ]; do sleep 0.05; done
-	case $SIDE_LOAD in
+	case ${SIDE_LOAD%4} in
 	hot) f=(--key "$hot_key" --no-settle) ;;
 	spread) f=("${spread_keys[@]}" --no-settle) ;;
 	settle) f=(--key "$hot_key" --settle) ;;
 	esac
-	run "$SIDE_LOAD" "$s" -- --url "http://127.0.0.1:$SIDE_PORT" "${f[@]}"
+	run "$SIDE_LOAD" "${ss[@]}" -- "${urls[@]}" "${f[@]}"
 	exit 0
 fi
 
