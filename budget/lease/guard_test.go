@@ -367,3 +367,55 @@ func TestRevokeWhileJournaling(t *testing.T) {
 	}
 	b.verify(t, "acme")
 }
+
+// A revoke waits for a journal group in flight on the tenant's lease (here
+// a transaction holding the lease row, as a group does between its use and
+// its commit): the group commits before the revoke does, and every group
+// after it reads the key revoked.
+func TestRevokeWaitsForGroupInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	svc := b.adminOf(t)
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok})
+	k, _, err := credential.KeyCreateRecorded(ctx, b.r.acct, "acme", nil, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 100 * tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := b.r.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = group.Rollback(ctx) }()
+	if _, err := group.Exec(ctx, "SELECT 1 FROM leases WHERE id = $1 FOR UPDATE", l.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.KeyRevoke(ctx, "acme", k.ID, "ops") }()
+	// The signal: the revoke's backend waits on a lock.
+	for waiting := 0; waiting == 0; {
+		select {
+		case err := <-done:
+			t.Fatalf("the revoke committed (%v) with a journal group of the tenant's lease in flight", err)
+		default:
+		}
+		if err := b.r.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := group.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	a := adm("late", 1)
+	a.KeyID = k.ID
+	if err := b.r.journal.Append(ctx, l.ID, a); !errors.Is(err, rule.ErrKeyRevoked) {
+		t.Fatalf("append with the revoked key: %v, want rule.ErrKeyRevoked", err)
+	}
+}
