@@ -136,9 +136,11 @@ func TestAdminChangesEndLeases(t *testing.T) {
 	}
 }
 
-// A disable while eight goroutines journal into the tenant's lease: every
-// admission accepted is booked, none is journaled after the disable
-// commits, the rest of the slice is refunded, and the chain verifies.
+// A disable while eight goroutines on two replicas journal into the
+// tenant's lease and its child's (most groups hold both lease rows, as the
+// disable does): every admission accepted is booked, none is journaled
+// after the disable commits, the rest of each slice is refunded, and the
+// chains verify.
 func TestDisableWhileJournaling(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -146,11 +148,17 @@ func TestDisableWhileJournaling(t *testing.T) {
 	svc := b.adminOf(t)
 	other := b.replica(t, "r1", 4)
 	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 100000, TokensRateMicro: tok})
-	l, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 50000 * tok})
+	b.tenant(t, "team", "acme", rule.Limits{TokensCapacity: 100000, TokensRateMicro: tok})
+	own, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 40000 * tok})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var accepted atomic.Int64
+	below, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "team", WantMicro: 40000 * tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{own.ID, below.ID}
+	var accepted [2]atomic.Int64
 	started := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
@@ -162,11 +170,12 @@ func TestDisableWhileJournaling(t *testing.T) {
 			if w%2 == 1 {
 				j = other.journal // a second replica's journal, its own connections
 			}
+			k := (w / 2) % 2
 			for i := 0; ; i++ {
 				if i == 20 {
 					once.Do(func() { close(started) })
 				}
-				err := j.Append(ctx, l.ID, adm(fmt.Sprintf("%d-%d", w, i), 3))
+				err := j.Append(ctx, ids[k], adm(fmt.Sprintf("%d-%d", w, i), 3))
 				if errors.Is(err, lease.ErrOver) {
 					return
 				}
@@ -174,7 +183,7 @@ func TestDisableWhileJournaling(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				accepted.Add(3 * tok)
+				accepted[k].Add(3 * tok)
 			}
 		}()
 	}
@@ -182,23 +191,30 @@ func TestDisableWhileJournaling(t *testing.T) {
 	if _, err := svc.TenantSetDisabled(ctx, account.SetDisabledParams{TenantID: "acme", Disabled: true}); err != nil {
 		t.Fatal(err)
 	}
-	atDisable := b.journaled(t, l.ID)
+	atDisable := [2]int64{b.journaled(t, own.ID), b.journaled(t, below.ID)}
 	wg.Wait()
-	if got := b.journaled(t, l.ID); got != atDisable {
-		t.Fatalf("%d admissions journaled after the disable committed", got-atDisable)
+	for k, id := range ids {
+		if got := b.journaled(t, id); got != atDisable[k] {
+			t.Fatalf("lease %d: %d admissions journaled after the disable committed", k, got-atDisable[k])
+		}
+		state, _, used, booked := b.leaseState(t, id)
+		_, _, est := b.kindSumRef(t, "acme", id)
+		if state != []string{"returned", "expired"}[k] || used != accepted[k].Load() || booked != used || est*tok != used || used != atDisable[k]*3*tok {
+			t.Fatalf("lease %d %s: accepted %d, used %d, booked %d, in the ledger %d, journaled %d", k, state, accepted[k].Load(), used, booked, est*tok, atDisable[k])
+		}
 	}
-	state, slice, used, booked := b.leaseState(t, l.ID)
-	_, _, est := b.kindSumRef(t, "acme", l.ID)
-	if state != "returned" || used != accepted.Load() || booked != used || est*tok != used || used != atDisable*3*tok {
-		t.Fatalf("lease %s: accepted %d, used %d, booked %d, in the ledger %d, journaled %d", state, accepted.Load(), used, booked, est*tok, atDisable)
-	}
-	if n, back, _ := b.kindSum(t, "acme", ledger.KindLeaseReturn); n != 1 || back != slice-used {
-		t.Fatalf("%d lease_return entries giving back %d, want 1 giving back %d", n, back, slice-used)
+	used := accepted[0].Load() + accepted[1].Load()
+	if n, back, _ := b.kindSum(t, "acme", ledger.KindLeaseReturn); n != 2 || back != 80000*tok-used {
+		t.Fatalf("%d lease_return entries giving back %d, want 2 giving back %d", n, back, 80000*tok-used)
 	}
 	if got := b.balance(t, "acme"); got != 100000*tok-used {
-		t.Fatalf("balance %d, want the capacity less the %d admitted", got, used)
+		t.Fatalf("acme balance %d, want the capacity less the %d admitted", got, used)
+	}
+	if got := b.balance(t, "team"); got != 100000*tok-accepted[1].Load() {
+		t.Fatalf("team balance %d, want the capacity less the %d admitted", got, accepted[1].Load())
 	}
 	b.verify(t, "acme")
+	b.verify(t, "team")
 }
 
 // The journal checks an admission's key as a decision does: a key

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -132,6 +133,9 @@ func (j *Journal) commit(ctx context.Context, group []*appendReq) {
 		}
 		byLease[r.leaseID] = append(byLease[r.leaseID], r)
 	}
+	// Leases are locked by id, as an admin change locks a tree's
+	// (EndLocked), so that the two never wait for each other in a cycle.
+	slices.Sort(order)
 	verdict, refused, err := j.write(ctx, order, byLease)
 	for _, id := range order {
 		for _, r := range byLease[id] {
