@@ -319,11 +319,9 @@ func TestRevokeWhileJournaling(t *testing.T) {
 			if w%2 == 1 {
 				j = other.journal
 			}
-			k, keyID := w%2, doomed.ID
+			k, keyID := 0, doomed.ID // workers 0-3 the doomed key, 4-7 the kept one
 			if w >= 4 {
 				k, keyID = 1, kept.ID
-			} else {
-				k = 0
 			}
 			for i := 0; ; i++ {
 				if i == 20 {
