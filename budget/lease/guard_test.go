@@ -433,3 +433,49 @@ func TestRevokeWaitsForGroupInFlight(t *testing.T) {
 		t.Fatalf("append with the revoked key: %v, want rule.ErrKeyRevoked", err)
 	}
 }
+
+// A holder whose admission the journal refuses by its key gives its cost
+// back to the lease in memory, as the journal gave it back to the lease's
+// use: the next admission is paid from the same lease, with no renew.
+func TestHolderKeyRefusalGivesBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	svc := b.adminOf(t)
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok})
+	gone, _, err := credential.KeyCreateRecorded(ctx, b.r.acct, "acme", nil, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _, err := credential.KeyCreateRecorded(ctx, b.r.acct, "acme", []string{"gpt-4o"}, "ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.KeyRevoke(ctx, "acme", gone.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	h := lease.NewHolder(b.r.leases, b.r.journal, lease.HolderConfig{TenantID: "acme", SliceMicro: 100 * tok, NowFunc: b.clock})
+	a := adm("revoked", 100)
+	a.KeyID = gone.ID
+	if err := h.Admit(ctx, a); !errors.Is(err, rule.ErrKeyRevoked) {
+		t.Fatalf("admit with a revoked key: %v, want rule.ErrKeyRevoked", err)
+	}
+	a = adm("scoped-out", 100)
+	a.KeyID, a.Model = good.ID, "claude-3"
+	var scopeErr *rule.ModelNotAllowedError
+	if err := h.Admit(ctx, a); !errors.As(err, &scopeErr) {
+		t.Fatalf("admit of a model outside the key's scope: %v, want *rule.ModelNotAllowedError", err)
+	}
+	a = adm("made", 100)
+	a.KeyID = good.ID
+	if err := h.Admit(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if n, delta, _ := b.kindSum(t, "acme", ledger.KindLeaseTake); n != 1 || delta != -100*tok {
+		t.Fatalf("%d lease_take entries moving %d; want the one take of 100 tokens", n, delta)
+	}
+	if err := h.Return(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.verify(t, "acme")
+}
