@@ -60,7 +60,7 @@ var layout = map[string][]string{
 	"budget/replica": {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/outage", "budget/rule", "estimator", "migrations"},
 	// The faces.
 	"api":       {"budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/replica", "budget/rule", "estimator", "ledger"},
-	"web":       {"budget/account", "budget/admin", "budget/alert", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator", "ledger"},
+	"web":       {"budget/account", "budget/admin", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/replica", "budget/rule", "estimator", "ledger"},
 	"api/rls":   {"budget/account", "budget/admission", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	"api/proxy": {"budget/account", "budget/admission", "budget/batch", "budget/credential", "budget/replica", "budget/rule", "estimator"},
 	// The Go client, which frontends vendor: none of tokengate's packages.

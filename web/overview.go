@@ -40,6 +40,8 @@ var flashes = map[string]string{
 	"weight":        "Weight saved. The tenant's counter is kept.",
 
 	"batch_allowance": "Batch allowance saved. New batches are reserved against it from now on; open ones keep what they hold.",
+	"lease":           "Lease mode saved. Setting it off ended this tenant's live leases: every replica decides its next admission exactly.",
+	"lease_exact":     "Lease mode saved, but a rule of this tenant's tree (a disable, an end user, a request, concurrency or model limit, windows, shadow limits or a model scope) keeps it in exact mode whatever its mode.",
 
 	"endpoint_disabled": "Endpoint disabled: its rules raise nothing more, and its pending events are given up. Its log stays.",
 	"rule_created":      "Rule created. It applies from the next decision on.",

@@ -54,6 +54,8 @@ type tenantView struct {
 	EndUsers endUsersView
 	// Batch is the tenant's batch allowance and its form (batch.go).
 	Batch batchView
+	// Lease is the tenant's lease mode (lease.go).
+	Lease leaseView
 }
 
 type newKey struct {
@@ -124,6 +126,10 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 	if err != nil {
 		return err
 	}
+	leaseMode, err := d.leaseModeView(ctx, id)
+	if err != nil {
+		return err
+	}
 	v := &tenantView{
 		layout: layout{Title: "Tenant " + id, Nav: "overview", Session: sessionOf(c), Flash: flash(c),
 			Live: "/ui/overview.json?tenant=" + pathEscape(id)},
@@ -145,6 +151,7 @@ func (d *Dashboard) renderTenant(c *echo.Context, id string, status int, edit fu
 		Windows:     windows,
 		EndUsers:    endUsers,
 		Batch:       batches,
+		Lease:       leaseMode,
 	}
 	if edit != nil {
 		edit(v)

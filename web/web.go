@@ -116,6 +116,7 @@ func (d *Dashboard) Register(e *echo.Echo) {
 	e.POST("/tenants/:id/models", d.tenantModels, change...)
 	e.POST("/tenants/:id/model-limits", d.modelLimitsSet, change...)
 	e.POST("/tenants/:id/batch-allowance", d.batchAllowanceSet, change...)
+	e.POST("/tenants/:id/lease", d.leaseModeSet, change...)
 	e.POST("/tenants/:id/model-limits/remove", d.modelLimitsRemove, change...)
 
 	e.GET("/models", d.models, page...)

@@ -32,6 +32,10 @@ type UpdateLimitsParams struct {
 	// Patch names the fields to change; the others keep their value.
 	Patch rule.LimitsPatch
 	Actor string
+	// LevelsFunc, when set, runs after the change under the same locks and
+	// in its transaction, its moves applied as LockedLevels applies them:
+	// budget/admin ends the tenant's leases so (levelsIn).
+	LevelsFunc LevelsFunc
 }
 
 // UpdateLimits applies a patch to a tenant's limits under its row lock, in
@@ -48,7 +52,7 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (rule.Sn
 	if err := p.Patch.Check(); err != nil {
 		return rule.Snapshot{}, err
 	}
-	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	tx, ts, t, now, err := s.lockTree(ctx, p.TenantID)
 	if err != nil {
 		return rule.Snapshot{}, err
 	}
@@ -59,6 +63,10 @@ func (s *Store) UpdateLimits(ctx context.Context, p UpdateLimitsParams) (rule.Sn
 	}
 	w := &writes{}
 	if err := t.relimit(l, now, actorOr(p.Actor, "admin"), w); err != nil {
+		tx.abort()
+		return rule.Snapshot{}, err
+	}
+	if err := levelsIn(ctx, tx, ts, t, now, p.LevelsFunc, w); err != nil {
 		tx.abort()
 		return rule.Snapshot{}, err
 	}
@@ -132,6 +140,10 @@ type SetDisabledParams struct {
 	Disabled bool
 	Reason   string
 	Actor    string
+	// LevelsFunc, when set, runs after the change under the same locks and
+	// in its transaction, its moves applied as LockedLevels applies them:
+	// budget/admin ends the tenant's leases so (levelsIn).
+	LevelsFunc LevelsFunc
 }
 
 // SetDisabled disables a tenant (its admissions answer 403 and its keys stop
@@ -141,7 +153,7 @@ func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (rule.Snap
 	if len(p.Reason) > 500 {
 		return rule.Snapshot{}, &rule.LimitError{Field: "reason", Reason: "at most 500 characters"}
 	}
-	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	tx, ts, t, now, err := s.lockTree(ctx, p.TenantID)
 	if err != nil {
 		return rule.Snapshot{}, err
 	}
@@ -164,6 +176,10 @@ func (s *Store) SetDisabled(ctx context.Context, p SetDisabledParams) (rule.Snap
 	w := &writes{}
 	w.statement(1, tenantSetDisabledSQL, t.id, at)
 	w.entry(t, e)
+	if err := levelsIn(ctx, tx, ts, t, now, p.LevelsFunc, w); err != nil {
+		tx.abort()
+		return rule.Snapshot{}, err
+	}
 	if err := tx.commit(ctx, w); err != nil {
 		return rule.Snapshot{}, err
 	}

@@ -142,6 +142,8 @@ func (t *tenant) exactOnly() string {
 		return "model limits"
 	case t.Limits.Shadow != 0:
 		return "shadow limits"
+	case len(t.models) > 0:
+		return "model scope"
 	}
 	return ""
 }

@@ -23,6 +23,10 @@ type SetModelsParams struct {
 	// every model its ancestors allow.
 	Models []string
 	Actor  string
+	// LevelsFunc, when set, runs after the change under the same locks and
+	// in its transaction, its moves applied as LockedLevels applies them:
+	// budget/admin ends the tenant's leases so (levelsIn).
+	LevelsFunc LevelsFunc
 }
 
 // SetModels sets a tenant's model scope under its row lock, with a limits
@@ -36,7 +40,7 @@ func (s *Store) SetModels(ctx context.Context, p SetModelsParams) (rule.Snapshot
 	if err != nil {
 		return rule.Snapshot{}, err
 	}
-	tx, t, now, err := s.lockTenant(ctx, p.TenantID, nil, nil)
+	tx, ts, t, now, err := s.lockTree(ctx, p.TenantID)
 	if err != nil {
 		return rule.Snapshot{}, err
 	}
@@ -58,6 +62,10 @@ func (s *Store) SetModels(ctx context.Context, p SetModelsParams) (rule.Snapshot
 	w := &writes{}
 	w.statement(1, tenantSetModelsSQL, t.id, models)
 	w.entry(t, e)
+	if err := levelsIn(ctx, tx, ts, t, now, p.LevelsFunc, w); err != nil {
+		tx.abort()
+		return rule.Snapshot{}, err
+	}
 	if err := tx.commit(ctx, w); err != nil {
 		return rule.Snapshot{}, err
 	}

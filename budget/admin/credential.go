@@ -31,7 +31,7 @@ func (s *Service) KeyCreate(ctx context.Context, tenantID string, models []strin
 // transaction. It returns the list stored, a *rule.LimitError (field
 // "models") or credential.ErrKeyNotFound.
 func (s *Service) KeySetModels(ctx context.Context, tenantID, keyID string, models []string, actor string) ([]string, error) {
-	return credential.KeySetModelsRecorded(ctx, s.store, tenantID, keyID, models, actor)
+	return credential.KeySetModelsRecorded(ctx, leaseLocking{s.store, s.leases}, tenantID, keyID, models, actor)
 }
 
 // KeyModels returns a key's model scope (empty: every model its tenant
@@ -49,10 +49,12 @@ func (s *Service) KeyModels(ctx context.Context, tenantID, keyID string) ([]stri
 	return nil, credential.ErrKeyNotFound
 }
 
-// KeyRevoke revokes a key and writes its ledger entry in one transaction.
-// It returns credential.ErrKeyNotFound.
+// KeyRevoke revokes a key and writes its ledger entry in one transaction,
+// with the tenant's live leases locked, so that their journal refuses the
+// key from the commit on (lease_end.go). It returns
+// credential.ErrKeyNotFound.
 func (s *Service) KeyRevoke(ctx context.Context, tenantID, keyID, actor string) error {
-	return credential.KeyRevokeRecorded(ctx, s.store, tenantID, keyID, actor)
+	return credential.KeyRevokeRecorded(ctx, leaseLocking{s.store, s.leases}, tenantID, keyID, actor)
 }
 
 // KeySetPriority sets a key's priority class and writes its ledger entry in

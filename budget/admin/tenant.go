@@ -34,15 +34,16 @@ func (s *Service) TenantTree(ctx context.Context, tenantID string) (*account.Tre
 }
 
 // TenantLimitsUpdate changes the limits a patch names, with its ledger
-// entry, in one transaction.
+// entry, in one transaction, which also ends the tenant's live leases
+// (lease_end.go).
 func (s *Service) TenantLimitsUpdate(ctx context.Context, p account.UpdateLimitsParams) (rule.Snapshot, error) {
-	return s.store.UpdateLimits(ctx, p)
+	return s.limitsUpdate(ctx, p)
 }
 
 // TenantSetDisabled disables or enables a tenant, with its ledger entry, in
-// one transaction.
+// one transaction, which also ends the tenant's live leases (lease_end.go).
 func (s *Service) TenantSetDisabled(ctx context.Context, p account.SetDisabledParams) (rule.Snapshot, error) {
-	return s.store.SetDisabled(ctx, p)
+	return s.setDisabled(ctx, p)
 }
 
 // TenantAdjust credits or debits a tenant's tokens, with its ledger entry,
@@ -126,10 +127,11 @@ func (s *Service) Activity(ctx context.Context, now time.Time, minutes int) (map
 
 // TenantModelsSet sets a tenant's model scope (exact names or '*' globs;
 // empty: every model its ancestors allow) and writes its ledger entry, the
-// lists before and after, in one transaction. It returns a
-// *rule.LimitError (field "models") or rule.ErrTenantNotFound.
+// lists before and after, in one transaction, which also ends the
+// tenant's live leases (lease_end.go). It returns a *rule.LimitError
+// (field "models") or rule.ErrTenantNotFound.
 func (s *Service) TenantModelsSet(ctx context.Context, p account.SetModelsParams) (rule.Snapshot, error) {
-	return s.store.SetModels(ctx, p)
+	return s.setModels(ctx, p)
 }
 
 // TenantModels returns a tenant's model scope (empty: every model its

@@ -63,21 +63,23 @@ func pathOf(leased, local bool) string {
 // exactPerRequest reports whether a request must be decided exactly
 // whatever its tenant's lease mode (docs/leasing.md, "Rules that keep a
 // tenant in exact mode"): one of a model routed to an upstream pool (a
-// pool's fair share depends on every tenant's live state), and, until the
-// journal keeps idempotency keys, one with an Idempotency-Key (a retry
-// must find the first admission). The rules of a tenant's tree (end
+// pool's fair share depends on every tenant's live state), one through a
+// gateway credential (the journal checks a tenant key's revocation and
+// scope, lease.Admission.KeyID, not a gateway's), and, until the journal
+// keeps idempotency keys, one with an Idempotency-Key (a retry must find
+// the first admission). The rules of a tenant's tree (end
 // users, request and concurrency limits, windows, model limits, shadow
 // limits, a disabled level) are the lease store's: its take refuses with
 // lease.ErrExactOnly. This is the one place per-request rules are kept,
 // so relaxing one is a change here.
 func exactPerRequest(p *account.ReserveParams, pooled func() bool) bool {
-	return p.IdempotencyKey != "" || pooled()
+	return p.IdempotencyKey != "" || p.GatewayID != "" || pooled()
 }
 
 // leaseAdmission is the journal's record of the admission id made from a
 // lease for p: the one place a lease.Admission is built from a request.
 func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
-	return lease.Admission{ID: id, Model: p.Estimate.Model, Cost: p.Estimate.Cost, CostMicro: p.Estimate.Cost * rule.Micro}
+	return lease.Admission{ID: id, Model: p.Estimate.Model, Cost: p.Estimate.Cost, CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID}
 }
 
 // reserveLeased admits req from its tenant's lease on this replica when it

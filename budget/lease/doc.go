@@ -20,6 +20,17 @@
 //     entry, appended under the lock that orders it.
 //   - A lease whose holder stops renewing is ended by the sweeper once its
 //     expiry passes: a dead replica holds budget for at most the TTL.
+//   - An admin change that takes a tenant out of leasing (a disable, new
+//     limits or model scope, lease mode off) ends its live leases in its
+//     own transaction, under the same tree locks (EndLocked, end.go): the
+//     journal refuses their next admission from its commit on.
+//   - The journal applies a decision's key rule to each admission
+//     (Admission.KeyID): revoked, unknown or another tenant's is
+//     rule.ErrKeyRevoked, a model outside the key's scope
+//     *rule.ModelNotAllowedError, refused alone while the group's other
+//     admissions commit. It reads the keys after it locks its leases, and a
+//     key's revoke or rescope locks them too (LockLive), so no admission
+//     with a revoked key is journaled after the revoke commits.
 //
 // A tenant with a rule only exact mode keeps (account.Level.ExactOnly) is
 // never leased (ErrExactOnly).

@@ -61,6 +61,16 @@ func (h *Holder) Admit(ctx context.Context, a Admission) error {
 			return err
 		}
 		err = h.j.Append(ctx, leaseID, a)
+		if refusedByKey(err) {
+			// The store cut the lease's use back by its cost: so does
+			// the holder.
+			h.mu.Lock()
+			if h.lease != nil && h.lease.ID == leaseID {
+				h.unused += a.CostMicro
+			}
+			h.mu.Unlock()
+			return err
+		}
 		if !errors.Is(err, ErrOver) {
 			return err
 		}

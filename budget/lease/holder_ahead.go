@@ -135,10 +135,15 @@ func (h *Holder) AdmitHeld(ctx context.Context, a Admission) error {
 	leaseID := h.lease.ID
 	h.mu.Unlock()
 	err := h.j.Append(ctx, leaseID, a)
-	if errors.Is(err, ErrOver) {
+	keyRefused := refusedByKey(err)
+	if keyRefused || errors.Is(err, ErrOver) {
 		h.mu.Lock()
 		if h.lease != nil && h.lease.ID == leaseID {
-			h.over = true
+			if keyRefused {
+				h.unused += a.CostMicro // the store cut the lease's use back by it
+			} else {
+				h.over = true
+			}
 		}
 		h.mu.Unlock()
 	}

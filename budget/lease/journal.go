@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -14,6 +15,10 @@ var (
 	leaseUseSQL string
 	//go:embed sql/lease_admissions_insert.sql
 	leaseAdmissionsInsertSQL string
+	//go:embed sql/lease_keys.sql
+	leaseKeysSQL string
+	//go:embed sql/lease_unuse.sql
+	leaseUnuseSQL string
 )
 
 // Admission is one admission made from a lease, as the journal records it.
@@ -23,6 +28,11 @@ type Admission struct {
 	Cost      int64  // cost units, as the admission's reserve entry records
 	CostMicro int64  // what it takes from the lease
 	Money     *int64 // micro-units of the currency; nil when unpriced
+	// KeyID is the tenant key the request came with ("" for none): the
+	// group refuses the admission if the key is revoked or not the lease's
+	// tenant's (rule.ErrKeyRevoked) or the model is outside its scope
+	// (*rule.ModelNotAllowedError), as a decision does.
+	KeyID string
 }
 
 // maxGroup caps the admissions of one group commit.
@@ -123,14 +133,19 @@ func (j *Journal) commit(ctx context.Context, group []*appendReq) {
 		}
 		byLease[r.leaseID] = append(byLease[r.leaseID], r)
 	}
-	verdict, err := j.write(ctx, order, byLease)
+	// Leases are locked by id, as an admin change locks a tree's
+	// (EndLocked), so that the two never wait for each other in a cycle.
+	slices.Sort(order)
+	verdict, refused, err := j.write(ctx, order, byLease)
 	for _, id := range order {
 		for _, r := range byLease[id] {
 			switch {
 			case err != nil:
 				r.done <- err
-			case !verdict[id]:
+			case verdict[id] == "":
 				r.done <- ErrOver
+			case refused[r] != nil:
+				r.done <- refused[r]
 			default:
 				r.done <- nil
 			}
@@ -139,12 +154,14 @@ func (j *Journal) commit(ctx context.Context, group []*appendReq) {
 }
 
 // write is a group's transaction: a round trip that begins and uses each
-// lease (the statements that may refuse), then one that inserts the rows of
-// the leases that accepted and commits.
-func (j *Journal) write(ctx context.Context, order []string, byLease map[string][]*appendReq) (map[string]bool, error) {
+// lease (the statements that may refuse) and then reads the admissions'
+// keys, then one that inserts the rows of the leases that accepted, less
+// the admissions their keys refuse (the lease's use cut back by their
+// cost), and commits. verdict is the tenant of each lease that accepted.
+func (j *Journal) write(ctx context.Context, order []string, byLease map[string][]*appendReq) (verdict map[string]string, refused map[*appendReq]error, err error) {
 	conn, err := j.s.acct.Pool().Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("lease: journal: acquire: %w", err)
+		return nil, nil, fmt.Errorf("lease: journal: acquire: %w", err)
 	}
 	defer conn.Release()
 	clock := j.s.frozen()
@@ -157,7 +174,12 @@ func (j *Journal) write(ctx context.Context, order []string, byLease map[string]
 		}
 		b.Queue(leaseUseSQL, id, sum, clock)
 	}
-	verdict := make(map[string]bool, len(order))
+	keyIDs := groupKeys(order, byLease)
+	if len(keyIDs) > 0 {
+		b.Queue(leaseKeysSQL, keyIDs)
+	}
+	verdict = make(map[string]string, len(order))
+	var keys map[string]key
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
@@ -165,27 +187,40 @@ func (j *Journal) write(ctx context.Context, order []string, byLease map[string]
 			return err
 		}
 		for _, id := range order {
-			var got string
-			switch err := br.QueryRow().Scan(&got); {
+			var tenant string
+			switch err := br.QueryRow().Scan(&tenant); {
 			case errors.Is(err, pgx.ErrNoRows):
 			case err != nil:
 				return err
 			default:
-				verdict[id] = true
+				verdict[id] = tenant
+			}
+		}
+		if len(keyIDs) > 0 {
+			var err error
+			if keys, err = readKeys(br); err != nil {
+				return err
 			}
 		}
 		return br.Close()
 	}()
 	if err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
-		return nil, fmt.Errorf("lease: journal: use: %w", err)
+		return nil, nil, fmt.Errorf("lease: journal: use: %w", err)
 	}
+	refused = refuseByKey(order, byLease, verdict, keys)
 	b = &pgx.Batch{}
 	for _, id := range order {
-		if !verdict[id] {
+		if verdict[id] == "" {
 			continue
 		}
-		rs := byLease[id]
+		rs, cut := admitted(byLease[id], refused)
+		if cut > 0 {
+			b.Queue(leaseUnuseSQL, id, cut)
+		}
+		if len(rs) == 0 {
+			continue
+		}
 		ids, models, costs, micros, money := make([]string, len(rs)), make([]string, len(rs)), make([]int64, len(rs)), make([]int64, len(rs)), make([]*int64, len(rs))
 		for i, r := range rs {
 			ids[i], models[i], costs[i], micros[i], money[i] = r.a.ID, r.a.Model, r.a.Cost, r.a.CostMicro, r.a.Money
@@ -195,7 +230,7 @@ func (j *Journal) write(ctx context.Context, order []string, byLease map[string]
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
-		return nil, fmt.Errorf("lease: journal: insert: %w", err)
+		return nil, nil, fmt.Errorf("lease: journal: insert: %w", err)
 	}
-	return verdict, nil
+	return verdict, refused, nil
 }

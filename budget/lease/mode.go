@@ -66,9 +66,10 @@ type ModeState struct {
 
 // SetMode sets a tenant's lease mode under its row lock, with a limits
 // entry (its detail the mode before and after) when it changes. Setting
-// off does not end the tenant's live leases: they run out at their TTL,
-// or their holders return them. It returns a *rule.LimitError for a mode
-// that is not one, or rule.ErrTenantNotFound.
+// off ends the live leases of the tenant and its descendants in the same
+// transaction (EndLocked, then EndCut), so that the journal refuses their
+// next admission at once. It returns a *rule.LimitError for a mode that is
+// not one, or rule.ErrTenantNotFound.
 func (s *Store) SetMode(ctx context.Context, p SetModeParams) (ModeState, error) {
 	if _, err := ParseMode(string(p.Mode)); err != nil {
 		return ModeState{}, err
@@ -78,6 +79,7 @@ func (s *Store) SetMode(ctx context.Context, p SetModeParams) (ModeState, error)
 		actor = "admin"
 	}
 	out := ModeState{TenantID: p.TenantID, Mode: p.Mode}
+	var ended Ended
 	_, err := s.acct.LockedLevels(ctx, p.TenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
 		for _, lv := range levels {
 			if lv.ExactOnly != "" {
@@ -89,8 +91,16 @@ func (s *Store) SetMode(ctx context.Context, p SetModeParams) (ModeState, error)
 		if err := q.QueryRow(ctx, modeLockGetSQL, p.TenantID).Scan(&before); err != nil {
 			return nil, fmt.Errorf("lease: mode: %w", err)
 		}
+		var moves []account.LevelMove
+		if p.Mode == ModeOff {
+			m, e, err := s.EndLocked(ctx, q, now, levels)
+			if err != nil {
+				return nil, err
+			}
+			moves, ended = m, e
+		}
 		if before == p.Mode {
-			return nil, nil
+			return moves, nil
 		}
 		if _, err := q.Exec(ctx, modePutSQL, p.TenantID, string(p.Mode), now, actor); err != nil {
 			return nil, fmt.Errorf("lease: set mode: %w", err)
@@ -99,12 +109,15 @@ func (s *Store) SetMode(ctx context.Context, p SetModeParams) (ModeState, error)
 		if err != nil {
 			return nil, fmt.Errorf("lease: encode mode: %w", err)
 		}
-		return []account.LevelMove{{TenantID: p.TenantID, Kind: ledger.KindLimits, Actor: actor, Reason: "lease mode", Detail: string(detail)}}, nil
+		return append(moves, account.LevelMove{TenantID: p.TenantID, Kind: ledger.KindLimits, Actor: actor, Reason: "lease mode", Detail: string(detail)}), nil
 	})
 	if err != nil {
 		return ModeState{}, err
 	}
 	s.dropModes() // this replica's copy (Auto) sees the change at once
+	// The cut leases already refuse every admission; one EndCut fails to
+	// end is a sweeper's work at once (it is past its expiry).
+	_ = s.EndCut(ctx, ended)
 	return out, nil
 }
 

@@ -15,25 +15,48 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 p99_us() { sort -n | awk '{a[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print a[i]}'; }
 
-docker exec -i "$pg" psql -q -U tokengate -d tokengate < integration/bench/pgbench_schema.sql
-docker cp integration/bench/admission.pgbench "$pg":/tmp/admission.pgbench >/dev/null
+psql_pg < integration/bench/pgbench_schema.sql
+[ -n "${BENCH_PG_HOST:-}" ] || docker cp integration/bench/admission.pgbench "$pg":/tmp/admission.pgbench >/dev/null
+command -v pgbench >/dev/null || { sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql-client-15 >/dev/null; }
 
-# pgbench: per-admission ceilings, one hot tenant and 64 tenants.
-pgbench() { # tenants -> "tps p99_ms pg_cpu_us_per_admission"
-	docker exec "$pg" sh -c 'rm -f /tmp/pgb_log*' 
+# pgbench, two ways: inside the Postgres container (no network between them,
+# but its client shares the container's cgroup and namespace), and from the
+# host over TCP as tokengate connects. The ratio is over the stronger of
+# the two: the strongest ceiling this machine builds for the statement.
+pgbench_in() { # tenants -> output; inside the container
+	docker exec "$pg" sh -c 'rm -f /tmp/pgb_log*'
+	docker exec -w /tmp "$pg" pgbench -U tokengate -d tokengate -n -c "$clients" -j 2 -T "$secs" \
+		-f /tmp/admission.pgbench -D tenants="$1" -l --log-prefix=/tmp/pgb_log 2>&1
+	docker exec "$pg" sh -c 'cat /tmp/pgb_log*' >"$work/pgb.lat"
+}
+pgbench_host() { # tenants -> output; from the host
+	rm -f "$work"/pgb_log*
+	(cd "$work" && PGPASSWORD=bench command pgbench "$url" -n -c "$clients" -j 2 -T "$secs" \
+		-f "$OLDPWD/integration/bench/admission.pgbench" -D tenants="$1" -l --log-prefix=pgb_log 2>&1)
+	cat "$work"/pgb_log* >"$work/pgb.lat"
+}
+pgbench() { # where tenants -> "tps p99_ms pg_cpu_us_per_admission"
 	local c0; c0=$(pg_cpu_ns)
 	local out
-	out=$(docker exec -w /tmp "$pg" pgbench -U tokengate -d tokengate -n -c "$clients" -j 2 -T "$secs" \
-		-f /tmp/admission.pgbench -D tenants="$1" -l --log-prefix=/tmp/pgb_log 2>&1)
+	out=$("pgbench_$1" "$2")
 	local c1; c1=$(pg_cpu_ns)
 	local tps; tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
 	local n; n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-	local p99; p99=$(docker exec "$pg" sh -c 'cat /tmp/pgb_log*' | awk '{print $3}' | p99_us)
+	local p99; p99=$(awk '{print $3}' "$work/pgb.lat" | p99_us)
 	echo "$(awk -v t="$tps" 'BEGIN{printf "%.0f", t}') $(awk -v u="$p99" 'BEGIN{printf "%.1f", u/1000}') $(( (c1 - c0) / 1000 / n ))"
 }
-say "pgbench: $clients clients, ${secs}s each"
-read -r pg_hot_tps pg_hot_p99 pg_hot_cpu <<<"$(pgbench 1)"
-read -r pg_spread_tps pg_spread_p99 pg_spread_cpu <<<"$(pgbench 64)"
+stronger() { # two "tps p99 cpu" lines (the second may be empty) -> the one of higher tps
+	if [ -z "$2" ] || [ "${1%% *}" -ge "${2%% *}" ]; then echo "$1"; else echo "$2"; fi
+}
+if [ -n "${BENCH_PG_HOST:-}" ]; then where="Postgres on the host"; else where="Postgres in a container"; fi
+say "pgbench: $clients clients, ${secs}s each, $where"
+hot_host=$(pgbench host 1); spread_host=$(pgbench host 64)
+hot_in=; spread_in=
+if [ -z "${BENCH_PG_HOST:-}" ]; then hot_in=$(pgbench in 1); spread_in=$(pgbench in 64); fi
+read -r pg_hot_tps pg_hot_p99 pg_hot_cpu <<<"$(stronger "$hot_host" "$hot_in")"
+read -r pg_spread_tps pg_spread_p99 pg_spread_cpu <<<"$(stronger "$spread_host" "$spread_in")"
+say "pgbench admissions/s, one hot tenant: from the host ${hot_host%% *}, inside the container ${hot_in%% *}; 64 tenants: from the host ${spread_host%% *}, inside the container ${spread_in%% *}"
 
 
 say "tokengate: one replica"
@@ -59,8 +82,8 @@ for p in 18081 18082 18083 18084; do lease_paths $p; done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; }
 cat <<TABLE
 
-$clients clients, ${secs} s per run, durable commits; $(nproc) cores shared by Postgres, tokengate and the load.
-CPU is microseconds per admission: tokengate's server processes, the Postgres container (pgbench's own in brackets), the load generator.
+$clients clients, ${secs} s per run, durable commits, $where; pgbench the stronger of its runs from the host and inside the container (stderr); $(nproc) cores shared by Postgres, tokengate and the load.
+CPU is microseconds per admission: tokengate's server processes, Postgres (pgbench's own in brackets), the load generator.
 
 | load | tokengate admissions/s (p99) | pgbench per-admission ceiling (p99) | ratio | tokengate CPU us/adm | Postgres CPU us/adm (pgbench's) | load generator CPU us/adm | peak RSS |
 |---|---|---|---|---|---|---|---|

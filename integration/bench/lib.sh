@@ -15,6 +15,7 @@ cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	docker rm -f "$pg" >/dev/null 2>&1 || true
+	declare -F pg_host_stop >/dev/null && pg_host_stop
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -25,20 +26,55 @@ col_median() { cut -d' ' -f"$2" "$1" | median; } # file column -> the median of 
 div() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
-docker rm -f "$pg" >/dev/null 2>&1 || true
-docker run -d --name "$pg" --shm-size=1g -p 127.0.0.1:$port:5432 \
-	-e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=bench -e POSTGRES_DB=tokengate \
-	"$image" -c max_connections=300 ${BENCH_PG_FLAGS:-} >/dev/null
-# Clients reach Postgres at the container's own address on Docker's bridge,
-# not through the published port: that port is served by docker-proxy, a
-# userland copy of every byte (about 20 µs of CPU per admission that neither
-# side's figures counted, on the cores both share). Redis, the peer's
-# store, is on loopback with no proxy either.
-url="postgres://tokengate:bench@$(docker inspect -f '{{.NetworkSettings.IPAddress}}' "$pg"):5432/tokengate?sslmode=disable"
-for _ in $(seq 60); do docker exec "$pg" pg_isready -U tokengate -d tokengate >/dev/null 2>&1 && break; sleep 1; done
-sleep 2
-cgroup="/sys/fs/cgroup/cpuacct/docker/$(docker inspect -f '{{.Id}}' "$pg")/cpuacct.usage"
-pg_cpu_ns() { cat "$cgroup" 2>/dev/null || echo 0; }
+pg_bin=/usr/lib/postgresql/15/bin
+if [ "${BENCH_PG_HOST:-}" = 1 ]; then
+	# Postgres on the host, from Debian's package, not in a container: the
+	# strongest ceiling this machine can build (pgbench in the container
+	# reaches about half of what the same statement reaches here). Same
+	# version, same durable defaults (fsync on, synchronous_commit on), the
+	# same flags, run by the postgres user; its data in a directory of its own.
+	[ -x "$pg_bin/postgres" ] || { sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+		$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql-15 >/dev/null; }
+	pgdata="$work/pgdata"; mkdir -p "$pgdata"; chown postgres:postgres "$work" "$pgdata"
+	as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+	printf bench >"$work/pw"; chown postgres "$work/pw"
+	as_pg "$pg_bin/initdb" -U tokengate --pwfile="$work/pw" --auth-local=trust --auth-host=scram-sha-256 -E UTF8 -D "$pgdata" >/dev/null
+	as_pg "$pg_bin/pg_ctl" -D "$pgdata" -l "$work/pg.log" -w \
+		-o "-p $port -k $work -c listen_addresses=127.0.0.1 -c max_connections=300 ${BENCH_PG_FLAGS:-}" start >/dev/null
+	as_pg "$pg_bin/createdb" -h "$work" -p "$port" -U tokengate tokengate
+	url="postgres://tokengate:bench@127.0.0.1:$port/tokengate?sslmode=disable"
+	pg_host_stop() { as_pg "$pg_bin/pg_ctl" -D "$pgdata" -m immediate -w stop >/dev/null 2>&1 || true; }
+	psql_pg() { PGPASSWORD=bench psql -q -h 127.0.0.1 -p "$port" -U tokengate -d tokengate "$@"; }
+	postmaster=$(head -1 "$pgdata/postmaster.pid")
+	pg_cpu_ns() { # the postmaster, its live children, and the children it reaped (cutime, cstime)
+		local total=0 f p
+		read -r -a f <"/proc/$postmaster/stat"
+		total=$(( f[13] + f[14] + f[15] + f[16] ))
+		for p in $(pgrep -P "$postmaster"); do
+			read -r -a f 2>/dev/null <"/proc/$p/stat" || continue
+			total=$(( total + f[13] + f[14] ))
+		done
+		echo $(( total * 1000000000 / $(getconf CLK_TCK) ))
+	}
+else
+	docker rm -f "$pg" >/dev/null 2>&1 || true
+	docker run -d --name "$pg" --shm-size=1g -p 127.0.0.1:$port:5432 \
+		-e POSTGRES_USER=tokengate -e POSTGRES_PASSWORD=bench -e POSTGRES_DB=tokengate \
+		"$image" -c max_connections=300 ${BENCH_PG_FLAGS:-} >/dev/null
+	# Clients reach Postgres at the container's own address on Docker's bridge,
+	# not through the published port: that port is served by docker-proxy, a
+	# userland copy of every byte (about 20 µs of CPU per admission that neither
+	# side's figures counted, on the cores both share). Redis, the peer's
+	# store, is on loopback with no proxy either.
+	pg_ip=$(docker inspect -f '{{.NetworkSettings.IPAddress}}' "$pg")
+	url="postgres://tokengate:bench@$pg_ip:5432/tokengate?sslmode=disable"
+	for _ in $(seq 60); do docker exec "$pg" pg_isready -U tokengate -d tokengate >/dev/null 2>&1 && break; sleep 1; done
+	sleep 2
+	cgroup="/sys/fs/cgroup/cpuacct/docker/$(docker inspect -f '{{.Id}}' "$pg")/cpuacct.usage"
+	pg_cpu_ns() { cat "$cgroup" 2>/dev/null || echo 0; }
+	pg_host_stop() { :; }
+	psql_pg() { docker exec -i "$pg" psql -q -U tokengate -d tokengate "$@"; }
+fi
 proc_cpu_ns() { # the CPU of processes, in ns (utime + stime)
 	local total=0
 	for p in "$@"; do
@@ -74,7 +110,7 @@ for i in $(seq -w 1 64); do spread_keys+=(--key "$(mk "t$i")"); done
 # statements prepared while the tables were empty keep plans made for
 # empty tables (a hash join over all of idempotency_keys, say) for the whole
 # of a 15 s run, and the figures depend on when each connection planned.
-analyze() { docker exec "$pg" psql -q -U tokengate -d tokengate -c ANALYZE; }
+analyze() { psql_pg -c ANALYZE; }
 
 # warm drives each replica (base URLs) for a few seconds with every load,
 # so that the tables hold rows, then analyzes.

@@ -6,4 +6,4 @@ UPDATE leases SET used_micro = used_micro + $2
 WHERE id = $1 AND state = 'live'
   AND expires_at > coalesce($3::timestamptz, clock_timestamp())
   AND used_micro + $2 <= slice_micro
-RETURNING id
+RETURNING tenant_id
