@@ -304,3 +304,49 @@ func TestLeaseFallsBackToExact(t *testing.T) {
 		t.Fatalf("exact %d, lease %d: want %d exact and none from the lease", got, paths(c, admission.PathLease), want)
 	}
 }
+
+// A lease admission carries its key: once the key is revoked, its requests
+// are refused (by the journal, then by the exact decision they fall back
+// to) as exact mode refuses them, while another key's are still leased.
+func TestLeaseRevokedKey(t *testing.T) {
+	t.Parallel()
+	b := setupLeases(t, 1)
+	r := b.reps[0]
+	ctx := context.Background()
+	b.tenant(t, "acme", rule.Limits{TokensCapacity: 10_000, TokensRateMicro: tok}, lease.ModeAuto)
+	k1, _, err := r.Admin.KeyCreate(ctx, "acme", nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, _, err := r.Admin.KeyCreate(ctx, "acme", nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed := func(k string) admission.Request {
+		q := req("acme", 5)
+		q.KeyID = k
+		return q
+	}
+	if _, _, err := r.Admitter.Reserve(ctx, keyed(k1.ID)); err != nil {
+		t.Fatal(err)
+	}
+	r.Leases.TopUpOnce(ctx)
+	if _, _, err := r.Admitter.Reserve(ctx, keyed(k1.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(r, admission.PathLease); got != 1 {
+		t.Fatalf("%d lease admissions, want 1", got)
+	}
+	if err := r.Admin.KeyRevoke(ctx, "acme", k1.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Admitter.Reserve(ctx, keyed(k1.ID)); !errors.Is(err, rule.ErrKeyRevoked) {
+		t.Fatalf("a revoked key's request: %v, want ErrKeyRevoked", err)
+	}
+	if _, _, err := r.Admitter.Reserve(ctx, keyed(k2.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(r, admission.PathLease); got != 2 {
+		t.Fatalf("%d lease admissions, want 2 (the other key's)", got)
+	}
+}
