@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/ledger"
 )
 
 //go:embed sql/idempotency_key_lock.sql
@@ -246,6 +248,14 @@ func levelsOf(chain []*tenant, now time.Time) ([]Level, map[string]*tenant) {
 // returns the deltas applied.
 func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *writes) ([]int64, error) {
 	applied := make([]int64, len(moves))
+	// A booked admission is an open reservation at every level, as a
+	// reserve's debit counts it (its end frees the slot at each).
+	booked := map[string]bool{}
+	for _, m := range moves {
+		if m.Admission != nil {
+			booked[m.Admission.ID] = true
+		}
+	}
 	for i, m := range moves {
 		lv := byID[m.TenantID]
 		if lv == nil {
@@ -261,6 +271,9 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 			d = lv.Tokens.Refund(d)
 		}
 		applied[i] = d
+		if m.Kind == ledger.KindReserve && booked[m.Ref] {
+			lv.Open++
+		}
 		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
 		e.DeltaMicro, e.AdmissionID, e.Model, e.Estimate, e.MoneyMicro = d, m.Ref, m.Model, m.Estimate, m.MoneyMicro
 		e.Reason, e.Detail = m.Reason, m.Detail
