@@ -276,3 +276,55 @@ func TestLeaseAdmissionExpires(t *testing.T) {
 		t.Fatalf("admission %s: %q, %v", id, state, err)
 	}
 }
+
+// Eight goroutines on one replica (eight connections) admit from a
+// small lease (so it renews all along) and settle each admission at once,
+// mostly before any renew books it: every settle books the lease in its
+// own transaction, each admission is settled exactly once, and the
+// balance ends at the capacity less the usage, to the micro-token.
+func TestLeaseSettleWhileJournaling(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const capacity, workers, each, cost, used = 100000, 8, 10, 20, 7
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: capacity, TokensRateMicro: tok})
+	h := lease.NewHolder(b.r.leases, b.r.journal, lease.HolderConfig{TenantID: "acme", SliceMicro: 50 * tok, NowFunc: b.clock})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("adm-%d-%d", w, i)
+				if err := h.Admit(ctx, admissionOf(id, account.ReserveParams{TenantID: "acme", Estimate: estimate(cost)})); err != nil {
+					t.Error(err)
+					return
+				}
+				s, err := b.r.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: id, InputTokens: used - 3, OutputTokens: 3})
+				if err != nil || s.Replayed {
+					t.Errorf("settle %s: %+v, %v", id, s, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := h.Return(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var settled, unbooked int
+	if err := b.r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM admissions WHERE state = 'settled'),
+		(SELECT count(*) FROM lease_admissions WHERE NOT booked)`).Scan(&settled, &unbooked); err != nil {
+		t.Fatal(err)
+	}
+	if settled != workers*each || unbooked != 0 {
+		t.Fatalf("%d settled, %d unbooked", settled, unbooked)
+	}
+	if n, _, _ := b.kindSum(t, "acme", ledger.KindSettle); n != workers*each {
+		t.Fatalf("%d settle entries", n)
+	}
+	if got, want := b.balance(t, "acme"), int64(capacity-workers*each*used)*tok; got != want {
+		t.Fatalf("balance %d, want %d", got, want)
+	}
+	b.verify(t, "acme")
+}
