@@ -263,7 +263,7 @@ func TestJournalKeyRules(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			a := adm(fmt.Sprintf("k%d", i), 10)
-			a.Model, a.KeyID = c.model, c.key
+			a.Estimate.Model, a.KeyID = c.model, c.key
 			errs[i] = b.r.journal.Append(ctx, l.ID, a)
 		}()
 	}
@@ -461,7 +461,7 @@ func TestHolderKeyRefusalGivesBack(t *testing.T) {
 		t.Fatalf("admit with a revoked key: %v, want rule.ErrKeyRevoked", err)
 	}
 	a = adm("scoped-out", 100)
-	a.KeyID, a.Model = good.ID, "claude-3"
+	a.KeyID, a.Estimate.Model = good.ID, "claude-3"
 	var scopeErr *rule.ModelNotAllowedError
 	if err := h.Admit(ctx, a); !errors.As(err, &scopeErr) {
 		t.Fatalf("admit of a model outside the key's scope: %v, want *rule.ModelNotAllowedError", err)
