@@ -45,6 +45,19 @@ func (b *testBundle) journaled(t *testing.T, leaseID string) int64 {
 	return n
 }
 
+// admissionRows counts the admissions rows of a lease's journaled
+// admissions: a lease ended (by a return, a sweep or an admin change)
+// has booked every one.
+func (b *testBundle) admissionRows(t *testing.T, leaseID string) int64 {
+	t.Helper()
+	var n int64
+	if err := b.r.pool.QueryRow(context.Background(), `SELECT count(*) FROM admissions a
+		JOIN lease_admissions j ON j.admission_id = a.id WHERE j.lease_id = $1 AND a.state = 'reserved'`, leaseID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // An admin change that takes a tenant out of leasing (disable, new limits,
 // a model scope, lease mode off) ends its live leases and its
 // descendants' in its own transaction: the journal refuses the next
@@ -196,6 +209,9 @@ func TestDisableWhileJournaling(t *testing.T) {
 	for k, id := range ids {
 		if got := b.journaled(t, id); got != atDisable[k] {
 			t.Fatalf("lease %d: %d admissions journaled after the disable committed", k, got-atDisable[k])
+		}
+		if got := b.admissionRows(t, id); got != atDisable[k] {
+			t.Fatalf("lease %d: %d admissions rows for %d journaled admissions: the disable's booking wrote no rows", k, got, atDisable[k])
 		}
 		state, _, used, booked := b.leaseState(t, id)
 		_, _, est := b.kindSumRef(t, "acme", id)
