@@ -177,7 +177,7 @@ bench-compare: pg-image build ## tokengate over HTTP against pgbench's one-state
 	integration/bench/compare.sh
 
 .PHONY: bench-compare-lease
-bench-compare-lease: pg-image build ## bench-compare with every tenant in lease mode auto (LEASE=auto): admissions from leases; the settle loads count errors until lease admissions can be settled.
+bench-compare-lease: pg-image build ## bench-compare with every tenant in lease mode auto (LEASE=auto): admissions from leases.
 	LEASE=auto integration/bench/compare.sh
 
 .PHONY: bench-faces
@@ -189,7 +189,7 @@ bench-peer: pg-image build ## The rate limit service against envoyproxy/ratelimi
 	integration/bench/peer.sh
 
 .PHONY: bench-peer-lease
-bench-peer-lease: pg-image build ## bench-peer with every tenant in lease mode auto (LEASE=auto); the rate limit service keys each reservation by its request id, so it stays exact until the lease journal keeps idempotency keys.
+bench-peer-lease: pg-image build ## bench-peer with every tenant in lease mode auto (LEASE=auto); the rate limit service keys each reservation by its request id, so it stays exact until the wiring leases keyed requests.
 	LEASE=auto integration/bench/peer.sh
 
 .PHONY: bench-profile

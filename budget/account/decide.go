@@ -323,7 +323,12 @@ func (s *Store) decideOnce(ctx context.Context, items []Item) ([]OpResult, error
 // batch, and the caller rolls back. table bounds and prices settles' usage
 // (nil: the seeded table).
 func (l *loaded) decide(items []Item, table *estimator.Table) ([]OpResult, *writes, error) {
-	b := &batch{loaded: l, table: table, w: &writes{pools: l.pools}, decisions: map[string]*decision{}, advanced: map[*tenant]bool{}}
+	w := l.pre // the leases booked in the load step, if any
+	if w == nil {
+		w = &writes{}
+	}
+	w.pools = l.pools
+	b := &batch{loaded: l, table: table, w: w, decisions: map[string]*decision{}, advanced: map[*tenant]bool{}}
 	results := make([]OpResult, len(items))
 	for i, it := range items {
 		d, err := b.decisionFor(it)

@@ -69,6 +69,13 @@
 //     key what the proxy or a gateway ends from the upstream's usage.
 //   - A replayed local admission whose debit stopped at the debt floor is
 //     refunded at most what it was debited (Admission.DebitedMicro).
+//   - An admission made from a lease (budget/lease) becomes an admissions
+//     row when its lease is booked (LevelMove.Admission), with debited_micro
+//     NULL (the lease debited its whole estimate at every level); a
+//     decision that ends one still only in the lease journal books that
+//     lease first, in its own transaction (leasebook.go, LeaseJournal), and
+//     a keyed reserve reads the journal's keys under the advisory lock a
+//     journal group takes too: a key is admitted once, leased or not.
 //
 // A decision is three steps and costs two round trips on one connection:
 // load (load.go: BEGIN; lock the tenant rows; read the clock and all the

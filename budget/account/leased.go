@@ -3,7 +3,6 @@ package account
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tokengate/tokengate/budget/rule"
@@ -44,6 +43,14 @@ type LevelMove struct {
 	Actor      string
 	Reason     string
 	Detail     string // JSON
+	// Admission, on the move of the admission's own tenant, is an
+	// admission made from a lease being booked: its admissions row is
+	// inserted (state reserved) in the same transaction as the entry, and
+	// Key, when set, its Idempotency-Key row. CreatedAt is its journal
+	// time; a zero ExpiresAt is CreatedAt plus the tenant's reservation
+	// TTL.
+	Admission *Admission
+	Key       *AdmissionKey
 }
 
 // LevelsFunc decides, under the row locks of a tenant and its ancestors,
@@ -57,7 +64,9 @@ type LevelsFunc func(ctx context.Context, q LockedQuerier, now time.Time, levels
 // its moves to the levels' token balances, each with its chained ledger
 // entry, and commits. It is the one way a use case beside the store
 // (budget/lease) moves a balance, so the chain head on the tenant row and
-// the stored balance stay equal to the last entry's, as Verify checks. It
+// the stored balance stay equal to the last entry's, as Verify checks. A
+// move may carry an admission made from a lease (LevelMove.Admission),
+// whose admissions and key rows are written with it. It
 // returns the applied moves' deltas (in fn's order), fn's error,
 // ErrLevelShort, or rule.ErrTenantNotFound.
 func (s *Store) LockedLevels(ctx context.Context, tenantID string, fn LevelsFunc) ([]int64, error) {
@@ -75,42 +84,17 @@ func (s *Store) LockedLevels(ctx context.Context, tenantID string, fn LevelsFunc
 		tx.abort()
 		return nil, err
 	}
-	levels := make([]Level, len(chain))
-	byID := make(map[string]*tenant, len(chain))
-	for i, lv := range chain {
-		lv.advance(now)
-		byID[lv.id] = lv
-		levels[i] = Level{TenantID: lv.id, BalanceMicro: lv.Tokens.BalanceMicro, CapacityMicro: lv.Tokens.CapacityMicro, RateMicro: lv.Tokens.RateMicro, ExactOnly: lv.exactOnly()}
-	}
+	levels, byID := levelsOf(chain, now)
 	moves, err := fn(ctx, tx.conn, now, levels)
 	if err != nil {
 		tx.abort()
 		return nil, err
 	}
 	w := &writes{}
-	applied := make([]int64, len(moves))
-	for i, m := range moves {
-		lv := byID[m.TenantID]
-		if lv == nil {
-			tx.abort()
-			return nil, fmt.Errorf("budget: tenant %s is not a level of %s", m.TenantID, tenantID)
-		}
-		d := m.DeltaMicro
-		switch {
-		case d < 0 && lv.Tokens.BalanceMicro+d < 0:
-			tx.abort()
-			return nil, fmt.Errorf("budget: tenant %s: %w", m.TenantID, ErrLevelShort)
-		case d < 0:
-			lv.Tokens.BalanceMicro += d
-		case d > 0:
-			d = lv.Tokens.Refund(d)
-		}
-		applied[i] = d
-		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
-		e.DeltaMicro, e.AdmissionID, e.Model, e.Estimate, e.MoneyMicro = d, m.Ref, m.Model, m.Estimate, m.MoneyMicro
-		e.Reason, e.Detail = m.Reason, m.Detail
-		lv.seal(e)
-		w.entry(lv, e)
+	applied, err := applyMoves(byID, moves, now, w)
+	if err != nil {
+		tx.abort()
+		return nil, err
 	}
 	if w.empty() {
 		// fn's own statements still commit.

@@ -39,36 +39,16 @@ func levelsIn(ctx context.Context, tx *lockedTx, ts map[string]*tenant, t *tenan
 	if err != nil {
 		return err
 	}
-	levels := make([]Level, len(chain))
-	byID := make(map[string]*tenant, len(chain))
-	for i, lv := range chain {
-		lv.advance(now)
-		byID[lv.id] = lv
-		levels[i] = Level{TenantID: lv.id, BalanceMicro: lv.Tokens.BalanceMicro, CapacityMicro: lv.Tokens.CapacityMicro, RateMicro: lv.Tokens.RateMicro, ExactOnly: lv.exactOnly()}
-	}
+	// The same levels and moves as LockedLevels: a booked admission the
+	// moves carry (a lease ended here reconciles its journal) is written
+	// with its key like any booking.
+	levels, byID := levelsOf(chain, now)
 	moves, err := fn(ctx, tx.conn, now, levels)
 	if err != nil {
 		return err
 	}
-	for _, m := range moves {
-		lv := byID[m.TenantID]
-		if lv == nil {
-			return fmt.Errorf("budget: tenant %s is not a level of %s", m.TenantID, t.id)
-		}
-		d := m.DeltaMicro
-		switch {
-		case d < 0 && lv.Tokens.BalanceMicro+d < 0:
-			return fmt.Errorf("budget: tenant %s: %w", m.TenantID, ErrLevelShort)
-		case d < 0:
-			lv.Tokens.BalanceMicro += d
-		case d > 0:
-			d = lv.Tokens.Refund(d)
-		}
-		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
-		e.DeltaMicro, e.AdmissionID, e.Model, e.Estimate, e.MoneyMicro = d, m.Ref, m.Model, m.Estimate, m.MoneyMicro
-		e.Reason, e.Detail = m.Reason, m.Detail
-		lv.seal(e)
-		w.entry(lv, e)
+	if _, err := applyMoves(byID, moves, now, w); err != nil {
+		return fmt.Errorf("budget: the levels of %s: %w", t.id, err)
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ type loaded struct {
 	named   map[[2]string]string       // admission ids named by (tenant, idempotency key)
 	overdue map[string][]*Admission    // overdue reservations, locked, by tenant
 	prices  *estimator.PriceBook       // current as of the lock round trip
+	journal []JournalHit               // lease journal rows the requests name (leasebook.go)
+	pre     *writes                    // the writes of leases booked in the load step
 }
 
 // liveKey is an unrevoked tenant key, as a decision checks it.
@@ -150,6 +152,9 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		adms: map[string]*Admission{}, named: map[[2]string]string{}, overdue: map[string][]*Admission{}}
 	queueModels := s.modelQueue(w.tenants)
 	reads := l.reads(w, queueModels, s.clock())
+	if locks, find := s.journalReads(w, s.clock(), l); len(locks)+len(find) > 0 {
+		reads = append(append(locks, reads...), find...) // keys locked before they are read
+	}
 	tx, ts, now, err := s.lockTenants(ctx, w.tenants,
 		func(b *pgx.Batch) {
 			for _, r := range reads {
@@ -173,6 +178,10 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		return nil, err
 	}
 	if l.prices, err = s.priceBookFor(ctx, tx); err != nil {
+		tx.abort()
+		return nil, err
+	}
+	if err := s.bookJournal(ctx, l, w); err != nil {
 		tx.abort()
 		return nil, err
 	}

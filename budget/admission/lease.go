@@ -77,9 +77,17 @@ func exactPerRequest(p *account.ReserveParams, pooled func() bool) bool {
 }
 
 // leaseAdmission is the journal's record of the admission id made from a
-// lease for p: the one place a lease.Admission is built from a request.
+// lease for p, booked later as its admissions row: the one place a
+// lease.Admission is built from a request. It is unpriced (no money
+// estimate): a tenant whose windows count money is exact only, so no
+// money rule reads it. Its expiry is the tenant's reservation TTL from its
+// booking's journal time (ExpiresAt zero).
 func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
-	return lease.Admission{ID: id, Model: p.Estimate.Model, Cost: p.Estimate.Cost, CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID}
+	return lease.Admission{
+		Admission: account.Admission{ID: id, TenantID: p.TenantID, State: account.StateReserved, Estimate: p.Estimate,
+			Family: account.ModelKey(p.Estimate), Face: p.Face.Or()},
+		CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID, Actor: p.Actor,
+	}
 }
 
 // reserveLeased admits req from its tenant's lease on this replica when it

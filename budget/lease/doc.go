@@ -18,6 +18,14 @@
 //     in journal order, and refund slice - used (lease_return) when the
 //     lease ends. The chain stays verifiable: every balance move has its
 //     entry, appended under the lock that orders it.
+//   - A journal row carries its whole admission (Admission): booking it
+//     writes its admissions and Idempotency-Key rows with its entries
+//     (account.LevelMove.Admission), and a decision that ends it while it
+//     is only in the journal books its lease first, in its own transaction
+//     (book.go, account.LeaseJournal): it settles as an exact admission.
+//   - An Idempotency-Key is unique per tenant across the journal and
+//     idempotency_keys: a group reads it under the advisory lock a
+//     decision takes too, and answers a key in use as a replay.
 //   - A lease whose holder stops renewing is ended by the sweeper once its
 //     expiry passes: a dead replica holds budget for at most the TTL.
 //   - An admin change that takes a tenant out of leasing (a disable, new

@@ -45,6 +45,19 @@ func (b *testBundle) journaled(t *testing.T, leaseID string) int64 {
 	return n
 }
 
+// admissionRows counts the admissions rows of a lease's journaled
+// admissions: a lease ended (by a return, a sweep or an admin change)
+// has booked every one.
+func (b *testBundle) admissionRows(t *testing.T, leaseID string) int64 {
+	t.Helper()
+	var n int64
+	if err := b.r.pool.QueryRow(context.Background(), `SELECT count(*) FROM admissions a
+		JOIN lease_admissions j ON j.admission_id = a.id WHERE j.lease_id = $1 AND a.state = 'reserved'`, leaseID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // An admin change that takes a tenant out of leasing (disable, new limits,
 // a model scope, lease mode off) ends its live leases and its
 // descendants' in its own transaction: the journal refuses the next
@@ -197,6 +210,9 @@ func TestDisableWhileJournaling(t *testing.T) {
 		if got := b.journaled(t, id); got != atDisable[k] {
 			t.Fatalf("lease %d: %d admissions journaled after the disable committed", k, got-atDisable[k])
 		}
+		if got := b.admissionRows(t, id); got != atDisable[k] {
+			t.Fatalf("lease %d: %d admissions rows for %d journaled admissions: the disable's booking wrote no rows", k, got, atDisable[k])
+		}
 		state, _, used, booked := b.leaseState(t, id)
 		_, _, est := b.kindSumRef(t, "acme", id)
 		if state != []string{"returned", "expired"}[k] || used != accepted[k].Load() || booked != used || est*tok != used || used != atDisable[k]*3*tok {
@@ -263,7 +279,7 @@ func TestJournalKeyRules(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			a := adm(fmt.Sprintf("k%d", i), 10)
-			a.Model, a.KeyID = c.model, c.key
+			a.Estimate.Model, a.KeyID = c.model, c.key
 			errs[i] = b.r.journal.Append(ctx, l.ID, a)
 		}()
 	}
@@ -461,7 +477,7 @@ func TestHolderKeyRefusalGivesBack(t *testing.T) {
 		t.Fatalf("admit with a revoked key: %v, want rule.ErrKeyRevoked", err)
 	}
 	a = adm("scoped-out", 100)
-	a.KeyID, a.Model = good.ID, "claude-3"
+	a.KeyID, a.Estimate.Model = good.ID, "claude-3"
 	var scopeErr *rule.ModelNotAllowedError
 	if err := h.Admit(ctx, a); !errors.As(err, &scopeErr) {
 		t.Fatalf("admit of a model outside the key's scope: %v, want *rule.ModelNotAllowedError", err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // HolderConfig configures a Holder.
@@ -50,7 +52,10 @@ func NewHolder(s *Store, j *Journal, c HolderConfig) *Holder {
 	return &Holder{s: s, j: j, c: c}
 }
 
-// Admit makes a from the lease and returns once it is durable. It returns
+// Admit makes a from the lease and returns once it is durable. A *ReplayError
+// (ErrReplayed) or rule.ErrIdempotencyMismatch: a's Idempotency-Key already
+// names an admission, which is the answer; ErrDuplicate: a's id is
+// journaled already. It returns
 // ErrExhausted when the lease and the balances cannot pay for it (the
 // tenant's budget, less what other replicas' leases hold), ErrExactOnly
 // when the tenant cannot be leased, or a store error.
@@ -61,11 +66,12 @@ func (h *Holder) Admit(ctx context.Context, a Admission) error {
 			return err
 		}
 		err = h.j.Append(ctx, leaseID, a)
-		if refusedByKey(err) {
-			// The store cut the lease's use back by its cost: so does
-			// the holder.
+		if refusedByKey(err) || errors.Is(err, ErrReplayed) || errors.Is(err, ErrDuplicate) || errors.Is(err, rule.ErrIdempotencyMismatch) {
+			// Not journaled, and nothing taken from the lease (a key's
+			// refusal: the store cut the lease's use back by its cost):
+			// what was set aside is the lease's again.
 			h.mu.Lock()
-			if h.lease != nil && h.lease.ID == leaseID {
+			if h.lease != nil && h.lease.ID == leaseID && !h.over {
 				h.unused += a.CostMicro
 			}
 			h.mu.Unlock()

@@ -1,13 +1,20 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 var (
@@ -19,20 +26,90 @@ var (
 	leaseKeysSQL string
 	//go:embed sql/lease_unuse.sql
 	leaseUnuseSQL string
+	//go:embed sql/lease_admissions_by_key.sql
+	leaseAdmissionsByKeySQL string
 )
 
-// Admission is one admission made from a lease, as the journal records it.
+// Admission is one admission made from a lease, as the journal records it:
+// everything its admissions row (and its Idempotency-Key row) will hold
+// once its lease is booked, so that it is settled, released, expired and
+// replayed like an admission of exact mode. The admission use case fills
+// it from the account.ReserveParams and the estimate it would have reserved
+// with.
 type Admission struct {
-	ID        string
-	Model     string
-	Cost      int64  // cost units, as the admission's reserve entry records
-	CostMicro int64  // what it takes from the lease
-	Money     *int64 // micro-units of the currency; nil when unpriced
-	// KeyID is the tenant key the request came with ("" for none): the
-	// group refuses the admission if the key is revoked or not the lease's
-	// tenant's (rule.ErrKeyRevoked) or the model is outside its scope
-	// (*rule.ModelNotAllowedError), as a decision does.
-	KeyID string
+	// Admission is its admissions row: ID, TenantID, Estimate (tokens,
+	// weights, cost), Family, Face, the price (PriceModel, PriceFrom,
+	// PriceTier) and MoneyEstimate. CreatedAt is set from the journal's
+	// time (the store's clock) when booked; a zero ExpiresAt becomes that
+	// plus the tenant's reservation TTL. State is reserved, and
+	// DebitedMicro stays nil: the lease debited its whole estimate at
+	// every level.
+	account.Admission
+	// CostMicro is what it takes from the lease: its estimate's cost in
+	// micro-tokens.
+	CostMicro int64
+	// KeyID and Actor are the tenant key the request came with ("" for
+	// none) and who asked; the actor is its reserve entry's when booked.
+	// The group refuses the admission if the key is revoked or not the
+	// lease's tenant's (rule.ErrKeyRevoked) or the model is outside its
+	// scope (*rule.ModelNotAllowedError), as a decision does.
+	KeyID, Actor string
+	// IdempotencyKey is the key as its face sent it ("" for none): it is
+	// journaled in the face's namespace (Face.StoredKey), unique per tenant
+	// across the journal and idempotency_keys, so a second admission with
+	// it is answered as a replay (*ReplayError), never admitted twice.
+	// RequestHash and Response are as account.ReserveParams keeps them
+	// (Response: EncodeReservation of the answer, empty for ReplayNow).
+	IdempotencyKey string
+	RequestHash    []byte
+	Response       []byte
+}
+
+// storedKey is a's key as idempotency_keys holds it.
+func (a *Admission) storedKey() string { return a.Face.StoredKey(a.IdempotencyKey) }
+
+// journaled is the admission column of a journal row (JSON): what the
+// booking needs beyond the typed columns.
+type journaled struct {
+	Admission   account.Admission `json:"admission"`
+	KeyID       string            `json:"key_id,omitempty"`
+	Actor       string            `json:"actor,omitempty"`
+	RequestHash []byte            `json:"request_hash,omitempty"`
+	Response    []byte            `json:"response,omitempty"`
+}
+
+// ErrDuplicate: the admission's id is journaled already; this admission
+// was not made (the others of its group were journaled regardless).
+var ErrDuplicate = errors.New("lease: the admission id is journaled already")
+
+// ErrReplayed is wrapped by *ReplayError.
+var ErrReplayed = errors.New("lease: the Idempotency-Key names an earlier admission")
+
+// ReplayError: the admission's Idempotency-Key already names an admission
+// of its tenant, journaled (booked or not) or decided exactly; nothing was
+// journaled and nothing taken from the lease. The caller answers the
+// original: Response as kept (EncodeReservation), or, when empty (kept
+// with ReplayNow), the admission's id and the balances as they are. A key
+// reused with another request is rule.ErrIdempotencyMismatch instead.
+type ReplayError struct {
+	AdmissionID string
+	Response    []byte
+	hash        []byte // the original's request hash
+}
+
+func (e *ReplayError) Error() string {
+	return "lease: the Idempotency-Key names admission " + e.AdmissionID
+}
+
+// Unwrap makes errors.Is(e, ErrReplayed) true.
+func (e *ReplayError) Unwrap() error { return ErrReplayed }
+
+// replayOf answers a request whose key names an earlier admission.
+func replayOf(id string, hash, response []byte, a *Admission) error {
+	if !bytes.Equal(hash, a.RequestHash) {
+		return rule.ErrIdempotencyMismatch
+	}
+	return &ReplayError{AdmissionID: id, Response: response, hash: hash}
 }
 
 // maxGroup caps the admissions of one group commit.
@@ -123,68 +200,166 @@ func (j *Journal) Run(ctx context.Context) {
 	}
 }
 
-// commit writes one group in one transaction and answers each request.
+// commit writes one group and answers each request. Of the admissions of
+// the group with the same key, the first is written; each later one is
+// answered as its replay once it is journaled (or replayed), or tried again
+// on its own when it is not (refused).
 func (j *Journal) commit(ctx context.Context, group []*appendReq) {
-	byLease := map[string][]*appendReq{}
-	var order []string
+	var lead []*appendReq
+	later := map[[2]string][]*appendReq{}
 	for _, r := range group {
+		if k := r.a.storedKey(); k != "" {
+			pair := [2]string{r.a.TenantID, k}
+			if _, ok := later[pair]; ok {
+				later[pair] = append(later[pair], r)
+				continue
+			}
+			later[pair] = nil
+		}
+		lead = append(lead, r)
+	}
+	errs := j.writeOrSplit(ctx, lead)
+	var again []*appendReq
+	for i, r := range lead {
+		r.done <- errs[i]
+		k := r.a.storedKey()
+		if k == "" {
+			continue
+		}
+		var re *ReplayError
+		for _, f := range later[[2]string{r.a.TenantID, k}] {
+			switch {
+			case errs[i] == nil:
+				f.done <- replayOf(r.a.ID, r.a.RequestHash, r.a.Response, &f.a)
+			case errors.As(errs[i], &re):
+				f.done <- replayOf(re.AdmissionID, re.hash, re.Response, &f.a)
+			default:
+				again = append(again, f)
+			}
+		}
+	}
+	if len(again) > 0 {
+		j.commit(ctx, again)
+	}
+}
+
+// writeOrSplit writes reqs in one transaction and returns each one's
+// outcome. A statement error fails a transaction as a whole, so a group
+// that fails on one (a duplicate admission id) is split in halves, each
+// written on its own, until the row at fault fails alone (ErrDuplicate for
+// a duplicate id): one bad row costs its group a few transactions, never
+// its admissions.
+func (j *Journal) writeOrSplit(ctx context.Context, reqs []*appendReq) []error {
+	errs, err := j.write(ctx, reqs)
+	if err == nil {
+		return errs
+	}
+	var pgErr *pgconn.PgError
+	if len(reqs) > 1 && errors.As(err, &pgErr) {
+		h := len(reqs) / 2
+		return append(j.writeOrSplit(ctx, reqs[:h]), j.writeOrSplit(ctx, reqs[h:])...)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "lease_admissions_admission_id_key" {
+		err = fmt.Errorf("lease: journal %s: %w", reqs[0].a.ID, ErrDuplicate)
+	}
+	errs = make([]error, len(reqs))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// original is the admission a key already names.
+type original struct {
+	id             string
+	hash, response []byte
+}
+
+// write is one transaction over reqs; it returns each one's outcome (nil:
+// journaled), or an error of the transaction as a whole. With keys, a
+// first round trip begins, takes the keys' advisory locks (the ones a
+// decision takes: account.QueueKeyLock) and reads them in idempotency_keys
+// and in the journal: a key found is a replay, not journaled and not
+// counted against its lease. Then a round trip uses each lease (the
+// statements that may refuse), and one inserts the rows of the leases that
+// accepted and commits.
+func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error) {
+	conn, err := j.s.acct.Pool().Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease: journal: acquire: %w", err)
+	}
+	defer conn.Release()
+	clock := j.s.frozen()
+	errs := make([]error, len(reqs))
+	var tenants, keys []string
+	for _, r := range reqs {
+		if k := r.a.storedKey(); k != "" {
+			tenants, keys = append(tenants, r.a.TenantID), append(keys, k)
+		}
+	}
+	begun := len(keys) > 0
+	if begun {
+		found, err := j.keys(ctx, conn.Conn(), tenants, keys, clock)
+		if err != nil {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+			return nil, fmt.Errorf("lease: journal: keys: %w", err)
+		}
+		for i, r := range reqs {
+			if o, ok := found[[2]string{r.a.TenantID, r.a.storedKey()}]; ok {
+				errs[i] = replayOf(o.id, o.hash, o.response, &r.a)
+			}
+		}
+	}
+	byLease := map[string][]int{}
+	var order []string
+	for i, r := range reqs {
+		if errs[i] != nil {
+			continue
+		}
 		if _, ok := byLease[r.leaseID]; !ok {
 			order = append(order, r.leaseID)
 		}
-		byLease[r.leaseID] = append(byLease[r.leaseID], r)
+		byLease[r.leaseID] = append(byLease[r.leaseID], i)
+	}
+	if len(order) == 0 {
+		if begun {
+			_, _ = conn.Exec(ctx, "ROLLBACK") // releases the key locks; nothing was written
+		}
+		return errs, nil
 	}
 	// Leases are locked by id, as an admin change locks a tree's
 	// (EndLocked), so that the two never wait for each other in a cycle.
 	slices.Sort(order)
-	verdict, refused, err := j.write(ctx, order, byLease)
+	byReq := make(map[string][]*appendReq, len(order))
 	for _, id := range order {
-		for _, r := range byLease[id] {
-			switch {
-			case err != nil:
-				r.done <- err
-			case verdict[id] == "":
-				r.done <- ErrOver
-			case refused[r] != nil:
-				r.done <- refused[r]
-			default:
-				r.done <- nil
-			}
+		for _, i := range byLease[id] {
+			byReq[id] = append(byReq[id], reqs[i])
 		}
 	}
-}
-
-// write is a group's transaction: a round trip that begins and uses each
-// lease (the statements that may refuse) and then reads the admissions'
-// keys, then one that inserts the rows of the leases that accepted, less
-// the admissions their keys refuse (the lease's use cut back by their
-// cost), and commits. verdict is the tenant of each lease that accepted.
-func (j *Journal) write(ctx context.Context, order []string, byLease map[string][]*appendReq) (verdict map[string]string, refused map[*appendReq]error, err error) {
-	conn, err := j.s.acct.Pool().Acquire(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("lease: journal: acquire: %w", err)
-	}
-	defer conn.Release()
-	clock := j.s.frozen()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	if !begun {
+		b.Queue("BEGIN")
+	}
 	for _, id := range order {
 		var sum int64
-		for _, r := range byLease[id] {
+		for _, r := range byReq[id] {
 			sum += r.a.CostMicro
 		}
 		b.Queue(leaseUseSQL, id, sum, clock)
 	}
-	keyIDs := groupKeys(order, byLease)
+	keyIDs := groupKeys(order, byReq)
 	if len(keyIDs) > 0 {
 		b.Queue(leaseKeysSQL, keyIDs)
 	}
-	verdict = make(map[string]string, len(order))
-	var keys map[string]key
+	verdict := make(map[string]string, len(order))
+	var apiKeys map[string]key
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
+		if !begun {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		for _, id := range order {
 			var tenant string
@@ -198,7 +373,7 @@ func (j *Journal) write(ctx context.Context, order []string, byLease map[string]
 		}
 		if len(keyIDs) > 0 {
 			var err error
-			if keys, err = readKeys(br); err != nil {
+			if apiKeys, err = readKeys(br); err != nil {
 				return err
 			}
 		}
@@ -206,31 +381,98 @@ func (j *Journal) write(ctx context.Context, order []string, byLease map[string]
 	}()
 	if err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
-		return nil, nil, fmt.Errorf("lease: journal: use: %w", err)
+		return nil, fmt.Errorf("lease: journal: use: %w", err)
 	}
-	refused = refuseByKey(order, byLease, verdict, keys)
+	refused := refuseByKey(order, byReq, verdict, apiKeys)
 	b = &pgx.Batch{}
 	for _, id := range order {
+		is := byLease[id]
 		if verdict[id] == "" {
+			for _, i := range is {
+				errs[i] = ErrOver
+			}
 			continue
 		}
-		rs, cut := admitted(byLease[id], refused)
+		// A key's refusal is its admission's alone: the others commit, and
+		// the lease's use is cut back by what was refused.
+		var cut int64
+		kept := make([]int, 0, len(is))
+		for _, i := range is {
+			if e := refused[reqs[i]]; e != nil {
+				errs[i], cut = e, cut+reqs[i].a.CostMicro
+				continue
+			}
+			kept = append(kept, i)
+		}
 		if cut > 0 {
 			b.Queue(leaseUnuseSQL, id, cut)
 		}
-		if len(rs) == 0 {
+		n := len(kept)
+		if n == 0 {
 			continue
 		}
-		ids, models, costs, micros, money := make([]string, len(rs)), make([]string, len(rs)), make([]int64, len(rs)), make([]int64, len(rs)), make([]*int64, len(rs))
-		for i, r := range rs {
-			ids[i], models[i], costs[i], micros[i], money[i] = r.a.ID, r.a.Model, r.a.Cost, r.a.CostMicro, r.a.Money
+		ids, models, costs, micros, money := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]*int64, n)
+		tenantIDs, idemKeys, docs := make([]string, n), make([]string, n), make([]string, n)
+		for k, i := range kept {
+			a := &reqs[i].a
+			doc, err := json.Marshal(journaled{Admission: a.Admission, KeyID: a.KeyID, Actor: a.Actor, RequestHash: a.RequestHash, Response: a.Response})
+			if err != nil {
+				_, _ = conn.Exec(ctx, "ROLLBACK")
+				return nil, fmt.Errorf("lease: journal: encode %s: %w", a.ID, err)
+			}
+			ids[k], models[k], costs[k], micros[k], money[k] = a.ID, a.Estimate.Model, a.Estimate.Cost, a.CostMicro, a.MoneyEstimate
+			tenantIDs[k], idemKeys[k], docs[k] = a.TenantID, a.storedKey(), string(doc)
 		}
-		b.Queue(leaseAdmissionsInsertSQL, id, ids, models, costs, micros, money, clock)
+		b.Queue(leaseAdmissionsInsertSQL, id, ids, models, costs, micros, money, clock, tenantIDs, idemKeys, docs)
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
-		return nil, nil, fmt.Errorf("lease: journal: insert: %w", err)
+		return nil, fmt.Errorf("lease: journal: insert: %w", err)
 	}
-	return verdict, refused, nil
+	return errs, nil
+}
+
+// keys begins the transaction, takes the advisory locks of the (tenant,
+// key) pairs and returns the admissions those keys already name, in
+// idempotency_keys or in the journal.
+func (j *Journal) keys(ctx context.Context, conn *pgx.Conn, tenants, keys []string, clock *time.Time) (map[[2]string]original, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	account.QueueKeyLock(b, tenants, keys)
+	account.QueueKeysGet(b, tenants, keys, clock)
+	b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	for range 2 { // BEGIN, the locks
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	found := map[[2]string]original{}
+	hits, err := account.ScanKeysGet(br)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range hits {
+		found[[2]string{h.TenantID, h.Key}] = original{id: h.AdmissionID, hash: h.RequestHash, response: h.Response}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	var tenant, key, id string
+	var doc []byte
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &id, &doc}, func() error {
+		var jd journaled
+		if err := json.Unmarshal(doc, &jd); err != nil {
+			return fmt.Errorf("decode %s: %w", id, err)
+		}
+		found[[2]string{tenant, key}] = original{id: id, hash: jd.RequestHash, response: jd.Response}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return found, br.Close()
 }

@@ -70,7 +70,7 @@ func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[st
 			case !ok || k.revoked || k.tenant != tenant:
 				err = rule.ErrKeyRevoked
 			default:
-				err = rule.CheckModelScopes(r.a.Model, "model", nil, k.models)
+				err = rule.CheckModelScopes(r.a.Estimate.Model, "model", nil, k.models)
 			}
 			if err != nil {
 				if refused == nil {
@@ -81,24 +81,6 @@ func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[st
 		}
 	}
 	return refused
-}
-
-// admitted is a lease's admissions in a group less those refused, and the
-// cost of those refused (taken from the lease's use by lease_unuse).
-func admitted(rs []*appendReq, refused map[*appendReq]error) ([]*appendReq, int64) {
-	if len(refused) == 0 {
-		return rs, 0
-	}
-	out := make([]*appendReq, 0, len(rs))
-	var cut int64
-	for _, r := range rs {
-		if refused[r] != nil {
-			cut += r.a.CostMicro
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, cut
 }
 
 // refusedByKey reports whether a journal refused an admission by its key's

@@ -21,10 +21,6 @@ var (
 	leaseInsertSQL string
 	//go:embed sql/lease_lock.sql
 	leaseLockSQL string
-	//go:embed sql/lease_unbooked.sql
-	leaseUnbookedSQL string
-	//go:embed sql/lease_book.sql
-	leaseBookSQL string
 	//go:embed sql/lease_update.sql
 	leaseUpdateSQL string
 	//go:embed sql/lease_expired.sql
@@ -90,7 +86,8 @@ type Store struct {
 	modes  modeCache // mode_cache.go
 }
 
-// New returns a Store.
+// New returns a Store, registered as its account store's lease journal
+// (account.Store.SetLeaseJournal).
 func New(c Config) (*Store, error) {
 	if c.Store == nil {
 		return nil, errors.New("lease: Config.Store is required")
@@ -102,6 +99,9 @@ func New(c Config) (*Store, error) {
 	if s.holder == "" {
 		s.holder = "replica"
 	}
+	// The account store's decisions book this journal's admissions they
+	// end, and see its keys (book.go).
+	c.Store.SetLeaseJournal(s)
 	return s, nil
 }
 
@@ -291,56 +291,6 @@ func (s *Store) withLease(ctx context.Context, leaseID string, fn leaseFunc) err
 		return fn(ctx, q, now, levels, r)
 	})
 	return err
-}
-
-// reconcile appends, for each journal row not in the ledger yet (in the
-// order journaled), a reserve entry at every level that moves nothing (the
-// lease's take debited its cost), and marks the rows booked. It runs with
-// the lease row locked, so the rows it reads are every committed one and
-// no journal write is in flight: booked becomes used.
-func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level) ([]account.LevelMove, error) {
-	rows, err := q.Query(ctx, leaseUnbookedSQL, leaseID)
-	if err != nil {
-		return nil, fmt.Errorf("lease: journal: %w", err)
-	}
-	type jrow struct {
-		id, model       string
-		cost, costMicro int64
-		money           *int64
-		at              time.Time
-	}
-	var js []jrow
-	for rows.Next() {
-		var j jrow
-		if err := rows.Scan(&j.id, &j.model, &j.cost, &j.costMicro, &j.money, &j.at); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("lease: journal: %w", err)
-		}
-		js = append(js, j)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("lease: journal: %w", err)
-	}
-	if len(js) == 0 {
-		return nil, nil
-	}
-	moves := make([]account.LevelMove, 0, len(js)*len(levels))
-	for _, j := range js {
-		detail, _ := json.Marshal(struct {
-			Lease       string `json:"lease"`
-			CostMicro   int64  `json:"cost_micro"`
-			JournaledAt string `json:"journaled_at"`
-		}{leaseID, j.costMicro, j.at.UTC().Format(time.RFC3339Nano)})
-		for _, lv := range levels {
-			cost := j.cost
-			moves = append(moves, account.LevelMove{TenantID: lv.TenantID, Kind: ledger.KindReserve, Ref: j.id, Model: j.model, Estimate: &cost, MoneyMicro: j.money, Actor: "lease", Reason: "admitted from a lease", Detail: string(detail)})
-		}
-	}
-	if _, err := q.Exec(ctx, leaseBookSQL, leaseID); err != nil {
-		return nil, fmt.Errorf("lease: book: %w", err)
-	}
-	return moves, nil
 }
 
 // moves is one move of delta at every level, each with its entry.

@@ -14,6 +14,7 @@ import (
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
 	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 )
@@ -115,7 +116,7 @@ func (b *testBundle) kindSum(t *testing.T, id string, kind ledger.Kind) (n, delt
 }
 
 func adm(id string, cost int64) lease.Admission {
-	return lease.Admission{ID: id, Model: "gpt-4o", Cost: cost, CostMicro: cost * tok}
+	return lease.Admission{Admission: account.Admission{ID: id, Estimate: estimator.Estimate{Model: "gpt-4o", Cost: cost}}, CostMicro: cost * tok}
 }
 
 // A lease takes the same slice from every level of the tree (the poorest

@@ -88,10 +88,9 @@ proc_cpu_ns() { # the CPU of processes, in ns (utime + stime)
 # is the cost of deciding. LEASE=auto puts each of them in lease mode auto
 # (quota leasing, docs/leasing.md): the replicas admit their requests from
 # leases, journaled, and take their row locks only to renew. A request with
-# an Idempotency-Key is still decided exactly (until the journal keeps
-# keys), so the rate limit service's traffic, which keys every reservation
-# by its request id, and loadgen --idempotency-keys stay exact; and a lease
-# admission cannot be settled yet, so the --settle loads count errors.
+# an Idempotency-Key is still decided exactly by the wiring, so the rate
+# limit service's traffic, which keys every reservation by its request id,
+# and loadgen --idempotency-keys stay exact.
 # lease_paths shows which path decided (tokengate_admission_paths_total).
 export TOKENGATE_DATABASE_URL="$url"
 "$bin" migrate --wait 30s 2>/dev/null

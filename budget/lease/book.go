@@ -1,0 +1,160 @@
+package lease
+
+// Booking: a lease's journal rows become admissions (docs/leasing.md), by
+// its renew, return or expiry (reconcile, under LockedLevels), or by a
+// decision of the account store that ends one of them or meets its key
+// (Store implements account.LeaseJournal).
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+var (
+	//go:embed sql/lease_unbooked.sql
+	leaseUnbookedSQL string
+	//go:embed sql/lease_book.sql
+	leaseBookSQL string
+	//go:embed sql/lease_booked.sql
+	leaseBookedSQL string
+	//go:embed sql/lease_admissions_find.sql
+	leaseAdmissionsFindSQL string
+)
+
+var _ account.LeaseJournal = (*Store)(nil)
+
+// QueueJournalFind queues the read of the journal rows named by admission
+// id or by (tenant, key) (lease_admissions_find.sql).
+func (s *Store) QueueJournalFind(b *pgx.Batch, ids, tenants, keys []string, clock *time.Time) {
+	b.Queue(leaseAdmissionsFindSQL, ids, tenants, keys, clock)
+}
+
+// ScanJournalFind reads what QueueJournalFind queued.
+func (s *Store) ScanJournalFind(br pgx.BatchResults) ([]account.JournalHit, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	var out []account.JournalHit
+	var h account.JournalHit
+	var doc []byte
+	_, err = pgx.ForEachRow(rows, []any{&h.LeaseID, &h.AdmissionID, &h.TenantID, &h.Key, &h.Booked, &doc}, func() error {
+		var jd journaled
+		if err := json.Unmarshal(doc, &jd); err != nil {
+			return fmt.Errorf("decode %s: %w", h.AdmissionID, err)
+		}
+		h.RequestHash, h.Response = jd.RequestHash, jd.Response
+		out = append(out, h)
+		return nil
+	})
+	return out, err
+}
+
+// BookLocked books a lease's journal inside a decision that holds its
+// tree's row locks (q): it locks the lease row, after them, and returns
+// the reserve entries of its unbooked rows, each carrying its admission.
+// The lease's state and expiry are not changed: a lease that is live stays
+// live, its journal open.
+func (s *Store) BookLocked(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level, leaseID string) ([]account.LevelMove, error) {
+	var r row
+	err := q.QueryRow(ctx, leaseLockSQL, leaseID).Scan(&r.tenantID, &r.state, &r.slice, &r.used, &r.booked, &r.expiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: lock %s: %w", leaseID, err)
+	}
+	moves, err := s.reconcile(ctx, q, leaseID, levels)
+	if err != nil || len(moves) == 0 {
+		return nil, err
+	}
+	if _, err := q.Exec(ctx, leaseBookedSQL, leaseID); err != nil {
+		return nil, fmt.Errorf("lease: booked: %w", err)
+	}
+	return moves, nil
+}
+
+// reconcile appends, for each journal row not in the ledger yet (in the
+// order journaled), a reserve entry at every level that moves nothing (the
+// lease's take debited its cost), the one of the admission's own tenant
+// carrying its admission (and key) to insert, and marks the rows booked.
+// It runs with the lease row locked, so the rows it reads are every
+// committed one and no journal write is in flight: booked becomes used.
+func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level) ([]account.LevelMove, error) {
+	rows, err := q.Query(ctx, leaseUnbookedSQL, leaseID)
+	if err != nil {
+		return nil, fmt.Errorf("lease: journal: %w", err)
+	}
+	type jrow struct {
+		id, model, key  string
+		cost, costMicro int64
+		money           *int64
+		at              time.Time
+		doc             []byte
+	}
+	var js []jrow
+	for rows.Next() {
+		var j jrow
+		if err := rows.Scan(&j.id, &j.model, &j.cost, &j.costMicro, &j.money, &j.at, &j.key, &j.doc); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("lease: journal: %w", err)
+		}
+		js = append(js, j)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("lease: journal: %w", err)
+	}
+	if len(js) == 0 {
+		return nil, nil
+	}
+	moves := make([]account.LevelMove, 0, len(js)*len(levels))
+	for _, j := range js {
+		var jd journaled
+		if err := json.Unmarshal(j.doc, &jd); err != nil {
+			return nil, fmt.Errorf("lease: journal %s: %w", j.id, err)
+		}
+		adm := &jd.Admission
+		if adm.ID == "" {
+			adm = nil // journaled before its admission was: booked in the ledger only
+		} else {
+			adm.CreatedAt = j.at.UTC()
+			if adm.TenantID == "" {
+				adm.TenantID = levels[len(levels)-1].TenantID
+			}
+		}
+		detail, _ := json.Marshal(struct {
+			Lease       string `json:"lease"`
+			CostMicro   int64  `json:"cost_micro"`
+			JournaledAt string `json:"journaled_at"`
+		}{leaseID, j.costMicro, j.at.UTC().Format(time.RFC3339Nano)})
+		actor := jd.Actor
+		if actor == "" {
+			actor = "lease"
+		}
+		for _, lv := range levels {
+			cost := j.cost
+			m := account.LevelMove{TenantID: lv.TenantID, Kind: ledger.KindReserve, Ref: j.id, Model: j.model, Estimate: &cost, MoneyMicro: j.money, Actor: actor, Reason: "admitted from a lease", Detail: string(detail)}
+			if adm != nil && lv.TenantID == adm.TenantID {
+				m.Admission = adm
+				if j.key != "" {
+					m.Key = &account.AdmissionKey{Key: j.key, RequestHash: jd.RequestHash, Response: jd.Response}
+				}
+			}
+			moves = append(moves, m)
+		}
+	}
+	if _, err := q.Exec(ctx, leaseBookSQL, leaseID); err != nil {
+		return nil, fmt.Errorf("lease: book: %w", err)
+	}
+	return moves, nil
+}
