@@ -350,3 +350,32 @@ func TestLeaseRevokedKey(t *testing.T) {
 		t.Fatalf("%d lease admissions, want 2 (the other key's)", got)
 	}
 }
+
+// A lease admission made through the admission use case is settled by its
+// id like an exact one (its lease is booked first): the settle refunds
+// what the usage did not take, once.
+func TestLeaseAdmissionSettles(t *testing.T) {
+	t.Parallel()
+	b := setupLeases(t, 1)
+	r := b.reps[0]
+	ctx := context.Background()
+	b.tenant(t, "acme", rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}, lease.ModeAuto)
+	b.warm(t, "acme", 5)
+	res, _, err := r.Admitter.Reserve(ctx, req("acme", 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(r, admission.PathLease); got != 1 {
+		t.Fatalf("%d lease admissions, want 1", got)
+	}
+	st, _, err := r.Admitter.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: "acme", AdmissionID: res.AdmissionID, InputTokens: 10, OutputTokens: 0})
+	if err != nil {
+		t.Fatalf("settle of a lease admission: %v", err)
+	}
+	if st.DeltaMicro != 30*tok || st.Admission == nil || st.Admission.ID != res.AdmissionID {
+		t.Fatalf("settle %+v: want a refund of 30 tokens", st)
+	}
+	if _, _, err := r.Admitter.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: "acme", AdmissionID: res.AdmissionID, InputTokens: 10}); err != nil && !errors.Is(err, rule.ErrConflict) {
+		t.Fatalf("second settle: %v", err)
+	}
+}
