@@ -47,6 +47,9 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT ON model_prices TO " + quoted,
 		"GRANT SELECT, UPDATE ON price_book_version TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON end_user_policies TO " + quoted,
+		"GRANT SELECT, INSERT ON models TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON batches, batch_lines, batch_files, batch_file_lines, batch_allowances TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE ON leases, lease_admissions, lease_modes TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)
