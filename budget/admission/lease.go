@@ -93,7 +93,7 @@ func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
 	return lease.Admission{
 		Admission: account.Admission{ID: id, TenantID: p.TenantID, State: account.StateReserved, Estimate: p.Estimate,
 			Family: account.ModelKey(p.Estimate), Face: p.Face.Or()},
-		CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID, Actor: p.Actor,
+		CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID, GatewayID: p.GatewayID, Actor: p.Actor,
 		IdempotencyKey: p.IdempotencyKey, RequestHash: p.RequestHash,
 	}
 }
