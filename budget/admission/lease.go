@@ -69,18 +69,18 @@ func pathOf(leased, local bool) string {
 // exactPerRequest reports whether a request must be decided exactly
 // whatever its tenant's lease mode (docs/leasing.md, "Rules that keep a
 // tenant in exact mode"): one of a model routed to an upstream pool (a
-// pool's fair share depends on every tenant's live state), and one
-// through a gateway credential (the journal checks a tenant key's
-// revocation and scope, lease.Admission.KeyID, not a gateway's). A
-// request with an Idempotency-Key is leased: the journal keeps keys
-// unique per tenant with the exact path's, and their answers
-// (leaseReplay). The rules of a tenant's tree (end
-// users, request and concurrency limits, windows, model limits, shadow
-// limits, a disabled level) are the lease store's: its take refuses with
-// lease.ErrExactOnly. This is the one place per-request rules are kept,
-// so relaxing one is a change here.
-func exactPerRequest(p *account.ReserveParams, pooled func() bool) bool {
-	return p.GatewayID != "" || pooled()
+// pool's fair share depends on every tenant's live state). The request's
+// credentials do not keep it exact: the journal checks its tenant key
+// (lease.Admission.KeyID) and its gateway credential (GatewayID) per
+// admission, as a decision does, and keeps its Idempotency-Key unique with
+// the exact path's, with the answer a retry replays (leaseReplay); so the
+// rate limit service's requests (a gateway, and a key per request id) are
+// leased. The rules of a tenant's tree (end users, request and concurrency
+// limits, windows, model limits, shadow limits, a disabled level) are the
+// lease store's: its take refuses with lease.ErrExactOnly. This is the one
+// place per-request rules are kept, so relaxing one is a change here.
+func exactPerRequest(pooled func() bool) bool {
+	return pooled()
 }
 
 // leaseAdmission is the journal's record of the admission id made from a
@@ -113,7 +113,7 @@ func (a *Admitter) reserveLeased(ctx context.Context, req *Request) (*account.Re
 	if l == nil || a.Down() || p.Estimate.Cost <= 0 || !l.Auto(ctx, p.TenantID) {
 		return nil, false, nil
 	}
-	if exactPerRequest(p, func() bool { return l.Pooled(ctx, p.Estimate) }) || a.waiters.ahead(p.TenantID, nil) > 0 {
+	if exactPerRequest(func() bool { return l.Pooled(ctx, p.Estimate) }) || a.waiters.ahead(p.TenantID, nil) > 0 {
 		return nil, false, nil
 	}
 	now := time.Now()
