@@ -186,3 +186,47 @@ func TestLeaseKeysConcurrentReplicas(t *testing.T) {
 		t.Fatalf("%d admissions rows, want %d", n, keys+2)
 	}
 }
+
+// A request through a gateway credential is leased, and once the gateway
+// is revoked its requests are refused (by the journal, then by the exact
+// decision they fall back to) with rule.ErrGatewayRevoked, as exact mode
+// refuses them; a gateway scoped to other tenants gets rule.ErrOutOfScope.
+func TestLeaseRevokedGateway(t *testing.T) {
+	t.Parallel()
+	b := setupLeases(t, 1)
+	r := b.reps[0]
+	ctx := context.Background()
+	b.tenant(t, "acme", rule.Limits{TokensCapacity: 10_000, TokensRateMicro: tok}, lease.ModeAuto)
+	gw, _, err := r.Admin.GatewayCreate(ctx, "envoy", []string{"acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := r.Admin.GatewayCreate(ctx, "elsewhere", []string{"beta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	through := func(g string) admission.Request {
+		q := req("acme", 5)
+		q.GatewayID = g
+		return q
+	}
+	b.warm(t, "acme", 5)
+	if _, _, err := r.Admitter.Reserve(ctx, through(gw.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(r, admission.PathLease); got != 1 {
+		t.Fatalf("%d lease admissions, want the gateway's request leased", got)
+	}
+	if _, _, err := r.Admitter.Reserve(ctx, through(other.ID)); !errors.Is(err, rule.ErrOutOfScope) {
+		t.Fatalf("a gateway of other tenants: %v, want ErrOutOfScope", err)
+	}
+	if err := r.Admin.GatewayRevoke(ctx, gw.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Admitter.Reserve(ctx, through(gw.ID)); !errors.Is(err, rule.ErrGatewayRevoked) {
+		t.Fatalf("a revoked gateway's request: %v, want ErrGatewayRevoked", err)
+	}
+	if got := paths(r, admission.PathLease); got != 1 {
+		t.Fatalf("%d lease admissions, want only the first", got)
+	}
+}
