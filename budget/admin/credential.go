@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -75,9 +77,20 @@ func (s *Service) GatewayList(ctx context.Context) ([]credential.Gateway, error)
 	return credential.GatewayList(ctx, s.db)
 }
 
-// GatewayRevoke revokes a gateway credential.
+// GatewayRevoke revokes a gateway credential, with the live leases it may
+// admit through locked after the revoke in the same transaction
+// (lease.Store.LockLiveGateway: its tenants', or every live lease for a
+// gateway of every tenant): the journal reads gateways after it locks its
+// leases, so it refuses the gateway's admissions from the revoke's commit
+// on.
 func (s *Service) GatewayRevoke(ctx context.Context, id string) error {
-	return credential.GatewayRevoke(ctx, s.db, id)
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		scope, err := credential.GatewayRevokeScope(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		return s.leases.LockLiveGateway(ctx, tx, scope)
+	})
 }
 
 // AdminTokenCreate creates an admin token and returns it with its secret,

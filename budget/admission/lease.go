@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -29,8 +30,13 @@ type Leases interface {
 	// once it is journaled, with the tenant's snapshot as the answer
 	// shows it (LeaseAnswer). Any error means it was not made: the
 	// request is decided exactly (lease.ErrExhausted, lease.ErrExactOnly,
-	// no lease held yet, a store error).
-	Admit(ctx context.Context, tenantID string, a lease.Admission) (rule.Snapshot, error)
+	// no lease held yet, a store error), or answered as a replay
+	// (*lease.ReplayError, rule.ErrIdempotencyMismatch). When keep is
+	// non-nil (a keyed request that keeps its answer), Admit calls it
+	// with the snapshot it will answer, before journaling, and journals
+	// what it returns as a.Response: the answer a retry replays is then
+	// byte for byte the first one.
+	Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (rule.Snapshot, error)
 }
 
 // Decision paths, the values of tokengate_admission_paths_total's path
@@ -63,17 +69,18 @@ func pathOf(leased, local bool) string {
 // exactPerRequest reports whether a request must be decided exactly
 // whatever its tenant's lease mode (docs/leasing.md, "Rules that keep a
 // tenant in exact mode"): one of a model routed to an upstream pool (a
-// pool's fair share depends on every tenant's live state), one through a
-// gateway credential (the journal checks a tenant key's revocation and
-// scope, lease.Admission.KeyID, not a gateway's), and, until the journal
-// keeps idempotency keys, one with an Idempotency-Key (a retry must find
-// the first admission). The rules of a tenant's tree (end
-// users, request and concurrency limits, windows, model limits, shadow
-// limits, a disabled level) are the lease store's: its take refuses with
-// lease.ErrExactOnly. This is the one place per-request rules are kept,
-// so relaxing one is a change here.
-func exactPerRequest(p *account.ReserveParams, pooled func() bool) bool {
-	return p.IdempotencyKey != "" || p.GatewayID != "" || pooled()
+// pool's fair share depends on every tenant's live state). The request's
+// credentials do not keep it exact: the journal checks its tenant key
+// (lease.Admission.KeyID) and its gateway credential (GatewayID) per
+// admission, as a decision does, and keeps its Idempotency-Key unique with
+// the exact path's, with the answer a retry replays (leaseReplay); so the
+// rate limit service's requests (a gateway, and a key per request id) are
+// leased. The rules of a tenant's tree (end users, request and concurrency
+// limits, windows, model limits, shadow limits, a disabled level) are the
+// lease store's: its take refuses with lease.ErrExactOnly. This is the one
+// place per-request rules are kept, so relaxing one is a change here.
+func exactPerRequest(pooled func() bool) bool {
+	return pooled()
 }
 
 // leaseAdmission is the journal's record of the admission id made from a
@@ -86,7 +93,8 @@ func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
 	return lease.Admission{
 		Admission: account.Admission{ID: id, TenantID: p.TenantID, State: account.StateReserved, Estimate: p.Estimate,
 			Family: account.ModelKey(p.Estimate), Face: p.Face.Or()},
-		CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID, Actor: p.Actor,
+		CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID, GatewayID: p.GatewayID, Actor: p.Actor,
+		IdempotencyKey: p.IdempotencyKey, RequestHash: p.RequestHash,
 	}
 }
 
@@ -95,28 +103,67 @@ func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
 // leasing, mode off, a per-request exact rule, callers of the tenant
 // waiting in this replica (they are served first, by the exact path), or
 // anything the lease could not decide (a refusal is always exact). An
-// error is returned only when the caller's ctx ended while the lease
-// journaled: the admission's outcome is then unknown, and deciding it
-// again exactly could charge it twice.
+// error is returned when the caller's ctx ended while the lease
+// journaled (the admission's outcome is then unknown, and deciding it
+// again exactly could charge it twice), and for a key reused with another
+// request (rule.ErrIdempotencyMismatch, as the exact path answers it).
 func (a *Admitter) reserveLeased(ctx context.Context, req *Request) (*account.Reservation, bool, error) {
 	l := a.cfg.Leases
 	p := &req.ReserveParams
 	if l == nil || a.Down() || p.Estimate.Cost <= 0 || !l.Auto(ctx, p.TenantID) {
 		return nil, false, nil
 	}
-	if exactPerRequest(p, func() bool { return l.Pooled(ctx, p.Estimate) }) || a.waiters.ahead(p.TenantID, nil) > 0 {
+	if exactPerRequest(func() bool { return l.Pooled(ctx, p.Estimate) }) || a.waiters.ahead(p.TenantID, nil) > 0 {
 		return nil, false, nil
 	}
 	now := time.Now()
 	id := rule.NewStoreAdmissionID(now)
-	snap, err := l.Admit(ctx, p.TenantID, leaseAdmission(id, p))
+	// A keyed request keeps its answer as the exact path does
+	// (account.EncodeReservation of the reservation answered; nothing
+	// with ReplayNow), so a retry replays the same bytes whichever path
+	// made the admission or answers the retry.
+	var kept *account.Reservation
+	var keep func(rule.Snapshot) ([]byte, error)
+	if p.IdempotencyKey != "" && !p.ReplayNow {
+		keep = func(snap rule.Snapshot) ([]byte, error) {
+			kept = leaseReservation(id, p, now, snap)
+			return account.EncodeReservation(kept)
+		}
+	}
+	snap, err := l.Admit(ctx, p.TenantID, leaseAdmission(id, p), keep)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
-		return nil, false, nil
+		return leaseReplay(err)
+	}
+	if kept != nil {
+		return kept, true, nil
 	}
 	return leaseReservation(id, p, now, snap), true, nil
+}
+
+// leaseReplay answers a request whose Idempotency-Key the journal found
+// (the lease admitted nothing) as the exact path would: the kept answer,
+// Replayed, or rule.ErrIdempotencyMismatch for another request with the
+// key. A key kept with ReplayNow (no answer: the rate limit service's) is
+// decided again exactly, which finds the key in the journal or in
+// idempotency_keys and answers its id with the balances as they are, as
+// exact mode does; so is anything else the lease could not decide.
+func leaseReplay(err error) (*account.Reservation, bool, error) {
+	if errors.Is(err, rule.ErrIdempotencyMismatch) {
+		return nil, true, rule.ErrIdempotencyMismatch
+	}
+	var re *lease.ReplayError
+	if !errors.As(err, &re) || len(re.Response) == 0 {
+		return nil, false, nil
+	}
+	r, derr := account.DecodeReservation(re.Response)
+	if derr != nil {
+		return nil, false, nil // the exact path reads the key again and answers it
+	}
+	r.Replayed = true
+	return r, true, nil
 }
 
 // leaseReservation is the answer of an admission made from a lease. Its

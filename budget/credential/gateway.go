@@ -131,12 +131,22 @@ func GatewayList(ctx context.Context, db DB) ([]Gateway, error) {
 
 // GatewayRevoke revokes a gateway credential. It returns ErrGatewayNotFound.
 func GatewayRevoke(ctx context.Context, db DB, id string) error {
-	tag, err := db.Exec(ctx, gatewayRevokeSQL, id)
+	_, err := GatewayRevokeScope(ctx, db, id)
+	return err
+}
+
+// GatewayRevokeScope revokes a gateway credential and returns the tenants
+// it was scoped to, so that the caller's transaction can lock what the
+// gateway could still be admitting from (lease.Store.LockLiveGateway). It
+// returns ErrGatewayNotFound.
+func GatewayRevokeScope(ctx context.Context, db DB, id string) ([]string, error) {
+	var scope []string
+	err := db.QueryRow(ctx, gatewayRevokeSQL, id).Scan(&scope)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrGatewayNotFound
+	}
 	if err != nil {
-		return fmt.Errorf("credential: revoke gateway: %w", err)
+		return nil, fmt.Errorf("credential: revoke gateway: %w", err)
 	}
-	if tag.RowsAffected() != 1 {
-		return ErrGatewayNotFound
-	}
-	return nil
+	return scope, nil
 }

@@ -38,7 +38,11 @@
 //     *rule.ModelNotAllowedError, refused alone while the group's other
 //     admissions commit. It reads the keys after it locks its leases, and a
 //     key's revoke or rescope locks them too (LockLive), so no admission
-//     with a revoked key is journaled after the revoke commits.
+//     with a revoked key is journaled after the revoke commits. So with a
+//     gateway credential (Admission.GatewayID): revoked or unknown is
+//     rule.ErrGatewayRevoked, a scope without the tenant rule.ErrOutOfScope;
+//     a gateway's revoke locks the live leases of its tenants, or all of
+//     them for a gateway of every tenant (LockLiveGateway).
 //
 // A tenant with a rule only exact mode keeps (account.Level.ExactOnly) is
 // never leased (ErrExactOnly).

@@ -14,6 +14,8 @@ import (
 var (
 	//go:embed sql/lease_tree_lock.sql
 	leaseTreeLockSQL string
+	//go:embed sql/lease_gateway_lock.sql
+	leaseGatewayLockSQL string
 	//go:embed sql/lease_cut.sql
 	leaseCutSQL string
 )
@@ -122,6 +124,28 @@ func (s *Store) LockLive(ctx context.Context, q account.LockedQuerier, tenantID 
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("lease: lock leases of %s: %w", tenantID, err)
+	}
+	return nil
+}
+
+// LockLiveGateway locks the live leases a gateway credential of the given
+// scope may admit through: its tenants' (the lease's tenant is the one a
+// gateway names; a gateway's scope lists tenants, not trees), or every
+// live lease when its scope is every tenant (rule.GatewayAllTenants). The
+// gateway's revoke calls it after its write, in the same transaction: it
+// then commits with no journal group of those leases in flight, and every
+// group after it reads the gateway as revoked (the journal reads gateways
+// after it locks its leases). It holds no tenant row lock: it takes lease
+// rows only, by id as a group does, so it waits for groups, renews and
+// returns but never forms a cycle with them.
+func (s *Store) LockLiveGateway(ctx context.Context, q account.LockedQuerier, scope []string) error {
+	rows, err := q.Query(ctx, leaseGatewayLockSQL, scope)
+	if err != nil {
+		return fmt.Errorf("lease: lock a gateway's leases: %w", err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("lease: lock a gateway's leases: %w", err)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tokengate/tokengate/budget/rule"
 )
 
 // HolderState is what a holder holds, as its replica's background work
@@ -135,7 +137,9 @@ func (h *Holder) AdmitHeld(ctx context.Context, a Admission) error {
 	leaseID := h.lease.ID
 	h.mu.Unlock()
 	err := h.j.Append(ctx, leaseID, a)
-	keyRefused := refusedByKey(err)
+	// A key's refusal, a replay or a duplicate id took nothing from the
+	// lease in the store: what was set aside is the lease's again.
+	keyRefused := refusedByKey(err) || errors.Is(err, ErrReplayed) || errors.Is(err, rule.ErrIdempotencyMismatch) || errors.Is(err, ErrDuplicate)
 	if keyRefused || errors.Is(err, ErrOver) {
 		h.mu.Lock()
 		if h.lease != nil && h.lease.ID == leaseID {

@@ -24,6 +24,8 @@ var (
 	leaseAdmissionsInsertSQL string
 	//go:embed sql/lease_keys.sql
 	leaseKeysSQL string
+	//go:embed sql/lease_gateways.sql
+	leaseGatewaysSQL string
 	//go:embed sql/lease_unuse.sql
 	leaseUnuseSQL string
 	//go:embed sql/lease_admissions_by_key.sql
@@ -54,6 +56,11 @@ type Admission struct {
 	// lease's tenant's (rule.ErrKeyRevoked) or the model is outside its
 	// scope (*rule.ModelNotAllowedError), as a decision does.
 	KeyID, Actor string
+	// GatewayID is the gateway credential the request came through ("" for
+	// none). The group refuses the admission if the gateway is revoked or
+	// unknown (rule.ErrGatewayRevoked) or its scope leaves out the lease's
+	// tenant (rule.ErrOutOfScope), as a decision does.
+	GatewayID string
 	// IdempotencyKey is the key as its face sent it ("" for none): it is
 	// journaled in the face's namespace (Face.StoredKey), unique per tenant
 	// across the journal and idempotency_keys, so a second admission with
@@ -347,12 +354,16 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		}
 		b.Queue(leaseUseSQL, id, sum, clock)
 	}
-	keyIDs := groupKeys(order, byReq)
+	keyIDs, gwIDs := groupKeys(order, byReq)
 	if len(keyIDs) > 0 {
 		b.Queue(leaseKeysSQL, keyIDs)
 	}
+	if len(gwIDs) > 0 {
+		b.Queue(leaseGatewaysSQL, gwIDs)
+	}
 	verdict := make(map[string]string, len(order))
 	var apiKeys map[string]key
+	var gws map[string][]string
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
@@ -377,13 +388,19 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				return err
 			}
 		}
+		if len(gwIDs) > 0 {
+			var err error
+			if gws, err = readGateways(br); err != nil {
+				return err
+			}
+		}
 		return br.Close()
 	}()
 	if err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 		return nil, fmt.Errorf("lease: journal: use: %w", err)
 	}
-	refused := refuseByKey(order, byReq, verdict, apiKeys)
+	refused := refuseByKey(order, byReq, verdict, apiKeys, gws)
 	b = &pgx.Batch{}
 	for _, id := range order {
 		is := byLease[id]

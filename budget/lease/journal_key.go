@@ -17,17 +17,39 @@ type key struct {
 	models  []string
 }
 
-// groupKeys is the distinct keys of a group's admissions.
-func groupKeys(order []string, byLease map[string][]*appendReq) []string {
-	var ids []string
+// groupKeys is the distinct tenant keys and gateways of a group's
+// admissions.
+func groupKeys(order []string, byLease map[string][]*appendReq) (keys, gateways []string) {
 	for _, id := range order {
 		for _, r := range byLease[id] {
-			if r.a.KeyID != "" && !slices.Contains(ids, r.a.KeyID) {
-				ids = append(ids, r.a.KeyID)
+			if r.a.KeyID != "" && !slices.Contains(keys, r.a.KeyID) {
+				keys = append(keys, r.a.KeyID)
+			}
+			if r.a.GatewayID != "" && !slices.Contains(gateways, r.a.GatewayID) {
+				gateways = append(gateways, r.a.GatewayID)
 			}
 		}
 	}
-	return ids
+	return keys, gateways
+}
+
+// readGateways is the unrevoked gateways of a group, with their scopes.
+func readGateways(br pgx.BatchResults) (map[string][]string, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("gateways: %w", err)
+	}
+	defer rows.Close()
+	gws := map[string][]string{}
+	for rows.Next() {
+		var id string
+		var scope []string
+		if err := rows.Scan(&id, &scope); err != nil {
+			return nil, fmt.Errorf("gateways: %w", err)
+		}
+		gws[id] = scope
+	}
+	return gws, rows.Err()
 }
 
 func readKeys(br pgx.BatchResults) (map[string]key, error) {
@@ -48,12 +70,14 @@ func readKeys(br pgx.BatchResults) (map[string]key, error) {
 	return keys, rows.Err()
 }
 
-// refuseByKey is the key's rule of a decision, applied to the admissions
-// of the leases that accepted: a key revoked, unknown or another tenant's
-// refuses with rule.ErrKeyRevoked, a model outside the key's scope with
-// *rule.ModelNotAllowedError (the tenants' scopes keep a tenant exact:
-// account.Level.ExactOnly).
-func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[string]string, keys map[string]key) map[*appendReq]error {
+// refuseByKey is the credentials' rules of a decision, applied to the
+// admissions of the leases that accepted, in the decision's order: a
+// gateway revoked or unknown refuses with rule.ErrGatewayRevoked, one whose
+// scope leaves out the tenant with rule.ErrOutOfScope; a key revoked,
+// unknown or another tenant's refuses with rule.ErrKeyRevoked, a model
+// outside the key's scope with *rule.ModelNotAllowedError (the tenants'
+// scopes keep a tenant exact: account.Level.ExactOnly).
+func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[string]string, keys map[string]key, gws map[string][]string) map[*appendReq]error {
 	var refused map[*appendReq]error
 	for _, id := range order {
 		tenant := verdict[id]
@@ -61,12 +85,19 @@ func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[st
 			continue
 		}
 		for _, r := range byLease[id] {
-			if r.a.KeyID == "" {
-				continue
+			var err error
+			if g := r.a.GatewayID; g != "" {
+				scope, ok := gws[g]
+				switch {
+				case !ok:
+					err = rule.ErrGatewayRevoked
+				case !rule.GatewayMay(scope, tenant):
+					err = rule.ErrOutOfScope
+				}
 			}
 			k, ok := keys[r.a.KeyID]
-			var err error
 			switch {
+			case err != nil || r.a.KeyID == "":
 			case !ok || k.revoked || k.tenant != tenant:
 				err = rule.ErrKeyRevoked
 			default:
@@ -84,8 +115,8 @@ func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[st
 }
 
 // refusedByKey reports whether a journal refused an admission by its key's
-// rule (and so did not count its cost in the lease's use).
+// or its gateway's rule (and so did not count its cost in the lease's use).
 func refusedByKey(err error) bool {
 	var scope *rule.ModelNotAllowedError
-	return errors.Is(err, rule.ErrKeyRevoked) || errors.As(err, &scope)
+	return errors.Is(err, rule.ErrKeyRevoked) || errors.As(err, &scope) || errors.Is(err, rule.ErrGatewayRevoked) || errors.Is(err, rule.ErrOutOfScope)
 }

@@ -121,8 +121,10 @@ func (l *Leases) Pooled(ctx context.Context, e estimator.Estimate) bool {
 // for a take or a renew: a lease that cannot pay sends the request to the
 // exact pipeline and wakes the top-up. The answer's snapshot reports, as
 // TokensMicro, the lease's unused part plus the balance outside every
-// lease at its last take or renew.
-func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) (rule.Snapshot, error) {
+// lease at its last take or renew. With keep (a keyed request keeping its
+// answer), that figure is read before the admission (the unused part less
+// its cost), so that the answer kept for a retry is the one given.
+func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (rule.Snapshot, error) {
 	hd := l.holder(tenantID)
 	now := l.cfg.NowFunc()
 	hd.lastUse.Store(now.UnixNano())
@@ -133,6 +135,16 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) 
 	if snap == nil {
 		l.wake()
 		return rule.Snapshot{}, errNoLease
+	}
+	var kept *rule.Snapshot
+	if keep != nil {
+		out := *snap
+		out.TokensMicro += max(hd.h.State().UnusedMicro-a.CostMicro, 0)
+		resp, err := keep(out)
+		if err != nil {
+			return rule.Snapshot{}, err
+		}
+		a.Response, kept = resp, &out
 	}
 	if err := hd.h.AdmitHeld(ctx, a); err != nil {
 		if errors.Is(err, lease.ErrExactOnly) {
@@ -145,6 +157,9 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission) 
 	st, backlog := hd.h.State(), hd.backlog.Add(1)
 	if st.UnusedMicro < st.SliceMicro/2 || backlog == maxBacklog {
 		l.wake() // renew ahead of need
+	}
+	if kept != nil {
+		return *kept, nil
 	}
 	out := *snap
 	out.TokensMicro += st.UnusedMicro

@@ -230,27 +230,21 @@ func TestLeaseExactOnly(t *testing.T) {
 	ctx := context.Background()
 	b.tenant(t, "off", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok}, lease.ModeOff)
 	b.tenant(t, "rpm", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok, RequestsCapacity: 100, RequestsRateMicro: tok}, lease.ModeAuto)
-	b.tenant(t, "keyed", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok}, lease.ModeAuto)
-	for round := range 3 {
+	for range 3 {
 		for _, id := range []string{"off", "rpm"} {
 			if _, _, err := r.Admitter.Reserve(ctx, req(id, 3)); err != nil {
 				t.Fatal(err)
 			}
-		}
-		k := req("keyed", 3)
-		k.IdempotencyKey = "key-" + string(rune('a'+round))
-		if _, _, err := r.Admitter.Reserve(ctx, k); err != nil {
-			t.Fatal(err)
 		}
 		r.Leases.TopUpOnce(ctx)
 	}
 	if got := paths(r, admission.PathLease); got != 0 {
 		t.Fatalf("%d admissions from a lease, want none", got)
 	}
-	if got := paths(r, admission.PathExact); got != 9 {
-		t.Fatalf("%d exact admissions, want 9", got)
+	if got := paths(r, admission.PathExact); got != 6 {
+		t.Fatalf("%d exact admissions, want 6", got)
 	}
-	for _, id := range []string{"off", "rpm", "keyed"} {
+	for _, id := range []string{"off", "rpm"} {
 		if rows, takes := b.leases(t, id); rows != 0 || takes != 0 {
 			t.Errorf("%s: %d leases and %d lease_take entries, want none", id, rows, takes)
 		}
