@@ -29,34 +29,38 @@ func (s *Service) endAfter(ctx context.Context, tenantID string, ended lease.End
 	}
 }
 
-func (s *Service) limitsUpdate(ctx context.Context, p account.UpdateLimitsParams) (rule.Snapshot, error) {
+// endingLeases runs change, an admin change of tenantID that takes fn as
+// its LevelsFunc (ending the tree's live leases in its transaction), and
+// then ends the leases it cut below the tenant: the one way every change
+// that ends leases is made.
+func (s *Service) endingLeases(ctx context.Context, tenantID string, change func(fn account.LevelsFunc) (rule.Snapshot, error)) (rule.Snapshot, error) {
 	var ended lease.Ended
-	p.LevelsFunc = s.leases.EndFunc(&ended)
-	snap, err := s.store.UpdateLimits(ctx, p)
+	snap, err := change(s.leases.EndFunc(&ended))
 	if err == nil {
-		s.endAfter(ctx, p.TenantID, ended)
+		s.endAfter(ctx, tenantID, ended)
 	}
 	return snap, err
+}
+
+func (s *Service) limitsUpdate(ctx context.Context, p account.UpdateLimitsParams) (rule.Snapshot, error) {
+	return s.endingLeases(ctx, p.TenantID, func(fn account.LevelsFunc) (rule.Snapshot, error) {
+		p.LevelsFunc = fn
+		return s.store.UpdateLimits(ctx, p)
+	})
 }
 
 func (s *Service) setDisabled(ctx context.Context, p account.SetDisabledParams) (rule.Snapshot, error) {
-	var ended lease.Ended
-	p.LevelsFunc = s.leases.EndFunc(&ended)
-	snap, err := s.store.SetDisabled(ctx, p)
-	if err == nil {
-		s.endAfter(ctx, p.TenantID, ended)
-	}
-	return snap, err
+	return s.endingLeases(ctx, p.TenantID, func(fn account.LevelsFunc) (rule.Snapshot, error) {
+		p.LevelsFunc = fn
+		return s.store.SetDisabled(ctx, p)
+	})
 }
 
 func (s *Service) setModels(ctx context.Context, p account.SetModelsParams) (rule.Snapshot, error) {
-	var ended lease.Ended
-	p.LevelsFunc = s.leases.EndFunc(&ended)
-	snap, err := s.store.SetModels(ctx, p)
-	if err == nil {
-		s.endAfter(ctx, p.TenantID, ended)
-	}
-	return snap, err
+	return s.endingLeases(ctx, p.TenantID, func(fn account.LevelsFunc) (rule.Snapshot, error) {
+		p.LevelsFunc = fn
+		return s.store.SetModels(ctx, p)
+	})
 }
 
 // leaseLocking records key events as the store does, with the tenant's
