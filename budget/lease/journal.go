@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -128,8 +129,8 @@ type appendReq struct {
 }
 
 // Journal makes admissions from leases durable before they are answered,
-// many per transaction (group commit): while one group commits, the next
-// gathers. A group takes no tenant row lock: per lease, one statement adds
+// many per transaction (group commit): up to inFlight groups commit at
+// once, and the next gathers meanwhile. A group takes no tenant row lock: per lease, one statement adds
 // the group's cost to the lease's used amount (refused unless the lease is
 // live, unexpired by the store's clock and keeps the sum within its
 // slice), and one inserts its rows. The lease row's lock orders the group
@@ -181,11 +182,28 @@ func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error
 	}
 }
 
-// Run commits groups until ctx ends; the group in flight then still
-// commits and is answered. Run must be called once.
+// inFlight is how many groups a journal commits at once: while one waits
+// for its commit's flush, the next has gathered and sent its first round
+// trip. Groups of one lease are ordered by its row's lock, and groups with
+// one Idempotency-Key by its advisory lock (both taken in a fixed order),
+// so two groups never wait on each other in a cycle.
+const inFlight = 2
+
+// Run commits groups until ctx ends; the groups in flight then still
+// commit and are answered. Run must be called once.
 func (j *Journal) Run(ctx context.Context) {
-	defer close(j.stopped)
+	slots := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		close(j.stopped)
+	}()
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
 		var group []*appendReq
 		select {
 		case <-ctx.Done():
@@ -202,7 +220,11 @@ func (j *Journal) Run(ctx context.Context) {
 				break gather
 			}
 		}
-		j.commit(context.WithoutCancel(ctx), group)
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			j.commit(context.WithoutCancel(ctx), group)
+		}()
 	}
 }
 
