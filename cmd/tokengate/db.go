@@ -34,23 +34,7 @@ func (g *globals) pool(ctx context.Context, logger *slog.Logger, maxConns int32)
 		// for the next host, as target_session_attrs=read-write does.
 		cfg.ConnConfig.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsReadWrite
 	}
-	planEachTime(cfg)
 	return g.open(ctx, logger, cfg, maxConns)
-}
-
-// planEachTime plans every statement for its arguments (plan_cache_mode
-// force_custom_plan) unless the URL says otherwise. pgx prepares each
-// statement once per connection, and Postgres then keeps a generic plan,
-// costed on the table sizes of that moment: a lookup planned while
-// idempotency_keys or the lease journal held a few rows (a fresh install,
-// the first seconds of a replica) stays a sequential scan after they hold
-// millions, until autovacuum's next analyze. Measured on the journal's key
-// read: 1.2 ms per group after 5,000 admissions, 48 ms at 50,000
-// (BENCHMARKS.md, "Quota leasing, second step").
-func planEachTime(cfg *pgxpool.Config) {
-	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-	}
 }
 
 // readPool opens the pool of --read-database-url, or returns nil when it
@@ -64,7 +48,6 @@ func (g *globals) readPool(ctx context.Context, logger *slog.Logger, maxConns in
 	if err != nil {
 		return nil, fmt.Errorf("parse TOKENGATE_READ_DATABASE_URL: %w", err)
 	}
-	planEachTime(cfg)
 	return g.open(ctx, logger, cfg, maxConns)
 }
 
