@@ -350,13 +350,13 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		account.QueueKeysGet(b, tenants, keys, clock)
 		b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
 	}
-	for _, id := range order {
-		var sum int64
+	sums := make([]int64, len(order))
+	for k, id := range order {
 		for _, r := range byReq[id] {
-			sum += r.a.CostMicro
+			sums[k] += r.a.CostMicro
 		}
-		b.Queue(leaseUseSQL, id, sum, clock)
 	}
+	b.Queue(leaseUseSQL, order, sums, clock)
 	keyIDs, gwIDs := groupKeys(order, byReq)
 	if len(keyIDs) > 0 {
 		b.Queue(leaseKeysSQL, keyIDs)
@@ -380,15 +380,13 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				return fmt.Errorf("keys: %w", err)
 			}
 		}
-		for _, id := range order {
-			var tenant string
-			switch err := br.QueryRow().Scan(&tenant); {
-			case errors.Is(err, pgx.ErrNoRows):
-			case err != nil:
-				return err
-			default:
-				verdict[id] = tenant
-			}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var id, tenant string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &tenant}, func() error { verdict[id] = tenant; return nil }); err != nil {
+			return err
 		}
 		if len(keyIDs) > 0 {
 			var err error
@@ -414,7 +412,9 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		}
 	}
 	refused := refuseByKey(order, byReq, verdict, apiKeys, gws)
-	b = &pgx.Batch{}
+	var cutIDs []string
+	var cuts []int64
+	var rows journalRows
 	for _, id := range order {
 		is := byLease[id]
 		if verdict[id] == "" {
@@ -428,7 +428,6 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		// A replay, or a credential's refusal, is its admission's alone:
 		// the others commit, and the lease's use is cut back by its cost.
 		var cut int64
-		kept := make([]int, 0, len(is))
 		for _, i := range is {
 			if errs[i] == nil {
 				errs[i] = refused[reqs[i]]
@@ -437,28 +436,21 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				cut += reqs[i].a.CostMicro
 				continue
 			}
-			kept = append(kept, i)
+			if err := rows.add(id, &reqs[i].a); err != nil {
+				_, _ = conn.Exec(ctx, "ROLLBACK")
+				return nil, err
+			}
 		}
 		if cut > 0 {
-			b.Queue(leaseUnuseSQL, id, cut)
+			cutIDs, cuts = append(cutIDs, id), append(cuts, cut)
 		}
-		n := len(kept)
-		if n == 0 {
-			continue
-		}
-		ids, models, costs, micros, money := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]*int64, n)
-		tenantIDs, idemKeys, docs := make([]string, n), make([]string, n), make([]string, n)
-		for k, i := range kept {
-			a := &reqs[i].a
-			doc, err := json.Marshal(journaled{Admission: a.Admission, KeyID: a.KeyID, Actor: a.Actor, RequestHash: a.RequestHash, Response: a.Response})
-			if err != nil {
-				_, _ = conn.Exec(ctx, "ROLLBACK")
-				return nil, fmt.Errorf("lease: journal: encode %s: %w", a.ID, err)
-			}
-			ids[k], models[k], costs[k], micros[k], money[k] = a.ID, a.Estimate.Model, a.Estimate.Cost, a.CostMicro, a.MoneyEstimate
-			tenantIDs[k], idemKeys[k], docs[k] = a.TenantID, a.storedKey(), string(doc)
-		}
-		b.Queue(leaseAdmissionsInsertSQL, id, ids, models, costs, micros, money, clock, tenantIDs, idemKeys, docs)
+	}
+	b = &pgx.Batch{}
+	if len(cutIDs) > 0 {
+		b.Queue(leaseUnuseSQL, cutIDs, cuts)
+	}
+	if len(rows.ids) > 0 {
+		b.Queue(leaseAdmissionsInsertSQL, rows.leases, rows.ids, rows.models, rows.costs, rows.micros, rows.money, clock, rows.tenants, rows.keys, rows.docs)
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -470,6 +462,25 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		return nil, fmt.Errorf("lease: journal: insert: %w", err)
 	}
 	return errs, nil
+}
+
+// journalRows are a group's rows to insert, a column each
+// (lease_admissions_insert.sql).
+type journalRows struct {
+	leases, ids, models, tenants, keys, docs []string
+	costs, micros                            []int64
+	money                                    []*int64
+}
+
+func (jr *journalRows) add(leaseID string, a *Admission) error {
+	doc, err := json.Marshal(journaled{Admission: a.Admission, KeyID: a.KeyID, Actor: a.Actor, RequestHash: a.RequestHash, Response: a.Response})
+	if err != nil {
+		return fmt.Errorf("lease: journal: encode %s: %w", a.ID, err)
+	}
+	jr.leases, jr.ids, jr.models = append(jr.leases, leaseID), append(jr.ids, a.ID), append(jr.models, a.Estimate.Model)
+	jr.costs, jr.micros, jr.money = append(jr.costs, a.Estimate.Cost), append(jr.micros, a.CostMicro), append(jr.money, a.MoneyEstimate)
+	jr.tenants, jr.keys, jr.docs = append(jr.tenants, a.TenantID), append(jr.keys, a.storedKey()), append(jr.docs, string(doc))
+	return nil
 }
 
 // scanKeys reads what write queued for the group's keys: the advisory
