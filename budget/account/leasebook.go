@@ -46,7 +46,8 @@ type JournalHit struct {
 // LeaseJournal is the lease journal as a decision needs it: budget/lease
 // implements it and registers it (SetLeaseJournal). A decision that
 // settles or releases an admission, or reserves with an Idempotency-Key,
-// reads the journal in its lock round trip; it books (in its own
+// of a tenant with a live lease, reads the journal in its lock round trip
+// (of any other tenant: nothing, decided in the statement); it books (in its own
 // transaction, under the tenant rows it holds) the lease of every
 // admission it ends that is still only in the journal, so that the end
 // finds the admissions row; and a reserve whose key the journal holds is a
