@@ -345,17 +345,5 @@ func TestExactKeysWhileLeasesFlip(t *testing.T) {
 			t.Fatalf("%s answered as %d admissions: %v", key, len(answers[key]), answers[key])
 		}
 	}
-	var nAdm, nKeys, nReserve int
-	if err := b.r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM admissions WHERE tenant_id = 'acme'),
-		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'acme'),
-		(SELECT count(*) FROM ledger_entries WHERE tenant_id = 'acme' AND kind = 'reserve')`).Scan(&nAdm, &nKeys, &nReserve); err != nil {
-		t.Fatal(err)
-	}
-	if nAdm != keys || nKeys != keys || nReserve != keys {
-		t.Fatalf("%d admissions, %d keys, %d reserve entries; want %d each", nAdm, nKeys, nReserve, keys)
-	}
-	if got, want := b.balance(t, "acme"), int64(100000-keys*cost)*tok; got != want {
-		t.Fatalf("balance %d, want %d", got, want)
-	}
-	b.verify(t, "acme")
+	b.keyedOnce(t, "acme", keys, 100000, cost)
 }
