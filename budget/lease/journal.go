@@ -346,9 +346,19 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	if len(keys) > 0 {
+		// The key reads are planned for their arguments: a plan cached on
+		// this connection (pgx prepares each statement once) is costed on
+		// the table sizes of its first uses, and theirs, made while
+		// idempotency_keys held a few rows, stayed a hash join over the
+		// whole table as it grew (0.85 ms a group with no key found, 64
+		// tenants: BENCHMARKS.md, "Quota leasing, second step"). The
+		// group's other statements keep their cached plans: planning them
+		// all cost more than the reads saved.
 		account.QueueKeyLock(b, tenants, keys)
+		b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
 		account.QueueKeysGet(b, tenants, keys, clock)
 		b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
+		b.Queue("SET LOCAL plan_cache_mode = auto")
 	}
 	sums := make([]int64, len(order))
 	for k, id := range order {
@@ -487,8 +497,10 @@ func (jr *journalRows) add(leaseID string, a *Admission) error {
 // locks, then the admissions those keys already name, in idempotency_keys
 // or in the journal.
 func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
-	if _, err := br.Exec(); err != nil { // the locks
-		return nil, err
+	for range 2 { // the locks, SET LOCAL
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
 	found := map[[2]string]original{}
 	hits, err := account.ScanKeysGet(br)
@@ -512,5 +524,9 @@ func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
 		found[[2]string{tenant, key}] = original{id: id, hash: jd.RequestHash, response: jd.Response}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	_, err = br.Exec() // SET LOCAL back
 	return found, err
 }
