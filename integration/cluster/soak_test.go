@@ -69,7 +69,7 @@ func soak(t *testing.T, ha bool) {
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
 	var up *provider // the OpenAI and Gemini upstream the proxies call
 	c := startClusterOn(t, ha, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
-		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082"},
+		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082", "TOKENGATE_LEASE_TTL": leaseTTL.String()},
 		func(c *cluster, name string) map[string]string {
 			if up == nil {
 				up = newProvider(t, c)
@@ -108,15 +108,21 @@ func soak(t *testing.T, ha bool) {
 		"org": {TokensCapacity: 4000, TokensRateMicro: 400 * rule.Micro, MaxConcurrent: 6, ReservationTTL: ttl},
 		"ta":  {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
 		"tb":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * rule.Micro, RequestsCapacity: 20, RequestsRateMicro: 3 * rule.Micro, ReservationTTL: ttl},
+		// Token buckets only, so that lease mode auto leases them
+		// (leaseModes): one alone, and two nested in "lorg".
+		"lz":   {TokensCapacity: 3000, TokensRateMicro: 300 * rule.Micro, ReservationTTL: ttl},
+		"lorg": {TokensCapacity: 5000, TokensRateMicro: 500 * rule.Micro, ReservationTTL: ttl},
+		"la":   {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
+		"lb":   {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
 	}
-	parents := map[string]string{"ta": "org", "tb": "org"}
+	parents := map[string]string{"ta": "org", "tb": "org", "la": "lorg", "lb": "lorg"}
 	keys := map[string]string{}
 	var names []string // the tenants clients use
-	for _, id := range []string{"tok", "req", "conc", "per", "loc", "org", "ta", "tb"} {
+	for _, id := range []string{"tok", "req", "conc", "per", "loc", "org", "ta", "tb", "lz", "lorg", "la", "lb"} {
 		if _, err := c.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: tenants[id], Parent: parents[id]}); err != nil {
 			t.Fatal(err)
 		}
-		if id == "org" {
+		if id == "org" || id == "lorg" {
 			continue
 		}
 		_, key, err := credential.KeyCreate(ctx, c.pool, id)
@@ -136,6 +142,7 @@ func soak(t *testing.T, ha bool) {
 	}
 	rlsc := &rlsClients{credential: gateway, conns: map[string]*grpc.ClientConn{}}
 	t.Cleanup(rlsc.close)
+	leaseModes(t, c, adminToken, seed)
 
 	h := &history{start: time.Now()}
 	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
@@ -186,6 +193,15 @@ func soak(t *testing.T, ha bool) {
 	}) {
 		t.Errorf("soak: %d reservations still open %s after the load, past their TTL (%s) and the sweep", reserved, ttl+60*time.Second, ttl)
 	}
+	// Every lease ended: a replica gives back a tenant's lease once it
+	// admitted nothing of it for a TTL, and the sweepers expire the rest.
+	var live int
+	if !await.For(leaseTTL+30*time.Second, 200*time.Millisecond, func() bool {
+		err := c.pool.QueryRow(ctx, `SELECT count(*) FROM leases WHERE state = 'live'`).Scan(&live)
+		return err == nil && live == 0
+	}) {
+		t.Errorf("soak: %d leases still live %s after the load", live, leaseTTL+30*time.Second)
+	}
 	ops, local := map[string]int{}, map[string]int{}
 	for _, e := range h.events {
 		ops[fmt.Sprintf("%s %s %d", e.face, e.op, e.code)]++
@@ -200,7 +216,8 @@ func soak(t *testing.T, ha bool) {
 		h.dumpHistory(t)
 		sameOnEveryNode(t, c)
 	}
-	if problems := check(t, c.pool, h, up, w.gemini.streamed, append(names, "org"), parents); len(problems) > 0 {
+	logLeasePaths(t, c)
+	if problems := check(t, c.pool, h, up, w.gemini.streamed, append(names, "org", "lorg"), parents); len(problems) > 0 {
 		for i, p := range problems {
 			if i == 10 {
 				t.Errorf("... and %d more", len(problems)-10)
@@ -329,6 +346,8 @@ type history struct {
 	counted    map[string]int
 	// failovers are the Patroni cluster's changes of leader (TestSoakHA).
 	failovers []failover
+	// kills are the replicas killed (checkLeases: their leases).
+	kills []kill
 }
 
 // fault records a fault's window, and what it was: the count that grew.
@@ -648,7 +667,7 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 // replica delayed at the proxy, and Postgres slow for one tenant (its row
 // held by another transaction).
 func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, count map[string]int) {
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-stop:
 			return
@@ -659,7 +678,14 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 		// connections back: 3 s after it ends.
 		func() {
 			defer func() { w.h.fault(began, time.Now().Add(3*time.Second), count, before) }()
-			switch k := r.IntN(7); k {
+			k := r.IntN(8)
+			switch n {
+			case 0:
+				k = 2 // every run kills a replica holding leases
+			case 1:
+				k = 7 // and cuts one off past its leases' TTL
+			}
+			switch k {
 			case 0:
 				docker(t, "pause", w.c.pg.GetContainerID())
 				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond) // real time: how long Postgres stays paused is the fault
@@ -670,6 +696,14 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 				w.c.reconnect(t) // its host port may have moved
 				w.proxies.retarget(w.c, "")
 				count["postgres restarted"]++
+			case 7:
+				// A replica's connections cut for longer than the lease
+				// TTL: its leases expire by the store's clock with its
+				// admissions in flight; the journal refuses them, and the
+				// other replicas' sweepers give the budget back.
+				rep := w.replica(r)
+				w.proxies.cut(rep.name, leaseTTL+time.Duration(500+r.IntN(2000))*time.Millisecond)
+				count["connections cut past the lease TTL (proxy)"]++
 			default:
 				w.sharedFault(t, r, k, count)
 			}
@@ -726,7 +760,11 @@ func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[stri
 		count["postgres slow (row held)"]++
 	default:
 		rep := w.replica(r)
+		before := time.Now()
 		docker(t, "kill", rep.ctr.GetContainerID())
+		w.h.mu.Lock()
+		w.h.kills = append(w.h.kills, kill{replica: rep.name, before: before, at: time.Now(), faultWindows: len(w.h.faults)})
+		w.h.mu.Unlock()
 		time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond) // real time: how long the replica stays dead is the fault
 		docker(t, "start", rep.ctr.GetContainerID())
 		w.mu.Lock()
