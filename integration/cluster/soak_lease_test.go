@@ -4,11 +4,16 @@ package cluster_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // leaseModes puts part of the soak's tenants in lease mode auto, chosen by
@@ -66,4 +71,36 @@ func logLeasePaths(t *testing.T, c *cluster) {
 		}
 		t.Logf("soak: %s admissions by path since its last start: %s", rep.name, strings.Join(paths, " "))
 	}
+}
+
+// leaseOf renders a lease's row and its journal, for a divergence that
+// names it.
+func leaseOf(pool *pgxpool.Pool, id string) string {
+	var b strings.Builder
+	var tenant, holder, state string
+	var slice, used, booked int64
+	var taken, renewed, expires time.Time
+	var ended *time.Time
+	if err := pool.QueryRow(ctx, `SELECT tenant_id, holder, state, slice_micro, used_micro, booked_micro, taken_at, renewed_at, expires_at, ended_at
+		FROM leases WHERE id = $1`, id).Scan(&tenant, &holder, &state, &slice, &used, &booked, &taken, &renewed, &expires, &ended); err != nil {
+		return err.Error()
+	}
+	fmt.Fprintf(&b, "  %s of %s held by %s: %s, slice %d, used %d, booked %d, taken %s, renewed %s, expires %s, ended %v\n", id, tenant, holder, state,
+		slice, used, booked, taken.Format("15:04:05.000000"), renewed.Format("15:04:05.000000"), expires.Format("15:04:05.000000"), ended)
+	rows, err := pool.Query(ctx, `SELECT admission_id, cost_micro, created_at, booked FROM lease_admissions WHERE lease_id = $1 ORDER BY seq`, id)
+	if err != nil {
+		return err.Error()
+	}
+	var adm string
+	var cost int64
+	var at time.Time
+	var bk bool
+	_, err = pgx.ForEachRow(rows, []any{&adm, &cost, &at, &bk}, func() error {
+		fmt.Fprintf(&b, "  journal %s %d at %s booked=%t\n", adm, cost, at.Format("15:04:05.000000"), bk)
+		return nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return b.String()
 }

@@ -218,6 +218,9 @@ func soak(t *testing.T, ha bool) {
 	}
 	logLeasePaths(t, c)
 	if problems := check(t, c.pool, h, up, w.gemini.streamed, append(names, "org", "lorg"), parents); len(problems) > 0 {
+		if f := os.Getenv("SOAK_PROBLEMS"); f != "" { // every divergence, to a file
+			_ = os.WriteFile(f, []byte(strings.Join(problems, "\n")+"\n"), 0o644)
+		}
 		for i, p := range problems {
 			if i == 10 {
 				t.Errorf("... and %d more", len(problems)-10)
@@ -227,6 +230,9 @@ func soak(t *testing.T, ha bool) {
 		}
 		t.Logf("the history around the first divergence:\n%s", h.around(problems[0]))
 		t.Logf("the ledger of its admission:\n%s", ledgerOf(c.pool, problems[0]))
+		if id := admissionIn(problems[0]); strings.HasPrefix(id, "lse_") {
+			t.Logf("its lease:\n%s", leaseOf(c.pool, id))
+		}
 		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
 	}
 }
@@ -398,9 +404,14 @@ func (h *history) add(e event) {
 	h.mu.Unlock()
 }
 
-// admissionIn returns the first admission id a divergence names, if any.
+// admissionIn returns the first admission id a divergence names, if any,
+// or else the first lease id (whose entries name it as their admission).
 func admissionIn(problem string) string {
-	if i := strings.Index(problem, "adm_"); i >= 0 {
+	i := strings.Index(problem, "adm_")
+	if i < 0 {
+		i = strings.Index(problem, "lse_")
+	}
+	if i >= 0 {
 		return strings.FieldsFunc(problem[i:], func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == ')' })[0]
 	}
 	return ""
