@@ -6,11 +6,12 @@ package lease
 // (Store implements account.LeaseJournal).
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,10 +23,6 @@ import (
 var (
 	//go:embed sql/lease_unbooked.sql
 	leaseUnbookedSQL string
-	//go:embed sql/lease_book.sql
-	leaseBookSQL string
-	//go:embed sql/lease_booked.sql
-	leaseBookedSQL string
 	//go:embed sql/lease_admissions_find.sql
 	leaseAdmissionsFindSQL string
 )
@@ -60,41 +57,62 @@ func (s *Store) ScanJournalFind(br pgx.BatchResults) ([]account.JournalHit, erro
 }
 
 // BookLocked books a lease's journal inside a decision that holds its
-// tree's row locks (q): it locks the lease row, after them, and returns
-// the reserve entries of its unbooked rows, each carrying its admission.
-// The lease's state and expiry are not changed: a lease that is live stays
-// live, its journal open.
+// tree's row locks (q), and returns the reserve entries of its rows, each
+// carrying its admission. It takes no lock on the lease row: the rows it
+// books are those committed (a group in flight is booked by the next
+// booking), and the lease's state and expiry are not changed.
 func (s *Store) BookLocked(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level, leaseID string) ([]account.LevelMove, error) {
-	var r row
-	err := q.QueryRow(ctx, leaseLockSQL, leaseID).Scan(&r.tenantID, &r.state, &r.slice, &r.used, &r.booked, &r.expiresAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("lease: lock %s: %w", leaseID, err)
-	}
-	moves, err := s.reconcile(ctx, q, leaseID, levels)
-	if err != nil || len(moves) == 0 {
-		return nil, err
-	}
-	if _, err := q.Exec(ctx, leaseBookedSQL, leaseID); err != nil {
-		return nil, fmt.Errorf("lease: booked: %w", err)
-	}
-	return moves, nil
+	return s.reconcile(ctx, q, leaseID, levels, 0)
 }
 
-// reconcile appends, for each journal row not in the ledger yet (in the
-// order journaled), a reserve entry at every level that moves nothing (the
-// lease's take debited its cost), the one of the admission's own tenant
-// carrying its admission (and key) to insert, and marks the rows booked.
-// It runs with the lease row locked, so the rows it reads are every
-// committed one and no journal write is in flight: booked becomes used.
-func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level) ([]account.LevelMove, error) {
-	rows, err := q.Query(ctx, leaseUnbookedSQL, leaseID)
+// bookChunk caps the journal rows one booking transaction outside a
+// decision takes (Book), so that the tree's row locks are not held over a
+// long backlog at once.
+const bookChunk = 2000
+
+// Book books a lease's committed journal into the ledger, in transactions
+// of at most bookChunk rows under its tree's row locks, without locking
+// the lease row: the lease's group commits go on meanwhile. It returns how
+// many rows it booked.
+func (s *Store) Book(ctx context.Context, leaseID string) (int, error) {
+	tenantID, pending, err := s.tenantOf(ctx, leaseID)
+	if err != nil || !pending {
+		return 0, err
+	}
+	total := 0
+	for {
+		n := 0
+		_, err := s.acct.LockedLevels(ctx, tenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
+			moves, err := s.reconcile(ctx, q, leaseID, levels, bookChunk)
+			n = len(moves) / max(len(levels), 1)
+			return moves, err
+		})
+		total += n
+		if err != nil || n < bookChunk {
+			return total, err
+		}
+	}
+}
+
+// reconcile takes, for booking, the lease's committed journal rows (up to
+// limit; 0: all), deletes them, and returns, in the order journaled, a
+// reserve entry at every level for each that moves nothing (the lease's
+// take debited its cost), the one of the admission's own tenant carrying
+// its admission (and key) to insert. Its caller holds the tree's row
+// locks, so no other booking of the lease runs; with the lease row locked
+// too (a return, an expiry, an admin change), no journal write is in
+// flight and every row used counts is booked.
+func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level, limit int) ([]account.LevelMove, error) {
+	lim := any(nil)
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := q.Query(ctx, leaseUnbookedSQL, leaseID, lim)
 	if err != nil {
 		return nil, fmt.Errorf("lease: journal: %w", err)
 	}
 	type jrow struct {
+		seq             int64
 		id, model, key  string
 		cost, costMicro int64
 		money           *int64
@@ -104,7 +122,7 @@ func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID 
 	var js []jrow
 	for rows.Next() {
 		var j jrow
-		if err := rows.Scan(&j.id, &j.model, &j.cost, &j.costMicro, &j.money, &j.at, &j.key, &j.doc); err != nil {
+		if err := rows.Scan(&j.seq, &j.id, &j.model, &j.cost, &j.costMicro, &j.money, &j.at, &j.key, &j.doc); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("lease: journal: %w", err)
 		}
@@ -117,6 +135,7 @@ func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID 
 	if len(js) == 0 {
 		return nil, nil
 	}
+	slices.SortFunc(js, func(a, b jrow) int { return cmp.Compare(a.seq, b.seq) })
 	moves := make([]account.LevelMove, 0, len(js)*len(levels))
 	for _, j := range js {
 		var jd journaled
@@ -152,9 +171,6 @@ func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID 
 			}
 			moves = append(moves, m)
 		}
-	}
-	if _, err := q.Exec(ctx, leaseBookSQL, leaseID); err != nil {
-		return nil, fmt.Errorf("lease: book: %w", err)
 	}
 	return moves, nil
 }

@@ -80,7 +80,7 @@ func (s *Store) EndLocked(ctx context.Context, q account.LockedQuerier, now time
 			ended.Cut = append(ended.Cut, l.id)
 			continue
 		}
-		booked, err := s.reconcile(ctx, q, l.id, levels)
+		booked, err := s.reconcile(ctx, q, l.id, levels, 0)
 		if err != nil {
 			return nil, ended, err
 		}
@@ -88,7 +88,7 @@ func (s *Store) EndLocked(ctx context.Context, q account.LockedQuerier, now time
 		if unused := l.slice - l.used; unused > 0 {
 			moves = append(moves, s.moves(levels, ledger.KindLeaseReturn, l.id, unused, "end by an admin change")...)
 		}
-		if _, err := q.Exec(ctx, leaseUpdateSQL, l.id, "returned", l.slice, now, l.expiresAt, now); err != nil {
+		if _, err := q.Exec(ctx, leaseEndSQL, l.id, "returned", now); err != nil {
 			return nil, ended, fmt.Errorf("lease: end %s: %w", l.id, err)
 		}
 		ended.Returned = append(ended.Returned, l.id)

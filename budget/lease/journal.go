@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -282,14 +281,15 @@ type original struct {
 	hash, response []byte
 }
 
-// write is one transaction over reqs; it returns each one's outcome (nil:
-// journaled), or an error of the transaction as a whole. With keys, a
-// first round trip begins, takes the keys' advisory locks (the ones a
-// decision takes: account.QueueKeyLock) and reads them in idempotency_keys
-// and in the journal: a key found is a replay, not journaled and not
-// counted against its lease. Then a round trip uses each lease (the
-// statements that may refuse), and one inserts the rows of the leases that
-// accepted and commits.
+// write is one transaction over reqs, in two round trips; it returns each
+// one's outcome (nil: journaled), or an error of the transaction as a
+// whole. The first begins, takes the advisory locks of the group's keys
+// (the ones a decision takes: account.QueueKeyLock) and reads them in
+// idempotency_keys and in the journal, uses each lease (the statements
+// that may refuse) and reads the group's credentials. A key found is a
+// replay: not journaled, and its cost, counted in its lease's use, is cut
+// back with the admissions the credentials refuse. The second cuts,
+// inserts the rows of the leases that accepted and commits.
 func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error) {
 	conn, err := j.s.acct.Pool().Acquire(ctx)
 	if err != nil {
@@ -304,35 +304,13 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 			tenants, keys = append(tenants, r.a.TenantID), append(keys, k)
 		}
 	}
-	begun := len(keys) > 0
-	if begun {
-		found, err := j.keys(ctx, conn.Conn(), tenants, keys, clock)
-		if err != nil {
-			_, _ = conn.Exec(ctx, "ROLLBACK")
-			return nil, fmt.Errorf("lease: journal: keys: %w", err)
-		}
-		for i, r := range reqs {
-			if o, ok := found[[2]string{r.a.TenantID, r.a.storedKey()}]; ok {
-				errs[i] = replayOf(o.id, o.hash, o.response, &r.a)
-			}
-		}
-	}
 	byLease := map[string][]int{}
 	var order []string
 	for i, r := range reqs {
-		if errs[i] != nil {
-			continue
-		}
 		if _, ok := byLease[r.leaseID]; !ok {
 			order = append(order, r.leaseID)
 		}
 		byLease[r.leaseID] = append(byLease[r.leaseID], i)
-	}
-	if len(order) == 0 {
-		if begun {
-			_, _ = conn.Exec(ctx, "ROLLBACK") // releases the key locks; nothing was written
-		}
-		return errs, nil
 	}
 	// Leases are locked by id, as an admin change locks a tree's
 	// (EndLocked), so that the two never wait for each other in a cycle.
@@ -344,8 +322,11 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		}
 	}
 	b := &pgx.Batch{}
-	if !begun {
-		b.Queue("BEGIN")
+	b.Queue("BEGIN")
+	if len(keys) > 0 {
+		account.QueueKeyLock(b, tenants, keys)
+		account.QueueKeysGet(b, tenants, keys, clock)
+		b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
 	}
 	for _, id := range order {
 		var sum int64
@@ -362,14 +343,19 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		b.Queue(leaseGatewaysSQL, gwIDs)
 	}
 	verdict := make(map[string]string, len(order))
+	var found map[[2]string]original
 	var apiKeys map[string]key
 	var gws map[string][]string
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
-		if !begun {
-			if _, err := br.Exec(); err != nil {
-				return err
+		if _, err := br.Exec(); err != nil { // BEGIN
+			return err
+		}
+		if len(keys) > 0 {
+			var err error
+			if found, err = scanKeys(br); err != nil {
+				return fmt.Errorf("keys: %w", err)
 			}
 		}
 		for _, id := range order {
@@ -400,23 +386,33 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 		return nil, fmt.Errorf("lease: journal: use: %w", err)
 	}
+	for i, r := range reqs {
+		if o, ok := found[[2]string{r.a.TenantID, r.a.storedKey()}]; ok {
+			errs[i] = replayOf(o.id, o.hash, o.response, &r.a)
+		}
+	}
 	refused := refuseByKey(order, byReq, verdict, apiKeys, gws)
 	b = &pgx.Batch{}
 	for _, id := range order {
 		is := byLease[id]
 		if verdict[id] == "" {
 			for _, i := range is {
-				errs[i] = ErrOver
+				if errs[i] == nil {
+					errs[i] = ErrOver
+				}
 			}
 			continue
 		}
-		// A key's refusal is its admission's alone: the others commit, and
-		// the lease's use is cut back by what was refused.
+		// A replay, or a credential's refusal, is its admission's alone:
+		// the others commit, and the lease's use is cut back by its cost.
 		var cut int64
 		kept := make([]int, 0, len(is))
 		for _, i := range is {
-			if e := refused[reqs[i]]; e != nil {
-				errs[i], cut = e, cut+reqs[i].a.CostMicro
+			if errs[i] == nil {
+				errs[i] = refused[reqs[i]]
+			}
+			if errs[i] != nil {
+				cut += reqs[i].a.CostMicro
 				continue
 			}
 			kept = append(kept, i)
@@ -445,26 +441,21 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("lease: journal: insert: %w (%s)", err, pe.Detail)
+		}
 		return nil, fmt.Errorf("lease: journal: insert: %w", err)
 	}
 	return errs, nil
 }
 
-// keys begins the transaction, takes the advisory locks of the (tenant,
-// key) pairs and returns the admissions those keys already name, in
-// idempotency_keys or in the journal.
-func (j *Journal) keys(ctx context.Context, conn *pgx.Conn, tenants, keys []string, clock *time.Time) (map[[2]string]original, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	account.QueueKeyLock(b, tenants, keys)
-	account.QueueKeysGet(b, tenants, keys, clock)
-	b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
-	br := conn.SendBatch(ctx, b)
-	defer br.Close()
-	for range 2 { // BEGIN, the locks
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
+// scanKeys reads what write queued for the group's keys: the advisory
+// locks, then the admissions those keys already name, in idempotency_keys
+// or in the journal.
+func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
+	if _, err := br.Exec(); err != nil { // the locks
+		return nil, err
 	}
 	found := map[[2]string]original{}
 	hits, err := account.ScanKeysGet(br)
@@ -488,8 +479,5 @@ func (j *Journal) keys(ctx context.Context, conn *pgx.Conn, tenants, keys []stri
 		found[[2]string{tenant, key}] = original{id: id, hash: jd.RequestHash, response: jd.Response}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return found, br.Close()
+	return found, err
 }

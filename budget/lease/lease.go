@@ -23,6 +23,8 @@ var (
 	leaseLockSQL string
 	//go:embed sql/lease_update.sql
 	leaseUpdateSQL string
+	//go:embed sql/lease_end.sql
+	leaseEndSQL string
 	//go:embed sql/lease_expired.sql
 	leaseExpiredSQL string
 	//go:embed sql/lease_live.sql
@@ -170,32 +172,34 @@ func (s *Store) Take(ctx context.Context, p TakeParams) (Lease, error) {
 	return l, nil
 }
 
-// Renew reconciles the lease's journal into the ledger, extends its life
-// by the TTL from now, and debits up to AddMicro more at every level (what
-// the poorest level holds, perhaps nothing). It returns ErrOver if the
-// lease is not live or already past its expiry (its holder must take a new
-// one: admissions journaled before the expiry stay valid, and the sweeper
-// or a Return refunds the rest).
+// Renew books the lease's journal into the ledger (Book: without the
+// lease row's lock, so its group commits go on), then, in a short
+// transaction of its own under the tree's row locks and the lease row's,
+// extends its life by the TTL from now and debits up to AddMicro more at
+// every level (what the poorest level holds, perhaps nothing). It returns
+// ErrOver if the lease is not live or already past its expiry (its holder
+// must take a new one: admissions journaled before the expiry stay valid,
+// and the sweeper or a Return refunds the rest).
 func (s *Store) Renew(ctx context.Context, leaseID string, addMicro int64) (Lease, error) {
+	if _, err := s.Book(ctx, leaseID); err != nil {
+		return Lease{}, err
+	}
 	var out Lease
 	err := s.withLease(ctx, leaseID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level, r *row) ([]account.LevelMove, error) {
 		if r.state != "live" || !now.Before(r.expiresAt) {
 			return nil, ErrOver
 		}
-		moves, err := s.reconcile(ctx, q, leaseID, levels)
-		if err != nil {
-			return nil, err
-		}
+		var moves []account.LevelMove
 		add := max(addMicro, 0)
 		for _, lv := range levels {
 			add = min(add, lv.BalanceMicro)
 		}
 		add = max(add, 0) // a level in debt adds nothing (and takes nothing back)
 		if add > 0 {
-			moves = append(moves, s.moves(levels, ledger.KindLeaseTake, leaseID, -add, "renew")...)
+			moves = s.moves(levels, ledger.KindLeaseTake, leaseID, -add, "renew")
 		}
 		out = Lease{ID: leaseID, TenantID: r.tenantID, Levels: levelIDs(levels), SliceMicro: r.slice + add, UsedMicro: r.used, ExpiresAt: now.Add(s.ttl)}
-		if _, err := q.Exec(ctx, leaseUpdateSQL, leaseID, "live", out.SliceMicro, now, out.ExpiresAt, nil); err != nil {
+		if _, err := q.Exec(ctx, leaseUpdateSQL, leaseID, out.SliceMicro, now, out.ExpiresAt); err != nil {
 			return nil, fmt.Errorf("lease: renew: %w", err)
 		}
 		return moves, nil
@@ -238,13 +242,18 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 }
 
 func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int64, error) {
+	// The backlog is booked first without the lease row's lock; the end
+	// books what was journaled since, under it.
+	if _, err := s.Book(ctx, leaseID); err != nil {
+		return 0, err
+	}
 	var unused int64
 	err := s.withLease(ctx, leaseID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level, r *row) ([]account.LevelMove, error) {
 		expired := !now.Before(r.expiresAt)
 		if r.state != "live" || (onlyExpired && !expired) {
 			return nil, ErrOver
 		}
-		moves, err := s.reconcile(ctx, q, leaseID, levels)
+		moves, err := s.reconcile(ctx, q, leaseID, levels, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -256,7 +265,7 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 		if unused > 0 {
 			moves = append(moves, s.moves(levels, ledger.KindLeaseReturn, leaseID, unused, reason)...)
 		}
-		if _, err := q.Exec(ctx, leaseUpdateSQL, leaseID, state, r.slice, now, r.expiresAt, now); err != nil {
+		if _, err := q.Exec(ctx, leaseEndSQL, leaseID, state, now); err != nil {
 			return nil, fmt.Errorf("lease: end: %w", err)
 		}
 		return moves, nil
@@ -277,14 +286,11 @@ type leaseFunc func(ctx context.Context, q account.LockedQuerier, now time.Time,
 // withLease runs fn under the row locks of the lease's tree, then the
 // lease row's. The tenant is read first without a lock (it never changes).
 func (s *Store) withLease(ctx context.Context, leaseID string, fn leaseFunc) error {
-	var tenantID string
-	if err := s.acct.Pool().QueryRow(ctx, leaseTenantSQL, leaseID).Scan(&tenantID); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrOver
-		}
-		return fmt.Errorf("lease: tenant of %s: %w", leaseID, err)
+	tenantID, _, err := s.tenantOf(ctx, leaseID)
+	if err != nil {
+		return err
 	}
-	_, err := s.acct.LockedLevels(ctx, tenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
+	_, err = s.acct.LockedLevels(ctx, tenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
 		r := &row{}
 		if err := q.QueryRow(ctx, leaseLockSQL, leaseID).Scan(&r.tenantID, &r.state, &r.slice, &r.used, &r.booked, &r.expiresAt); err != nil {
 			return nil, fmt.Errorf("lease: lock %s: %w", leaseID, err)
@@ -292,6 +298,18 @@ func (s *Store) withLease(ctx context.Context, leaseID string, fn leaseFunc) err
 		return fn(ctx, q, now, levels, r)
 	})
 	return err
+}
+
+// tenantOf is a lease's tenant, read without a lock (it never changes),
+// and whether its journal holds rows to book; ErrOver for no such lease.
+func (s *Store) tenantOf(ctx context.Context, leaseID string) (tenantID string, pending bool, err error) {
+	if err := s.acct.Pool().QueryRow(ctx, leaseTenantSQL, leaseID).Scan(&tenantID, &pending); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return "", false, ErrOver
+		}
+		return "", false, fmt.Errorf("lease: tenant of %s: %w", leaseID, err)
+	}
+	return tenantID, pending, nil
 }
 
 // moves is one move of delta at every level, each with its entry.

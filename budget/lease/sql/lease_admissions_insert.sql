@@ -4,6 +4,6 @@
 -- writes (JSON: 00031_lease_admissions_full.sql).
 INSERT INTO lease_admissions (lease_id, admission_id, model, cost, cost_micro, money_micro, created_at, tenant_id, idem_key, admission)
 SELECT $1, u.id, u.model, u.cost, u.cost_micro, u.money_micro, coalesce($7::timestamptz, clock_timestamp()),
-       u.tenant_id, nullif(u.idem_key, ''), u.admission::jsonb
+       u.tenant_id, nullif(u.idem_key, ''), u.admission::json
 FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $8::text[], $9::text[], $10::text[])
      AS u (id, model, cost, cost_micro, money_micro, tenant_id, idem_key, admission)
