@@ -63,19 +63,20 @@ type mlease struct {
 }
 
 // leaseRef reads the lease a reserve entry was admitted from ("" for an
-// exact admission) and the cost it took from it.
-func leaseRef(detail *string) (string, int64) {
+// exact admission), the cost it took from it and when it was journaled.
+func leaseRef(detail *string) (string, int64, time.Time) {
 	if detail == nil {
-		return "", 0
+		return "", 0, time.Time{}
 	}
 	var d struct {
-		Lease     string `json:"lease"`
-		CostMicro int64  `json:"cost_micro"`
+		Lease       string    `json:"lease"`
+		CostMicro   int64     `json:"cost_micro"`
+		JournaledAt time.Time `json:"journaled_at"`
 	}
 	if json.Unmarshal([]byte(*detail), &d) != nil {
-		return "", 0
+		return "", 0, time.Time{}
 	}
-	return d.Lease, d.CostMicro
+	return d.Lease, d.CostMicro, d.JournaledAt
 }
 
 // leaseLedger is the replay of one level's lease entries.
@@ -340,11 +341,13 @@ func apiBody(body string) (string, int64, bool) {
 	return v.Prompt, v.MaxTokens, true
 }
 
-// kill is a replica killed by the faults, and when.
+// kill is a replica killed by the faults, or cut off from Postgres past
+// the lease TTL (cut), and when.
 type kill struct {
 	replica      string
-	before, at   time.Time // the kill's command began, and returned
+	before, at   time.Time // the kill's command began, and returned; the cut began
 	faultWindows int       // len(h.faults) when it struck: its own window is the next
+	cut          bool
 }
 
 // quietBut reports whether no fault but the own-th overlapped [from, to].
@@ -357,7 +360,9 @@ func (h *history) quietBut(own int, from, to time.Time) bool {
 	return true
 }
 
-// journalRow is one admission of a lease's journal.
+// journalRow is one admission of a lease's journal: as the ledger's
+// reserve entry of its own tenant tells it once booked (booking deletes
+// the row), or a row still in lease_admissions (booked false).
 type journalRow struct {
 	LeaseID   string    `db:"lease_id"`
 	CostMicro int64     `db:"cost_micro"`
@@ -365,9 +370,10 @@ type journalRow struct {
 	Booked    bool      `db:"booked"`
 }
 
-func journalRows(t *testing.T, pool *pgxpool.Pool) []journalRow {
+// unbookedRows are the journal rows not booked (yet).
+func unbookedRows(t *testing.T, pool *pgxpool.Pool) []journalRow {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT lease_id, cost_micro, created_at, booked FROM lease_admissions ORDER BY created_at`)
+	rows, err := pool.Query(context.Background(), `SELECT lease_id, cost_micro, created_at, false AS booked FROM lease_admissions ORDER BY created_at`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +386,7 @@ func journalRows(t *testing.T, pool *pgxpool.Pool) []journalRow {
 
 // leaseStats is what checkLeases counted.
 type leaseStats struct {
-	leases, expired, returned, onTime, killedHeld int
+	leases, expired, returned, onTime, killedHeld, cutHeld int
 	journaled                                     int
 	byTenant                                      map[string]int // journal rows (lease admissions) by tenant
 }
@@ -410,6 +416,10 @@ func checkLeases(h *history, rows map[string]leaseRow, js []journalRow) ([]strin
 		if l.State != "live" && !j.Booked {
 			fail("lease %s (%s): ended %s with an admission journaled at %s never booked", l.ID, l.TenantID, l.State, j.CreatedAt.Format("15:04:05.000000"))
 		}
+		if j.Booked && j.CreatedAt.Before(l.TakenAt) {
+			fail("lease %s (%s): an admission journaled at %s, before the lease was taken at %s", l.ID, l.TenantID,
+				j.CreatedAt.Format("15:04:05.000000"), l.TakenAt.Format("15:04:05.000000"))
+		}
 	}
 	for _, l := range rows {
 		st.leases++
@@ -438,22 +448,30 @@ func checkLeases(h *history, rows map[string]leaseRow, js []journalRow) ([]strin
 			}
 		}
 	}
-	// A killed replica's leases: ended, by the other replicas' sweepers,
-	// within TTL + a sweep of its death (and a second for the sweep's own
-	// work), unless another fault was going on.
+	// A killed replica's leases, and those of a replica cut off from
+	// Postgres past the TTL: never renewed after, and ended by the other
+	// replicas' sweepers within TTL + a sweep of the fault (and a second
+	// for the sweep's own work), unless another fault was going on.
 	for _, k := range h.kills {
 		for _, l := range rows {
 			if l.Holder != k.replica || !l.TakenAt.Before(k.before) || l.EndedAt == nil || !l.EndedAt.After(k.before) {
 				continue
 			}
-			st.killedHeld++
-			if l.RenewedAt.After(k.at.Add(time.Second)) {
-				fail("lease %s (%s) of %s, killed at %s: renewed at %s", l.ID, l.TenantID, k.replica, k.at.Format("15:04:05.000"), l.RenewedAt.Format("15:04:05.000"))
+			what := "killed"
+			if k.cut {
+				what = "cut off"
+				st.cutHeld++
+			} else {
+				st.killedHeld++
+			}
+			if l.ExpiresAt.After(k.at.Add(leaseTTL + time.Second)) {
+				fail("lease %s (%s) of %s, %s at %s: renewed after (expires %s)", l.ID, l.TenantID, k.replica, what,
+					k.at.Format("15:04:05.000"), l.ExpiresAt.Format("15:04:05.000"))
 			}
 			due := k.at.Add(leaseTTL + leaseSweep + time.Second)
 			if l.EndedAt.After(due) && h.quietBut(k.faultWindows, k.before, l.EndedAt.Add(time.Second)) {
-				fail("lease %s (%s) of %s, killed at %s: %s at %s, past TTL + sweep (%s), with no other fault going on", l.ID, l.TenantID, k.replica,
-					k.at.Format("15:04:05.000"), l.State, l.EndedAt.Format("15:04:05.000"), due.Format("15:04:05.000"))
+				fail("lease %s (%s) of %s, %s at %s: %s at %s, past TTL + sweep (%s), with no other fault going on", l.ID, l.TenantID, k.replica,
+					what, k.at.Format("15:04:05.000"), l.State, l.EndedAt.Format("15:04:05.000"), due.Format("15:04:05.000"))
 			}
 		}
 	}

@@ -243,6 +243,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	takes := map[string][]point{}
 	tokenOnly := map[string]bool{}
 	leaseCount, leased := map[string]int{}, map[string]int{}
+	js := unbookedRows(t, pool) // and, in the replay, the booked ones
 	for _, id := range tenants {
 		rows, err := pool.Query(context.Background(), `SELECT seq, kind, created_at, admission_id, estimate, actual, refill_micro,
 			delta_micro, balance_micro, period_start, period_used, late, detail, reason FROM ledger_entries WHERE tenant_id = $1 ORDER BY seq`, id)
@@ -310,9 +311,12 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 				}
 				// Admitted from a lease: its cost was taken with the lease
 				// (model_lease_test.go), and it moves nothing.
-				lid, costMicro := leaseRef(e.Detail)
+				lid, costMicro, journaledAt := leaseRef(e.Detail)
 				if lid != "" {
 					ml.reserve(fail, where, lid, adm, cost, costMicro, e)
+					if r, ok := leases[lid]; ok && r.TenantID == id {
+						js = append(js, journalRow{LeaseID: lid, CostMicro: costMicro, CreatedAt: journaledAt, Booked: true})
+					}
 				}
 				// Would the contract admit it, at this entry's time?
 				if exempt || lid != "" {
@@ -548,18 +552,17 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 			tokenOnly[id] = tokenOnly[id] && tokenOnly[lv]
 		}
 	}
-	js := journalRows(t, pool)
 	leaseProblems, ls := checkLeases(h, leases, js)
 	refusalProblems, refusals, inLeases := checkRefusals(h, timeline, parents, tokenOnly, leasesHeld(leases, js, takes))
 	problems = append(append(problems, leaseProblems...), refusalProblems...)
-	t.Logf("checker: leases by level %v, admissions made from them by level %v; leases %d (%d returned, %d expired by a sweeper, %d of these checked for timeliness), %d held by a replica when it was killed; %d lease admissions journaled, by tenant %v",
-		leaseCount, leased, ls.leases, ls.returned, ls.expired, ls.onTime, ls.killedHeld, ls.journaled, ls.byTenant)
+	t.Logf("checker: leases by level %v, admissions made from them by level %v; leases %d (%d returned, %d expired by a sweeper, %d of these checked for timeliness), %d held by a replica when it was killed, %d when it was cut off past the TTL; %d lease admissions journaled, by tenant %v",
+		leaseCount, leased, ls.leases, ls.returned, ls.expired, ls.onTime, ls.killedHeld, ls.cutHeld, ls.journaled, ls.byTenant)
 	t.Logf("checker: %d refusals of token-only trees checked against the balances outside the leases; %d of them with the cost within a level's balance plus what its live leases held", refusals, inLeases)
 	if ls.journaled == 0 {
 		fail("no admission was made from a lease: the soak exercised none of leasing")
 	}
-	if len(h.kills) > 0 && ls.killedHeld == 0 {
-		fail("%d replicas killed, none holding a lease: no kill tested a dead holder", len(h.kills))
+	if len(h.kills) > 0 && ls.killedHeld+ls.cutHeld == 0 {
+		fail("%d replicas killed or cut off, none holding a lease: no fault tested a lost holder", len(h.kills))
 	}
 	l := ledgerView{owner: owner, reserveOf: reserveOf, endsOf: endsOf, expired: expired, keyed: keyed}
 	proxyProblems, exact, lenient, geminiExact := checkProxyCalls(h, up, l, streamed)

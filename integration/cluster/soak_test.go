@@ -713,6 +713,9 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 				// admissions in flight; the journal refuses them, and the
 				// other replicas' sweepers give the budget back.
 				rep := w.replica(r)
+				w.h.mu.Lock()
+				w.h.kills = append(w.h.kills, kill{replica: rep.name, before: time.Now(), at: time.Now(), faultWindows: len(w.h.faults), cut: true})
+				w.h.mu.Unlock()
 				w.proxies.cut(rep.name, leaseTTL+time.Duration(500+r.IntN(2000))*time.Millisecond)
 				count["connections cut past the lease TTL (proxy)"]++
 			default:
