@@ -421,8 +421,10 @@ func checkLeases(h *history, rows map[string]leaseRow, js []journalRow) ([]strin
 				j.CreatedAt.Format("15:04:05.000000"), l.TakenAt.Format("15:04:05.000000"))
 		}
 	}
+	used := map[string]int64{} // holder -> what its leases admitted
 	for _, l := range rows {
 		st.leases++
+		used[l.Holder] += l.UsedMicro
 		if sum[l.ID] != l.UsedMicro {
 			fail("lease %s (%s): its journal holds %d micro-tokens; the row says %d used", l.ID, l.TenantID, sum[l.ID], l.UsedMicro)
 		}
@@ -446,6 +448,14 @@ func checkLeases(h *history, rows map[string]leaseRow, js []journalRow) ([]strin
 						late.Round(time.Millisecond), leaseSweep)
 				}
 			}
+		}
+	}
+	// Every replica admitted from leases of its own, the one whose clock
+	// is off included: a holder that compared its clock with the store's
+	// expiry admitted nothing from any lease when its clock was ahead.
+	for _, name := range h.replicas {
+		if used[name] == 0 {
+			fail("replica %s admitted nothing from a lease of its own (leases of each holder, used: %v)", name, used)
 		}
 	}
 	// A killed replica's leases, and those of a replica cut off from

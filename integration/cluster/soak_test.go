@@ -145,6 +145,9 @@ func soak(t *testing.T, ha bool) {
 	leaseModes(t, c, adminToken, seed)
 
 	h := &history{start: time.Now()}
+	for _, rep := range c.replicas {
+		h.replicas = append(h.replicas, rep.name)
+	}
 	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
 		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]]), gemini: measureGemini(t, c.replicas[0].proxyURL, keys[names[0]]), plantAsync: ha && os.Getenv("SOAK_HA_PLANT") == "async"}
 	stop := make(chan struct{})
@@ -352,8 +355,10 @@ type history struct {
 	counted    map[string]int
 	// failovers are the Patroni cluster's changes of leader (TestSoakHA).
 	failovers []failover
-	// kills are the replicas killed (checkLeases: their leases).
-	kills []kill
+	// kills are the replicas killed or cut off past the lease TTL, and
+	// replicas the names of all (checkLeases: their leases).
+	kills    []kill
+	replicas []string
 }
 
 // fault records a fault's window, and what it was: the count that grew.
