@@ -387,8 +387,8 @@ func unbookedRows(t *testing.T, pool *pgxpool.Pool) []journalRow {
 // leaseStats is what checkLeases counted.
 type leaseStats struct {
 	leases, expired, returned, onTime, killedHeld, cutHeld int
-	journaled                                     int
-	byTenant                                      map[string]int // journal rows (lease admissions) by tenant
+	journaled                                              int
+	byTenant                                               map[string]int // journal rows (lease admissions) by tenant
 }
 
 // checkLeases holds the leases table and the journal to bound 3 and to

@@ -32,7 +32,11 @@ import (
 // that shares no code with budget. Clients come through all three faces of
 // every replica: the HTTP API, the proxy (its OpenAI wire and its Gemini
 // wire, in front of an upstream this process emulates) and Envoy's rate
-// limit service. SOAK_SECONDS
+// limit service. Part of the tenants, chosen by the seed, are in lease mode
+// auto (leaseModes) on a 2 s lease TTL, so quota leasing runs beside exact
+// mode under every fault, a replica killed and one cut off past the TTL
+// with admissions in flight among them; the checker holds the leases to
+// the bounds of docs/leasing.md (model_lease_test.go). SOAK_SECONDS
 // (default 60) and SOAK_SEED (default: from the clock, printed) choose the
 // run; `make soak` runs it.
 func TestSoak(t *testing.T) { soak(t, false) }
@@ -58,7 +62,9 @@ func soak(t *testing.T, ha bool) {
 
 	// Every replica reaches Postgres through its own TCP proxy (cut and
 	// slowed at random), and one replica's clock is off by a skew the seed
-	// chooses (it matters to the local failure policy, which "loc" uses).
+	// chooses (it matters to the local failure policy, which "loc" uses,
+	// and to the lease holders, which must not compare it with the
+	// store's).
 	proxies := newPGProxies(t)
 	sr := rand.New(rand.NewPCG(uint64(seed), 3000))
 	skewed := fmt.Sprintf("replica-%d", 1+sr.IntN(3))
@@ -678,8 +684,9 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 
 // faults strikes at random moments: Postgres paused (SIGSTOP, docker
 // pause) and resumed, Postgres restarted, a replica killed and started
-// again, a replica cut off the network and connected again, a replica's
-// connections to Postgres cut at the TCP proxy, Postgres's answers to a
+// again (always the first fault), a replica cut off the network and
+// connected again, a replica's connections to Postgres cut at the TCP
+// proxy (for longer than the lease TTL: always the second fault), Postgres's answers to a
 // replica delayed at the proxy, and Postgres slow for one tenant (its row
 // held by another transaction).
 func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, count map[string]int) {
