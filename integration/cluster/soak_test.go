@@ -244,6 +244,9 @@ func soak(t *testing.T, ha bool) {
 		}
 		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
 	}
+	// What `tokengate ledger verify` runs (admin.Service.LedgerVerify), over
+	// every tenant: each chain, and each row's head and balance against it.
+	c.audit()
 }
 
 // replicasUp checks that every replica answers again once the faults are
