@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -499,7 +500,7 @@ func leasesHeld(rows map[string]leaseRow, js []journalRow, takes map[string][]po
 	return func(level string, at time.Time) int64 {
 		var sum int64
 		for _, l := range rows {
-			if !l.TakenAt.Before(at) || (l.EndedAt != nil && !l.EndedAt.After(at)) || !containsLevel(l.Levels, level) {
+			if !l.TakenAt.Before(at) || (l.EndedAt != nil && !l.EndedAt.After(at)) || !slices.Contains(l.Levels, level) {
 				continue
 			}
 			for _, p := range takes[l.ID] {
@@ -515,13 +516,4 @@ func leasesHeld(rows map[string]leaseRow, js []journalRow, takes map[string][]po
 		}
 		return sum
 	}
-}
-
-func containsLevel(levels []string, level string) bool {
-	for _, l := range levels {
-		if l == level {
-			return true
-		}
-	}
-	return false
 }
