@@ -32,7 +32,8 @@ import (
 //   - bound 2, the budget held in leases: a take or renew brings a lease's
 //     unused part up to at most half the level's capacity (the slice is
 //     capped at capacity / (2R), R ≥ 1), never above what it held before
-//     if that was more; and a refusal is only ever decided exactly, so a
+//     if that was more (counting as used what the holder had set aside in
+//     memory, journaled within a second after); and a refusal is only ever decided exactly, so a
 //     request refused had, at some moment while it waited, a level whose
 //     balance outside every lease was short of its cost (checkRefusals):
 //     what leases made it miss is within what they held;
@@ -55,6 +56,10 @@ const leaseTTL = 2 * time.Second
 
 // leaseSweep is how often each replica sweeps expired leases.
 const leaseSweep = leaseTTL / 2
+
+// inFlight is how long after a take or renew an admission its holder had
+// set aside before it may still be journaled (its group commit).
+const inFlight = time.Second
 
 // mlease is one lease as one level's chain tells it.
 type mlease struct {
@@ -83,6 +88,10 @@ func leaseRef(detail *string) (string, int64, time.Time) {
 // leaseLedger is the replay of one level's lease entries.
 type leaseLedger struct {
 	leases map[string]*mlease
+	// journaled is each lease's journal (by the reserve entries' detail),
+	// in journal order: a renew books its backlog before its take, but
+	// not what is journaled between the two.
+	journaled map[string][]journalRow
 	// capAt is the level's capacity in force, and the highest it had in
 	// the last two TTLs (a holder sizes a take from the limits it read at
 	// its last take or renew, at most a TTL before).
@@ -94,7 +103,46 @@ type capAt struct {
 	capacity int64
 }
 
-func newLeaseLedger() *leaseLedger { return &leaseLedger{leases: map[string]*mlease{}} }
+func newLeaseLedger(journaled map[string][]journalRow) *leaseLedger {
+	return &leaseLedger{leases: map[string]*mlease{}, journaled: journaled}
+}
+
+// usedBy is what the lease's journal held at a moment, or what the ledger
+// booked of it if more: at least what the lease row held when a take or
+// renew read it then.
+func (l *leaseLedger) usedBy(lid string, at time.Time, booked int64) int64 {
+	var sum int64
+	for _, j := range l.journaled[lid] {
+		if j.CreatedAt.After(at) {
+			break
+		}
+		sum += j.CostMicro
+	}
+	return max(sum, booked)
+}
+
+// leaseJournals reads every lease's journal from the ledger (booking
+// deletes the journal's rows): each leased admission once, with the cost
+// it took and its journal time, in journal order.
+func leaseJournals(t *testing.T, pool *pgxpool.Pool) map[string][]journalRow {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT lease_id, cost_micro, created_at, true AS booked FROM (
+		SELECT DISTINCT ON (admission_id) detail::json->>'lease' AS lease_id, (detail::json->>'cost_micro')::bigint AS cost_micro,
+			(detail::json->>'journaled_at')::timestamptz AS created_at
+		FROM ledger_entries WHERE kind = 'reserve' AND detail LIKE '{"lease":%' ORDER BY admission_id) j ORDER BY created_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := pgx.CollectRows(rows, pgx.RowToStructByName[journalRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]journalRow{}
+	for _, j := range js {
+		out[j.LeaseID] = append(out[j.LeaseID], j)
+	}
+	return out
+}
 
 func (l *leaseLedger) limits(at time.Time, capacity int64) {
 	l.caps = append(l.caps, capAt{at, capacity})
@@ -157,9 +205,13 @@ func (l *leaseLedger) entry(fail func(string, ...any), where string, e entry, b 
 		if b.balance+e.DeltaMicro < 0 {
 			fail("%s: lease %s takes %d from a balance of %d: below zero (bound 1)", where, lid, -e.DeltaMicro, b.balance)
 		}
-		before := ls.taken - ls.used
+		// The holder asks for what its slice lacks by its own count, which
+		// has already set aside the admissions in flight (journaled just
+		// after the take): those are used by the take's time.
+		used := l.usedBy(lid, e.CreatedAt.Add(inFlight), ls.used)
+		before := ls.taken - used
 		ls.taken -= e.DeltaMicro
-		if after, half := ls.taken-ls.used, l.recentCap(e.CreatedAt)/2; after > max(before, half, micro) {
+		if after, half := ls.taken-used, l.recentCap(e.CreatedAt)/2; after > max(before, half, micro) {
 			fail("%s: lease %s holds %d unused after a take or renew, above half the capacity (%d) and the %d it held (bound 2)",
 				where, lid, after, half, before)
 		}

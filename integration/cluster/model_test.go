@@ -244,6 +244,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	tokenOnly := map[string]bool{}
 	leaseCount, leased := map[string]int{}, map[string]int{}
 	js := unbookedRows(t, pool) // and, in the replay, the booked ones
+	journals := leaseJournals(t, pool)
 	for _, id := range tenants {
 		rows, err := pool.Query(context.Background(), `SELECT seq, kind, created_at, admission_id, estimate, actual, refill_micro,
 			delta_micro, balance_micro, period_start, period_used, late, detail, reason FROM ledger_entries WHERE tenant_id = $1 ORDER BY seq`, id)
@@ -255,7 +256,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 			t.Fatal(err)
 		}
 		m := &mtenant{reserved: map[string]int64{}, ended: map[string]string{}}
-		ml := newLeaseLedger()
+		ml := newLeaseLedger(journals)
 		var periodStart *time.Time
 		for _, e := range es {
 			where := fmt.Sprintf("tenant %s entry %d (%s at %s)", id, e.Seq, e.Kind, e.CreatedAt.Format("15:04:05.000000"))

@@ -87,7 +87,8 @@ func leaseOf(pool *pgxpool.Pool, id string) string {
 	}
 	fmt.Fprintf(&b, "  %s of %s held by %s: %s, slice %d, used %d, booked %d, taken %s, renewed %s, expires %s, ended %v\n", id, tenant, holder, state,
 		slice, used, booked, taken.Format("15:04:05.000000"), renewed.Format("15:04:05.000000"), expires.Format("15:04:05.000000"), ended)
-	rows, err := pool.Query(ctx, `SELECT admission_id, cost_micro, created_at, booked FROM lease_admissions WHERE lease_id = $1 ORDER BY seq`, id)
+	// Booking deletes a journal row: these are the ones not booked.
+	rows, err := pool.Query(ctx, `SELECT admission_id, cost_micro, created_at FROM lease_admissions WHERE lease_id = $1 ORDER BY seq`, id)
 	if err != nil {
 		return err.Error()
 	}
@@ -96,7 +97,7 @@ func leaseOf(pool *pgxpool.Pool, id string) string {
 	var at time.Time
 	var bk bool
 	_, err = pgx.ForEachRow(rows, []any{&adm, &cost, &at, &bk}, func() error {
-		fmt.Fprintf(&b, "  journal %s %d at %s booked=%t\n", adm, cost, at.Format("15:04:05.000000"), bk)
+		fmt.Fprintf(&b, "  journal %s %d at %s (booked rows are deleted: this one is not)%.0t\n", adm, cost, at.Format("15:04:05.000000"), bk)
 		return nil
 	})
 	if err != nil {
