@@ -95,9 +95,8 @@ func leaseOf(pool *pgxpool.Pool, id string) string {
 	var adm string
 	var cost int64
 	var at time.Time
-	var bk bool
-	_, err = pgx.ForEachRow(rows, []any{&adm, &cost, &at, &bk}, func() error {
-		fmt.Fprintf(&b, "  journal %s %d at %s (booked rows are deleted: this one is not)%.0t\n", adm, cost, at.Format("15:04:05.000000"), bk)
+	_, err = pgx.ForEachRow(rows, []any{&adm, &cost, &at}, func() error {
+		fmt.Fprintf(&b, "  journal (not booked) %s %d at %s\n", adm, cost, at.Format("15:04:05.000000"))
 		return nil
 	})
 	if err != nil {
