@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -128,8 +129,8 @@ type appendReq struct {
 }
 
 // Journal makes admissions from leases durable before they are answered,
-// many per transaction (group commit): while one group commits, the next
-// gathers. A group takes no tenant row lock: per lease, one statement adds
+// many per transaction (group commit): up to inFlight groups commit at
+// once, and the next gathers meanwhile. A group takes no tenant row lock: per lease, one statement adds
 // the group's cost to the lease's used amount (refused unless the lease is
 // live, unexpired by the store's clock and keeps the sum within its
 // slice), and one inserts its rows. The lease row's lock orders the group
@@ -181,11 +182,28 @@ func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error
 	}
 }
 
-// Run commits groups until ctx ends; the group in flight then still
-// commits and is answered. Run must be called once.
+// inFlight is how many groups a journal commits at once: while one waits
+// for its commit's flush, the next has gathered and sent its first round
+// trip. Groups of one lease are ordered by its row's lock, and groups with
+// one Idempotency-Key by its advisory lock (both taken in a fixed order),
+// so two groups never wait on each other in a cycle.
+const inFlight = 2
+
+// Run commits groups until ctx ends; the groups in flight then still
+// commit and are answered. Run must be called once.
 func (j *Journal) Run(ctx context.Context) {
-	defer close(j.stopped)
+	slots := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		close(j.stopped)
+	}()
 	for {
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- struct{}{}:
+		}
 		var group []*appendReq
 		select {
 		case <-ctx.Done():
@@ -202,7 +220,11 @@ func (j *Journal) Run(ctx context.Context) {
 				break gather
 			}
 		}
-		j.commit(context.WithoutCancel(ctx), group)
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			j.commit(context.WithoutCancel(ctx), group)
+		}()
 	}
 }
 
@@ -328,13 +350,13 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		account.QueueKeysGet(b, tenants, keys, clock)
 		b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
 	}
-	for _, id := range order {
-		var sum int64
+	sums := make([]int64, len(order))
+	for k, id := range order {
 		for _, r := range byReq[id] {
-			sum += r.a.CostMicro
+			sums[k] += r.a.CostMicro
 		}
-		b.Queue(leaseUseSQL, id, sum, clock)
 	}
+	b.Queue(leaseUseSQL, order, sums, clock)
 	keyIDs, gwIDs := groupKeys(order, byReq)
 	if len(keyIDs) > 0 {
 		b.Queue(leaseKeysSQL, keyIDs)
@@ -358,15 +380,13 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				return fmt.Errorf("keys: %w", err)
 			}
 		}
-		for _, id := range order {
-			var tenant string
-			switch err := br.QueryRow().Scan(&tenant); {
-			case errors.Is(err, pgx.ErrNoRows):
-			case err != nil:
-				return err
-			default:
-				verdict[id] = tenant
-			}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var id, tenant string
+		if _, err := pgx.ForEachRow(rows, []any{&id, &tenant}, func() error { verdict[id] = tenant; return nil }); err != nil {
+			return err
 		}
 		if len(keyIDs) > 0 {
 			var err error
@@ -392,7 +412,9 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		}
 	}
 	refused := refuseByKey(order, byReq, verdict, apiKeys, gws)
-	b = &pgx.Batch{}
+	var cutIDs []string
+	var cuts []int64
+	var rows journalRows
 	for _, id := range order {
 		is := byLease[id]
 		if verdict[id] == "" {
@@ -406,7 +428,6 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		// A replay, or a credential's refusal, is its admission's alone:
 		// the others commit, and the lease's use is cut back by its cost.
 		var cut int64
-		kept := make([]int, 0, len(is))
 		for _, i := range is {
 			if errs[i] == nil {
 				errs[i] = refused[reqs[i]]
@@ -415,28 +436,21 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				cut += reqs[i].a.CostMicro
 				continue
 			}
-			kept = append(kept, i)
+			if err := rows.add(id, &reqs[i].a); err != nil {
+				_, _ = conn.Exec(ctx, "ROLLBACK")
+				return nil, err
+			}
 		}
 		if cut > 0 {
-			b.Queue(leaseUnuseSQL, id, cut)
+			cutIDs, cuts = append(cutIDs, id), append(cuts, cut)
 		}
-		n := len(kept)
-		if n == 0 {
-			continue
-		}
-		ids, models, costs, micros, money := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n), make([]*int64, n)
-		tenantIDs, idemKeys, docs := make([]string, n), make([]string, n), make([]string, n)
-		for k, i := range kept {
-			a := &reqs[i].a
-			doc, err := json.Marshal(journaled{Admission: a.Admission, KeyID: a.KeyID, Actor: a.Actor, RequestHash: a.RequestHash, Response: a.Response})
-			if err != nil {
-				_, _ = conn.Exec(ctx, "ROLLBACK")
-				return nil, fmt.Errorf("lease: journal: encode %s: %w", a.ID, err)
-			}
-			ids[k], models[k], costs[k], micros[k], money[k] = a.ID, a.Estimate.Model, a.Estimate.Cost, a.CostMicro, a.MoneyEstimate
-			tenantIDs[k], idemKeys[k], docs[k] = a.TenantID, a.storedKey(), string(doc)
-		}
-		b.Queue(leaseAdmissionsInsertSQL, id, ids, models, costs, micros, money, clock, tenantIDs, idemKeys, docs)
+	}
+	b = &pgx.Batch{}
+	if len(cutIDs) > 0 {
+		b.Queue(leaseUnuseSQL, cutIDs, cuts)
+	}
+	if len(rows.ids) > 0 {
+		b.Queue(leaseAdmissionsInsertSQL, rows.leases, rows.ids, rows.models, rows.costs, rows.micros, rows.money, clock, rows.tenants, rows.keys, rows.docs)
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -448,6 +462,25 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		return nil, fmt.Errorf("lease: journal: insert: %w", err)
 	}
 	return errs, nil
+}
+
+// journalRows are a group's rows to insert, a column each
+// (lease_admissions_insert.sql).
+type journalRows struct {
+	leases, ids, models, tenants, keys, docs []string
+	costs, micros                            []int64
+	money                                    []*int64
+}
+
+func (jr *journalRows) add(leaseID string, a *Admission) error {
+	doc, err := json.Marshal(journaled{Admission: a.Admission, KeyID: a.KeyID, Actor: a.Actor, RequestHash: a.RequestHash, Response: a.Response})
+	if err != nil {
+		return fmt.Errorf("lease: journal: encode %s: %w", a.ID, err)
+	}
+	jr.leases, jr.ids, jr.models = append(jr.leases, leaseID), append(jr.ids, a.ID), append(jr.models, a.Estimate.Model)
+	jr.costs, jr.micros, jr.money = append(jr.costs, a.Estimate.Cost), append(jr.micros, a.CostMicro), append(jr.money, a.MoneyEstimate)
+	jr.tenants, jr.keys, jr.docs = append(jr.tenants, a.TenantID), append(jr.keys, a.storedKey()), append(jr.docs, string(doc))
+	return nil
 }
 
 // scanKeys reads what write queued for the group's keys: the advisory

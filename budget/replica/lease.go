@@ -252,17 +252,33 @@ func (l *Leases) all() []*held {
 	return out
 }
 
+// topUps is how many holders a top-up pass renews at once: a pass over
+// many tenants one at a time (a booking and a renew each, under each
+// tenant's row locks) took longer than the window between a renew being
+// due (TTL/2 before the expiry) and the holder refusing (TTL/3), and the
+// tenants in between were decided exactly.
+const topUps = 4
+
 // TopUpOnce sizes every holder's slice and renews (or takes) its lease
 // when it is low or near its expiry, and gives back the lease of a tenant
-// idle for a TTL; Run calls it, tests call it on a frozen clock.
+// idle for a TTL, topUps holders at a time; it returns when all are done.
+// Run calls it, tests call it on a frozen clock.
 func (l *Leases) TopUpOnce(ctx context.Context) {
+	sem := make(chan struct{}, topUps)
+	var wg sync.WaitGroup
 	for _, hd := range l.all() {
-		// A top-up that takes half a TTL is stuck: the next one retries.
-		tctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/2)
-		err := l.topUp(tctx, hd)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			l.logger.Warn("lease top-up", "tenant", hd.tenant, "error", err.Error())
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			// A top-up that takes half a TTL is stuck: the next one retries.
+			tctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/2)
+			err := l.topUp(tctx, hd)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				l.logger.Warn("lease top-up", "tenant", hd.tenant, "error", err.Error())
+			}
+		}()
 	}
+	wg.Wait()
 }

@@ -50,6 +50,7 @@ prof=$!
 "$bin" loadgen --json "${lg[@]}" --duration "${secs}s" >"$work/load.json"
 c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "$server")
 wait "$prof" || say "profile: no CPU profile"
+lease_paths $tg_http
 js=$(cat "$work/load.json")
 num() { sed -n "s/.*\"$1\":\([0-9.e+]*\).*/\1/p" <<<"$js"; }
 adm=$(num admitted)

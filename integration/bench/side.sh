@@ -10,7 +10,9 @@
 #
 #   side.sh OLD_BINARY [NEW_BINARY (bin/tokengate)]
 #   BENCH_SECONDS (12)  BENCH_CLIENTS (32)  ROUNDS (4)  PG_IMAGE
-#   LOADS ("hot spread settle"; hot4, spread4, settle4: four replicas a side)
+#   LOADS ("hot spread settle"; hot4, spread4, settle4: four replicas a side;
+#          rls-hot rls-spread rls-hot-settle rls-spread-settle: the rate limit
+#          service's gRPC face, as bench-peer drives it, BENCH_RLS_CONNS (2))
 #
 # Prints, per load, each round's admissions/s of A and B, the geometric
 # mean of B/A, and the median server CPU per admission of each side.
@@ -25,6 +27,27 @@ if [ "${SIDE_ONE:-}" = 1 ]; then
 	# of the side, at SIDE_PORT, +100, +200, +300, as compare.sh's.
 	n=1; [ "${SIDE_LOAD%4}" = "$SIDE_LOAD" ] || n=4
 	ss=(); urls=()
+	if [ "${SIDE_LOAD#rls-}" != "$SIDE_LOAD" ]; then
+		# The gRPC face: one replica, a gateway credential for every tenant
+		# lib.sh made, the loads of peer.sh.
+		tenants=(hot); for i in $(seq -w 1 64); do tenants+=("t$i"); done
+		gw=$("$bin" gateway create bench --tenants "$(IFS=,; echo "${tenants[*]}")" 2>/dev/null)
+		rls=$((SIDE_PORT + 50))
+		s=$(serve "$SIDE_PORT" --rls-addr "127.0.0.1:$rls"); pids+=("$s")
+		wait_ready "$SIDE_PORT"
+		spread=(); for i in $(seq -w 1 64); do spread+=(--tenant "t$i"); done
+		case ${SIDE_LOAD#rls-} in
+		hot) f=(--tenant hot --no-settle) ;;
+		hot-settle) f=(--tenant hot --settle) ;;
+		spread) f=("${spread[@]}" --no-settle) ;;
+		spread-settle) f=("${spread[@]}" --settle) ;;
+		esac
+		secs=2 run warm "$s" -- --rls "127.0.0.1:$rls" --gateway "$gw" --rls-conns "${BENCH_RLS_CONNS:-2}" --tenant hot >/dev/null
+		touch "$SIDE_DIR/ready-$SIDE_PORT"
+		while [ ! -e "$SIDE_DIR/go" ]; do sleep 0.05; done
+		run "$SIDE_LOAD" "$s" -- --rls "127.0.0.1:$rls" --gateway "$gw" --rls-conns "${BENCH_RLS_CONNS:-2}" "${f[@]}"
+		exit 0
+	fi
 	for i in $(seq 0 $((n - 1))); do
 		p=$((SIDE_PORT + 100 * i))
 		if [ "$n" = 4 ]; then s=$(serve "$p" --max-conns 8 --replica-id "r$p"); else s=$(serve "$p"); fi

@@ -1,4 +1,7 @@
--- A lease's use in a group cut back by the admissions its keys refused
--- (revoked, or the model out of the key's scope): used_micro is what its
--- journal holds.
-UPDATE leases SET used_micro = used_micro - $2 WHERE id = $1
+-- A group's use of its leases ($1 ids) cut back ($2 each) by the
+-- admissions it did not journal (a replay, a credential's refusal): the
+-- leases' used_micro is what their journal holds. The rows are locked by
+-- the group already.
+UPDATE leases l SET used_micro = l.used_micro - u.cut
+FROM unnest($1::text[], $2::bigint[]) AS u (id, cut)
+WHERE l.id = u.id
