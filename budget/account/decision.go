@@ -109,9 +109,7 @@ func (d *decision) reserve(p ReserveParams, pr *prior) (*Reservation, error) {
 		Family:    mkey,
 		Face:      p.Face.Or(),
 	}
-	if price != nil {
-		a.PriceModel, a.PriceFrom, a.PriceTier, a.MoneyEstimate = price.Model, &price.EffectiveFrom, estimator.TierOr(price.ServiceTier), &money
-	}
+	a.priced(price, money)
 	if pl != nil {
 		a.PoolID = pl.ID
 		pl.Serve(t.id, poolNeed, now, p.PoolBacklogged)

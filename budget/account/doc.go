@@ -75,7 +75,10 @@
 //     decision that ends one still only in the lease journal books that
 //     lease first, in its own transaction (leasebook.go, LeaseJournal), and
 //     a keyed reserve reads the journal's keys under the advisory lock a
-//     journal group takes too: a key is admitted once, leased or not.
+//     journal group takes too: a key is admitted once, leased or not. Both
+//     only for a tenant with a live lease, decided in the statements under
+//     its row lock: without one, the admissions and keys rows hold all its
+//     journal.
 //
 // A decision is three steps and costs two round trips on one connection:
 // load (load.go: BEGIN; lock the tenant rows; read the clock and all the

@@ -46,16 +46,21 @@ type JournalHit struct {
 // LeaseJournal is the lease journal as a decision needs it: budget/lease
 // implements it and registers it (SetLeaseJournal). A decision that
 // settles or releases an admission, or reserves with an Idempotency-Key,
-// reads the journal in its lock round trip; it books (in its own
+// of a tenant with a live lease, reads the journal in its lock round trip
+// (of any other tenant: nothing, decided in the statement); it books (in its own
 // transaction, under the tenant rows it holds) the lease of every
 // admission it ends that is still only in the journal, so that the end
 // finds the admissions row; and a reserve whose key the journal holds is a
 // replay of that admission.
 type LeaseJournal interface {
 	// QueueJournalFind queues the read of the journal rows of the
-	// admissions named by id, or by (tenant, key) (keys live 24 h by
-	// clock, nil: the database's).
-	QueueJournalFind(b *pgx.Batch, ids, tenants, keys []string, clock *time.Time)
+	// admissions named by id (ids[i] by a request of idTenants[i]), or by
+	// (tenant, key) (keys live 24 h by clock, nil: the database's), of
+	// the tenants that have a live lease only. It is queued after the
+	// tenant rows are locked, in the same round trip: under those locks a
+	// tenant without a live lease has nothing in the journal that its
+	// admissions rows and keys do not hold, so exact mode reads no journal.
+	QueueJournalFind(b *pgx.Batch, ids, idTenants, tenants, keys []string, clock *time.Time)
 	// ScanJournalFind reads what QueueJournalFind queued.
 	ScanJournalFind(br pgx.BatchResults) ([]JournalHit, error)
 	// BookLocked books a lease's journal under the row locks of its tree,
@@ -82,9 +87,10 @@ func (s *Store) journal() LeaseJournal {
 
 // QueueKeyLock queues the advisory locks of (tenant, key) pairs
 // (idempotency_key_lock.sql): the lease journal takes them before it reads
-// and journals keys, as a decision does before it reads them.
+// and journals keys, as a decision does before it reads them (a decision
+// only for the tenants with a live lease: keyLockRead).
 func QueueKeyLock(b *pgx.Batch, tenants, keys []string) {
-	b.Queue(idempotencyKeyLockSQL, tenants, keys)
+	b.Queue(idempotencyKeyLockSQL, tenants, keys, false)
 }
 
 // KeyHit is a live Idempotency-Key of idempotency_keys.
@@ -109,11 +115,17 @@ func ScanKeysGet(br pgx.BatchResults) ([]KeyHit, error) {
 }
 
 // keyLockRead takes the advisory locks of the reserves' keys, before they
-// are read (only when a lease journal is registered: then a key may be
-// journaled without the tenant's lock).
+// are read, when a lease journal is registered (then a key may be
+// journaled without the tenant's lock), and only for the tenants with a
+// live lease, decided in the statement, under the tenant rows' locks
+// (idempotency_key_lock.sql says why that is enough). The statement reads
+// leases, budget/lease's table, because the decision must make it in the
+// lock round trip, with no read of its own.
 type keyLockRead struct{ pairs tenantKeys }
 
-func (r keyLockRead) queue(b *pgx.Batch) { QueueKeyLock(b, r.pairs.tenants, r.pairs.keys) }
+func (r keyLockRead) queue(b *pgx.Batch) {
+	b.Queue(idempotencyKeyLockSQL, r.pairs.tenants, r.pairs.keys, true)
+}
 
 func (r keyLockRead) scan(br pgx.BatchResults) error {
 	if _, err := br.Exec(); err != nil {
@@ -125,14 +137,14 @@ func (r keyLockRead) scan(br pgx.BatchResults) error {
 // journalRead reads the lease journal rows the batch's requests name.
 type journalRead struct {
 	j     LeaseJournal
-	ids   []string
+	byID  tenantKeys // (tenant, admission id)
 	pairs tenantKeys
 	clock *time.Time
 	l     *loaded
 }
 
 func (r journalRead) queue(b *pgx.Batch) {
-	r.j.QueueJournalFind(b, r.ids, r.pairs.tenants, r.pairs.keys, r.clock)
+	r.j.QueueJournalFind(b, r.byID.keys, r.byID.tenants, r.pairs.tenants, r.pairs.keys, r.clock)
 }
 
 func (r journalRead) scan(br pgx.BatchResults) error {
@@ -159,7 +171,7 @@ func (s *Store) journalReads(w wants, clock *time.Time, l *loaded) (locks, find 
 	pairs.tenants = append(append(pairs.tenants, w.namedBy.tenants...), w.idempotency.tenants...)
 	pairs.keys = append(append(pairs.keys, w.namedBy.keys...), w.idempotency.keys...)
 	if len(w.admissions) > 0 || len(pairs.keys) > 0 {
-		find = append(find, journalRead{j: j, ids: w.admissions, pairs: pairs, clock: clock, l: l})
+		find = append(find, journalRead{j: j, byID: w.byID, pairs: pairs, clock: clock, l: l})
 	}
 	return locks, find
 }

@@ -63,6 +63,7 @@ type liveKey struct {
 type wants struct {
 	tenants     []string   // sorted
 	admissions  []string   // settled or released by id, sorted
+	byID        tenantKeys // (tenant, admission id) pairs settled or released by id
 	namedBy     tenantKeys // settled or released by idempotency key
 	keys        []string   // tenant keys the requests came with
 	gateways    []string   // gateways the requests came through
@@ -113,6 +114,9 @@ func wantsOf(items []Item) wants {
 		}
 		if id := op.admissionID(); once("admission", id) {
 			w.admissions = append(w.admissions, id)
+		}
+		if id := op.admissionID(); id != "" && once("admission of", it.TenantID+"\x00"+id) {
+			w.byID.add(it.TenantID, id)
 		}
 		if k := op.admissionKey(); k != "" && once("named", it.TenantID+"\x00"+k) {
 			w.namedBy.add(it.TenantID, k)

@@ -2,6 +2,7 @@ package account
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -32,17 +33,29 @@ import (
 // through uncounted. The glue between the decision's price book and the
 // rule: the prices are the estimator's.
 func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, error) {
-	var p estimator.Price
-	ok := false
-	if d.prices != nil {
-		p, ok = d.prices.AtTier(est.Model, est.ServiceTier, d.now)
+	m, p, err := priceOf(d.prices, est, d.now)
+	if err != nil || p != nil {
+		return m, p, err
 	}
-	if !ok {
-		for _, lv := range d.chain {
-			if err := rule.RequirePrice(est.Model, lv.id, lv.Limits); err != nil {
-				return 0, nil, err
-			}
+	for _, lv := range d.chain {
+		if err := rule.RequirePrice(est.Model, lv.id, lv.Limits); err != nil {
+			return 0, nil, err
 		}
+	}
+	return 0, nil, nil
+}
+
+// priceOf is the money of an estimate at the row of book in effect at at
+// (its service tier's, else the default tier's), and that row; nil, 0 when
+// book (nil: none) does not price its model. The one pricing of a
+// reservation: a decision's (moneyOf), an outage replay's, a lease
+// admission's (PriceAdmission).
+func priceOf(book *estimator.PriceBook, est estimator.Estimate, at time.Time) (int64, *estimator.Price, error) {
+	if book == nil {
+		return 0, nil, nil
+	}
+	p, ok := book.AtTier(est.Model, est.ServiceTier, at)
+	if !ok {
 		return 0, nil, nil
 	}
 	m, err := p.Cost(estimator.MoneyUsage{Input: est.InputTokens, Output: est.OutputTokens})
@@ -50,6 +63,29 @@ func (d *decision) moneyOf(est estimator.Estimate) (int64, *estimator.Price, err
 		return 0, nil, &rule.OverflowError{Field: "money", Op: err.Error()}
 	}
 	return m, &p, nil
+}
+
+// priced records on a the price it is reserved at and the money of its
+// estimate (price nil: unpriced, counted in tokens only).
+func (a *Admission) priced(price *estimator.Price, money int64) {
+	if price != nil {
+		a.PriceModel, a.PriceFrom, a.PriceTier, a.MoneyEstimate = price.Model, &price.EffectiveFrom, estimator.TierOr(price.ServiceTier), &money
+	}
+}
+
+// PriceAdmission prices an admission made outside a decision (a lease
+// admission, budget/admission) as a reserve of its Estimate at at is
+// priced: PriceModel, PriceFrom, PriceTier and MoneyEstimate from book's
+// row in effect then; a model book does not price stays unpriced (a
+// tenant whose limits count money is never leased). It returns an
+// *rule.OverflowError when the money does not fit, as a reserve refuses.
+func PriceAdmission(book *estimator.PriceBook, a *Admission, at time.Time) error {
+	money, price, err := priceOf(book, a.Estimate, at)
+	if err != nil {
+		return err
+	}
+	a.priced(price, money)
+	return nil
 }
 
 // moneyActual is the money of a settle's usage (nil: a release, 0) for

@@ -119,9 +119,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 		money, price, _ := pricer.moneyOf(p.Estimate)
 		a := &Admission{ID: p.AdmissionID, TenantID: p.TenantID, State: StateReserved,
 			Estimate: p.Estimate, CreatedAt: created, ExpiresAt: expires, Face: p.Face.Or()}
-		if price != nil {
-			a.PriceModel, a.PriceFrom, a.PriceTier, a.MoneyEstimate = price.Model, &price.EffectiveFrom, estimator.TierOr(price.ServiceTier), &money
-		}
+		a.priced(price, money)
 		for _, lv := range chain { // every level, as a decision of the store would
 			lv.advance(now)
 			applied, err := lv.DebitExcept(rule.Amount{Cost: cost, Money: money}, 0)

@@ -26,9 +26,11 @@ type Leases interface {
 	// pool (from the store's copy of the routes); true when it cannot
 	// tell.
 	Pooled(ctx context.Context, e estimator.Estimate) bool
-	// Admit makes a from the tenant's lease on this replica and returns
-	// once it is journaled, with the tenant's snapshot as the answer
-	// shows it (LeaseAnswer). Any error means it was not made: the
+	// Admit prices a as a reserve is priced (account.PriceAdmission, from
+	// a copy of the price book, no query per admission), makes it from
+	// the tenant's lease on this replica and returns once it is
+	// journaled, with the tenant's snapshot as the answer shows it
+	// (leaseReservation). Any error means it was not made: the
 	// request is decided exactly (lease.ErrExhausted, lease.ErrExactOnly,
 	// no lease held yet, a store error), or answered as a replay
 	// (*lease.ReplayError, rule.ErrIdempotencyMismatch). When keep is
@@ -85,10 +87,12 @@ func exactPerRequest(pooled func() bool) bool {
 
 // leaseAdmission is the journal's record of the admission id made from a
 // lease for p, booked later as its admissions row: the one place a
-// lease.Admission is built from a request. It is unpriced (no money
-// estimate): a tenant whose windows count money is exact only, so no
-// money rule reads it. Its expiry is the tenant's reservation TTL from its
-// booking's journal time (ExpiresAt zero).
+// lease.Admission is built from a request. Leases.Admit prices it (its
+// price and money estimate, as a reserve's, from the replica's price book:
+// account.PriceAdmission); a tenant whose windows count money stays exact
+// only, so no money rule reads it before its booking. Its expiry is the
+// tenant's reservation TTL from its booking's journal time (ExpiresAt
+// zero).
 func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
 	return lease.Admission{
 		Admission: account.Admission{ID: id, TenantID: p.TenantID, State: account.StateReserved, Estimate: p.Estimate,

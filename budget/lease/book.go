@@ -30,9 +30,10 @@ var (
 var _ account.LeaseJournal = (*Store)(nil)
 
 // QueueJournalFind queues the read of the journal rows named by admission
-// id or by (tenant, key) (lease_admissions_find.sql).
-func (s *Store) QueueJournalFind(b *pgx.Batch, ids, tenants, keys []string, clock *time.Time) {
-	b.Queue(leaseAdmissionsFindSQL, ids, tenants, keys, clock)
+// id or by (tenant, key), of the tenants that have a live lease
+// (lease_admissions_find.sql).
+func (s *Store) QueueJournalFind(b *pgx.Batch, ids, idTenants, tenants, keys []string, clock *time.Time) {
+	b.Queue(leaseAdmissionsFindSQL, ids, idTenants, tenants, keys, clock)
 }
 
 // ScanJournalFind reads what QueueJournalFind queued.

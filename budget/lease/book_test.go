@@ -216,18 +216,28 @@ func TestLeaseKeysAdmittedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var nAdm, nKeys int
-	if err := b.r.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM admissions WHERE tenant_id = 'acme'),
-		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'acme')`).Scan(&nAdm, &nKeys); err != nil {
+	b.keyedOnce(t, "acme", keys, 100000, cost)
+}
+
+// keyedOnce checks, once every lease of the tenant (a root) is ended, that
+// keys keyed requests of cost tokens each were admitted once each: one
+// admissions row, key row and reserve entry per key, the balance (from
+// capacity, on a frozen clock) debited once per key, the chain whole.
+func (b *testBundle) keyedOnce(t *testing.T, tenant string, keys int, capacity, cost int64) {
+	t.Helper()
+	var nAdm, nKeys, nReserve int
+	if err := b.r.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM admissions WHERE tenant_id = $1),
+		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = $1),
+		(SELECT count(*) FROM ledger_entries WHERE tenant_id = $1 AND kind = 'reserve')`, tenant).Scan(&nAdm, &nKeys, &nReserve); err != nil {
 		t.Fatal(err)
 	}
-	if nAdm != keys || nKeys != keys {
-		t.Fatalf("%d admissions, %d keys; want %d each", nAdm, nKeys, keys)
+	if nAdm != keys || nKeys != keys || nReserve != keys {
+		t.Fatalf("%d admissions, %d keys, %d reserve entries; want %d each", nAdm, nKeys, nReserve, keys)
 	}
-	if got, want := b.balance(t, "acme"), int64(100000-keys*cost)*tok; got != want {
+	if got, want := b.balance(t, tenant), (capacity-int64(keys)*cost)*tok; got != want {
 		t.Fatalf("balance %d, want %d", got, want)
 	}
-	b.verify(t, "acme")
+	b.verify(t, tenant)
 }
 
 // A lease admission never settled is booked by the lease's sweep, then

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/tokengate/tokengate/budget/credential"
@@ -62,7 +60,6 @@ func TestGatewayRevokeWhileJournaling(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	svc := b.adminOf(t)
-	other := b.replica(t, "r1", 4)
 	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 100000, TokensRateMicro: tok})
 	doomed, _, err := credential.GatewayCreate(ctx, b.r.pool, "doomed", []string{"acme"})
 	if err != nil {
@@ -72,85 +69,9 @@ func TestGatewayRevokeWhileJournaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 50000 * tok})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var made [2]atomic.Int64 // answered as made: doomed's, kept's
-	var revoked atomic.Bool
-	var keptAfter atomic.Int64
-	started, enough := make(chan struct{}), make(chan struct{})
-	var startOnce, enoughOnce sync.Once
-	var wg sync.WaitGroup
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			j := b.r.journal
-			if w%2 == 1 {
-				j = other.journal
-			}
-			k, gw := 0, doomed.ID // workers 0-3 the doomed gateway, 4-7 the kept one
-			if w >= 4 {
-				k, gw = 1, kept.ID
-			}
-			for i := 0; ; i++ {
-				if i == 20 {
-					startOnce.Do(func() { close(started) })
-				}
-				after := revoked.Load()
-				a := adm(fmt.Sprintf("%d-%d-%d", k, w, i), 1)
-				a.GatewayID = gw
-				err := j.Append(ctx, l.ID, a)
-				switch {
-				case k == 0 && errors.Is(err, rule.ErrGatewayRevoked):
-					return
-				case err != nil:
-					t.Errorf("worker %d: %v", w, err)
-					return
-				case k == 0 && after:
-					t.Errorf("worker %d: an admission through the revoked gateway made after the revoke returned", w)
-					return
-				}
-				made[k].Add(1)
-				if k == 1 && after && keptAfter.Add(1) == 40 {
-					enoughOnce.Do(func() { close(enough) })
-				}
-				select {
-				case <-enough:
-					return
-				default:
-				}
-			}
-		}()
-	}
-	<-started
-	if err := svc.GatewayRevoke(ctx, doomed.ID); err != nil {
-		t.Fatal(err)
-	}
-	revoked.Store(true)
-	var atRevoke int64
-	if err := b.r.pool.QueryRow(ctx, "SELECT count(*) FROM lease_admissions WHERE lease_id = $1 AND admission_id LIKE '0-%'", l.ID).Scan(&atRevoke); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	var doomedRows, keptRows int64
-	if err := b.r.pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE admission_id LIKE '0-%'), count(*) FILTER (WHERE admission_id LIKE '1-%') FROM lease_admissions WHERE lease_id = $1", l.ID).Scan(&doomedRows, &keptRows); err != nil {
-		t.Fatal(err)
-	}
-	if doomedRows != atRevoke || doomedRows != made[0].Load() {
-		t.Fatalf("revoked gateway: %d journaled at the revoke, %d at the end, %d answered as made", atRevoke, doomedRows, made[0].Load())
-	}
-	if keptRows != made[1].Load() || keptAfter.Load() < 40 {
-		t.Fatalf("kept gateway: %d journaled, %d answered as made, %d after the revoke", keptRows, made[1].Load(), keptAfter.Load())
-	}
-	if _, _, used, _ := b.leaseState(t, l.ID); used != (doomedRows+keptRows)*tok {
-		t.Fatalf("used %d, want the %d journaled", used, doomedRows+keptRows)
-	}
-	if _, err := b.r.leases.Return(ctx, l.ID); err != nil {
-		t.Fatal(err)
-	}
-	b.verify(t, "acme")
+	b.revokeWhileJournaling(t, revoking{what: "gateway", doomed: doomed.ID, kept: kept.ID, refused: rule.ErrGatewayRevoked,
+		with:   func(a *lease.Admission, id string) { a.GatewayID = id },
+		revoke: func(ctx context.Context) error { return svc.GatewayRevoke(ctx, doomed.ID) }})
 }
 
 // A gateway's revoke waits for a journal group in flight on a lease it may

@@ -311,7 +311,6 @@ func TestRevokeWhileJournaling(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	svc := b.adminOf(t)
-	other := b.replica(t, "r1", 4)
 	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 100000, TokensRateMicro: tok})
 	doomed, _, err := credential.KeyCreateRecorded(ctx, b.r.acct, "acme", nil, "ops")
 	if err != nil {
@@ -321,6 +320,32 @@ func TestRevokeWhileJournaling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.revokeWhileJournaling(t, revoking{what: "key", doomed: doomed.ID, kept: kept.ID, refused: rule.ErrKeyRevoked,
+		with:   func(a *lease.Admission, id string) { a.KeyID = id },
+		revoke: func(ctx context.Context) error { return svc.KeyRevoke(ctx, "acme", doomed.ID, "ops") }})
+}
+
+// revoking is a credential revoked while admissions journal with it
+// (revokeWhileJournaling): with sets it (doomed, or kept) on an admission,
+// and an admission with doomed is refused with refused once revoke
+// returned.
+type revoking struct {
+	what, doomed, kept string
+	refused            error
+	with               func(a *lease.Admission, id string)
+	revoke             func(ctx context.Context) error
+}
+
+// revokeWhileJournaling has eight goroutines on two replicas journal on a
+// lease of acme, workers 0-3 with the doomed credential and 4-7 with the
+// kept one, revokes the doomed one once they are going, and checks that
+// nothing with it is journaled after the revoke returns, every admission
+// answered as made is journaled, the kept one's go on, and the lease
+// counts exactly what was journaled.
+func (b *testBundle) revokeWhileJournaling(t *testing.T, rv revoking) {
+	t.Helper()
+	ctx := context.Background()
+	other := b.replica(t, "r1", 4)
 	l, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 50000 * tok})
 	if err != nil {
 		t.Fatal(err)
@@ -339,9 +364,9 @@ func TestRevokeWhileJournaling(t *testing.T) {
 			if w%2 == 1 {
 				j = other.journal
 			}
-			k, keyID := 0, doomed.ID // workers 0-3 the doomed key, 4-7 the kept one
+			k, id := 0, rv.doomed // workers 0-3 the doomed credential, 4-7 the kept one
 			if w >= 4 {
-				k, keyID = 1, kept.ID
+				k, id = 1, rv.kept
 			}
 			for i := 0; ; i++ {
 				if i == 20 {
@@ -349,16 +374,16 @@ func TestRevokeWhileJournaling(t *testing.T) {
 				}
 				after := revoked.Load()
 				a := adm(fmt.Sprintf("%d-%d-%d", k, w, i), 1)
-				a.KeyID = keyID
+				rv.with(&a, id)
 				err := j.Append(ctx, l.ID, a)
 				switch {
-				case k == 0 && errors.Is(err, rule.ErrKeyRevoked):
+				case k == 0 && errors.Is(err, rv.refused):
 					return
 				case err != nil:
 					t.Errorf("worker %d: %v", w, err)
 					return
 				case k == 0 && after:
-					t.Errorf("worker %d: an admission with the revoked key made after the revoke returned", w)
+					t.Errorf("worker %d: an admission with the revoked %s made after the revoke returned", w, rv.what)
 					return
 				}
 				made[k].Add(1)
@@ -374,7 +399,7 @@ func TestRevokeWhileJournaling(t *testing.T) {
 		}()
 	}
 	<-started
-	if err := svc.KeyRevoke(ctx, "acme", doomed.ID, "ops"); err != nil {
+	if err := rv.revoke(ctx); err != nil {
 		t.Fatal(err)
 	}
 	revoked.Store(true)
@@ -388,10 +413,10 @@ func TestRevokeWhileJournaling(t *testing.T) {
 		t.Fatal(err)
 	}
 	if doomedRows != atRevoke || doomedRows != made[0].Load() {
-		t.Fatalf("revoked key: %d journaled at the revoke, %d at the end, %d answered as made", atRevoke, doomedRows, made[0].Load())
+		t.Fatalf("revoked %s: %d journaled at the revoke, %d at the end, %d answered as made", rv.what, atRevoke, doomedRows, made[0].Load())
 	}
 	if keptRows != made[1].Load() || keptAfter.Load() < 40 {
-		t.Fatalf("kept key: %d journaled, %d answered as made, %d after the revoke", keptRows, made[1].Load(), keptAfter.Load())
+		t.Fatalf("kept %s: %d journaled, %d answered as made, %d after the revoke", rv.what, keptRows, made[1].Load(), keptAfter.Load())
 	}
 	if _, _, used, _ := b.leaseState(t, l.ID); used != (doomedRows+keptRows)*tok {
 		t.Fatalf("used %d, want the %d journaled", used, doomedRows+keptRows)

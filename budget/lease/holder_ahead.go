@@ -131,15 +131,30 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 // lease in the background). ErrOver: the journal said the lease is over
 // (marked, for the next TopUp). So an admission never waits for a store
 // transaction other than its journal's group commit.
-func (h *Holder) AdmitHeld(ctx context.Context, a Admission) error {
+//
+// keep, when not nil, is called before journaling with what the lease
+// holds unused once a's cost is set aside (read under the mutex that sets
+// it aside, so the admissions of the replica in flight are counted as
+// they were taken, not as they end), and what it returns is journaled as
+// a.Response: the answer a keyed request keeps is the one it is given. An
+// error of keep gives the cost back and is returned.
+func (h *Holder) AdmitHeld(ctx context.Context, a Admission, keep func(unusedMicro int64) ([]byte, error)) error {
 	h.mu.Lock()
 	if h.lease == nil || h.over || h.unused < a.CostMicro || !h.c.NowFunc().Before(h.expires.Add(-h.c.RenewBefore)) {
 		h.mu.Unlock()
 		return ErrExhausted
 	}
 	h.unused -= a.CostMicro
-	leaseID := h.lease.ID
+	leaseID, unused := h.lease.ID, h.unused
 	h.mu.Unlock()
+	if keep != nil {
+		resp, err := keep(unused)
+		if err != nil {
+			h.giveBack(leaseID, a.CostMicro)
+			return err
+		}
+		a.Response = resp
+	}
 	err := h.j.Append(ctx, leaseID, a)
 	// A key's refusal, a replay or a duplicate id took nothing from the
 	// lease in the store: what was set aside is the lease's again.
@@ -156,4 +171,14 @@ func (h *Holder) AdmitHeld(ctx context.Context, a Admission) error {
 		h.mu.Unlock()
 	}
 	return err
+}
+
+// giveBack returns cost, set aside from leaseID and not journaled, to the
+// lease in memory (if it is still the holder's).
+func (h *Holder) giveBack(leaseID string, cost int64) {
+	h.mu.Lock()
+	if h.lease != nil && h.lease.ID == leaseID && !h.over {
+		h.unused += cost
+	}
+	h.mu.Unlock()
 }

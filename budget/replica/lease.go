@@ -70,6 +70,9 @@ type held struct {
 	// snap is the tenant's snapshot read after the last take or renew:
 	// its limits, and the balance outside every lease then.
 	snap atomic.Pointer[rule.Snapshot]
+	// prices is the price book read with snap: a lease admission is
+	// priced from it, with no read per admission.
+	prices atomic.Pointer[estimator.PriceBook]
 
 	sizing  sync.Mutex // the fields below, for one top-up at a time
 	sizedAt time.Time
@@ -122,8 +125,10 @@ func (l *Leases) Pooled(ctx context.Context, e estimator.Estimate) bool {
 // exact pipeline and wakes the top-up. The answer's snapshot reports, as
 // TokensMicro, the lease's unused part plus the balance outside every
 // lease at its last take or renew. With keep (a keyed request keeping its
-// answer), that figure is read before the admission (the unused part less
-// its cost), so that the answer kept for a retry is the one given.
+// answer), that figure is read as the holder sets the cost aside (the
+// unused part then), so that the answer kept for a retry is the one given.
+// a is priced as a reserve is (account.PriceAdmission), from the price
+// book read at the lease's last take or renew.
 func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (rule.Snapshot, error) {
 	hd := l.holder(tenantID)
 	now := l.cfg.NowFunc()
@@ -137,16 +142,19 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, 
 		return rule.Snapshot{}, errNoLease
 	}
 	var kept *rule.Snapshot
+	var keepAt func(int64) ([]byte, error)
 	if keep != nil {
-		out := *snap
-		out.TokensMicro += max(hd.h.State().UnusedMicro-a.CostMicro, 0)
-		resp, err := keep(out)
-		if err != nil {
-			return rule.Snapshot{}, err
+		keepAt = func(unused int64) ([]byte, error) {
+			out := *snap
+			out.TokensMicro += unused
+			kept = &out
+			return keep(out)
 		}
-		a.Response, kept = resp, &out
 	}
-	if err := hd.h.AdmitHeld(ctx, a); err != nil {
+	if err := account.PriceAdmission(hd.prices.Load(), &a.Admission, now); err != nil {
+		return rule.Snapshot{}, err
+	}
+	if err := hd.h.AdmitHeld(ctx, a, keepAt); err != nil {
 		if errors.Is(err, lease.ErrExactOnly) {
 			hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
 		}

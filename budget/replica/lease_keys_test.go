@@ -53,19 +53,9 @@ func sameAnswer(t *testing.T, what string, got, want *account.Reservation) {
 // ReplayNow (the rate limit service's) is replayed by the exact path.
 func TestLeaseKeyedReplays(t *testing.T) {
 	t.Parallel()
-	b := setupLeases(t, 1)
-	r := b.reps[0]
+	b, r := leasedTenant(t, rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}, 5)
 	ctx := context.Background()
-	b.tenant(t, "acme", rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}, lease.ModeAuto)
-	b.warm(t, "acme", 5)
-
-	first, _, err := r.Admitter.Reserve(ctx, keyedReq("acme", "k1", "body", 7))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := paths(r, admission.PathLease); got != 1 || first.Replayed {
-		t.Fatalf("%d lease admissions (replayed %v), want the keyed request leased", got, first.Replayed)
-	}
+	first := leaseReserve(t, r, keyedReq("acme", "k1", "body", 7), 1)
 	again, _, err := r.Admitter.Reserve(ctx, keyedReq("acme", "k1", "body", 7))
 	if err != nil {
 		t.Fatal(err)

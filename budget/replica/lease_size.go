@@ -89,7 +89,9 @@ func (l *Leases) topUp(ctx context.Context, hd *held) error {
 }
 
 // readTenant reads the tenant's snapshot (its limits, and the balance
-// outside every lease) and how many replicas hold a lease of it.
+// outside every lease), how many replicas hold a lease of it, and the
+// price book its lease admissions are priced from (the store's copy when
+// current: one read of its version), after every take and renew.
 func (l *Leases) readTenant(ctx context.Context, hd *held) error {
 	snap, err := l.acct.TenantSnapshot(ctx, hd.tenant)
 	if err != nil {
@@ -99,6 +101,11 @@ func (l *Leases) readTenant(ctx context.Context, hd *held) error {
 	if err != nil {
 		return err
 	}
+	book, err := l.acct.PriceBook(ctx)
+	if err != nil {
+		return err
+	}
+	hd.prices.Store(book)
 	hd.snap.Store(&snap)
 	hd.holders = n
 	return nil

@@ -44,12 +44,9 @@ func TestSliceFor(t *testing.T) {
 // leases plus the lease's unused part.
 func TestLeaseRenewsAheadOfNeed(t *testing.T) {
 	t.Parallel()
-	b := setupLeases(t, 1)
-	r := b.reps[0]
-	ctx := context.Background()
 	const capacity = 100_000
-	b.tenant(t, "acme", rule.Limits{TokensCapacity: capacity, TokensRateMicro: 1}, lease.ModeAuto)
-	b.warm(t, "acme", 5)
+	b, r := leasedTenant(t, rule.Limits{TokensCapacity: capacity, TokensRateMicro: 1}, 5)
+	ctx := context.Background()
 	st := replica.HolderState(r.Leases, "acme")
 	if st.LeaseID == "" || st.SliceMicro != minSlice*tok || st.UnusedMicro != minSlice*tok {
 		t.Fatalf("after the first top-up: %+v, want a lease of the minimum slice", st)

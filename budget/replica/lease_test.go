@@ -126,6 +126,31 @@ func paths(r *replica.Replica, path string) int {
 	return int(testutil.ToFloat64(r.Admitter.Paths(admission.FaceAPI, path)))
 }
 
+// leasedTenant is one replica, with a tenant acme of limits l in mode
+// auto whose lease the replica holds (warmed with a first, exact,
+// admission of warm tokens).
+func leasedTenant(t *testing.T, l rule.Limits, warm int64) (*leaseBundle, *replica.Replica) {
+	t.Helper()
+	b := setupLeases(t, 1)
+	b.tenant(t, "acme", l, lease.ModeAuto)
+	b.warm(t, "acme", warm)
+	return b, b.reps[0]
+}
+
+// leaseReserve reserves q through r's admission use case and fails unless
+// r's lease admitted it (not replayed), as its nth lease admission.
+func leaseReserve(t *testing.T, r *replica.Replica, q admission.Request, nth int) *account.Reservation {
+	t.Helper()
+	res, _, err := r.Admitter.Reserve(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(r, admission.PathLease); got != nth || res.Replayed {
+		t.Fatalf("%d lease admissions (replayed %v), want the request leased (lease admission %d)", got, res.Replayed, nth)
+	}
+	return res
+}
+
 // warm makes each replica's first admission of the tenant (exact: no
 // lease is held yet, and the admission wakes the top-up) and runs the
 // top-up that takes the lease.
@@ -257,17 +282,9 @@ func TestLeaseExactOnly(t *testing.T) {
 // commit (stopped), the requests a lease would take are admitted exactly.
 func TestLeaseFallsBackToExact(t *testing.T) {
 	t.Parallel()
-	b := setupLeases(t, 1)
-	r := b.reps[0]
+	b, r := leasedTenant(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok}, 10)
 	ctx := context.Background()
-	b.tenant(t, "acme", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok}, lease.ModeAuto)
-	b.warm(t, "acme", 10)
-	if _, _, err := r.Admitter.Reserve(ctx, req("acme", 10)); err != nil {
-		t.Fatal(err)
-	}
-	if got := paths(r, admission.PathLease); got != 1 {
-		t.Fatalf("%d lease admissions, want 1", got)
-	}
+	leaseReserve(t, r, req("acme", 10), 1)
 	_, _, err := r.Admitter.Reserve(ctx, req("acme", 995))
 	var rej *rule.RejectedError
 	if !errors.As(err, &rej) || rej.Snapshot.TenantID != "acme" {
@@ -350,18 +367,9 @@ func TestLeaseRevokedKey(t *testing.T) {
 // what the usage did not take, once.
 func TestLeaseAdmissionSettles(t *testing.T) {
 	t.Parallel()
-	b := setupLeases(t, 1)
-	r := b.reps[0]
+	_, r := leasedTenant(t, rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}, 5)
 	ctx := context.Background()
-	b.tenant(t, "acme", rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1}, lease.ModeAuto)
-	b.warm(t, "acme", 5)
-	res, _, err := r.Admitter.Reserve(ctx, req("acme", 40))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := paths(r, admission.PathLease); got != 1 {
-		t.Fatalf("%d lease admissions, want 1", got)
-	}
+	res := leaseReserve(t, r, req("acme", 40), 1)
 	st, _, err := r.Admitter.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: "acme", AdmissionID: res.AdmissionID, InputTokens: 10, OutputTokens: 0})
 	if err != nil {
 		t.Fatalf("settle of a lease admission: %v", err)

@@ -18,8 +18,9 @@ func (c tenantUpdateCmd) checkLease() error {
 	return err
 }
 
-// setLease applies `tenant update --lease`, if given, and says which rule
-// keeps the tenant exact whatever its mode.
+// setLease applies `tenant update --lease`, if given, and says what the
+// mode does: in auto, the tenant's requests are admitted from its
+// replicas' leases, or which rule keeps it exact whatever its mode.
 func (c tenantUpdateCmd) setLease(ctx context.Context, g *globals, svc *admin.Service) error {
 	if c.Lease == nil {
 		return nil
@@ -33,13 +34,16 @@ func (c tenantUpdateCmd) setLease(ctx context.Context, g *globals, svc *admin.Se
 		return err
 	}
 	fmt.Fprintf(g.stderr, "tenant %s: lease mode %s\n", st.TenantID, st.Mode)
-	if st.Mode == lease.ModeAuto {
+	switch {
+	case st.Mode != lease.ModeAuto:
+		fmt.Fprintf(g.stderr, "tenant %s: every admission is decided exactly\n", st.TenantID)
+	case st.ExactOnly != "":
 		// Said here because an administrator who asks for leases would
-		// otherwise expect them: the mode is recorded, not yet applied.
-		fmt.Fprintf(g.stderr, "tenant %s: admissions do not use leases yet (docs/leasing.md); every admission is decided exactly\n", st.TenantID)
-	}
-	if st.Mode == lease.ModeAuto && st.ExactOnly != "" {
+		// otherwise expect them.
 		fmt.Fprintf(g.stderr, "tenant %s stays in exact mode while %s has a %s\n", st.TenantID, st.ExactOnlyTenant, st.ExactOnly)
+	default:
+		fmt.Fprintf(g.stderr, "tenant %s: its requests are admitted from its replicas' leases (docs/leasing.md); "+
+			"a replica's first ones, a pooled model's and a call of several requests are decided exactly\n", st.TenantID)
 	}
 	return nil
 }

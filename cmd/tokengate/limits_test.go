@@ -69,8 +69,9 @@ func TestTenantUpdateBounds(t *testing.T) {
 }
 
 // TestTenantUpdateLease: `tenant update --lease` sets the lease mode alone
-// (no limits entry of the limits' own), says which rule keeps a tenant
-// exact, and refuses a mode that is not one, changing nothing.
+// (no limits entry of the limits' own), says that a tenant in auto is
+// admitted from leases, or which rule keeps it exact, and refuses a mode
+// that is not one, changing nothing.
 func TestTenantUpdateLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -89,7 +90,8 @@ func TestTenantUpdateLease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--lease auto: %v %s", err, notes)
 	}
-	if !strings.Contains(notes, "lease mode auto") || !strings.Contains(notes, "exact mode while acme has a concurrency limit") || strings.Contains(notes, "updated tenant") {
+	if !strings.Contains(notes, "lease mode auto") || !strings.Contains(notes, "exact mode while acme has a concurrency limit") ||
+		strings.Contains(notes, "leases (docs/leasing.md)") || strings.Contains(notes, "updated tenant") {
 		t.Fatalf("--lease auto said %q", notes)
 	}
 	var mode string
@@ -100,9 +102,23 @@ func TestTenantUpdateLease(t *testing.T) {
 	if mode != "auto" || limits != 1 {
 		t.Fatalf("mode %q with %d limits entries; want auto with the one of the mode", mode, limits)
 	}
+	// A tenant no rule keeps exact is admitted from leases.
+	if _, notes, err := cli2(t, "tenant", "create", "beta", "--database-url", url, "--tokens-capacity", "1000", "--tokens-per-second", "1"); err != nil {
+		t.Fatalf("create: %v %s", err, notes)
+	}
+	if _, notes, err = cli2(t, "tenant", "update", "beta", "--database-url", url, "--lease", "auto"); err != nil {
+		t.Fatalf("--lease auto: %v %s", err, notes)
+	}
+	if !strings.Contains(notes, "tenant beta: its requests are admitted from its replicas' leases") || strings.Contains(notes, "exact mode while") ||
+		strings.Contains(notes, "not use leases") {
+		t.Fatalf("--lease auto said %q", notes)
+	}
 	// --models beside --lease: both are applied, neither hides the other.
-	if _, notes, err := cli2(t, "tenant", "update", "acme", "--database-url", url, "--models", "gpt-4o", "--lease", "off"); err != nil {
+	if _, notes, err = cli2(t, "tenant", "update", "acme", "--database-url", url, "--models", "gpt-4o", "--lease", "off"); err != nil {
 		t.Fatalf("--models with --lease: %v %s", err, notes)
+	}
+	if !strings.Contains(notes, "tenant acme: every admission is decided exactly") {
+		t.Fatalf("--lease off said %q", notes)
 	}
 	var models []string
 	if err := pool.QueryRow(ctx, `SELECT (SELECT mode FROM lease_modes WHERE tenant_id = 'acme'), (SELECT allowed_models FROM tenants WHERE id = 'acme')`).Scan(&mode, &models); err != nil {
