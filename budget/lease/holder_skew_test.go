@@ -32,7 +32,7 @@ func TestHolderClockSkewed(t *testing.T) {
 				t.Fatalf("first top-up: %t, %v; want a take", changed, err)
 			}
 			first := h.LeaseID()
-			if err := h.AdmitHeld(ctx, adm("a", 10)); err != nil {
+			if err := h.AdmitHeld(ctx, adm("a", 10), nil); err != nil {
 				t.Fatalf("admit from a lease just taken: %v", err)
 			}
 			// Nothing due: the lease is fresh and holds 90 of 100.
@@ -57,7 +57,7 @@ func TestHolderClockSkewed(t *testing.T) {
 			// Past the first expiry, within the renewed one: still admitted
 			// from the same lease.
 			b.advance(ttl/2 + time.Second)
-			if err := h.AdmitHeld(ctx, adm("b", 10)); err != nil {
+			if err := h.AdmitHeld(ctx, adm("b", 10), nil); err != nil {
 				t.Fatalf("admit after the renew, past the take's expiry: %v", err)
 			}
 			if h.LeaseID() != first {
@@ -66,7 +66,7 @@ func TestHolderClockSkewed(t *testing.T) {
 			// Within RenewBefore (a third of the TTL) of the renewed expiry
 			// by the holder's clock: it admits nothing more until a renew.
 			b.advance(ttl - ttl/2 - time.Second - ttl/3 + time.Second)
-			if err := h.AdmitHeld(ctx, adm("c", 10)); err != lease.ErrExhausted {
+			if err := h.AdmitHeld(ctx, adm("c", 10), nil); err != lease.ErrExhausted {
 				t.Fatalf("admit within RenewBefore of the expiry: %v; want ErrExhausted", err)
 			}
 			if err := h.Return(ctx); err != nil {
