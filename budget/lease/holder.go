@@ -19,8 +19,12 @@ type HolderConfig struct {
 	// nothing more from the lease until a renew succeeds.
 	RenewBefore time.Duration
 	// NowFunc is the holder's clock for its lease's expiry (time.Now when
-	// nil). Skew against the store's clock is covered by RenewBefore: the
-	// journal refuses, by the store's clock, any admission after expiry.
+	// nil). The holder never compares it with the store's expires_at: it
+	// counts the TTL from its own reading taken before the take or renew
+	// (which the store's expiry can only follow), so a clock off the
+	// store's by any fixed skew neither stops it admitting (ahead) nor lets
+	// it think a lease live past the store's expiry (behind); the journal
+	// still refuses, by the store's clock, any admission after expiry.
 	NowFunc func() time.Time
 }
 
@@ -36,9 +40,9 @@ type Holder struct {
 	c       HolderConfig
 	mu      sync.Mutex
 	lease   *Lease
-	unused  int64 // in memory: what the lease can still pay for
-	expires time.Time
-	over    bool // the journal said the lease is over
+	unused  int64     // in memory: what the lease can still pay for
+	expires time.Time // by the holder's clock (localExpiry)
+	over    bool      // the journal said the lease is over
 }
 
 // NewHolder returns a holder of c.TenantID's lease on s, journaling to j.
@@ -119,10 +123,11 @@ func (h *Holder) take(ctx context.Context, cost int64) (string, error) {
 func (h *Holder) refresh(ctx context.Context, want int64) error {
 	if h.lease != nil {
 		if !h.over {
+			began := h.c.NowFunc()
 			l, err := h.s.Renew(ctx, h.lease.ID, want)
 			if err == nil {
 				h.unused += l.SliceMicro - h.lease.SliceMicro
-				h.lease, h.expires = &l, l.ExpiresAt
+				h.lease, h.expires = &l, h.localExpiry(began)
 				return nil
 			}
 			if !errors.Is(err, ErrOver) {
@@ -136,6 +141,7 @@ func (h *Holder) refresh(ctx context.Context, want int64) error {
 		}
 		h.lease, h.unused, h.over = nil, 0, false
 	}
+	began := h.c.NowFunc()
 	l, err := h.s.Take(ctx, TakeParams{TenantID: h.c.TenantID, WantMicro: want, MinMicro: 1})
 	if errors.Is(err, ErrShort) {
 		return nil
@@ -143,9 +149,16 @@ func (h *Holder) refresh(ctx context.Context, want int64) error {
 	if err != nil {
 		return err
 	}
-	h.lease, h.unused, h.expires = &l, l.SliceMicro, l.ExpiresAt
+	h.lease, h.unused, h.expires = &l, l.SliceMicro, h.localExpiry(began)
 	return nil
 }
+
+// localExpiry is a lease's expiry by the holder's clock: a TTL after
+// began, the holder's reading before the take or renew that set the
+// store's expires_at (the store's now, at least as late, plus the TTL).
+// The store's absolute expires_at is never compared with the holder's
+// clock, which may be off it by any skew.
+func (h *Holder) localExpiry(began time.Time) time.Time { return began.Add(h.s.ttl) }
 
 // Return gives the lease back (its journal reconciled, its unused amount
 // refunded) and forgets it.

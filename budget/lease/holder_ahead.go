@@ -15,7 +15,9 @@ type HolderState struct {
 	// UnusedMicro is what the lease can still pay for, in memory.
 	UnusedMicro int64
 	SliceMicro  int64 // what a take or a renew asks for now
-	ExpiresAt   time.Time
+	// ExpiresAt is the lease's expiry by the holder's clock (a TTL after
+	// its reading before the last take or renew), not the store's.
+	ExpiresAt time.Time
 	// Over: the journal said the lease is over (the next admission or
 	// TopUp replaces it).
 	Over bool
@@ -68,6 +70,7 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 		return false, nil
 	}
 	if cur != nil && !over {
+		began := h.c.NowFunc()
 		l, err := h.s.Renew(ctx, cur.ID, max(slice-unused, 0))
 		switch {
 		case err == nil:
@@ -77,8 +80,8 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 					h.unused += add
 					h.lease.SliceMicro = l.SliceMicro
 				}
-				if l.ExpiresAt.After(h.expires) {
-					h.expires, h.lease.ExpiresAt = l.ExpiresAt, l.ExpiresAt
+				if exp := h.localExpiry(began); exp.After(h.expires) {
+					h.expires, h.lease.ExpiresAt = exp, l.ExpiresAt
 				}
 			}
 			h.mu.Unlock()
@@ -92,6 +95,7 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 			return false, err
 		}
 	}
+	began := h.c.NowFunc()
 	l, err := h.s.Take(ctx, TakeParams{TenantID: h.c.TenantID, WantMicro: slice, MinMicro: 1})
 	if errors.Is(err, ErrShort) {
 		h.mu.Lock()
@@ -107,7 +111,7 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 	h.mu.Lock()
 	installed := h.lease == nil || (cur != nil && h.lease.ID == cur.ID)
 	if installed {
-		h.lease, h.unused, h.expires, h.over = &l, l.SliceMicro, l.ExpiresAt, false
+		h.lease, h.unused, h.expires, h.over = &l, l.SliceMicro, h.localExpiry(began), false
 	}
 	h.mu.Unlock()
 	if !installed {

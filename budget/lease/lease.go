@@ -194,6 +194,7 @@ func (s *Store) Renew(ctx context.Context, leaseID string, addMicro int64) (Leas
 		for _, lv := range levels {
 			add = min(add, lv.BalanceMicro)
 		}
+		add = max(add, 0) // a level in debt adds nothing (and takes nothing back)
 		if add > 0 {
 			moves = s.moves(levels, ledger.KindLeaseTake, leaseID, -add, "renew")
 		}

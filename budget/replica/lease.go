@@ -202,8 +202,11 @@ func (l *Leases) Run(ctx context.Context) {
 	jctx, stopJournal := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Add(1)
 	go func() { defer wg.Done(); l.journal.Run(jctx) }()
-	sweep := time.NewTicker(l.cfg.TTL / 2)
-	defer sweep.Stop()
+	// The sweeper runs apart from the top-up, whose renews may wait for a
+	// busy tenant's row locks for up to TTL/2 each: behind them, a dead
+	// replica's lease would be swept later than TTL + TTL/2 (bound 3).
+	wg.Add(1)
+	go func() { defer wg.Done(); l.sweep(ctx) }()
 	var tick <-chan time.Time
 	if l.cfg.Tick > 0 {
 		t := time.NewTicker(l.cfg.Tick)
@@ -214,10 +217,6 @@ func (l *Leases) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			done = true
-		case <-sweep.C:
-			if _, err := l.store.Sweep(ctx, 100); err != nil && ctx.Err() == nil {
-				l.logger.Warn("lease sweep", "error", err.Error())
-			}
 		case <-tick:
 			l.TopUpOnce(ctx)
 		case <-l.kick:
@@ -234,6 +233,23 @@ func (l *Leases) Run(ctx context.Context) {
 	for _, hd := range l.all() {
 		if err := hd.h.Return(rctx); err != nil {
 			l.logger.Warn("lease return at shutdown", "tenant", hd.tenant, "error", err.Error())
+		}
+	}
+}
+
+// sweep expires the leases past their expiry, any replica's, every TTL/2
+// until ctx ends.
+func (l *Leases) sweep(ctx context.Context) {
+	t := time.NewTicker(l.cfg.TTL / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := l.store.Sweep(ctx, 100); err != nil && ctx.Err() == nil {
+				l.logger.Warn("lease sweep", "error", err.Error())
+			}
 		}
 	}
 }

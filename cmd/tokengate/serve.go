@@ -65,7 +65,7 @@ type serveCmd struct {
 	PprofAddr          string        `name:"pprof-addr" env:"TOKENGATE_PPROF_ADDR" help:"Serve Go's profiler (net/http/pprof) on this address, e.g. 127.0.0.1:6060. Off by default: it is for an operator on the host, never exposed."`
 	// ClockOffset is a fault the soak injects (a replica's clock off the
 	// database's): hidden, since it is for testing, not for operators.
-	ClockOffset  time.Duration `name:"clock-offset" env:"TOKENGATE_CLOCK_OFFSET" hidden:"" help:"Testing only: moves this replica's own clock (the local failure policy's) by this much."`
+	ClockOffset  time.Duration `name:"clock-offset" env:"TOKENGATE_CLOCK_OFFSET" hidden:"" help:"Testing only: moves this replica's own clock (the local failure policy's, and its lease holders') by this much."`
 	Alerts       alertFlags    `embed:""`
 	ModelRefresh time.Duration `name:"model-refresh" env:"TOKENGATE_MODEL_REFRESH" default:"5s" help:"How often this replica picks up model-table edits made elsewhere."`
 }
@@ -148,7 +148,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		DefaultPolicy: rule.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
-		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice},
+		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice, NowFunc: s.clock()},
 	})
 	if err != nil {
 		return err
@@ -295,13 +295,22 @@ func (s serveCmd) local(logger *slog.Logger, id string) (*outage.Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &outage.Local{Replicas: max(1, s.Replicas), Replica: id, Spool: spool, Logger: logger}
+	l := &outage.Local{Replicas: max(1, s.Replicas), Replica: id, Spool: spool, Logger: logger, NowFunc: s.clock()}
 	if s.ClockOffset != 0 {
-		offset := s.ClockOffset
-		l.NowFunc = func() time.Time { return time.Now().Add(offset) }
-		logger.Warn("this replica's clock is moved (testing only)", "offset", offset.String())
+		logger.Warn("this replica's clock is moved (testing only)", "offset", s.ClockOffset.String())
 	}
 	return l, nil
+}
+
+// clock is this replica's own clock, moved by --clock-offset (nil, the
+// default clock, without one): the local failure policy's and the lease
+// holders'. The store's clock decides everything shared.
+func (s serveCmd) clock() func() time.Time {
+	if s.ClockOffset == 0 {
+		return nil
+	}
+	offset := s.ClockOffset
+	return func() time.Time { return time.Now().Add(offset) }
 }
 
 // gatherOf is --gather as the replica takes it: 0 on the command line

@@ -235,6 +235,16 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 		return n
 	}
 	local := 0 // replayed local admissions
+	// Quota leasing (model_lease_test.go): the leases as their table has
+	// them, each level's replay of its leases, each level's balances over
+	// time, and each lease's takes at its own tenant.
+	leases := leaseRows(t, pool)
+	timeline := map[string][]point{}
+	takes := map[string][]point{}
+	tokenOnly := map[string]bool{}
+	leaseCount, leased := map[string]int{}, map[string]int{}
+	js := unbookedRows(t, pool) // and, in the replay, the booked ones
+	journals := leaseJournals(t, pool)
 	for _, id := range tenants {
 		rows, err := pool.Query(context.Background(), `SELECT seq, kind, created_at, admission_id, estimate, actual, refill_micro,
 			delta_micro, balance_micro, period_start, period_used, late, detail, reason FROM ledger_entries WHERE tenant_id = $1 ORDER BY seq`, id)
@@ -246,6 +256,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 			t.Fatal(err)
 		}
 		m := &mtenant{reserved: map[string]int64{}, ended: map[string]string{}}
+		ml := newLeaseLedger(journals)
 		var periodStart *time.Time
 		for _, e := range es {
 			where := fmt.Sprintf("tenant %s entry %d (%s at %s)", id, e.Seq, e.Kind, e.CreatedAt.Format("15:04:05.000000"))
@@ -263,6 +274,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 						fail("%s: the model does not follow request bucket changes", where)
 					}
 					m.lim = l
+					ml.limits(e.CreatedAt, l.capacity)
 				}
 			}
 			if m.tokens.at.IsZero() { // created: a full bucket
@@ -278,7 +290,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 			}
 			m.tokens.capacity, m.tokens.rate = m.lim.capacity, m.lim.rate
 			adm := ""
-			if e.AdmissionID != nil {
+			if e.AdmissionID != nil && !strings.HasPrefix(e.Kind, "lease_") { // a lease entry names its lease
 				adm = *e.AdmissionID
 				if o, ok := owner[adm]; !ok || depth(id) > depth(o) {
 					owner[adm] = id
@@ -298,8 +310,17 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 				if exempt {
 					local++
 				}
+				// Admitted from a lease: its cost was taken with the lease
+				// (model_lease_test.go), and it moves nothing.
+				lid, costMicro, journaledAt := leaseRef(e.Detail)
+				if lid != "" {
+					ml.reserve(fail, where, lid, adm, cost, costMicro, e)
+					if r, ok := leases[lid]; ok && r.TenantID == id {
+						js = append(js, journalRow{LeaseID: lid, CostMicro: costMicro, CreatedAt: journaledAt, Booked: true})
+					}
+				}
 				// Would the contract admit it, at this entry's time?
-				if exempt {
+				if exempt || lid != "" {
 					// Admitted by a replica on its own: not checked.
 				} else if m.tokens.balance < cost*micro {
 					fail("%s: admitted %s costing %d with %d micro-tokens", where, adm, cost, m.tokens.balance)
@@ -314,7 +335,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 					fail("%s: admitted %s costing %d with %d of the period's %d used", where, adm, cost, usedBefore, m.lim.periodBudget)
 				}
 				// (Only a replayed local admission can meet the debt floor.)
-				if want := m.tokens.charge(-cost * micro); e.DeltaMicro != want {
+				if want := m.tokens.charge(-cost * micro); lid == "" && e.DeltaMicro != want {
 					fail("%s: delta %d for a cost of %d; the model says %d", where, e.DeltaMicro, cost, want)
 				}
 				m.tokens.add(e.DeltaMicro)
@@ -338,11 +359,17 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 					if known && e.CreatedAt.Before(due) {
 						fail("%s: %s expired before it was due (%s)", where, adm, due.Format("15:04:05.000000"))
 					}
+					// One admitted locally is the store's from its replay
+					// only: it cannot expire before the store has it.
+					swept := due
+					if r, ok := reserveOf[id+"/"+adm]; ok && r.Reason != nil && strings.HasPrefix(*r.Reason, replayedLocal) && r.CreatedAt.After(due) {
+						swept = r.CreatedAt
+					}
 					if known && h.quiet(due.Add(-time.Second), e.CreatedAt.Add(time.Second)) {
 						onTime++
 					}
-					if known && e.CreatedAt.Sub(due) > sweepInterval+time.Second && h.quiet(due.Add(-time.Second), e.CreatedAt.Add(time.Second)) {
-						fail("%s: %s expired %s after it was due, with no fault going on", where, adm, e.CreatedAt.Sub(due).Round(time.Millisecond))
+					if known && e.CreatedAt.Sub(swept) > sweepInterval+time.Second && h.quiet(due.Add(-time.Second), e.CreatedAt.Add(time.Second)) {
+						fail("%s: %s expired %s after it was due, with no fault going on", where, adm, e.CreatedAt.Sub(swept).Round(time.Millisecond))
 					}
 					if e.DeltaMicro != 0 {
 						fail("%s: an expiry moved the balance by %d", where, e.DeltaMicro)
@@ -380,6 +407,11 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 				delete(m.reserved, adm)
 				m.ended[adm] = e.Kind
 				endsOf[id+"/"+adm] = e
+			case "lease_take", "lease_return":
+				m.tokens.add(ml.entry(fail, where, e, &m.tokens))
+				if r, ok := leases[*e.AdmissionID]; ok && e.Kind == "lease_take" && r.TenantID == id {
+					takes[r.ID] = append(takes[r.ID], point{at: e.CreatedAt, balance: -e.DeltaMicro})
+				}
 			case "adjust", "limits", "tenant":
 				// An adjustment moves the balance by its delta; a lowered
 				// capacity cuts a balance above it.
@@ -401,7 +433,10 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 			if e.PeriodStart != nil {
 				periodStart, m.periodUsed = e.PeriodStart, e.PeriodUsed
 			}
+			timeline[id] = append(timeline[id], point{at: e.CreatedAt, balance: m.tokens.balance, capacity: m.tokens.capacity, rate: m.tokens.rate})
 		}
+		leaseCount[id], leased[id] = ml.finish(fail, id, leases)
+		tokenOnly[id] = m.lim.reqCapacity == 0 && m.lim.maxConcurrent == 0 && m.lim.periodBudget == 0
 		// The tenant row agrees with the model; nothing is left open.
 		var balance, open, seq int64
 		if err := pool.QueryRow(context.Background(), `SELECT tokens_micro, open_reservations, ledger_seq FROM tenants WHERE id = $1`, id).Scan(&balance, &open, &seq); err != nil {
@@ -518,6 +553,23 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 		if (e.op == "settle" || e.op == "release") && e.code == http.StatusNotFound && told[e.admission] {
 			fail("client %d at %s: %s of %s answered 404, yet a client was told of it", e.client, e.end, e.op, e.admission)
 		}
+	}
+	for id := range tokenOnly {
+		for lv := parents[id]; lv != ""; lv = parents[lv] {
+			tokenOnly[id] = tokenOnly[id] && tokenOnly[lv]
+		}
+	}
+	leaseProblems, ls := checkLeases(h, leases, js)
+	refusalProblems, refusals, inLeases := checkRefusals(h, timeline, parents, tokenOnly, leasesHeld(leases, js, takes))
+	problems = append(append(problems, leaseProblems...), refusalProblems...)
+	t.Logf("checker: leases by level %v, admissions made from them by level %v; leases %d (%d returned, %d expired by a sweeper, %d of these checked for timeliness), %d held by a replica when it was killed, %d when it was cut off past the TTL; %d lease admissions journaled, by tenant %v",
+		leaseCount, leased, ls.leases, ls.returned, ls.expired, ls.onTime, ls.killedHeld, ls.cutHeld, ls.journaled, ls.byTenant)
+	t.Logf("checker: %d refusals of token-only trees checked against the balances outside the leases; %d of them with the cost within a level's balance plus what its live leases held", refusals, inLeases)
+	if ls.journaled == 0 {
+		fail("no admission was made from a lease: the soak exercised none of leasing")
+	}
+	if len(h.kills) > 0 && ls.killedHeld+ls.cutHeld == 0 {
+		fail("%d replicas killed or cut off, none holding a lease: no fault tested a lost holder", len(h.kills))
 	}
 	l := ledgerView{owner: owner, reserveOf: reserveOf, endsOf: endsOf, expired: expired, keyed: keyed}
 	proxyProblems, exact, lenient, geminiExact := checkProxyCalls(h, up, l, streamed)

@@ -32,7 +32,11 @@ import (
 // that shares no code with budget. Clients come through all three faces of
 // every replica: the HTTP API, the proxy (its OpenAI wire and its Gemini
 // wire, in front of an upstream this process emulates) and Envoy's rate
-// limit service. SOAK_SECONDS
+// limit service. Part of the tenants, chosen by the seed, are in lease mode
+// auto (leaseModes) on a 2 s lease TTL, so quota leasing runs beside exact
+// mode under every fault, a replica killed and one cut off past the TTL
+// with admissions in flight among them; the checker holds the leases to
+// the bounds of docs/leasing.md (model_lease_test.go). SOAK_SECONDS
 // (default 60) and SOAK_SEED (default: from the clock, printed) choose the
 // run; `make soak` runs it.
 func TestSoak(t *testing.T) { soak(t, false) }
@@ -58,7 +62,9 @@ func soak(t *testing.T, ha bool) {
 
 	// Every replica reaches Postgres through its own TCP proxy (cut and
 	// slowed at random), and one replica's clock is off by a skew the seed
-	// chooses (it matters to the local failure policy, which "loc" uses).
+	// chooses (it matters to the local failure policy, which "loc" uses,
+	// and to the lease holders, which must not compare it with the
+	// store's).
 	proxies := newPGProxies(t)
 	sr := rand.New(rand.NewPCG(uint64(seed), 3000))
 	skewed := fmt.Sprintf("replica-%d", 1+sr.IntN(3))
@@ -69,7 +75,7 @@ func soak(t *testing.T, ha bool) {
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
 	var up *provider // the OpenAI and Gemini upstream the proxies call
 	c := startClusterOn(t, ha, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
-		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082"},
+		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082", "TOKENGATE_LEASE_TTL": leaseTTL.String()},
 		func(c *cluster, name string) map[string]string {
 			if up == nil {
 				up = newProvider(t, c)
@@ -108,15 +114,21 @@ func soak(t *testing.T, ha bool) {
 		"org": {TokensCapacity: 4000, TokensRateMicro: 400 * rule.Micro, MaxConcurrent: 6, ReservationTTL: ttl},
 		"ta":  {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
 		"tb":  {TokensCapacity: 1_000_000, TokensRateMicro: 10_000 * rule.Micro, RequestsCapacity: 20, RequestsRateMicro: 3 * rule.Micro, ReservationTTL: ttl},
+		// Token buckets only, so that lease mode auto leases them
+		// (leaseModes): one alone, and two nested in "lorg".
+		"lz":   {TokensCapacity: 3000, TokensRateMicro: 300 * rule.Micro, ReservationTTL: ttl},
+		"lorg": {TokensCapacity: 5000, TokensRateMicro: 500 * rule.Micro, ReservationTTL: ttl},
+		"la":   {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
+		"lb":   {TokensCapacity: 3000, TokensRateMicro: 250 * rule.Micro, ReservationTTL: ttl},
 	}
-	parents := map[string]string{"ta": "org", "tb": "org"}
+	parents := map[string]string{"ta": "org", "tb": "org", "la": "lorg", "lb": "lorg"}
 	keys := map[string]string{}
 	var names []string // the tenants clients use
-	for _, id := range []string{"tok", "req", "conc", "per", "loc", "org", "ta", "tb"} {
+	for _, id := range []string{"tok", "req", "conc", "per", "loc", "org", "ta", "tb", "lz", "lorg", "la", "lb"} {
 		if _, err := c.store.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: tenants[id], Parent: parents[id]}); err != nil {
 			t.Fatal(err)
 		}
-		if id == "org" {
+		if id == "org" || id == "lorg" {
 			continue
 		}
 		_, key, err := credential.KeyCreate(ctx, c.pool, id)
@@ -136,8 +148,12 @@ func soak(t *testing.T, ha bool) {
 	}
 	rlsc := &rlsClients{credential: gateway, conns: map[string]*grpc.ClientConn{}}
 	t.Cleanup(rlsc.close)
+	leaseModes(t, c, adminToken, seed)
 
 	h := &history{start: time.Now()}
+	for _, rep := range c.replicas {
+		h.replicas = append(h.replicas, rep.name)
+	}
 	w := &workload{c: c, h: h, keys: keys, names: names, admin: adminToken, proxies: proxies, provider: up, rls: rlsc,
 		promptTokens: measurePrompts(t, c.replicas[0].url, keys[names[0]]), gemini: measureGemini(t, c.replicas[0].proxyURL, keys[names[0]]), plantAsync: ha && os.Getenv("SOAK_HA_PLANT") == "async"}
 	stop := make(chan struct{})
@@ -186,6 +202,15 @@ func soak(t *testing.T, ha bool) {
 	}) {
 		t.Errorf("soak: %d reservations still open %s after the load, past their TTL (%s) and the sweep", reserved, ttl+60*time.Second, ttl)
 	}
+	// Every lease ended: a replica gives back a tenant's lease once it
+	// admitted nothing of it for a TTL, and the sweepers expire the rest.
+	var live int
+	if !await.For(leaseTTL+30*time.Second, 200*time.Millisecond, func() bool {
+		err := c.pool.QueryRow(ctx, `SELECT count(*) FROM leases WHERE state = 'live'`).Scan(&live)
+		return err == nil && live == 0
+	}) {
+		t.Errorf("soak: %d leases still live %s after the load", live, leaseTTL+30*time.Second)
+	}
 	ops, local := map[string]int{}, map[string]int{}
 	for _, e := range h.events {
 		ops[fmt.Sprintf("%s %s %d", e.face, e.op, e.code)]++
@@ -200,7 +225,11 @@ func soak(t *testing.T, ha bool) {
 		h.dumpHistory(t)
 		sameOnEveryNode(t, c)
 	}
-	if problems := check(t, c.pool, h, up, w.gemini.streamed, append(names, "org"), parents); len(problems) > 0 {
+	logLeasePaths(t, c)
+	if problems := check(t, c.pool, h, up, w.gemini.streamed, append(names, "org", "lorg"), parents); len(problems) > 0 {
+		if f := os.Getenv("SOAK_PROBLEMS"); f != "" { // every divergence, to a file
+			_ = os.WriteFile(f, []byte(strings.Join(problems, "\n")+"\n"), 0o644)
+		}
 		for i, p := range problems {
 			if i == 10 {
 				t.Errorf("... and %d more", len(problems)-10)
@@ -210,8 +239,14 @@ func soak(t *testing.T, ha bool) {
 		}
 		t.Logf("the history around the first divergence:\n%s", h.around(problems[0]))
 		t.Logf("the ledger of its admission:\n%s", ledgerOf(c.pool, problems[0]))
+		if id := admissionIn(problems[0]); strings.HasPrefix(id, "lse_") {
+			t.Logf("its lease:\n%s", leaseOf(c.pool, id))
+		}
 		t.Fatalf("soak: %d divergences from the model (seed %d)", len(problems), seed)
 	}
+	// What `tokengate ledger verify` runs (admin.Service.LedgerVerify), over
+	// every tenant: each chain, and each row's head and balance against it.
+	c.audit()
 }
 
 // replicasUp checks that every replica answers again once the faults are
@@ -329,6 +364,10 @@ type history struct {
 	counted    map[string]int
 	// failovers are the Patroni cluster's changes of leader (TestSoakHA).
 	failovers []failover
+	// kills are the replicas killed or cut off past the lease TTL, and
+	// replicas the names of all (checkLeases: their leases).
+	kills    []kill
+	replicas []string
 }
 
 // fault records a fault's window, and what it was: the count that grew.
@@ -379,9 +418,14 @@ func (h *history) add(e event) {
 	h.mu.Unlock()
 }
 
-// admissionIn returns the first admission id a divergence names, if any.
+// admissionIn returns the first admission id a divergence names, if any,
+// or else the first lease id (whose entries name it as their admission).
 func admissionIn(problem string) string {
-	if i := strings.Index(problem, "adm_"); i >= 0 {
+	i := strings.Index(problem, "adm_")
+	if i < 0 {
+		i = strings.Index(problem, "lse_")
+	}
+	if i >= 0 {
 		return strings.FieldsFunc(problem[i:], func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == ')' })[0]
 	}
 	return ""
@@ -643,12 +687,13 @@ func (w *workload) operator(r *rand.Rand, stop <-chan struct{}) {
 
 // faults strikes at random moments: Postgres paused (SIGSTOP, docker
 // pause) and resumed, Postgres restarted, a replica killed and started
-// again, a replica cut off the network and connected again, a replica's
-// connections to Postgres cut at the TCP proxy, Postgres's answers to a
+// again (always the first fault), a replica cut off the network and
+// connected again, a replica's connections to Postgres cut at the TCP
+// proxy (for longer than the lease TTL: always the second fault), Postgres's answers to a
 // replica delayed at the proxy, and Postgres slow for one tenant (its row
 // held by another transaction).
 func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, count map[string]int) {
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-stop:
 			return
@@ -659,7 +704,14 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 		// connections back: 3 s after it ends.
 		func() {
 			defer func() { w.h.fault(began, time.Now().Add(3*time.Second), count, before) }()
-			switch k := r.IntN(7); k {
+			k := r.IntN(8)
+			switch n {
+			case 0:
+				k = 2 // every run kills a replica holding leases
+			case 1:
+				k = 7 // and cuts one off past its leases' TTL
+			}
+			switch k {
 			case 0:
 				docker(t, "pause", w.c.pg.GetContainerID())
 				time.Sleep(time.Duration(500+r.IntN(2500)) * time.Millisecond) // real time: how long Postgres stays paused is the fault
@@ -670,6 +722,17 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 				w.c.reconnect(t) // its host port may have moved
 				w.proxies.retarget(w.c, "")
 				count["postgres restarted"]++
+			case 7:
+				// A replica's connections cut for longer than the lease
+				// TTL: its leases expire by the store's clock with its
+				// admissions in flight; the journal refuses them, and the
+				// other replicas' sweepers give the budget back.
+				rep := w.replica(r)
+				w.h.mu.Lock()
+				w.h.kills = append(w.h.kills, kill{replica: rep.name, before: time.Now(), at: time.Now(), faultWindows: len(w.h.faults), cut: true})
+				w.h.mu.Unlock()
+				w.proxies.cut(rep.name, leaseTTL+time.Duration(500+r.IntN(2000))*time.Millisecond)
+				count["connections cut past the lease TTL (proxy)"]++
 			default:
 				w.sharedFault(t, r, k, count)
 			}
@@ -726,7 +789,11 @@ func (w *workload) sharedFault(t *testing.T, r *rand.Rand, k int, count map[stri
 		count["postgres slow (row held)"]++
 	default:
 		rep := w.replica(r)
+		before := time.Now()
 		docker(t, "kill", rep.ctr.GetContainerID())
+		w.h.mu.Lock()
+		w.h.kills = append(w.h.kills, kill{replica: rep.name, before: before, at: time.Now(), faultWindows: len(w.h.faults)})
+		w.h.mu.Unlock()
 		time.Sleep(time.Duration(200+r.IntN(1000)) * time.Millisecond) // real time: how long the replica stays dead is the fault
 		docker(t, "start", rep.ctr.GetContainerID())
 		w.mu.Lock()

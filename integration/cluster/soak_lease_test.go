@@ -1,0 +1,106 @@
+//go:build cluster && soak
+
+package cluster_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// leaseModes puts part of the soak's tenants in lease mode auto, chosen by
+// the seed, through the admin API: two or three of the four whose trees
+// have token buckets only ("tok", whose limits the operator changes, which
+// ends its leases; "lz"; "la" and "lb", nested in "lorg"), so that the
+// others stay in mode off and both paths run, beside and above each other;
+// and one tenant whose rules keep it exact whatever its mode (a request,
+// concurrency or period limit), which must stay exact.
+func leaseModes(t *testing.T, c *cluster, admin string, seed int64) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(uint64(seed), 4000))
+	leasable := []string{"tok", "lz", "la", "lb"}
+	r.Shuffle(len(leasable), func(i, j int) { leasable[i], leasable[j] = leasable[j], leasable[i] })
+	auto := leasable[:2+r.IntN(2)]
+	exact := []string{"conc", "req", "per"}[r.IntN(3)]
+	for _, id := range append(append([]string{}, auto...), exact) {
+		resp, err := send(http.MethodPut, c.replicas[0].url+"/v1/admin/tenants/"+id+"/lease", admin, "", `{"mode":"auto"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v struct {
+			Mode      string `json:"mode"`
+			ExactOnly *struct {
+				Rule string `json:"rule"`
+			} `json:"exact_only"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &v) != nil || v.Mode != "auto" || (v.ExactOnly != nil) != (id == exact) {
+			t.Fatalf("soak: lease mode auto for %s: %d %s", id, resp.StatusCode, raw)
+		}
+	}
+	t.Logf("soak: lease mode auto for %v (leased) and %s (kept exact by its rules); the others off", auto, exact)
+}
+
+// logLeasePaths logs each replica's count of admissions by path
+// (tokengate_admission_paths_total): since its last start, so a replica
+// killed and started again counts only its last life.
+func logLeasePaths(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, rep := range c.replicas {
+		resp, err := client.Get(rep.url + "/metrics")
+		if err != nil {
+			t.Logf("soak: %s /metrics: %v", rep.name, err)
+			continue
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var paths []string
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "tokengate_admission_paths_total{") {
+				paths = append(paths, strings.TrimPrefix(line, "tokengate_admission_paths_total"))
+			}
+		}
+		t.Logf("soak: %s admissions by path since its last start: %s", rep.name, strings.Join(paths, " "))
+	}
+}
+
+// leaseOf renders a lease's row and its journal, for a divergence that
+// names it.
+func leaseOf(pool *pgxpool.Pool, id string) string {
+	var b strings.Builder
+	var tenant, holder, state string
+	var slice, used, booked int64
+	var taken, renewed, expires time.Time
+	var ended *time.Time
+	if err := pool.QueryRow(ctx, `SELECT tenant_id, holder, state, slice_micro, used_micro, booked_micro, taken_at, renewed_at, expires_at, ended_at
+		FROM leases WHERE id = $1`, id).Scan(&tenant, &holder, &state, &slice, &used, &booked, &taken, &renewed, &expires, &ended); err != nil {
+		return err.Error()
+	}
+	fmt.Fprintf(&b, "  %s of %s held by %s: %s, slice %d, used %d, booked %d, taken %s, renewed %s, expires %s, ended %v\n", id, tenant, holder, state,
+		slice, used, booked, taken.Format("15:04:05.000000"), renewed.Format("15:04:05.000000"), expires.Format("15:04:05.000000"), ended)
+	// Booking deletes a journal row: these are the ones not booked.
+	rows, err := pool.Query(ctx, `SELECT admission_id, cost_micro, created_at FROM lease_admissions WHERE lease_id = $1 ORDER BY seq`, id)
+	if err != nil {
+		return err.Error()
+	}
+	var adm string
+	var cost int64
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&adm, &cost, &at}, func() error {
+		fmt.Fprintf(&b, "  journal (not booked) %s %d at %s\n", adm, cost, at.Format("15:04:05.000000"))
+		return nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return b.String()
+}
