@@ -14,6 +14,7 @@ import (
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/await"
 )
 
 // findRecorder is the lease store as the account store's decisions reach
@@ -106,21 +107,14 @@ func holdKeyLock(t *testing.T, b *testBundle, tenantID, key string) (release fun
 // advisory lock.
 func waitKeyLockWaiter(t *testing.T, b *testBundle) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
+	var n int
+	await.Until(t, 10*time.Second, "a decision waiting for the key's advisory lock", func() bool {
 		if err := b.r.pool.QueryRow(context.Background(),
 			"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no decision waits for the key's advisory lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n > 0
+	}, func() string { return "no advisory lock waiter" })
 }
 
 // Exact mode reads the lease journal, and takes the keys' advisory locks,
