@@ -182,12 +182,18 @@ func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error
 	}
 }
 
-// inFlight is how many groups a journal commits at once: while one waits
-// for its commit's flush, the next has gathered and sent its first round
-// trip. Groups of one lease are ordered by its row's lock, and groups with
-// one Idempotency-Key by its advisory lock (both taken in a fixed order),
-// so two groups never wait on each other in a cycle.
-const inFlight = 2
+// inFlight is how many groups a journal commits at once. Two in flight
+// (the next group gathered and sent while one waits for its flush) was
+// measured slower on the two-core bench machine, side by side: one in
+// flight made 1.46x the admissions with four replicas on one tenant,
+// 1.18x with 64 tenants and 1.26x through the rate limit service, at
+// less CPU each (BENCHMARKS.md, "Quota leasing, second step"): the
+// machine is CPU-bound, and two groups split the callers into smaller
+// groups, with a transaction's fixed cost per group, that also wait on
+// the same lease row. Groups of one lease are ordered by its row's lock,
+// and groups with one Idempotency-Key by its advisory lock (both taken in
+// a fixed order), so more in flight never wait on each other in a cycle.
+const inFlight = 1
 
 // Run commits groups until ctx ends; the groups in flight then still
 // commit and are answered. Run must be called once.
