@@ -561,7 +561,11 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	}
 	leaseProblems, ls := checkLeases(h, leases, js)
 	refusalProblems, refusals, inLeases := checkRefusals(h, timeline, parents, tokenOnly, leasesHeld(leases, js, takes))
-	problems = append(append(problems, leaseProblems...), refusalProblems...)
+	failoverProblems, failoverReport := checkFailoverLeases(h, leases, js)
+	problems = append(append(append(problems, leaseProblems...), refusalProblems...), failoverProblems...)
+	for _, r := range failoverReport {
+		t.Logf("checker: %s", r)
+	}
 	t.Logf("checker: leases by level %v, admissions made from them by level %v; leases %d (%d returned, %d expired by a sweeper, %d of these checked for timeliness), %d held by a replica when it was killed, %d when it was cut off past the TTL; %d lease admissions journaled, by tenant %v",
 		leaseCount, leased, ls.leases, ls.returned, ls.expired, ls.onTime, ls.killedHeld, ls.cutHeld, ls.journaled, ls.byTenant)
 	t.Logf("checker: %d refusals of token-only trees checked against the balances outside the leases; %d of them with the cost within a level's balance plus what its live leases held", refusals, inLeases)
