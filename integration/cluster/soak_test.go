@@ -699,6 +699,13 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
 		}
+		if n == 0 {
+			// The first fault kills a replica holding leases it admits
+			// from (soak_lease_test.go).
+			if ok, waited := w.leasesInUse(stop, 30*time.Second); !ok {
+				t.Logf("soak: the first fault strikes after %s with not every replica admitting from a lease", waited.Round(100*time.Millisecond))
+			}
+		}
 		began, before := time.Now(), total(count)
 		// A fault's effects last until the replicas have their
 		// connections back: 3 s after it ends.
