@@ -10,10 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tokengate/tokengate/budget/account"
-	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
-	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
 // TestReplaySkewIsNotTheReplaysWait: a replay moves a local admission's
@@ -37,35 +34,25 @@ func TestReplaySkewIsNotTheReplaysWait(t *testing.T) {
 	replicaClock := func() time.Time { return storeClock().Add(ahead) }
 	advance := func(d time.Duration) { mu.Lock(); truth = truth.Add(d); mu.Unlock() }
 	var waiting atomic.Bool // the next connection the pool hands out took `wait`
-	pool := pgtest.New(t, func(c *pgxpool.Config) {
-		c.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
-			if waiting.Swap(false) {
-				advance(wait)
+	b := setupWith(t, rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro, MaxConcurrent: 5, ReservationTTL: ttl}, 1,
+		func(c *pgxpool.Config) {
+			c.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) {
+				if waiting.Swap(false) {
+					advance(wait)
+				}
+				return true, nil
 			}
-			return true, nil
-		}
-	})
-	store := account.NewStore(pool).WithClock(storeClock)
-	snap, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme",
-		Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro, MaxConcurrent: 5, ReservationTTL: ttl}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spool, err := outage.OpenSpool(t.TempDir(), "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = spool.Close() })
-	local := &outage.Local{Replicas: 1, Replica: "r1", Spool: spool, NowFunc: replicaClock}
+		}, storeClock)
+	b.local.NowFunc = replicaClock
 
 	made := storeClock()
-	r, err := local.Reserve(snap, rp(est(10), ""))
+	r, err := b.local.Reserve(b.snap, rp(est(10), ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	advance(outageFor)
 	waiting.Store(true)
-	rep, err := local.Replay(ctx, store)
+	rep, err := b.local.Replay(ctx, b.store)
 	if err != nil || rep.Reserved != 1 {
 		t.Fatalf("replay: %+v, %v", rep, err)
 	}
@@ -73,7 +60,7 @@ func TestReplaySkewIsNotTheReplaysWait(t *testing.T) {
 		t.Fatal("the replay took no connection from the pool: the wait was never simulated")
 	}
 	var created, expires time.Time
-	if err := pool.QueryRow(ctx, `SELECT created_at, expires_at FROM admissions WHERE id = $1`, r.AdmissionID).Scan(&created, &expires); err != nil {
+	if err := b.store.Pool().QueryRow(ctx, `SELECT created_at, expires_at FROM admissions WHERE id = $1`, r.AdmissionID).Scan(&created, &expires); err != nil {
 		t.Fatal(err)
 	}
 	if !created.Equal(made) || !expires.Equal(made.Add(ttl)) {
