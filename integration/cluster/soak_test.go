@@ -48,7 +48,9 @@ func TestSoak(t *testing.T) { soak(t, false) }
 // the old primary started again later to rejoin as a replica), the
 // primary restarted, a planned switchover, a node paused. The model is the
 // same: synchronous mode loses no commit it acknowledged, so a failover
-// may only lose what a client was never told of. `make soak-ha` runs it.
+// may only lose what a client was never told of; the lease tenants are
+// the same, and so are the lease checks, with no tolerance for a failover
+// (model_lease_test.go). `make soak-ha` runs it.
 func TestSoakHA(t *testing.T) { soak(t, true) }
 
 func soak(t *testing.T, ha bool) {
