@@ -465,15 +465,7 @@ func checkLeases(h *history, rows map[string]leaseRow, js []journalRow) ([]strin
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	st := leaseStats{byTenant: map[string]int{}}
-	troubled := h.storeTrouble()
-	storeAway := func(from, to time.Time) bool {
-		for _, name := range h.replicas {
-			if !troubled(name, from.Sub(h.start), to.Sub(h.start)) {
-				return false
-			}
-		}
-		return len(h.replicas) > 0
-	}
+	storeAway := h.storeAway()
 	sum := map[string]int64{}
 	for _, j := range js {
 		l, ok := rows[j.LeaseID]
@@ -519,13 +511,8 @@ func checkLeases(h *history, rows map[string]leaseRow, js []journalRow) ([]strin
 					l.EndedAt.Format("15:04:05.000000"), l.ExpiresAt.Format("15:04:05.000000"))
 			}
 			// No fault injected is not enough: the sweepers need the
-			// store, and a replica may lose it with none (storeTrouble:
-			// on a shared two-core machine, a Patroni primary took over 2 s
-			// to authenticate a connection, and every replica's clients
-			// saw 503s for 30 s of a run with no fault going on). A lease
-			// due while every replica's clients saw the store away may be
-			// swept late; the store answering any one replica then (its
-			// sweeper runs every TTL/2) keeps the bound.
+			// store (storeAway). A lease due while every replica's clients
+			// saw the store away may be swept late.
 			if h.quiet(l.ExpiresAt.Add(-time.Second), l.EndedAt.Add(time.Second)) && !storeAway(l.ExpiresAt, l.ExpiresAt.Add(leaseSweep+time.Second)) {
 				st.onTime++
 				if late := l.EndedAt.Sub(l.ExpiresAt); late > leaseSweep+time.Second {
