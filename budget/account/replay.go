@@ -28,15 +28,21 @@ type ReplayReserveParams struct {
 	Estimate    estimator.Estimate
 	CreatedAt   time.Time // the replica's clock when it admitted
 	ExpiresAt   time.Time
-	// ReplicaNow is the replica's clock as it replays. The replica's clock
-	// may be off the database's (skew), so its times are moved by the
-	// difference between the two clocks now: an admission whose replica ran
-	// an hour fast must not hold its reservation, and its concurrency slot,
-	// for an hour more than its TTL, nor one whose replica ran slow expire
-	// before the client could settle it. Zero (a record from before this
-	// field) moves nothing.
-	ReplicaNow time.Time
-	Replica    string
+	// ReplicaClock is the replica's clock (the one CreatedAt was read
+	// from). The replica's clock may be off the database's (skew), so the
+	// admission's times are moved by the difference between the two clocks:
+	// an admission whose replica ran an hour fast must not hold its
+	// reservation, and its concurrency slot, for an hour more than its TTL,
+	// nor one whose replica ran slow expire before the client could settle
+	// it. The replay reads it once the store has read its own clock (under
+	// the tenant locks, in the same round trip), so that the two readings
+	// differ by the skew and at most that round trip's way back: a reading
+	// taken when the replay was sent would also count as skew the time the
+	// replay then waited (for a connection while the store comes back, for
+	// the tenant locks, between retries), and move the admission that much
+	// later. Nil moves nothing.
+	ReplicaClock func() time.Time
+	Replica      string
 	// IdempotencyKey, RequestHash and Response (EncodeReservation of the
 	// admission as answered) are set when the admission had a key: the
 	// replay writes the key with the admission, so a retry after the outage
@@ -74,6 +80,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 	err := retry(ctx, func() error {
 		var exists int
 		var kept []*deferredEnd
+		var replicaNow time.Time // the replica's clock when the store's answered (ReplicaClock)
 		tx, ts, now, err := s.lockTenants(ctx, []string{p.TenantID},
 			func(b *pgx.Batch) {
 				b.Queue(admissionExistsSQL, p.AdmissionID)
@@ -82,6 +89,11 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 				}
 			},
 			func(br pgx.BatchResults) error {
+				// Called as soon as the store's clock is read: the
+				// replica's, read now, is its pair.
+				if p.ReplicaClock != nil {
+					replicaNow = p.ReplicaClock()
+				}
 				if err := br.QueryRow().Scan(&exists); err != nil || p.IdempotencyKey == "" {
 					return err
 				}
@@ -103,7 +115,7 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 			wrote = false
 			return err
 		}
-		created, expires := replayTimes(p, now)
+		created, expires := replayTimes(p, now, replicaNow)
 		cost := p.Estimate.Cost
 		w := &writes{}
 		// Priced as the store would have priced it when it was made: the
@@ -172,13 +184,15 @@ func (s *Store) ReplayReserve(ctx context.Context, p ReplayReserveParams) (bool,
 }
 
 // replayTimes moves a local admission's times from the replica's clock to
-// the database's (now), and caps its expiry at one TTL after now: whatever
-// the replica's clock said, a reservation is never held longer than its
-// TTL from the moment the store learns of it.
-func replayTimes(p ReplayReserveParams, now time.Time) (created, expires time.Time) {
+// the database's by the skew between the two, now - replicaNow (readings
+// taken together: ReplayReserveParams.ReplicaClock), and caps its expiry at
+// one TTL after now: whatever the replica's clock said, a reservation is
+// never held longer than its TTL from the moment the store learns of it.
+// A zero replicaNow (no ReplicaClock) moves nothing.
+func replayTimes(p ReplayReserveParams, now, replicaNow time.Time) (created, expires time.Time) {
 	created, expires = p.CreatedAt, p.ExpiresAt
-	if !p.ReplicaNow.IsZero() {
-		skew := now.Sub(p.ReplicaNow)
+	if !replicaNow.IsZero() {
+		skew := now.Sub(replicaNow)
 		created, expires = created.Add(skew), expires.Add(skew)
 	}
 	ttl := p.ExpiresAt.Sub(p.CreatedAt)

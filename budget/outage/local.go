@@ -377,7 +377,7 @@ func (l *Local) apply(ctx context.Context, store Store, r Record, rep *ReplayRep
 		est := r.Estimate.Estimate()
 		est.ServiceTier = r.ServiceTier
 		wrote, err := store.ReplayReserve(ctx, account.ReplayReserveParams{AdmissionID: r.AdmissionID, TenantID: r.TenantID,
-			Estimate: est, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaNow: l.now(), Replica: l.Replica,
+			Estimate: est, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ReplicaClock: l.now, Replica: l.Replica,
 			IdempotencyKey: r.IdempotencyKey, RequestHash: r.RequestHash, Response: r.Response, Face: r.FaceOf()})
 		if err != nil {
 			return err

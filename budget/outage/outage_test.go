@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
@@ -45,8 +47,18 @@ type bundle struct {
 
 func setup(t *testing.T, l rule.Limits, replicas int) *bundle {
 	t.Helper()
-	pool := pgtest.New(t, nil)
+	return setupWith(t, l, replicas, nil, nil)
+}
+
+// setupWith is setup on a pool that configure adjusts (nil: as is), with
+// the store deciding at storeClock's time (nil: the database's clock).
+func setupWith(t *testing.T, l rule.Limits, replicas int, configure func(*pgxpool.Config), storeClock func() time.Time) *bundle {
+	t.Helper()
+	pool := pgtest.New(t, configure)
 	store := account.NewStore(pool)
+	if storeClock != nil {
+		store = store.WithClock(storeClock)
+	}
 	snap, err := store.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: l})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ type failover struct {
 	kind     string    // "primary killed", "primary restarted", "switchover"
 	from, to string    // the old leader and the new
 	at       time.Time // the kill, the restart or the switchover asked
+	begin    time.Time // the kill's command began (else at)
 	elected  time.Duration
 	healthy  time.Duration // until every node was up again, the old one a replica
 }
@@ -51,6 +52,13 @@ func (w *workload) haFaults(t *testing.T, r *rand.Rand, stop <-chan struct{}, co
 		case <-stop:
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
+		}
+		if n == 0 {
+			// The first failover strikes leasing in use: every replica
+			// admitting from a live lease (soak_lease_test.go).
+			if ok, waited := w.leasesInUse(stop, 30*time.Second); !ok {
+				t.Logf("soak: the first failover strikes after %s with not every replica admitting from a lease", waited.Round(100*time.Millisecond))
+			}
 		}
 		began, before := time.Now(), total(count)
 		func() {
@@ -108,6 +116,7 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 		return f, err
 	}
 	f.at = time.Now() // a kill's is when it is done, below
+	f.begin = f.at
 	switch f.kind {
 	case "switchover":
 		if _, f.to, err = ha.Switchover(ctx); err != nil {
@@ -151,6 +160,7 @@ func (w *workload) failover(r *rand.Rand, k int) (failover, error) {
 			// paused standby's full socket buffers, a real network stall.
 			time.Sleep(time.Second)
 		}
+		f.begin = time.Now()
 		if err := ha.Kill(ctx, f.from); err != nil {
 			return f, err
 		}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tokengate/tokengate/integration/await"
 )
 
 // leaseModes puts part of the soak's tenants in lease mode auto, chosen by
@@ -103,4 +105,26 @@ func leaseOf(pool *pgxpool.Pool, id string) string {
 		return err.Error()
 	}
 	return b.String()
+}
+
+// leasesInUse waits, up to limit or until stop, for every replica to hold
+// a live lease it has admitted from (journaled), so that the first fault
+// of a run (a replica killed; on a Patroni cluster, the primary killed)
+// strikes with leasing in use, whatever a slow start on two busy cores
+// delayed. It reports whether they did, and how long it waited.
+func (w *workload) leasesInUse(stop <-chan struct{}, limit time.Duration) (bool, time.Duration) {
+	began := time.Now()
+	stopped := false
+	ok := await.For(limit, 100*time.Millisecond, func() bool {
+		select {
+		case <-stop:
+			stopped = true
+			return true
+		default:
+		}
+		var n int
+		err := w.c.pool.QueryRow(ctx, `SELECT count(DISTINCT holder) FROM leases WHERE state = 'live' AND used_micro > 0 AND expires_at > now()`).Scan(&n)
+		return err == nil && n >= len(w.c.replicas)
+	})
+	return ok && !stopped, time.Since(began)
 }

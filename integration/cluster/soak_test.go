@@ -48,7 +48,9 @@ func TestSoak(t *testing.T) { soak(t, false) }
 // the old primary started again later to rejoin as a replica), the
 // primary restarted, a planned switchover, a node paused. The model is the
 // same: synchronous mode loses no commit it acknowledged, so a failover
-// may only lose what a client was never told of. `make soak-ha` runs it.
+// may only lose what a client was never told of; the lease tenants are
+// the same, and so are the lease checks, with no tolerance for a failover
+// (model_lease_test.go). `make soak-ha` runs it.
 func TestSoakHA(t *testing.T) { soak(t, true) }
 
 func soak(t *testing.T, ha bool) {
@@ -698,6 +700,13 @@ func (w *workload) faults(t *testing.T, r *rand.Rand, stop <-chan struct{}, coun
 		case <-stop:
 			return
 		case <-time.After(time.Duration(3000+r.IntN(4000)) * time.Millisecond):
+		}
+		if n == 0 {
+			// The first fault kills a replica holding leases it admits
+			// from (soak_lease_test.go).
+			if ok, waited := w.leasesInUse(stop, 30*time.Second); !ok {
+				t.Logf("soak: the first fault strikes after %s with not every replica admitting from a lease", waited.Round(100*time.Millisecond))
+			}
 		}
 		began, before := time.Now(), total(count)
 		// A fault's effects last until the replicas have their
