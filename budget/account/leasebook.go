@@ -1,93 +1,71 @@
 package account
 
-// Admissions made from a lease (budget/lease, docs/leasing.md) become
-// admissions rows when their lease is booked: by a renew, a return or the
-// sweeper (LockedLevels with moves that carry them), or by a decision that
-// settles, releases or replays one still only in the lease journal, in its
-// own transaction (LeaseJournal). account owns admissions and
-// idempotency_keys; the journal's table is budget/lease's, which imports
-// this package, so the decision reaches it through the LeaseJournal a
-// lease store registers.
+// Admissions made from a lease (budget/lease, docs/leasing.md) are written
+// once, where they live: a journal group commit inserts their admissions
+// and Idempotency-Key rows (QueueLeased), and their lease's booking (a
+// renew, a return, the sweeper, or a decision that ends one of them) later
+// appends their chained ledger entries (LeasedToBook, then LockedLevels
+// with moves that open them). account owns admissions, idempotency_keys
+// and the booking cursor; budget/lease imports this package, so a decision
+// reaches the booking through the LeaseBooker a lease store registers.
 
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/tokengate/tokengate/ledger"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed sql/idempotency_key_lock.sql
-var idempotencyKeyLockSQL string
+var (
+	//go:embed sql/idempotency_key_lock.sql
+	idempotencyKeyLockSQL string
+	//go:embed sql/admission_insert_leased.sql
+	admissionInsertLeasedSQL string
+	//go:embed sql/admission_lease_book.sql
+	admissionLeaseBookSQL string
+	//go:embed sql/admission_lease_pending.sql
+	admissionLeasePendingSQL string
+)
 
-// AdmissionKey is the Idempotency-Key an admission made from a lease was
-// journaled with (Key as stored: Face.StoredKey), written with its
-// admissions row when it is booked.
-type AdmissionKey struct {
-	Key         string
-	RequestHash []byte
-	Response    []byte // EncodeReservation of its answer; empty: ReplayNow
-}
-
-// JournalHit is a lease journal row a decision's load found, by admission
-// id or by (tenant, key).
-type JournalHit struct {
-	LeaseID, AdmissionID, TenantID, Key string
-	// Booked: its admissions row (and key row) exist already.
-	Booked      bool
-	RequestHash []byte
-	Response    []byte
-}
-
-// LeaseJournal is the lease journal as a decision needs it: budget/lease
-// implements it and registers it (SetLeaseJournal). A decision that
-// settles or releases an admission, or reserves with an Idempotency-Key,
-// of a tenant with a live lease, reads the journal in its lock round trip
-// (of any other tenant: nothing, decided in the statement); it books (in its own
-// transaction, under the tenant rows it holds) the lease of every
-// admission it ends that is still only in the journal, so that the end
-// finds the admissions row; and a reserve whose key the journal holds is a
-// replay of that admission.
-type LeaseJournal interface {
-	// QueueJournalFind queues the read of the journal rows of the
-	// admissions named by id (ids[i] by a request of idTenants[i]), or by
-	// (tenant, key) (keys live 24 h by clock, nil: the database's), of
-	// the tenants that have a live lease only. It is queued after the
-	// tenant rows are locked, in the same round trip: under those locks a
-	// tenant without a live lease has nothing in the journal that its
-	// admissions rows and keys do not hold, so exact mode reads no journal.
-	QueueJournalFind(b *pgx.Batch, ids, idTenants, tenants, keys []string, clock *time.Time)
-	// ScanJournalFind reads what QueueJournalFind queued.
-	ScanJournalFind(br pgx.BatchResults) ([]JournalHit, error)
-	// BookLocked books a lease's journal under the row locks of its tree,
-	// held by q (it locks the lease row, after them): the moves are its
-	// admissions' reserve entries, each carrying its Admission and Key.
+// LeaseBooker books a lease's admissions into the ledger under the row
+// locks of its tree: budget/lease implements it and registers it
+// (SetLeaseBooker). A decision that settles or releases an admission made
+// from a lease whose ledger entries are still to write (admission_lock.sql
+// names its lease) books that lease first, in its own transaction, so that
+// the end's entry follows the reserve's; and a decision that reserves with
+// an Idempotency-Key of a tenant with a live lease takes the key's advisory
+// lock, as a journal group does.
+type LeaseBooker interface {
+	// BookLocked books a lease's admissions under the row locks of its
+	// tree, held by q: the moves are their reserve entries (LeasedToBook).
 	BookLocked(ctx context.Context, q LockedQuerier, now time.Time, levels []Level, leaseID string) ([]LevelMove, error)
 }
 
-type leaseJournalBox struct{ j LeaseJournal }
+type leaseBookerBox struct{ b LeaseBooker }
 
-// SetLeaseJournal registers the lease journal the store's decisions
-// consult (budget/lease.New does it). Until then decisions read nothing
-// of it: a store no lease was made on pays nothing for leasing.
-func (s *Store) SetLeaseJournal(j LeaseJournal) {
-	s.leaseJournal.Store(&leaseJournalBox{j: j})
+// SetLeaseBooker registers the lease booker the store's decisions use
+// (budget/lease.New does it). Until then decisions take no key locks for
+// leases: a store no lease was made on pays nothing for leasing.
+func (s *Store) SetLeaseBooker(b LeaseBooker) {
+	s.leaseBooker.Store(&leaseBookerBox{b: b})
 }
 
-func (s *Store) journal() LeaseJournal {
-	if b := s.leaseJournal.Load(); b != nil {
-		return b.j
+func (s *Store) booker() LeaseBooker {
+	if b := s.leaseBooker.Load(); b != nil {
+		return b.b
 	}
 	return nil
 }
 
 // QueueKeyLock queues the advisory locks of (tenant, key) pairs
 // (idempotency_key_lock.sql): the lease journal takes them before it reads
-// and journals keys, as a decision does before it reads them (a decision
+// and writes keys, as a decision does before it reads them (a decision
 // only for the tenants with a live lease: keyLockRead).
 func QueueKeyLock(b *pgx.Batch, tenants, keys []string) {
 	b.Queue(idempotencyKeyLockSQL, tenants, keys, false)
@@ -114,13 +92,119 @@ func ScanKeysGet(br pgx.BatchResults) ([]KeyHit, error) {
 	return out, err
 }
 
+// Leased are admissions made from leases, as a journal group commit
+// writes them (QueueLeased): a column each.
+type Leased struct {
+	ids, tenants, models, families, priceModels, faces, priceTiers, leases, actors, keys []string
+	in, out, cost, inW, outW                                                             []int64
+	approx                                                                               []bool
+	expires, priceFrom                                                                   []*time.Time
+	money                                                                                []*int64
+	hashes, responses                                                                    [][]byte
+}
+
+// Add adds a, made from leaseID by actor, with its Idempotency-Key as
+// stored (Face.StoredKey; "" for none), its request hash and the answer a
+// retry replays (nil: ReplayNow). a.TenantID must be the lease's tenant; a
+// zero ExpiresAt is its created_at plus the tenant's reservation TTL.
+func (l *Leased) Add(leaseID, actor string, a *Admission, key string, hash, response []byte) {
+	e := a.Estimate
+	var expires *time.Time
+	if !a.ExpiresAt.IsZero() {
+		t := a.ExpiresAt
+		expires = &t
+	}
+	if key != "" {
+		if hash == nil {
+			hash = []byte{}
+		}
+		if response == nil {
+			response = []byte{} // NOT NULL: empty is "replay now"
+		}
+	}
+	l.ids, l.tenants, l.models, l.families = append(l.ids, a.ID), append(l.tenants, a.TenantID), append(l.models, e.Model), append(l.families, a.Family)
+	l.priceModels, l.faces, l.priceTiers = append(l.priceModels, a.PriceModel), append(l.faces, string(a.Face.Or())), append(l.priceTiers, a.PriceTier)
+	l.leases, l.actors, l.keys = append(l.leases, leaseID), append(l.actors, actor), append(l.keys, key)
+	l.in, l.out, l.cost = append(l.in, e.InputTokens), append(l.out, e.OutputTokens), append(l.cost, e.Cost)
+	l.inW, l.outW, l.approx = append(l.inW, e.InputWeightMicro), append(l.outW, e.OutputWeightMicro), append(l.approx, e.Approximate)
+	l.expires, l.priceFrom, l.money = append(l.expires, expires), append(l.priceFrom, a.PriceFrom), append(l.money, a.MoneyEstimate)
+	l.hashes, l.responses = append(l.hashes, hash), append(l.responses, response)
+}
+
+// Len is how many admissions l holds.
+func (l *Leased) Len() int { return len(l.ids) }
+
+// QueueLeased queues the insert of l's admissions rows (state reserved,
+// created_at by clock, nil: the database's) and of their Idempotency-Key
+// rows, in one statement (admission_insert_leased.sql). The caller holds
+// the row lock of every lease named, to its commit, and the advisory locks
+// of the keys, which it read first: a live key is a replay, never written.
+func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
+	b.Queue(admissionInsertLeasedSQL, l.ids, l.tenants, l.models, l.in, l.out, l.cost, l.approx, l.inW, l.outW,
+		l.expires, l.families, l.priceModels, l.priceFrom, l.money, l.faces, l.priceTiers, l.leases, l.actors,
+		l.keys, l.hashes, l.responses, clock)
+}
+
+// DuplicateAdmission reports whether err is the insert of an admission
+// whose id is taken.
+func DuplicateAdmission(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "admissions_pkey"
+}
+
+// LeasedAdmission is an admission made from a lease whose ledger entries
+// are to be written (LeasedToBook).
+type LeasedAdmission struct {
+	ID, TenantID, Model, Actor string
+	Cost                       int64
+	MoneyMicro                 *int64
+	CreatedAt                  time.Time
+	Seq                        int64
+}
+
+// LeasedToBook returns the lease's admissions whose ledger entries are
+// still to write, up to limit (0: all) in the order journaled, and moves
+// the lease's booking cursor past them (admission_lease_book.sql). The
+// caller holds the row locks of the lease's tree (q) and writes their
+// entries in the same transaction.
+func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int) ([]LeasedAdmission, error) {
+	lim := any(nil)
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := q.Query(ctx, admissionLeaseBookSQL, leaseID, lim)
+	if err != nil {
+		return nil, fmt.Errorf("budget: lease %s: admissions to book: %w", leaseID, err)
+	}
+	var out []LeasedAdmission
+	var a LeasedAdmission
+	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq}, func() error {
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget: lease %s: admissions to book: %w", leaseID, err)
+	}
+	return out, nil
+}
+
+// LeasePending reports whether a lease has admissions whose ledger entries
+// are still to write, read without a lock.
+func (s *Store) LeasePending(ctx context.Context, leaseID string) (bool, error) {
+	var pending bool
+	if err := s.pool.QueryRow(ctx, admissionLeasePendingSQL, leaseID).Scan(&pending); err != nil {
+		return false, fmt.Errorf("budget: lease %s: pending: %w", leaseID, err)
+	}
+	return pending, nil
+}
+
 // keyLockRead takes the advisory locks of the reserves' keys, before they
-// are read, when a lease journal is registered (then a key may be
-// journaled without the tenant's lock), and only for the tenants with a
-// live lease, decided in the statement, under the tenant rows' locks
-// (idempotency_key_lock.sql says why that is enough). The statement reads
-// leases, budget/lease's table, because the decision must make it in the
-// lock round trip, with no read of its own.
+// are read, when a lease booker is registered (then a key may be written
+// by a journal group without the tenant's lock), and only for the tenants
+// with a live lease, decided in the statement, under the tenant rows'
+// locks (idempotency_key_lock.sql says why that is enough). The statement
+// reads leases, budget/lease's table, because the decision must make it in
+// the lock round trip, with no read of its own.
 type keyLockRead struct{ pairs tenantKeys }
 
 func (r keyLockRead) queue(b *pgx.Batch) {
@@ -134,110 +218,48 @@ func (r keyLockRead) scan(br pgx.BatchResults) error {
 	return nil
 }
 
-// journalRead reads the lease journal rows the batch's requests name.
-type journalRead struct {
-	j     LeaseJournal
-	byID  tenantKeys // (tenant, admission id)
-	pairs tenantKeys
-	clock *time.Time
-	l     *loaded
-}
-
-func (r journalRead) queue(b *pgx.Batch) {
-	r.j.QueueJournalFind(b, r.byID.keys, r.byID.tenants, r.pairs.tenants, r.pairs.keys, r.clock)
-}
-
-func (r journalRead) scan(br pgx.BatchResults) error {
-	hits, err := r.j.ScanJournalFind(br)
-	if err != nil {
-		return fmt.Errorf("budget: lease journal: %w", err)
-	}
-	r.l.journal = hits
-	return nil
-}
-
-// journalReads are the reads of the lease journal a batch needs, if a
-// journal is registered: the key locks of its reserves, then the journal
-// rows its settles and releases name and its reserves' keys.
-func (s *Store) journalReads(w wants, clock *time.Time, l *loaded) (locks, find []read) {
-	j := s.journal()
-	if j == nil {
-		return nil, nil
-	}
-	if len(w.idempotency.keys) > 0 {
-		locks = append(locks, keyLockRead{pairs: w.idempotency})
-	}
-	var pairs tenantKeys
-	pairs.tenants = append(append(pairs.tenants, w.namedBy.tenants...), w.idempotency.tenants...)
-	pairs.keys = append(append(pairs.keys, w.namedBy.keys...), w.idempotency.keys...)
-	if len(w.admissions) > 0 || len(pairs.keys) > 0 {
-		find = append(find, journalRead{j: j, byID: w.byID, pairs: pairs, clock: clock, l: l})
-	}
-	return locks, find
-}
-
-// bookJournal applies, after the lock round trip, what the journal read
-// found: a reserve's key the journal holds is its prior (a replay); an
-// admission a settle or release names that is only in the journal has its
-// lease booked here, in this transaction (reserve entries that move
-// nothing, the admissions and key rows), and is then locked as if read.
-func (s *Store) bookJournal(ctx context.Context, l *loaded, w wants) error {
-	if len(l.journal) == 0 {
+// keyLocks are the key locks a batch takes before its reads, if a lease
+// booker is registered.
+func (s *Store) keyLocks(w wants) []read {
+	if s.booker() == nil || len(w.idempotency.keys) == 0 {
 		return nil
 	}
-	reserveKey := map[[2]string]bool{}
-	for i := range w.idempotency.keys {
-		reserveKey[[2]string{w.idempotency.tenants[i], w.idempotency.keys[i]}] = true
-	}
-	ended := map[string]bool{}
-	for _, id := range w.admissions {
-		ended[id] = true
-	}
-	for i := range w.namedBy.keys {
-		ended["\x00"+w.namedBy.tenants[i]+"\x00"+w.namedBy.keys[i]] = true
-	}
-	leases := map[string]string{} // lease -> tenant
-	for _, h := range l.journal {
-		pair := [2]string{h.TenantID, h.Key}
-		if h.Key != "" && reserveKey[pair] && l.priors[pair] == nil {
-			l.priors[pair] = &prior{admissionID: h.AdmissionID, hash: h.RequestHash, response: h.Response}
-		}
-		named := ended[h.AdmissionID] || h.Key != "" && ended["\x00"+h.TenantID+"\x00"+h.Key]
-		if !h.Booked && named && l.tenants[h.TenantID] != nil {
-			leases[h.LeaseID] = h.TenantID
-		}
-	}
-	if len(leases) == 0 {
+	return []read{keyLockRead{pairs: w.idempotency}}
+}
+
+// bookLeases books, after the lock round trip, the lease of every
+// admission the batch ends whose ledger entries are still to write
+// (admission_lock.sql's unbooked_lease): in this transaction, under the
+// tenant rows it holds (reserve entries that move nothing), so that the
+// end's entry follows the reserve's.
+func (s *Store) bookLeases(ctx context.Context, l *loaded) error {
+	if len(l.unbooked) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(leases))
-	for id := range leases {
-		ids = append(ids, id)
+	b := s.booker()
+	if b == nil {
+		return fmt.Errorf("budget: admissions of leases %v are not booked and no lease booker is registered", slices.Collect(maps.Keys(l.unbooked)))
 	}
-	sort.Strings(ids) // lease rows in id order, after the tenant rows
+	ids := slices.Sorted(maps.Keys(l.unbooked))
 	if l.pre == nil {
 		l.pre = &writes{}
 	}
 	for _, id := range ids {
-		t := l.tenants[leases[id]]
+		t := l.tenants[l.unbooked[id]]
+		if t == nil {
+			return fmt.Errorf("budget: lease %s: tenant %s is not locked", id, l.unbooked[id])
+		}
 		chain, err := chainOf(l.tenants, t)
 		if err != nil {
 			return err
 		}
 		levels, byID := levelsOf(chain, l.now)
-		moves, err := s.journal().BookLocked(ctx, l.tx.conn, l.now, levels, id)
+		moves, err := b.BookLocked(ctx, l.tx.conn, l.now, levels, id)
 		if err != nil {
 			return fmt.Errorf("budget: book lease %s: %w", id, err)
 		}
-		inserted := len(l.pre.inserted)
 		if _, err := applyMoves(byID, moves, l.now, l.pre); err != nil {
 			return err
-		}
-		for _, a := range l.pre.inserted[inserted:] {
-			l.adms[a.ID] = a
-		}
-		for _, k := range l.pre.keys {
-			l.named[[2]string{k.tenantID, k.key}] = k.admissionID
 		}
 	}
 	return nil
@@ -256,18 +278,9 @@ func levelsOf(chain []*tenant, now time.Time) ([]Level, map[string]*tenant) {
 }
 
 // applyMoves applies moves to the levels (byID) at now, each with its
-// sealed entry, and records in w the admissions and keys they carry. It
-// returns the deltas applied.
+// sealed entry, recorded in w. It returns the deltas applied.
 func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *writes) ([]int64, error) {
 	applied := make([]int64, len(moves))
-	// A booked admission is an open reservation at every level, as a
-	// reserve's debit counts it (its end frees the slot at each).
-	booked := map[string]bool{}
-	for _, m := range moves {
-		if m.Admission != nil {
-			booked[m.Admission.ID] = true
-		}
-	}
 	for i, m := range moves {
 		lv := byID[m.TenantID]
 		if lv == nil {
@@ -283,7 +296,7 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 			d = lv.Tokens.Refund(d)
 		}
 		applied[i] = d
-		if m.Kind == ledger.KindReserve && booked[m.Ref] {
+		if m.Opens {
 			lv.Open++
 		}
 		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
@@ -291,33 +304,6 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 		e.Reason, e.Detail = m.Reason, m.Detail
 		lv.seal(e)
 		w.entry(lv, e)
-		if m.Admission == nil {
-			continue
-		}
-		// Booked: an admissions row as a reserve writes it. Its debit is
-		// the lease's (the whole estimate at every level), so
-		// debited_micro stays NULL and its end refunds or charges exactly
-		// what an exact admission's would.
-		a := *m.Admission
-		a.State = StateReserved
-		if a.TenantID == "" {
-			a.TenantID = m.TenantID
-		}
-		if a.ExpiresAt.IsZero() {
-			a.ExpiresAt = a.CreatedAt.Add(lv.Limits.ReservationTTL)
-		}
-		a.Face = a.Face.Or()
-		w.inserted = append(w.inserted, &a)
-		if k := m.Key; k != nil && k.Key != "" {
-			resp, hash := k.Response, k.RequestHash
-			if resp == nil {
-				resp = []byte{} // NOT NULL: empty is "replay now"
-			}
-			if hash == nil {
-				hash = []byte{}
-			}
-			w.keys = append(w.keys, keyPut{tenantID: a.TenantID, key: k.Key, admissionID: a.ID, hash: hash, response: resp, at: a.CreatedAt})
-		}
 	}
 	return applied, nil
 }
