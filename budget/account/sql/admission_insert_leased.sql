@@ -16,7 +16,7 @@ WITH a AS (
     INSERT INTO admissions (
         id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
         input_weight_micro, output_weight_micro, created_at, expires_at, family,
-        price_model, price_from, money_estimate, face, price_tier, lease_id, lease_seq, actor
+        price_model, price_from, money_estimate, face, price_tier, lease_id, lease_seq, lease_actor
     )
     SELECT u.id, u.tenant_id, 'reserved', u.model, u.input_tokens, u.output_tokens, u.cost, u.approximate,
            u.input_weight_micro, u.output_weight_micro, c.at,

@@ -8,7 +8,7 @@
 WITH cursor AS (
     SELECT coalesce((SELECT booked_seq FROM admission_lease_books WHERE lease_id = $1), 0) AS seq
 ), todo AS MATERIALIZED (
-    SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at, coalesce(a.actor, '') AS actor, a.lease_seq
+    SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at, coalesce(a.lease_actor, '') AS actor, a.lease_seq
     FROM admissions a, cursor
     WHERE a.lease_id = $1 AND a.lease_seq > cursor.seq
     ORDER BY a.lease_seq
