@@ -4,14 +4,15 @@ package account
 // once, where they live: a journal group commit inserts their admissions
 // and Idempotency-Key rows (QueueLeased), and their lease's booking (a
 // renew, a return, the sweeper, or a decision that ends one of them) later
-// appends their chained ledger entries (LeasedToBook, then LockedLevels
-// with moves that open them). account owns admissions, idempotency_keys
-// and the booking cursor; budget/lease imports this package, so a decision
-// reaches the booking through the LeaseBooker a lease store registers.
+// appends their chained ledger entries (LeasedToBook and LeasedMoves, under
+// LockedLevels). account owns admissions, idempotency_keys and the booking
+// cursor, so a decision that ends a leased admission not booked yet books
+// its lease itself (leaseBookRead, bookLeases).
 
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,6 +21,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/ledger"
 )
 
 var (
@@ -31,37 +35,18 @@ var (
 	admissionLeaseBookSQL string
 	//go:embed sql/admission_lease_pending.sql
 	admissionLeasePendingSQL string
+	//go:embed sql/admission_lease_book_named.sql
+	admissionLeaseBookNamedSQL string
 )
 
-// LeaseBooker books a lease's admissions into the ledger under the row
-// locks of its tree: budget/lease implements it and registers it
-// (SetLeaseBooker). A decision that settles or releases an admission made
-// from a lease whose ledger entries are still to write (admission_lock.sql
-// names its lease) books that lease first, in its own transaction, so that
-// the end's entry follows the reserve's; and a decision that reserves with
-// an Idempotency-Key of a tenant with a live lease takes the key's advisory
-// lock, as a journal group does.
-type LeaseBooker interface {
-	// BookLocked books a lease's admissions under the row locks of its
-	// tree, held by q: the moves are their reserve entries (LeasedToBook).
-	BookLocked(ctx context.Context, q LockedQuerier, now time.Time, levels []Level, leaseID string) ([]LevelMove, error)
-}
-
-type leaseBookerBox struct{ b LeaseBooker }
-
-// SetLeaseBooker registers the lease booker the store's decisions use
-// (budget/lease.New does it). Until then decisions take no key locks for
-// leases: a store no lease was made on pays nothing for leasing.
-func (s *Store) SetLeaseBooker(b LeaseBooker) {
-	s.leaseBooker.Store(&leaseBookerBox{b: b})
-}
-
-func (s *Store) booker() LeaseBooker {
-	if b := s.leaseBooker.Load(); b != nil {
-		return b.b
-	}
-	return nil
-}
+// EnableLeasing tells the store that leases may be journaled on its
+// database (budget/lease.New calls it): from then on a keyed reserve takes
+// its key's advisory lock when its tenant has a live lease, as a journal
+// group does. Until then decisions take none: a store no lease was made on
+// pays nothing for leasing. (Booking needs no such switch: a decision that
+// ends a leased admission books its lease whatever the store, see
+// leaseBookRead.)
+func (s *Store) EnableLeasing() { s.leasing.Store(true) }
 
 // QueueKeyLock queues the advisory locks of (tenant, key) pairs
 // (idempotency_key_lock.sql): the lease journal takes them before it reads
@@ -166,7 +151,7 @@ type LeasedAdmission struct {
 // still to write, up to limit (0: all) in the order journaled, and moves
 // the lease's booking cursor past them (admission_lease_book.sql). The
 // caller holds the row locks of the lease's tree (q) and writes their
-// entries in the same transaction.
+// entries (LeasedMoves) in the same transaction.
 func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int) ([]LeasedAdmission, error) {
 	lim := any(nil)
 	if limit > 0 {
@@ -188,6 +173,32 @@ func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit in
 	return out, nil
 }
 
+// LeasedMoves are the ledger entries that book a lease's admissions, in
+// the order given: a reserve entry at every level for each, which moves
+// nothing (the lease's take debited its cost) and opens it there, with
+// the admission's id, model, estimate and money, its actor ("lease" for
+// none), and {"lease", "cost_micro", "journaled_at"} as its detail.
+func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []LevelMove {
+	moves := make([]LevelMove, 0, len(adms)*len(levels))
+	for _, a := range adms {
+		detail, _ := json.Marshal(struct {
+			Lease       string `json:"lease"`
+			CostMicro   int64  `json:"cost_micro"`
+			JournaledAt string `json:"journaled_at"`
+		}{leaseID, a.Cost * rule.Micro, a.CreatedAt.UTC().Format(time.RFC3339Nano)})
+		actor := a.Actor
+		if actor == "" {
+			actor = "lease"
+		}
+		for _, lv := range levels {
+			cost := a.Cost
+			moves = append(moves, LevelMove{TenantID: lv.TenantID, Kind: ledger.KindReserve, Ref: a.ID, Model: a.Model,
+				Estimate: &cost, MoneyMicro: a.MoneyMicro, Actor: actor, Reason: "admitted from a lease", Detail: string(detail), Opens: true})
+		}
+	}
+	return moves
+}
+
 // LeasePending reports whether a lease has admissions whose ledger entries
 // are still to write, read without a lock.
 func (s *Store) LeasePending(ctx context.Context, leaseID string) (bool, error) {
@@ -199,12 +210,12 @@ func (s *Store) LeasePending(ctx context.Context, leaseID string) (bool, error) 
 }
 
 // keyLockRead takes the advisory locks of the reserves' keys, before they
-// are read, when a lease booker is registered (then a key may be written
-// by a journal group without the tenant's lock), and only for the tenants
-// with a live lease, decided in the statement, under the tenant rows'
-// locks (idempotency_key_lock.sql says why that is enough). The statement
-// reads leases, budget/lease's table, because the decision must make it in
-// the lock round trip, with no read of its own.
+// are read, when leasing is enabled (then a key may be written by a
+// journal group without the tenant's lock), and only for the tenants with
+// a live lease, decided in the statement, under the tenant rows' locks
+// (idempotency_key_lock.sql says why that is enough). The statement reads
+// leases, budget/lease's table, because the decision must make it in the
+// lock round trip, with no read of its own.
 type keyLockRead struct{ pairs tenantKeys }
 
 func (r keyLockRead) queue(b *pgx.Batch) {
@@ -218,47 +229,76 @@ func (r keyLockRead) scan(br pgx.BatchResults) error {
 	return nil
 }
 
-// keyLocks are the key locks a batch takes before its reads, if a lease
-// booker is registered.
+// keyLocks are the key locks a batch takes before its reads, if leasing is
+// enabled.
 func (s *Store) keyLocks(w wants) []read {
-	if s.booker() == nil || len(w.idempotency.keys) == 0 {
+	if !s.leasing.Load() || len(w.idempotency.keys) == 0 {
 		return nil
 	}
 	return []read{keyLockRead{pairs: w.idempotency}}
 }
 
-// bookLeases books, after the lock round trip, the lease of every
-// admission the batch ends whose ledger entries are still to write
-// (admission_lock.sql's unbooked_lease): in this transaction, under the
-// tenant rows it holds (reserve entries that move nothing), so that the
-// end's entry follows the reserve's.
-func (s *Store) bookLeases(ctx context.Context, l *loaded) error {
-	if len(l.unbooked) == 0 {
+// leaseBookRead reads, after the admissions a batch ends are locked (the
+// statement before it), the leased admissions to book first: for each
+// lease of an ended admission whose entries are still to write, all of
+// the lease's admissions above its cursor, which it moves past them
+// (admission_lease_book_named.sql), in the same round trip. Queued for
+// every batch that ends admissions, leasing enabled or not: an end's entry
+// must follow its reserve's whichever store decides it.
+type leaseBookRead struct {
+	ids     []string
+	namedBy tenantKeys
+	clock   *time.Time
+	l       *loaded
+}
+
+func (r leaseBookRead) queue(b *pgx.Batch) {
+	b.Queue(admissionLeaseBookNamedSQL, r.ids, r.namedBy.tenants, r.namedBy.keys, r.clock)
+}
+
+func (r leaseBookRead) scan(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("budget: leased admissions to book: %w", err)
+	}
+	var lease string
+	var a LeasedAdmission
+	_, err = pgx.ForEachRow(rows, []any{&lease, &a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq}, func() error {
+		if r.l.toBook == nil {
+			r.l.toBook = map[string][]LeasedAdmission{}
+		}
+		r.l.toBook[lease] = append(r.l.toBook[lease], a)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("budget: leased admissions to book: %w", err)
+	}
+	return nil
+}
+
+// bookLeases books, after the lock round trip, the leases leaseBookRead
+// found: their admissions' reserve entries, in this transaction, under the
+// tenant rows it holds (an admission's tenant is its lease's), before the
+// batch's own entries, so that an end's entry follows its reserve's.
+func (s *Store) bookLeases(l *loaded) error {
+	if len(l.toBook) == 0 {
 		return nil
 	}
-	b := s.booker()
-	if b == nil {
-		return fmt.Errorf("budget: admissions of leases %v are not booked and no lease booker is registered", slices.Collect(maps.Keys(l.unbooked)))
-	}
-	ids := slices.Sorted(maps.Keys(l.unbooked))
 	if l.pre == nil {
 		l.pre = &writes{}
 	}
-	for _, id := range ids {
-		t := l.tenants[l.unbooked[id]]
+	for _, id := range slices.Sorted(maps.Keys(l.toBook)) {
+		adms := l.toBook[id]
+		t := l.tenants[adms[0].TenantID]
 		if t == nil {
-			return fmt.Errorf("budget: lease %s: tenant %s is not locked", id, l.unbooked[id])
+			return fmt.Errorf("budget: lease %s: tenant %s is not locked", id, adms[0].TenantID)
 		}
 		chain, err := chainOf(l.tenants, t)
 		if err != nil {
 			return err
 		}
 		levels, byID := levelsOf(chain, l.now)
-		moves, err := b.BookLocked(ctx, l.tx.conn, l.now, levels, id)
-		if err != nil {
-			return fmt.Errorf("budget: book lease %s: %w", id, err)
-		}
-		if _, err := applyMoves(byID, moves, l.now, l.pre); err != nil {
+		if _, err := applyMoves(byID, LeasedMoves(levels, id, adms), l.now, l.pre); err != nil {
 			return err
 		}
 	}

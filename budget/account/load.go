@@ -35,21 +35,21 @@ type read interface {
 // loaded is a batch's state as read under its locks, brought to now: what
 // the decide step applies the batch's requests to.
 type loaded struct {
-	tx       *lockedTx
-	now      time.Time
-	tenants  map[string]*tenant         // the batch's tenants and their ancestors, locked
-	models   map[[2]string]*modelBucket // by tenant and model key
-	pools    map[string]*rule.Pool      // locked, by id
-	routes   map[string]string          // model key -> pool id
-	keys     map[string]liveKey         // unrevoked tenant keys, by id
-	gws      map[string][]string        // unrevoked gateways' scopes, by id
-	priors   map[[2]string]*prior       // reserves' live idempotency keys, by tenant and key
-	adms     map[string]*Admission      // admissions settles and releases name, locked, by id
-	named    map[[2]string]string       // admission ids named by (tenant, idempotency key)
-	overdue  map[string][]*Admission    // overdue reservations, locked, by tenant
-	prices   *estimator.PriceBook       // current as of the lock round trip
-	unbooked map[string]string          // lease -> tenant: leases of ended admissions to book first (leasebook.go)
-	pre      *writes                    // the writes of leases booked in the load step
+	tx      *lockedTx
+	now     time.Time
+	tenants map[string]*tenant           // the batch's tenants and their ancestors, locked
+	models  map[[2]string]*modelBucket   // by tenant and model key
+	pools   map[string]*rule.Pool        // locked, by id
+	routes  map[string]string            // model key -> pool id
+	keys    map[string]liveKey           // unrevoked tenant keys, by id
+	gws     map[string][]string          // unrevoked gateways' scopes, by id
+	priors  map[[2]string]*prior         // reserves' live idempotency keys, by tenant and key
+	adms    map[string]*Admission        // admissions settles and releases name, locked, by id
+	named   map[[2]string]string         // admission ids named by (tenant, idempotency key)
+	overdue map[string][]*Admission      // overdue reservations, locked, by tenant
+	prices  *estimator.PriceBook         // current as of the lock round trip
+	toBook  map[string][]LeasedAdmission // lease -> its admissions to book before the batch's ends (leasebook.go)
+	pre     *writes                      // the writes of leases booked in the load step
 }
 
 // liveKey is an unrevoked tenant key, as a decision checks it.
@@ -185,7 +185,7 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		tx.abort()
 		return nil, err
 	}
-	if err := s.bookLeases(ctx, l); err != nil {
+	if err := s.bookLeases(l); err != nil {
 		tx.abort()
 		return nil, err
 	}
@@ -216,7 +216,8 @@ func (l *loaded) reads(w wants, queueModels bool, clock *time.Time) []read {
 		rs = append(rs, idempotencyRead{pairs: w.idempotency, clock: clock, l: l})
 	}
 	if len(w.admissions) > 0 || len(w.namedBy.keys) > 0 {
-		rs = append(rs, admissionLockRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l})
+		rs = append(rs, admissionLockRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l},
+			leaseBookRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l})
 	}
 	if len(w.expiring) > 0 {
 		rs = append(rs, admissionExpiredRead{tenants: w.expiring, clock: clock, l: l})
@@ -369,8 +370,7 @@ func (r admissionLockRead) queue(b *pgx.Batch) {
 // namedAdmissionRow is an admission row and the keys that named it.
 type namedAdmissionRow struct {
 	admissionRow
-	NamedBy       []string `db:"named_by"`
-	UnbookedLease string   `db:"unbooked_lease"`
+	NamedBy []string `db:"named_by"`
 }
 
 func (r admissionLockRead) scan(br pgx.BatchResults) error {
@@ -388,12 +388,7 @@ func (r admissionLockRead) scan(br pgx.BatchResults) error {
 		for _, k := range row.NamedBy {
 			r.l.named[[2]string{a.TenantID, k}] = a.ID
 		}
-		if row.UnbookedLease != "" {
-			if r.l.unbooked == nil {
-				r.l.unbooked = map[string]string{}
-			}
-			r.l.unbooked[row.UnbookedLease] = a.TenantID
-		}
+
 	}
 	return nil
 }

@@ -63,9 +63,9 @@ type Store struct {
 	answered atomic.Int64
 
 	routes atomic.Pointer[routeCache] // pool routes, see poolRoutes
-	// leaseBooker books the leases of admissions decisions end (leasebook.go).
-	leaseBooker atomic.Pointer[leaseBookerBox]
-	prices      atomic.Pointer[priceBook] // the price book, see priceBookFor
+	// leasing: leases may be journaled on this database (EnableLeasing).
+	leasing atomic.Bool
+	prices  atomic.Pointer[priceBook] // the price book, see priceBookFor
 	// periodAlerts caches whether any period_budget alert rule exists,
 	// see periodAlertRules.
 	periodAlerts alert.PeriodRules

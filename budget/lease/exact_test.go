@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"

@@ -88,8 +88,8 @@ type Store struct {
 	modes  modeCache // mode_cache.go
 }
 
-// New returns a Store, registered as its account store's lease booker
-// (account.Store.SetLeaseBooker).
+// New returns a Store, and enables leasing on its account store
+// (account.Store.EnableLeasing).
 func New(c Config) (*Store, error) {
 	if c.Store == nil {
 		return nil, errors.New("lease: Config.Store is required")
@@ -101,9 +101,9 @@ func New(c Config) (*Store, error) {
 	if s.holder == "" {
 		s.holder = "replica"
 	}
-	// The account store's decisions book the leases of the admissions
-	// they end, and take the keys' locks for leased tenants (book.go).
-	c.Store.SetLeaseBooker(s)
+	// The account store's keyed reserves take the keys' advisory locks
+	// for tenants with a live lease, as the journal's groups do.
+	c.Store.EnableLeasing()
 	return s, nil
 }
 

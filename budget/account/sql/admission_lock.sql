@@ -6,10 +6,7 @@
 -- row this transaction holds: every key a batch can name is written under
 -- that lock, so this read is current. named_by lists the keys that named
 -- the row. ARRAY(...) is computed once (an InitPlan), so the primary key
--- index finds every row. unbooked_lease names the lease an admission was
--- made from when its ledger entries are still to write (above its lease's
--- booking cursor): the decision books that lease first, under the tenant
--- rows it holds, so the end's entry follows the reserve's.
+-- index finds every row.
 WITH named AS (
     SELECT k.key, k.admission_id
     FROM idempotency_keys k
@@ -21,10 +18,7 @@ SELECT a.id, a.tenant_id, a.state, a.model, a.input_tokens, a.output_tokens, a.c
        a.actual_input, a.actual_output, a.actual_cost, a.end_delta_micro, a.end_balance_micro, a.shadowed,
        a.family, a.model_levels, a.pool_id, a.price_model, a.price_from, a.price_tier, a.money_estimate,
        a.money_actual, a.face, a.debited_micro,
-       ARRAY(SELECT n.key FROM named n WHERE n.admission_id = a.id) AS named_by,
-       CASE WHEN a.lease_id IS NOT NULL
-             AND a.lease_seq > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = a.lease_id), 0)
-            THEN a.lease_id ELSE '' END AS unbooked_lease
+       ARRAY(SELECT n.key FROM named n WHERE n.admission_id = a.id) AS named_by
 FROM admissions a
 WHERE a.id = ANY ($1::text[] || ARRAY(SELECT admission_id FROM named))
 ORDER BY a.id
