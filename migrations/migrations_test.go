@@ -212,3 +212,40 @@ func TestATenantsPlaceInTheTreeNeverChanges(t *testing.T) {
 		}
 	}
 }
+
+// 00033 moves leased admissions from the old journal to the admissions
+// table, and neither release can book the other's: the migration refuses
+// to run while a lease is live or a journal row is unbooked, names the way
+// out (lease mode off), and applies once leasing is off.
+func TestLeaseMigrationNeedsLeasingOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, m := migratorAt(t, 32)
+	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro, tokens_at, created_at)
+		VALUES ('acme', 1000, 1, 0, now(), now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
+		VALUES ('l1', 'acme', 'r1', 'live', '{acme}', 10, now(), now(), now() + interval '10 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.UpTo(ctx, 33); err == nil || !strings.Contains(err.Error(), "lease mode off") {
+		t.Fatalf("migrate with a live lease: %v; want a refusal naming lease mode off", err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE leases SET state = 'returned', ended_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO lease_admissions (lease_id, admission_id, model, cost, cost_micro, created_at)
+		VALUES ('l1', 'a1', 'gpt-4o', 1, 1000000, now())`); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.UpTo(ctx, 33); err == nil || !strings.Contains(err.Error(), "lease mode off") {
+		t.Fatalf("migrate with an unbooked journal row: %v; want a refusal", err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM lease_admissions`); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.UpTo(ctx, 33); err != nil {
+		t.Fatalf("migrate with leasing off: %v", err)
+	}
+}

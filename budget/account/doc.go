@@ -69,16 +69,17 @@
 //     key what the proxy or a gateway ends from the upstream's usage.
 //   - A replayed local admission whose debit stopped at the debt floor is
 //     refunded at most what it was debited (Admission.DebitedMicro).
-//   - An admission made from a lease (budget/lease) becomes an admissions
-//     row when its lease is booked (LevelMove.Admission), with debited_micro
-//     NULL (the lease debited its whole estimate at every level); a
-//     decision that ends one still only in the lease journal books that
-//     lease first, in its own transaction (leasebook.go, LeaseJournal), and
-//     a keyed reserve reads the journal's keys under the advisory lock a
-//     journal group takes too: a key is admitted once, leased or not. Both
-//     only for a tenant with a live lease, decided in the statements under
-//     its row lock: without one, the admissions and keys rows hold all its
-//     journal.
+//   - An admission made from a lease (budget/lease) is written by the
+//     journal's group commit, admissions and key rows at once (QueueLeased),
+//     with debited_micro NULL (the lease debited its whole estimate at every
+//     level); its lease's booking appends its reserve entries later
+//     (LeasedToBook, LevelMove.Opens). A decision that ends one whose
+//     entries are still to write books that lease first, in its own
+//     transaction (leasebook.go, LeaseBooker); the expiry sweeper leaves it
+//     until it is booked; and a keyed reserve of a tenant with a live lease
+//     takes the key's advisory lock a journal group takes too, decided in
+//     the statement under its row lock: a key is admitted once, leased or
+//     not.
 //
 // A decision is three steps and costs two round trips on one connection:
 // load (load.go: BEGIN; lock the tenant rows; read the clock and all the

@@ -1,93 +1,56 @@
 package account
 
-// Admissions made from a lease (budget/lease, docs/leasing.md) become
-// admissions rows when their lease is booked: by a renew, a return or the
-// sweeper (LockedLevels with moves that carry them), or by a decision that
-// settles, releases or replays one still only in the lease journal, in its
-// own transaction (LeaseJournal). account owns admissions and
-// idempotency_keys; the journal's table is budget/lease's, which imports
-// this package, so the decision reaches it through the LeaseJournal a
-// lease store registers.
+// Admissions made from a lease (budget/lease, docs/leasing.md) are written
+// once, where they live: a journal group commit inserts their admissions
+// and Idempotency-Key rows (QueueLeased), and their lease's booking (a
+// renew, a return, the sweeper, or a decision that ends one of them) later
+// appends their chained ledger entries (LeasedToBook and LeasedMoves, under
+// LockedLevels). account owns admissions, idempotency_keys and the booking
+// cursor, so a decision that ends a leased admission not booked yet books
+// its lease itself (leaseBookRead, bookLeases).
 
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
 )
 
-//go:embed sql/idempotency_key_lock.sql
-var idempotencyKeyLockSQL string
+var (
+	//go:embed sql/idempotency_key_lock.sql
+	idempotencyKeyLockSQL string
+	//go:embed sql/admission_insert_leased.sql
+	admissionInsertLeasedSQL string
+	//go:embed sql/admission_lease_book.sql
+	admissionLeaseBookSQL string
+	//go:embed sql/admission_lease_pending.sql
+	admissionLeasePendingSQL string
+	//go:embed sql/admission_lease_book_named.sql
+	admissionLeaseBookNamedSQL string
+)
 
-// AdmissionKey is the Idempotency-Key an admission made from a lease was
-// journaled with (Key as stored: Face.StoredKey), written with its
-// admissions row when it is booked.
-type AdmissionKey struct {
-	Key         string
-	RequestHash []byte
-	Response    []byte // EncodeReservation of its answer; empty: ReplayNow
-}
-
-// JournalHit is a lease journal row a decision's load found, by admission
-// id or by (tenant, key).
-type JournalHit struct {
-	LeaseID, AdmissionID, TenantID, Key string
-	// Booked: its admissions row (and key row) exist already.
-	Booked      bool
-	RequestHash []byte
-	Response    []byte
-}
-
-// LeaseJournal is the lease journal as a decision needs it: budget/lease
-// implements it and registers it (SetLeaseJournal). A decision that
-// settles or releases an admission, or reserves with an Idempotency-Key,
-// of a tenant with a live lease, reads the journal in its lock round trip
-// (of any other tenant: nothing, decided in the statement); it books (in its own
-// transaction, under the tenant rows it holds) the lease of every
-// admission it ends that is still only in the journal, so that the end
-// finds the admissions row; and a reserve whose key the journal holds is a
-// replay of that admission.
-type LeaseJournal interface {
-	// QueueJournalFind queues the read of the journal rows of the
-	// admissions named by id (ids[i] by a request of idTenants[i]), or by
-	// (tenant, key) (keys live 24 h by clock, nil: the database's), of
-	// the tenants that have a live lease only. It is queued after the
-	// tenant rows are locked, in the same round trip: under those locks a
-	// tenant without a live lease has nothing in the journal that its
-	// admissions rows and keys do not hold, so exact mode reads no journal.
-	QueueJournalFind(b *pgx.Batch, ids, idTenants, tenants, keys []string, clock *time.Time)
-	// ScanJournalFind reads what QueueJournalFind queued.
-	ScanJournalFind(br pgx.BatchResults) ([]JournalHit, error)
-	// BookLocked books a lease's journal under the row locks of its tree,
-	// held by q (it locks the lease row, after them): the moves are its
-	// admissions' reserve entries, each carrying its Admission and Key.
-	BookLocked(ctx context.Context, q LockedQuerier, now time.Time, levels []Level, leaseID string) ([]LevelMove, error)
-}
-
-type leaseJournalBox struct{ j LeaseJournal }
-
-// SetLeaseJournal registers the lease journal the store's decisions
-// consult (budget/lease.New does it). Until then decisions read nothing
-// of it: a store no lease was made on pays nothing for leasing.
-func (s *Store) SetLeaseJournal(j LeaseJournal) {
-	s.leaseJournal.Store(&leaseJournalBox{j: j})
-}
-
-func (s *Store) journal() LeaseJournal {
-	if b := s.leaseJournal.Load(); b != nil {
-		return b.j
-	}
-	return nil
-}
+// EnableLeasing tells the store that leases may be journaled on its
+// database (budget/lease.New calls it): from then on a keyed reserve takes
+// its key's advisory lock when its tenant has a live lease, as a journal
+// group does. Until then decisions take none: a store no lease was made on
+// pays nothing for leasing. (Booking needs no such switch: a decision that
+// ends a leased admission books its lease whatever the store, see
+// leaseBookRead.)
+func (s *Store) EnableLeasing() { s.leasing.Store(true) }
 
 // QueueKeyLock queues the advisory locks of (tenant, key) pairs
 // (idempotency_key_lock.sql): the lease journal takes them before it reads
-// and journals keys, as a decision does before it reads them (a decision
+// and writes keys, as a decision does before it reads them (a decision
 // only for the tenants with a live lease: keyLockRead).
 func QueueKeyLock(b *pgx.Batch, tenants, keys []string) {
 	b.Queue(idempotencyKeyLockSQL, tenants, keys, false)
@@ -114,10 +77,142 @@ func ScanKeysGet(br pgx.BatchResults) ([]KeyHit, error) {
 	return out, err
 }
 
+// Leased are admissions made from leases, as a journal group commit
+// writes them (QueueLeased): a column each.
+type Leased struct {
+	ids, tenants, models, families, priceModels, faces, priceTiers, leases, actors, keys []string
+	in, out, cost, inW, outW                                                             []int64
+	approx                                                                               []bool
+	expires, priceFrom                                                                   []*time.Time
+	money                                                                                []*int64
+	hashes, responses                                                                    [][]byte
+}
+
+// Add adds a, made from leaseID by actor, with its Idempotency-Key as
+// stored (Face.StoredKey; "" for none), its request hash and the answer a
+// retry replays (nil: ReplayNow). a.TenantID must be the lease's tenant; a
+// zero ExpiresAt is its created_at plus the tenant's reservation TTL.
+func (l *Leased) Add(leaseID, actor string, a *Admission, key string, hash, response []byte) {
+	e := a.Estimate
+	var expires *time.Time
+	if !a.ExpiresAt.IsZero() {
+		t := a.ExpiresAt
+		expires = &t
+	}
+	if key != "" {
+		if hash == nil {
+			hash = []byte{}
+		}
+		if response == nil {
+			response = []byte{} // NOT NULL: empty is "replay now"
+		}
+	}
+	l.ids, l.tenants, l.models, l.families = append(l.ids, a.ID), append(l.tenants, a.TenantID), append(l.models, e.Model), append(l.families, a.Family)
+	l.priceModels, l.faces, l.priceTiers = append(l.priceModels, a.PriceModel), append(l.faces, string(a.Face.Or())), append(l.priceTiers, a.PriceTier)
+	l.leases, l.actors, l.keys = append(l.leases, leaseID), append(l.actors, actor), append(l.keys, key)
+	l.in, l.out, l.cost = append(l.in, e.InputTokens), append(l.out, e.OutputTokens), append(l.cost, e.Cost)
+	l.inW, l.outW, l.approx = append(l.inW, e.InputWeightMicro), append(l.outW, e.OutputWeightMicro), append(l.approx, e.Approximate)
+	l.expires, l.priceFrom, l.money = append(l.expires, expires), append(l.priceFrom, a.PriceFrom), append(l.money, a.MoneyEstimate)
+	l.hashes, l.responses = append(l.hashes, hash), append(l.responses, response)
+}
+
+// Len is how many admissions l holds.
+func (l *Leased) Len() int { return len(l.ids) }
+
+// QueueLeased queues the insert of l's admissions rows (state reserved,
+// created_at by clock, nil: the database's) and of their Idempotency-Key
+// rows, in one statement (admission_insert_leased.sql). The caller holds
+// the row lock of every lease named, to its commit, and the advisory locks
+// of the keys, which it read first: a live key is a replay, never written.
+func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
+	b.Queue(admissionInsertLeasedSQL, l.ids, l.tenants, l.models, l.in, l.out, l.cost, l.approx, l.inW, l.outW,
+		l.expires, l.families, l.priceModels, l.priceFrom, l.money, l.faces, l.priceTiers, l.leases, l.actors,
+		l.keys, l.hashes, l.responses, clock)
+}
+
+// DuplicateAdmission reports whether err is the insert of an admission
+// whose id is taken.
+func DuplicateAdmission(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "admissions_pkey"
+}
+
+// LeasedAdmission is an admission made from a lease whose ledger entries
+// are to be written (LeasedToBook).
+type LeasedAdmission struct {
+	ID, TenantID, Model, Actor string
+	Cost                       int64
+	MoneyMicro                 *int64
+	CreatedAt                  time.Time
+	Seq                        int64
+}
+
+// LeasedToBook returns the lease's admissions whose ledger entries are
+// still to write, up to limit (0: all) in the order journaled, and moves
+// the lease's booking cursor past them (admission_lease_book.sql). The
+// caller holds the row locks of the lease's tree (q) and writes their
+// entries (LeasedMoves) in the same transaction.
+func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int) ([]LeasedAdmission, error) {
+	lim := any(nil)
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := q.Query(ctx, admissionLeaseBookSQL, leaseID, lim)
+	if err != nil {
+		return nil, fmt.Errorf("budget: lease %s: admissions to book: %w", leaseID, err)
+	}
+	var out []LeasedAdmission
+	var a LeasedAdmission
+	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq}, func() error {
+		out = append(out, a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("budget: lease %s: admissions to book: %w", leaseID, err)
+	}
+	return out, nil
+}
+
+// LeasedMoves are the ledger entries that book a lease's admissions, in
+// the order given: a reserve entry at every level for each, which moves
+// nothing (the lease's take debited its cost) and opens it there, with
+// the admission's id, model, estimate and money, its actor ("lease" for
+// none), and {"lease", "cost_micro", "journaled_at"} as its detail.
+func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []LevelMove {
+	moves := make([]LevelMove, 0, len(adms)*len(levels))
+	for _, a := range adms {
+		detail, _ := json.Marshal(struct {
+			Lease       string `json:"lease"`
+			CostMicro   int64  `json:"cost_micro"`
+			JournaledAt string `json:"journaled_at"`
+		}{leaseID, a.Cost * rule.Micro, a.CreatedAt.UTC().Format(time.RFC3339Nano)})
+		actor := a.Actor
+		if actor == "" {
+			actor = "lease"
+		}
+		for _, lv := range levels {
+			cost := a.Cost
+			moves = append(moves, LevelMove{TenantID: lv.TenantID, Kind: ledger.KindReserve, Ref: a.ID, Model: a.Model,
+				Estimate: &cost, MoneyMicro: a.MoneyMicro, Actor: actor, Reason: "admitted from a lease", Detail: string(detail), Opens: true})
+		}
+	}
+	return moves
+}
+
+// LeasePending reports whether a lease has admissions whose ledger entries
+// are still to write, read without a lock.
+func (s *Store) LeasePending(ctx context.Context, leaseID string) (bool, error) {
+	var pending bool
+	if err := s.pool.QueryRow(ctx, admissionLeasePendingSQL, leaseID).Scan(&pending); err != nil {
+		return false, fmt.Errorf("budget: lease %s: pending: %w", leaseID, err)
+	}
+	return pending, nil
+}
+
 // keyLockRead takes the advisory locks of the reserves' keys, before they
-// are read, when a lease journal is registered (then a key may be
-// journaled without the tenant's lock), and only for the tenants with a
-// live lease, decided in the statement, under the tenant rows' locks
+// are read, when leasing is enabled (then a key may be written by a
+// journal group without the tenant's lock), and only for the tenants with
+// a live lease, decided in the statement, under the tenant rows' locks
 // (idempotency_key_lock.sql says why that is enough). The statement reads
 // leases, budget/lease's table, because the decision must make it in the
 // lock round trip, with no read of its own.
@@ -134,110 +229,77 @@ func (r keyLockRead) scan(br pgx.BatchResults) error {
 	return nil
 }
 
-// journalRead reads the lease journal rows the batch's requests name.
-type journalRead struct {
-	j     LeaseJournal
-	byID  tenantKeys // (tenant, admission id)
-	pairs tenantKeys
-	clock *time.Time
-	l     *loaded
-}
-
-func (r journalRead) queue(b *pgx.Batch) {
-	r.j.QueueJournalFind(b, r.byID.keys, r.byID.tenants, r.pairs.tenants, r.pairs.keys, r.clock)
-}
-
-func (r journalRead) scan(br pgx.BatchResults) error {
-	hits, err := r.j.ScanJournalFind(br)
-	if err != nil {
-		return fmt.Errorf("budget: lease journal: %w", err)
+// keyLocks are the key locks a batch takes before its reads, if leasing is
+// enabled.
+func (s *Store) keyLocks(w wants) []read {
+	if !s.leasing.Load() || len(w.idempotency.keys) == 0 {
+		return nil
 	}
-	r.l.journal = hits
+	return []read{keyLockRead{pairs: w.idempotency}}
+}
+
+// leaseBookRead reads, after the admissions a batch ends are locked (the
+// statement before it), the leased admissions to book first: for each
+// lease of an ended admission whose entries are still to write, all of
+// the lease's admissions above its cursor, which it moves past them
+// (admission_lease_book_named.sql), in the same round trip. Queued for
+// every batch that ends admissions, leasing enabled or not: an end's entry
+// must follow its reserve's whichever store decides it.
+type leaseBookRead struct {
+	ids     []string
+	namedBy tenantKeys
+	clock   *time.Time
+	l       *loaded
+}
+
+func (r leaseBookRead) queue(b *pgx.Batch) {
+	b.Queue(admissionLeaseBookNamedSQL, r.ids, r.namedBy.tenants, r.namedBy.keys, r.clock)
+}
+
+func (r leaseBookRead) scan(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("budget: leased admissions to book: %w", err)
+	}
+	var lease string
+	var a LeasedAdmission
+	_, err = pgx.ForEachRow(rows, []any{&lease, &a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq}, func() error {
+		if r.l.toBook == nil {
+			r.l.toBook = map[string][]LeasedAdmission{}
+		}
+		r.l.toBook[lease] = append(r.l.toBook[lease], a)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("budget: leased admissions to book: %w", err)
+	}
 	return nil
 }
 
-// journalReads are the reads of the lease journal a batch needs, if a
-// journal is registered: the key locks of its reserves, then the journal
-// rows its settles and releases name and its reserves' keys.
-func (s *Store) journalReads(w wants, clock *time.Time, l *loaded) (locks, find []read) {
-	j := s.journal()
-	if j == nil {
-		return nil, nil
-	}
-	if len(w.idempotency.keys) > 0 {
-		locks = append(locks, keyLockRead{pairs: w.idempotency})
-	}
-	var pairs tenantKeys
-	pairs.tenants = append(append(pairs.tenants, w.namedBy.tenants...), w.idempotency.tenants...)
-	pairs.keys = append(append(pairs.keys, w.namedBy.keys...), w.idempotency.keys...)
-	if len(w.admissions) > 0 || len(pairs.keys) > 0 {
-		find = append(find, journalRead{j: j, byID: w.byID, pairs: pairs, clock: clock, l: l})
-	}
-	return locks, find
-}
-
-// bookJournal applies, after the lock round trip, what the journal read
-// found: a reserve's key the journal holds is its prior (a replay); an
-// admission a settle or release names that is only in the journal has its
-// lease booked here, in this transaction (reserve entries that move
-// nothing, the admissions and key rows), and is then locked as if read.
-func (s *Store) bookJournal(ctx context.Context, l *loaded, w wants) error {
-	if len(l.journal) == 0 {
+// bookLeases books, after the lock round trip, the leases leaseBookRead
+// found: their admissions' reserve entries, in this transaction, under the
+// tenant rows it holds (an admission's tenant is its lease's), before the
+// batch's own entries, so that an end's entry follows its reserve's.
+func (s *Store) bookLeases(l *loaded) error {
+	if len(l.toBook) == 0 {
 		return nil
 	}
-	reserveKey := map[[2]string]bool{}
-	for i := range w.idempotency.keys {
-		reserveKey[[2]string{w.idempotency.tenants[i], w.idempotency.keys[i]}] = true
-	}
-	ended := map[string]bool{}
-	for _, id := range w.admissions {
-		ended[id] = true
-	}
-	for i := range w.namedBy.keys {
-		ended["\x00"+w.namedBy.tenants[i]+"\x00"+w.namedBy.keys[i]] = true
-	}
-	leases := map[string]string{} // lease -> tenant
-	for _, h := range l.journal {
-		pair := [2]string{h.TenantID, h.Key}
-		if h.Key != "" && reserveKey[pair] && l.priors[pair] == nil {
-			l.priors[pair] = &prior{admissionID: h.AdmissionID, hash: h.RequestHash, response: h.Response}
-		}
-		named := ended[h.AdmissionID] || h.Key != "" && ended["\x00"+h.TenantID+"\x00"+h.Key]
-		if !h.Booked && named && l.tenants[h.TenantID] != nil {
-			leases[h.LeaseID] = h.TenantID
-		}
-	}
-	if len(leases) == 0 {
-		return nil
-	}
-	ids := make([]string, 0, len(leases))
-	for id := range leases {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids) // lease rows in id order, after the tenant rows
 	if l.pre == nil {
 		l.pre = &writes{}
 	}
-	for _, id := range ids {
-		t := l.tenants[leases[id]]
+	for _, id := range slices.Sorted(maps.Keys(l.toBook)) {
+		adms := l.toBook[id]
+		t := l.tenants[adms[0].TenantID]
+		if t == nil {
+			return fmt.Errorf("budget: lease %s: tenant %s is not locked", id, adms[0].TenantID)
+		}
 		chain, err := chainOf(l.tenants, t)
 		if err != nil {
 			return err
 		}
 		levels, byID := levelsOf(chain, l.now)
-		moves, err := s.journal().BookLocked(ctx, l.tx.conn, l.now, levels, id)
-		if err != nil {
-			return fmt.Errorf("budget: book lease %s: %w", id, err)
-		}
-		inserted := len(l.pre.inserted)
-		if _, err := applyMoves(byID, moves, l.now, l.pre); err != nil {
+		if _, err := applyMoves(byID, LeasedMoves(levels, id, adms), l.now, l.pre); err != nil {
 			return err
-		}
-		for _, a := range l.pre.inserted[inserted:] {
-			l.adms[a.ID] = a
-		}
-		for _, k := range l.pre.keys {
-			l.named[[2]string{k.tenantID, k.key}] = k.admissionID
 		}
 	}
 	return nil
@@ -256,18 +318,9 @@ func levelsOf(chain []*tenant, now time.Time) ([]Level, map[string]*tenant) {
 }
 
 // applyMoves applies moves to the levels (byID) at now, each with its
-// sealed entry, and records in w the admissions and keys they carry. It
-// returns the deltas applied.
+// sealed entry, recorded in w. It returns the deltas applied.
 func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *writes) ([]int64, error) {
 	applied := make([]int64, len(moves))
-	// A booked admission is an open reservation at every level, as a
-	// reserve's debit counts it (its end frees the slot at each).
-	booked := map[string]bool{}
-	for _, m := range moves {
-		if m.Admission != nil {
-			booked[m.Admission.ID] = true
-		}
-	}
 	for i, m := range moves {
 		lv := byID[m.TenantID]
 		if lv == nil {
@@ -283,7 +336,7 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 			d = lv.Tokens.Refund(d)
 		}
 		applied[i] = d
-		if m.Kind == ledger.KindReserve && booked[m.Ref] {
+		if m.Opens {
 			lv.Open++
 		}
 		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
@@ -291,33 +344,6 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 		e.Reason, e.Detail = m.Reason, m.Detail
 		lv.seal(e)
 		w.entry(lv, e)
-		if m.Admission == nil {
-			continue
-		}
-		// Booked: an admissions row as a reserve writes it. Its debit is
-		// the lease's (the whole estimate at every level), so
-		// debited_micro stays NULL and its end refunds or charges exactly
-		// what an exact admission's would.
-		a := *m.Admission
-		a.State = StateReserved
-		if a.TenantID == "" {
-			a.TenantID = m.TenantID
-		}
-		if a.ExpiresAt.IsZero() {
-			a.ExpiresAt = a.CreatedAt.Add(lv.Limits.ReservationTTL)
-		}
-		a.Face = a.Face.Or()
-		w.inserted = append(w.inserted, &a)
-		if k := m.Key; k != nil && k.Key != "" {
-			resp, hash := k.Response, k.RequestHash
-			if resp == nil {
-				resp = []byte{} // NOT NULL: empty is "replay now"
-			}
-			if hash == nil {
-				hash = []byte{}
-			}
-			w.keys = append(w.keys, keyPut{tenantID: a.TenantID, key: k.Key, admissionID: a.ID, hash: hash, response: resp, at: a.CreatedAt})
-		}
 	}
 	return applied, nil
 }

@@ -43,14 +43,10 @@ type LevelMove struct {
 	Actor      string
 	Reason     string
 	Detail     string // JSON
-	// Admission, on the move of the admission's own tenant, is an
-	// admission made from a lease being booked: its admissions row is
-	// inserted (state reserved) in the same transaction as the entry, and
-	// Key, when set, its Idempotency-Key row. CreatedAt is its journal
-	// time; a zero ExpiresAt is CreatedAt plus the tenant's reservation
-	// TTL.
-	Admission *Admission
-	Key       *AdmissionKey
+	// Opens: the move books an admission made from a lease, an open
+	// reservation at this level from now on, as a reserve's debit counts
+	// it (its end frees the slot at each level).
+	Opens bool
 }
 
 // LevelsFunc decides, under the row locks of a tenant and its ancestors,
@@ -64,9 +60,7 @@ type LevelsFunc func(ctx context.Context, q LockedQuerier, now time.Time, levels
 // its moves to the levels' token balances, each with its chained ledger
 // entry, and commits. It is the one way a use case beside the store
 // (budget/lease) moves a balance, so the chain head on the tenant row and
-// the stored balance stay equal to the last entry's, as Verify checks. A
-// move may carry an admission made from a lease (LevelMove.Admission),
-// whose admissions and key rows are written with it. It
+// the stored balance stay equal to the last entry's, as Verify checks. It
 // returns the applied moves' deltas (in fn's order), fn's error,
 // ErrLevelShort, or rule.ErrTenantNotFound.
 func (s *Store) LockedLevels(ctx context.Context, tenantID string, fn LevelsFunc) ([]int64, error) {

@@ -37,19 +37,19 @@ type read interface {
 type loaded struct {
 	tx      *lockedTx
 	now     time.Time
-	tenants map[string]*tenant         // the batch's tenants and their ancestors, locked
-	models  map[[2]string]*modelBucket // by tenant and model key
-	pools   map[string]*rule.Pool      // locked, by id
-	routes  map[string]string          // model key -> pool id
-	keys    map[string]liveKey         // unrevoked tenant keys, by id
-	gws     map[string][]string        // unrevoked gateways' scopes, by id
-	priors  map[[2]string]*prior       // reserves' live idempotency keys, by tenant and key
-	adms    map[string]*Admission      // admissions settles and releases name, locked, by id
-	named   map[[2]string]string       // admission ids named by (tenant, idempotency key)
-	overdue map[string][]*Admission    // overdue reservations, locked, by tenant
-	prices  *estimator.PriceBook       // current as of the lock round trip
-	journal []JournalHit               // lease journal rows the requests name (leasebook.go)
-	pre     *writes                    // the writes of leases booked in the load step
+	tenants map[string]*tenant           // the batch's tenants and their ancestors, locked
+	models  map[[2]string]*modelBucket   // by tenant and model key
+	pools   map[string]*rule.Pool        // locked, by id
+	routes  map[string]string            // model key -> pool id
+	keys    map[string]liveKey           // unrevoked tenant keys, by id
+	gws     map[string][]string          // unrevoked gateways' scopes, by id
+	priors  map[[2]string]*prior         // reserves' live idempotency keys, by tenant and key
+	adms    map[string]*Admission        // admissions settles and releases name, locked, by id
+	named   map[[2]string]string         // admission ids named by (tenant, idempotency key)
+	overdue map[string][]*Admission      // overdue reservations, locked, by tenant
+	prices  *estimator.PriceBook         // current as of the lock round trip
+	toBook  map[string][]LeasedAdmission // lease -> its admissions to book before the batch's ends (leasebook.go)
+	pre     *writes                      // the writes of leases booked in the load step
 }
 
 // liveKey is an unrevoked tenant key, as a decision checks it.
@@ -156,8 +156,8 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		adms: map[string]*Admission{}, named: map[[2]string]string{}, overdue: map[string][]*Admission{}}
 	queueModels := s.modelQueue(w.tenants)
 	reads := l.reads(w, queueModels, s.clock())
-	if locks, find := s.journalReads(w, s.clock(), l); len(locks)+len(find) > 0 {
-		reads = append(append(locks, reads...), find...) // keys locked before they are read
+	if locks := s.keyLocks(w); len(locks) > 0 {
+		reads = append(locks, reads...) // keys locked before they are read
 	}
 	tx, ts, now, err := s.lockTenants(ctx, w.tenants,
 		func(b *pgx.Batch) {
@@ -185,7 +185,7 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		tx.abort()
 		return nil, err
 	}
-	if err := s.bookJournal(ctx, l, w); err != nil {
+	if err := s.bookLeases(l); err != nil {
 		tx.abort()
 		return nil, err
 	}
@@ -216,7 +216,8 @@ func (l *loaded) reads(w wants, queueModels bool, clock *time.Time) []read {
 		rs = append(rs, idempotencyRead{pairs: w.idempotency, clock: clock, l: l})
 	}
 	if len(w.admissions) > 0 || len(w.namedBy.keys) > 0 {
-		rs = append(rs, admissionLockRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l})
+		rs = append(rs, admissionLockRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l},
+			leaseBookRead{ids: w.admissions, namedBy: w.namedBy, clock: clock, l: l})
 	}
 	if len(w.expiring) > 0 {
 		rs = append(rs, admissionExpiredRead{tenants: w.expiring, clock: clock, l: l})
@@ -387,6 +388,7 @@ func (r admissionLockRead) scan(br pgx.BatchResults) error {
 		for _, k := range row.NamedBy {
 			r.l.named[[2]string{a.TenantID, k}] = a.ID
 		}
+
 	}
 	return nil
 }

@@ -63,9 +63,9 @@ type Store struct {
 	answered atomic.Int64
 
 	routes atomic.Pointer[routeCache] // pool routes, see poolRoutes
-	// leaseJournal is the lease journal decisions consult (leasebook.go).
-	leaseJournal atomic.Pointer[leaseJournalBox]
-	prices       atomic.Pointer[priceBook] // the price book, see priceBookFor
+	// leasing: leases may be journaled on this database (EnableLeasing).
+	leasing atomic.Bool
+	prices  atomic.Pointer[priceBook] // the price book, see priceBookFor
 	// periodAlerts caches whether any period_budget alert rule exists,
 	// see periodAlertRules.
 	periodAlerts alert.PeriodRules

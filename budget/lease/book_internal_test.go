@@ -66,7 +66,7 @@ func TestJournalGroupRowFailsAlone(t *testing.T) {
 		t.Fatalf("the key journaled before: %v", errs[0])
 	}
 	var used, rows int64
-	if err := pool.QueryRow(ctx, `SELECT (SELECT used_micro FROM leases WHERE id = $1), (SELECT count(*) FROM lease_admissions WHERE lease_id = $1)`, l.ID).Scan(&used, &rows); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT (SELECT used_micro FROM leases WHERE id = $1), (SELECT count(*) FROM admissions WHERE lease_id = $1)`, l.ID).Scan(&used, &rows); err != nil {
 		t.Fatal(err)
 	}
 	if used != 50*rule.Micro || rows != 5 {

@@ -12,20 +12,20 @@
 //   - A journal write (group commit) locks the lease row, never a tenant
 //     row, and keeps used <= slice in the database, only while the lease
 //     is live and unexpired by the store's clock.
-//   - Renew, return and expiry lock the tree's rows, then the lease row
-//     (the one lock order), append a reserve entry at every level for each
-//     journal row not yet in the ledger (delta zero: the take debited it),
-//     in journal order, and refund slice - used (lease_return) when the
-//     lease ends. The chain stays verifiable: every balance move has its
-//     entry, appended under the lock that orders it.
-//   - A journal row carries its whole admission (Admission): booking it
-//     writes its admissions and Idempotency-Key rows with its entries
-//     (account.LevelMove.Admission), and a decision that ends it while it
-//     is only in the journal books its lease first, in its own transaction
-//     (book.go, account.LeaseJournal): it settles as an exact admission.
-//   - An Idempotency-Key is unique per tenant across the journal and
-//     idempotency_keys: a group reads it under the advisory lock a
-//     decision takes too, and answers a key in use as a replay.
+//   - A group commit writes each admission once, where it lives: its
+//     admissions row and its Idempotency-Key row (account.QueueLeased).
+//   - Renew, return and expiry lock the tree's rows (a return and an
+//     expiry then the lease row: the one lock order), append a reserve
+//     entry at every level for each admission of the lease not yet in the
+//     ledger (delta zero: the take debited it), in journal order, and
+//     refund slice - used (lease_return) when the lease ends. The chain
+//     stays verifiable: every balance move has its entry, appended under
+//     the lock that orders it. A decision that ends an admission not booked
+//     yet books its lease first, in its own transaction (account's
+//     leaseBookRead): it settles as an exact admission.
+//   - An Idempotency-Key is unique per tenant in idempotency_keys: a group
+//     reads it under the advisory lock a decision takes too, and answers a
+//     key in use as a replay.
 //   - A lease whose holder stops renewing is ended by the sweeper once its
 //     expiry passes: a dead replica holds budget for at most the TTL.
 //   - An admin change that takes a tenant out of leasing (a disable, new

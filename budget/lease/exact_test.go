@@ -2,87 +2,17 @@ package lease_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/integration/await"
 )
-
-// findRecorder is the lease store as the account store's decisions reach
-// it (account.LeaseJournal), recording the arguments of every journal
-// read they queue, so that a test can EXPLAIN the very read a decision
-// made.
-type findRecorder struct {
-	*lease.Store
-	mu    sync.Mutex
-	finds [][]any
-}
-
-func (r *findRecorder) QueueJournalFind(b *pgx.Batch, ids, idTenants, tenants, keys []string, clock *time.Time) {
-	r.mu.Lock()
-	r.finds = append(r.finds, []any{ids, idTenants, tenants, keys, clock})
-	r.mu.Unlock()
-	r.Store.QueueJournalFind(b, ids, idTenants, tenants, keys, clock)
-}
-
-// last is the arguments of the last journal read queued.
-func (r *findRecorder) last(t *testing.T) []any {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.finds) == 0 {
-		t.Fatal("no journal read was queued")
-	}
-	return r.finds[len(r.finds)-1]
-}
-
-// journalLoops runs the journal read with args under EXPLAIN ANALYZE and
-// returns how many times its plan scanned lease_admissions (the loops of
-// the nodes on that table): 0 means the statement read no journal.
-func journalLoops(t *testing.T, b *testBundle, args []any) (loops int, rows int) {
-	t.Helper()
-	var doc []byte
-	if err := b.r.pool.QueryRow(context.Background(), "EXPLAIN (ANALYZE, FORMAT JSON) "+lease.JournalFindSQL, args...).Scan(&doc); err != nil {
-		t.Fatal(err)
-	}
-	var plans []struct{ Plan planNode }
-	if err := json.Unmarshal(doc, &plans); err != nil || len(plans) != 1 {
-		t.Fatalf("plan %s: %v", doc, err)
-	}
-	seen := false
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		if n.Relation == "lease_admissions" {
-			seen = true
-			loops += n.Loops
-			rows += n.Rows
-		}
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(plans[0].Plan)
-	if !seen {
-		t.Fatalf("the plan has no scan of lease_admissions: %s", doc)
-	}
-	return loops, rows
-}
-
-type planNode struct {
-	Relation string     `json:"Relation Name"`
-	Loops    int        `json:"Actual Loops"`
-	Rows     int        `json:"Actual Rows"`
-	Plans    []planNode `json:"Plans"`
-}
 
 // holdKeyLock holds the advisory lock a decision takes for (tenant, key)
 // (idempotency_key_lock.sql) in a transaction of its own, until the
@@ -117,25 +47,28 @@ func waitKeyLockWaiter(t *testing.T, b *testBundle) {
 	}, func() string { return "no advisory lock waiter" })
 }
 
-// Exact mode reads the lease journal, and takes the keys' advisory locks,
-// only for a tenant with a live lease (docs/leasing.md, "Exact mode's
-// added reads"): a keyed reserve of a tenant whose lease was returned does
-// not wait for its key's advisory lock held elsewhere, its replay of a
-// key the returned lease journaled is read from idempotency_keys, and the
-// journal read of a settle and of a keyed reserve scans no journal row.
-// With a live lease, the reserve waits for the key's lock, finds a key only
-// the journal holds (a replay of that lease admission), and a settle books
-// the journal-only admission it names.
-func TestExactSkipsJournalWithoutLease(t *testing.T) {
+// unbookedSQL counts the admissions made from leases whose ledger entries
+// are still to write: above their lease's booking cursor.
+const unbookedSQL = `SELECT count(*) FROM admissions a
+	WHERE a.lease_id IS NOT NULL
+	  AND a.lease_seq > coalesce((SELECT booked_seq FROM admission_lease_books b WHERE b.lease_id = a.lease_id), 0)`
+
+// Exact mode takes the keys' advisory locks only for a tenant with a live
+// lease (docs/leasing.md, "Exact mode's added reads"), and reads no journal:
+// a leased admission's admissions and key rows are written by its group
+// commit. Without a live lease, a keyed reserve does not wait for its key's
+// lock held elsewhere, and replays a key a returned lease journaled. With
+// one, a keyed reserve waits for the key's lock, replays a key journaled
+// and not booked yet, and a settle of an admission not booked yet books
+// its lease first: its reserve entry comes before the settle's.
+func TestExactWithLeasedAdmissions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	rec := &findRecorder{Store: b.r.leases}
-	b.r.acct.SetLeaseJournal(rec)
 	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 10000, TokensRateMicro: tok})
 	b.tenant(t, "other", "", rule.Limits{TokensCapacity: 10000, TokensRateMicro: tok})
 	// other's live lease: a leased tenant in the database is no reason to
-	// read acme's journal.
+	// take acme's key locks.
 	if _, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "other", WantMicro: 100 * tok}); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +90,7 @@ func TestExactSkipsJournalWithoutLease(t *testing.T) {
 	}
 
 	// No live lease: the key's lock held elsewhere does not stop the
-	// reserve, and the journal read scans nothing.
+	// reserve.
 	release := holdKeyLock(t, b, "acme", "k1")
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	r, err := b.r.acct.Reserve(rctx, keyed("k1"))
@@ -166,24 +99,18 @@ func TestExactSkipsJournalWithoutLease(t *testing.T) {
 		t.Fatalf("a keyed reserve without a live lease: %v (did it wait for the key's advisory lock?)", err)
 	}
 	release()
-	if loops, _ := journalLoops(t, b, rec.last(t)); loops != 0 {
-		t.Fatalf("a keyed reserve without a live lease scanned the journal %d times", loops)
-	}
 	if r, err := b.r.acct.Reserve(ctx, keyed("k0")); err != nil || !r.Replayed || r.AdmissionID != first {
 		t.Fatalf("the returned lease's key: %+v, %v; want a replay of %s", r, err, first)
 	}
 	if s, err := b.r.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: first, InputTokens: 2, OutputTokens: 3}); err != nil || s.Admission.ID != first {
 		t.Fatalf("settle the booked lease admission: %+v, %v", s, err)
 	}
-	if loops, _ := journalLoops(t, b, rec.last(t)); loops != 0 {
-		t.Fatalf("a settle without a live lease scanned the journal %d times", loops)
-	}
 	if _, err := b.r.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: r.AdmissionID, InputTokens: 2, OutputTokens: 3}); err != nil {
 		t.Fatal(err)
 	}
 
-	// A live lease: a key only its journal holds is a replay, the settle
-	// books it, and a keyed reserve waits for its key's lock.
+	// A live lease: a key journaled and not booked is a replay, the settle
+	// books it first, and a keyed reserve waits for its key's lock.
 	l, err = b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 100 * tok})
 	if err != nil {
 		t.Fatal(err)
@@ -192,19 +119,26 @@ func TestExactSkipsJournalWithoutLease(t *testing.T) {
 	if err := b.r.journal.Append(ctx, l.ID, admissionOf(journaled, keyed("k2"))); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := b.r.acct.Reserve(ctx, keyed("k2")); err != nil || !r.Replayed || r.AdmissionID != journaled {
-		t.Fatalf("a key only the journal holds: %+v, %v; want a replay of %s", r, err, journaled)
+	var unbooked int
+	if err := b.r.pool.QueryRow(ctx, unbookedSQL).Scan(&unbooked); err != nil || unbooked != 1 {
+		t.Fatalf("%d admissions not booked (%v); want the one journaled", unbooked, err)
 	}
-	if loops, rows := journalLoops(t, b, rec.last(t)); loops == 0 || rows != 1 {
-		t.Fatalf("a keyed reserve with a live lease: the journal scanned %d times, %d rows; want its row", loops, rows)
+	if r, err := b.r.acct.Reserve(ctx, keyed("k2")); err != nil || !r.Replayed || r.AdmissionID != journaled {
+		t.Fatalf("a key journaled, not booked: %+v, %v; want a replay of %s", r, err, journaled)
 	}
 	s, err := b.r.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: journaled, InputTokens: 2, OutputTokens: 3})
 	if err != nil || s.Admission.ID != journaled || s.Admission.State != account.StateSettled {
-		t.Fatalf("settle a journal-only admission: %+v, %v", s, err)
+		t.Fatalf("settle an admission not booked: %+v, %v", s, err)
 	}
-	var left int
-	if err := b.r.pool.QueryRow(ctx, "SELECT count(*) FROM lease_admissions WHERE lease_id = $1", l.ID).Scan(&left); err != nil || left != 0 {
-		t.Fatalf("%d rows left in the lease's journal (%v); want the settled admission's booked", left, err)
+	if err := b.r.pool.QueryRow(ctx, unbookedSQL).Scan(&unbooked); err != nil || unbooked != 0 {
+		t.Fatalf("%d admissions not booked (%v); want the settled one booked", unbooked, err)
+	}
+	var kinds []string
+	if err := b.r.pool.QueryRow(ctx, "SELECT array_agg(kind::text ORDER BY seq) FROM ledger_entries WHERE tenant_id = 'acme' AND admission_id = $1", journaled).Scan(&kinds); err != nil {
+		t.Fatal(err)
+	}
+	if len(kinds) != 2 || kinds[0] != "reserve" || kinds[1] != "settle" {
+		t.Fatalf("the settled admission's entries: %v; want reserve then settle", kinds)
 	}
 	release = holdKeyLock(t, b, "acme", "k3")
 	done := make(chan error, 1)

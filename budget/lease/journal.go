@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -20,16 +19,12 @@ import (
 var (
 	//go:embed sql/lease_use.sql
 	leaseUseSQL string
-	//go:embed sql/lease_admissions_insert.sql
-	leaseAdmissionsInsertSQL string
 	//go:embed sql/lease_keys.sql
 	leaseKeysSQL string
 	//go:embed sql/lease_gateways.sql
 	leaseGatewaysSQL string
 	//go:embed sql/lease_unuse.sql
 	leaseUnuseSQL string
-	//go:embed sql/lease_admissions_by_key.sql
-	leaseAdmissionsByKeySQL string
 )
 
 // Admission is one admission made from a lease, as the journal records it:
@@ -74,16 +69,6 @@ type Admission struct {
 
 // storedKey is a's key as idempotency_keys holds it.
 func (a *Admission) storedKey() string { return a.Face.StoredKey(a.IdempotencyKey) }
-
-// journaled is the admission column of a journal row (JSON): what the
-// booking needs beyond the typed columns.
-type journaled struct {
-	Admission   account.Admission `json:"admission"`
-	KeyID       string            `json:"key_id,omitempty"`
-	Actor       string            `json:"actor,omitempty"`
-	RequestHash []byte            `json:"request_hash,omitempty"`
-	Response    []byte            `json:"response,omitempty"`
-}
 
 // ErrDuplicate: the admission's id is journaled already; this admission
 // was not made (the others of its group were journaled regardless).
@@ -293,7 +278,7 @@ func (j *Journal) writeOrSplit(ctx context.Context, reqs []*appendReq) []error {
 		h := len(reqs) / 2
 		return append(j.writeOrSplit(ctx, reqs[:h]), j.writeOrSplit(ctx, reqs[h:])...)
 	}
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "lease_admissions_admission_id_key" {
+	if account.DuplicateAdmission(err) {
 		err = fmt.Errorf("lease: journal %s: %w", reqs[0].a.ID, ErrDuplicate)
 	}
 	errs = make([]error, len(reqs))
@@ -363,7 +348,6 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		account.QueueKeyLock(b, tenants, keys)
 		b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
 		account.QueueKeysGet(b, tenants, keys, clock)
-		b.Queue(leaseAdmissionsByKeySQL, tenants, keys, clock)
 		b.Queue("SET LOCAL plan_cache_mode = auto")
 	}
 	sums := make([]int64, len(order))
@@ -430,7 +414,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	refused := refuseByKey(order, byReq, verdict, apiKeys, gws)
 	var cutIDs []string
 	var cuts []int64
-	var rows journalRows
+	var rows account.Leased
 	for _, id := range order {
 		is := byLease[id]
 		if verdict[id] == "" {
@@ -448,14 +432,19 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 			if errs[i] == nil {
 				errs[i] = refused[reqs[i]]
 			}
+			a := &reqs[i].a
+			if errs[i] == nil && a.TenantID != verdict[id] {
+				if a.TenantID != "" {
+					errs[i] = fmt.Errorf("lease: journal %s: an admission of tenant %s on a lease of %s", a.ID, a.TenantID, verdict[id])
+				} else {
+					a.TenantID = verdict[id]
+				}
+			}
 			if errs[i] != nil {
-				cut += reqs[i].a.CostMicro
+				cut += a.CostMicro
 				continue
 			}
-			if err := rows.add(id, &reqs[i].a); err != nil {
-				_, _ = conn.Exec(ctx, "ROLLBACK")
-				return nil, err
-			}
+			rows.Add(id, a.Actor, &a.Admission, a.storedKey(), a.RequestHash, a.Response)
 		}
 		if cut > 0 {
 			cutIDs, cuts = append(cutIDs, id), append(cuts, cut)
@@ -465,8 +454,8 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	if len(cutIDs) > 0 {
 		b.Queue(leaseUnuseSQL, cutIDs, cuts)
 	}
-	if len(rows.ids) > 0 {
-		b.Queue(leaseAdmissionsInsertSQL, rows.leases, rows.ids, rows.models, rows.costs, rows.micros, rows.money, clock, rows.tenants, rows.keys, rows.docs)
+	if rows.Len() > 0 {
+		account.QueueLeased(b, &rows, clock)
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -480,28 +469,10 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	return errs, nil
 }
 
-// journalRows are a group's rows to insert, a column each
-// (lease_admissions_insert.sql).
-type journalRows struct {
-	leases, ids, models, tenants, keys, docs []string
-	costs, micros                            []int64
-	money                                    []*int64
-}
-
-func (jr *journalRows) add(leaseID string, a *Admission) error {
-	doc, err := json.Marshal(journaled{Admission: a.Admission, KeyID: a.KeyID, Actor: a.Actor, RequestHash: a.RequestHash, Response: a.Response})
-	if err != nil {
-		return fmt.Errorf("lease: journal: encode %s: %w", a.ID, err)
-	}
-	jr.leases, jr.ids, jr.models = append(jr.leases, leaseID), append(jr.ids, a.ID), append(jr.models, a.Estimate.Model)
-	jr.costs, jr.micros, jr.money = append(jr.costs, a.Estimate.Cost), append(jr.micros, a.CostMicro), append(jr.money, a.MoneyEstimate)
-	jr.tenants, jr.keys, jr.docs = append(jr.tenants, a.TenantID), append(jr.keys, a.storedKey()), append(jr.docs, string(doc))
-	return nil
-}
-
 // scanKeys reads what write queued for the group's keys: the advisory
-// locks, then the admissions those keys already name, in idempotency_keys
-// or in the journal.
+// locks, then the admissions those keys already name (idempotency_keys
+// holds every key, leased or decided: the group commit writes its keys'
+// rows with its admissions).
 func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
 	for range 2 { // the locks, SET LOCAL
 		if _, err := br.Exec(); err != nil {
@@ -515,23 +486,6 @@ func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
 	}
 	for _, h := range hits {
 		found[[2]string{h.TenantID, h.Key}] = original{id: h.AdmissionID, hash: h.RequestHash, response: h.Response}
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	var tenant, key, id string
-	var doc []byte
-	_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &id, &doc}, func() error {
-		var jd journaled
-		if err := json.Unmarshal(doc, &jd); err != nil {
-			return fmt.Errorf("decode %s: %w", id, err)
-		}
-		found[[2]string{tenant, key}] = original{id: id, hash: jd.RequestHash, response: jd.Response}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	_, err = br.Exec() // SET LOCAL back
 	return found, err

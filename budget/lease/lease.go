@@ -76,8 +76,8 @@ type Config struct {
 	ClockFunc func() time.Time
 }
 
-// Store owns the leases and their journal (tables leases and
-// lease_admissions). Every change of a balance goes through the account
+// Store owns the leases (table leases); their admissions are account's
+// rows, written by the journal (journal.go). Every change of a balance goes through the account
 // store's LockedLevels, under the tree's row locks, with its ledger
 // entries.
 type Store struct {
@@ -88,8 +88,8 @@ type Store struct {
 	modes  modeCache // mode_cache.go
 }
 
-// New returns a Store, registered as its account store's lease journal
-// (account.Store.SetLeaseJournal).
+// New returns a Store, and enables leasing on its account store
+// (account.Store.EnableLeasing).
 func New(c Config) (*Store, error) {
 	if c.Store == nil {
 		return nil, errors.New("lease: Config.Store is required")
@@ -101,9 +101,9 @@ func New(c Config) (*Store, error) {
 	if s.holder == "" {
 		s.holder = "replica"
 	}
-	// The account store's decisions book this journal's admissions they
-	// end, and see its keys (book.go).
-	c.Store.SetLeaseJournal(s)
+	// The account store's keyed reserves take the keys' advisory locks
+	// for tenants with a live lease, as the journal's groups do.
+	c.Store.EnableLeasing()
 	return s, nil
 }
 
@@ -286,7 +286,7 @@ type leaseFunc func(ctx context.Context, q account.LockedQuerier, now time.Time,
 // withLease runs fn under the row locks of the lease's tree, then the
 // lease row's. The tenant is read first without a lock (it never changes).
 func (s *Store) withLease(ctx context.Context, leaseID string, fn leaseFunc) error {
-	tenantID, _, err := s.tenantOf(ctx, leaseID)
+	tenantID, err := s.tenantOf(ctx, leaseID)
 	if err != nil {
 		return err
 	}
@@ -300,16 +300,16 @@ func (s *Store) withLease(ctx context.Context, leaseID string, fn leaseFunc) err
 	return err
 }
 
-// tenantOf is a lease's tenant, read without a lock (it never changes),
-// and whether its journal holds rows to book; ErrOver for no such lease.
-func (s *Store) tenantOf(ctx context.Context, leaseID string) (tenantID string, pending bool, err error) {
-	if err := s.acct.Pool().QueryRow(ctx, leaseTenantSQL, leaseID).Scan(&tenantID, &pending); err != nil {
+// tenantOf is a lease's tenant, read without a lock (it never changes);
+// ErrOver for no such lease.
+func (s *Store) tenantOf(ctx context.Context, leaseID string) (tenantID string, err error) {
+	if err := s.acct.Pool().QueryRow(ctx, leaseTenantSQL, leaseID).Scan(&tenantID); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return "", false, ErrOver
+			return "", ErrOver
 		}
-		return "", false, fmt.Errorf("lease: tenant of %s: %w", leaseID, err)
+		return "", fmt.Errorf("lease: tenant of %s: %w", leaseID, err)
 	}
-	return tenantID, pending, nil
+	return tenantID, nil
 }
 
 // moves is one move of delta at every level, each with its entry.

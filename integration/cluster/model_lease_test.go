@@ -136,9 +136,9 @@ func (l *leaseLedger) usedBy(lid string, at time.Time, booked int64) int64 {
 	return max(sum, booked)
 }
 
-// leaseJournals reads every lease's journal from the ledger (booking
-// deletes the journal's rows): each leased admission once, with the cost
-// it took and its journal time, in journal order.
+// leaseJournals reads every lease's booked journal from the ledger: each
+// leased admission once, with the cost it took and its journal time, in
+// journal order.
 func leaseJournals(t *testing.T, pool *pgxpool.Pool) map[string][]journalRow {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT lease_id, cost_micro, created_at, true AS booked FROM (
@@ -429,8 +429,9 @@ func (h *history) quietBut(own int, from, to time.Time) bool {
 }
 
 // journalRow is one admission of a lease's journal: as the ledger's
-// reserve entry of its own tenant tells it once booked (booking deletes
-// the row), or a row still in lease_admissions (booked false).
+// reserve entry of its own tenant tells it once booked, or as its
+// admissions row tells it while its entries are still to write (booked
+// false: above its lease's booking cursor).
 type journalRow struct {
 	LeaseID   string    `db:"lease_id"`
 	CostMicro int64     `db:"cost_micro"`
@@ -441,7 +442,11 @@ type journalRow struct {
 // unbookedRows are the journal rows not booked (yet).
 func unbookedRows(t *testing.T, pool *pgxpool.Pool) []journalRow {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT lease_id, cost_micro, created_at, false AS booked FROM lease_admissions ORDER BY created_at`)
+	rows, err := pool.Query(context.Background(), `SELECT a.lease_id, a.cost * 1000000 AS cost_micro, a.created_at, false AS booked
+		FROM admissions a
+		WHERE a.lease_id IS NOT NULL
+		  AND a.lease_seq > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = a.lease_id), 0)
+		ORDER BY a.created_at`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,8 +89,10 @@ func leaseOf(pool *pgxpool.Pool, id string) string {
 	}
 	fmt.Fprintf(&b, "  %s of %s held by %s: %s, slice %d, used %d, booked %d, taken %s, renewed %s, expires %s, ended %v\n", id, tenant, holder, state,
 		slice, used, booked, taken.Format("15:04:05.000000"), renewed.Format("15:04:05.000000"), expires.Format("15:04:05.000000"), ended)
-	// Booking deletes a journal row: these are the ones not booked.
-	rows, err := pool.Query(ctx, `SELECT admission_id, cost_micro, created_at FROM lease_admissions WHERE lease_id = $1 ORDER BY seq`, id)
+	// The lease's admissions whose ledger entries are still to write.
+	rows, err := pool.Query(ctx, `SELECT a.id, a.cost * 1000000, a.created_at FROM admissions a
+		WHERE a.lease_id = $1 AND a.lease_seq > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = $1), 0)
+		ORDER BY a.lease_seq`, id)
 	if err != nil {
 		return err.Error()
 	}

@@ -1,0 +1,44 @@
+-- The admissions a lease journal group commit makes (budget/lease), of all
+-- its leases, with their Idempotency-Keys, in one statement: each is
+-- written once, here, where it lives, and its lease's booking later only
+-- appends its chained ledger entries (admission_lease_book.sql).
+--
+-- created_at is the store's clock ($22, a frozen clock, or none), the same
+-- for the whole group; expires_at, unless given, that plus the tenant's
+-- reservation TTL (read without a lock: the TTL in effect as the group
+-- commits). lease_seq is drawn from admissions_lease_seq in the group's
+-- order, under the group's lock of each lease row, held to its commit: a
+-- lease's admissions commit in lease_seq order, which the booking's cursor
+-- relies on. A key older than 24 h is forgotten, so it is replaced (as
+-- idempotency_put.sql); the group read the live ones under their advisory
+-- locks first.
+WITH a AS (
+    INSERT INTO admissions (
+        id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
+        input_weight_micro, output_weight_micro, created_at, expires_at, family,
+        price_model, price_from, money_estimate, face, price_tier, lease_id, lease_seq, lease_actor
+    )
+    SELECT u.id, u.tenant_id, 'reserved', u.model, u.input_tokens, u.output_tokens, u.cost, u.approximate,
+           u.input_weight_micro, u.output_weight_micro, c.at,
+           coalesce(u.expires_at, c.at + t.reservation_ttl_ms * interval '1 millisecond'),
+           nullif(u.family, ''), nullif(u.price_model, ''), u.price_from, u.money_estimate, u.face,
+           nullif(u.price_tier, ''), u.lease_id, nextval('admissions_lease_seq'), nullif(u.actor, '')
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::boolean[],
+                $8::bigint[], $9::bigint[], $10::timestamptz[], $11::text[], $12::text[], $13::timestamptz[],
+                $14::bigint[], $15::text[], $16::text[], $17::text[], $18::text[])
+         WITH ORDINALITY AS u (id, tenant_id, model, input_tokens, output_tokens, cost, approximate,
+                               input_weight_micro, output_weight_micro, expires_at, family, price_model,
+                               price_from, money_estimate, face, price_tier, lease_id, actor, n)
+    JOIN tenants t ON t.id = u.tenant_id
+    CROSS JOIN (SELECT coalesce($22::timestamptz, clock_timestamp()) AS at) c
+    ORDER BY u.n
+    RETURNING id, created_at
+)
+INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
+SELECT u.tenant_id, u.key, u.id, u.request_hash, u.response, a.created_at
+FROM unnest($1::text[], $2::text[], $19::text[], $20::bytea[], $21::bytea[]) AS u (id, tenant_id, key, request_hash, response)
+JOIN a ON a.id = u.id
+WHERE u.key <> ''
+ON CONFLICT (tenant_id, key) DO UPDATE
+SET admission_id = excluded.admission_id, request_hash = excluded.request_hash,
+    response = excluded.response, created_at = excluded.created_at
