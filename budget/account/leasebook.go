@@ -240,9 +240,9 @@ func (s *Store) keyLocks(w wants) []read {
 
 // leaseBookRead reads, after the admissions a batch ends are locked (the
 // statement before it), the leased admissions to book first: for each
-// lease of an ended admission whose entries are still to write, all of
-// the lease's admissions above its cursor, which it moves past them
-// (admission_lease_book_named.sql), in the same round trip. Queued for
+// lease of an ended admission whose entries are still to write, the
+// lease's admissions above its cursor up to the last one ended, which it
+// moves past them (admission_lease_book_named.sql), in the same round trip. Queued for
 // every batch that ends admissions, leasing enabled or not: an end's entry
 // must follow its reserve's whichever store decides it.
 type leaseBookRead struct {

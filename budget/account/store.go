@@ -266,6 +266,14 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	tx := &lockedTx{store: s, conn: conn, open: true, allowance: allowance, since: start, trips: tripsOf(ctx)}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	// A decision's statements run on the plans cached on the connection:
+	// Postgres's default re-plans a statement on every use while its plan
+	// for the arguments looks cheaper than the generic one, and the tenant
+	// lock and the tenants' update looked so forever, at 50 to 100 µs of
+	// planning a transaction each (BENCHMARKS.md, "Quota leasing, third
+	// step"). Each of them has one sensible plan whatever the table sizes
+	// (the key reads look each key up on its own: idempotency_get.sql).
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 	b.Queue(tenantLockSQL, ids)
 	b.Queue(clockPricesSQL, s.clock())
 	if extra != nil {
@@ -274,8 +282,10 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	countTrip(ctx)
 	br := conn.SendBatch(ctx, b)
 	ts, now, err := func() (map[string]*tenant, time.Time, error) {
-		if _, err := br.Exec(); err != nil {
-			return nil, time.Time{}, fmt.Errorf("budget: begin: %w", err)
+		for range 2 { // BEGIN, SET LOCAL
+			if _, err := br.Exec(); err != nil {
+				return nil, time.Time{}, fmt.Errorf("budget: begin: %w", err)
+			}
 		}
 		ts, err := scanTenants(br.Query())
 		if err != nil {

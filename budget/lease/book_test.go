@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
@@ -335,6 +338,63 @@ func TestLeaseSettleWhileJournaling(t *testing.T) {
 	}
 	if got, want := b.balance(t, "acme"), int64(capacity-workers*each*used)*tok; got != want {
 		t.Fatalf("balance %d, want %d", got, want)
+	}
+	b.verify(t, "acme")
+}
+
+// A settle books its lease only up to the admission it ends: the ones
+// journaled before it get their reserve entries in the settle's
+// transaction (an end's entry follows its reserve's), the ones after it
+// are left to the lease's next booking, which LeasePending reports and
+// Book writes; every chain verifies.
+func TestSettleBooksUpToItsAdmission(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok})
+	h := lease.NewHolder(b.r.leases, b.r.journal, lease.HolderConfig{TenantID: "acme", SliceMicro: 500 * tok, NowFunc: b.clock})
+	ids := []string{"adm-1", "adm-2", "adm-3"}
+	for _, id := range ids {
+		if err := h.Admit(ctx, admissionOf(id, account.ReserveParams{TenantID: "acme", Estimate: estimate(50)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	booked := func() []string {
+		t.Helper()
+		rows, err := b.r.pool.Query(ctx, `SELECT admission_id FROM ledger_entries WHERE tenant_id = 'acme' AND kind = 'reserve' ORDER BY seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if _, err := b.r.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: "adm-2", InputTokens: 10, OutputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if got := booked(); !slices.Equal(got, ids[:2]) {
+		t.Fatalf("after settling adm-2, reserve entries of %v, want %v", got, ids[:2])
+	}
+	leaseID := h.LeaseID()
+	if pending, err := b.r.acct.LeasePending(ctx, leaseID); err != nil || !pending {
+		t.Fatalf("adm-3 is not booked, LeasePending says %v (%v)", pending, err)
+	}
+	if n, err := b.r.leases.Book(ctx, leaseID); err != nil || n != 1 {
+		t.Fatalf("Book booked %d (%v), want adm-3 alone", n, err)
+	}
+	if got := booked(); !slices.Equal(got, ids) {
+		t.Fatalf("after Book, reserve entries of %v, want %v", got, ids)
+	}
+	if pending, err := b.r.acct.LeasePending(ctx, leaseID); err != nil || pending {
+		t.Fatalf("every admission is booked, LeasePending says %v (%v)", pending, err)
+	}
+	if _, err := b.r.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: "adm-3", InputTokens: 10, OutputTokens: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Return(ctx); err != nil {
+		t.Fatal(err)
 	}
 	b.verify(t, "acme")
 }

@@ -336,19 +336,19 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	// The group's statements run on the plans cached on the connection
+	// (pgx prepares each statement once): Postgres's default re-plans a
+	// statement on every use while its plan for the arguments looks
+	// cheaper than the generic one, and the lease use and the key locks
+	// looked so forever (a one-lease array, a constant flag), at 50 to
+	// 115 µs of planning a group each (BENCHMARKS.md, "Quota leasing, third
+	// step"). Every statement here has one sensible plan whatever the
+	// table sizes (the key reads look each key up on its own), so the
+	// generic plan is as good and costs nothing after its first use.
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 	if len(keys) > 0 {
-		// The key reads are planned for their arguments: a plan cached on
-		// this connection (pgx prepares each statement once) is costed on
-		// the table sizes of its first uses, and theirs, made while
-		// idempotency_keys held a few rows, stayed a hash join over the
-		// whole table as it grew (0.85 ms a group with no key found, 64
-		// tenants: BENCHMARKS.md, "Quota leasing, second step"). The
-		// group's other statements keep their cached plans: planning them
-		// all cost more than the reads saved.
 		account.QueueKeyLock(b, tenants, keys)
-		b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
 		account.QueueKeysGet(b, tenants, keys, clock)
-		b.Queue("SET LOCAL plan_cache_mode = auto")
 	}
 	sums := make([]int64, len(order))
 	for k, id := range order {
@@ -371,8 +371,10 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
-		if _, err := br.Exec(); err != nil { // BEGIN
-			return err
+		for range 2 { // BEGIN, SET LOCAL
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		if len(keys) > 0 {
 			var err error
@@ -474,10 +476,8 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 // holds every key, leased or decided: the group commit writes its keys'
 // rows with its admissions).
 func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
-	for range 2 { // the locks, SET LOCAL
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
+	if _, err := br.Exec(); err != nil { // the locks
+		return nil, err
 	}
 	found := map[[2]string]original{}
 	hits, err := account.ScanKeysGet(br)
@@ -487,6 +487,5 @@ func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
 	for _, h := range hits {
 		found[[2]string{h.TenantID, h.Key}] = original{id: h.AdmissionID, hash: h.RequestHash, response: h.Response}
 	}
-	_, err = br.Exec() // SET LOCAL back
-	return found, err
+	return found, nil
 }

@@ -47,9 +47,23 @@ psql -c 'SELECT pg_stat_statements_reset()' -c "SELECT pg_stat_reset_shared('wal
 c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "$server")
 go tool pprof -proto -seconds "$((secs - 2))" "http://127.0.0.1:$tg_pprof/debug/pprof/profile" >"$work/cpu.pprof" 2>/dev/null &
 prof=$!
+# What Postgres's client backends wait on, sampled every 20 ms over the
+# load from one session (pg_stat_activity is read afresh each sample): a
+# decision that waits on a lock, a flush or its client shows there, where
+# neither CPU nor statement times see it.
+psql -c 'CREATE TABLE bench_waits (ev text, q text)' >/dev/null
+psql -c "DO \$\$ BEGIN FOR i IN 1..$(((secs - 1) * 50)) LOOP
+	PERFORM pg_stat_clear_snapshot();
+	INSERT INTO bench_waits SELECT CASE WHEN state = 'idle' THEN 'idle' WHEN state = 'active' THEN coalesce(wait_event_type || ':' || wait_event, 'running') ELSE state || coalesce(' ' || wait_event_type || ':' || wait_event, '') END,
+		left(regexp_replace(regexp_replace(query, '--[^\n]*\n', '', 'g'), '\s+', ' ', 'g'), 60)
+		FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = 'tokengate';
+	PERFORM pg_sleep(0.02);
+END LOOP; END \$\$" >/dev/null &
+waits=$!
 "$bin" loadgen --json "${lg[@]}" --duration "${secs}s" >"$work/load.json"
 c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "$server")
 wait "$prof" || say "profile: no CPU profile"
+wait "$waits" || say "profile: no wait samples"
 lease_paths $tg_http
 js=$(cat "$work/load.json")
 num() { sed -n "s/.*\"$1\":\([0-9.e+]*\).*/\1/p" <<<"$js"; }
@@ -64,8 +78,12 @@ psql -c "SELECT round((total_exec_time * 1000 / $adm)::numeric, 1) AS exec_us_pe
 	round((total_plan_time * 1000 / $adm)::numeric, 1) AS plan_us_per_req, calls, rows,
 	round(rows::numeric / $adm, 2) AS rows_per_req,
 	left(regexp_replace(regexp_replace(query, '--[^\n]*\n', '', 'g'), '\s+', ' ', 'g'), 70) AS statement
-	FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT 15"
+	FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_sleep%' ORDER BY total_exec_time DESC LIMIT 15"
 psql -c "SELECT round(wal_records::numeric / $adm, 1) AS wal_records_per_req, round(wal_bytes / $adm) AS wal_bytes_per_req,
 	wal_fpi AS full_page_images FROM pg_stat_wal"
+echo "What Postgres's client backends were doing, sampled every 20 ms (samples: per sample, how many backends):"
+psql -c "SELECT ev AS waiting_on, q AS statement, round(count(*)::numeric / $(((secs - 1) * 50)), 2) AS backends
+	FROM bench_waits WHERE ev <> 'idle' GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 15"
+psql -c "SELECT ev, round(count(*)::numeric / $(((secs - 1) * 50)), 2) AS backends FROM bench_waits GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
 echo "The server's CPU (pprof, cumulative, top 25):"
 go tool pprof -top -cum -nodecount 25 "$bin" "$work/cpu.pprof" 2>/dev/null | tail -n +5

@@ -2,26 +2,39 @@
 -- names (by id, $1, or by a tenant's live Idempotency-Key, $2 and $3, as
 -- admission_lock.sql, which runs just before this in the same round trip):
 -- for each lease of a named admission whose entries are still to write,
--- every admission of the lease above its booking cursor, in lease_seq
--- order, with the cursor moved past them (admission_lease_book.sql). The
--- batch holds the tenant rows of the leases' trees, so no other booking of
--- them runs; the batch writes their entries before its own.
+-- the lease's admissions above its booking cursor up to the last one named
+-- (the ones after it are left to the lease's next booking), in lease_seq
+-- order, with the cursor moved past them (admission_lease_book.sql). A
+-- lease's admissions commit in lease_seq order, so every one up to a named
+-- one is committed. The batch holds the tenant rows of the leases' trees,
+-- so no other booking of them runs; the batch writes their entries before
+-- its own. Each key is looked up on its own down the primary key
+-- (idempotency_get.sql says why), and each lease's range is bounded on
+-- both sides, so that its read stays a scan of the lease's index: open
+-- above, it was planned (generically, a renewed lease naming most of a hot
+-- tenant's rows) as a scan of all admissions, in every settle
+-- (BENCHMARKS.md, "Quota leasing, third step").
 WITH named AS (
     SELECT k.admission_id
-    FROM idempotency_keys k
-    JOIN unnest($2::text[], $3::text[]) AS q (tenant_id, key) ON k.tenant_id = q.tenant_id AND k.key = q.key
-    WHERE k.created_at > coalesce($4::timestamptz, clock_timestamp()) - interval '24 hours'
+    FROM unnest($2::text[], $3::text[]) AS q (tenant_id, key)
+    CROSS JOIN LATERAL (
+        SELECT k.key, k.admission_id FROM idempotency_keys k
+        WHERE k.tenant_id = q.tenant_id AND k.key = q.key
+          AND k.created_at > coalesce($4::timestamptz, clock_timestamp()) - interval '24 hours'
+        LIMIT 1
+    ) k
 ), cursors AS MATERIALIZED (
-    SELECT DISTINCT a.lease_id, c.seq
+    SELECT a.lease_id, c.seq, max(a.lease_seq) AS upto
     FROM admissions a
     CROSS JOIN LATERAL (SELECT coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = a.lease_id), 0) AS seq) c
     WHERE a.id = ANY ($1::text[] || ARRAY(SELECT admission_id FROM named))
       AND a.lease_id IS NOT NULL AND a.lease_seq > c.seq
+    GROUP BY a.lease_id, c.seq
 ), todo AS MATERIALIZED (
     SELECT a.lease_id, a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at,
            coalesce(a.lease_actor, '') AS actor, a.lease_seq
     FROM cursors c
-    JOIN admissions a ON a.lease_id = c.lease_id AND a.lease_seq > c.seq
+    JOIN admissions a ON a.lease_id = c.lease_id AND a.lease_seq > c.seq AND a.lease_seq <= c.upto
 ), moved AS (
     INSERT INTO admission_lease_books (lease_id, booked_seq)
     SELECT lease_id, max(lease_seq) FROM todo GROUP BY lease_id

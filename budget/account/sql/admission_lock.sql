@@ -5,13 +5,18 @@
 -- as in admission_by_key.sql). The key's tenant is the admission's, whose
 -- row this transaction holds: every key a batch can name is written under
 -- that lock, so this read is current. named_by lists the keys that named
--- the row. ARRAY(...) is computed once (an InitPlan), so the primary key
+-- the row; each key is looked up on its own down the primary key
+-- (idempotency_get.sql says why). ARRAY(...) is computed once (an InitPlan), so the primary key
 -- index finds every row.
 WITH named AS (
     SELECT k.key, k.admission_id
-    FROM idempotency_keys k
-    JOIN unnest($2::text[], $3::text[]) AS q (tenant_id, key) ON k.tenant_id = q.tenant_id AND k.key = q.key
-    WHERE k.created_at > coalesce($4::timestamptz, clock_timestamp()) - interval '24 hours'
+    FROM unnest($2::text[], $3::text[]) AS q (tenant_id, key)
+    CROSS JOIN LATERAL (
+        SELECT k.key, k.admission_id FROM idempotency_keys k
+        WHERE k.tenant_id = q.tenant_id AND k.key = q.key
+          AND k.created_at > coalesce($4::timestamptz, clock_timestamp()) - interval '24 hours'
+        LIMIT 1
+    ) k
 )
 SELECT a.id, a.tenant_id, a.state, a.model, a.input_tokens, a.output_tokens, a.cost, a.approximate,
        a.input_weight_micro, a.output_weight_micro, a.created_at, a.expires_at, a.ended_at, a.late,
