@@ -48,7 +48,9 @@ c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "$server")
 go tool pprof -proto -seconds "$((secs - 2))" "http://127.0.0.1:$tg_pprof/debug/pprof/profile" >"$work/cpu.pprof" 2>/dev/null &
 prof=$!
 # What Postgres's client backends wait on, sampled every 20 ms over the
-# load from one session (pg_stat_activity is read afresh each sample): a
+# load from one session (pg_stat_activity is read afresh each sample, and
+# each sample commits: a transaction held open over the load would keep
+# every table's dead rows from being pruned, and slow what it measures): a
 # decision that waits on a lock, a flush or its client shows there, where
 # neither CPU nor statement times see it.
 psql -c 'CREATE TABLE bench_waits (ev text, q text)' >/dev/null
@@ -57,6 +59,7 @@ psql -c "DO \$\$ BEGIN FOR i IN 1..$(((secs - 1) * 50)) LOOP
 	INSERT INTO bench_waits SELECT CASE WHEN state = 'idle' THEN 'idle' WHEN state = 'active' THEN coalesce(wait_event_type || ':' || wait_event, 'running') ELSE state || coalesce(' ' || wait_event_type || ':' || wait_event, '') END,
 		left(regexp_replace(regexp_replace(query, '--[^\n]*\n', '', 'g'), '\s+', ' ', 'g'), 60)
 		FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = 'tokengate';
+	COMMIT;
 	PERFORM pg_sleep(0.02);
 END LOOP; END \$\$" >/dev/null &
 waits=$!
