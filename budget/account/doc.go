@@ -74,8 +74,9 @@
 //     with debited_micro NULL (the lease debited its whole estimate at every
 //     level); its lease's booking appends its reserve entries later
 //     (LeasedToBook, LevelMove.Opens). A decision that ends one whose
-//     entries are still to write books that lease first, in its own
-//     transaction (leasebook.go, LeaseBooker); the expiry sweeper leaves it
+//     entries are still to write books that lease, up to it, first, in its
+//     own transaction and lock round trip (leasebook.go, leaseBookRead);
+//     the expiry sweeper leaves it
 //     until it is booked; and a keyed reserve of a tenant with a live lease
 //     takes the key's advisory lock a journal group takes too, decided in
 //     the statement under its row lock: a key is admitted once, leased or
