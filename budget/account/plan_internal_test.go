@@ -64,9 +64,15 @@ func explain(ctx context.Context, t *testing.T, db beginner, sql string, args ..
 	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
+	return planOf(ctx, t, tx, "EXPLAIN "+sql, args...)
+}
+
+// planOf runs an EXPLAIN and returns its plan, a line a node.
+func planOf(ctx context.Context, t *testing.T, tx pgx.Tx, explain string, args ...any) string {
+	t.Helper()
+	rows, err := tx.Query(ctx, explain, args...)
 	if err != nil {
-		t.Fatalf("explain %s: %v", sql, err)
+		t.Fatalf("%s: %v", explain, err)
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
@@ -170,13 +176,5 @@ func explainGeneric(ctx context.Context, t *testing.T, db beginner, sql, args st
 		}
 	}
 	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"("+args+")")
-	if err != nil {
-		t.Fatalf("explain %s: %v", sql, err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
+	return planOf(ctx, t, tx, "EXPLAIN EXECUTE "+name+"("+args+")")
 }
