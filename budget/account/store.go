@@ -229,6 +229,23 @@ func (s *Store) classify(ctx context.Context, err error, acquiring, committing b
 // ledger) in tests and tools.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
+// QueueGenericPlans queues, after a BEGIN, the statement that has the
+// rest of the transaction run on the plans cached on its connection (pgx
+// prepares each statement once): a decision's transaction and a lease
+// journal group both begin with it. Why: Postgres's default re-plans a
+// statement on every use while its plan for the arguments looks cheaper
+// than the generic one, and the tenant lock, the tenants' update, the
+// lease use and the key locks looked so forever, at 50 to 115 µs of
+// planning a transaction each (BENCHMARKS.md, "Quota leasing, third
+// step"). Each statement that reads a table that grows is an index read
+// as a generic plan (TestGenericPlansStayIndexed; the key reads look each
+// key up on its own). A plan is costed on the statistics of its first
+// use, so one made on an empty table lasts until autovacuum's first
+// analyze (docs/operators.md, "Performance").
+func QueueGenericPlans(b *pgx.Batch) {
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+}
+
 // lockedTx is one decision's transaction on one connection, holding the
 // tenant row lock from its first batch to its COMMIT.
 type lockedTx struct {
@@ -266,14 +283,7 @@ func (s *Store) lockTenants(ctx context.Context, ids []string, extra func(*pgx.B
 	tx := &lockedTx{store: s, conn: conn, open: true, allowance: allowance, since: start, trips: tripsOf(ctx)}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	// A decision's statements run on the plans cached on the connection:
-	// Postgres's default re-plans a statement on every use while its plan
-	// for the arguments looks cheaper than the generic one, and the tenant
-	// lock and the tenants' update looked so forever, at 50 to 100 µs of
-	// planning a transaction each (BENCHMARKS.md, "Quota leasing, third
-	// step"). Each of them has one sensible plan whatever the table sizes
-	// (the key reads look each key up on its own: idempotency_get.sql).
-	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	QueueGenericPlans(b)
 	b.Queue(tenantLockSQL, ids)
 	b.Queue(clockPricesSQL, s.clock())
 	if extra != nil {

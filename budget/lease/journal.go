@@ -336,16 +336,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	// The group's statements run on the plans cached on the connection
-	// (pgx prepares each statement once): Postgres's default re-plans a
-	// statement on every use while its plan for the arguments looks
-	// cheaper than the generic one, and the lease use and the key locks
-	// looked so forever (a one-lease array, a constant flag), at 50 to
-	// 115 µs of planning a group each (BENCHMARKS.md, "Quota leasing, third
-	// step"). Every statement here has one sensible plan whatever the
-	// table sizes (the key reads look each key up on its own), so the
-	// generic plan is as good and costs nothing after its first use.
-	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	account.QueueGenericPlans(b)
 	if len(keys) > 0 {
 		account.QueueKeyLock(b, tenants, keys)
 		account.QueueKeysGet(b, tenants, keys, clock)
