@@ -37,6 +37,10 @@ func TestGrowingTablesAreReadThroughAnIndex(t *testing.T) {
 		{"idempotency read", idempotencyGetSQL, "idempotency_keys", []any{ids, keys, &now}},
 		{"overdue reservations", admissionExpiredLockSQL, "admissions", []any{ids, 100, &now}},
 		{"idempotency purge", idempotencyPurgeSQL, "idempotency_keys", []any{1000}},
+		// A range of created_at over every tenant: a block range index
+		// (00034; TestDriftReportReadsTimeThroughBRIN).
+		{"drift report, every tenant", driftReportSQL, "admissions", []any{"", "", now.Add(-time.Hour), now}},
+		{"drift report by model", driftReportByModelSQL, "admissions", []any{"", "", now.Add(-time.Hour), now}},
 		{"deferred settles purge", deferredSettlePurgeSQL, "deferred_settles", []any{1000}},
 		{"rejections purge", rejectionsPurgeSQL, "rejection_counts", nil},
 		{"rejections read", rejectionsSinceSQL, "rejection_counts", []any{60}},
@@ -79,6 +83,43 @@ func planOf(ctx context.Context, t *testing.T, tx pgx.Tx, explain string, args .
 		t.Fatal(err)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// The drift report over every tenant reads a range of created_at alone,
+// through a block range index (00034: a B-tree there cost every admission
+// an entry), on a table written in time order as the store writes it.
+func TestDriftReportReadsTimeThroughBRIN(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	for _, q := range []string{
+		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0), ('u', 1000, 1, 0)`,
+		`INSERT INTO admissions (id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
+			input_weight_micro, output_weight_micro, created_at, expires_at)
+		 SELECT 'a' || i, CASE WHEN i % 2 = 0 THEN 't' ELSE 'u' END, 'settled', 'gpt-4o', 1, 1, 2, false, 1, 1,
+		        timestamptz '2026-01-01' + i * interval '1 minute', timestamptz '2026-01-01' + i * interval '1 minute'
+		 FROM generate_series(1, 60000) AS i`,
+		`ANALYZE admissions`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	from := time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ name, sql string }{
+		{"drift report, every tenant", driftReportSQL},
+		{"drift report by model", driftReportByModelSQL},
+	} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := planOf(ctx, t, tx, "EXPLAIN "+c.sql, "", "", from, from.Add(24*time.Hour))
+		_ = tx.Rollback(ctx)
+		if !strings.Contains(plan, "Bitmap Index Scan on admissions_created_brin") {
+			t.Errorf("%s of one day in 41 does not read admissions_created_brin:\n%s", c.name, plan)
+		}
+	}
 }
 
 // A decision's transaction and a lease journal group run their statements
