@@ -242,9 +242,33 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 // key up on its own). A plan is costed on the statistics of its first
 // use, so one made on an empty table lasts until autovacuum's first
 // analyze (docs/operators.md, "Performance").
+//
+// The same statement turns sequential scans off for the transaction. A
+// generic plan is costed without its arguments, so on a small tenants
+// table (65 rows in the benches) the tenant lock, the tenants' update and
+// the journal's insert (its join for the reservation TTL) each planned a
+// scan of the whole table where they name a few rows by primary key; and
+// the tenants table is where a scan costs most: its pages are kept a fifth
+// full (00013) and every decision leaves a version of its rows there, so
+// a scan reads many pages and every version in them. It cost 150 to 330
+// µs a statement (BENCHMARKS.md, "Quota leasing, fourth step"). Every
+// statement of these transactions reads rows it names through an index; a
+// scan is still planned where no index can answer (the setting only
+// prices it out), and TestGenericPlansStayIndexed holds each read to an
+// index on a small table and on a large one. It also turns JIT
+// compilation off: a scan priced out costs a plan more than JIT's
+// threshold, and the price book's version (a table of one row, which only
+// a scan reads) then compiled its plan on every execution: 120 ms a
+// decision, a fifth of the rate on the first try. Nothing these
+// transactions run is long enough for JIT to pay.
 func QueueGenericPlans(b *pgx.Batch) {
-	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	b.Queue(genericPlansSQL)
 }
+
+// genericPlansSQL is QueueGenericPlans's statement: its settings for the
+// rest of the transaction, in one statement.
+const genericPlansSQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), " +
+	"set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
 
 // lockedTx is one decision's transaction on one connection, holding the
 // tenant row lock from its first batch to its COMMIT.
