@@ -7,7 +7,7 @@
 # profile BENCHMARKS.md's "what binds" sections are read from.
 #
 #   profile.sh            LOAD=spread-settle (hot, hot-settle, spread, spread-settle)
-#   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  BENCH_RLS_CONNS (2)  PG_IMAGE  TOKENGATE (bin/tokengate)
+#   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  BENCH_RLS_CONNS (2)  PG_IMAGE  TOKENGATE (bin/tokengate)  PPROF_KEEP (a file for the raw profile)
 #   BENCH_PG_NAME (tokengate-bench-profile-pg)  BENCH_PG_PORT (55435)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -90,3 +90,5 @@ psql -c "SELECT ev AS waiting_on, q AS statement, round(count(*)::numeric / $(((
 psql -c "SELECT ev, round(count(*)::numeric / $(((secs - 1) * 50)), 2) AS backends FROM bench_waits GROUP BY 1 ORDER BY 2 DESC LIMIT 10"
 echo "The server's CPU (pprof, cumulative, top 25):"
 go tool pprof -top -cum -nodecount 25 "$bin" "$work/cpu.pprof" 2>/dev/null | tail -n +5
+# PPROF_KEEP=FILE keeps the profile, to read further (go tool pprof).
+[ -z "${PPROF_KEEP:-}" ] || cp "$work/cpu.pprof" "$PPROF_KEEP"
