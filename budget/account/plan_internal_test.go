@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,7 +183,7 @@ func genericPlansStayIndexed(t *testing.T, tenants int) {
 		{"overdue reservations", admissionExpiredLockSQL, `ARRAY['t'], 100, NULL`},
 		{"clock and price book", clockPricesSQL, `NULL`},
 	} {
-		plan := explainGeneric(ctx, t, pool, c.sql, c.args)
+		plan := pgtest.GenericPlan(ctx, t, pool, QueueGenericPlans, c.sql, c.args)
 		// A scan priced out (price_book_version is one row) costs more
 		// than JIT's threshold: compiled on every execution, 120 ms.
 		if strings.Contains(plan, "JIT") {
@@ -225,28 +224,4 @@ func parentOf(lines []string, i int) string {
 		}
 	}
 	return lines[0]
-}
-
-var generics atomic.Int64
-
-// explainGeneric is the generic plan Postgres makes for sql (prepared, its
-// parameters' types taken from their casts), executed with args (SQL
-// literals).
-func explainGeneric(ctx context.Context, t *testing.T, db beginner, sql, args string) string {
-	t.Helper()
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	// A prepared statement outlives the transaction, on a pooled
-	// connection: each gets a name of its own and is deallocated.
-	name := fmt.Sprintf("generic_%d", generics.Add(1))
-	for _, q := range []string{genericPlansSQL, "PREPARE " + name + " AS " + sql} {
-		if _, err := tx.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
-	return planOf(ctx, t, tx, "EXPLAIN EXECUTE "+name+"("+args+")")
 }

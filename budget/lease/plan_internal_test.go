@@ -2,11 +2,8 @@ package lease
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -44,7 +41,7 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 		{"cut-back", leaseUnuseSQL, `ARRAY['L100'], ARRAY[1]`, "leases"},
 		{"key read", leaseKeysSQL, `ARRAY['k1']`, "api_keys"},
 	} {
-		plan := explainInGroup(ctx, t, pool, c.sql, c.args)
+		plan := pgtest.GenericPlan(ctx, t, pool, account.QueueGenericPlans, c.sql, c.args)
 		if strings.Contains(plan, "Seq Scan on "+c.table) {
 			t.Errorf("%s, in a journal group, scans all of %s:\n%s", c.name, c.table, plan)
 		}
@@ -52,37 +49,4 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 			t.Errorf("%s, in a journal group, is compiled (JIT):\n%s", c.name, plan)
 		}
 	}
-}
-
-// explainInGroup is the plan of sql with args as a journal group runs it:
-// in a transaction begun with account.QueueGenericPlans, prepared (pgx
-// prepares every statement), so the plan is the generic one.
-func explainInGroup(ctx context.Context, t *testing.T, pool interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, sql, args string) string {
-	t.Helper()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	b := &pgx.Batch{}
-	account.QueueGenericPlans(b)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("journal_plan_%d", len(sql))
-	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
-		t.Fatalf("prepare: %v", err)
-	}
-	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
-	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"("+args+")")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
 }

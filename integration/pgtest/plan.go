@@ -1,0 +1,49 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var plans atomic.Int64
+
+// GenericPlan is the plan Postgres runs for sql as the store runs it:
+// prepared (pgx prepares every statement) in a transaction that setup
+// begins with (the settings a decision or a journal group queues after its
+// BEGIN), executed with args, a literal argument list ("ARRAY['a'], NULL").
+// Plan tests read it for scans of tables that grow and for JIT.
+func GenericPlan(ctx context.Context, t testing.TB, pool *pgxpool.Pool, setup func(*pgx.Batch), sql, args string) string {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	b := &pgx.Batch{}
+	setup(b)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	// A prepared statement outlives the transaction, on a pooled
+	// connection: each gets a name of its own and is deallocated.
+	name := fmt.Sprintf("plan_%d", plans.Add(1))
+	if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+sql); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE "+name) }()
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+"("+args+")")
+	if err != nil {
+		t.Fatalf("explain: %v", err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
