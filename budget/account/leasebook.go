@@ -123,12 +123,26 @@ func (l *Leased) Len() int { return len(l.ids) }
 // created_at by clock, nil: the database's) and of their Idempotency-Key
 // rows, in one statement (admission_insert_leased.sql). The caller holds
 // the row lock of every lease named, to its commit, and the advisory locks
-// of the keys, which it read first: a live key is a replay, never written.
+// of the keys. A live key is a replay, never written: the statement stops
+// the transaction (GuardCode) if one is among l's, so a caller that read
+// them first leaves theirs out, and one that did not writes the group
+// again, reading first.
 func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
+	var keyed int64
+	for _, k := range l.keys {
+		if k != "" {
+			keyed++
+		}
+	}
 	b.Queue(admissionInsertLeasedSQL, l.ids, l.tenants, l.models, l.in, l.out, l.cost, l.approx, l.inW, l.outW,
 		l.expires, l.families, l.priceModels, l.priceFrom, l.money, l.faces, l.priceTiers, l.leases, l.actors,
-		l.keys, l.hashes, l.responses, clock)
+		l.keys, l.hashes, l.responses, clock, keyed)
 }
+
+// GuardCode is the SQLSTATE of lease_journal_guard (00035): a group sent
+// in one round trip could not be written as sent (a lease refused it, a
+// key of it is live, a credential changed), and nothing of it was.
+const GuardCode = "TG001"
 
 // DuplicateAdmission reports whether err is the insert of an admission
 // whose id is taken.

@@ -176,7 +176,7 @@ func genericPlansStayIndexed(t *testing.T, tenants int) {
 		{"key locks", idempotencyKeyLockSQL, `ARRAY['t'], ARRAY['k19996'], true`},
 		{"tenant lock", tenantLockSQL, `ARRAY['t']`},
 		{"tenants' update", tenantUpdateSQL, nulls(9)},
-		{"journal's insert", admissionInsertLeasedSQL, nulls(22)},
+		{"journal's insert", admissionInsertLeasedSQL, nulls(23)},
 		{"admissions' end", admissionEndSQL, nulls(10)},
 		{"model limits lock", modelLimitsLockSQL, `ARRAY['t']`},
 		{"model scopes", modelScopesSQL, `'t', ''`},

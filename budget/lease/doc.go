@@ -26,6 +26,12 @@
 //   - An Idempotency-Key is unique per tenant in idempotency_keys: a group
 //     reads it under the advisory lock a decision takes too, and answers a
 //     key in use as a replay.
+//   - A group is sent in one round trip, COMMIT included, only when no read
+//     could change what it writes (journal_once.go): each read it skips is
+//     a guard in the statement that would act on it (a lease refusing, a
+//     live key, a credential changed since the journal read it), which
+//     rolls the whole group back; the careful way, two round trips, then
+//     writes it and answers each admission.
 //   - A lease whose holder stops renewing is ended by the sweeper once its
 //     expiry passes: a dead replica holds budget for at most the TTL.
 //   - An admin change that takes a tenant out of leasing (a disable, new

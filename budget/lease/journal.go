@@ -126,6 +126,8 @@ type Journal struct {
 	s       *Store
 	reqs    chan *appendReq
 	stopped chan struct{} // closed when Run returns
+	creds   creds         // the credentials as last read (journal_once.go)
+	rounds  rounds
 }
 
 // ErrStopped: the journal's Run has returned; nothing more is journaled.
@@ -294,10 +296,11 @@ type original struct {
 	hash, response []byte
 }
 
-// write is one transaction over reqs, in two round trips; it returns each
-// one's outcome (nil: journaled), or an error of the transaction as a
-// whole. The first begins, takes the advisory locks of the group's keys
-// (the ones a decision takes: account.QueueKeyLock) and reads them in
+// write is one transaction over reqs; it returns each one's outcome (nil:
+// journaled), or an error of the transaction as a whole. It is sent in one
+// round trip when it can be (writeOnce, journal_once.go), else the careful
+// way, in two. The first begins, takes the advisory locks of the group's
+// keys (the ones a decision takes: account.QueueKeyLock) and reads them in
 // idempotency_keys and in the journal, uses each lease (the statements
 // that may refuse) and reads the group's credentials. A key found is a
 // replay: not journaled, and its cost, counted in its lease's use, is cut
@@ -317,23 +320,23 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 			tenants, keys = append(tenants, r.a.TenantID), append(keys, k)
 		}
 	}
-	byLease := map[string][]int{}
-	var order []string
-	for i, r := range reqs {
-		if _, ok := byLease[r.leaseID]; !ok {
-			order = append(order, r.leaseID)
-		}
-		byLease[r.leaseID] = append(byLease[r.leaseID], i)
-	}
-	// Leases are locked by id, as an admin change locks a tree's
-	// (EndLocked), so that the two never wait for each other in a cycle.
-	slices.Sort(order)
-	byReq := make(map[string][]*appendReq, len(order))
-	for _, id := range order {
-		for _, i := range byLease[id] {
-			byReq[id] = append(byReq[id], reqs[i])
+	order, byLease, byReq := leaseOrder(reqs)
+	sums := make([]int64, len(order))
+	for k, id := range order {
+		for _, r := range byReq[id] {
+			sums[k] += r.a.CostMicro
 		}
 	}
+	keyIDs, gwIDs := groupKeys(order, byReq)
+	g := &group{reqs: reqs, order: order, byReq: byReq, sums: sums, tenants: tenants, keys: keys,
+		keyIDs: keyIDs, gwIDs: gwIDs, clock: clock}
+	switch ok, err := j.writeOnce(ctx, conn, g); {
+	case err != nil:
+		return nil, err
+	case ok:
+		return errs, nil
+	}
+	j.rounds.careful.Add(1)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	account.QueueGenericPlans(b)
@@ -341,14 +344,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		account.QueueKeyLock(b, tenants, keys)
 		account.QueueKeysGet(b, tenants, keys, clock)
 	}
-	sums := make([]int64, len(order))
-	for k, id := range order {
-		for _, r := range byReq[id] {
-			sums[k] += r.a.CostMicro
-		}
-	}
-	b.Queue(leaseUseSQL, order, sums, clock)
-	keyIDs, gwIDs := groupKeys(order, byReq)
+	b.Queue(leaseUseSQL, order, sums, clock, make([]string, len(order)), false)
 	if len(keyIDs) > 0 {
 		b.Queue(leaseKeysSQL, keyIDs)
 	}
@@ -358,7 +354,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	verdict := make(map[string]string, len(order))
 	var found map[[2]string]original
 	var apiKeys map[string]key
-	var gws map[string][]string
+	var gws map[string]gateway
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
@@ -399,6 +395,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 		return nil, fmt.Errorf("lease: journal: use: %w", err)
 	}
+	j.creds.remember(keyIDs, apiKeys, gwIDs, gws, verdict)
 	for i, r := range reqs {
 		if o, ok := found[[2]string{r.a.TenantID, r.a.storedKey()}]; ok {
 			errs[i] = replayOf(o.id, o.hash, o.response, &r.a)
@@ -479,4 +476,26 @@ func scanKeys(br pgx.BatchResults) (map[[2]string]original, error) {
 		found[[2]string{h.TenantID, h.Key}] = original{id: h.AdmissionID, hash: h.RequestHash, response: h.Response}
 	}
 	return found, nil
+}
+
+// leaseOrder is reqs by lease: the leases in the order a group locks them
+// (by id, as an admin change locks a tree's, EndLocked, so that the two
+// never wait for each other in a cycle), and each lease's requests, by
+// index and as requests, in the group's order.
+func leaseOrder(reqs []*appendReq) (order []string, byLease map[string][]int, byReq map[string][]*appendReq) {
+	byLease = map[string][]int{}
+	for i, r := range reqs {
+		if _, ok := byLease[r.leaseID]; !ok {
+			order = append(order, r.leaseID)
+		}
+		byLease[r.leaseID] = append(byLease[r.leaseID], i)
+	}
+	slices.Sort(order)
+	byReq = make(map[string][]*appendReq, len(order))
+	for _, id := range order {
+		for _, i := range byLease[id] {
+			byReq[id] = append(byReq[id], reqs[i])
+		}
+	}
+	return order, byLease, byReq
 }

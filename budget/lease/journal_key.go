@@ -10,11 +10,20 @@ import (
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
-// key is a tenant key as a journal group reads it.
+// key is a tenant key as a journal group reads it, with its row's
+// version (lease_credentials_same.sql).
 type key struct {
 	tenant  string
 	revoked bool
 	models  []string
+	version string
+}
+
+// gateway is an unrevoked gateway credential as a journal group reads it:
+// its scope and its row's version.
+type gateway struct {
+	scope   []string
+	version string
 }
 
 // groupKeys is the distinct tenant keys and gateways of a group's
@@ -34,20 +43,20 @@ func groupKeys(order []string, byLease map[string][]*appendReq) (keys, gateways 
 }
 
 // readGateways is the unrevoked gateways of a group, with their scopes.
-func readGateways(br pgx.BatchResults) (map[string][]string, error) {
+func readGateways(br pgx.BatchResults) (map[string]gateway, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("gateways: %w", err)
 	}
 	defer rows.Close()
-	gws := map[string][]string{}
+	gws := map[string]gateway{}
 	for rows.Next() {
 		var id string
-		var scope []string
-		if err := rows.Scan(&id, &scope); err != nil {
+		var g gateway
+		if err := rows.Scan(&id, &g.scope, &g.version); err != nil {
 			return nil, fmt.Errorf("gateways: %w", err)
 		}
-		gws[id] = scope
+		gws[id] = g
 	}
 	return gws, rows.Err()
 }
@@ -62,7 +71,7 @@ func readKeys(br pgx.BatchResults) (map[string]key, error) {
 	for rows.Next() {
 		var id string
 		var k key
-		if err := rows.Scan(&id, &k.tenant, &k.revoked, &k.models); err != nil {
+		if err := rows.Scan(&id, &k.tenant, &k.revoked, &k.models, &k.version); err != nil {
 			return nil, fmt.Errorf("keys: %w", err)
 		}
 		keys[id] = k
@@ -77,7 +86,7 @@ func readKeys(br pgx.BatchResults) (map[string]key, error) {
 // unknown or another tenant's refuses with rule.ErrKeyRevoked, a model
 // outside the key's scope with *rule.ModelNotAllowedError (the tenants'
 // scopes keep a tenant exact: account.Level.ExactOnly).
-func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[string]string, keys map[string]key, gws map[string][]string) map[*appendReq]error {
+func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[string]string, keys map[string]key, gws map[string]gateway) map[*appendReq]error {
 	var refused map[*appendReq]error
 	for _, id := range order {
 		tenant := verdict[id]
@@ -87,11 +96,11 @@ func refuseByKey(order []string, byLease map[string][]*appendReq, verdict map[st
 		for _, r := range byLease[id] {
 			var err error
 			if g := r.a.GatewayID; g != "" {
-				scope, ok := gws[g]
+				gw, ok := gws[g]
 				switch {
 				case !ok:
 					err = rule.ErrGatewayRevoked
-				case !rule.GatewayMay(scope, tenant):
+				case !rule.GatewayMay(gw.scope, tenant):
 					err = rule.ErrOutOfScope
 				}
 			}

@@ -10,7 +10,8 @@ import (
 )
 
 // A journal group's own statements (the lease use, the cut-back of what
-// was not journaled, the key and gateway reads) run under the settings a
+// was not journaled, the key and gateway reads, the check that the
+// credentials are as read) run under the settings a
 // group begins with (account.QueueGenericPlans: generic plans, scans priced
 // out, no JIT), as account's statements do (its TestGenericPlansStayIndexed).
 // leases keeps every lease ever taken; as a generic plan, the cut-back
@@ -37,7 +38,9 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 	for _, c := range []struct {
 		name, sql, args, table string
 	}{
-		{"lease use", leaseUseSQL, `ARRAY['L100'], ARRAY[1], NULL`, "leases"},
+		{"lease use", leaseUseSQL, `ARRAY['L100'], ARRAY[1], NULL, ARRAY[''], false`, "leases"},
+		{"lease use in one round trip", leaseUseSQL, `ARRAY['L100'], ARRAY[1], NULL, ARRAY['t'], true`, "leases"},
+		{"credentials check", leaseCredentialsSameSQL, `ARRAY['k1'], ARRAY['1'], ARRAY[]::text[], ARRAY[]::text[]`, "api_keys"},
 		{"cut-back", leaseUnuseSQL, `ARRAY['L100'], ARRAY[1]`, "leases"},
 		{"key read", leaseKeysSQL, `ARRAY['k1']`, "api_keys"},
 	} {

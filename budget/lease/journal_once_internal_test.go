@@ -1,0 +1,166 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/estimator"
+	"github.com/tokengate/tokengate/integration/pgtest"
+)
+
+// The common group commits in one round trip. Each case the careful way
+// reads for (a credential not read yet, a live Idempotency-Key, a key
+// revoked or a gateway revoked since the journal read them, a lease that
+// refuses) stops the group sent in one round trip, with nothing of it
+// written, and the careful way answers it as before. The lease counts
+// exactly what was journaled.
+func TestJournalOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t, pgtest.URL(t), nil)
+	acct := account.NewStore(pool)
+	for _, id := range []string{"acme", "rival"} {
+		if _, err := acct.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := New(Config{Store: acct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := NewJournal(s)
+	l, err := s.Take(ctx, TakeParams{TenantID: "acme", WantMicro: 100 * rule.Micro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _, err := credential.KeyCreate(ctx, pool, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, _, err := credential.GatewayCreate(ctx, pool, "edge", []string{"acme", "rival"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	adm := func(key string, cost int64) Admission {
+		n++
+		return Admission{Admission: account.Admission{ID: fmt.Sprintf("a%d", n), TenantID: "acme",
+			Estimate: estimator.Estimate{Model: "gpt-4o", Cost: cost}},
+			CostMicro: cost * rule.Micro, KeyID: k.ID, GatewayID: gw.ID, IdempotencyKey: key, RequestHash: []byte(key)}
+	}
+	send := func(as ...Admission) []error {
+		group := make([]*appendReq, len(as))
+		for i, a := range as {
+			group[i] = &appendReq{leaseID: l.ID, a: a, done: make(chan error, 1)}
+		}
+		j.commit(ctx, group)
+		errs := make([]error, len(as))
+		for i, r := range group {
+			errs[i] = <-r.done
+		}
+		return errs
+	}
+	var want struct{ once, stopped, careful int64 }
+	rounds := func(step string) {
+		t.Helper()
+		if got := [3]int64{j.rounds.once.Load(), j.rounds.stopped.Load(), j.rounds.careful.Load()}; got != [3]int64{want.once, want.stopped, want.careful} {
+			t.Fatalf("%s: groups once, stopped, careful %v; want %v", step, got, [3]int64{want.once, want.stopped, want.careful})
+		}
+	}
+
+	// Nothing read yet: the careful way, which reads the credentials.
+	if errs := send(adm("k1", 10), adm("", 10)); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	want.careful++
+	rounds("the first group")
+	// Then one round trip.
+	if errs := send(adm("k2", 10), adm("", 10)); errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	want.once++
+	rounds("the next group")
+	// A retry of k1: its key is live, the guard stops the group, and the
+	// careful way answers the retry as a replay and journals the other.
+	var re *ReplayError
+	if errs := send(adm("k1", 10), adm("", 10)); !errors.As(errs[0], &re) || re.AdmissionID != "a1" || errs[1] != nil {
+		t.Fatalf("a retry with a live key: %v", errs)
+	}
+	want.stopped++
+	want.careful++
+	rounds("a live key")
+	// The key revoked after the journal read it: the rules pass on what it
+	// read, the check of the row's version stops the group, and the
+	// careful way reads the revoke.
+	if err := credential.KeyRevoke(ctx, pool, "acme", k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if errs := send(adm("", 10)); !errors.Is(errs[0], rule.ErrKeyRevoked) {
+		t.Fatalf("the revoked key: %v", errs[0])
+	}
+	want.stopped++
+	want.careful++
+	rounds("a key revoked")
+	// The revoke read, its group is refused the careful way at once.
+	if errs := send(adm("", 10)); !errors.Is(errs[0], rule.ErrKeyRevoked) {
+		t.Fatalf("the revoked key, known: %v", errs[0])
+	}
+	want.careful++
+	rounds("a key known revoked")
+	// Without the key: one round trip again.
+	noKey := func(a Admission) Admission { a.KeyID = ""; return a }
+	if errs := send(noKey(adm("", 10))); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	want.once++
+	rounds("no key")
+	// The gateway revoked since: stopped, then refused.
+	if err := credential.GatewayRevoke(ctx, pool, gw.ID); err != nil {
+		t.Fatal(err)
+	}
+	if errs := send(noKey(adm("", 10))); !errors.Is(errs[0], rule.ErrGatewayRevoked) {
+		t.Fatalf("the revoked gateway: %v", errs[0])
+	}
+	want.stopped++
+	want.careful++
+	rounds("a gateway revoked")
+	// A lease that refuses: 60 of its 100 tokens are used, and 50 more
+	// would pass its slice.
+	noGateway := func(a Admission) Admission { a.GatewayID = ""; return a }
+	if errs := send(noGateway(noKey(adm("", 50)))); !errors.Is(errs[0], ErrOver) {
+		t.Fatalf("past the slice: %v", errs[0])
+	}
+	want.stopped++
+	want.careful++
+	rounds("a lease that refuses")
+	// An admission of another tenant on the lease: refused, never written
+	// as acme's.
+	theirs := noGateway(noKey(adm("", 10)))
+	theirs.TenantID = "rival"
+	if errs := send(theirs); errs[0] == nil {
+		t.Fatal("an admission of rival journaled on a lease of acme")
+	}
+	want.stopped++
+	want.careful++
+	rounds("another tenant's admission")
+	if errs := send(noGateway(noKey(adm("", 40)))); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	want.once++
+	rounds("the rest of the slice")
+
+	var used, rows, costs, keys int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT used_micro FROM leases WHERE id = $1),
+		(SELECT count(*) FROM admissions WHERE lease_id = $1), (SELECT sum(cost) FROM admissions WHERE lease_id = $1),
+		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'acme')`, l.ID).Scan(&used, &rows, &costs, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if used != 100*rule.Micro || costs != 100 || rows != 7 || keys != 2 {
+		t.Fatalf("lease used %d, %d rows costing %d, %d keys; want 100 tokens, 7 rows costing 100, 2 keys", used, rows, costs, keys)
+	}
+}
