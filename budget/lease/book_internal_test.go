@@ -8,7 +8,6 @@ import (
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
 // One group commit holding a duplicate admission id and the same key
@@ -18,36 +17,12 @@ import (
 func TestJournalGroupRowFailsAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.URL(t), nil)
-	acct := account.NewStore(pool)
-	if _, err := acct.CreateTenant(ctx, account.CreateTenantParams{ID: "acme", Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(Config{Store: acct})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := NewJournal(s)
-	l, err := s.Take(ctx, TakeParams{TenantID: "acme", WantMicro: 500 * rule.Micro})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jt := newJournalTest(t, "acme")
 	adm := func(id, key string) Admission {
 		return Admission{Admission: account.Admission{ID: id, TenantID: "acme", Estimate: estimator.Estimate{Model: "gpt-4o", Cost: 10}},
 			CostMicro: 10 * rule.Micro, IdempotencyKey: key, RequestHash: []byte(key)}
 	}
-	send := func(as ...Admission) []error {
-		group := make([]*appendReq, len(as))
-		for i, a := range as {
-			group[i] = &appendReq{leaseID: l.ID, a: a, done: make(chan error, 1)}
-		}
-		j.commit(ctx, group)
-		errs := make([]error, len(as))
-		for i, r := range group {
-			errs[i] = <-r.done
-		}
-		return errs
-	}
+	send := func(as ...Admission) []error { return jt.send(ctx, as...) }
 	if errs := send(adm("a1", "")); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
@@ -66,7 +41,7 @@ func TestJournalGroupRowFailsAlone(t *testing.T) {
 		t.Fatalf("the key journaled before: %v", errs[0])
 	}
 	var used, rows int64
-	if err := pool.QueryRow(ctx, `SELECT (SELECT used_micro FROM leases WHERE id = $1), (SELECT count(*) FROM admissions WHERE lease_id = $1)`, l.ID).Scan(&used, &rows); err != nil {
+	if err := jt.pool.QueryRow(ctx, `SELECT (SELECT used_micro FROM leases WHERE id = $1), (SELECT count(*) FROM admissions WHERE lease_id = $1)`, jt.lease.ID).Scan(&used, &rows); err != nil {
 		t.Fatal(err)
 	}
 	if used != 50*rule.Micro || rows != 5 {

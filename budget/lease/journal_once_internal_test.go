@@ -10,7 +10,6 @@ import (
 	"github.com/tokengate/tokengate/budget/credential"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
-	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
 // The common group commits in one round trip. Each case the careful way
@@ -22,22 +21,8 @@ import (
 func TestJournalOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.Pool(t, pgtest.URL(t), nil)
-	acct := account.NewStore(pool)
-	for _, id := range []string{"acme", "rival"} {
-		if _, err := acct.CreateTenant(ctx, account.CreateTenantParams{ID: id, Limits: rule.Limits{TokensCapacity: 1000, TokensRateMicro: rule.Micro}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s, err := New(Config{Store: acct})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := NewJournal(s)
-	l, err := s.Take(ctx, TakeParams{TenantID: "acme", WantMicro: 100 * rule.Micro})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jt := newJournalTest(t, "acme", "rival")
+	pool, j := jt.pool, jt.j
 	k, _, err := credential.KeyCreate(ctx, pool, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -53,18 +38,7 @@ func TestJournalOneRoundTrip(t *testing.T) {
 			Estimate: estimator.Estimate{Model: "gpt-4o", Cost: cost}},
 			CostMicro: cost * rule.Micro, KeyID: k.ID, GatewayID: gw.ID, IdempotencyKey: key, RequestHash: []byte(key)}
 	}
-	send := func(as ...Admission) []error {
-		group := make([]*appendReq, len(as))
-		for i, a := range as {
-			group[i] = &appendReq{leaseID: l.ID, a: a, done: make(chan error, 1)}
-		}
-		j.commit(ctx, group)
-		errs := make([]error, len(as))
-		for i, r := range group {
-			errs[i] = <-r.done
-		}
-		return errs
-	}
+	send := func(as ...Admission) []error { return jt.send(ctx, as...) }
 	var want struct{ once, stopped, careful int64 }
 	rounds := func(step string) {
 		t.Helper()
@@ -129,10 +103,10 @@ func TestJournalOneRoundTrip(t *testing.T) {
 	want.stopped++
 	want.careful++
 	rounds("a gateway revoked")
-	// A lease that refuses: 60 of its 100 tokens are used, and 50 more
+	// A lease that refuses: 60 of its 500 tokens are used, and 450 more
 	// would pass its slice.
 	noGateway := func(a Admission) Admission { a.GatewayID = ""; return a }
-	if errs := send(noGateway(noKey(adm("", 50)))); !errors.Is(errs[0], ErrOver) {
+	if errs := send(noGateway(noKey(adm("", 450)))); !errors.Is(errs[0], ErrOver) {
 		t.Fatalf("past the slice: %v", errs[0])
 	}
 	want.stopped++
@@ -148,7 +122,7 @@ func TestJournalOneRoundTrip(t *testing.T) {
 	want.stopped++
 	want.careful++
 	rounds("another tenant's admission")
-	if errs := send(noGateway(noKey(adm("", 40)))); errs[0] != nil {
+	if errs := send(noGateway(noKey(adm("", 440)))); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	want.once++
@@ -157,10 +131,10 @@ func TestJournalOneRoundTrip(t *testing.T) {
 	var used, rows, costs, keys int64
 	if err := pool.QueryRow(ctx, `SELECT (SELECT used_micro FROM leases WHERE id = $1),
 		(SELECT count(*) FROM admissions WHERE lease_id = $1), (SELECT sum(cost) FROM admissions WHERE lease_id = $1),
-		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'acme')`, l.ID).Scan(&used, &rows, &costs, &keys); err != nil {
+		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'acme')`, jt.lease.ID).Scan(&used, &rows, &costs, &keys); err != nil {
 		t.Fatal(err)
 	}
-	if used != 100*rule.Micro || costs != 100 || rows != 7 || keys != 2 {
-		t.Fatalf("lease used %d, %d rows costing %d, %d keys; want 100 tokens, 7 rows costing 100, 2 keys", used, rows, costs, keys)
+	if used != 500*rule.Micro || costs != 500 || rows != 7 || keys != 2 {
+		t.Fatalf("lease used %d, %d rows costing %d, %d keys; want 500 tokens, 7 rows costing 500, 2 keys", used, rows, costs, keys)
 	}
 }
