@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,8 @@ var (
 	leaseLockSQL string
 	//go:embed sql/lease_update.sql
 	leaseUpdateSQL string
+	//go:embed sql/lease_unused.sql
+	leaseUnusedSQL string
 	//go:embed sql/lease_end.sql
 	leaseEndSQL string
 	//go:embed sql/lease_expired.sql
@@ -74,6 +77,14 @@ type Config struct {
 	// statements (tests); it must be the account store's frozen clock.
 	// Nil: the database's.
 	ClockFunc func() time.Time
+	// MaxUnusedShare caps what a tenant's live leases together hold
+	// unused after any take or renew, as a share of the tenant's token
+	// capacity (0: no cap; at most 1). A take or renew debits at most
+	// what keeps the sum under the cap, read under the tenant's row lock
+	// (lease_unused.sql), so the cap holds at every moment, whatever each
+	// holder asked for: bound 2 of docs/leasing.md. A replica sets one
+	// half (budget/replica).
+	MaxUnusedShare float64
 }
 
 // Store owns the leases (table leases); their admissions are account's
@@ -86,6 +97,7 @@ type Store struct {
 	ttl    time.Duration
 	clock  func() time.Time
 	modes  modeCache // mode_cache.go
+	share  float64   // Config.MaxUnusedShare
 }
 
 // New returns a Store, and enables leasing on its account store
@@ -94,7 +106,10 @@ func New(c Config) (*Store, error) {
 	if c.Store == nil {
 		return nil, errors.New("lease: Config.Store is required")
 	}
-	s := &Store{acct: c.Store, holder: c.Holder, ttl: c.TTL, clock: c.ClockFunc}
+	if c.MaxUnusedShare < 0 || c.MaxUnusedShare > 1 {
+		return nil, fmt.Errorf("lease: Config.MaxUnusedShare %v: a share of the capacity, 0 (no cap) to 1", c.MaxUnusedShare)
+	}
+	s := &Store{acct: c.Store, holder: c.Holder, ttl: c.TTL, clock: c.ClockFunc, share: c.MaxUnusedShare}
 	if s.ttl <= 0 {
 		s.ttl = DefaultTTL
 	}
@@ -156,6 +171,11 @@ func (s *Store) Take(ctx context.Context, p TakeParams) (Lease, error) {
 			}
 			slice = min(slice, lv.BalanceMicro)
 		}
+		room, err := s.room(ctx, q, p.TenantID, "", levels)
+		if err != nil {
+			return nil, err
+		}
+		slice = min(slice, room)
 		if slice < max(p.MinMicro, 1) {
 			return nil, ErrShort
 		}
@@ -194,7 +214,12 @@ func (s *Store) Renew(ctx context.Context, leaseID string, addMicro int64) (Leas
 		for _, lv := range levels {
 			add = min(add, lv.BalanceMicro)
 		}
-		add = max(add, 0) // a level in debt adds nothing (and takes nothing back)
+		room, err := s.room(ctx, q, r.tenantID, leaseID, levels)
+		if err != nil {
+			return nil, err
+		}
+		add = min(add, room-(r.slice-r.used))
+		add = max(add, 0) // a level in debt, or leases holding the cap, add nothing (and take nothing back)
 		if add > 0 {
 			moves = s.moves(levels, ledger.KindLeaseTake, leaseID, -add, "renew")
 		}
@@ -271,6 +296,20 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 		return moves, nil
 	})
 	return unused, err
+}
+
+// room is what the tenant's leases other than except may take, under the
+// tenant's row lock: MaxUnusedShare of its capacity less what those leases
+// hold unused (math.MaxInt64 with no cap).
+func (s *Store) room(ctx context.Context, q account.LockedQuerier, tenantID, except string, levels []account.Level) (int64, error) {
+	if s.share == 0 {
+		return math.MaxInt64, nil
+	}
+	var unused int64
+	if err := q.QueryRow(ctx, leaseUnusedSQL, tenantID, except).Scan(&unused); err != nil {
+		return 0, fmt.Errorf("lease: unused: %w", err)
+	}
+	return int64(s.share*float64(levels[len(levels)-1].CapacityMicro)) - unused, nil
 }
 
 // row is a lease's row, locked.

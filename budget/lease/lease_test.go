@@ -53,9 +53,15 @@ func setup(t *testing.T) *testBundle {
 // until the test ends.
 func (b *testBundle) replica(t *testing.T, name string, conns int32) *replica {
 	t.Helper()
+	return b.replicaCapped(t, name, conns, 0)
+}
+
+// replicaCapped is replica with lease.Config.MaxUnusedShare share.
+func (b *testBundle) replicaCapped(t *testing.T, name string, conns int32, share float64) *replica {
+	t.Helper()
 	pool := pgtest.Pool(t, b.url, func(c *pgxpool.Config) { c.MaxConns = conns })
 	acct := account.NewStore(pool).WithClock(b.clock)
-	ls, err := lease.New(lease.Config{Store: acct, Holder: name, TTL: 10 * time.Second, ClockFunc: b.clock})
+	ls, err := lease.New(lease.Config{Store: acct, Holder: name, TTL: 10 * time.Second, ClockFunc: b.clock, MaxUnusedShare: share})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,7 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 		{"credentials check", leaseCredentialsSameSQL, `ARRAY['k1'], ARRAY['1'], ARRAY[]::text[], ARRAY[]::text[]`, "api_keys"},
 		{"cut-back", leaseUnuseSQL, `ARRAY['L100'], ARRAY[1]`, "leases"},
 		{"key read", leaseKeysSQL, `ARRAY['k1']`, "api_keys"},
+		{"a tenant's leases' unused part", leaseUnusedSQL, `'t', 'L100'`, "leases"},
 	} {
 		plan := pgtest.GenericPlan(ctx, t, pool, account.QueueGenericPlans, c.sql, c.args)
 		if strings.Contains(plan, "Seq Scan on "+c.table) {

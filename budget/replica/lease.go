@@ -95,7 +95,9 @@ func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
-	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc})
+	// Half the capacity at most, unused in the leases of every replica
+	// together (bound 2): sliceFor shares it out, the store enforces it.
+	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc, MaxUnusedShare: 0.5})
 	if err != nil {
 		return nil, err
 	}
