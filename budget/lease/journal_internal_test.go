@@ -12,8 +12,8 @@ import (
 )
 
 // journalTest is a journal whose groups a test sends itself (send), on a
-// lease of 500 tokens of the first of tenants (each of 1000 tokens), in a
-// database of its own.
+// lease of 500 tokens of the first of tenants (each of 1000 tokens; the
+// first in lease mode auto), in a database of its own.
 type journalTest struct {
 	pool  *pgxpool.Pool
 	j     *Journal
@@ -32,6 +32,9 @@ func newJournalTest(t *testing.T, tenants ...string) *journalTest {
 	}
 	s, err := New(Config{Store: acct})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetMode(ctx, SetModeParams{TenantID: tenants[0], Mode: ModeAuto}); err != nil {
 		t.Fatal(err)
 	}
 	l, err := s.Take(ctx, TakeParams{TenantID: tenants[0], WantMicro: 500 * rule.Micro})

@@ -156,14 +156,25 @@ type TakeParams struct {
 // transaction under the tree's row locks, with a lease_take entry at each
 // level, and records the lease. The slice is the smallest of WantMicro and
 // every level's balance, so no level goes below zero: spending from a
-// lease can never pass a budget. It returns *ExactOnlyError (ErrExactOnly),
-// ErrShort or rule.ErrTenantNotFound.
+// lease can never pass a budget. It returns *ExactOnlyError (ErrExactOnly:
+// a level's rule, or the tenant's lease mode is not auto), ErrShort or
+// rule.ErrTenantNotFound.
 func (s *Store) Take(ctx context.Context, p TakeParams) (Lease, error) {
 	if p.WantMicro <= 0 || p.MinMicro < 0 || p.MinMicro > p.WantMicro {
 		return Lease{}, fmt.Errorf("lease: take: want %d, min %d: want must be positive and at least min", p.WantMicro, p.MinMicro)
 	}
 	l := Lease{ID: newID(), TenantID: p.TenantID}
 	_, err := s.acct.LockedLevels(ctx, p.TenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
+		// The mode, under the row lock SetMode takes to set it and end the
+		// leases: from a mode off's commit on, no replica takes a lease of
+		// the tenant, whatever its copy of the modes still says.
+		var mode Mode
+		if err := q.QueryRow(ctx, modeLockGetSQL, p.TenantID).Scan(&mode); err != nil {
+			return nil, fmt.Errorf("lease: take: mode: %w", err)
+		}
+		if mode != ModeAuto {
+			return nil, &ExactOnlyError{TenantID: p.TenantID, Rule: "lease mode " + string(mode)}
+		}
 		slice := p.WantMicro
 		for _, lv := range levels {
 			if lv.ExactOnly != "" {

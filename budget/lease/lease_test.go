@@ -73,7 +73,18 @@ func (b *testBundle) replicaCapped(t *testing.T, name string, conns int32, share
 	return &replica{pool: pool, acct: acct, leases: ls, journal: j}
 }
 
+// tenant creates a tenant in lease mode auto (a lease is taken only of
+// one).
 func (b *testBundle) tenant(t *testing.T, id, parent string, l rule.Limits) {
+	t.Helper()
+	b.tenantOff(t, id, parent, l)
+	if _, err := b.r.leases.SetMode(context.Background(), lease.SetModeParams{TenantID: id, Mode: lease.ModeAuto}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tenantOff creates a tenant in lease mode off, the default.
+func (b *testBundle) tenantOff(t *testing.T, id, parent string, l rule.Limits) {
 	t.Helper()
 	if _, err := b.r.acct.CreateTenant(context.Background(), account.CreateTenantParams{ID: id, Parent: parent, Limits: l}); err != nil {
 		t.Fatal(err)
@@ -197,14 +208,15 @@ func TestExactOnly(t *testing.T) {
 	ctx := context.Background()
 	b.tenant(t, "org", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok, MaxConcurrent: 4})
 	b.tenant(t, "acme", "org", rule.Limits{TokensCapacity: 500, TokensRateMicro: tok})
+	before := map[string]int64{"org": b.verify(t, "org").Entries, "acme": b.verify(t, "acme").Entries}
 	_, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 100 * tok})
 	var eo *lease.ExactOnlyError
 	if !errors.As(err, &eo) || eo.TenantID != "org" || eo.Rule != "concurrency limit" || !errors.Is(err, lease.ErrExactOnly) {
 		t.Fatalf("take: %v, want the exact-only error of org's concurrency limit", err)
 	}
 	for _, id := range []string{"org", "acme"} {
-		if tally := b.verify(t, id); tally.Entries != 1 {
-			t.Errorf("%s: %d entries after a refused take, want only its creation", id, tally.Entries)
+		if tally := b.verify(t, id); tally.Entries != before[id] {
+			t.Errorf("%s: %d entries after a refused take, want the %d before it", id, tally.Entries, before[id])
 		}
 	}
 	if _, err := b.r.leases.Take(ctx, lease.TakeParams{TenantID: "nobody", WantMicro: tok}); !errors.Is(err, rule.ErrTenantNotFound) {

@@ -17,13 +17,19 @@ func TestMode(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.tenant(t, "org", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok, MaxConcurrent: 2})
-	b.tenant(t, "acme", "org", rule.Limits{TokensCapacity: 500, TokensRateMicro: tok})
-	b.tenant(t, "solo", "", rule.Limits{TokensCapacity: 500, TokensRateMicro: tok})
+	b.tenantOff(t, "org", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok, MaxConcurrent: 2})
+	b.tenantOff(t, "acme", "org", rule.Limits{TokensCapacity: 500, TokensRateMicro: tok})
+	b.tenantOff(t, "solo", "", rule.Limits{TokensCapacity: 500, TokensRateMicro: tok})
 	ls := b.r.leases
 
 	if m, err := ls.ModeOf(ctx, "solo"); err != nil || m != lease.ModeOff {
 		t.Fatalf("mode of a new tenant: %q, %v; want off", m, err)
+	}
+	// A tenant in mode off is never leased, whatever a replica's copy of
+	// the modes says.
+	var eo *lease.ExactOnlyError
+	if _, err := ls.Take(ctx, lease.TakeParams{TenantID: "solo", WantMicro: 10 * tok}); !errors.As(err, &eo) || eo.Rule != "lease mode off" {
+		t.Fatalf("take of a tenant in mode off: %v, want the exact-only error of its mode", err)
 	}
 	st, err := ls.SetMode(ctx, lease.SetModeParams{TenantID: "solo", Mode: lease.ModeAuto, Actor: "ops"})
 	if err != nil || st.Mode != lease.ModeAuto || st.ExactOnly != "" {
@@ -37,6 +43,26 @@ func TestMode(t *testing.T) {
 	}
 	if n, delta, _ := b.kindSum(t, "solo", ledger.KindLimits); n != 1 || delta != 0 {
 		t.Errorf("%d limits entries moving %d; want 1 (the change, not the repeat) moving 0", n, delta)
+	}
+	// Auto, then off again: the off ends the lease, and no take after it
+	// succeeds, on any replica: the take reads the mode under the row lock
+	// the off took, not a replica's copy of the modes (read every 2 s).
+	l, err := ls.Take(ctx, lease.TakeParams{TenantID: "solo", WantMicro: 10 * tok})
+	if err != nil {
+		t.Fatalf("take in mode auto: %v", err)
+	}
+	other := b.replica(t, "r1", 2)
+	if _, err := ls.SetMode(ctx, lease.SetModeParams{TenantID: "solo", Mode: lease.ModeOff}); err != nil {
+		t.Fatal(err)
+	}
+	if state, _, _, _ := b.leaseState(t, l.ID); state != "returned" {
+		t.Fatalf("the lease after mode off: %s, want returned", state)
+	}
+	if _, err := other.leases.Take(ctx, lease.TakeParams{TenantID: "solo", WantMicro: 10 * tok}); !errors.As(err, &eo) || eo.Rule != "lease mode off" {
+		t.Fatalf("take after mode off by a replica whose copy says auto: %v, want the exact-only error of its mode", err)
+	}
+	if _, err := ls.SetMode(ctx, lease.SetModeParams{TenantID: "solo", Mode: lease.ModeAuto}); err != nil {
+		t.Fatal(err)
 	}
 	b.verify(t, "solo")
 
