@@ -136,6 +136,25 @@ type rounds struct {
 	careful atomic.Int64 // written the careful way (after a stop, or not tried)
 }
 
+// JournalStats counts a journal's group commits by the way they were
+// written (the replica's tokengate_lease_journal_* metrics).
+type JournalStats struct {
+	// OneRoundTrip committed sent whole, COMMIT included.
+	OneRoundTrip int64
+	// Stopped were sent whole and rolled back by a guard (a lease that
+	// refused, a live key, a credential changed) or a statement's error,
+	// then written the careful way.
+	Stopped int64
+	// TwoRoundTrips were written the careful way: after a stop, or at
+	// once (a credential the journal had not read, or that refuses).
+	TwoRoundTrips int64
+}
+
+// Stats returns how j's groups were written so far.
+func (j *Journal) Stats() JournalStats {
+	return JournalStats{OneRoundTrip: j.rounds.once.Load(), Stopped: j.rounds.stopped.Load(), TwoRoundTrips: j.rounds.careful.Load()}
+}
+
 // group is one group as write prepares it: its leases in lock order, each
 // one's requests and cost, its keys (tenant, stored key) and its
 // credentials.

@@ -122,6 +122,30 @@ func req(tenant string, cost int64) admission.Request {
 		InputWeightMicro: estimator.WeightOne, OutputWeightMicro: estimator.WeightOne}}}
 }
 
+// journalGroups reads tokengate_lease_journal_groups_total{way} off the
+// replica's registry.
+func journalGroups(t *testing.T, r *replica.Replica, way string) float64 {
+	t.Helper()
+	mfs, err := r.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "tokengate_lease_journal_groups_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "way" && l.GetValue() == way {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no tokengate_lease_journal_groups_total{way=%q}", way)
+	return 0
+}
+
 func paths(r *replica.Replica, path string) int {
 	return int(testutil.ToFloat64(r.Admitter.Paths(admission.FaceAPI, path)))
 }
@@ -239,6 +263,10 @@ func TestLeaseTwoReplicasExactBound(t *testing.T) {
 	for i, r := range b.reps {
 		if paths(r, admission.PathLease) == 0 {
 			t.Errorf("replica %d admitted nothing from its lease", i)
+		}
+		// Its journal committed groups in one round trip, as the metric says.
+		if once := journalGroups(t, r, "one_round_trip"); once == 0 {
+			t.Errorf("replica %d: no journal group committed in one round trip (two: %v)", i, journalGroups(t, r, "two_round_trips"))
 		}
 	}
 	t.Logf("admitted %d of %d; unused in leases %d tokens; lease/exact paths %d/%d and %d/%d", got, capacity, out/tok,

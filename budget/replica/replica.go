@@ -27,6 +27,7 @@ import (
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/batch"
 	"github.com/tokengate/tokengate/budget/credential"
+	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/outage"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
@@ -193,6 +194,7 @@ func New(cfg Config) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
+	registerJournal(cfg.Registry, leases.journal)
 	adm := admission.New(admission.Config{
 		Store: cfg.Admissions, Pool: cfg.DB, Local: cfg.Local, DefaultPolicy: cfg.DefaultPolicy,
 		ModelPolicyFunc: func(family string) rule.Policy {
@@ -228,6 +230,28 @@ func New(cfg Config) (*Replica, error) {
 		Admitter: adm, Guard: guard, Alerts: cfg.Alerts, Rejections: cfg.Rejections, Tracing: cfg.Tracing,
 		EstimateGate: gate, Batches: batches, Leases: leases,
 	}, nil
+}
+
+// registerJournal counts the lease journal's group commits by how they
+// were written: a steady share of two round trips, or of stops, says the
+// guards fire (leases ending, retries, credentials changing) more than the
+// one round trip saves.
+func registerJournal(reg prometheus.Registerer, j *lease.Journal) {
+	way := func(name string, get func(lease.JournalStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "tokengate_lease_journal_groups_total",
+			Help:        "Lease journal group commits, by the way they were written: one_round_trip (sent whole, COMMIT included) or two_round_trips (read first, then written).",
+			ConstLabels: prometheus.Labels{"way": name},
+		}, func() float64 { return float64(get(j.Stats())) })
+	}
+	reg.MustRegister(
+		way("one_round_trip", func(s lease.JournalStats) int64 { return s.OneRoundTrip }),
+		way("two_round_trips", func(s lease.JournalStats) int64 { return s.TwoRoundTrips }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tokengate_lease_journal_stops_total",
+			Help: "Lease journal groups sent in one round trip and rolled back by a guard (a lease that refused, a live Idempotency-Key, a credential changed) or a statement's error, then written in two.",
+		}, func() float64 { return float64(j.Stats().Stopped) }),
+	)
 }
 
 // registerGate counts the estimate gate in the replica's metrics.
