@@ -25,7 +25,7 @@ func (b *testBundle) unused(t *testing.T, tenant string) int64 {
 	return v
 }
 
-// With MaxUnusedShare one half, a take or renew debits at most what keeps
+// With MaxUnusedPercent 50, a take or renew debits at most what keeps
 // the tenant's live leases together under half its capacity unused,
 // whatever it asks for, counting every other lease's unused part; what a
 // lease's admissions use, or a return gives back, makes room again.
@@ -34,7 +34,7 @@ func TestUnusedCap(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: tok})
-	r1, r2 := b.replicaCapped(t, "r1", 4, 0.5), b.replicaCapped(t, "r2", 4, 0.5)
+	r1, r2 := b.replicaCapped(t, "r1", 4, 50), b.replicaCapped(t, "r2", 4, 50)
 	a, err := r1.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 800 * tok, MinMicro: 1})
 	if err != nil || a.SliceMicro != 500*tok {
 		t.Fatalf("a take of 800 tokens with no other lease: %d, %v; want the cap, 500", a.SliceMicro, err)
@@ -88,7 +88,7 @@ func TestUnusedCapFourReplicas(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for r := range 4 {
-		rep := b.replicaCapped(t, fmt.Sprintf("r%d", r+1), 6, 0.5)
+		rep := b.replicaCapped(t, fmt.Sprintf("r%d", r+1), 6, 50)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

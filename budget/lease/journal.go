@@ -328,7 +328,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		}
 	}
 	keyIDs, gwIDs := groupKeys(order, byReq)
-	g := &group{reqs: reqs, order: order, byReq: byReq, sums: sums, tenants: tenants, keys: keys,
+	g := &group{order: order, byReq: byReq, sums: sums, tenants: tenants, keys: keys,
 		keyIDs: keyIDs, gwIDs: gwIDs, clock: clock}
 	switch ok, err := j.writeOnce(ctx, conn, g); {
 	case err != nil:

@@ -159,7 +159,6 @@ func (j *Journal) Stats() JournalStats {
 // one's requests and cost, its keys (tenant, stored key) and its
 // credentials.
 type group struct {
-	reqs          []*appendReq
 	order         []string
 	byReq         map[string][]*appendReq
 	sums          []int64

@@ -77,14 +77,14 @@ type Config struct {
 	// statements (tests); it must be the account store's frozen clock.
 	// Nil: the database's.
 	ClockFunc func() time.Time
-	// MaxUnusedShare caps what a tenant's live leases together hold
-	// unused after any take or renew, as a share of the tenant's token
-	// capacity (0: no cap; at most 1). A take or renew debits at most
+	// MaxUnusedPercent caps what a tenant's live leases together hold
+	// unused after any take or renew, in percent of the tenant's token
+	// capacity (0: no cap; at most 100). A take or renew debits at most
 	// what keeps the sum under the cap, read under the tenant's row lock
 	// (lease_unused.sql), so the cap holds at every moment, whatever each
-	// holder asked for: bound 2 of docs/leasing.md. A replica sets one
-	// half (budget/replica).
-	MaxUnusedShare float64
+	// holder asked for: bound 2 of docs/leasing.md. A replica sets 50
+	// (budget/replica).
+	MaxUnusedPercent int64
 }
 
 // Store owns the leases (table leases); their admissions are account's
@@ -97,7 +97,7 @@ type Store struct {
 	ttl    time.Duration
 	clock  func() time.Time
 	modes  modeCache // mode_cache.go
-	share  float64   // Config.MaxUnusedShare
+	pct    int64     // Config.MaxUnusedPercent
 }
 
 // New returns a Store, and enables leasing on its account store
@@ -106,10 +106,10 @@ func New(c Config) (*Store, error) {
 	if c.Store == nil {
 		return nil, errors.New("lease: Config.Store is required")
 	}
-	if c.MaxUnusedShare < 0 || c.MaxUnusedShare > 1 {
-		return nil, fmt.Errorf("lease: Config.MaxUnusedShare %v: a share of the capacity, 0 (no cap) to 1", c.MaxUnusedShare)
+	if c.MaxUnusedPercent < 0 || c.MaxUnusedPercent > 100 {
+		return nil, fmt.Errorf("lease: Config.MaxUnusedPercent %d: a percent of the capacity, 0 (no cap) to 100", c.MaxUnusedPercent)
 	}
-	s := &Store{acct: c.Store, holder: c.Holder, ttl: c.TTL, clock: c.ClockFunc, share: c.MaxUnusedShare}
+	s := &Store{acct: c.Store, holder: c.Holder, ttl: c.TTL, clock: c.ClockFunc, pct: c.MaxUnusedPercent}
 	if s.ttl <= 0 {
 		s.ttl = DefaultTTL
 	}
@@ -310,17 +310,19 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 }
 
 // room is what the tenant's leases other than except may take, under the
-// tenant's row lock: MaxUnusedShare of its capacity less what those leases
-// hold unused (math.MaxInt64 with no cap).
+// tenant's row lock: MaxUnusedPercent of its capacity less what those
+// leases hold unused (math.MaxInt64 with no cap). The percent is taken in
+// two parts so that no capacity overflows.
 func (s *Store) room(ctx context.Context, q account.LockedQuerier, tenantID, except string, levels []account.Level) (int64, error) {
-	if s.share == 0 {
+	if s.pct == 0 {
 		return math.MaxInt64, nil
 	}
 	var unused int64
 	if err := q.QueryRow(ctx, leaseUnusedSQL, tenantID, except).Scan(&unused); err != nil {
 		return 0, fmt.Errorf("lease: unused: %w", err)
 	}
-	return int64(s.share*float64(levels[len(levels)-1].CapacityMicro)) - unused, nil
+	c := levels[len(levels)-1].CapacityMicro
+	return c/100*s.pct + c%100*s.pct/100 - unused, nil
 }
 
 // row is a lease's row, locked.

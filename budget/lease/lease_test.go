@@ -56,12 +56,12 @@ func (b *testBundle) replica(t *testing.T, name string, conns int32) *replica {
 	return b.replicaCapped(t, name, conns, 0)
 }
 
-// replicaCapped is replica with lease.Config.MaxUnusedShare share.
-func (b *testBundle) replicaCapped(t *testing.T, name string, conns int32, share float64) *replica {
+// replicaCapped is replica with lease.Config.MaxUnusedPercent pct.
+func (b *testBundle) replicaCapped(t *testing.T, name string, conns int32, pct int64) *replica {
 	t.Helper()
 	pool := pgtest.Pool(t, b.url, func(c *pgxpool.Config) { c.MaxConns = conns })
 	acct := account.NewStore(pool).WithClock(b.clock)
-	ls, err := lease.New(lease.Config{Store: acct, Holder: name, TTL: 10 * time.Second, ClockFunc: b.clock, MaxUnusedShare: share})
+	ls, err := lease.New(lease.Config{Store: acct, Holder: name, TTL: 10 * time.Second, ClockFunc: b.clock, MaxUnusedPercent: pct})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases
 	}
 	// Half the capacity at most, unused in the leases of every replica
 	// together (bound 2): sliceFor shares it out, the store enforces it.
-	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc, MaxUnusedShare: 0.5})
+	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc, MaxUnusedPercent: 50})
 	if err != nil {
 		return nil, err
 	}
