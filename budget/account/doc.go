@@ -73,7 +73,9 @@
 //     journal's group commit, admissions and key rows at once (QueueLeased),
 //     with debited_micro NULL (the lease debited its whole estimate at every
 //     level); its lease's booking appends its reserve entries later
-//     (LeasedToBook, LevelMove.Opens). A decision that ends one whose
+//     (LeasedToBook, LevelMove.Opens), and, for one its lease's journal
+//     ended (lease_end_seq), its settle entry in the lease's order
+//     (LevelMove.Closes). A decision that ends one whose
 //     entries are still to write books that lease, up to it, first, in its
 //     own transaction and lock round trip (leasebook.go, leaseBookRead);
 //     the expiry sweeper leaves it

@@ -151,14 +151,28 @@ func DuplicateAdmission(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == "admissions_pkey"
 }
 
-// LeasedAdmission is an admission made from a lease whose ledger entries
-// are to be written (LeasedToBook).
+// LeasedAdmission is an event of a lease whose ledger entries are to be
+// written (LeasedToBook): an admission made from it, or (Ended) the end of
+// one its journal made (00036).
 type LeasedAdmission struct {
 	ID, TenantID, Model, Actor string
 	Cost                       int64
 	MoneyMicro                 *int64
-	CreatedAt                  time.Time
-	Seq                        int64
+	// CreatedAt is when the admission was journaled, or, Ended, when it
+	// ended.
+	CreatedAt time.Time
+	Seq       int64
+	// Ended: the event is the admission's end, settled at ActualCost
+	// tokens (MoneyActual its money, nil with no price), its refund gone
+	// back into the lease.
+	Ended       bool
+	ActualCost  *int64
+	MoneyActual *int64
+}
+
+// scanTargets are where a booking statement's event columns are scanned.
+func (a *LeasedAdmission) scanTargets() []any {
+	return []any{&a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq, &a.Ended, &a.ActualCost, &a.MoneyActual}
 }
 
 // LeasedToBook returns the lease's admissions whose ledger entries are
@@ -177,7 +191,7 @@ func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit in
 	}
 	var out []LeasedAdmission
 	var a LeasedAdmission
-	_, err = pgx.ForEachRow(rows, []any{&a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq}, func() error {
+	_, err = pgx.ForEachRow(rows, a.scanTargets(), func() error {
 		out = append(out, a)
 		return nil
 	})
@@ -187,14 +201,22 @@ func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit in
 	return out, nil
 }
 
-// LeasedMoves are the ledger entries that book a lease's admissions, in
-// the order given: a reserve entry at every level for each, which moves
-// nothing (the lease's take debited its cost) and opens it there, with
-// the admission's id, model, estimate and money, its actor ("lease" for
-// none), and {"lease", "cost_micro", "journaled_at"} as its detail.
+// LeasedMoves are the ledger entries that book a lease's events, in the
+// order given: a reserve entry at every level for each admission, which
+// moves nothing (the lease's take debited its cost) and opens it there,
+// with the admission's id, model, estimate and money, its actor ("lease"
+// for none), and {"lease", "cost_micro", "journaled_at"} as its detail; a
+// settle entry at every level for each end, which moves nothing either
+// (its refund went back into the lease, and leaves it with the lease's
+// return) and closes it there, with its estimate, actual and the money
+// moved, and {"lease", "refund_micro", "ended_at"} as its detail.
 func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []LevelMove {
 	moves := make([]LevelMove, 0, len(adms)*len(levels))
 	for _, a := range adms {
+		if a.Ended {
+			moves = append(moves, leasedEndMoves(levels, leaseID, a)...)
+			continue
+		}
 		detail, _ := json.Marshal(struct {
 			Lease       string `json:"lease"`
 			CostMicro   int64  `json:"cost_micro"`
@@ -209,6 +231,34 @@ func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []Level
 			moves = append(moves, LevelMove{TenantID: lv.TenantID, Kind: ledger.KindReserve, Ref: a.ID, Model: a.Model,
 				Estimate: &cost, MoneyMicro: a.MoneyMicro, Actor: actor, Reason: "admitted from a lease", Detail: string(detail), Opens: true})
 		}
+	}
+	return moves
+}
+
+// leasedEndMoves are the settle entries of an end made in a lease's
+// journal (LeasedMoves).
+func leasedEndMoves(levels []Level, leaseID string, a LeasedAdmission) []LevelMove {
+	actual := deref(a.ActualCost)
+	detail, _ := json.Marshal(struct {
+		Lease       string `json:"lease"`
+		RefundMicro int64  `json:"refund_micro"`
+		EndedAt     string `json:"ended_at"`
+	}{leaseID, (a.Cost - actual) * rule.Micro, a.CreatedAt.UTC().Format(time.RFC3339Nano)})
+	var money *int64
+	if a.MoneyMicro != nil && a.MoneyActual != nil {
+		moved := *a.MoneyActual - *a.MoneyMicro
+		money = &moved
+	}
+	actor := a.Actor
+	if actor == "" {
+		actor = "lease"
+	}
+	moves := make([]LevelMove, 0, len(levels))
+	for _, lv := range levels {
+		cost, act := a.Cost, actual
+		moves = append(moves, LevelMove{TenantID: lv.TenantID, Kind: ledger.KindSettle, Ref: a.ID, Model: a.Model,
+			Estimate: &cost, Actual: &act, MoneyMicro: money, Actor: actor, Reason: "settled in a lease's journal",
+			Detail: string(detail), Closes: true})
 	}
 	return moves
 }
@@ -277,7 +327,7 @@ func (r leaseBookRead) scan(br pgx.BatchResults) error {
 	}
 	var lease string
 	var a LeasedAdmission
-	_, err = pgx.ForEachRow(rows, []any{&lease, &a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq}, func() error {
+	_, err = pgx.ForEachRow(rows, append([]any{&lease}, a.scanTargets()...), func() error {
 		if r.l.toBook == nil {
 			r.l.toBook = map[string][]LeasedAdmission{}
 		}
@@ -353,8 +403,12 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 		if m.Opens {
 			lv.Open++
 		}
+		if m.Closes {
+			lv.Open = max(0, lv.Open-1)
+		}
 		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
 		e.DeltaMicro, e.AdmissionID, e.Model, e.Estimate, e.MoneyMicro = d, m.Ref, m.Model, m.Estimate, m.MoneyMicro
+		e.Actual = m.Actual
 		e.Reason, e.Detail = m.Reason, m.Detail
 		lv.seal(e)
 		w.entry(lv, e)

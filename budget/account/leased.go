@@ -47,6 +47,10 @@ type LevelMove struct {
 	// reservation at this level from now on, as a reserve's debit counts
 	// it (its end frees the slot at each level).
 	Opens bool
+	// Closes: the move books the end of such an admission made in its
+	// lease's journal, which frees its slot; Actual is its actual cost.
+	Closes bool
+	Actual *int64
 }
 
 // LevelsFunc decides, under the row locks of a tenant and its ancestors,

@@ -1,21 +1,40 @@
--- A lease's admissions whose ledger entries are still to write, up to $2
--- of them (NULL: all) in lease_seq order, and the lease's booking cursor
--- moved past them, in one statement. The caller holds the row locks of the
--- lease's tree, so no other booking of the lease runs; an admission of a
--- group commit in flight is not seen, and since a lease's admissions
--- commit in lease_seq order (admission_insert_leased.sql), it is above the
--- cursor and booked by the next booking.
+-- A lease's events whose ledger entries are still to write, up to $2 of
+-- them (NULL: all) in the lease's order, and the lease's booking cursor
+-- moved past them, in one statement. An event is an admission made from
+-- the lease (lease_seq) or the end of one in the lease's journal
+-- (lease_end_seq, 00036); both are drawn from one sequence under the
+-- journal group's lock of the lease row, so the order is the order they
+-- committed in, and an end always follows its admission. The caller holds
+-- the row locks of the lease's tree, so no other booking of the lease
+-- runs; an event of a group commit in flight is not seen, and since a
+-- lease's events commit in order, it is above the cursor and booked by
+-- the next booking.
 WITH cursor AS (
     SELECT coalesce((SELECT booked_seq FROM admission_lease_books WHERE lease_id = $1), 0) AS seq
 ), todo AS MATERIALIZED (
-    SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at, coalesce(a.lease_actor, '') AS actor, a.lease_seq
-    FROM admissions a, cursor
-    WHERE a.lease_id = $1 AND a.lease_seq > cursor.seq
-    ORDER BY a.lease_seq
+    -- Each kind of event read down its own index in order, each stopped at
+    -- $2 (the first $2 of the lease's order are among them), the cursor a
+    -- parameter of its index condition.
+    SELECT * FROM (
+        (SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at, coalesce(a.lease_actor, '') AS actor,
+                a.lease_seq AS seq, false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
+         FROM admissions a
+         WHERE a.lease_id = $1 AND a.lease_seq > (SELECT seq FROM cursor)
+         ORDER BY a.lease_seq
+         LIMIT $2)
+        UNION ALL
+        (SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.ended_at, coalesce(a.lease_actor, ''),
+                a.lease_end_seq, true, a.actual_cost, a.money_actual
+         FROM admissions a
+         WHERE a.lease_id = $1 AND a.lease_end_seq > (SELECT seq FROM cursor)
+         ORDER BY a.lease_end_seq
+         LIMIT $2)
+    ) e
+    ORDER BY seq
     LIMIT $2
 ), moved AS (
     INSERT INTO admission_lease_books (lease_id, booked_seq)
-    SELECT $1, max(lease_seq) FROM todo HAVING count(*) > 0
+    SELECT $1, max(seq) FROM todo HAVING count(*) > 0
     ON CONFLICT (lease_id) DO UPDATE SET booked_seq = excluded.booked_seq
 )
-SELECT id, tenant_id, model, cost, money_estimate, created_at, actor, lease_seq FROM todo ORDER BY lease_seq
+SELECT id, tenant_id, model, cost, money_estimate, created_at, actor, seq, ended, actual_cost, money_actual FROM todo ORDER BY seq

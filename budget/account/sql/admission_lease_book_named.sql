@@ -1,12 +1,13 @@
--- The leased admissions to book before a batch ends the admissions it
--- names (by id, $1, or by a tenant's live Idempotency-Key, $2 and $3, as
+-- The leased events to book before a batch ends the admissions it names
+-- (by id, $1, or by a tenant's live Idempotency-Key, $2 and $3, as
 -- admission_lock.sql, which runs just before this in the same round trip):
 -- for each lease of a named admission whose entries are still to write,
--- the lease's admissions above its booking cursor up to the last one named
--- (the ones after it are left to the lease's next booking), in lease_seq
--- order, with the cursor moved past them (admission_lease_book.sql). A
--- lease's admissions commit in lease_seq order, so every one up to a named
--- one is committed. The batch holds the tenant rows of the leases' trees,
+-- the lease's events (its admissions, and the ends its journal made,
+-- 00036) above its booking cursor up to the last admission named (the ones
+-- after it are left to the lease's next booking), in the lease's order,
+-- with the cursor moved past them (admission_lease_book.sql). A lease's
+-- events commit in that order, so every one up to a named one is
+-- committed. The batch holds the tenant rows of the leases' trees,
 -- so no other booking of them runs; the batch writes their entries before
 -- its own. Each key is looked up on its own down the primary key
 -- (idempotency_get.sql says why), and each lease's range is bounded on
@@ -32,13 +33,27 @@ WITH named AS (
     GROUP BY a.lease_id, c.seq
 ), todo AS MATERIALIZED (
     SELECT a.lease_id, a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at,
-           coalesce(a.lease_actor, '') AS actor, a.lease_seq
+           coalesce(a.lease_actor, '') AS actor, a.lease_seq AS seq, false AS ended,
+           NULL::bigint AS actual_cost, NULL::bigint AS money_actual
     FROM cursors c
     JOIN admissions a ON a.lease_id = c.lease_id AND a.lease_seq > c.seq AND a.lease_seq <= c.upto
+    UNION ALL
+    -- The ends, each lease's range read down admissions_lease_end_idx with
+    -- the lease and its bounds as parameters (OFFSET 0 keeps the subquery
+    -- from being flattened into a join the planner may cost otherwise).
+    SELECT e.*
+    FROM cursors c
+    CROSS JOIN LATERAL (
+        SELECT a.lease_id, a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.ended_at,
+               coalesce(a.lease_actor, ''), a.lease_end_seq, true, a.actual_cost, a.money_actual
+        FROM admissions a
+        WHERE a.lease_id = c.lease_id AND a.lease_end_seq > c.seq AND a.lease_end_seq <= c.upto
+        OFFSET 0
+    ) e
 ), moved AS (
     INSERT INTO admission_lease_books (lease_id, booked_seq)
-    SELECT lease_id, max(lease_seq) FROM todo GROUP BY lease_id
+    SELECT lease_id, max(seq) FROM todo GROUP BY lease_id
     ON CONFLICT (lease_id) DO UPDATE SET booked_seq = excluded.booked_seq
 )
-SELECT lease_id, id, tenant_id, model, cost, money_estimate, created_at, actor, lease_seq
-FROM todo ORDER BY lease_id, lease_seq
+SELECT lease_id, id, tenant_id, model, cost, money_estimate, created_at, actor, seq, ended, actual_cost, money_actual
+FROM todo ORDER BY lease_id, seq
