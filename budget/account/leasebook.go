@@ -37,6 +37,8 @@ var (
 	admissionLeasePendingSQL string
 	//go:embed sql/admission_lease_book_named.sql
 	admissionLeaseBookNamedSQL string
+	//go:embed sql/admission_end_leased.sql
+	admissionEndLeasedSQL string
 )
 
 // EnableLeasing tells the store that leases may be journaled on its
@@ -137,6 +139,49 @@ func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
 	b.Queue(admissionInsertLeasedSQL, l.ids, l.tenants, l.models, l.in, l.out, l.cost, l.approx, l.inW, l.outW,
 		l.expires, l.families, l.priceModels, l.priceFrom, l.money, l.faces, l.priceTiers, l.leases, l.actors,
 		l.keys, l.hashes, l.responses, clock, keyed)
+}
+
+// LeasedEnds are ends of admissions made from leases, as a journal group
+// makes them (QueueLeasedEnds): a column each.
+type LeasedEnds struct {
+	ids, leases            []string
+	in, out, cost, refunds []int64
+	money                  []*int64
+}
+
+// Add adds the end of admission id, made from leaseID, at in and out
+// tokens costing cost tokens (money: nil with no price), whose refund
+// (micro-tokens) the group took off the lease's use.
+func (e *LeasedEnds) Add(id, leaseID string, in, out, cost int64, money *int64, refundMicro int64) {
+	e.ids, e.leases = append(e.ids, id), append(e.leases, leaseID)
+	e.in, e.out, e.cost, e.refunds = append(e.in, in), append(e.out, out), append(e.cost, cost), append(e.refunds, refundMicro)
+	e.money = append(e.money, money)
+}
+
+// Len is how many ends e holds.
+func (e *LeasedEnds) Len() int { return len(e.ids) }
+
+// QueueLeasedEnds queues e's ends (admission_end_leased.sql), after the
+// group's use of their leases: each open admission is settled in its
+// lease's order, and the refund of one that is not open is added back to
+// its lease's use. all: the group was sent in one round trip, and must end
+// every one or stop (GuardCode). ScanLeasedEnds reads which ended.
+func QueueLeasedEnds(b *pgx.Batch, e *LeasedEnds, clock *time.Time, all bool) {
+	b.Queue(admissionEndLeasedSQL, e.ids, e.leases, e.in, e.out, e.cost, e.money, e.refunds, clock, all)
+}
+
+// ScanLeasedEnds reads what QueueLeasedEnds queued: the admissions ended.
+func ScanLeasedEnds(br pgx.BatchResults) (map[string]bool, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("budget: leased ends: %w", err)
+	}
+	ended := map[string]bool{}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { ended[id] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("budget: leased ends: %w", err)
+	}
+	return ended, nil
 }
 
 // GuardCode is the SQLSTATE of lease_journal_guard (00035): a group sent

@@ -177,6 +177,7 @@ func genericPlansStayIndexed(t *testing.T, tenants int) {
 		{"tenant lock", tenantLockSQL, `ARRAY['t']`},
 		{"tenants' update", tenantUpdateSQL, nulls(9)},
 		{"journal's insert", admissionInsertLeasedSQL, nulls(23)},
+		{"journal's ends", admissionEndLeasedSQL, `ARRAY['a19995'], ARRAY['L'], ARRAY[1], ARRAY[0], ARRAY[1], ARRAY[NULL]::bigint[], ARRAY[1], NULL, true`},
 		{"admissions' end", admissionEndSQL, nulls(10)},
 		{"model limits lock", modelLimitsLockSQL, `ARRAY['t']`},
 		{"model scopes", modelScopesSQL, `'t', ''`},

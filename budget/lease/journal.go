@@ -111,6 +111,10 @@ type appendReq struct {
 	leaseID string
 	a       Admission
 	done    chan error
+	// end, when set, makes the request the end of an admission of the
+	// lease (Journal.End): a carries its id, tenant and credentials, and
+	// its refund as a negative CostMicro.
+	end *End
 }
 
 // Journal makes admissions from leases durable before they are answered,
@@ -145,7 +149,11 @@ func NewJournal(s *Store) *Journal {
 // journaled, its cost stays charged, never spent twice). ErrStopped: Run
 // returned before the admission's group committed.
 func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error {
-	r := &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1)}
+	return j.send(ctx, &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1)})
+}
+
+// send queues r for the next group and waits for its outcome (Append).
+func (j *Journal) send(ctx context.Context, r *appendReq) error {
 	select {
 	case j.reqs <- r:
 	case <-ctx.Done():
@@ -405,6 +413,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	var cutIDs []string
 	var cuts []int64
 	var rows account.Leased
+	var ends account.LeasedEnds
 	for _, id := range order {
 		is := byLease[id]
 		if verdict[id] == "" {
@@ -434,6 +443,10 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				cut += a.CostMicro
 				continue
 			}
+			if e := reqs[i].end; e != nil {
+				ends.Add(e.AdmissionID, id, e.InputTokens, e.OutputTokens, e.ActualCost, e.MoneyActual, e.RefundMicro)
+				continue
+			}
 			rows.Add(id, a.Actor, &a.Admission, a.storedKey(), a.RequestHash, a.Response)
 		}
 		if cut > 0 {
@@ -447,14 +460,39 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	if rows.Len() > 0 {
 		account.QueueLeased(b, &rows, clock)
 	}
+	if ends.Len() > 0 {
+		account.QueueLeasedEnds(b, &ends, clock, false)
+	}
 	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	var ended map[string]bool
+	err = func() error {
+		br := conn.SendBatch(ctx, b)
+		defer br.Close()
+		for range boolInt(len(cutIDs) > 0) + boolInt(rows.Len() > 0) {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if ends.Len() > 0 {
+			var err error
+			if ended, err = account.ScanLeasedEnds(br); err != nil {
+				return err
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
 			return nil, fmt.Errorf("lease: journal: insert: %w (%s)", err, pe.Detail)
 		}
 		return nil, fmt.Errorf("lease: journal: insert: %w", err)
+	}
+	for i, r := range reqs {
+		if r.end != nil && errs[i] == nil && !ended[r.end.AdmissionID] {
+			errs[i] = ErrNotOpen
+		}
 	}
 	return errs, nil
 }
@@ -498,4 +536,11 @@ func leaseOrder(reqs []*appendReq) (order []string, byLease map[string][]int, by
 		}
 	}
 	return order, byLease, byReq
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -201,8 +201,13 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		return false, nil
 	}
 	var rows account.Leased
+	var ends account.LeasedEnds
 	for k, id := range g.order {
 		for _, r := range g.byReq[id] {
+			if e := r.end; e != nil {
+				ends.Add(e.AdmissionID, id, e.InputTokens, e.OutputTokens, e.ActualCost, e.MoneyActual, e.RefundMicro)
+				continue
+			}
 			a := r.a.Admission
 			a.TenantID = tenantOf[k] // the lease's, checked by the use ($4)
 			rows.Add(id, r.a.Actor, &a, r.a.storedKey(), r.a.RequestHash, r.a.Response)
@@ -225,7 +230,12 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		}
 		b.Queue(leaseCredentialsSameSQL, g.keyIDs, keyVers, g.gwIDs, gwVers)
 	}
-	account.QueueLeased(b, &rows, g.clock)
+	if rows.Len() > 0 {
+		account.QueueLeased(b, &rows, g.clock)
+	}
+	if ends.Len() > 0 {
+		account.QueueLeasedEnds(b, &ends, g.clock, true)
+	}
 	b.Queue("COMMIT")
 	err = conn.SendBatch(ctx, b).Close()
 	if err == nil {
