@@ -34,14 +34,7 @@ func TestJournalEnds(t *testing.T) {
 		return &appendReq{leaseID: jt.lease.ID, done: make(chan error, 1), end: &e,
 			a: Admission{Admission: account.Admission{ID: id, TenantID: "acme"}, CostMicro: -e.RefundMicro}}
 	}
-	send := func(reqs ...*appendReq) []error {
-		jt.j.commit(ctx, reqs)
-		errs := make([]error, len(reqs))
-		for i, r := range reqs {
-			errs[i] = <-r.done
-		}
-		return errs
-	}
+	send := func(reqs ...*appendReq) []error { return jt.sendReqs(ctx, reqs...) }
 	req := func(a Admission) *appendReq { return &appendReq{leaseID: jt.lease.ID, a: a, done: make(chan error, 1)} }
 	used := func() int64 {
 		t.Helper()

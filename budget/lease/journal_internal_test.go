@@ -51,9 +51,15 @@ func (jt *journalTest) send(ctx context.Context, as ...Admission) []error {
 	for i, a := range as {
 		group[i] = &appendReq{leaseID: jt.lease.ID, a: a, done: make(chan error, 1)}
 	}
-	jt.j.commit(ctx, group)
-	errs := make([]error, len(as))
-	for i, r := range group {
+	return jt.sendReqs(ctx, group...)
+}
+
+// sendReqs commits reqs (admissions or ends) as one group and returns each
+// one's outcome.
+func (jt *journalTest) sendReqs(ctx context.Context, reqs ...*appendReq) []error {
+	jt.j.commit(ctx, reqs)
+	errs := make([]error, len(reqs))
+	for i, r := range reqs {
 		errs[i] = <-r.done
 	}
 	return errs
