@@ -85,25 +85,32 @@ func TestLeasedRLSSettlesAsExact(t *testing.T) {
 	if got := leasePaths() - before; got != 2 {
 		t.Fatalf("%v RLS admissions from a lease, want the leased tenant's two", got)
 	}
-	// Mode off ends the lease (its unused part refunded): the balances
-	// and the settles are exact mode's.
+	// Mode off ends the lease (its unused part refunded, the journal's
+	// refunds with it): the balances are exact mode's.
 	if _, err := rep.Admin.TenantLeaseModeSet(ctx, lease.SetModeParams{TenantID: "leased", Mode: lease.ModeOff}); err != nil {
 		t.Fatal(err)
 	}
 	if l, e := b.balance(t, "leased"), b.balance(t, "exact"); l != e || e != 1000-10-120-80 {
 		t.Fatalf("balance leased %d, exact %d: want both %d", l, e, 1000-10-120-80)
 	}
-	settles := func(tenant string) (n int, sum int64) {
+	// The same three settles, at the same actuals. req-1's, whose
+	// admission the replica made from its lease, was settled in the
+	// lease's journal: its entry moves nothing (the refund went back into
+	// the lease, and to the tenant with the lease's return); req-2's,
+	// past its estimate, and warm's, made exactly, were exact.
+	settles := func(tenant string) (n int, actual int64, inJournal int) {
 		t.Helper()
-		if err := pool.QueryRow(ctx, "SELECT count(*), coalesce(sum(delta_micro), 0) FROM ledger_entries WHERE tenant_id = $1 AND kind = 'settle'", tenant).Scan(&n, &sum); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(actual), 0), count(*) FILTER (WHERE detail LIKE '{"lease":%')
+			FROM ledger_entries WHERE tenant_id = $1 AND kind = 'settle'`, tenant).Scan(&n, &actual, &inJournal); err != nil {
 			t.Fatal(err)
 		}
-		return n, sum
+		return n, actual, inJournal
 	}
-	if ln, ls := settles("leased"); true {
-		if en, es := settles("exact"); ln != en || ls != es || ln != 3 {
-			t.Fatalf("settles leased %d (%d), exact %d (%d): want the same three", ln, ls, en, es)
-		}
+	ln, la, lj := settles("leased")
+	en, ea, ej := settles("exact")
+	if ln != en || la != ea || ln != 3 || lj != 1 || ej != 0 {
+		t.Fatalf("settles leased %d at %d (%d in the journal), exact %d at %d (%d): want three at the same actuals, req-1's in the journal",
+			ln, la, lj, en, ea, ej)
 	}
 	var admissions int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM admissions WHERE tenant_id = 'leased' AND state = 'settled'").Scan(&admissions); err != nil {

@@ -46,10 +46,26 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p account.SettleParams
 		return nil, false, err
 	}
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
-		func() (*account.Settlement, error) { return a.pipeline.Settle(ctx, p) },
+		func() (*account.Settlement, error) {
+			if st, ok, err := a.settleLeased(ctx, p); ok {
+				return st, err
+			}
+			return a.pipeline.Settle(ctx, p)
+		},
 		func(l *outage.Local) error { return l.Settle(p) })
 	a.metrics.ended(ctx, face, kindSettle, st, journaled, err)
 	return st, journaled, err
+}
+
+// settleLeased settles p in its lease's journal when this replica made
+// the admission from a lease it still holds (Leases.Settle); ok false
+// sends it to the pipeline.
+func (a *Admitter) settleLeased(ctx context.Context, p account.SettleParams) (*account.Settlement, bool, error) {
+	l := a.cfg.Leases
+	if l == nil || a.est == nil {
+		return nil, false, nil
+	}
+	return l.Settle(ctx, p, a.est.Table())
 }
 
 // Release refunds an admission whose request never ran, like Settle (one

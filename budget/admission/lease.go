@@ -39,6 +39,11 @@ type Leases interface {
 	// what it returns as a.Response: the answer a retry replays is then
 	// byte for byte the first one.
 	Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (rule.Snapshot, error)
+	// Settle settles p in the lease's journal when it ends an admission
+	// this replica made from a lease it still holds, its usage and cost
+	// computed with table as an exact settle computes them. ok false: the
+	// exact pipeline decides p, as it does every settle otherwise.
+	Settle(ctx context.Context, p account.SettleParams, table *estimator.Table) (st *account.Settlement, ok bool, err error)
 }
 
 // Decision paths, the values of tokengate_admission_paths_total's path

@@ -139,10 +139,17 @@ func (h *Holder) TopUp(ctx context.Context, low int64, renewWithin time.Duration
 // a.Response: the answer a keyed request keeps is the one it is given. An
 // error of keep gives the cost back and is returned.
 func (h *Holder) AdmitHeld(ctx context.Context, a Admission, keep func(unusedMicro int64) ([]byte, error)) error {
+	_, err := h.AdmitHeldIn(ctx, a, keep)
+	return err
+}
+
+// AdmitHeldIn is AdmitHeld, and names the lease the admission was
+// journaled in (when it was).
+func (h *Holder) AdmitHeldIn(ctx context.Context, a Admission, keep func(unusedMicro int64) ([]byte, error)) (string, error) {
 	h.mu.Lock()
 	if h.lease == nil || h.over || h.unused < a.CostMicro || !h.c.NowFunc().Before(h.expires.Add(-h.c.RenewBefore)) {
 		h.mu.Unlock()
-		return ErrExhausted
+		return "", ErrExhausted
 	}
 	h.unused -= a.CostMicro
 	leaseID, unused := h.lease.ID, h.unused
@@ -151,7 +158,7 @@ func (h *Holder) AdmitHeld(ctx context.Context, a Admission, keep func(unusedMic
 		resp, err := keep(unused)
 		if err != nil {
 			h.giveBack(leaseID, a.CostMicro)
-			return err
+			return "", err
 		}
 		a.Response = resp
 	}
@@ -170,7 +177,18 @@ func (h *Holder) AdmitHeld(ctx context.Context, a Admission, keep func(unusedMic
 		}
 		h.mu.Unlock()
 	}
-	return err
+	return leaseID, err
+}
+
+// EndHeld ends an admission of leaseID in the journal (Journal.End) and,
+// once it is ended, gives its refund back to the lease in memory, so the
+// holder admits it again.
+func (h *Holder) EndHeld(ctx context.Context, leaseID string, e End) error {
+	if err := h.j.End(ctx, leaseID, e); err != nil {
+		return err
+	}
+	h.giveBack(leaseID, e.RefundMicro)
+	return nil
 }
 
 // giveBack returns cost, set aside from leaseID and not journaled, to the

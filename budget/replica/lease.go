@@ -53,7 +53,8 @@ type Leases struct {
 	cfg     LeaseConfig
 	logger  *slog.Logger
 	kick    chan struct{}
-	holders sync.Map // tenant id -> *held: read on every lease admission
+	holders sync.Map  // tenant id -> *held: read on every lease admission
+	open    openIndex // its leased admissions, for their settles (lease_end.go)
 }
 
 // held is one tenant's holder and what sizes it.
@@ -156,13 +157,15 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, 
 	if err := account.PriceAdmission(hd.prices.Load(), &a.Admission, now); err != nil {
 		return rule.Snapshot{}, err
 	}
-	if err := hd.h.AdmitHeld(ctx, a, keepAt); err != nil {
+	leaseID, err := hd.h.AdmitHeldIn(ctx, a, keepAt)
+	if err != nil {
 		if errors.Is(err, lease.ErrExactOnly) {
 			hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
 		}
 		l.wake()
 		return rule.Snapshot{}, err
 	}
+	l.open.add(leaseID, &a.Admission, a.Face.StoredKey(a.IdempotencyKey))
 	hd.admitted.Add(a.CostMicro)
 	st, backlog := hd.h.State(), hd.backlog.Add(1)
 	if st.UnusedMicro < st.SliceMicro/2 || backlog == maxBacklog {

@@ -405,6 +405,11 @@ func TestLeaseAdmissionSettles(t *testing.T) {
 	if st.DeltaMicro != 30*tok || st.Admission == nil || st.Admission.ID != res.AdmissionID {
 		t.Fatalf("settle %+v: want a refund of 30 tokens", st)
 	}
+	// Settled in the lease's journal: the admission is in the lease's order.
+	var ended bool
+	if err := r.Store.Pool().QueryRow(ctx, "SELECT lease_end_seq IS NOT NULL FROM admissions WHERE id = $1", res.AdmissionID).Scan(&ended); err != nil || !ended {
+		t.Fatalf("the lease admission's settle was not made in the lease's journal (%v)", err)
+	}
 	if _, _, err := r.Admitter.Settle(ctx, admission.FaceAPI, account.SettleParams{TenantID: "acme", AdmissionID: res.AdmissionID, InputTokens: 10}); err != nil && !errors.Is(err, rule.ErrConflict) {
 		t.Fatalf("second settle: %v", err)
 	}

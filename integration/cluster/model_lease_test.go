@@ -100,6 +100,31 @@ func leaseRef(detail *string) (string, int64, time.Time) {
 	return d.Lease, d.CostMicro, d.JournaledAt
 }
 
+// leaseEndRef reads the lease a settle entry was settled in, in that
+// lease's journal ("" for a settle of the exact pipeline), the refund that
+// went back into the lease, and when.
+func leaseEndRef(detail *string) (string, int64, time.Time) {
+	if detail == nil {
+		return "", 0, time.Time{}
+	}
+	var d struct {
+		Lease       string    `json:"lease"`
+		RefundMicro *int64    `json:"refund_micro"`
+		EndedAt     time.Time `json:"ended_at"`
+	}
+	if json.Unmarshal([]byte(*detail), &d) != nil || d.RefundMicro == nil {
+		return "", 0, time.Time{}
+	}
+	return d.Lease, *d.RefundMicro, d.EndedAt
+}
+
+// journalEnd reports whether a settle entry was made in its lease's
+// journal.
+func journalEnd(e entry) bool {
+	lid, _, _ := leaseEndRef(e.Detail)
+	return lid != ""
+}
+
 // leaseLedger is the replay of one level's lease entries.
 type leaseLedger struct {
 	leases map[string]*mlease
@@ -141,10 +166,18 @@ func (l *leaseLedger) usedBy(lid string, at time.Time, booked int64) int64 {
 // journal order.
 func leaseJournals(t *testing.T, pool *pgxpool.Pool) map[string][]journalRow {
 	t.Helper()
+	// An admission's end in the lease's journal gives its refund back: a
+	// row of the journal whose cost is the refund, negative.
 	rows, err := pool.Query(context.Background(), `SELECT lease_id, cost_micro, created_at, true AS booked FROM (
 		SELECT DISTINCT ON (admission_id) detail::json->>'lease' AS lease_id, (detail::json->>'cost_micro')::bigint AS cost_micro,
 			(detail::json->>'journaled_at')::timestamptz AS created_at
-		FROM ledger_entries WHERE kind = 'reserve' AND detail LIKE '{"lease":%' ORDER BY admission_id) j ORDER BY created_at`)
+		FROM ledger_entries WHERE kind = 'reserve' AND detail LIKE '{"lease":%' ORDER BY admission_id) j
+		UNION ALL
+		SELECT lease_id, cost_micro, created_at, true FROM (
+		SELECT DISTINCT ON (admission_id) detail::json->>'lease' AS lease_id, -(detail::json->>'refund_micro')::bigint AS cost_micro,
+			(detail::json->>'ended_at')::timestamptz AS created_at
+		FROM ledger_entries WHERE kind = 'settle' AND detail LIKE '{"lease":%' ORDER BY admission_id) e
+		ORDER BY created_at`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +228,30 @@ func (l *leaseLedger) reserve(fail func(string, ...any), where, lid, adm string,
 	ls.admissions++
 	if ls.used > ls.taken {
 		fail("%s: lease %s has admitted %d micro-tokens, more than the %d taken for it (bound 1)", where, lid, ls.used, ls.taken)
+	}
+}
+
+// end replays a settle entry of an admission settled in its lease's
+// journal: it moves nothing, and gives its refund back to the lease, whose
+// return then gives it back to the level.
+func (l *leaseLedger) end(fail func(string, ...any), where, lid, adm string, cost, actual, refundMicro int64, e entry) {
+	ls := l.leases[lid]
+	switch {
+	case ls == nil:
+		fail("%s: %s settled in lease %s, which took nothing at this level before", where, adm, lid)
+		return
+	case ls.returned:
+		fail("%s: %s settled in lease %s after its return", where, adm, lid)
+	}
+	if refundMicro != (cost-actual)*micro {
+		fail("%s: %s settled in lease %s at %d of %d gave back %d micro-tokens", where, adm, lid, actual, cost, refundMicro)
+	}
+	if e.DeltaMicro != 0 {
+		fail("%s: %s, settled in lease %s, moved the balance by %d", where, adm, lid, e.DeltaMicro)
+	}
+	ls.used -= refundMicro
+	if ls.used < 0 {
+		fail("%s: lease %s gave back more than its admissions used", where, lid)
 	}
 }
 

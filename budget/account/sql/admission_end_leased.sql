@@ -2,9 +2,10 @@
 -- statement: each admission named ($1) of its lease ($2), still reserved
 -- and unexpired by the store's clock ($8, a frozen clock, or none), is
 -- settled at its actual usage and cost ($3-$5) and money ($6, NULL with no
--- price); its refund ($7, micro-tokens) went back into the lease, so its
--- tenants' balances do not move (end_delta_micro 0) and its settle entries,
--- which move nothing, are written by the lease's booking
+-- price); its refund ($7, micro-tokens) went back into the lease
+-- (end_delta_micro: the tenant's again, in its lease until the return),
+-- so its tenants' balances do not move now, and its settle entries, which
+-- move nothing, are written by the lease's booking
 -- (admission_lease_book.sql). Its place in the lease's order
 -- (lease_end_seq) is drawn from the sequence its admission's was, under
 -- the group's lock of the lease row.
@@ -24,7 +25,7 @@ WITH u AS (
     UPDATE admissions a
     SET state = 'settled', actual_input = u.actual_input, actual_output = u.actual_output,
         actual_cost = u.actual_cost, money_actual = u.money_actual, ended_at = c.at, late = false,
-        end_delta_micro = 0, lease_end_seq = nextval('admissions_lease_seq')
+        end_delta_micro = u.refund_micro, lease_end_seq = nextval('admissions_lease_seq')
     FROM u, c
     WHERE a.id = u.id AND a.lease_id = u.lease_id AND a.state = 'reserved' AND a.expires_at > c.at
     RETURNING a.id
