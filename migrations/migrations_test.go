@@ -250,14 +250,14 @@ func TestLeaseMigrationNeedsLeasingOff(t *testing.T) {
 	}
 }
 
-// 00036 lets a lease's journal end admissions, which the previous
-// release's booking would skip: the migration refuses to run while a lease
-// is live, names the way out (lease mode off), and applies once leasing is
-// off.
+// 00037 comes with the release whose journal ends admissions, which the
+// booking of a release before 00036 would skip: the migration refuses to
+// run while a lease is live, names the way out (lease mode off), and
+// applies once leasing is off.
 func TestLeaseEndMigrationNeedsLeasingOff(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, m := migratorAt(t, 35)
+	pool, m := migratorAt(t, 36)
 	for _, q := range []string{
 		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro, tokens_at, created_at) VALUES ('acme', 1000, 1, 0, now(), now())`,
 		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
@@ -267,13 +267,13 @@ func TestLeaseEndMigrationNeedsLeasingOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.UpTo(ctx, 36); err == nil || !strings.Contains(err.Error(), "lease mode off") {
+	if err := m.UpTo(ctx, 37); err == nil || !strings.Contains(err.Error(), "lease mode off") {
 		t.Fatalf("migrate with a live lease: %v; want a refusal naming lease mode off", err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE leases SET state = 'returned', ended_at = now()`); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.UpTo(ctx, 36); err != nil {
+	if err := m.UpTo(ctx, 37); err != nil {
 		t.Fatalf("migrate with leasing off: %v", err)
 	}
 }

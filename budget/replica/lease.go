@@ -30,6 +30,11 @@ type LeaseConfig struct {
 	// MinSlice is the smallest slice a holder asks for, in tokens
 	// (DefaultLeaseMinSlice).
 	MinSlice int64
+	// OpenMax is how many of its open leased admissions the replica
+	// remembers to settle in their lease's journal (DefaultLeaseOpenMax);
+	// the settle of one it forgot, or never knew, is exact. Negative:
+	// none (every settle exact).
+	OpenMax int
 	// Tick is how often the background sizes the holders' slices and
 	// renews them ahead of need (TTL/10); an admission that leaves its
 	// lease low wakes it at once. Negative: no background loop (tests
@@ -54,7 +59,7 @@ type Leases struct {
 	logger  *slog.Logger
 	kick    chan struct{}
 	holders sync.Map  // tenant id -> *held: read on every lease admission
-	open    openIndex // its leased admissions, for their settles (lease_end.go)
+	open    openIndex // its leased admissions, for their settles (lease_end.go, open_index.go)
 }
 
 // held is one tenant's holder and what sizes it.
@@ -93,6 +98,9 @@ func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases
 	if c.Tick == 0 {
 		c.Tick = c.TTL / 10
 	}
+	if c.OpenMax == 0 {
+		c.OpenMax = DefaultLeaseOpenMax
+	}
 	if c.NowFunc == nil {
 		c.NowFunc = time.Now
 	}
@@ -103,7 +111,7 @@ func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases
 		return nil, err
 	}
 	return &Leases{store: s, journal: lease.NewJournal(s), acct: acct, cfg: c, logger: logger,
-		kick: make(chan struct{}, 1)}, nil
+		kick: make(chan struct{}, 1), open: openIndex{max: max(c.OpenMax, 0)}}, nil
 }
 
 // Store is the lease store (the admin service sets modes through it, so

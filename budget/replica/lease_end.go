@@ -3,87 +3,12 @@ package replica
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/estimator"
 )
-
-// maxOpen bounds the leased admissions a replica remembers to settle in
-// its journal: past it the oldest are forgotten, and settled exactly (as
-// every admission can be), so an admission never settled costs memory for
-// a while, not for ever.
-const maxOpen = 1 << 16
-
-// opened is a leased admission this replica made, as its settle in the
-// journal needs it, and no more (the index holds up to maxOpen of them,
-// and the collector scans each): its lease, its byKey entry ("" for none),
-// tenant, face, whether it has a price, and its estimate.
-type opened struct {
-	id, lease, key, tenant string
-	face                   rule.Face
-	priced                 bool
-	est                    estimator.Estimate
-}
-
-// openIndex is the leased admissions a replica made and has not seen
-// settled, by id and by (tenant, stored Idempotency-Key), oldest first.
-type openIndex struct {
-	mu    sync.Mutex
-	byID  map[string]opened
-	byKey map[string]string // tenant \x00 stored key -> admission id
-	order []string          // ids, oldest first (some already taken)
-}
-
-func openKey(tenant, stored string) string { return tenant + "\x00" + stored }
-
-func (x *openIndex) add(leaseID string, a *account.Admission, stored string) {
-	o := opened{id: a.ID, lease: leaseID, tenant: a.TenantID, face: a.Face.Or(), priced: a.MoneyEstimate != nil, est: a.Estimate}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.byID == nil {
-		x.byID, x.byKey = map[string]opened{}, map[string]string{}
-	}
-	if stored != "" {
-		o.key = openKey(a.TenantID, stored)
-		x.byKey[o.key] = a.ID
-	}
-	x.byID[a.ID] = o
-	x.order = append(x.order, a.ID)
-	for len(x.byID) > maxOpen || len(x.order) > 2*maxOpen {
-		id := x.order[0]
-		x.order = x.order[1:]
-		if o, ok := x.byID[id]; ok {
-			x.drop(o)
-		}
-	}
-}
-
-// drop forgets o.
-func (x *openIndex) drop(o opened) {
-	delete(x.byID, o.id)
-	if o.key != "" && x.byKey[o.key] == o.id {
-		delete(x.byKey, o.key)
-	}
-}
-
-// take removes and returns the admission a settle names (by id, or by its
-// tenant's stored key), if this replica made it from a lease.
-func (x *openIndex) take(tenant, id, stored string) (opened, bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if id == "" && stored != "" {
-		id = x.byKey[openKey(tenant, stored)]
-	}
-	o, ok := x.byID[id]
-	if !ok || o.tenant != tenant {
-		return opened{}, false
-	}
-	x.drop(o)
-	return o, true
-}
 
 // Settle settles p in the journal when it ends an admission this replica
 // made from a lease it still holds (docs/leasing.md, item 5): its usage,

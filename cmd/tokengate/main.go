@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"gather":            admission.DefaultGather.String(),
 			"lease_ttl":         lease.DefaultTTL.String(),
 			"lease_slice":       strconv.Itoa(replica.DefaultLeaseMinSlice),
+			"lease_open_max":    strconv.Itoa(replica.DefaultLeaseOpenMax),
 			"store_timeout":     account.DefaultStoreTimeout.String(),
 			"window_help":       windowFlagHelp,
 		},

@@ -39,6 +39,7 @@ type serveCmd struct {
 	Pipelines          int           `name:"pipelines" env:"TOKENGATE_PIPELINES" default:"${pipelines}" help:"Decision transactions this replica keeps in flight at once; each decides every request queued for its share of the tenants in one transaction."`
 	Gather             time.Duration `name:"gather" env:"TOKENGATE_GATHER" default:"${gather}" help:"How long a decision transaction may wait, after a busy one (8 requests or more), for the callers it answered to queue again, so that one transaction decides them all; at most that transaction's own duration. 0: never wait."`
 	LeaseTTL           time.Duration `name:"lease-ttl" env:"TOKENGATE_LEASE_TTL" default:"${lease_ttl}" help:"Quota leasing (tenants in lease mode auto): a lease's life from its take or last renew, the longest a dead replica holds a tenant's budget. Leases are renewed every half of it."`
+	LeaseOpenMax       int           `name:"lease-open-max" env:"TOKENGATE_LEASE_OPEN_MAX" default:"${lease_open_max}" help:"Quota leasing: how many of its open leased admissions a replica remembers (about 160 bytes each), to settle them in their lease's journal without locking the tenant; the settle of an older one is exact. 0: none."`
 	LeaseSlice         int64         `name:"lease-slice" env:"TOKENGATE_LEASE_SLICE" default:"${lease_slice}" help:"Quota leasing: the smallest slice, in tokens, a replica leases of a tenant (its first, and a quiet tenant's); a busy tenant's slice is its rate over half the TTL, capped at its capacity over twice the replicas leasing it."`
 	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"${max_waiters}" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
@@ -75,7 +76,15 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 	if err := estimator.Load(); err != nil {
 		return err
 	}
-	tuneGC(s.GCPercent, s.MemoryLimit)
+	// The soft limit is for the requests' work; the lease settle index is
+	// a fixed budget beside it (its memory holds no pointer, so the
+	// collector never scans it, but counted against the limit it would
+	// make the collector run more often: 1.7x with the default index).
+	limit := s.MemoryLimit
+	if limit > 0 {
+		limit += replica.LeaseOpenBytes(openMax(s.LeaseOpenMax))
+	}
+	tuneGC(s.GCPercent, limit)
 	pool, err := g.pool(ctx, logger, s.MaxConns)
 	if err != nil {
 		return err
@@ -148,7 +157,7 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		DefaultPolicy: rule.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
-		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice, NowFunc: s.clock()},
+		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice, OpenMax: openMax(s.LeaseOpenMax), NowFunc: s.clock()},
 	})
 	if err != nil {
 		return err
@@ -320,4 +329,13 @@ func gatherOf(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// openMax is --lease-open-max as the replica takes it: 0 (none) is
+// negative there, where 0 means the default.
+func openMax(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

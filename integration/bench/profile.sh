@@ -8,6 +8,7 @@
 #
 #   profile.sh            LOAD=spread-settle (hot, hot-settle, spread, spread-settle)
 #   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  BENCH_RLS_CONNS (2)  PG_IMAGE  TOKENGATE (bin/tokengate)  PPROF_KEEP (a file for the raw profile)
+#   BEFORE ("hot hot-settle": loads the same server runs first, BENCH_SECONDS each, as bench-peer's one server does)
 #   BENCH_PG_NAME (tokengate-bench-profile-pg)  BENCH_PG_PORT (55435)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -24,19 +25,33 @@ tg_http=18380 tg_rls=18381 tg_pprof=18382
 
 tenants=(hot); spread=()
 for i in $(seq -w 1 64); do tenants+=("t$i"); spread+=(--tenant "t$i"); done
-case $load in
-hot) lf=(--tenant hot --no-settle) ;;
-hot-settle) lf=(--tenant hot --settle) ;;
-spread) lf=("${spread[@]}" --no-settle) ;;
-spread-settle) lf=("${spread[@]}" --settle) ;;
-*) say "profile: LOAD is hot, hot-settle, spread or spread-settle, not $load"; exit 2 ;;
-esac
+flags_of() { # load -> its loadgen flags, in lf
+	case $1 in
+	hot) lf=(--tenant hot --no-settle) ;;
+	hot-settle) lf=(--tenant hot --settle) ;;
+	spread) lf=("${spread[@]}" --no-settle) ;;
+	spread-settle) lf=("${spread[@]}" --settle) ;;
+	*) say "profile: a load is hot, hot-settle, spread or spread-settle, not $1"; exit 2 ;;
+	esac
+}
+for l in ${BEFORE:-}; do flags_of "$l"; done
+flags_of "$load"
 gateway=$("$bin" gateway create bench --tenants "$(IFS=,; echo "${tenants[*]}")" 2>/dev/null)
 server=$(serve $tg_http --rls-addr 127.0.0.1:$tg_rls --pprof-addr 127.0.0.1:$tg_pprof); pids+=("$server")
 wait_ready $tg_http
 psql() { docker exec "$pg" psql -q -U tokengate -d tokengate "$@"; }
 psql -c 'CREATE EXTENSION pg_stat_statements'
-lg=(--concurrency "$clients" --rls-conns "$conns" --rls 127.0.0.1:$tg_rls --gateway "$gateway" "${lf[@]}")
+lg=(--concurrency "$clients" --rls-conns "$conns" --rls 127.0.0.1:$tg_rls --gateway "$gateway")
+# BEFORE: the loads bench-peer's one server ran before this one, each for
+# as long as this one runs; what they leave (leases, open admissions, the
+# replica's memory) is then part of what is measured.
+for l in ${BEFORE:-}; do
+	flags_of "$l"
+	say "profile: $l first, ${secs} s"
+	"$bin" loadgen "${lg[@]}" "${lf[@]}" --duration "${secs}s" >/dev/null
+done
+flags_of "$load"
+lg+=("${lf[@]}")
 
 # The warm-up fills the tables, analyze brings their statistics to it (as
 # lib.sh's warm does), then the counters start from zero.
