@@ -77,13 +77,22 @@ func TestLeasedRLSSettlesAsExact(t *testing.T) {
 		pair(tenant, "warm", 10, 10)
 	}
 	rep.Leases.TopUpOnce(ctx)
-	before := leasePaths()
+	settlePath := func(path string) float64 {
+		return testutil.ToFloat64(rep.Admitter.SettlePaths(admission.FaceRLS, path))
+	}
+	before, settledBefore, exactBefore := leasePaths(), settlePath(admission.PathLease), settlePath(admission.PathExact)
 	for _, tenant := range []string{"leased", "exact"} {
 		pair(tenant, "req-1", 300, 120)
 		pair(tenant, "req-2", 50, 80) // usage above the estimate: charged
 	}
 	if got := leasePaths() - before; got != 2 {
 		t.Fatalf("%v RLS admissions from a lease, want the leased tenant's two", got)
+	}
+	// Of the four settles, the metric names one in a lease's journal
+	// (req-1 of the leased tenant), and three exact: req-2 past its
+	// estimate, and the exact tenant's two.
+	if l, e := settlePath(admission.PathLease)-settledBefore, settlePath(admission.PathExact)-exactBefore; l != 1 || e != 3 {
+		t.Fatalf("settle paths: %v lease, %v exact; want 1 and 3", l, e)
 	}
 	// Mode off ends the lease (its unused part refunded, the journal's
 	// refunds with it): the balances are exact mode's.

@@ -48,11 +48,16 @@ func (a *Admitter) Settle(ctx context.Context, face Face, p account.SettleParams
 	st, journaled, err = a.end(p.TenantID, p.AdmissionID,
 		func() (*account.Settlement, error) {
 			if st, ok, err := a.settleLeased(ctx, p); ok {
+				a.metrics.settlePath(face, PathLease)
 				return st, err
 			}
+			a.metrics.settlePath(face, PathExact)
 			return a.pipeline.Settle(ctx, p)
 		},
-		func(l *outage.Local) error { return l.Settle(p) })
+		func(l *outage.Local) error {
+			a.metrics.settlePath(face, PathLocal)
+			return l.Settle(p)
+		})
 	a.metrics.ended(ctx, face, kindSettle, st, journaled, err)
 	return st, journaled, err
 }

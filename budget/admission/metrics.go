@@ -75,6 +75,7 @@ type metrics struct {
 	ends       *prometheus.CounterVec
 	deltas     *prometheus.HistogramVec
 	paths      *prometheus.CounterVec
+	settles    *prometheus.CounterVec
 	// traced: the latency carries exemplars (tracing is on).
 	traced bool
 }
@@ -104,7 +105,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "tokengate_admission_paths_total",
 		Help: "Admission decisions by face and the path that decided them: exact (the store's pipeline, under the tenant's row locks), lease (this replica's lease of the tenant, quota leasing) or local (the failure policy, without the store). A lease path only admits: a refusal is always decided exactly.",
 	}, []string{"face", "path"})
-	reg.MustRegister(m.admissions, m.latency, m.ends, m.deltas, m.paths)
+	m.settles = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tokengate_settle_paths_total",
+		Help: "Settles by face and the path that decided them: lease (in the journal of the lease this replica made the admission from, no tenant row locked), exact (the store's pipeline) or local (the failure policy's spool). Every settle is counted once, whatever its outcome.",
+	}, []string{"face", "path"})
+	reg.MustRegister(m.admissions, m.latency, m.ends, m.deltas, m.paths, m.settles)
 	return m
 }
 
@@ -227,6 +232,18 @@ func (a *Admitter) Admissions(face Face, outcome, limit string) prometheus.Count
 // path counts the path that decided one Reserve (tokengate_admission_paths_total).
 func (m *metrics) path(face Face, path string) {
 	m.paths.WithLabelValues(string(face), path).Inc()
+}
+
+// settlePath counts the path that decided one Settle
+// (tokengate_settle_paths_total).
+func (m *metrics) settlePath(face Face, path string) {
+	m.settles.WithLabelValues(string(face), path).Inc()
+}
+
+// SettlePaths is the counter of one face's settles decided by a path, for
+// tests and the faces' reports.
+func (a *Admitter) SettlePaths(face Face, path string) prometheus.Counter {
+	return a.metrics.settles.WithLabelValues(string(face), path)
 }
 
 // Paths is the counter of one face's decisions made by a path (PathExact,

@@ -91,7 +91,8 @@ proc_cpu_ns() { # the CPU of processes, in ns (utime + stime)
 # an Idempotency-Key is still decided exactly by the wiring, so the rate
 # limit service's traffic, which keys every reservation by its request id,
 # and loadgen --idempotency-keys stay exact.
-# lease_paths shows which path decided (tokengate_admission_paths_total).
+# lease_paths shows which path decided (tokengate_admission_paths_total,
+# tokengate_settle_paths_total).
 export TOKENGATE_DATABASE_URL="$url"
 "$bin" migrate --wait 30s 2>/dev/null
 lease="${LEASE:-}"
@@ -136,7 +137,7 @@ lease_paths() { # http port -> the replica's decisions by path, on stderr (LEASE
 	[ -n "$lease" ] || return 0
 	{ exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 0
 	printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3
-	say "replica :$1 (LEASE=$lease): $(grep '^tokengate_admission_paths_total' <&3 | tr '\n' ' ')"
+	say "replica :$1 (LEASE=$lease): $(grep -E '^tokengate_(admission|settle)_paths_total' <&3 | tr '\n' ' ')"
 	exec 3<&-
 }
 wait_ready() { for _ in $(seq 100); do ready "$1" && return; sleep 0.1; done; cat "$work/serve-$1.log" >&2; exit 1; }
