@@ -248,6 +248,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	takes := map[string][]point{}
 	tokenOnly := map[string]bool{}
 	leaseCount, leased := map[string]int{}, map[string]int{}
+	journalSettles := map[string]int{} // by level: settles made in their lease's journal, replayed
 	js := unbookedRows(t, pool) // and, in the replay, the booked ones
 	journals := leaseJournals(t, pool)
 	for _, id := range tenants {
@@ -403,6 +404,7 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 				// the lease (model_lease_test.go), and it moves nothing.
 				if lid, refund, endedAt := leaseEndRef(e.Detail); e.Kind == "settle" && lid != "" {
 					ml.end(fail, where, lid, adm, cost, actual, refund, e)
+					journalSettles[id]++
 					if r, ok := leases[lid]; ok && r.TenantID == id {
 						js = append(js, journalRow{LeaseID: lid, CostMicro: -refund, CreatedAt: endedAt, Booked: true})
 					}
@@ -609,8 +611,8 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	for _, r := range failoverReport {
 		t.Logf("checker: %s", r)
 	}
-	t.Logf("checker: leases by level %v, admissions made from them by level %v; leases %d (%d returned, %d expired by a sweeper, %d of these checked for timeliness), %d held by a replica when it was killed, %d when it was cut off past the TTL; %d lease admissions journaled, by tenant %v",
-		leaseCount, leased, ls.leases, ls.returned, ls.expired, ls.onTime, ls.killedHeld, ls.cutHeld, ls.journaled, ls.byTenant)
+	t.Logf("checker: leases by level %v, admissions made from them by level %v, settled in their lease's journal by level %v; leases %d (%d returned, %d expired by a sweeper, %d of these checked for timeliness), %d held by a replica when it was killed, %d when it was cut off past the TTL; %d lease admissions journaled, by tenant %v",
+		leaseCount, leased, journalSettles, ls.leases, ls.returned, ls.expired, ls.onTime, ls.killedHeld, ls.cutHeld, ls.journaled, ls.byTenant)
 	t.Logf("checker: %d refusals of token-only trees checked against the balances outside the leases; %d of them with the cost within a level's balance plus what its live leases held", refusals, inLeases)
 	if ls.journaled == 0 {
 		fail("no admission was made from a lease: the soak exercised none of leasing")

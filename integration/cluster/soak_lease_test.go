@@ -52,9 +52,10 @@ func leaseModes(t *testing.T, c *cluster, admin string, seed int64) {
 	t.Logf("soak: lease mode auto for %v (leased) and %s (kept exact by its rules); the others off", auto, exact)
 }
 
-// logLeasePaths logs each replica's count of admissions by path
-// (tokengate_admission_paths_total): since its last start, so a replica
-// killed and started again counts only its last life.
+// logLeasePaths logs each replica's count of admissions and settles by
+// path (tokengate_admission_paths_total, tokengate_settle_paths_total):
+// since its last start, so a replica killed and started again counts only
+// its last life.
 func logLeasePaths(t *testing.T, c *cluster) {
 	t.Helper()
 	for _, rep := range c.replicas {
@@ -65,13 +66,16 @@ func logLeasePaths(t *testing.T, c *cluster) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var paths []string
+		var paths, settles []string
 		for _, line := range strings.Split(string(raw), "\n") {
 			if strings.HasPrefix(line, "tokengate_admission_paths_total{") {
 				paths = append(paths, strings.TrimPrefix(line, "tokengate_admission_paths_total"))
 			}
+			if strings.HasPrefix(line, "tokengate_settle_paths_total{") {
+				settles = append(settles, strings.TrimPrefix(line, "tokengate_settle_paths_total"))
+			}
 		}
-		t.Logf("soak: %s admissions by path since its last start: %s", rep.name, strings.Join(paths, " "))
+		t.Logf("soak: %s admissions by path since its last start: %s; settles: %s", rep.name, strings.Join(paths, " "), strings.Join(settles, " "))
 	}
 }
 
