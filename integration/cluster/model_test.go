@@ -248,7 +248,8 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	takes := map[string][]point{}
 	tokenOnly := map[string]bool{}
 	leaseCount, leased := map[string]int{}, map[string]int{}
-	journalSettles := map[string]int{} // by level: settles made in their lease's journal, replayed
+	// By level: the settles made in their lease's journal, replayed.
+	journalSettles := map[string]int{}
 	js := unbookedRows(t, pool) // and, in the replay, the booked ones
 	journals := leaseJournals(t, pool)
 	for _, id := range tenants {
