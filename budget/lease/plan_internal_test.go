@@ -2,8 +2,11 @@ package lease
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -52,5 +55,98 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 		if strings.Contains(plan, "JIT") {
 			t.Errorf("%s, in a journal group, is compiled (JIT):\n%s", c.name, plan)
 		}
+	}
+}
+
+// A journal group's lease use locks its leases in id order, as an admin
+// change locks a tree's (EndLocked), so that the two never wait on each
+// other in a cycle; since the use takes the locks by its update alone (no
+// lock of its own first), the order is its plan's. The test holds the
+// middle lease of twenty from another transaction and runs the use over
+// all twenty: once it waits, the leases before the middle one must be
+// locked by it and those after it free. On a table of many leases, as
+// TestJournalPlansStayIndexed, with a group's plan settings.
+func TestLeaseUseLocksInIDOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	for _, q := range []string{
+		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
+		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
+		 SELECT 'L' || lpad(i::text, 4, '0'), 't', 'h', CASE WHEN i <= 20 THEN 'live' ELSE 'returned' END,
+		        ARRAY['t'], 1000, now(), now(), now() + interval '1 hour'
+		 FROM generate_series(1, 2000) AS i`,
+		`ANALYZE leases`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	ids, sums, tenants := make([]string, 20), make([]int64, 20), make([]string, 20)
+	for i := range ids {
+		ids[i], sums[i] = fmt.Sprintf("L%04d", i+1), 1
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, "SELECT 1 FROM leases WHERE id = 'L0010' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	group, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = group.Rollback(ctx) }()
+	b := &pgx.Batch{}
+	account.QueueGenericPlans(b)
+	if err := group.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := group.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		rows, err := group.Query(ctx, leaseUseSQL, ids, sums, nil, tenants, false)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		done <- err
+	}()
+	// The signal: the group's backend waits on a lock.
+	for waiting := false; !waiting; {
+		select {
+		case err := <-done:
+			t.Fatalf("the lease use finished (%v) with L0010 held elsewhere", err)
+		default:
+		}
+		if err := pool.QueryRow(ctx, "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, id := range ids {
+		if id == "L0010" {
+			continue
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(ctx, "SELECT 1 FROM leases WHERE id = $1 FOR UPDATE NOWAIT", id)
+		_ = tx.Rollback(ctx)
+		locked := err != nil
+		if want := i < 9; locked != want {
+			t.Errorf("lease %s, waiting on L0010: locked by the group %v, want %v (err %v)", id, locked, want, err)
+		}
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
