@@ -189,12 +189,16 @@ bench-peer: pg-image build ## The rate limit service against envoyproxy/ratelimi
 	integration/bench/peer.sh
 
 .PHONY: bench-peer-lease
-bench-peer-lease: pg-image build ## bench-peer with every tenant in lease mode auto (LEASE=auto); the rate limit service keys each reservation by its request id, so it stays exact until the wiring leases keyed requests.
+bench-peer-lease: pg-image build ## bench-peer with every tenant in lease mode auto (LEASE=auto): the rate limit service's admissions from leases, its settles in the leases' journal.
 	LEASE=auto integration/bench/peer.sh
 
 .PHONY: bench-profile
 bench-profile: pg-image build ## Where a decision's cost goes for one load of the rate limit service: Postgres statements, WAL, CPU and the server's pprof (LOAD=spread-settle, BENCH_SECONDS=15).
 	integration/bench/profile.sh
+
+.PHONY: bench-pgcost
+bench-pgcost: pg-image build ## Postgres's CPU per part of a leased admission's writes, one part at a time on a quiet Postgres: transaction, journal insert by group size, ledger entries (PGCOST_GROUPS=400).
+	integration/bench/pgcost.sh
 
 .PHONY: demo-traffic
 demo-traffic: build ## Drive the demo tenant past its limits for 60 s (TG_KEY=key from make run), to watch throttling on the dashboard.

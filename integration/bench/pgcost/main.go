@@ -1,0 +1,218 @@
+// Command pgcost measures what Postgres spends, in CPU, on the parts of a
+// leased admission's write path, one at a time on a quiet database: a
+// transaction and its commit, a statement more in the same pipeline, a
+// lease journal group's insert (account.QueueLeased, the statement the
+// journal sends) by group size, and a booking's ledger entries
+// (ledger.QueueInsert) against COPY and against the same table without its
+// indexes. The bench loads (peer.sh, side.sh, profile.sh) measure the whole;
+// this splits Postgres's share into fixed costs per transaction and costs
+// per row, which is what docs/leasing.md's "what binds" is read from.
+//
+// Postgres's CPU is read from the container's cgroup (--cpu-file), before
+// and after each part; the client's CPU is not counted. pgcost.sh starts
+// the Postgres and runs it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/ledger"
+)
+
+func main() {
+	url := flag.String("url", "", "the database, migrated")
+	cpuFile := flag.String("cpu-file", "", "the Postgres container's cpuacct.usage (ns)")
+	groups := flag.Int("groups", 400, "transactions per measurement")
+	rounds := flag.Int("rounds", 3, "measurements per part (the median is shown)")
+	flag.Parse()
+	if err := run(context.Background(), *url, *cpuFile, *groups, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "pgcost:", err)
+		os.Exit(1)
+	}
+}
+
+// meter reads Postgres's CPU.
+type meter string
+
+func (m meter) ns() (int64, error) {
+	b, err := os.ReadFile(string(m))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// part is one measured part: each call of do is one transaction of n
+// units (rows, admissions or statements).
+type part struct {
+	name, unit string
+	n          int
+	setup      string // run once before
+	do         func(ctx context.Context, c *pgx.Conn) error
+}
+
+func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
+	if url == "" || cpuFile == "" {
+		return errors.New("--url and --cpu-file are required")
+	}
+	if groups < 1 || rounds < 1 {
+		return errors.New("--groups and --rounds must be at least 1")
+	}
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(ctx) }()
+	for _, q := range []string{
+		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('pgcost', 1000, 1, 0) ON CONFLICT DO NOTHING`,
+		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
+		 VALUES ('pgcost-lease', 'pgcost', 'pgcost', 'live', ARRAY['pgcost'], 1000000000000, now(), now(), now() + interval '1 day')
+		 ON CONFLICT DO NOTHING`,
+		`CREATE TABLE IF NOT EXISTS pgcost_small (n int)`,
+		`CREATE TABLE IF NOT EXISTS pgcost_ledger (LIKE ledger_entries INCLUDING DEFAULTS)`,
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	var seq, adm int64
+	small := func(extra int) func(context.Context, *pgx.Conn) error {
+		return func(ctx context.Context, c *pgx.Conn) error {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue("INSERT INTO pgcost_small VALUES (1)")
+			for range extra {
+				b.Queue("SELECT 1")
+			}
+			b.Queue("COMMIT")
+			return c.SendBatch(ctx, b).Close()
+		}
+	}
+	journal := func(per int, keys bool) func(context.Context, *pgx.Conn) error {
+		return func(ctx context.Context, c *pgx.Conn) error {
+			var l account.Leased
+			for range per {
+				adm++
+				a := &account.Admission{ID: fmt.Sprintf("pgcost-%d-%012d", os.Getpid(), adm), TenantID: "pgcost", Face: "rls"}
+				a.Estimate.Model, a.Estimate.InputTokens, a.Estimate.OutputTokens, a.Estimate.Cost = "gpt-4o", 100, 100, 200
+				key := ""
+				if keys {
+					key = fmt.Sprintf("rls:pgcost-%d-%012d", os.Getpid(), adm)
+				}
+				l.Add("pgcost-lease", "gateway:pgcost", a, key, []byte("hash"), nil)
+			}
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			account.QueueGenericPlans(b)
+			account.QueueLeased(b, &l, nil)
+			b.Queue("COMMIT")
+			return c.SendBatch(ctx, b).Close()
+		}
+	}
+	entries := func(n int) []*ledger.Entry {
+		out := make([]*ledger.Entry, n)
+		head := ledger.Head{Seq: seq, Hash: make([]byte, 32)}
+		for i := range out {
+			est := int64(200)
+			e := &ledger.Entry{TenantID: "pgcost", Kind: ledger.KindReserve, CreatedAt: time.Now(),
+				AdmissionID: fmt.Sprintf("pgcost-%d-%012d", os.Getpid(), head.Seq+1), Model: "gpt-4o", Estimate: &est,
+				BalanceMicro: 1000, Actor: "lease:pgcost"}
+			head = head.Seal(e)
+			out[i] = e
+		}
+		seq = head.Seq
+		return out
+	}
+	book := func(n int, table string) func(context.Context, *pgx.Conn) error {
+		return func(ctx context.Context, c *pgx.Conn) error {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			if table == "" {
+				ledger.QueueInsert(b, entries(n)...)
+			} else {
+				inner := &pgx.Batch{}
+				ledger.QueueInsert(inner, entries(n)...)
+				q := inner.QueuedQueries[0]
+				b.Queue(strings.Replace(q.SQL, "INSERT INTO ledger_entries", "INSERT INTO "+table, 1), q.Arguments...)
+			}
+			b.Queue("COMMIT")
+			return c.SendBatch(ctx, b).Close()
+		}
+	}
+	copyBook := func(n int) func(context.Context, *pgx.Conn) error {
+		cols := []string{"tenant_id", "seq", "kind", "created_at", "admission_id", "model", "estimate", "actual",
+			"refill_micro", "delta_micro", "balance_micro", "period_start", "period_used", "late",
+			"actor", "reason", "detail", "prev_hash", "hash", "money_micro", "windows"}
+		return func(ctx context.Context, c *pgx.Conn) error {
+			var rows [][]any
+			for _, e := range entries(n) {
+				rows = append(rows, []any{e.TenantID, e.Seq, string(e.Kind), e.CreatedAt, e.AdmissionID, e.Model, e.Estimate, e.Actual,
+					e.RefillMicro, e.DeltaMicro, e.BalanceMicro, e.PeriodStart, e.PeriodUsed, e.Late,
+					e.Actor, nil, nil, e.PrevHash, e.Hash, e.MoneyMicro, nil})
+			}
+			tx, err := c.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_entries"}, cols, pgx.CopyFromRows(rows)); err != nil {
+				_ = tx.Rollback(ctx)
+				return err
+			}
+			return tx.Commit(ctx)
+		}
+	}
+	parts := []part{
+		{name: "transaction: BEGIN, a one-row insert, COMMIT", unit: "transaction", n: 1, do: small(0)},
+		{name: "the same with 4 more statements in its pipeline", unit: "transaction", n: 1, do: small(4)},
+		{name: "the same, synchronous_commit off (no flush waited for)", unit: "transaction", n: 1,
+			setup: "SET synchronous_commit = off", do: small(0)},
+		{name: "journal group insert, 1 admission, no key", unit: "admission", n: 1, setup: "SET synchronous_commit = on", do: journal(1, false)},
+		{name: "journal group insert, 17 admissions, no key", unit: "admission", n: 17, do: journal(17, false)},
+		{name: "journal group insert, 17 admissions with keys", unit: "admission", n: 17, do: journal(17, true)},
+		{name: "journal group insert, 64 admissions with keys", unit: "admission", n: 64, do: journal(64, true)},
+		{name: "booking: 330 ledger entries, one statement", unit: "entry", n: 330, do: book(330, "")},
+		{name: "booking: 330 ledger entries, COPY", unit: "entry", n: 330, do: copyBook(330)},
+		{name: "booking: 330 entries into the table without indexes", unit: "entry", n: 330, do: book(330, "pgcost_ledger")},
+	}
+	m := meter(cpuFile)
+	fmt.Println("| part | Postgres CPU per transaction (us) | per unit |\n|---|---|---|")
+	for _, p := range parts {
+		if p.setup != "" {
+			if _, err := c.Exec(ctx, p.setup); err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+		}
+		var per []float64
+		for range rounds {
+			before, err := m.ns()
+			if err != nil {
+				return err
+			}
+			for range groups {
+				if err := p.do(ctx, c); err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+			}
+			after, err := m.ns()
+			if err != nil {
+				return err
+			}
+			per = append(per, float64(after-before)/1e3/float64(groups))
+		}
+		slices.Sort(per)
+		med := per[len(per)/2]
+		fmt.Printf("| %s | %.0f | %.1f us per %s |\n", p.name, med, med/float64(p.n), p.unit)
+	}
+	return nil
+}
