@@ -82,6 +82,9 @@ var layout = map[string][]string{
 	// Waiting with a deadline for what a test can observe but is not told
 	// of: none of tokengate's packages.
 	"integration/await": nil,
+	// A benchmark tool (make bench-pgcost): Postgres's cost of the writes
+	// the account store and the ledger send, so it sends their statements.
+	"integration/bench/pgcost": {"budget/account", "ledger"},
 }
 
 // goFiles calls fn with the path of each of the module's files under root
