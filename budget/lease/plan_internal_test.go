@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/integration/pgtest"
@@ -25,19 +26,10 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	for _, q := range []string{
-		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
-		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
-		 SELECT 'L' || i, 't', 'h', CASE WHEN i % 100 = 0 THEN 'live' ELSE 'returned' END, ARRAY['t'], 1000, now(), now(), now()
-		 FROM generate_series(1, 2000) AS i`,
+	manyLeases(ctx, t, pool, `'L' || i`, `i % 100 = 0`, `now()`,
 		`INSERT INTO api_keys (id, tenant_id, secret_hash, created_at)
 		 SELECT 'k' || i, 't', sha256(i::text::bytea), now() FROM generate_series(1, 2000) AS i`,
-		`ANALYZE leases, api_keys`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+		`ANALYZE leases, api_keys`)
 	for _, c := range []struct {
 		name, sql, args, table string
 	}{
@@ -70,18 +62,7 @@ func TestLeaseUseLocksInIDOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	for _, q := range []string{
-		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
-		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
-		 SELECT 'L' || lpad(i::text, 4, '0'), 't', 'h', CASE WHEN i <= 20 THEN 'live' ELSE 'returned' END,
-		        ARRAY['t'], 1000, now(), now(), now() + interval '1 hour'
-		 FROM generate_series(1, 2000) AS i`,
-		`ANALYZE leases`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	manyLeases(ctx, t, pool, `'L' || lpad(i::text, 4, '0')`, `i <= 20`, `now() + interval '1 hour'`, `ANALYZE leases`)
 	ids, sums, tenants := make([]string, 20), make([]int64, 20), make([]string, 20)
 	for i := range ids {
 		ids[i], sums[i] = fmt.Sprintf("L%04d", i+1), 1
@@ -148,5 +129,28 @@ func TestLeaseUseLocksInIDOrder(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// manyLeases makes tenant t and 2000 leases of it, their ids and expiries
+// the SQL expressions given of i (1 to 2000), live where the condition of i
+// holds (the others returned), then runs more.
+func manyLeases(ctx context.Context, t *testing.T, pool *pgxpool.Pool, id, live, expires string, more ...string) {
+	t.Helper()
+	seed(ctx, t, pool, append([]string{
+		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
+		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
+		 SELECT ` + id + `, 't', 'h', CASE WHEN ` + live + ` THEN 'live' ELSE 'returned' END, ARRAY['t'], 1000, now(), now(), ` + expires + `
+		 FROM generate_series(1, 2000) AS i`,
+	}, more...)...)
+}
+
+// seed runs a test's setup statements, in order.
+func seed(ctx context.Context, t *testing.T, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
