@@ -2,11 +2,13 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget/account"
@@ -119,7 +121,11 @@ func TestLeaseUseLocksInIDOrder(t *testing.T) {
 		}
 		_, err = tx.Exec(ctx, "SELECT 1 FROM leases WHERE id = $1 FOR UPDATE NOWAIT", id)
 		_ = tx.Rollback(ctx)
-		locked := err != nil
+		var pe *pgconn.PgError
+		locked := errors.As(err, &pe) && pe.Code == "55P03" // lock_not_available
+		if err != nil && !locked {
+			t.Fatalf("lease %s: %v", id, err)
+		}
 		if want := i < 9; locked != want {
 			t.Errorf("lease %s, waiting on L0010: locked by the group %v, want %v (err %v)", id, locked, want, err)
 		}
