@@ -44,7 +44,7 @@ if [ "${BENCH_PG_HOST:-}" = 1 ]; then
 	as_pg "$pg_bin/createdb" -h "$work" -p "$port" -U tokengate tokengate
 	url="postgres://tokengate:bench@127.0.0.1:$port/tokengate?sslmode=disable"
 	pg_host_stop() { as_pg "$pg_bin/pg_ctl" -D "$pgdata" -m immediate -w stop >/dev/null 2>&1 || true; }
-	psql_pg() { PGPASSWORD=bench psql -q -h 127.0.0.1 -p "$port" -U tokengate -d tokengate "$@"; }
+	psql_pg() { PGPASSWORD=bench command psql -q -h 127.0.0.1 -p "$port" -U tokengate -d tokengate "$@"; }
 	postmaster=$(head -1 "$pgdata/postmaster.pid")
 	pg_cpu_ns() { # the postmaster, its live children, and the children it reaped (cutime, cstime)
 		local total=0 f p

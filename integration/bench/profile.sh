@@ -9,6 +9,7 @@
 #   profile.sh            LOAD=spread-settle (hot, hot-settle, spread, spread-settle)
 #   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  BENCH_RLS_CONNS (2)  PG_IMAGE  TOKENGATE (bin/tokengate)  PPROF_KEEP (a file for the raw profile)
 #   BEFORE ("hot hot-settle": loads the same server runs first, BENCH_SECONDS each, as bench-peer's one server does)
+#   WARM_FIRST (1: warm up and analyze before the BEFORE loads, as bench-peer does)
 #   BENCH_PG_NAME (tokengate-bench-profile-pg)  BENCH_PG_PORT (55435)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -39,24 +40,28 @@ flags_of "$load"
 gateway=$("$bin" gateway create bench --tenants "$(IFS=,; echo "${tenants[*]}")" 2>/dev/null)
 server=$(serve $tg_http --rls-addr 127.0.0.1:$tg_rls --pprof-addr 127.0.0.1:$tg_pprof); pids+=("$server")
 wait_ready $tg_http
-psql() { docker exec "$pg" psql -q -U tokengate -d tokengate "$@"; }
+psql() { psql_pg "$@"; }
 psql -c 'CREATE EXTENSION pg_stat_statements'
 lg=(--concurrency "$clients" --rls-conns "$conns" --rls 127.0.0.1:$tg_rls --gateway "$gateway")
 # BEFORE: the loads bench-peer's one server ran before this one, each for
 # as long as this one runs; what they leave (leases, open admissions, the
 # replica's memory) is then part of what is measured.
+# WARM_FIRST=1 warms up and analyzes before the BEFORE loads, as bench-peer
+# does (its statistics are then a few seconds of every load, not the
+# measured load's after the others).
+warm_up() { flags_of "$load"; "$bin" loadgen "${lg[@]}" "${lf[@]}" --duration 3s >/dev/null; analyze; }
+[ "${WARM_FIRST:-}" != 1 ] || warm_up
 for l in ${BEFORE:-}; do
 	flags_of "$l"
 	say "profile: $l first, ${secs} s"
 	"$bin" loadgen "${lg[@]}" "${lf[@]}" --duration "${secs}s" >/dev/null
 done
-flags_of "$load"
-lg+=("${lf[@]}")
 
 # The warm-up fills the tables, analyze brings their statistics to it (as
 # lib.sh's warm does), then the counters start from zero.
-"$bin" loadgen "${lg[@]}" --duration 3s >/dev/null
-analyze
+[ "${WARM_FIRST:-}" = 1 ] || warm_up
+flags_of "$load"
+lg+=("${lf[@]}")
 psql -c 'SELECT pg_stat_statements_reset()' -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
 
 c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "$server")
