@@ -7,7 +7,7 @@
 # same HEAD without it (side.sh) or against the peer (peer.sh, TOKENGATE=).
 #
 #   experiment.sh NAME [OUT (/tmp/tokengate-NAME)]
-#   NAME: floor, no-lease-use, no-lease-use-two-in-flight, no-keys,
+#   NAME: floor, floor-keys, no-lease-use, no-lease-use-two-in-flight, no-keys,
 #         no-booking-entries, two-indexes-dropped
 #
 # The patches were made against the commit that added them; a later change

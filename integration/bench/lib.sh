@@ -146,7 +146,7 @@ run() { # label pids... -- loadgen flags -> "adm/s p99_ms server_cpu_us pg_cpu_u
 	local label="$1"; shift
 	local sp=(); while [ "$1" != "--" ]; do sp+=("$1"); shift; done; shift
 	local c0 s0; c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "${sp[@]}")
-	( "$bin" loadgen --json --concurrency "$clients" --duration "${secs}s" "$@" >"$work/load.json"; times >"$work/load.times" )
+	( "$bin" loadgen --json --concurrency "$clients" --duration "${secs}s" ${BENCH_LOADGEN_FLAGS:-} "$@" >"$work/load.json"; times >"$work/load.times" )
 	local js; js=$(cat "$work/load.json")
 	local lu ls; read -r lu ls < <(sed -n 2p "$work/load.times")
 	local c1 s1; c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "${sp[@]}")

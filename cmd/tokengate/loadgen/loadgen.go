@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Config says what load to generate, and through which face: the HTTP API
@@ -34,7 +36,9 @@ type Config struct {
 	// request id always keys its reservation in the rate limit service):
 	// the store then also records and checks the key.
 	IdempotencyKeys bool
-	Client          *http.Client
+	// Client, when set, is the net/http client the HTTP mode calls
+	// through; otherwise each worker calls through fasthttp.
+	Client *http.Client
 
 	// RLS drives the rate limit service (envoy.service.ratelimit.v3) at
 	// these addresses instead of the HTTP API: workers take them
@@ -230,7 +234,14 @@ func drive(ctx context.Context, cfg Config, workers []callFunc) Report {
 	return r
 }
 
-// httpWorkers are cfg.Concurrency callers of the HTTP API.
+// httpWorkers are cfg.Concurrency callers of the HTTP API, each with a
+// connection of its own, kept alive. They speak through fasthttp's client
+// unless cfg.Client is set: the load generator shares the machine's cores
+// with the server and its Postgres, as pgbench does with the Postgres it
+// measures, and through net/http it spent 53-60 us of those cores per
+// admission (two goroutines per connection, a header map and a body
+// buffer per request), through fasthttp 35-38. A lean client leaves the
+// cores to what is measured (BENCHMARKS.md, "eighth step").
 func httpWorkers(cfg Config) ([]callFunc, error) {
 	urls := cfg.URLs
 	if len(urls) == 0 && cfg.URL != "" {
@@ -239,33 +250,54 @@ func httpWorkers(cfg Config) ([]callFunc, error) {
 	if len(urls) == 0 || len(cfg.Keys) == 0 {
 		return nil, fmt.Errorf("loadgen: a URL and at least one key are required")
 	}
-	client := cfg.Client
-	if client == nil {
-		client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Concurrency, MaxIdleConns: cfg.Concurrency * len(urls)}}
-	}
 	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Summarise the admission contract of tokengate in two sentences."}],"max_tokens":%d}`, cfg.Model, cfg.MaxTokens)
 	prompt, completion := usage(cfg.MaxTokens)
 	settleBody := fmt.Sprintf(`{"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, prompt, completion)
 	run := nonce()
 	var seq atomic.Uint64
+	idemOf := func() string {
+		if !cfg.IdempotencyKeys {
+			return ""
+		}
+		return run + "-" + strconv.FormatUint(seq.Add(1), 36)
+	}
 	workers := make([]callFunc, cfg.Concurrency)
+	if cfg.Client != nil {
+		for w := range workers {
+			key, url := cfg.Keys[w%len(cfg.Keys)], urls[w%len(urls)]
+			workers[w] = func(ctx context.Context) sample {
+				return one(ctx, netPoster{cfg.Client}, url, key, idemOf(), body, settleBody, cfg.Settle)
+			}
+		}
+		return workers, nil
+	}
+	client := &fasthttp.Client{
+		MaxConnsPerHost:          cfg.Concurrency,
+		MaxIdleConnDuration:      time.Minute,
+		ReadTimeout:              30 * time.Second,
+		WriteTimeout:             30 * time.Second,
+		NoDefaultUserAgentHeader: true,
+	}
 	for w := range workers {
 		key, url := cfg.Keys[w%len(cfg.Keys)], urls[w%len(urls)]
+		p := &fastPoster{client: client, auth: "Bearer " + strings.TrimSpace(key)}
 		workers[w] = func(ctx context.Context) sample {
-			idem := ""
-			if cfg.IdempotencyKeys {
-				idem = run + "-" + strconv.FormatUint(seq.Add(1), 36)
-			}
-			return one(ctx, client, url, key, idem, body, settleBody, cfg.Settle)
+			return one(ctx, p, url, key, idemOf(), body, settleBody, cfg.Settle)
 		}
 	}
 	return workers, nil
 }
 
-func one(ctx context.Context, client *http.Client, url, key, idem, body, settleBody string, settle bool) sample {
+// poster sends one POST and returns its status and body; the body is
+// valid until the next call.
+type poster interface {
+	post(ctx context.Context, url, key, idem, body string) (int, []byte, error)
+}
+
+func one(ctx context.Context, p poster, url, key, idem, body, settleBody string, settle bool) sample {
 	var s sample
 	t0 := time.Now()
-	status, resp, err := post(ctx, client, url+"/v1/admissions", key, idem, body)
+	status, resp, err := p.post(ctx, url+"/v1/admissions", key, idem, body)
 	s.admit = time.Since(t0)
 	if err != nil {
 		return sample{error: true}
@@ -287,14 +319,48 @@ func one(ctx context.Context, client *http.Client, url, key, idem, body, settleB
 	}
 	if status == http.StatusCreated && settle {
 		t1 := time.Now()
-		code, _, err := post(ctx, client, url+"/v1/admissions/"+parsed.ID+"/settle", key, "", settleBody)
+		code, _, err := p.post(ctx, url+"/v1/admissions/"+parsed.ID+"/settle", key, "", settleBody)
 		s.settle = time.Since(t1)
 		s.settled = err == nil && code == http.StatusOK
 	}
 	return s
 }
 
-func post(ctx context.Context, client *http.Client, url, key, idem, body string) (int, []byte, error) {
+// fastPoster is one worker's fasthttp request and response, reused.
+type fastPoster struct {
+	client *fasthttp.Client
+	auth   string
+	req    fasthttp.Request
+	resp   fasthttp.Response
+}
+
+func (p *fastPoster) post(ctx context.Context, url, _, idem, body string) (int, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	p.req.Reset()
+	p.req.SetRequestURI(url)
+	p.req.Header.SetMethod(http.MethodPost)
+	p.req.Header.Set("Authorization", p.auth)
+	p.req.Header.SetContentType("application/json")
+	if idem != "" {
+		p.req.Header.Set("Idempotency-Key", idem)
+	}
+	p.req.SetBodyString(body)
+	deadline := time.Now().Add(30 * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := p.client.DoDeadline(&p.req, &p.resp, deadline); err != nil {
+		return 0, nil, err
+	}
+	return p.resp.StatusCode(), p.resp.Body(), nil
+}
+
+// netPoster posts through a net/http client (Config.Client).
+type netPoster struct{ client *http.Client }
+
+func (p netPoster) post(ctx context.Context, url, key, idem, body string) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(body))
 	if err != nil {
 		return 0, nil, err
@@ -304,7 +370,7 @@ func post(ctx context.Context, client *http.Client, url, key, idem, body string)
 	if idem != "" {
 		req.Header.Set("Idempotency-Key", idem)
 	}
-	resp, err := client.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
