@@ -136,22 +136,33 @@ func TestGenericPlansStayIndexed(t *testing.T) {
 	// and a small one, which a generic plan scanned whole in every
 	// decision and journal group before the transactions priced scans out
 	// (QueueGenericPlans): 65 tenants, as the benches run.
-	for _, tenants := range []int{20000, 64} {
-		t.Run(fmt.Sprintf("%d tenants", tenants+1), func(t *testing.T) {
+	// And both ends of the share of admissions still open: all of them
+	// (an admit-only load nobody settles), or one in 4,000 (settled as
+	// they come): a plan made on either must stay an index read
+	// (TestJournalEndsReadByID found one that did not).
+	for _, c := range []struct {
+		tenants int
+		open    string
+	}{{20000, "all open"}, {64, "all open"}, {64, "few open"}} {
+		t.Run(fmt.Sprintf("%d tenants, %s", c.tenants+1, c.open), func(t *testing.T) {
 			t.Parallel()
-			genericPlansStayIndexed(t, tenants)
+			genericPlansStayIndexed(t, c.tenants, c.open == "few open")
 		})
 	}
 }
 
-func genericPlansStayIndexed(t *testing.T, tenants int) {
+func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
+	state := `'reserved'`
+	if fewOpen {
+		state = `CASE WHEN i % 4000 = 0 THEN 'reserved' ELSE 'settled' END`
+	}
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
 	for _, q := range []string{
 		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
 		`INSERT INTO admissions (id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
 			input_weight_micro, output_weight_micro, created_at, expires_at, lease_id, lease_seq)
-		 SELECT 'a' || i, 't', 'reserved', 'gpt-4o', 1, 1, 2, false, 1, 1, now(), now() + interval '1 hour', 'L', i
+		 SELECT 'a' || i, 't', ` + state + `, 'gpt-4o', 1, 1, 2, false, 1, 1, now(), now() + interval '1 hour', 'L', i
 		 FROM generate_series(1, 20000) AS i`,
 		`INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
 		 SELECT 't', 'k' || i, 'a' || i, '\x00', '\x00', now() FROM generate_series(1, 20000) AS i`,
