@@ -8,6 +8,11 @@
 # admission.
 #
 #   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  PG_IMAGE  TOKENGATE (bin/tokengate)
+#   SPREAD_ROUNDS=N: only the 64-tenant admit-only pair (issue 39's HTTP
+#   must), N rounds, each pgbench's ceiling then tokengate on one replica,
+#   one after the other, and the median of the rounds' ratios: this
+#   machine's ceiling moves by up to half between runs minutes apart, so a
+#   ratio is read within its round.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -50,6 +55,24 @@ stronger() { # two "tps p99 cpu" lines (the second may be empty) -> the one of h
 	if [ -z "$2" ] || [ "${1%% *}" -ge "${2%% *}" ]; then echo "$1"; else echo "$2"; fi
 }
 if [ -n "${BENCH_PG_HOST:-}" ]; then where="Postgres on the host"; else where="Postgres in a container"; fi
+if [ -n "${SPREAD_ROUNDS:-}" ]; then
+	s1=$(serve 18080); pids+=("$s1"); wait_ready 18080
+	warm http://127.0.0.1:18080
+	echo "| round | pgbench ceiling, 64 tenants (adm/s) | tokengate, one replica, 64 tenants (adm/s, p99) | ratio | tokengate CPU us/adm | Postgres CPU us/adm | load generator CPU us/adm |"
+	echo "|---|---|---|---|---|---|---|"
+	: >"$work/ratios"
+	for i in $(seq "$SPREAD_ROUNDS"); do
+		ceiling=$(pgbench host 64)
+		[ -n "${BENCH_PG_HOST:-}" ] || ceiling=$(stronger "$ceiling" "$(pgbench in 64)")
+		read -r tg tg_p99 tg_cpu tg_pg _ tg_lg <<<"$(run spread "$s1" -- --url http://127.0.0.1:18080 "${spread_keys[@]}" --no-settle)"
+		r=$(div "$tg" "${ceiling%% *}"); echo "$r" >>"$work/ratios"
+		echo "| $i | ${ceiling%% *} | $tg ($tg_p99 ms) | ${r}x | $tg_cpu | $tg_pg | $tg_lg |"
+	done
+	lease_paths 18080
+	echo
+	echo "median ratio over $SPREAD_ROUNDS rounds: $(median <"$work/ratios")x ($clients clients, ${secs} s per run, $where, $(nproc) cores; load average $(loadavg))"
+	exit 0
+fi
 say "pgbench: $clients clients, ${secs}s each, $where"
 hot_host=$(pgbench host 1); spread_host=$(pgbench host 64)
 hot_in=; spread_in=
