@@ -162,10 +162,14 @@ func (s *Server) createAdmission(c *echo.Context) error {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
 	s.setRateHeaders(c, r.Snapshot)
-	return c.JSON(http.StatusCreated, admittedJSON{
+	a := admittedJSON{
 		ID: r.AdmissionID, Admitted: true, Model: r.Estimate.Model, Estimate: estimateOf(r.Estimate),
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Remaining: remainingOf(r.Snapshot),
-	})
+	}
+	if b, ok := a.appendJSON(make([]byte, 0, 320)); ok {
+		return c.JSONBlob(http.StatusCreated, b)
+	}
+	return c.JSON(http.StatusCreated, a)
 }
 
 func keyOf(c *echo.Context) string {

@@ -19,6 +19,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -126,9 +127,11 @@ func parse(req *rlsv3.RateLimitRequest) ([]admission.Hits, error) {
 // gatewayOf authenticates the caller from its "authorization: Bearer
 // tgw_..." metadata.
 func (s *Server) gatewayOf(ctx context.Context) (credential.Gateway, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
+	// ValueFromIncomingContext reads the one key without copying the
+	// call's metadata, as FromIncomingContext does (2 % of the server's CPU
+	// under bench-peer's load).
 	var presented string
-	for _, v := range md.Get("authorization") {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, "authorization") {
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			presented = strings.TrimSpace(v[7:])
 		}
@@ -328,9 +331,10 @@ func statusOf(rej *rule.RejectedError, snap *rule.Snapshot, exh *rule.BudgetExha
 // headers are the x-ratelimit headers of the HTTP API, for Envoy to add to
 // the response, and retry-after when refused.
 func headers(snap rule.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
-	var h []*corev3.HeaderValue
-	for _, rh := range snap.RateHeaders() {
-		h = append(h, &corev3.HeaderValue{Key: strings.ToLower(rh.Name), Value: rh.Value})
+	rhs := snap.RateHeaders()
+	h := make([]*corev3.HeaderValue, 0, len(rhs)+1)
+	for _, rh := range rhs {
+		h = append(h, &corev3.HeaderValue{Key: lowerName(rh.Name), Value: rh.Value})
 	}
 	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		var longest time.Duration
@@ -351,6 +355,19 @@ func headers(snap rule.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Header
 		h = append(h, &corev3.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(rule.RetryAfterSeconds(longest), 10)})
 	}
 	return h
+}
+
+// lowerNames are the rate headers' names as Envoy adds them, lower case,
+// so that a call does not lower each name again.
+var lowerNames sync.Map // string -> string
+
+func lowerName(name string) string {
+	if v, ok := lowerNames.Load(name); ok {
+		return v.(string)
+	}
+	l := strings.ToLower(name)
+	lowerNames.Store(name, l)
+	return l
 }
 
 // metadataCarrier reads and writes a gRPC call's metadata as W3C trace
