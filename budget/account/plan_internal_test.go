@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
@@ -158,23 +159,13 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 	}
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	for _, q := range []string{
-		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
-		`INSERT INTO admissions (id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
-			input_weight_micro, output_weight_micro, created_at, expires_at, lease_id, lease_seq)
-		 SELECT 'a' || i, 't', ` + state + `, 'gpt-4o', 1, 1, 2, false, 1, 1, now(), now() + interval '1 hour', 'L', i
-		 FROM generate_series(1, 20000) AS i`,
+	seedLeaseAdmissions(ctx, t, pool, state,
 		`INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
 		 SELECT 't', 'k' || i, 'a' || i, '\x00', '\x00', now() FROM generate_series(1, 20000) AS i`,
 		`INSERT INTO admission_lease_books (lease_id, booked_seq) VALUES ('L', 19990)`,
 		fmt.Sprintf(`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro)
 		 SELECT 'u' || i, 1000, 1, 0 FROM generate_series(1, %d) AS i`, tenants),
-		`ANALYZE tenants, admissions, idempotency_keys, admission_lease_books`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+		`ANALYZE tenants, admissions, idempotency_keys, admission_lease_books`)
 	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
 	for _, c := range []struct {
 		name, sql, args string
@@ -258,22 +249,28 @@ func TestJournalEndsReadByID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	for _, q := range []string{
-		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
-		`INSERT INTO admissions (id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
-			input_weight_micro, output_weight_micro, created_at, expires_at, lease_id, lease_seq)
-		 SELECT 'a' || i, 't', CASE WHEN i % 4000 = 0 THEN 'reserved' ELSE 'settled' END, 'gpt-4o', 1, 1, 2, false, 1, 1,
-		        now(), now() + interval '1 hour', 'L', i
-		 FROM generate_series(1, 20000) AS i`,
-		`ANALYZE admissions`,
-	} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	seedLeaseAdmissions(ctx, t, pool, `CASE WHEN i % 4000 = 0 THEN 'reserved' ELSE 'settled' END`, `ANALYZE admissions`)
 	plan := pgtest.GenericPlan(ctx, t, pool, QueueGenericPlans, admissionEndLeasedSQL,
 		`ARRAY['a4000'], ARRAY['L'], ARRAY[1], ARRAY[0], ARRAY[1], ARRAY[NULL]::bigint[], ARRAY[1], NULL, true`)
 	if strings.Contains(plan, "admissions_open_expiry_idx") || !strings.Contains(plan, "admissions_pkey") {
 		t.Errorf("the journal's ends are not read by their ids (admissions_pkey) alone:\n%s", plan)
+	}
+}
+
+// seedLeaseAdmissions writes tenant t and 20,000 admissions of its lease L
+// (a1 to a20000, lease_seq i), each in state (an SQL expression of i),
+// then runs more.
+func seedLeaseAdmissions(ctx context.Context, t *testing.T, pool *pgxpool.Pool, state string, more ...string) {
+	t.Helper()
+	for _, q := range append([]string{
+		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
+		`INSERT INTO admissions (id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
+			input_weight_micro, output_weight_micro, created_at, expires_at, lease_id, lease_seq)
+		 SELECT 'a' || i, 't', ` + state + `, 'gpt-4o', 1, 1, 2, false, 1, 1, now(), now() + interval '1 hour', 'L', i
+		 FROM generate_series(1, 20000) AS i`,
+	}, more...) {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
