@@ -358,7 +358,8 @@ func headers(snap rule.Snapshot, resp *rlsv3.RateLimitResponse) []*corev3.Header
 }
 
 // lowerNames are the rate headers' names as Envoy adds them, lower case,
-// so that a call does not lower each name again.
+// so that a call does not lower each name again. It holds at most the
+// handful of names rule.Snapshot.RateHeaders writes, all constants.
 var lowerNames sync.Map // string -> string
 
 func lowerName(name string) string {
