@@ -52,6 +52,25 @@ func TestJournalPlansStayIndexed(t *testing.T) {
 	}
 }
 
+// A journal group's lease use names its leases by id, and the live ones
+// are a share of the table that moves: few while few tenants lease, every
+// replica's lease of every leased tenant later. A generic plan made while
+// few were live read the use's leases through leases_tenant_idx, every
+// live lease, and hashed them against the ids: a cost that grows with
+// every live lease, and locks taken in the tenants' order. The use reads
+// by id, whatever share is live.
+func TestLeaseUseReadsByID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	manyLeases(ctx, t, pool, `'L' || lpad(i::text, 4, '0')`, `i % 1000 = 0`, `now() + interval '1 hour'`, `ANALYZE leases`)
+	plan := pgtest.GenericPlan(ctx, t, pool, account.QueueGenericPlans, leaseUseSQL,
+		`ARRAY['L1000', 'L2000'], ARRAY[1, 1], NULL, ARRAY['', ''], true`)
+	if strings.Contains(plan, "leases_tenant_idx") || strings.Contains(plan, "leases_live_expiry_idx") || !strings.Contains(plan, "leases_pkey") {
+		t.Errorf("the lease use does not read its leases by id (leases_pkey) alone:\n%s", plan)
+	}
+}
+
 // A journal group's lease use locks its leases in id order, as an admin
 // change locks a tree's (EndLocked), so that the two never wait on each
 // other in a cycle; since the use takes the locks by its update alone (no
@@ -64,7 +83,10 @@ func TestLeaseUseLocksInIDOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.New(t, nil)
-	manyLeases(ctx, t, pool, `'L' || lpad(i::text, 4, '0')`, `i <= 20`, `now() + interval '1 hour'`, `ANALYZE leases`)
+	// Written in reverse id order, so that a plan reading the leases in
+	// any order of the heap's, or of leases_tenant_idx's (one tenant: the
+	// heap's), locks them in reverse.
+	manyLeases(ctx, t, pool, `'L' || lpad((2001 - i)::text, 4, '0')`, `i > 1980`, `now() + interval '1 hour'`, `ANALYZE leases`)
 	ids, sums, tenants := make([]string, 20), make([]int64, 20), make([]string, 20)
 	for i := range ids {
 		ids[i], sums[i] = fmt.Sprintf("L%04d", i+1), 1
