@@ -85,6 +85,7 @@ func TestUnusedCapFourReplicas(t *testing.T) {
 	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: capacity, TokensRateMicro: tok})
 	var admitted atomic.Int64 // micro-tokens
 	var stop atomic.Bool
+	var ops [4]atomic.Int64 // each replica's operations done
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for r := range 4 {
@@ -95,6 +96,7 @@ func TestUnusedCapFourReplicas(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(r), 7))
 			var cur lease.Lease
 			for i := 0; !stop.Load() || cur.ID != ""; i++ {
+				ops[r].Add(1)
 				switch {
 				case cur.ID == "" && stop.Load():
 				case cur.ID == "":
@@ -134,8 +136,20 @@ func TestUnusedCapFourReplicas(t *testing.T) {
 			}
 		}()
 	}
+	// The sampler reads until every replica has done its share of
+	// operations, not for a number of samples: a replica's first
+	// operations wait for its pool's connections, and a sampler that
+	// counted its own reads could finish before they began.
+	busy := func() bool {
+		for r := range ops {
+			if ops[r].Load() < 300 {
+				return true
+			}
+		}
+		return false
+	}
 	samples, peak := 0, int64(0)
-	for samples < 400 {
+	for (samples < 400 || busy()) && len(errs) == 0 { // a replica that failed stops; its error is reported below
 		u := b.unused(t, "acme")
 		if u > capacity/2*tok {
 			stop.Store(true)
