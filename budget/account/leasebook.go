@@ -31,6 +31,8 @@ var (
 	idempotencyKeyLockSQL string
 	//go:embed sql/admission_insert_leased.sql
 	admissionInsertLeasedSQL string
+	//go:embed sql/idempotency_forget.sql
+	idempotencyForgetSQL string
 	//go:embed sql/admission_lease_book.sql
 	admissionLeaseBookSQL string
 	//go:embed sql/admission_lease_pending.sql
@@ -125,20 +127,24 @@ func (l *Leased) Len() int { return len(l.ids) }
 // created_at by clock, nil: the database's) and of their Idempotency-Key
 // rows, in one statement (admission_insert_leased.sql). The caller holds
 // the row lock of every lease named, to its commit, and the advisory locks
-// of the keys. A live key is a replay, never written: the statement stops
-// the transaction (GuardCode) if one is among l's, so a caller that read
-// them first leaves theirs out, and one that did not writes the group
-// again, reading first.
+// of the keys. A key idempotency_keys already holds is never written over:
+// the statement fails (unique_violation) if one of l's is there, live or
+// forgotten, so a caller that read them first leaves the live ones out
+// and deletes the forgotten ones (QueueKeysForget), and one that did not
+// writes the group again, reading first.
 func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
-	var keyed int64
-	for _, k := range l.keys {
-		if k != "" {
-			keyed++
-		}
-	}
 	b.Queue(admissionInsertLeasedSQL, l.ids, l.tenants, l.models, l.in, l.out, l.cost, l.approx, l.inW, l.outW,
 		l.expires, l.families, l.priceModels, l.priceFrom, l.money, l.faces, l.priceTiers, l.leases, l.actors,
-		l.keys, l.hashes, l.responses, clock, keyed)
+		l.keys, l.hashes, l.responses, clock)
+}
+
+// QueueKeysForget queues the delete of the forgotten Idempotency-Keys
+// (older than 24 h by clock) among (tenant, key) pairs
+// (idempotency_forget.sql), for the lease journal's careful way, under the
+// keys' advisory locks: its insert (QueueLeased) then writes them anew, as
+// a decision replaces a forgotten key (idempotency_put.sql).
+func QueueKeysForget(b *pgx.Batch, tenants, keys []string, clock *time.Time) {
+	b.Queue(idempotencyForgetSQL, tenants, keys, clock)
 }
 
 // LeasedEnds are ends of admissions made from leases, as a journal group

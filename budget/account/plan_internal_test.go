@@ -35,6 +35,7 @@ func TestGrowingTablesAreReadThroughAnIndex(t *testing.T) {
 		{"admission lock", admissionLockSQL, "admissions", []any{ids, ids, keys, &now}},
 		{"admission lock's keys", admissionLockSQL, "idempotency_keys", []any{ids, ids, keys, &now}},
 		{"idempotency read", idempotencyGetSQL, "idempotency_keys", []any{ids, keys, &now}},
+		{"forgotten keys", idempotencyForgetSQL, "idempotency_keys", []any{ids, keys, &now}},
 		{"overdue reservations", admissionExpiredLockSQL, "admissions", []any{ids, 100, &now}},
 		{"idempotency purge", idempotencyPurgeSQL, "idempotency_keys", []any{1000}},
 		// A range of created_at over every tenant: a block range index
@@ -178,7 +179,8 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 		{"key locks", idempotencyKeyLockSQL, `ARRAY['t'], ARRAY['k19996'], true`},
 		{"tenant lock", tenantLockSQL, `ARRAY['t']`},
 		{"tenants' update", tenantUpdateSQL, nulls(9)},
-		{"journal's insert", admissionInsertLeasedSQL, nulls(23)},
+		{"journal's insert", admissionInsertLeasedSQL, nulls(22)},
+		{"forgotten keys", idempotencyForgetSQL, `ARRAY['t'], ARRAY['k19996'], NULL`},
 		{"journal's ends", admissionEndLeasedSQL, `ARRAY['a19995'], ARRAY['L'], ARRAY[1], ARRAY[0], ARRAY[1], ARRAY[NULL]::bigint[], ARRAY[1], NULL, true`},
 		{"admissions' end", admissionEndSQL, nulls(10)},
 		{"model limits lock", modelLimitsLockSQL, `ARRAY['t']`},

@@ -308,8 +308,9 @@ type original struct {
 // journaled), or an error of the transaction as a whole. It is sent in one
 // round trip when it can be (writeOnce, journal_once.go), else the careful
 // way, in two. The first begins, takes the advisory locks of the group's
-// keys (the ones a decision takes: account.QueueKeyLock) and reads them in
-// idempotency_keys and in the journal, uses each lease (the statements
+// keys (the ones a decision takes: account.QueueKeyLock), reads the live
+// ones in idempotency_keys and deletes the forgotten ones there (older than
+// 24 h: the insert is a plain one, account.QueueLeased), uses each lease (the statements
 // that may refuse) and reads the group's credentials. A key found is a
 // replay: not journaled, and its cost, counted in its lease's use, is cut
 // back with the admissions the credentials refuse. The second cuts,
@@ -351,6 +352,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	if len(keys) > 0 {
 		account.QueueKeyLock(b, tenants, keys)
 		account.QueueKeysGet(b, tenants, keys, clock)
+		account.QueueKeysForget(b, tenants, keys, clock)
 	}
 	b.Queue(leaseUseSQL, order, sums, clock, make([]string, len(order)), false)
 	if len(keyIDs) > 0 {
@@ -375,6 +377,9 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 			var err error
 			if found, err = scanKeys(br); err != nil {
 				return fmt.Errorf("keys: %w", err)
+			}
+			if _, err := br.Exec(); err != nil { // the forgotten keys
+				return fmt.Errorf("keys: forget: %w", err)
 			}
 		}
 		rows, err := br.Query()

@@ -37,8 +37,10 @@ var leaseCredentialsSameSQL string
 //
 //   - a lease that refuses the group (ended, expired by the store's clock,
 //     short, or another tenant's): lease_use.sql with $5;
-//   - an Idempotency-Key of the group that is live (a replay):
-//     admission_insert_leased.sql, whose insert never replaces a live key;
+//   - an Idempotency-Key of the group that idempotency_keys holds (a
+//     replay, or one forgotten and not purged yet):
+//     admission_insert_leased.sql, whose plain insert fails on it
+//     (unique_violation; the careful way deletes a forgotten one first);
 //   - a credential that refuses an admission: the group is sent in one
 //     round trip only if the credentials as the journal last read them
 //     (creds) pass every rule, and lease_credentials_same.sql checks, after

@@ -13,7 +13,8 @@ import (
 )
 
 // The common group commits in one round trip. Each case the careful way
-// reads for (a credential not read yet, a live Idempotency-Key, a key
+// reads for (a credential not read yet, a live Idempotency-Key or a
+// forgotten one not purged yet, a key
 // revoked or a gateway revoked since the journal read them, a lease that
 // refuses) stops the group sent in one round trip, with nothing of it
 // written, and the careful way answers it as before. The lease counts
@@ -68,6 +69,22 @@ func TestJournalOneRoundTrip(t *testing.T) {
 	want.stopped++
 	want.careful++
 	rounds("a live key")
+	// k2 forgotten (older than 24 h) but not purged yet: the plain insert
+	// stops the group, and the careful way deletes the old key and writes
+	// it anew, naming the new admission: not a replay.
+	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET created_at = created_at - interval '25 hours' WHERE admission_id = 'a3'`); err != nil {
+		t.Fatal(err)
+	}
+	if errs := send(adm("k2", 10)); errs[0] != nil {
+		t.Fatalf("a forgotten key: %v", errs[0])
+	}
+	want.stopped++
+	want.careful++
+	rounds("a forgotten key")
+	var named string
+	if err := pool.QueryRow(ctx, `SELECT admission_id FROM idempotency_keys WHERE request_hash = 'k2'`).Scan(&named); err != nil || named != fmt.Sprintf("a%d", n) {
+		t.Fatalf("the forgotten key names %q (%v); want a%d", named, err, n)
+	}
 	// The key revoked after the journal read it: the rules pass on what it
 	// read, the check of the row's version stops the group, and the
 	// careful way reads the revoke.
@@ -103,7 +120,7 @@ func TestJournalOneRoundTrip(t *testing.T) {
 	want.stopped++
 	want.careful++
 	rounds("a gateway revoked")
-	// A lease that refuses: 60 of its 500 tokens are used, and 450 more
+	// A lease that refuses: 70 of its 500 tokens are used, and 450 more
 	// would pass its slice.
 	noGateway := func(a Admission) Admission { a.GatewayID = ""; return a }
 	if errs := send(noGateway(noKey(adm("", 450)))); !errors.Is(errs[0], ErrOver) {
@@ -122,7 +139,7 @@ func TestJournalOneRoundTrip(t *testing.T) {
 	want.stopped++
 	want.careful++
 	rounds("another tenant's admission")
-	if errs := send(noGateway(noKey(adm("", 440)))); errs[0] != nil {
+	if errs := send(noGateway(noKey(adm("", 430)))); errs[0] != nil {
 		t.Fatal(errs[0])
 	}
 	want.once++
@@ -134,7 +151,7 @@ func TestJournalOneRoundTrip(t *testing.T) {
 		(SELECT count(*) FROM idempotency_keys WHERE tenant_id = 'acme')`, jt.lease.ID).Scan(&used, &rows, &costs, &keys); err != nil {
 		t.Fatal(err)
 	}
-	if used != 500*rule.Micro || costs != 500 || rows != 7 || keys != 2 {
-		t.Fatalf("lease used %d, %d rows costing %d, %d keys; want 500 tokens, 7 rows costing 500, 2 keys", used, rows, costs, keys)
+	if used != 500*rule.Micro || costs != 500 || rows != 8 || keys != 2 {
+		t.Fatalf("lease used %d, %d rows costing %d, %d keys; want 500 tokens, 8 rows costing 500, 2 keys", used, rows, costs, keys)
 	}
 }

@@ -9,13 +9,20 @@
 -- commits). lease_seq is drawn from admissions_lease_seq in the group's
 -- order, under the group's lock of each lease row, held to its commit: a
 -- lease's admissions commit in lease_seq order, which the booking's cursor
--- relies on. A key older than 24 h is forgotten, so it is replaced (as
--- idempotency_put.sql). A live key is never replaced: the group holds the
--- keys' advisory locks, and either read the live ones first and left their
--- admissions out (the careful way), or was sent in one round trip and did
--- not read them; then a live key leaves its row out here, and the guard
--- (lease_journal_guard, 00035) stops the group when fewer than $23 keys
--- were written, so that the journal writes it the careful way.
+-- relies on.
+--
+-- The keys are inserted plainly: a key idempotency_keys already holds,
+-- live or forgotten (older than 24 h, not purged yet), fails the statement
+-- (unique_violation), and with it the group's transaction. The group holds
+-- the keys' advisory locks, and either read the live ones first and left
+-- their admissions out and deleted the forgotten ones
+-- (idempotency_forget.sql: the careful way), or was sent in one round trip
+-- and read neither; the journal then writes it again the careful way. An
+-- ON CONFLICT clause would decide the same in the statement, but makes
+-- every key a speculative insertion (a conflict check before the insert,
+-- a lock of its own, a second WAL record to confirm it): 6 us of
+-- Postgres's CPU per keyed admission, out of 40 (BENCHMARKS.md, "Quota
+-- leasing, ninth step"), on every group, to save work on a replay.
 WITH a AS (
     INSERT INTO admissions (
         id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
@@ -37,16 +44,9 @@ WITH a AS (
     CROSS JOIN (SELECT coalesce($22::timestamptz, clock_timestamp()) AS at) c
     ORDER BY u.n
     RETURNING id, created_at
-), k AS (
-    INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
-    SELECT u.tenant_id, u.key, u.id, u.request_hash, u.response, a.created_at
-    FROM unnest($1::text[], $2::text[], $19::text[], $20::bytea[], $21::bytea[]) AS u (id, tenant_id, key, request_hash, response)
-    JOIN a ON a.id = u.id
-    WHERE u.key <> ''
-    ON CONFLICT (tenant_id, key) DO UPDATE
-    SET admission_id = excluded.admission_id, request_hash = excluded.request_hash,
-        response = excluded.response, created_at = excluded.created_at
-    WHERE idempotency_keys.created_at <= coalesce($22::timestamptz, clock_timestamp()) - interval '24 hours'
-    RETURNING 1
 )
-SELECT lease_journal_guard((SELECT count(*) FROM k) = $23::bigint, 'an Idempotency-Key of the group is live')
+INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
+SELECT u.tenant_id, u.key, u.id, u.request_hash, u.response, a.created_at
+FROM unnest($1::text[], $2::text[], $19::text[], $20::bytea[], $21::bytea[]) AS u (id, tenant_id, key, request_hash, response)
+JOIN a ON a.id = u.id
+WHERE u.key <> ''
