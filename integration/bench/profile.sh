@@ -8,6 +8,7 @@
 #
 #   profile.sh            LOAD=spread-settle (hot, hot-settle, spread, spread-settle)
 #   BENCH_SECONDS (15)  BENCH_CLIENTS (32)  BENCH_RLS_CONNS (2)  PG_IMAGE  TOKENGATE (bin/tokengate)  PPROF_KEEP (a file for the raw profile)
+#   WAL (1: the load's WAL by record type, pg_waldump)
 #   BEFORE ("hot hot-settle": loads the same server runs first, BENCH_SECONDS each, as bench-peer's one server does)
 #   WARM_FIRST (1: warm up and analyze before the BEFORE loads, as bench-peer does)
 #   BENCH_PG_NAME (tokengate-bench-profile-pg)  BENCH_PG_PORT (55435)
@@ -64,6 +65,7 @@ flags_of "$load"
 lg+=("${lf[@]}")
 psql -c 'SELECT pg_stat_statements_reset()' -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
 
+lsn0=$(psql -tAc 'SELECT pg_current_wal_lsn()')
 c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "$server")
 go tool pprof -proto -seconds "$((secs - 2))" "http://127.0.0.1:$tg_pprof/debug/pprof/profile" >"$work/cpu.pprof" 2>/dev/null &
 prof=$!
@@ -85,6 +87,7 @@ END LOOP; END \$\$" >/dev/null &
 waits=$!
 "$bin" loadgen --json "${lg[@]}" --duration "${secs}s" >"$work/load.json"
 c1=$(pg_cpu_ns); s1=$(proc_cpu_ns "$server")
+lsn1=$(psql -tAc 'SELECT pg_current_wal_lsn()')
 wait "$prof" || say "profile: no CPU profile"
 wait "$waits" || say "profile: no wait samples"
 lease_paths $tg_http
@@ -104,6 +107,32 @@ psql -c "SELECT round((total_exec_time * 1000 / $adm)::numeric, 1) AS exec_us_pe
 	FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' AND query NOT LIKE '%pg_sleep%' ORDER BY total_exec_time DESC LIMIT 15"
 psql -c "SELECT round(wal_records::numeric / $adm, 1) AS wal_records_per_req, round(wal_bytes / $adm) AS wal_bytes_per_req,
 	wal_fpi AS full_page_images FROM pg_stat_wal"
+# WAL=1: what the load's WAL is made of, by record type (pg_waldump
+# --stats=record over the load's range of the log; the wait sampler's own
+# inserts are among it, a few records per 20 ms): which rows, index entries
+# and full-page images each LLM request writes.
+if [ "${WAL:-}" = 1 ]; then
+	echo "The load's WAL by record type (pg_waldump; count and bytes per LLM request):"
+	if [ "${BENCH_PG_HOST:-}" = 1 ]; then
+		dump=$(as_pg "$pg_bin/pg_waldump" --stats=record -p "$pgdata/pg_wal" -s "$lsn0" -e "$lsn1" 2>&1 || true)
+	else
+		dump=$(docker exec -u postgres "$pg" sh -c "/usr/lib/postgresql/15/bin/pg_waldump --stats=record -p \"\$PGDATA/pg_wal\" -s $lsn0 -e $lsn1" 2>&1 || true)
+	fi
+	awk -v a="$adm" '{ l = $0; gsub(/\([^)]*\)/, "", l); n = split(l, f, " ")
+		if (n == 5 && f[2] ~ /^[0-9]+$/ && f[2] > 0) printf "  %-40s %7.2f rec %8.0f B\n", f[1], f[2] / a, f[5] / a }' <<<"$dump" | sort -k4 -n -r | head -15
+	echo "... and by relation (records per LLM request, the first block each names):"
+	if [ "${BENCH_PG_HOST:-}" = 1 ]; then
+		recs=$(as_pg "$pg_bin/pg_waldump" -p "$pgdata/pg_wal" -s "$lsn0" -e "$lsn1" 2>/dev/null || true)
+	else
+		recs=$(docker exec -u postgres "$pg" sh -c "/usr/lib/postgresql/15/bin/pg_waldump -p \"\$PGDATA/pg_wal\" -s $lsn0 -e $lsn1" 2>/dev/null || true)
+	fi
+	names=$(psql -tA -F' ' -c "SELECT relfilenode, relname FROM pg_class WHERE relfilenode <> 0")
+	awk -v a="$adm" 'NR == FNR { name[$1] = $2; next }
+		match($0, /desc: [A-Z_+0-9]+/) { d = substr($0, RSTART + 6, RLENGTH - 6)
+			r = "-"; if (match($0, /rel [0-9]+\/[0-9]+\/[0-9]+/)) { split(substr($0, RSTART + 4, RLENGTH - 4), p, "/"); r = (p[3] in name) ? name[p[3]] : p[3] }
+			c[$2 "/" d " " r]++ }
+		END { for (k in c) if (c[k] / a >= 0.01) printf "  %-60s %7.2f\n", k, c[k] / a }' <(echo "$names") <(echo "$recs") | sort -k3 -n -r | head -25
+fi
 echo "What Postgres's client backends were doing, sampled every 20 ms (samples: per sample, how many backends):"
 psql -c "SELECT ev AS waiting_on, q AS statement, round(count(*)::numeric / $(((secs - 1) * 50)), 2) AS backends
 	FROM bench_waits WHERE ev <> 'idle' GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 15"
