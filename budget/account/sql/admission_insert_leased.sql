@@ -4,12 +4,13 @@
 -- appends its chained ledger entries (admission_lease_book.sql).
 --
 -- created_at is the store's clock ($22, a frozen clock, or none), the same
--- for the whole group; expires_at, unless given, that plus the tenant's
--- reservation TTL (read without a lock: the TTL in effect as the group
--- commits). lease_seq is drawn from admissions_lease_seq in the group's
--- order, under the group's lock of each lease row, held to its commit: a
--- lease's admissions commit in lease_seq order, which the booking's cursor
--- relies on.
+-- for the whole group and its keys (c: a CTE read twice is computed once,
+-- so the keys need not read it back from the admissions' RETURNING);
+-- expires_at, unless given, that plus the tenant's reservation TTL (read
+-- without a lock: the TTL in effect as the group commits). lease_seq is
+-- drawn from admissions_lease_seq in the group's order, under the group's
+-- lock of each lease row, held to its commit: a lease's admissions commit
+-- in lease_seq order, which the booking's cursor relies on.
 --
 -- The keys are inserted plainly: a key idempotency_keys already holds,
 -- live or forgotten (older than 24 h, not purged yet), fails the statement
@@ -23,7 +24,9 @@
 -- a lock of its own, a second WAL record to confirm it): 6 us of
 -- Postgres's CPU per keyed admission, out of 40 (BENCHMARKS.md, "Quota
 -- leasing, ninth step"), on every group, to save work on a replay.
-WITH a AS (
+WITH c AS (
+    SELECT coalesce($22::timestamptz, clock_timestamp()) AS at
+), a AS (
     INSERT INTO admissions (
         id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate,
         input_weight_micro, output_weight_micro, created_at, expires_at, family,
@@ -41,12 +44,11 @@ WITH a AS (
                                input_weight_micro, output_weight_micro, expires_at, family, price_model,
                                price_from, money_estimate, face, price_tier, lease_id, actor, n)
     JOIN tenants t ON t.id = u.tenant_id
-    CROSS JOIN (SELECT coalesce($22::timestamptz, clock_timestamp()) AS at) c
+    CROSS JOIN c
     ORDER BY u.n
-    RETURNING id, created_at
 )
 INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
-SELECT u.tenant_id, u.key, u.id, u.request_hash, u.response, a.created_at
+SELECT u.tenant_id, u.key, u.id, u.request_hash, u.response, c.at
 FROM unnest($1::text[], $2::text[], $19::text[], $20::bytea[], $21::bytea[]) AS u (id, tenant_id, key, request_hash, response)
-JOIN a ON a.id = u.id
+CROSS JOIN c
 WHERE u.key <> ''
