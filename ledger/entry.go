@@ -85,12 +85,14 @@ func (h Head) Seal(e *Entry) Head {
 	return Head{Seq: e.Seq, Hash: e.Hash}
 }
 
-// Hash is sha256(prev || Canonical(e)).
+// Hash is sha256(prev || Canonical(e)). It hashes one buffer that holds
+// both, with no allocation but the sum's: every ledger entry of every
+// decision and booking is hashed on the replica's hot path.
 func Hash(prev []byte, e *Entry) []byte {
-	sum := sha256.New()
-	sum.Write(prev)
-	sum.Write(Canonical(e))
-	return sum.Sum(nil)
+	var scratch [512]byte
+	buf := appendCanonical(append(scratch[:0], prev...), e)
+	sum := sha256.Sum256(buf)
+	return sum[:]
 }
 
 // canonicalVersion prefixes the encoding so a future format cannot collide.
@@ -101,13 +103,25 @@ const canonicalVersion = "tokengate-ledger-v1"
 // encode alike; a null is "~". Times are microseconds since the Unix epoch,
 // the precision Postgres stores. An auditor can rebuild it in any language.
 func Canonical(e *Entry) []byte {
-	b := make([]byte, 0, 256)
+	return appendCanonical(make([]byte, 0, 256), e)
+}
+
+// appendCanonical appends Canonical(e) to b. Numbers are formatted into a
+// buffer on the stack, not as strings, so that the encoding allocates only
+// when b must grow.
+func appendCanonical(b []byte, e *Entry) []byte {
 	field := func(s string) {
 		b = strconv.AppendInt(b, int64(len(s)), 10)
 		b = append(b, ':')
 		b = append(b, s...)
 	}
-	num := func(n int64) { field(strconv.FormatInt(n, 10)) }
+	num := func(n int64) {
+		var d [20]byte
+		digits := strconv.AppendInt(d[:0], n, 10)
+		b = strconv.AppendInt(b, int64(len(digits)), 10)
+		b = append(b, ':')
+		b = append(b, digits...)
+	}
 	optNum := func(n *int64) {
 		if n == nil {
 			b = append(b, '~')
