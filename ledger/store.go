@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tokengate/tokengate/ledger/pgarray"
 )
 
 var (
@@ -51,8 +53,11 @@ func QueueInsert(b *pgx.Batch, entries ...*Entry) {
 		actor[i], reason[i], detail[i], prev[i], hash[i] = e.Actor, orNull(e.Reason), orNull(e.Detail), e.PrevHash, e.Hash
 		money[i], windows[i] = e.MoneyMicro, orNull(e.Windows)
 	}
-	b.Queue(entryInsertSQL, tenant, seq, kind, at, admission, model, estimate, actual,
-		refill, delta, balance, periodStart, used, late, actor, reason, detail, prev, hash, money, windows)
+	b.Queue(entryInsertSQL, pgarray.Texts(tenant), pgarray.Int8s(seq), pgarray.Texts(kind), pgarray.Timestamptzs(at),
+		pgarray.NullTexts(admission), pgarray.NullTexts(model), pgarray.NullInt8s(estimate), pgarray.NullInt8s(actual),
+		pgarray.Int8s(refill), pgarray.Int8s(delta), pgarray.Int8s(balance), pgarray.NullTimestamptzs(periodStart),
+		pgarray.Int8s(used), late, pgarray.Texts(actor), pgarray.NullTexts(reason), pgarray.NullTexts(detail),
+		pgarray.Byteas(prev), pgarray.Byteas(hash), pgarray.NullInt8s(money), pgarray.NullTexts(windows))
 }
 
 // EntryList returns up to limit entries of a tenant with seq > afterSeq, in

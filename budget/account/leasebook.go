@@ -25,6 +25,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
+	"github.com/tokengate/tokengate/ledger/pgarray"
 )
 
 var (
@@ -58,7 +59,7 @@ func (s *Store) EnableLeasing() { s.leasing.Store(true) }
 // and writes keys, as a decision does before it reads them (a decision
 // only for the tenants with a live lease: keyLockRead).
 func QueueKeyLock(b *pgx.Batch, tenants, keys []string) {
-	b.Queue(idempotencyKeyLockSQL, tenants, keys, false)
+	b.Queue(idempotencyKeyLockSQL, pgarray.Texts(tenants), pgarray.Texts(keys), false)
 }
 
 // KeyHit is a live Idempotency-Key of idempotency_keys.
@@ -134,9 +135,11 @@ func (l *Leased) Len() int { return len(l.ids) }
 // and deletes the forgotten ones (QueueKeysForget), and one that did not
 // writes the group again, reading first.
 func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
-	b.Queue(admissionInsertLeasedSQL, l.ids, l.tenants, l.models, l.in, l.out, l.cost, l.approx, l.inW, l.outW,
-		l.expires, l.families, l.priceModels, l.priceFrom, l.money, l.faces, l.priceTiers, l.leases, l.actors,
-		l.keys, l.hashes, l.responses, clock)
+	b.Queue(admissionInsertLeasedSQL, pgarray.Texts(l.ids), pgarray.Texts(l.tenants), pgarray.Texts(l.models),
+		pgarray.Int8s(l.in), pgarray.Int8s(l.out), pgarray.Int8s(l.cost), l.approx, pgarray.Int8s(l.inW), pgarray.Int8s(l.outW),
+		pgarray.NullTimestamptzs(l.expires), pgarray.Texts(l.families), pgarray.Texts(l.priceModels),
+		pgarray.NullTimestamptzs(l.priceFrom), pgarray.NullInt8s(l.money), pgarray.Texts(l.faces), pgarray.Texts(l.priceTiers),
+		pgarray.Texts(l.leases), pgarray.Texts(l.actors), pgarray.Texts(l.keys), pgarray.Byteas(l.hashes), pgarray.Byteas(l.responses), clock)
 }
 
 // QueueKeysForget queues the delete of the forgotten Idempotency-Keys
@@ -174,7 +177,8 @@ func (e *LeasedEnds) Len() int { return len(e.ids) }
 // its lease's use. all: the group was sent in one round trip, and must end
 // every one or stop (GuardCode). ScanLeasedEnds reads which ended.
 func QueueLeasedEnds(b *pgx.Batch, e *LeasedEnds, clock *time.Time, all bool) {
-	b.Queue(admissionEndLeasedSQL, e.ids, e.leases, e.in, e.out, e.cost, e.money, e.refunds, clock, all)
+	b.Queue(admissionEndLeasedSQL, pgarray.Texts(e.ids), pgarray.Texts(e.leases), pgarray.Int8s(e.in), pgarray.Int8s(e.out),
+		pgarray.Int8s(e.cost), pgarray.NullInt8s(e.money), pgarray.Int8s(e.refunds), clock, all)
 }
 
 // ScanLeasedEnds reads what QueueLeasedEnds queued: the admissions ended.

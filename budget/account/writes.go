@@ -14,6 +14,7 @@ import (
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
 	"github.com/tokengate/tokengate/ledger"
+	"github.com/tokengate/tokengate/ledger/pgarray"
 )
 
 var (
@@ -128,7 +129,8 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 			}
 			hash[i] = t.head.Hash
 		}
-		b.Queue(tenantUpdateSQL, ids, tokens, tokensAt, reqs, reqsAt, open, usage, seq, hash)
+		b.Queue(tenantUpdateSQL, pgarray.Texts(ids), pgarray.Int8s(tokens), pgarray.Timestamptzs(tokensAt), pgarray.NullInt8s(reqs),
+			pgarray.NullTimestamptzs(reqsAt), pgarray.Int8s(open), pgarray.NullTexts(usage), pgarray.Int8s(seq), pgarray.Byteas(hash))
 		expect = append(expect, int64(n))
 		if args := w.crossings(); w.alerts && args != nil {
 			b.Queue(alert.ThresholdsCrossedSQL, args...)
@@ -164,8 +166,10 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 			ids[i], tenants[i], models[i], created[i], expires[i] = a.ID, a.TenantID, e.Model, a.CreatedAt, a.ExpiresAt
 			in[i], out[i], cost[i], approx[i], inW[i], outW[i] = e.InputTokens, e.OutputTokens, e.Cost, e.Approximate, e.InputWeightMicro, e.OutputWeightMicro
 		}
-		b.Queue(admissionInsertSQL, ids, tenants, models, in, out, cost, approx, inW, outW, created, expires, shadowed, families, modelLevels, pools,
-			priceModels, priceFrom, money, faces, debited, priceTiers)
+		b.Queue(admissionInsertSQL, pgarray.Texts(ids), pgarray.Texts(tenants), pgarray.Texts(models), pgarray.Int8s(in), pgarray.Int8s(out),
+			pgarray.Int8s(cost), approx, pgarray.Int8s(inW), pgarray.Int8s(outW), pgarray.Timestamptzs(created), pgarray.Timestamptzs(expires),
+			pgarray.Texts(shadowed), pgarray.Texts(families), pgarray.Texts(modelLevels), pgarray.Texts(pools), pgarray.Texts(priceModels),
+			pgarray.NullTimestamptzs(priceFrom), pgarray.NullInt8s(money), pgarray.Texts(faces), pgarray.NullInt8s(debited), pgarray.Texts(priceTiers))
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.ended); n > 0 {
@@ -177,7 +181,8 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 			ids[i], states[i], ended[i], late[i] = a.ID, string(a.State), a.EndedAt, a.Late
 			in[i], out[i], cost[i], delta[i], balance[i] = a.ActualInput, a.ActualOutput, a.ActualCost, a.EndDeltaMicro, a.EndBalanceMicro
 		}
-		b.Queue(admissionEndSQL, ids, states, ended, late, in, out, cost, delta, balance, money)
+		b.Queue(admissionEndSQL, pgarray.Texts(ids), pgarray.Texts(states), pgarray.NullTimestamptzs(ended), late, pgarray.NullInt8s(in),
+			pgarray.NullInt8s(out), pgarray.NullInt8s(cost), pgarray.NullInt8s(delta), pgarray.NullInt8s(balance), pgarray.NullInt8s(money))
 		expect = append(expect, int64(n))
 	}
 	if n := len(w.keys); n > 0 {
@@ -185,7 +190,8 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 		for i, k := range w.keys {
 			tenants[i], keys[i], adms[i], hashes[i], responses[i], at[i] = k.tenantID, k.key, k.admissionID, k.hash, k.response, k.at
 		}
-		b.Queue(idempotencyPutSQL, tenants, keys, adms, hashes, responses, at)
+		b.Queue(idempotencyPutSQL, pgarray.Texts(tenants), pgarray.Texts(keys), pgarray.Texts(adms), pgarray.Byteas(hashes),
+			pgarray.Byteas(responses), pgarray.Timestamptzs(at))
 		expect = append(expect, int64(n))
 	}
 	if len(w.deferred) > 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget/account"
+	"github.com/tokengate/tokengate/ledger/pgarray"
 )
 
 //go:embed sql/lease_credentials_same.sql
@@ -221,7 +222,7 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 	if len(g.keys) > 0 {
 		account.QueueKeyLock(b, g.tenants, g.keys)
 	}
-	b.Queue(leaseUseSQL, g.order, g.sums, g.clock, tenantOf, true)
+	b.Queue(leaseUseSQL, pgarray.Texts(g.order), pgarray.Int8s(g.sums), g.clock, pgarray.Texts(tenantOf), true)
 	if len(g.keyIDs)+len(g.gwIDs) > 0 {
 		keyVers, gwVers := make([]string, len(g.keyIDs)), make([]string, len(g.gwIDs))
 		for i, id := range g.keyIDs {
