@@ -25,7 +25,10 @@ var layout = map[string][]string{
 	// The database edge and the leaves of the domain.
 	"migrations": nil,
 	"estimator":  nil,
-	"ledger":     nil,
+	"ledger":     {"ledger/pgarray"},
+	// Array parameters for pgx, which every package that writes rows
+	// sends: pgx's types only, below the ledger, the leaf they all import.
+	"ledger/pgarray": nil,
 	// Histories the store refuses to write, for tests of their readers.
 	"ledger/ledgertest": {"ledger"},
 	// Alerts own their tables and import nothing of the module: budget
@@ -42,7 +45,7 @@ var layout = map[string][]string{
 	"budget": nil,
 	// The store (SQL over budget's tables, and caches of them) and the
 	// pipeline that decides on them.
-	"budget/account":    {"budget/alert", "budget/rule", "estimator", "ledger"},
+	"budget/account":    {"budget/alert", "budget/rule", "estimator", "ledger", "ledger/pgarray"},
 	"budget/credential": {"budget/account", "budget/rule"},
 	"budget/outage":     {"budget/account", "budget/rule", "estimator"},
 	"budget/admission":  {"budget/account", "budget/lease", "budget/outage", "budget/rule", "estimator"},
@@ -52,7 +55,7 @@ var layout = map[string][]string{
 	"budget/batch": {"budget/account", "budget/rule", "estimator", "ledger"},
 	// Quota leasing: leases and their journal (their tables and SQL),
 	// taken, renewed and ended through the store under the tree's locks.
-	"budget/lease": {"budget/account", "budget/rule", "ledger"},
+	"budget/lease": {"budget/account", "budget/rule", "ledger", "ledger/pgarray"},
 	// Administration as use cases, one method per admin operation, for
 	// every face; it holds the pools the faces never see.
 	"budget/admin": {"budget/account", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/rule", "estimator", "ledger"},
