@@ -21,9 +21,9 @@
 -- and read neither; the journal then writes it again the careful way. An
 -- ON CONFLICT clause would decide the same in the statement, but makes
 -- every key a speculative insertion (a conflict check before the insert,
--- a lock of its own, a second WAL record to confirm it): 6 us of
--- Postgres's CPU per keyed admission, out of 40 (BENCHMARKS.md, "Quota
--- leasing, ninth step"), on every group, to save work on a replay.
+-- a lock of its own, a second WAL record to confirm it): about 2 us of
+-- Postgres's CPU per keyed admission, out of about 40 (BENCHMARKS.md,
+-- "Quota leasing, ninth step"), on every group, to save work on a replay.
 WITH c AS (
     SELECT coalesce($22::timestamptz, clock_timestamp()) AS at
 ), a AS (
