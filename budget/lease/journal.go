@@ -310,8 +310,8 @@ type original struct {
 // way, in two. The first begins, takes the advisory locks of the group's
 // keys (the ones a decision takes: account.QueueKeyLock), reads the live
 // ones in idempotency_keys and deletes the forgotten ones there (older than
-// 24 h: the insert is a plain one, account.QueueLeased), uses each lease (the statements
-// that may refuse) and reads the group's credentials. A key found is a
+// 24 h: the insert is a plain one, account.QueueLeased), uses each lease
+// (the statements that may refuse) and reads the group's credentials. A key found is a
 // replay: not journaled, and its cost, counted in its lease's use, is cut
 // back with the admissions the credentials refuse. The second cuts,
 // inserts the rows of the leases that accepted and commits.
