@@ -38,7 +38,7 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE ON tenants, admissions, api_keys, idempotency_keys TO " + quoted,
 		"GRANT DELETE ON idempotency_keys TO " + quoted,
 		"GRANT SELECT ON goose_db_version TO " + quoted,
-		"GRANT SELECT, INSERT ON ledger_entries TO " + quoted,
+		"GRANT SELECT, INSERT ON ledger_rows, ledger_entries TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_model_limits, pool_models TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE ON pools, pool_shares TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE ON alert_endpoints, alert_rules, alert_events, alert_attempts TO " + quoted,
@@ -118,16 +118,16 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		t.Fatalf("settle as the app role: %d %s", code, body)
 	}
 	// Without the trigger's help too: privileges alone refuse rewrites.
-	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_entries DISABLE TRIGGER USER"); err != nil {
+	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_rows DISABLE TRIGGER USER"); err != nil {
 		t.Fatal(err)
 	}
-	for _, stmt := range []string{"UPDATE ledger_entries SET delta_micro = 0", "DELETE FROM ledger_entries", "TRUNCATE ledger_entries"} {
+	for _, stmt := range []string{"UPDATE ledger_rows SET delta_micro = 0", "DELETE FROM ledger_rows", "TRUNCATE ledger_rows", "UPDATE ledger_entries SET delta_micro = 0", "DELETE FROM ledger_entries"} {
 		_, err := app.Exec(ctx, stmt)
 		if err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Fatalf("%s as the app role: %v, want permission denied", stmt, err)
 		}
 	}
-	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_entries ENABLE TRIGGER USER"); err != nil {
+	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_rows ENABLE TRIGGER USER"); err != nil {
 		t.Fatal(err)
 	}
 	verify(t, owner, "acme")

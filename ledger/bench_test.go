@@ -64,7 +64,7 @@ func BenchmarkLedgerScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	var size string
-	if err := pool.QueryRow(ctx, "SELECT pg_size_pretty(pg_total_relation_size('ledger_entries'))").Scan(&size); err != nil {
+	if err := pool.QueryRow(ctx, "SELECT pg_size_pretty(pg_total_relation_size('ledger_rows'))").Scan(&size); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("loaded %d entries (%d tenants x %d) in %s; ledger_entries with indexes: %s", tenants*per, tenants, per, time.Since(start).Round(time.Second), size)

@@ -64,6 +64,13 @@ type Entry struct {
 	Windows  string
 	PrevHash []byte
 	Hash     []byte
+	// Lease is where the entry may be stored with others, not part of it
+	// (neither hashed nor read back): the lease whose booking wrote it.
+	// The entries of one tenant that one booking of a lease writes share
+	// their created_at, delta, balance, period and windows, so
+	// QueueInsert stores a run of them as one row (a record), found
+	// through the lease (Filter.Lease) instead of an index entry each.
+	Lease string
 }
 
 // Head is the end of a tenant's chain: the last sequence number and hash.

@@ -63,9 +63,9 @@ func TestVerifyNamesTheFirstBrokenEntry(t *testing.T) {
 		t.Fatalf("intact ledger: %+v %v", tally, err)
 	}
 	// Tamper as a superuser with the trigger disabled: an amount changes.
-	if _, err := pool.Exec(ctx, `ALTER TABLE ledger_entries DISABLE TRIGGER USER;
-		UPDATE ledger_entries SET delta_micro = delta_micro + 1, balance_micro = balance_micro + 1 WHERE seq = 3;
-		ALTER TABLE ledger_entries ENABLE TRIGGER USER`); err != nil {
+	if _, err := pool.Exec(ctx, `ALTER TABLE ledger_rows DISABLE TRIGGER USER;
+		UPDATE ledger_rows SET delta_micro = delta_micro + 1, balance_micro = balance_micro + 1 WHERE seq = 3;
+		ALTER TABLE ledger_rows ENABLE TRIGGER USER`); err != nil {
 		t.Fatal(err)
 	}
 	_, err = ledger.Verify(ctx, pool, "acme")

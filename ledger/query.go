@@ -32,8 +32,13 @@ type Filter struct {
 	Kind        Kind
 	Model       string
 	AdmissionID string
-	Actor       string
-	From, To    time.Time // created_at in [From, To)
+	// Lease is AdmissionID's lease, for an admission made from one: a
+	// lease's bookings store its admissions' entries in records, found
+	// through the lease, not by their admission (00038). Without it, only
+	// the entries stored as rows of their own are found.
+	Lease    string
+	Actor    string
+	From, To time.Time // created_at in [From, To)
 	// After continues a listing after the last entry of the previous page.
 	After *Cursor
 	// Oldest lists oldest first; the default is newest first.
@@ -101,7 +106,7 @@ func (f Filter) args() []any {
 	// statement's optional filters ("$1 = '' OR tenant_id = $1") fold away,
 	// so the tenant and time indexes are used. A cached generic plan could
 	// not use them and would scan the whole ledger.
-	return []any{pgx.QueryExecModeExec, f.TenantID, string(f.Kind), f.Model, f.AdmissionID, f.Actor, opt(f.From), opt(f.To), at, tenant, seq, limit}
+	return []any{pgx.QueryExecModeExec, f.TenantID, string(f.Kind), f.Model, f.AdmissionID, f.Actor, opt(f.From), opt(f.To), at, tenant, seq, limit, f.Lease}
 }
 
 // entryRow is a row of ledger_entries, as every query of it reads it

@@ -57,11 +57,11 @@ func TestVerifyKindsOfProblems(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Exec(ctx, `ALTER TABLE ledger_entries DISABLE TRIGGER USER;
-		UPDATE ledger_entries SET balance_micro = balance_micro + 1 WHERE tenant_id = 'a';
-		UPDATE ledger_entries e SET balance_micro = balance_micro + 1 WHERE tenant_id = 'b';
-		UPDATE ledger_entries e SET hash = sha256(prev_hash || ledger_canonical(e)) WHERE tenant_id = 'b';
-		ALTER TABLE ledger_entries ENABLE TRIGGER USER`); err != nil {
+	if _, err := pool.Exec(ctx, `ALTER TABLE ledger_rows DISABLE TRIGGER USER;
+		UPDATE ledger_rows SET balance_micro = balance_micro + 1 WHERE tenant_id = 'a';
+		UPDATE ledger_rows e SET balance_micro = balance_micro + 1 WHERE tenant_id = 'b';
+		UPDATE ledger_rows e SET hash = sha256(prev_hash || ledger_canonical(e)) WHERE tenant_id = 'b';
+		ALTER TABLE ledger_rows ENABLE TRIGGER USER`); err != nil {
 		t.Fatal(err)
 	}
 	for id, want := range map[string]ledger.ProblemKind{"a": ledger.ProblemChain, "b": ledger.ProblemArithmetic} {

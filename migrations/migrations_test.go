@@ -157,7 +157,7 @@ func TestHotPathTablesCarryNoPerRowChecks(t *testing.T) {
 	var fks []string
 	rows, err := pool.Query(ctx, `
 		SELECT conname FROM pg_constraint
-		WHERE contype = 'f' AND conrelid IN ('admissions'::regclass, 'idempotency_keys'::regclass, 'ledger_entries'::regclass)`)
+		WHERE contype = 'f' AND conrelid IN ('admissions'::regclass, 'idempotency_keys'::regclass, 'ledger_rows'::regclass)`)
 	if err != nil {
 		t.Fatal(err)
 	}

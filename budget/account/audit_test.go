@@ -41,7 +41,7 @@ func (b *testBundle) tamper(t *testing.T, stmts ...string) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	for _, s := range append(append([]string{"ALTER TABLE ledger_entries DISABLE TRIGGER USER"}, stmts...), "ALTER TABLE ledger_entries ENABLE TRIGGER USER") {
+	for _, s := range append(append([]string{"ALTER TABLE ledger_rows DISABLE TRIGGER USER"}, stmts...), "ALTER TABLE ledger_rows ENABLE TRIGGER USER") {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -97,7 +97,7 @@ func TestAuditCatchesTampering(t *testing.T) {
 		e := ledger.Entry{TenantID: "acme", Kind: ledger.KindAdjust, CreatedAt: last.CreatedAt, DeltaMicro: 1e9,
 			BalanceMicro: last.BalanceMicro + 1e9, Actor: "mallory", Reason: "free tokens"}
 		h.Seal(&e)
-		return "INSERT INTO ledger_entries (tenant_id, seq, kind, created_at, refill_micro, delta_micro, balance_micro, period_used, actor, reason, prev_hash, hash) " +
+		return "INSERT INTO ledger_rows (tenant_id, seq, kind, created_at, refill_micro, delta_micro, balance_micro, period_used, actor, reason, prev_hash, hash) " +
 			"VALUES ('acme', " + itoa(e.Seq) + ", 'adjust', '" + e.CreatedAt.Format("2006-01-02 15:04:05.999999Z07:00") + "', 0, 1000000000, " + itoa(e.BalanceMicro) +
 			", 0, 'mallory', 'free tokens', '\\x" + hexOf(e.PrevHash) + "', '\\x" + hexOf(e.Hash) + "')"
 	}
@@ -108,20 +108,20 @@ func TestAuditCatchesTampering(t *testing.T) {
 		problem string
 	}{
 		{"amount changed", func(*testBundle, *testing.T) []string {
-			return []string{`UPDATE ledger_entries SET estimate = 1, delta_micro = -1000000, balance_micro = balance_micro + 99000000 WHERE tenant_id = 'acme' AND seq = 2`}
+			return []string{`UPDATE ledger_rows SET estimate = 1, delta_micro = -1000000, balance_micro = balance_micro + 99000000 WHERE tenant_id = 'acme' AND seq = 2`}
 		}, 2, "hash"},
 		{"entry deleted", func(*testBundle, *testing.T) []string {
-			return []string{`DELETE FROM ledger_entries WHERE tenant_id = 'acme' AND seq = 3`}
+			return []string{`DELETE FROM ledger_rows WHERE tenant_id = 'acme' AND seq = 3`}
 		}, 3, "missing"},
 		{"two entries swapped", func(*testBundle, *testing.T) []string {
 			return []string{
-				`UPDATE ledger_entries SET seq = 1000 WHERE tenant_id = 'acme' AND seq = 3`,
-				`UPDATE ledger_entries SET seq = 3 WHERE tenant_id = 'acme' AND seq = 4`,
-				`UPDATE ledger_entries SET seq = 4 WHERE tenant_id = 'acme' AND seq = 1000`,
+				`UPDATE ledger_rows SET seq = 1000 WHERE tenant_id = 'acme' AND seq = 3`,
+				`UPDATE ledger_rows SET seq = 3 WHERE tenant_id = 'acme' AND seq = 4`,
+				`UPDATE ledger_rows SET seq = 4 WHERE tenant_id = 'acme' AND seq = 1000`,
 			}
 		}, 3, "prev_hash"},
 		{"forged entry with a wrong prev_hash", func(*testBundle, *testing.T) []string {
-			return []string{`INSERT INTO ledger_entries (tenant_id, seq, kind, created_at, refill_micro, delta_micro, balance_micro, period_used, actor, prev_hash, hash)
+			return []string{`INSERT INTO ledger_rows (tenant_id, seq, kind, created_at, refill_micro, delta_micro, balance_micro, period_used, actor, prev_hash, hash)
 				SELECT tenant_id, 7, 'adjust', created_at, 0, 1000000000, balance_micro + 1000000000, 0, 'mallory', sha256('x'), sha256('y')
 				FROM ledger_entries WHERE tenant_id = 'acme' AND seq = 6`}
 		}, 7, "prev_hash"},

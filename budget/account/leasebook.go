@@ -43,6 +43,8 @@ var (
 	admissionLeaseBookNamedSQL string
 	//go:embed sql/admission_end_leased.sql
 	admissionEndLeasedSQL string
+	//go:embed sql/admission_lease.sql
+	admissionLeaseSQL string
 )
 
 // EnableLeasing tells the store that leases may be journaled on its
@@ -271,7 +273,7 @@ func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []Level
 	lease := leaseDetailPrefix(leaseID)
 	for _, a := range adms {
 		if a.Ended {
-			moves = append(moves, leasedEndMoves(levels, lease, a)...)
+			moves = append(moves, leasedEndMoves(levels, leaseID, lease, a)...)
 			continue
 		}
 		detail := leaseDetail(lease, "cost_micro", a.Cost*rule.Micro, "journaled_at", a.CreatedAt)
@@ -282,7 +284,7 @@ func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []Level
 		for _, lv := range levels {
 			cost := a.Cost
 			moves = append(moves, LevelMove{TenantID: lv.TenantID, Kind: ledger.KindReserve, Ref: a.ID, Model: a.Model,
-				Estimate: &cost, MoneyMicro: a.MoneyMicro, Actor: actor, Reason: "admitted from a lease", Detail: string(detail), Opens: true})
+				Estimate: &cost, MoneyMicro: a.MoneyMicro, Actor: actor, Reason: "admitted from a lease", Detail: string(detail), Opens: true, Lease: leaseID})
 		}
 	}
 	return moves
@@ -290,7 +292,7 @@ func LeasedMoves(levels []Level, leaseID string, adms []LeasedAdmission) []Level
 
 // leasedEndMoves are the settle entries of an end made in a lease's
 // journal (LeasedMoves).
-func leasedEndMoves(levels []Level, lease []byte, a LeasedAdmission) []LevelMove {
+func leasedEndMoves(levels []Level, leaseID string, lease []byte, a LeasedAdmission) []LevelMove {
 	actual := deref(a.ActualCost)
 	detail := leaseDetail(lease, "refund_micro", (a.Cost-actual)*rule.Micro, "ended_at", a.CreatedAt)
 	var money *int64
@@ -307,7 +309,7 @@ func leasedEndMoves(levels []Level, lease []byte, a LeasedAdmission) []LevelMove
 		cost, act := a.Cost, actual
 		moves = append(moves, LevelMove{TenantID: lv.TenantID, Kind: ledger.KindSettle, Ref: a.ID, Model: a.Model,
 			Estimate: &cost, Actual: &act, MoneyMicro: money, Actor: actor, Reason: "settled in a lease's journal",
-			Detail: string(detail), Closes: true})
+			Detail: string(detail), Closes: true, Lease: leaseID})
 	}
 	return moves
 }
@@ -337,6 +339,21 @@ func leaseDetail(prefix []byte, num string, n int64, at string, t time.Time) str
 	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `"}`...)
 	return string(b)
+}
+
+// AdmissionLease returns the lease an admission was made from ("" for
+// none, or no such admission): a lease's bookings store its admissions'
+// ledger entries in records found through the lease (ledger.Filter.Lease).
+func (s *Store) AdmissionLease(ctx context.Context, admissionID string) (string, error) {
+	var lease string
+	err := s.pool.QueryRow(ctx, admissionLeaseSQL, admissionID).Scan(&lease)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("budget: admission %s: lease: %w", admissionID, err)
+	}
+	return lease, nil
 }
 
 // LeasePending reports whether a lease has admissions whose ledger entries
@@ -485,7 +502,7 @@ func applyMoves(byID map[string]*tenant, moves []LevelMove, now time.Time, w *wr
 		e := lv.entry(m.Kind, now, actorOr(m.Actor, "lease"))
 		e.DeltaMicro, e.AdmissionID, e.Model, e.Estimate, e.MoneyMicro = d, m.Ref, m.Model, m.Estimate, m.MoneyMicro
 		e.Actual = m.Actual
-		e.Reason, e.Detail = m.Reason, m.Detail
+		e.Reason, e.Detail, e.Lease = m.Reason, m.Detail, m.Lease
 		lv.seal(e)
 		w.entry(lv, e)
 	}

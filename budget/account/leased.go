@@ -51,6 +51,9 @@ type LevelMove struct {
 	// lease's journal, which frees its slot; Actual is its actual cost.
 	Closes bool
 	Actual *int64
+	// Lease: the move books an event of this lease; its entry may share
+	// a row with the booking's others (ledger.Entry.Lease).
+	Lease string
 }
 
 // LevelsFunc decides, under the row locks of a tenant and its ancestors,

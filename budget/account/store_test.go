@@ -573,9 +573,9 @@ func TestLedgerIsAppendOnly(t *testing.T) {
 	b := setup(t)
 	b.tenant(t, "acme", limits(100, "1"))
 	for _, stmt := range []string{
-		`UPDATE ledger_entries SET delta_micro = 0`,
-		`DELETE FROM ledger_entries`,
-		`TRUNCATE ledger_entries`,
+		`UPDATE ledger_rows SET delta_micro = 0`,
+		`DELETE FROM ledger_rows`,
+		`TRUNCATE ledger_rows`,
 	} {
 		if _, err := b.pool.Exec(ctx, stmt); err == nil {
 			t.Fatalf("%s succeeded", stmt)

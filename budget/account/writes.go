@@ -147,8 +147,7 @@ func (w *writes) batch() (*pgx.Batch, []int64) {
 	}
 	expect = append(expect, writePools(b, w.pools)...)
 	if len(w.entries) > 0 {
-		ledger.QueueInsert(b, w.entries...)
-		expect = append(expect, int64(len(w.entries)))
+		expect = append(expect, int64(ledger.QueueInsert(b, w.entries...)))
 	}
 	if n := len(w.inserted); n > 0 {
 		ids, tenants, models := make([]string, n), make([]string, n), make([]string, n)

@@ -77,7 +77,7 @@ func TestSurvivesNextReleasesAdditiveMigration(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.New(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
 	tables := nextReleaseExpand(ctx, t, pool)
-	for _, want := range []string{"tenants", "admissions", "ledger_entries", "pools", "pool_shares", "tenant_model_limits",
+	for _, want := range []string{"tenants", "admissions", "ledger_rows", "pools", "pool_shares", "tenant_model_limits",
 		"end_user_policies", "models", "model_prices", "gateway_credentials", "api_keys", "alert_rules", "alert_endpoints", "alert_events"} {
 		found := false
 		for _, table := range tables {

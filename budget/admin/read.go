@@ -12,12 +12,31 @@ import (
 // LedgerQuery returns a page of ledger entries a filter selects and the
 // cursor of the next page (nil on the last). It reads where reads may lag.
 func (s *Service) LedgerQuery(ctx context.Context, f ledger.Filter) ([]ledger.Entry, *ledger.Cursor, error) {
+	f, err := s.withLease(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
 	return ledger.EntryQuery(ctx, s.reads, f)
+}
+
+// withLease names the lease of the admission f selects, if it was made
+// from one: its booked entries are found through it (ledger.Filter.Lease).
+func (s *Service) withLease(ctx context.Context, f ledger.Filter) (ledger.Filter, error) {
+	if f.AdmissionID == "" || f.Lease != "" {
+		return f, nil
+	}
+	lease, err := s.store.AdmissionLease(ctx, f.AdmissionID)
+	f.Lease = lease
+	return f, err
 }
 
 // LedgerExport opens an export of every entry a filter selects, where reads
 // may lag. The caller closes it.
 func (s *Service) LedgerExport(ctx context.Context, f ledger.Filter) (*ledger.Export, error) {
+	f, err := s.withLease(ctx, f)
+	if err != nil {
+		return nil, err
+	}
 	return ledger.OpenExport(ctx, s.reads, f)
 }
 

@@ -129,7 +129,7 @@ func TestKeyChangesAreAtomicWithTheirLedgerEntry(t *testing.T) {
 	if _, err := pool.Exec(ctx, `
 		CREATE FUNCTION refuse_key_entries() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN RAISE EXCEPTION 'the ledger is refusing key entries'; END $$;
-		CREATE TRIGGER refuse_key_entries BEFORE INSERT ON ledger_entries
+		CREATE TRIGGER refuse_key_entries BEFORE INSERT ON ledger_rows
 		FOR EACH ROW WHEN (NEW.reason LIKE 'key %') EXECUTE FUNCTION refuse_key_entries();`); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 -- Entries of one transaction, one array per column (one element per
 -- entry): a batch of decisions appends all its entries in one statement.
-INSERT INTO ledger_entries (
+INSERT INTO ledger_rows (
     tenant_id, seq, kind, created_at, admission_id, model, estimate, actual,
     refill_micro, delta_micro, balance_micro, period_start, period_used, late,
     actor, reason, detail, prev_hash, hash, money_micro, windows

@@ -39,5 +39,7 @@ WITH RECURSIVE chain AS (
         OFFSET 0
     ) n
 )
-INSERT INTO ledger_entries
+INSERT INTO ledger_rows (tenant_id, seq, kind, created_at, admission_id, model, estimate, actual, refill_micro,
+                         delta_micro, balance_micro, period_start, period_used, late, actor, reason, detail,
+                         prev_hash, hash)
 SELECT * FROM chain

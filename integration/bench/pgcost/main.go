@@ -80,7 +80,7 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 		 VALUES ('pgcost-lease', 'pgcost', 'pgcost', 'live', ARRAY['pgcost'], 1000000000000, now(), now(), now() + interval '1 day')
 		 ON CONFLICT DO NOTHING`,
 		`CREATE TABLE IF NOT EXISTS pgcost_small (n int)`,
-		`CREATE TABLE IF NOT EXISTS pgcost_ledger (LIKE ledger_entries INCLUDING DEFAULTS)`,
+		`CREATE TABLE IF NOT EXISTS pgcost_ledger (LIKE ledger_rows INCLUDING DEFAULTS)`,
 	} {
 		if _, err := c.Exec(ctx, q); err != nil {
 			return fmt.Errorf("setup: %w", err)
@@ -124,7 +124,7 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 			return c.SendBatch(ctx, b).Close()
 		}
 	}
-	entries := func(n int) []*ledger.Entry {
+	entries := func(n int, lease ...string) []*ledger.Entry {
 		out := make([]*ledger.Entry, n)
 		head := ledger.Head{Seq: seq, Hash: make([]byte, 32)}
 		for i := range out {
@@ -132,6 +132,9 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 			e := &ledger.Entry{TenantID: "pgcost", Kind: ledger.KindReserve, CreatedAt: time.Now(),
 				AdmissionID: fmt.Sprintf("pgcost-%d-%012d", os.Getpid(), head.Seq+1), Model: "gpt-4o", Estimate: &est,
 				BalanceMicro: 1000, Actor: "lease:pgcost"}
+			if len(lease) > 0 {
+				e.Lease = lease[0]
+			}
 			head = head.Seal(e)
 			out[i] = e
 		}
@@ -148,8 +151,18 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 				inner := &pgx.Batch{}
 				ledger.QueueInsert(inner, entries(n)...)
 				q := inner.QueuedQueries[0]
-				b.Queue(strings.Replace(q.SQL, "INSERT INTO ledger_entries", "INSERT INTO "+table, 1), q.Arguments...)
+				b.Queue(strings.Replace(q.SQL, "INSERT INTO ledger_rows", "INSERT INTO "+table, 1), q.Arguments...)
 			}
+			b.Queue("COMMIT")
+			return c.SendBatch(ctx, b).Close()
+		}
+	}
+	// record books n entries of one lease: one row (00038).
+	record := func(n int) func(context.Context, *pgx.Conn) error {
+		return func(ctx context.Context, c *pgx.Conn) error {
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			ledger.QueueInsert(b, entries(n, "pgcost-lease")...)
 			b.Queue("COMMIT")
 			return c.SendBatch(ctx, b).Close()
 		}
@@ -169,7 +182,7 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 			if err != nil {
 				return err
 			}
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_entries"}, cols, pgx.CopyFromRows(rows)); err != nil {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"ledger_rows"}, cols, pgx.CopyFromRows(rows)); err != nil {
 				_ = tx.Rollback(ctx)
 				return err
 			}
@@ -208,6 +221,9 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 		{name: "journal group insert, 64 admissions with keys", unit: "admission", n: 64, do: journal(64, true)},
 		{name: "booking: 330 ledger entries, one statement", unit: "entry", n: 330, do: book(330, "")},
 		{name: "booking: 330 ledger entries, COPY", unit: "entry", n: 330, do: copyBook(330)},
+		{name: "booking: 330 entries of one lease, as records (00038)", unit: "entry", n: 330, do: record(330)},
+		{name: "booking: 20 ledger entries, one statement", unit: "entry", n: 20, do: book(20, "")},
+		{name: "booking: 20 entries of one lease, as one record (00038)", unit: "entry", n: 20, do: record(20)},
 		{name: "booking: 330 entries into the table without indexes", unit: "entry", n: 330, do: book(330, "pgcost_ledger")},
 	}
 	m := meter(cpuFile)

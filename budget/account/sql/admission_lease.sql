@@ -1,0 +1,1 @@
+SELECT coalesce(lease_id, '') FROM admissions WHERE id = $1
