@@ -81,6 +81,15 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 		 ON CONFLICT DO NOTHING`,
 		`CREATE TABLE IF NOT EXISTS pgcost_small (n int)`,
 		`CREATE TABLE IF NOT EXISTS pgcost_ledger (LIKE ledger_rows INCLUDING DEFAULTS)`,
+		// ledger_rows with its indexes, its arrays stored out of line
+		// uncompressed: what a record's TOAST costs without compression.
+		`CREATE TABLE IF NOT EXISTS pgcost_rows_external (LIKE ledger_rows INCLUDING ALL)`,
+		`ALTER TABLE pgcost_rows_external ALTER COLUMN earlier_kinds SET STORAGE EXTERNAL, ALTER COLUMN earlier_admissions SET STORAGE EXTERNAL,
+		 ALTER COLUMN earlier_models SET STORAGE EXTERNAL, ALTER COLUMN earlier_estimates SET STORAGE EXTERNAL,
+		 ALTER COLUMN earlier_actuals SET STORAGE EXTERNAL, ALTER COLUMN earlier_refills SET STORAGE EXTERNAL,
+		 ALTER COLUMN earlier_money SET STORAGE EXTERNAL, ALTER COLUMN earlier_actors SET STORAGE EXTERNAL,
+		 ALTER COLUMN earlier_reasons SET STORAGE EXTERNAL, ALTER COLUMN earlier_details SET STORAGE EXTERNAL,
+		 ALTER COLUMN earlier_hashes SET STORAGE EXTERNAL`,
 	} {
 		if _, err := c.Exec(ctx, q); err != nil {
 			return fmt.Errorf("setup: %w", err)
@@ -127,9 +136,10 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 	entries := func(n int, lease ...string) []*ledger.Entry {
 		out := make([]*ledger.Entry, n)
 		head := ledger.Head{Seq: seq, Hash: make([]byte, 32)}
+		at := time.Now() // one booking's clock, as applyMoves gives its entries
 		for i := range out {
 			est := int64(200)
-			e := &ledger.Entry{TenantID: "pgcost", Kind: ledger.KindReserve, CreatedAt: time.Now(),
+			e := &ledger.Entry{TenantID: "pgcost", Kind: ledger.KindReserve, CreatedAt: at,
 				AdmissionID: fmt.Sprintf("pgcost-%d-%012d", os.Getpid(), head.Seq+1), Model: "gpt-4o", Estimate: &est,
 				BalanceMicro: 1000, Actor: "lease:pgcost"}
 			if len(lease) > 0 {
@@ -158,11 +168,17 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 		}
 	}
 	// record books n entries of one lease: one row (00038).
-	record := func(n int) func(context.Context, *pgx.Conn) error {
+	record := func(n int, table string) func(context.Context, *pgx.Conn) error {
 		return func(ctx context.Context, c *pgx.Conn) error {
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
-			ledger.QueueInsert(b, entries(n, "pgcost-lease")...)
+			inner := &pgx.Batch{}
+			ledger.QueueInsert(inner, entries(n, "pgcost-lease")...)
+			q := inner.QueuedQueries[0]
+			if table != "" {
+				q.SQL = strings.Replace(q.SQL, "INSERT INTO ledger_rows", "INSERT INTO "+table, 1)
+			}
+			b.Queue(q.SQL, q.Arguments...)
 			b.Queue("COMMIT")
 			return c.SendBatch(ctx, b).Close()
 		}
@@ -221,9 +237,13 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 		{name: "journal group insert, 64 admissions with keys", unit: "admission", n: 64, do: journal(64, true)},
 		{name: "booking: 330 ledger entries, one statement", unit: "entry", n: 330, do: book(330, "")},
 		{name: "booking: 330 ledger entries, COPY", unit: "entry", n: 330, do: copyBook(330)},
-		{name: "booking: 330 entries of one lease, as records (00038)", unit: "entry", n: 330, do: record(330)},
+		{name: "booking: 330 entries of one lease, as one record (00038)", unit: "entry", n: 330, do: record(330, "")},
+		{name: "the same, compressed with lz4", unit: "entry", n: 330, setup: "SET default_toast_compression = lz4", do: record(330, "")},
+		{name: "the same, stored out of line uncompressed", unit: "entry", n: 330, do: record(330, "pgcost_rows_external")},
 		{name: "booking: 20 ledger entries, one statement", unit: "entry", n: 20, do: book(20, "")},
-		{name: "booking: 20 entries of one lease, as one record (00038)", unit: "entry", n: 20, do: record(20)},
+		{name: "booking: 20 entries of one lease, as one record (00038)", unit: "entry", n: 20, do: record(20, "")},
+		{name: "the same, compressed with lz4", unit: "entry", n: 20, setup: "SET default_toast_compression = lz4", do: record(20, "")},
+		{name: "the same, stored out of line uncompressed", unit: "entry", n: 20, do: record(20, "pgcost_rows_external")},
 		{name: "booking: 330 entries into the table without indexes", unit: "entry", n: 330, do: book(330, "pgcost_ledger")},
 	}
 	m := meter(cpuFile)
@@ -234,7 +254,7 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 	per := make([][]float64, len(parts))
 	for range rounds {
 		for i, p := range parts {
-			for _, q := range []string{"RESET synchronous_commit", p.setup} {
+			for _, q := range []string{"RESET synchronous_commit", "RESET default_toast_compression", p.setup} {
 				if q == "" {
 					continue
 				}
