@@ -60,14 +60,14 @@ func BenchmarkLedgerScale(b *testing.B) {
 	if _, err := pool.Exec(ctx, benchTenantsSQL, per); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE ledger_entries"); err != nil {
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE ledger_rows"); err != nil {
 		b.Fatal(err)
 	}
 	var size string
 	if err := pool.QueryRow(ctx, "SELECT pg_size_pretty(pg_total_relation_size('ledger_rows'))").Scan(&size); err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("loaded %d entries (%d tenants x %d) in %s; ledger_entries with indexes: %s", tenants*per, tenants, per, time.Since(start).Round(time.Second), size)
+	b.Logf("loaded %d entries (%d tenants x %d) in %s; ledger_rows with indexes: %s", tenants*per, tenants, per, time.Since(start).Round(time.Second), size)
 
 	// One tenant's hour (entries are 1 s apart), a quarter into its
 	// history: the first page of 100.
