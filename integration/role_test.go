@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
@@ -121,10 +122,20 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_rows DISABLE TRIGGER USER"); err != nil {
 		t.Fatal(err)
 	}
-	for _, stmt := range []string{"UPDATE ledger_rows SET delta_micro = 0", "DELETE FROM ledger_rows", "TRUNCATE ledger_rows", "UPDATE ledger_entries SET delta_micro = 0", "DELETE FROM ledger_entries"} {
+	for _, stmt := range []string{"UPDATE ledger_rows SET delta_micro = 0", "DELETE FROM ledger_rows", "TRUNCATE ledger_rows"} {
 		_, err := app.Exec(ctx, stmt)
 		if err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Fatalf("%s as the app role: %v, want permission denied", stmt, err)
+		}
+	}
+	// The view of every entry (00038) takes inserts only (an older
+	// replica's), whoever asks.
+	for _, stmt := range []string{"UPDATE ledger_entries SET delta_micro = 0", "DELETE FROM ledger_entries"} {
+		for _, as := range []*pgxpool.Pool{app, owner} {
+			_, err := as.Exec(ctx, stmt)
+			if err == nil || !strings.Contains(err.Error(), "cannot") {
+				t.Fatalf("%s: %v, want the view to refuse it", stmt, err)
+			}
 		}
 	}
 	if _, err := owner.Exec(ctx, "ALTER TABLE ledger_rows ENABLE TRIGGER USER"); err != nil {
