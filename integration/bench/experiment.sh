@@ -8,7 +8,9 @@
 #
 #   experiment.sh NAME [OUT (/tmp/tokengate-NAME)]
 #   NAME: floor, floor-keys, no-lease-use, no-lease-use-two-in-flight, no-keys,
-#         no-booking-entries, two-indexes-dropped
+#         no-booking-entries, two-indexes-dropped, compact-bound (the compact
+#         design without its reads: a record per group for its admissions and
+#         one for its ends, the keys, the lease use; no admissions rows)
 #
 # The patches were made against the commit that added them; a later change
 # to the lines they touch makes git apply refuse, and says which.
