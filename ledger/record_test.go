@@ -143,7 +143,8 @@ func TestRecordsHoldALeaseBookingAsRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		same("list "+tenant, got, want)
-		// Pages of 2 whose cursors fall inside records.
+		// Pages of 2: each read's rows end within its range, or it is the
+		// one record that follows, whole.
 		var paged []ledger.Entry
 		for after := int64(0); ; {
 			page, err := ledger.EntryList(ctx, pool, tenant, after, 2)
@@ -157,6 +158,22 @@ func TestRecordsHoldALeaseBookingAsRows(t *testing.T) {
 			after = page[len(page)-1].Seq
 		}
 		same("pages of "+tenant, paged, want)
+		// A read may end inside a record (a tally's entry, a caller's
+		// cursor) or find no row ending within its range (a record longer
+		// than the limit): from every seq, it gives the entries that follow,
+		// at least one, whole and in order.
+		for after := range int64(len(want)) {
+			for _, limit := range []int{1, 2, 1000} {
+				page, err := ledger.EntryList(ctx, pool, tenant, after, limit)
+				if err != nil || len(page) == 0 || int(after)+len(page) > len(want) {
+					t.Fatalf("list %s after %d, limit %d: %d entries, %v", tenant, after, limit, len(page), err)
+				}
+				same(fmt.Sprintf("list %s after %d, limit %d", tenant, after, limit), page, want[after:int(after)+len(page)])
+			}
+		}
+		if page, err := ledger.EntryList(ctx, pool, tenant, int64(len(want)), 10); err != nil || len(page) != 0 {
+			t.Fatalf("list %s after its end: %d entries, %v", tenant, len(page), err)
+		}
 		tally, err := ledger.Verify(ctx, pool, tenant)
 		if err != nil || tally.Entries != int64(len(want)) || tally.BalanceMicro != h.balance[tenant] {
 			t.Fatalf("verify %s: %+v %v", tenant, tally, err)

@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	_ "embed"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,8 +13,6 @@ import (
 var (
 	//go:embed sql/entry_insert.sql
 	entryInsertSQL string
-	//go:embed sql/entry_list.sql
-	entryListSQL string
 	//go:embed sql/record_insert.sql
 	recordInsertSQL string
 )
@@ -169,18 +166,4 @@ func (c *columns) args() []any {
 		pgarray.Int8s(c.refill), pgarray.Int8s(c.delta), pgarray.Int8s(c.balance), pgarray.NullTimestamptzs(c.periodStart),
 		pgarray.Int8s(c.used), c.late, pgarray.Texts(c.actor), pgarray.NullTexts(c.reason), pgarray.NullTexts(c.detail),
 		pgarray.Byteas(c.prev), pgarray.Byteas(c.hash), pgarray.NullInt8s(c.money), pgarray.NullTexts(c.windows)}
-}
-
-// EntryList returns up to limit entries of a tenant with seq > afterSeq, in
-// order.
-func EntryList(ctx context.Context, q Querier, tenantID string, afterSeq int64, limit int) ([]Entry, error) {
-	rows, err := q.Query(ctx, entryListSQL, tenantID, afterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: list %s: %w", tenantID, err)
-	}
-	entries, err := pgx.CollectRows(rows, scanEntry)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: list %s: %w", tenantID, err)
-	}
-	return entries, nil
 }

@@ -59,26 +59,39 @@ type Tally struct {
 // chain and the balance arithmetic. It returns a *Problem (wrapping
 // ErrBroken) naming the first entry that does not hold.
 func Verify(ctx context.Context, q Querier, tenantID string) (Tally, error) {
-	return VerifyFrom(ctx, q, tenantID, Tally{})
+	return VerifyFrom(ctx, q, tenantID, Tally{}, 0)
 }
 
 // VerifyFrom continues a verification from a tally an earlier Verify or
 // VerifyFrom returned: it checks only the entries after from.LastSeq, so a
-// periodic watch costs what was appended since its last run.
-func VerifyFrom(ctx context.Context, q Querier, tenantID string, from Tally) (Tally, error) {
+// periodic watch costs what was appended since its last run. A positive
+// upTo stops it at that entry (a head read before: entries appended since
+// are left to the next run); 0 reads to the chain's end.
+//
+// Each page is a statement of its own, so q may be a pool: entries are
+// never rewritten, so pages read at different moments read one chain.
+// Only a comparison with a tenant row needs the row read first, and upTo
+// set to its head (account.Watch).
+func VerifyFrom(ctx context.Context, q Querier, tenantID string, from Tally, upTo int64) (Tally, error) {
 	t := from
 	prev := t.LastHash
 	if prev == nil {
 		prev = []byte{}
 	}
 	const page = 5000
-	for {
+	for upTo <= 0 || t.LastSeq < upTo {
 		entries, err := EntryList(ctx, q, tenantID, t.LastSeq, page)
 		if err != nil {
 			return t, err
 		}
+		if len(entries) == 0 {
+			return t, nil
+		}
 		for i := range entries {
 			e := &entries[i]
+			if upTo > 0 && t.LastSeq >= upTo {
+				return t, nil
+			}
 			if e.Seq != t.LastSeq+1 {
 				return t, &Problem{tenantID, t.LastSeq + 1, ProblemChain, fmt.Sprintf("missing: the next entry has seq %d", e.Seq)}
 			}
@@ -98,10 +111,8 @@ func VerifyFrom(ctx context.Context, q Querier, tenantID string, from Tally) (Ta
 			t.Entries++
 			prev = e.Hash
 		}
-		if len(entries) < page {
-			return t, nil
-		}
 	}
+	return t, nil
 }
 
 // checkArithmetic recomputes balance + refill + delta exactly, in a big

@@ -40,7 +40,7 @@ func TestVerifyReportsOverflow(t *testing.T) {
 		t.Fatalf("tally ends at entry %d, want the entry before the overflow (%d)", tally.LastSeq, w.OverflowSeq-1)
 	}
 	// Continuing from the last good tally finds it again.
-	if _, err := ledger.VerifyFrom(ctx, pool, "acme", tally); !errors.As(err, &p) || p.Kind != ledger.ProblemOverflow {
+	if _, err := ledger.VerifyFrom(ctx, pool, "acme", tally, 0); !errors.As(err, &p) || p.Kind != ledger.ProblemOverflow {
 		t.Fatalf("verify from entry %d: %v, want the overflow", tally.LastSeq, err)
 	}
 }

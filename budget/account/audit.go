@@ -77,9 +77,9 @@ func (h head) check(t ledger.Tally, verr error) AuditResult {
 	return r
 }
 
-// readHeads lists tenant rows (one, or all with tenantID "") in tx.
-func readHeads(ctx context.Context, tx pgx.Tx, tenantID string) ([]head, error) {
-	rows, err := tx.Query(ctx, tenantHeadsSQL, tenantID)
+// readHeads lists tenant rows (one, or all with tenantID "") in q.
+func readHeads(ctx context.Context, q ledger.Querier, tenantID string) ([]head, error) {
+	rows, err := q.Query(ctx, tenantHeadsSQL, tenantID)
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +95,27 @@ func readHeads(ctx context.Context, tx pgx.Tx, tenantID string) ([]head, error) 
 // admissions go on.
 func (s *Store) snapshotTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// headAndEnd reads a tenant's row and the seq of its ledger's last entry
+// in one snapshot, a transaction of two index reads: a head that is not the
+// ledger's end is then a finding, not a race with an append.
+func (s *Store) headAndEnd(ctx context.Context, tenantID string) (head, int64, error) {
+	var h head
+	var end int64
+	err := s.snapshotTx(ctx, func(tx pgx.Tx) error {
+		heads, err := readHeads(ctx, tx, tenantID)
+		if err != nil {
+			return err
+		}
+		if len(heads) != 1 {
+			return fmt.Errorf("tenant %s: %w", tenantID, rule.ErrTenantNotFound)
+		}
+		h = heads[0]
+		end, err = ledger.LastSeq(ctx, tx, tenantID)
+		return err
+	})
+	return h, end, err
 }
 
 // Audit verifies every tenant's ledger from its first entry (or one
@@ -133,6 +154,19 @@ func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, erro
 // entries appended since the last run (incremental), then compares the row.
 // A mismatch is logged as an error on every run until it is resolved and
 // counted in Violations.
+//
+// A run holds no transaction open for long: it reads the tenant rows in one
+// statement; for each tenant whose row moved, its row and its ledger's last
+// seq in one snapshot of two index reads (a head that is not the ledger's
+// end is a finding); then its new entries up to that head, page by page,
+// each page a statement of its own (ledger.VerifyFrom). It once read everything in one REPEATABLE READ
+// snapshot, which a run over a busy ledger held for seconds: while a
+// snapshot is open Postgres cannot prune the row versions every decision
+// and journal group leaves behind (tenants, leases), and the rate limit
+// service's 64-tenant load spent twice its Postgres CPU per request during
+// such a run (BENCHMARKS.md, "Quota leasing, eleventh step"). Entries are
+// never rewritten, so pages read at different moments read one chain, and
+// the entries up to a head committed with it, before it was read.
 type Watch struct {
 	Store  *Store
 	Logger *slog.Logger
@@ -152,32 +186,38 @@ func (w *Watch) Once(ctx context.Context) ([]AuditResult, error) {
 	if w.tallies == nil {
 		w.tallies, w.violations = map[string]ledger.Tally{}, map[string]AuditResult{}
 	}
-	var bad []AuditResult
-	err := w.Store.snapshotTx(ctx, func(tx pgx.Tx) error {
-		heads, err := readHeads(ctx, tx, "")
-		if err != nil {
-			return err
-		}
-		for _, h := range heads {
-			t := w.tallies[h.id]
-			if t.LastSeq != h.seq || t.BalanceMicro != h.balance || !bytes.Equal(t.LastHash, h.hash) {
-				var verr error
-				t, verr = ledger.VerifyFrom(ctx, tx, h.id, t)
-				if verr != nil && !errors.Is(verr, ledger.ErrBroken) {
-					return verr
-				}
-				r := h.check(t, verr)
-				if !r.OK {
-					bad = append(bad, r)
-					continue
-				}
-				w.tallies[h.id] = t
-			}
-		}
-		return nil
-	})
+	heads, err := readHeads(ctx, w.Store.pool, "")
 	if err != nil {
 		return nil, fmt.Errorf("budget: watch: %w", err)
+	}
+	var bad []AuditResult
+	for _, listed := range heads {
+		t := w.tallies[listed.id]
+		if t.LastSeq == listed.seq && t.BalanceMicro == listed.balance && bytes.Equal(t.LastHash, listed.hash) {
+			continue
+		}
+		h, end, err := w.Store.headAndEnd(ctx, listed.id)
+		if err != nil {
+			return nil, fmt.Errorf("budget: watch: %w", err)
+		}
+		var verr error
+		switch {
+		case end != h.seq:
+			// Entries beyond the head (forged), or the head beyond the
+			// last entry (entries removed): said before any is read.
+			t = ledger.Tally{Entries: t.Entries, LastSeq: end, BalanceMicro: t.BalanceMicro}
+		case h.seq > t.LastSeq:
+			t, verr = ledger.VerifyFrom(ctx, w.Store.pool, h.id, t, h.seq)
+			if verr != nil && !errors.Is(verr, ledger.ErrBroken) {
+				return nil, fmt.Errorf("budget: watch: %w", verr)
+			}
+		}
+		r := h.check(t, verr)
+		if !r.OK {
+			bad = append(bad, r)
+			continue
+		}
+		w.tallies[h.id] = t
 	}
 	w.violations = map[string]AuditResult{}
 	for _, r := range bad {

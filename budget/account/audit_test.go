@@ -1,16 +1,22 @@
 package account_test
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/alert"
 	"github.com/tokengate/tokengate/budget/rule"
+	"github.com/tokengate/tokengate/integration/pgtest"
 	"github.com/tokengate/tokengate/ledger"
 	"github.com/tokengate/tokengate/ledger/ledgertest"
 )
@@ -126,6 +132,9 @@ func TestAuditCatchesTampering(t *testing.T) {
 				FROM ledger_entries WHERE tenant_id = 'acme' AND seq = 6`}
 		}, 7, "prev_hash"},
 		{"well-formed forgery past the head", func(b *testBundle, t *testing.T) []string { return []string{forge(b, t)} }, 7, "chain head"},
+		{"last entry deleted", func(*testBundle, *testing.T) []string {
+			return []string{`DELETE FROM ledger_rows WHERE tenant_id = 'acme' AND seq = 6`}
+		}, 6, "chain head"},
 		{"balance changed outside the ledger", func(*testBundle, *testing.T) []string {
 			return []string{`UPDATE tenants SET tokens_micro = tokens_micro + 500000000 WHERE id = 'acme'`}
 		}, 6, "outside the ledger"},
@@ -138,6 +147,18 @@ func TestAuditCatchesTampering(t *testing.T) {
 			r := auditOf(t, b, "acme")
 			if r.OK || r.BrokenSeq != tt.seq || !strings.Contains(r.Problem, tt.problem) {
 				t.Fatalf("audit after %s: %+v, want entry %d named (%q)", tt.name, r, tt.seq, tt.problem)
+			}
+			// The invariant watch reads no snapshot of the whole ledger, only
+			// each row with its ledger's end; it finds the same.
+			w := &account.Watch{Store: b.store, Logger: slog.New(slog.DiscardHandler)}
+			// An entry beyond the row's head it finds as such, unread.
+			want := tt.problem
+			if tt.seq > 6 {
+				want = "ledger ends at entry 7"
+			}
+			bad, err := w.Once(ctx)
+			if err != nil || len(bad) != 1 || bad[0].TenantID != "acme" || bad[0].BrokenSeq != tt.seq || !strings.Contains(bad[0].Problem, want) {
+				t.Fatalf("watch after %s: %+v %v, want entry %d named (%q)", tt.name, bad, err, tt.seq, want)
 			}
 		})
 	}
@@ -204,3 +225,145 @@ func TestAuditAndWatchReportOverflow(t *testing.T) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func hexOf(b []byte) string { return hex.EncodeToString(b) }
+
+// TestWatchBesideAppends: the watch reads each tenant's row and ledger end
+// in a snapshot of their own and its entries outside any, so it runs
+// beside admissions without holding back Postgres's cleanup; appends that
+// land between its reads are never findings. Four tenants take 40
+// reservations and settles each from eight goroutines while a watch runs
+// over and over: it finds nothing, ever, and its last run, the audit and
+// the ledger agree on every entry.
+func TestWatchBesideAppends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tenants := []string{"a", "b", "c", "d"}
+	for _, id := range tenants {
+		b.tenant(t, id, limits(1_000_000, "1000"))
+	}
+	w := &account.Watch{Store: b.store, Logger: slog.New(slog.DiscardHandler)}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := tenants[g%len(tenants)]
+			for i := range 20 {
+				p := reserve(int64(10 + i))
+				p.TenantID = id
+				r, err := b.store.Reserve(ctx, p)
+				if err != nil {
+					t.Errorf("reserve %s: %v", id, err)
+					return
+				}
+				if _, err := b.store.Settle(ctx, account.SettleParams{TenantID: id, AdmissionID: r.AdmissionID, InputTokens: 5, OutputTokens: 5}); err != nil {
+					t.Errorf("settle %s: %v", id, err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	runs := 0
+	for stop := false; !stop; runs++ {
+		select {
+		case <-done:
+			stop = true // one more run, after the last append
+		default:
+		}
+		bad, err := w.Once(ctx)
+		if err != nil || len(bad) != 0 {
+			t.Fatalf("watch run %d beside appends: %+v %v", runs, bad, err)
+		}
+	}
+	res, err := b.store.Audit(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		var n int64
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM ledger_entries WHERE tenant_id = $1`, r.TenantID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		// Creation, then 2 goroutines x 20 x (reserve + settle).
+		if !r.OK || r.Entries != n || n != 1+2*20*2 {
+			t.Fatalf("audit of %s after the load: %+v, %d entries in the ledger", r.TenantID, r, n)
+		}
+	}
+	if w.Violations() != 0 || runs < 2 {
+		t.Fatalf("watch: %d violations over %d runs", w.Violations(), runs)
+	}
+}
+
+// snapshotProbe is a query tracer that, as a ledger read of the watch's
+// (entry_list.sql) ends, counts the backends of the database other than
+// its own that hold a snapshot: the reader's, if its read ran in a
+// transaction that keeps one (REPEATABLE READ keeps its first
+// statement's to the end).
+type snapshotProbe struct {
+	check   *pgxpool.Pool
+	mu      sync.Mutex
+	reading map[*pgx.Conn]bool
+	held    []int
+}
+
+func (p *snapshotProbe) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reading[c] = strings.Contains(d.SQL, "FROM ledger_rows\nWHERE tenant_id = $1 AND seq > $2")
+	return ctx
+}
+
+func (p *snapshotProbe) TraceQueryEnd(ctx context.Context, c *pgx.Conn, _ pgx.TraceQueryEndData) {
+	p.mu.Lock()
+	reading := p.reading[c]
+	delete(p.reading, c)
+	p.mu.Unlock()
+	if !reading {
+		return
+	}
+	var n int
+	err := p.check.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL`).Scan(&n)
+	if err != nil {
+		n = -1
+	}
+	p.mu.Lock()
+	p.held = append(p.held, n)
+	p.mu.Unlock()
+}
+
+// TestWatchHoldsNoSnapshotWhileReading: while the watch reads a tenant's
+// entries, no transaction of its holds a snapshot (one held over a run
+// kept Postgres from pruning the rows decisions update, and doubled its
+// CPU per request under load: BENCHMARKS.md, "Quota leasing, eleventh
+// step"). Every read of entries is checked, in pages of a long chain.
+func TestWatchHoldsNoSnapshotWhileReading(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	probe := &snapshotProbe{check: pgtest.Pool(t, url, nil), reading: map[*pgx.Conn]bool{}}
+	pool := pgtest.Pool(t, url, func(c *pgxpool.Config) { c.ConnConfig.Tracer = probe })
+	b := &testBundle{pool: pool, store: account.NewStore(pool)}
+	b.tenant(t, "acme", limits(1_000_000, "1000"))
+	for i := range 30 {
+		b.mustReserve(t, "acme", int64(1+i))
+	}
+	w := &account.Watch{Store: b.store, Logger: slog.New(slog.DiscardHandler)}
+	if bad, err := w.Once(ctx); err != nil || len(bad) != 0 {
+		t.Fatalf("watch: %+v %v", bad, err)
+	}
+	b.mustReserve(t, "acme", 3)
+	if bad, err := w.Once(ctx); err != nil || len(bad) != 0 {
+		t.Fatalf("watch: %+v %v", bad, err)
+	}
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	if len(probe.held) < 2 {
+		t.Fatalf("the watch read entries %d times, want one a run at least", len(probe.held))
+	}
+	for i, n := range probe.held {
+		if n != 0 {
+			t.Fatalf("read %d of the watch: %d backends held a snapshot (%v)", i, n, probe.held)
+		}
+	}
+}
