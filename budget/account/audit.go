@@ -120,33 +120,52 @@ func (s *Store) headAndEnd(ctx context.Context, tenantID string) (head, int64, e
 
 // Audit verifies every tenant's ledger from its first entry (or one
 // tenant's, when tenantID is set) and compares each tenant row with it. It
-// returns ErrTenantNotFound for an unknown tenantID.
+// returns ErrTenantNotFound for an unknown tenantID. Like the watch, it
+// holds no snapshot while it reads entries (verifyTenant): an audit of a
+// large ledger under load would otherwise keep Postgres from pruning the
+// rows decisions update for as long as it reads.
 func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, error) {
-	var out []AuditResult
-	err := s.snapshotTx(ctx, func(tx pgx.Tx) error {
-		heads, err := readHeads(ctx, tx, tenantID)
-		if err != nil {
-			return err
-		}
-		if tenantID != "" && len(heads) == 0 {
-			return rule.ErrTenantNotFound
-		}
-		for _, h := range heads {
-			t, verr := ledger.Verify(ctx, tx, h.id)
-			if verr != nil && !errors.Is(verr, ledger.ErrBroken) {
-				return verr
-			}
-			out = append(out, h.check(t, verr))
-		}
-		return nil
-	})
+	heads, err := readHeads(ctx, s.pool, tenantID)
 	if err != nil {
-		if errors.Is(err, rule.ErrTenantNotFound) {
-			return nil, err
-		}
 		return nil, fmt.Errorf("budget: audit: %w", err)
 	}
+	if tenantID != "" && len(heads) == 0 {
+		return nil, rule.ErrTenantNotFound
+	}
+	out := make([]AuditResult, 0, len(heads))
+	for _, h := range heads {
+		r, _, err := s.verifyTenant(ctx, h.id, ledger.Tally{})
+		if err != nil {
+			return nil, fmt.Errorf("budget: audit: %w", err)
+		}
+		out = append(out, r)
+	}
 	return out, nil
+}
+
+// verifyTenant verifies a tenant's entries after from (a tally of an
+// earlier run, or none) and compares its row with them. It reads the row
+// and the seq of the ledger's last entry in one snapshot of two index
+// reads, then the entries up to that seq page by page, each page a
+// statement of its own: entries are never rewritten, so pages read at
+// different moments read one chain, and those up to the end read with the
+// row were committed before it was read. Entries appended since are left
+// to the next run. Entries beyond the row's head (forged) are verified and
+// reported as the chain or the head finds them, as a snapshot would.
+func (s *Store) verifyTenant(ctx context.Context, tenantID string, from ledger.Tally) (AuditResult, ledger.Tally, error) {
+	h, end, err := s.headAndEnd(ctx, tenantID)
+	if err != nil {
+		return AuditResult{}, from, err
+	}
+	t := from
+	var verr error
+	if end > t.LastSeq {
+		t, verr = ledger.VerifyFrom(ctx, s.pool, tenantID, t, end)
+		if verr != nil && !errors.Is(verr, ledger.ErrBroken) {
+			return AuditResult{}, from, verr
+		}
+	}
+	return h.check(t, verr), t, nil
 }
 
 // Watch checks, in every replica and cheaply, that each tenant's stored
@@ -156,17 +175,14 @@ func (s *Store) Audit(ctx context.Context, tenantID string) ([]AuditResult, erro
 // counted in Violations.
 //
 // A run holds no transaction open for long: it reads the tenant rows in one
-// statement; for each tenant whose row moved, its row and its ledger's last
-// seq in one snapshot of two index reads (a head that is not the ledger's
-// end is a finding); then its new entries up to that head, page by page,
-// each page a statement of its own (ledger.VerifyFrom). It once read everything in one REPEATABLE READ
+// statement, then verifies each tenant whose row moved (verifyTenant: its
+// row with its ledger's end in a snapshot of two index reads, then its new
+// entries page by page, each page a statement of its own). It once read everything in one REPEATABLE READ
 // snapshot, which a run over a busy ledger held for seconds: while a
 // snapshot is open Postgres cannot prune the row versions every decision
 // and journal group leaves behind (tenants, leases), and the rate limit
 // service's 64-tenant load spent twice its Postgres CPU per request during
-// such a run (BENCHMARKS.md, "Quota leasing, eleventh step"). Entries are
-// never rewritten, so pages read at different moments read one chain, and
-// the entries up to a head committed with it, before it was read.
+// such a run (BENCHMARKS.md, "Quota leasing, eleventh step").
 type Watch struct {
 	Store  *Store
 	Logger *slog.Logger
@@ -196,28 +212,15 @@ func (w *Watch) Once(ctx context.Context) ([]AuditResult, error) {
 		if t.LastSeq == listed.seq && t.BalanceMicro == listed.balance && bytes.Equal(t.LastHash, listed.hash) {
 			continue
 		}
-		h, end, err := w.Store.headAndEnd(ctx, listed.id)
+		r, next, err := w.Store.verifyTenant(ctx, listed.id, t)
 		if err != nil {
 			return nil, fmt.Errorf("budget: watch: %w", err)
 		}
-		var verr error
-		switch {
-		case end != h.seq:
-			// Entries beyond the head (forged), or the head beyond the
-			// last entry (entries removed): said before any is read.
-			t = ledger.Tally{Entries: t.Entries, LastSeq: end, BalanceMicro: t.BalanceMicro}
-		case h.seq > t.LastSeq:
-			t, verr = ledger.VerifyFrom(ctx, w.Store.pool, h.id, t, h.seq)
-			if verr != nil && !errors.Is(verr, ledger.ErrBroken) {
-				return nil, fmt.Errorf("budget: watch: %w", verr)
-			}
-		}
-		r := h.check(t, verr)
 		if !r.OK {
 			bad = append(bad, r)
 			continue
 		}
-		w.tallies[h.id] = t
+		w.tallies[listed.id] = next
 	}
 	w.violations = map[string]AuditResult{}
 	for _, r := range bad {
