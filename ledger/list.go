@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,7 +29,10 @@ func LastSeq(ctx context.Context, q Querier, tenantID string) (int64, error) {
 		return 0, fmt.Errorf("ledger: last seq of %s: %w", tenantID, err)
 	}
 	seq, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
-	if err != nil {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, nil
+	case err != nil:
 		return 0, fmt.Errorf("ledger: last seq of %s: %w", tenantID, err)
 	}
 	return seq, nil

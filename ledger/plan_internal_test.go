@@ -38,3 +38,43 @@ func TestRecentKindCountsReadThroughAnIndex(t *testing.T) {
 		t.Fatalf("recent kind counts scan the whole ledger:\n%s", plan)
 	}
 }
+
+// A verification's reads (the watch's on every replica, ledger verify's)
+// start at the cursor and stop at the range's end down the primary key,
+// whatever the statistics say (the primary key kept its name,
+// ledger_entries_pkey, across 00038): a generic plan that read a tenant's whole
+// chain, or every tenant's, on each page would make a run quadratic.
+func TestEntryListReadsARangeOfThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tx, err := pgtest.New(t, nil).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE list (text, bigint, bigint) AS " + entryListSQL,
+		"PREPARE next_row (text, bigint) AS " + entryNextRowSQL, "PREPARE last_seq (text) AS " + entryLastSeqSQL} {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for q, cond := range map[string]string{
+		"EXPLAIN EXECUTE list ('t', 100, 5100)": "(seq > $2) AND (seq <= $3)",
+		"EXPLAIN EXECUTE next_row ('t', 100)":   "(seq > $2)",
+		"EXPLAIN EXECUTE last_seq ('t')":        "Index Cond: (tenant_id = $1)",
+	} {
+		rows, err := tx.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if !strings.Contains(plan, "using ledger_entries_pkey on ledger_rows") || !strings.Contains(plan, cond) ||
+			strings.Contains(plan, "Seq Scan") || strings.Contains(plan, "Sort") {
+			t.Fatalf("%s: not a range of the primary key (%s), unsorted:\n%s", q, cond, plan)
+		}
+	}
+}
