@@ -117,10 +117,15 @@ func TestPoolSharedFairlyByWeight(t *testing.T) {
 		t.Fatalf("served %d tokens in %s from a pool refilling %d/s: it was not kept busy", total, run, rate)
 	}
 	for id, w := range weights {
+		// ± 15 %: a run serves about 120 admissions of 100 tokens, and the
+		// three or four a tenant has in flight when it is cut off move its
+		// share by 3 points (CI read a 27.9 % for a weight of 1, its
+		// scheduler's counters 3400, 3200 and 3200). Shares that ignored
+		// the weights (a third each) would be 33 % off.
 		share := float64(served[id]) / float64(total)
 		want := float64(w) / 4
-		if math.Abs(share-want) > 0.1*want {
-			t.Errorf("tenant %s (weight %d) got %.1f%% of the pool, want %.1f%% ± 10%% (served %v)", id, w, 100*share, 100*want, served)
+		if math.Abs(share-want) > 0.15*want {
+			t.Errorf("tenant %s (weight %d) got %.1f%% of the pool, want %.1f%% ± 15%% (served %v)", id, w, 100*share, 100*want, served)
 		}
 		// No tenant is starved: each is served in every two-second window.
 		// (Not in every second: a tenant whose callers got ahead in the

@@ -77,7 +77,10 @@ func soak(t *testing.T, ha bool) {
 	t.Logf("soak: %s's clock is off by %s", skewed, skew)
 	var up *provider // the OpenAI and Gemini upstream the proxies call
 	c := startClusterOn(t, ha, 3, map[string]string{"TOKENGATE_STORE_TIMEOUT": "2s", "TOKENGATE_SWEEP_INTERVAL": "500ms", "TOKENGATE_REPLICAS": "3",
-		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082", "TOKENGATE_LEASE_TTL": leaseTTL.String()},
+		"TOKENGATE_RLS_ADDR": ":8081", "TOKENGATE_PROXY_ADDR": ":8082", "TOKENGATE_LEASE_TTL": leaseTTL.String(),
+		// The invariant watch every second, through the load and its faults:
+		// what it reads outside any snapshot must never look like a finding.
+		"TOKENGATE_WATCH_INTERVAL": "1s"},
 		func(c *cluster, name string) map[string]string {
 			if up == nil {
 				up = newProvider(t, c)
@@ -249,6 +252,30 @@ func soak(t *testing.T, ha bool) {
 	// What `tokengate ledger verify` runs (admin.Service.LedgerVerify), over
 	// every tenant: each chain, and each row's head and balance against it.
 	c.audit()
+	watchFoundNothing(t, c)
+}
+
+// watchFoundNothing checks that no replica's invariant watch, which ran
+// every second through the load and its faults, ever logged a finding on a
+// ledger the audit finds sound.
+func watchFoundNothing(t *testing.T, c *cluster) {
+	t.Helper()
+	for _, rep := range c.replicas {
+		rc, err := rep.ctr.Logs(ctx)
+		if err != nil {
+			t.Fatalf("soak: %s's logs: %v", rep.name, err)
+		}
+		raw, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			t.Fatalf("soak: %s's logs: %v", rep.name, err)
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "LEDGER INVARIANT VIOLATED") {
+				t.Fatalf("soak: %s's invariant watch found a violation in a sound ledger: %s", rep.name, line)
+			}
+		}
+	}
 }
 
 // replicasUp checks that every replica answers again once the faults are
