@@ -10,6 +10,25 @@ import (
 	"github.com/tokengate/tokengate/integration/pgtest"
 )
 
+// planTx opens a transaction on a fresh test database, rolled back when
+// the test ends, and runs stmts in it (settings, PREPAREs) before the
+// EXPLAINs a plan test reads.
+func planTx(t *testing.T, stmts ...string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pgtest.New(t, nil).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	return tx
+}
+
 // The dashboard counts recent entries of a kind on a table that only
 // grows: the statement must be able to start from the created_at index.
 // With sequential scans priced out, a plan that still scans the whole table
@@ -18,14 +37,7 @@ import (
 func TestRecentKindCountsReadThroughAnIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tx, err := pgtest.New(t, nil).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
-		t.Fatal(err)
-	}
+	tx := planTx(t, "SET LOCAL enable_seqscan = off")
 	rows, err := tx.Query(ctx, "EXPLAIN "+kindCountsSQL, string(KindReserve), 60.0)
 	if err != nil {
 		t.Fatal(err)
@@ -47,17 +59,8 @@ func TestRecentKindCountsReadThroughAnIndex(t *testing.T) {
 func TestEntryListReadsARangeOfThePrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tx, err := pgtest.New(t, nil).Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	for _, s := range []string{"SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE list (text, bigint, bigint) AS " + entryListSQL,
-		"PREPARE next_row (text, bigint) AS " + entryNextRowSQL, "PREPARE last_seq (text) AS " + entryLastSeqSQL} {
-		if _, err := tx.Exec(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tx := planTx(t, "SET LOCAL plan_cache_mode = force_generic_plan", "PREPARE list (text, bigint, bigint) AS "+entryListSQL,
+		"PREPARE next_row (text, bigint) AS "+entryNextRowSQL, "PREPARE last_seq (text) AS "+entryLastSeqSQL)
 	for q, cond := range map[string]string{
 		"EXPLAIN EXECUTE list ('t', 100, 5100)": "(seq > $2) AND (seq <= $3)",
 		"EXPLAIN EXECUTE next_row ('t', 100)":   "(seq > $2)",
