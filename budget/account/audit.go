@@ -177,12 +177,13 @@ func (s *Store) verifyTenant(ctx context.Context, tenantID string, from ledger.T
 // A run holds no transaction open for long: it reads the tenant rows in one
 // statement, then verifies each tenant whose row moved (verifyTenant: its
 // row with its ledger's end in a snapshot of two index reads, then its new
-// entries page by page, each page a statement of its own). It once read everything in one REPEATABLE READ
-// snapshot, which a run over a busy ledger held for seconds: while a
-// snapshot is open Postgres cannot prune the row versions every decision
-// and journal group leaves behind (tenants, leases), and the rate limit
-// service's 64-tenant load spent twice its Postgres CPU per request during
-// such a run (BENCHMARKS.md, "Quota leasing, eleventh step").
+// entries page by page, each page a statement of its own). It once read
+// everything in one REPEATABLE READ snapshot, which a run over a busy
+// ledger held for seconds: while a snapshot is open Postgres cannot prune
+// the row versions every decision and journal group leaves behind
+// (tenants, leases), and the rate limit service's 64-tenant load spent
+// twice its Postgres CPU per request during such a run (BENCHMARKS.md,
+// "Quota leasing, eleventh step").
 type Watch struct {
 	Store  *Store
 	Logger *slog.Logger
