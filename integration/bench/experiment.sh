@@ -10,7 +10,11 @@
 #   NAME: floor, floor-keys, no-lease-use, no-lease-use-two-in-flight, no-keys,
 #         no-booking-entries, two-indexes-dropped, compact-bound (the compact
 #         design without its reads: a record per group for its admissions and
-#         one for its ends, the keys, the lease use; no admissions rows)
+#         one for its ends, the keys, the lease use; no admissions rows),
+#         compact-gin (compact-bound with the keys in the group's row, found
+#         through a GIN index, fastupdate off, read under their advisory
+#         locks: no key rows), compact-group-use (compact-bound with the lease
+#         use as one row write per group: the leases read, not updated)
 #
 # The patches were made against the commit that added them; a later change
 # to the lines they touch makes git apply refuse, and says which.
