@@ -202,6 +202,15 @@ for load in "${loads[@]}"; do
 		"$(div "${m[$load,tokengate,1]}" "${m[$load,peer-durable,1]}")" "$(div "$(cpu tokengate)" "$(cpu peer-durable)")" \
 		"$(div "${m[$load,tokengate,1]}" "${m[$load,peer,1]}")" "$(div "$(cpu tokengate)" "$(cpu peer)")"
 done
+# Each round's own ratio (its tokengate run over its durable peer's run,
+# which ran next to it): the medians above can pair a fast run of one with
+# a slow run of the other; these show how far this machine moved the ratio
+# within the load.
+printf '\n| load | calls/s over peer-durable, round by round |\n|---|---|\n'
+for load in "${loads[@]}"; do
+	printf '| %s | %s |\n' "${names[$load]}" "$(paste -d' ' <(cut -d' ' -f1 "$work/$load-tokengate") <(cut -d' ' -f1 "$work/$load-peer-durable") |
+		awk '{printf "%s%.2f", (NR > 1 ? ", " : ""), $1 / $2}')"
+done
 for f in "$work"/peer-*.log; do # its start logs at level warning; errors matter
 	! grep -qE 'level=(error|fatal|panic)' "$f" || say "peer: $(basename "$f"): $(grep -cE 'level=(error|fatal|panic)' "$f") errors, the last: $(grep -E 'level=(error|fatal|panic)' "$f" | tail -n 3)"
 done
