@@ -67,8 +67,9 @@ type held struct {
 	tenant   string
 	h        *lease.Holder
 	admitted atomic.Int64 // micro-tokens admitted since the last sizing
-	// backlog counts the admissions since the last renew: each is a
-	// journal row the next renew books under the tenant's row locks.
+	// backlog counts the admissions since the last booking (a renew's, a
+	// take's, or the top-up's at maxBacklog): each is a journal row the
+	// next one books under the tenant's row locks.
 	backlog atomic.Int64
 	lastUse atomic.Int64 // unix nanoseconds of the last admission, by NowFunc
 	// exactUntil: the take said exact only; no lease until then.

@@ -9,11 +9,18 @@ import (
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
-// maxBacklog is how many admissions a holder makes before its lease is
-// renewed whatever its unused part and expiry: a renew books every journal
-// row since the last one, under the tenant's row locks (a ledger entry per
-// admission and level), so a busy tenant's renews stay short, each holding
-// the locks as long as a few exact batches would.
+// maxBacklog is how many admissions a holder makes before its lease's
+// journal is booked whatever its unused part and expiry: a booking writes
+// every journal row since the last one under the tenant's row locks (a
+// ledger entry per admission and level), so a busy tenant's bookings stay
+// short, each holding the locks as long as a few exact batches would.
+// It books without renewing (lease.Store.Book): a renew also locks the
+// lease's row through its commit, and every journal group of the lease
+// updates that row: on a busy tenant (one renew every 256 admissions, 30
+// a second against about 500 journal groups) each could hold a group back
+// for its commit, and cost a transaction and three reads more than the
+// booking (BENCHMARKS.md, "Quota leasing, twelfth step"). The lease is
+// renewed when its unused part or its time to live says so.
 const maxBacklog = 256
 
 // sliceFor is the slice a holder asks for: what the tenant admitted on
@@ -72,20 +79,25 @@ func (l *Leases) topUp(ctx context.Context, hd *held) error {
 	}
 	slice := sliceFor(hd.rate, l.cfg.TTL, l.cfg.MinSlice*rule.Micro, hd.snap.Load().Limits.TokensCapacity*rule.Micro, holders)
 	hd.h.SetSlice(slice)
-	within := l.cfg.TTL / 2
-	if hd.backlog.Load() >= maxBacklog {
-		within = 2 * l.cfg.TTL // due now: book the backlog
-	}
-	changed, err := hd.h.TopUp(ctx, slice/2, within)
+	changed, err := hd.h.TopUp(ctx, slice/2, l.cfg.TTL/2)
 	if errors.Is(err, lease.ErrExactOnly) {
 		hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
 		return nil
 	}
-	if err != nil || !changed {
+	if err != nil {
 		return err
 	}
-	hd.backlog.Store(0)
-	return l.readTenant(ctx, hd)
+	if changed { // a renew or a take booked the backlog
+		hd.backlog.Store(0)
+		return l.readTenant(ctx, hd)
+	}
+	if id := hd.h.State().LeaseID; id != "" && hd.backlog.Load() >= maxBacklog {
+		hd.backlog.Store(0)
+		if _, err := l.store.Book(ctx, id); err != nil && !errors.Is(err, lease.ErrOver) {
+			return err
+		}
+	}
+	return nil
 }
 
 // readTenant reads the tenant's snapshot (its limits, and the balance

@@ -118,10 +118,12 @@ func TestLeaseRenewsAheadOfNeed(t *testing.T) {
 	}
 }
 
-// A busy lease is renewed after replica.MaxBacklog admissions whatever its
-// unused part and expiry, so that each renew books a bounded journal
-// under the tenant's row locks.
-func TestLeaseRenewsAfterBacklog(t *testing.T) {
+// A busy lease's journal is booked after replica.MaxBacklog admissions
+// whatever its unused part and expiry, so that each booking is bounded
+// under the tenant's row locks; and it is booked without a renew, which
+// would lock the lease's row (every journal group of the lease updates
+// it) through a commit of its own.
+func TestLeaseBooksAfterBacklog(t *testing.T) {
 	t.Parallel()
 	b := setupLeasesSlice(t, 1, 10_000)
 	r := b.reps[0]
@@ -136,22 +138,45 @@ func TestLeaseRenewsAfterBacklog(t *testing.T) {
 			}
 		}
 	}
-	reserve(replica.MaxBacklog - 1)
+	reserves := func() (n int) {
+		t.Helper()
+		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM ledger_entries WHERE tenant_id = 'acme' AND kind = 'reserve'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	lease0 := replica.HolderState(r.Leases, "acme")
+	booked := reserves()
 	_, takes := b.leases(t, "acme")
+	reserve(replica.MaxBacklog - 1)
 	r.Leases.TopUpOnce(ctx)
-	if _, got := b.leases(t, "acme"); got != takes {
-		t.Fatalf("renewed before the backlog: %d lease_take entries, %d before", got, takes)
+	if got := reserves(); got != booked {
+		t.Fatalf("booked before the backlog: %d reserve entries, %d before", got, booked)
 	}
 	reserve(1)
 	r.Leases.TopUpOnce(ctx)
-	if _, got := b.leases(t, "acme"); got != takes+1 {
-		t.Fatalf("at the backlog: %d lease_take entries, want %d", got, takes+1)
+	if got := reserves(); got != booked+replica.MaxBacklog {
+		t.Fatalf("at the backlog: %d reserve entries, want %d", got, booked+replica.MaxBacklog)
 	}
+	if _, got := b.leases(t, "acme"); got != takes {
+		t.Fatalf("at the backlog: %d lease_take entries, want %d (booked, not renewed)", got, takes)
+	}
+	// Neither renewed (no later expiry) nor topped up (its unused part is
+	// what it held less the backlog's costs).
+	if st := replica.HolderState(r.Leases, "acme"); st.LeaseID != lease0.LeaseID || !st.ExpiresAt.Equal(lease0.ExpiresAt) ||
+		st.UnusedMicro != lease0.UnusedMicro-replica.MaxBacklog*rule.Micro {
+		t.Fatalf("at the backlog the lease moved: %+v, was %+v", st, lease0)
+	}
+	pending, err := r.Leases.Store().Book(ctx, lease0.LeaseID)
+	if err != nil || pending != 0 {
+		t.Fatalf("after the backlog's booking, %d more to book (%v)", pending, err)
+	}
+	reserve(1)
 	r.Leases.TopUpOnce(ctx)
-	if _, got := b.leases(t, "acme"); got != takes+1 {
-		t.Fatalf("after the backlog was booked: %d lease_take entries, want %d", got, takes+1)
+	if got := reserves(); got != booked+replica.MaxBacklog {
+		t.Fatalf("one admission after the booking: %d reserve entries, want %d", got, booked+replica.MaxBacklog)
 	}
-	if got := paths(r, admission.PathLease); got != replica.MaxBacklog {
-		t.Fatalf("%d lease admissions, want %d", got, replica.MaxBacklog)
+	if got := paths(r, admission.PathLease); got != replica.MaxBacklog+1 {
+		t.Fatalf("%d lease admissions, want %d", got, replica.MaxBacklog+1)
 	}
 }
