@@ -37,8 +37,10 @@ type Leases interface {
 	// non-nil (a keyed request that keeps its answer), Admit calls it
 	// with the snapshot it will answer, before journaling, and journals
 	// what it returns as a.Response: the answer a retry replays is then
-	// byte for byte the first one.
-	Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (rule.Snapshot, error)
+	// byte for byte the first one. It returns the admission's id: the
+	// journal gives a Grouped admission its own (lease.Admission.Grouped),
+	// written in place of a.ID in what keep returned.
+	Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (string, rule.Snapshot, error)
 	// Settle settles p in the lease's journal when it ends an admission
 	// this replica made from a lease it still holds, its usage and cost
 	// computed with table as an exact settle computes them. ok false: the
@@ -90,9 +92,11 @@ func exactPerRequest(pooled func() bool) bool {
 	return pooled()
 }
 
-// leaseAdmission is the journal's record of the admission id made from a
+// leaseAdmission is the journal's record of the admission made from a
 // lease for p, booked later as its admissions row: the one place a
-// lease.Admission is built from a request. Leases.Admit prices it (its
+// lease.Admission is built from a request. id is a placeholder of the
+// admission's instant: the journal gives it an id naming its group
+// (Grouped, rule.GroupedAdmissionID). Leases.Admit prices it (its
 // price and money estimate, as a reserve's, from the replica's price book:
 // account.PriceAdmission); a tenant whose windows count money stays exact
 // only, so no money rule reads it before its booking. Its expiry is the
@@ -103,7 +107,7 @@ func leaseAdmission(id string, p *account.ReserveParams) lease.Admission {
 		Admission: account.Admission{ID: id, TenantID: p.TenantID, State: account.StateReserved, Estimate: p.Estimate,
 			Family: account.ModelKey(p.Estimate), Face: p.Face.Or()},
 		CostMicro: p.Estimate.Cost * rule.Micro, KeyID: p.KeyID, GatewayID: p.GatewayID, Actor: p.Actor,
-		IdempotencyKey: p.IdempotencyKey, RequestHash: p.RequestHash,
+		IdempotencyKey: p.IdempotencyKey, RequestHash: p.RequestHash, Grouped: true,
 	}
 }
 
@@ -126,20 +130,21 @@ func (a *Admitter) reserveLeased(ctx context.Context, req *Request) (*account.Re
 		return nil, false, nil
 	}
 	now := time.Now()
-	id := rule.NewStoreAdmissionID(now)
+	placeholder := rule.NewStoreAdmissionID(now)
 	// A keyed request keeps its answer as the exact path does
 	// (account.EncodeReservation of the reservation answered; nothing
 	// with ReplayNow), so a retry replays the same bytes whichever path
-	// made the admission or answers the retry.
+	// made the admission or answers the retry. It is encoded with the
+	// placeholder, which the journal replaces by the admission's id.
 	var kept *account.Reservation
 	var keep func(rule.Snapshot) ([]byte, error)
 	if p.IdempotencyKey != "" && !p.ReplayNow {
 		keep = func(snap rule.Snapshot) ([]byte, error) {
-			kept = leaseReservation(id, p, now, snap)
+			kept = leaseReservation(placeholder, p, now, snap)
 			return account.EncodeReservation(kept)
 		}
 	}
-	snap, err := l.Admit(ctx, p.TenantID, leaseAdmission(id, p), keep)
+	id, snap, err := l.Admit(ctx, p.TenantID, leaseAdmission(placeholder, p), keep)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
@@ -147,6 +152,7 @@ func (a *Admitter) reserveLeased(ctx context.Context, req *Request) (*account.Re
 		return leaseReplay(err)
 	}
 	if kept != nil {
+		kept.AdmissionID = id
 		return kept, true, nil
 	}
 	return leaseReservation(id, p, now, snap), true, nil

@@ -143,13 +143,19 @@ func (h *Holder) AdmitHeld(ctx context.Context, a Admission, keep func(unusedMic
 	return err
 }
 
+// Held names an admission AdmitHeldIn made: the lease it was journaled
+// in, and its id (the journal's, when the admission was Grouped).
+type Held struct {
+	LeaseID, ID string
+}
+
 // AdmitHeldIn is AdmitHeld, and names the lease the admission was
-// journaled in (when it was).
-func (h *Holder) AdmitHeldIn(ctx context.Context, a Admission, keep func(unusedMicro int64) ([]byte, error)) (string, error) {
+// journaled in and its id (when it was journaled).
+func (h *Holder) AdmitHeldIn(ctx context.Context, a Admission, keep func(unusedMicro int64) ([]byte, error)) (Held, error) {
 	h.mu.Lock()
 	if h.lease == nil || h.over || h.unused < a.CostMicro || !h.c.NowFunc().Before(h.expires.Add(-h.c.RenewBefore)) {
 		h.mu.Unlock()
-		return "", ErrExhausted
+		return Held{}, ErrExhausted
 	}
 	h.unused -= a.CostMicro
 	leaseID, unused := h.lease.ID, h.unused
@@ -158,11 +164,11 @@ func (h *Holder) AdmitHeldIn(ctx context.Context, a Admission, keep func(unusedM
 		resp, err := keep(unused)
 		if err != nil {
 			h.giveBack(leaseID, a.CostMicro)
-			return "", err
+			return Held{}, err
 		}
 		a.Response = resp
 	}
-	err := h.j.Append(ctx, leaseID, a)
+	id, err := h.j.AppendID(ctx, leaseID, a)
 	// A key's refusal, a replay or a duplicate id took nothing from the
 	// lease in the store: what was set aside is the lease's again.
 	keyRefused := refusedByKey(err) || errors.Is(err, ErrReplayed) || errors.Is(err, rule.ErrIdempotencyMismatch) || errors.Is(err, ErrDuplicate)
@@ -177,7 +183,7 @@ func (h *Holder) AdmitHeldIn(ctx context.Context, a Admission, keep func(unusedM
 		}
 		h.mu.Unlock()
 	}
-	return leaseID, err
+	return Held{LeaseID: leaseID, ID: id}, err
 }
 
 // EndHeld ends an admission of leaseID in the journal (Journal.End) and,

@@ -3,7 +3,9 @@ package lease
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -65,6 +67,15 @@ type Admission struct {
 	IdempotencyKey string
 	RequestHash    []byte
 	Response       []byte
+	// Grouped asks the journal to give the admission its id as it forms
+	// the admission's group (rule.GroupedAdmissionID): ID is then the
+	// caller's placeholder, an admission id whose instant the new one
+	// keeps, and every occurrence of it in Response (the kept answer,
+	// encoded before the group exists) is replaced by the new id, of the
+	// same length. AppendID returns the id. Why: an id that names its
+	// group lets the compact journal (docs/leasing.md) find a leased
+	// admission's group row with no index entry per admission.
+	Grouped bool
 }
 
 // storedKey is a's key as idempotency_keys holds it.
@@ -132,6 +143,10 @@ type Journal struct {
 	stopped chan struct{} // closed when Run returns
 	creds   creds         // the credentials as last read (journal_once.go)
 	rounds  rounds
+	// holder and count name the last group that gave ids (name); only
+	// Run's goroutine touches them.
+	holder uint64
+	count  uint32
 }
 
 // ErrStopped: the journal's Run has returned; nothing more is journaled.
@@ -149,30 +164,45 @@ func NewJournal(s *Store) *Journal {
 // journaled, its cost stays charged, never spent twice). ErrStopped: Run
 // returned before the admission's group committed.
 func (j *Journal) Append(ctx context.Context, leaseID string, a Admission) error {
-	return j.send(ctx, &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1)})
+	_, err := j.AppendID(ctx, leaseID, a)
+	return err
 }
 
-// send queues r for the next group and waits for its outcome (Append).
-func (j *Journal) send(ctx context.Context, r *appendReq) error {
+// AppendID is Append, and returns the admission's id: a.ID, or the one
+// its group gave it when a.Grouped ("" when the outcome is unknown: an
+// error of ctx, or ErrStopped).
+func (j *Journal) AppendID(ctx context.Context, leaseID string, a Admission) (string, error) {
+	r := &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1)}
+	answered, err := j.send(ctx, r)
+	if !answered {
+		return "", err
+	}
+	// Run named r before its group's commit answered it (r.done).
+	return r.a.ID, err
+}
+
+// send queues r for the next group and waits for its outcome (Append);
+// answered false when it stopped waiting first (ctx, or Run returned).
+func (j *Journal) send(ctx context.Context, r *appendReq) (answered bool, err error) {
 	select {
 	case j.reqs <- r:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-j.stopped:
-		return ErrStopped
+		return false, ErrStopped
 	}
 	select {
 	case err := <-r.done:
-		return err
+		return true, err
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-j.stopped:
 		// A group that committed as Run stopped has answered already.
 		select {
 		case err := <-r.done:
-			return err
+			return true, err
 		default:
-			return ErrStopped
+			return false, ErrStopped
 		}
 	}
 }
@@ -221,11 +251,66 @@ func (j *Journal) Run(ctx context.Context) {
 				break gather
 			}
 		}
+		j.name(group)
 		wg.Add(1)
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			j.commit(context.WithoutCancel(ctx), group)
 		}()
+	}
+}
+
+// name gives the group's Grouped admissions their ids: the journal's
+// holder number, the group's count, and their place in the group's order
+// (rule.GroupedAdmissionID). A group that names none takes no count. The
+// holder number is drawn again when the count would wrap, so an id is
+// never given twice by one journal; two journals draw the same number once
+// in about a million starts of each pair (40 bits), and an id journaled
+// twice is refused (ErrDuplicate), never merged.
+func (j *Journal) name(group []*appendReq) {
+	place := 0
+	for _, r := range group {
+		if r.end != nil || !r.a.Grouped {
+			continue
+		}
+		if place == 0 {
+			if j.holder == 0 || j.count == rule.MaxGroupCount {
+				j.holder, j.count = drawHolder(), 0
+			}
+			j.count++
+		}
+		id, ok := rule.GroupedAdmissionID(r.a.ID, rule.AdmissionGroup{Holder: j.holder, Count: j.count, Place: place})
+		if !ok {
+			continue // a placeholder that is no admission id keeps its id
+		}
+		replaceSameLength(r.a.Response, r.a.ID, id)
+		r.a.ID = id
+		place++
+	}
+}
+
+// drawHolder is a journal's holder number: random, never zero (zero is
+// "none drawn yet").
+func drawHolder() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[3:])
+		if h := binary.BigEndian.Uint64(b[:]) & rule.MaxGroupHolder; h != 0 {
+			return h
+		}
+	}
+}
+
+// replaceSameLength writes to in place of every occurrence of from in b;
+// from and to are of the same length.
+func replaceSameLength(b []byte, from, to string) {
+	for i := 0; i <= len(b)-len(from); {
+		k := bytes.Index(b[i:], []byte(from))
+		if k < 0 {
+			return
+		}
+		copy(b[i+k:], to)
+		i += k + len(to)
 	}
 }
 

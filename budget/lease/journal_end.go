@@ -47,5 +47,6 @@ func (j *Journal) End(ctx context.Context, leaseID string, e End) error {
 	}
 	a := Admission{Admission: account.Admission{ID: e.AdmissionID, TenantID: e.TenantID},
 		CostMicro: -e.RefundMicro, KeyID: e.KeyID, GatewayID: e.GatewayID}
-	return j.send(ctx, &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1), end: &e})
+	_, err := j.send(ctx, &appendReq{leaseID: leaseID, a: a, done: make(chan error, 1), end: &e})
+	return err
 }

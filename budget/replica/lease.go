@@ -140,18 +140,19 @@ func (l *Leases) Pooled(ctx context.Context, e estimator.Estimate) bool {
 // answer), that figure is read as the holder sets the cost aside (the
 // unused part then), so that the answer kept for a retry is the one given.
 // a is priced as a reserve is (account.PriceAdmission), from the price
-// book read at the lease's last take or renew.
-func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (rule.Snapshot, error) {
+// book read at the lease's last take or renew. It returns the admission's
+// id: the journal's when a is Grouped.
+func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, keep func(rule.Snapshot) ([]byte, error)) (string, rule.Snapshot, error) {
 	hd := l.holder(tenantID)
 	now := l.cfg.NowFunc()
 	hd.lastUse.Store(now.UnixNano())
 	if now.UnixNano() < hd.exactUntil.Load() {
-		return rule.Snapshot{}, lease.ErrExactOnly
+		return "", rule.Snapshot{}, lease.ErrExactOnly
 	}
 	snap := hd.snap.Load()
 	if snap == nil {
 		l.wake()
-		return rule.Snapshot{}, errNoLease
+		return "", rule.Snapshot{}, errNoLease
 	}
 	var kept *rule.Snapshot
 	var keepAt func(int64) ([]byte, error)
@@ -164,28 +165,29 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, 
 		}
 	}
 	if err := account.PriceAdmission(hd.prices.Load(), &a.Admission, now); err != nil {
-		return rule.Snapshot{}, err
+		return "", rule.Snapshot{}, err
 	}
-	leaseID, err := hd.h.AdmitHeldIn(ctx, a, keepAt)
+	held, err := hd.h.AdmitHeldIn(ctx, a, keepAt)
 	if err != nil {
 		if errors.Is(err, lease.ErrExactOnly) {
 			hd.exactUntil.Store(now.Add(l.cfg.TTL).UnixNano())
 		}
 		l.wake()
-		return rule.Snapshot{}, err
+		return "", rule.Snapshot{}, err
 	}
-	l.open.add(leaseID, &a.Admission, a.Face.StoredKey(a.IdempotencyKey))
+	a.ID = held.ID
+	l.open.add(held.LeaseID, &a.Admission, a.Face.StoredKey(a.IdempotencyKey))
 	hd.admitted.Add(a.CostMicro)
 	st, backlog := hd.h.State(), hd.backlog.Add(1)
 	if st.UnusedMicro < st.SliceMicro/2 || backlog == maxBacklog {
 		l.wake() // renew ahead of need
 	}
 	if kept != nil {
-		return *kept, nil
+		return held.ID, *kept, nil
 	}
 	out := *snap
 	out.TokensMicro += st.UnusedMicro
-	return out, nil
+	return held.ID, out, nil
 }
 
 // holder is the tenant's holder, built on first use.

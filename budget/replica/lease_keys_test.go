@@ -98,6 +98,11 @@ func TestLeaseKeyedReplays(t *testing.T) {
 		t.Fatalf("another body through the exact path: %v, want ErrIdempotencyMismatch", err)
 	}
 	for _, id := range []string{first.AdmissionID, rn.AdmissionID} {
+		// The journal named it (its group and place): the answer, the
+		// kept bytes both paths replayed, and the row all hold that id.
+		if _, ok := rule.AdmissionGroupOf(id); !ok {
+			t.Fatalf("%s: a leased admission's id names no journal group", id)
+		}
 		if rows, reserves := b.admitted(t, "acme", id); rows != 1 || reserves != 1 {
 			t.Fatalf("%s: %d admissions rows and %d reserve entries, want one of each", id, rows, reserves)
 		}
