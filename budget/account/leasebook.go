@@ -138,7 +138,7 @@ func (l *Leased) Len() int { return len(l.ids) }
 // writes the group again, reading first.
 func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
 	b.Queue(admissionInsertLeasedSQL, pgarray.Texts(l.ids), pgarray.Texts(l.tenants), pgarray.Texts(l.models),
-		pgarray.Int8s(l.in), pgarray.Int8s(l.out), pgarray.Int8s(l.cost), l.approx, pgarray.Int8s(l.inW), pgarray.Int8s(l.outW),
+		pgarray.Int8s(l.in), pgarray.Int8s(l.out), pgarray.Int8s(l.cost), pgarray.Bools(l.approx), pgarray.Int8s(l.inW), pgarray.Int8s(l.outW),
 		pgarray.NullTimestamptzs(l.expires), pgarray.Texts(l.families), pgarray.Texts(l.priceModels),
 		pgarray.NullTimestamptzs(l.priceFrom), pgarray.NullInt8s(l.money), pgarray.Texts(l.faces), pgarray.Texts(l.priceTiers),
 		pgarray.Texts(l.leases), pgarray.Texts(l.actors), pgarray.Texts(l.keys), pgarray.Byteas(l.hashes), pgarray.Byteas(l.responses), clock)

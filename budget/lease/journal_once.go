@@ -231,7 +231,7 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		for i, id := range g.gwIDs {
 			gwVers[i] = gws[id].version
 		}
-		b.Queue(leaseCredentialsSameSQL, g.keyIDs, keyVers, g.gwIDs, gwVers)
+		b.Queue(leaseCredentialsSameSQL, pgarray.Texts(g.keyIDs), pgarray.Texts(keyVers), pgarray.Texts(g.gwIDs), pgarray.Texts(gwVers))
 	}
 	if rows.Len() > 0 {
 		account.QueueLeased(b, &rows, g.clock)

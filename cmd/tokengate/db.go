@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tokengate/tokengate/budget/admin"
+	"github.com/tokengate/tokengate/ledger/pgarray"
 	"github.com/tokengate/tokengate/migrations"
 )
 
@@ -56,6 +57,7 @@ func (g *globals) open(ctx context.Context, logger *slog.Logger, cfg *pgxpool.Co
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
+	pgarray.Configure(cfg)
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > 2*time.Second {
 		// A black-holed database must not hold a request until the OS
 		// gives up on the connection (per host of a multi-host URL).

@@ -19,6 +19,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/tokengate/tokengate/ledger/pgarray"
 	"github.com/tokengate/tokengate/migrations"
 )
 
@@ -198,6 +199,7 @@ func Pool(t testing.TB, url string, configure func(*pgxpool.Config)) *pgxpool.Po
 	if err != nil {
 		t.Fatalf("pgtest: parse pool config: %v", err)
 	}
+	pgarray.Configure(cfg) // as every pool of cmd/tokengate
 	if configure != nil {
 		configure(cfg)
 	}

@@ -127,3 +127,14 @@ func (a Byteas) Index(i int) any {
 	return (*bytea)(&a[i])
 }
 func (a Byteas) IndexType() any { return (*bytea)(nil) }
+
+// Bools is a boolean[] parameter.
+type Bools []bool
+
+type boolean bool
+
+func (b *boolean) BoolValue() (pgtype.Bool, error) { return pgtype.Bool{Bool: bool(*b), Valid: true}, nil }
+
+func (a Bools) Dimensions() []pgtype.ArrayDimension { return dims(a == nil, len(a)) }
+func (a Bools) Index(i int) any                     { return (*boolean)(&a[i]) }
+func (a Bools) IndexType() any                      { return (*boolean)(nil) }
