@@ -133,7 +133,9 @@ type Bools []bool
 
 type boolean bool
 
-func (b *boolean) BoolValue() (pgtype.Bool, error) { return pgtype.Bool{Bool: bool(*b), Valid: true}, nil }
+func (b *boolean) BoolValue() (pgtype.Bool, error) {
+	return pgtype.Bool{Bool: bool(*b), Valid: true}, nil
+}
 
 func (a Bools) Dimensions() []pgtype.ArrayDimension { return dims(a == nil, len(a)) }
 func (a Bools) Index(i int) any                     { return (*boolean)(&a[i]) }
