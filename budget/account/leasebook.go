@@ -127,6 +127,22 @@ func (l *Leased) Add(leaseID, actor string, a *Admission, key string, hash, resp
 // Len is how many admissions l holds.
 func (l *Leased) Len() int { return len(l.ids) }
 
+// Grow makes room for n more admissions, so that adding a group's
+// admissions grows none of l's 21 columns (2 % of a replica's CPU on the
+// rate limit service, where every column grew four times per group).
+func (l *Leased) Grow(n int) {
+	for _, c := range []*[]string{&l.ids, &l.tenants, &l.models, &l.families, &l.priceModels, &l.faces, &l.priceTiers, &l.leases, &l.actors, &l.keys} {
+		*c = slices.Grow(*c, n)
+	}
+	for _, c := range []*[]int64{&l.in, &l.out, &l.cost, &l.inW, &l.outW} {
+		*c = slices.Grow(*c, n)
+	}
+	l.approx = slices.Grow(l.approx, n)
+	l.expires, l.priceFrom = slices.Grow(l.expires, n), slices.Grow(l.priceFrom, n)
+	l.money = slices.Grow(l.money, n)
+	l.hashes, l.responses = slices.Grow(l.hashes, n), slices.Grow(l.responses, n)
+}
+
 // QueueLeased queues the insert of l's admissions rows (state reserved,
 // created_at by clock, nil: the database's) and of their Idempotency-Key
 // rows, in one statement (admission_insert_leased.sql). The caller holds

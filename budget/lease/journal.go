@@ -423,7 +423,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	}
 	keyIDs, gwIDs := groupKeys(order, byReq)
 	g := &group{order: order, byReq: byReq, sums: sums, tenants: tenants, keys: keys,
-		keyIDs: keyIDs, gwIDs: gwIDs, clock: clock}
+		keyIDs: keyIDs, gwIDs: gwIDs, clock: clock, n: len(reqs)}
 	switch ok, err := j.writeOnce(ctx, conn, g); {
 	case err != nil:
 		return nil, err
@@ -503,6 +503,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	var cutIDs []string
 	var cuts []int64
 	var rows account.Leased
+	rows.Grow(len(reqs))
 	var ends account.LeasedEnds
 	for _, id := range order {
 		is := byLease[id]

@@ -168,6 +168,7 @@ type group struct {
 	tenants, keys []string // the group's Idempotency-Keys, with their tenants
 	keyIDs, gwIDs []string
 	clock         *time.Time
+	n             int // requests
 }
 
 // writeOnce writes g in one round trip if it can be: ok false when it
@@ -204,6 +205,7 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		return false, nil
 	}
 	var rows account.Leased
+	rows.Grow(g.n)
 	var ends account.LeasedEnds
 	for k, id := range g.order {
 		for _, r := range g.byReq[id] {

@@ -64,6 +64,9 @@ done
 flags_of "$load"
 lg+=("${lf[@]}")
 psql -c 'SELECT pg_stat_statements_reset()' -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+# The tables' update counters before the load (not reset: autovacuum reads
+# them), for the HOT share of each table's updates below.
+psql -c 'CREATE TABLE bench_tabstat AS SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables' >/dev/null
 
 lsn0=$(psql -tAc 'SELECT pg_current_wal_lsn()')
 c0=$(pg_cpu_ns); s0=$(proc_cpu_ns "$server")
@@ -133,6 +136,15 @@ if [ "${WAL:-}" = 1 ]; then
 			c[$2 "/" d " " r]++ }
 		END { for (k in c) if (c[k] / a >= 0.01) printf "  %-60s %7.2f\n", k, c[k] / a }' <(echo "$names") <(echo "$recs") | sort -k3 -n -r | head -25
 fi
+# Updates that are not HOT write a new entry in every index of their table:
+# each table's writes per LLM request over the load, and the HOT share.
+sleep 1 # backends flush their table counters at least every second
+echo "Rows written per LLM request, by table (updates: the share that were HOT):"
+psql -c "SELECT t.relname AS table, round((t.n_tup_ins - b.n_tup_ins)::numeric / $adm, 2) AS inserts,
+	round((t.n_tup_upd - b.n_tup_upd)::numeric / $adm, 2) AS updates,
+	round(100 * (t.n_tup_hot_upd - b.n_tup_hot_upd)::numeric / nullif(t.n_tup_upd - b.n_tup_upd, 0)) AS hot_pct
+	FROM pg_stat_user_tables t JOIN bench_tabstat b USING (relname)
+	WHERE t.n_tup_ins + t.n_tup_upd > b.n_tup_ins + b.n_tup_upd AND t.relname NOT LIKE 'bench_%' ORDER BY 2 DESC, 3 DESC"
 echo "What Postgres's client backends were doing, sampled every 20 ms (samples: per sample, how many backends):"
 psql -c "SELECT ev AS waiting_on, q AS statement, round(count(*)::numeric / $(((secs - 1) * 50)), 2) AS backends
 	FROM bench_waits WHERE ev <> 'idle' GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 15"
