@@ -28,6 +28,7 @@ import (
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/ledger"
+	"github.com/tokengate/tokengate/ledger/pgarray"
 )
 
 func main() {
@@ -84,6 +85,27 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 		// ledger_rows with its indexes, its arrays stored out of line
 		// uncompressed: what a record's TOAST costs without compression.
 		`CREATE TABLE IF NOT EXISTS pgcost_rows_external (LIKE ledger_rows INCLUDING ALL)`,
+		// The compact journal's group rows (docs/leasing.md, "The compact
+		// journal"): a group's admissions as arrays, in place order.
+		`CREATE TABLE IF NOT EXISTS pgcost_groups (
+		    holder bigint NOT NULL, n integer NOT NULL, created_at timestamptz NOT NULL,
+		    leases text[] NOT NULL, ids text[] NOT NULL, tenants text[] NOT NULL, models text[] NOT NULL,
+		    input bigint[] NOT NULL, output bigint[] NOT NULL, cost bigint[] NOT NULL, actors text[] NOT NULL,
+		    faces text[] NOT NULL, expires timestamptz[] NOT NULL,
+		    PRIMARY KEY (holder, n))`,
+		// Holder 1: 1,200 groups of 14 admissions, each of 14 of 64 leases
+		// (the rate limit service's 64 tenants), for the booking's read.
+		`INSERT INTO pgcost_groups
+		 SELECT 1, g, now(), x.leases, x.ids, x.tenants, array_fill('gpt-4o'::text, ARRAY[14]), x.nums, x.nums, x.nums,
+		        array_fill('gateway:pgcost'::text, ARRAY[14]), array_fill('rls'::text, ARRAY[14]), array_fill(now() + interval '1 hour', ARRAY[14])
+		 FROM generate_series(1, 1200) g CROSS JOIN LATERAL (
+		     SELECT array_agg('pgcost-l' || lpad(((g * 7 + i * 5) % 64)::text, 2, '0') ORDER BY i) AS leases,
+		            array_agg('adm_' || left(md5(g::text || '.' || i::text), 26) ORDER BY i) AS ids,
+		            array_agg('t' || lpad(((g * 7 + i * 5) % 64)::text, 2, '0') ORDER BY i) AS tenants,
+		            array_agg((g * 31 + i * 17) % 4000 + 1 ORDER BY i)::bigint[] AS nums
+		     FROM generate_series(1, 14) i) x
+		 ON CONFLICT DO NOTHING`,
+		`ANALYZE pgcost_groups`,
 		`ALTER TABLE pgcost_rows_external ALTER COLUMN earlier_kinds SET STORAGE EXTERNAL, ALTER COLUMN earlier_admissions SET STORAGE EXTERNAL,
 		 ALTER COLUMN earlier_models SET STORAGE EXTERNAL, ALTER COLUMN earlier_estimates SET STORAGE EXTERNAL,
 		 ALTER COLUMN earlier_actuals SET STORAGE EXTERNAL, ALTER COLUMN earlier_refills SET STORAGE EXTERNAL,
@@ -132,6 +154,105 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 			b.Queue("COMMIT")
 			return c.SendBatch(ctx, b).Close()
 		}
+	}
+	// groupRow writes a journal group of per admissions, each of its own
+	// lease, as the compact journal would: one group row (holder 2) and
+	// their key rows.
+	var groupNo int
+	groupRow := func(per int) func(context.Context, *pgx.Conn) error {
+		return func(ctx context.Context, c *pgx.Conn) error {
+			groupNo++
+			var leases, ids, tenants, models, actors, faces, keys []string
+			var nums []int64
+			var expires []time.Time
+			for i := range per {
+				adm++
+				id := fmt.Sprintf("pgcost-%d-%012d", os.Getpid(), adm)
+				leases, ids, tenants = append(leases, fmt.Sprintf("pgcost-l%02d", i)), append(ids, id), append(tenants, "pgcost")
+				models, actors, faces = append(models, "gpt-4o"), append(actors, "gateway:pgcost"), append(faces, "rls")
+				keys, nums, expires = append(keys, "rls:"+id), append(nums, 200), append(expires, time.Now().Add(time.Hour))
+			}
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			account.QueueGenericPlans(b)
+			b.Queue(`WITH c AS (SELECT clock_timestamp() AS at), g AS (
+			    INSERT INTO pgcost_groups (holder, n, created_at, leases, ids, tenants, models, input, output, cost, actors, faces, expires)
+			    SELECT 2, $1, c.at, $2, $3, $4, $5, $6, $6, $6, $7, $8, $9 FROM c)
+			 INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
+			 SELECT u.tenant, u.key, u.id, '\x68'::bytea, '\x'::bytea, c.at FROM unnest($4::text[], $10::text[], $3::text[]) AS u (tenant, key, id) CROSS JOIN c`,
+				groupNo, pgarray.Texts(leases), pgarray.Texts(ids), pgarray.Texts(tenants), pgarray.Texts(models), pgarray.Int8s(nums),
+				pgarray.Texts(actors), pgarray.Texts(faces), pgarray.Timestamptzs(expires), pgarray.Texts(keys))
+			b.Queue("COMMIT")
+			return c.SendBatch(ctx, b).Close()
+		}
+	}
+	// A lease's booking reads its admissions since its cursor: from the
+	// compact journal's group rows (the holder's groups above the cursor,
+	// the lease's places picked out; 1,170 groups hold about 256 of a
+	// lease's admissions when each group has 14 of 64 leases), or from
+	// admissions rows (admissions_lease_idx, as admission_lease_book.sql).
+	// where: "" reads every group row's leases; "any" skips the group rows
+	// without the lease before unnesting; "holder" reads every admission of
+	// the window (a booking per holder: all its leases at once).
+	var bookLease, bookFrom int
+	groupsRead := func(where string) func(context.Context, *pgx.Conn) error {
+		q := `SELECT g.n, l.place, g.ids[l.place], g.tenants[l.place], g.models[l.place], g.input[l.place],
+		        g.output[l.place], g.cost[l.place], g.actors[l.place], g.faces[l.place], g.created_at
+		 FROM pgcost_groups g CROSS JOIN LATERAL unnest(g.leases) WITH ORDINALITY AS l (lease, place)
+		 WHERE g.holder = 1 AND g.n > $2 AND g.n <= $2 + 1170 AND l.lease = $1`
+		want := 200
+		switch where {
+		case "any":
+			q += " AND $1 = ANY (g.leases)"
+		case "holder":
+			q = strings.Replace(q, "AND l.lease = $1", "AND $1::text IS NOT NULL", 1)
+			want = 1170 * 14
+		}
+		return func(ctx context.Context, c *pgx.Conn) error {
+			bookLease = (bookLease + 1) % 64
+			bookFrom = (bookFrom + 1) % 30
+			rows, err := c.Query(ctx, q, fmt.Sprintf("pgcost-l%02d", bookLease), bookFrom)
+			if err != nil {
+				return err
+			}
+			n := 0
+			for rows.Next() {
+				n++
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if n < want {
+				return fmt.Errorf("the booking's read over group rows (%q) found %d admissions, want %d", where, n, want)
+			}
+			return nil
+		}
+	}
+	var rowsFrom int64
+	rowsRead := func(ctx context.Context, c *pgx.Conn) error {
+		rows, err := c.Query(ctx, `SELECT id, tenant_id, model, input_tokens, output_tokens, cost, lease_actor, face, created_at, lease_seq
+		 FROM admissions WHERE lease_id = 'pgcost-lease' AND lease_seq > $1 ORDER BY lease_seq LIMIT 256`, rowsFrom)
+		if err != nil {
+			return err
+		}
+		n := 0
+		var last int64
+		for rows.Next() {
+			var skip [9]any
+			if err := rows.Scan(&skip[0], &skip[1], &skip[2], &skip[3], &skip[4], &skip[5], &skip[6], &skip[7], &skip[8], &last); err != nil {
+				return err
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n < 256 {
+			rowsFrom = 0 // start over: the journal parts wrote fewer since
+			return nil
+		}
+		rowsFrom = last
+		return nil
 	}
 	entries := func(n int, lease ...string) []*ledger.Entry {
 		out := make([]*ledger.Entry, n)
@@ -235,6 +356,12 @@ func run(ctx context.Context, url, cpuFile string, groups, rounds int) error {
 				return q
 			})},
 		{name: "journal group insert, 64 admissions with keys", unit: "admission", n: 64, do: journal(64, true)},
+		{name: "journal group insert, 14 admissions with keys", unit: "admission", n: 14, do: journal(14, true)},
+		{name: "the compact journal: 14 admissions with keys as one group row", unit: "admission", n: 14, do: groupRow(14)},
+		{name: "booking read: a lease's 256 admissions rows", unit: "admission", n: 256, do: rowsRead},
+		{name: "booking read: a lease's 256 admissions in 1,170 group rows", unit: "admission", n: 256, do: groupsRead("")},
+		{name: "the same, the group rows without the lease skipped first (= ANY)", unit: "admission", n: 256, do: groupsRead("any")},
+		{name: "booking read per holder: every admission of the 1,170 group rows", unit: "admission", n: 1170 * 14, do: groupsRead("holder")},
 		{name: "booking: 330 ledger entries, one statement", unit: "entry", n: 330, do: book(330, "")},
 		{name: "booking: 330 ledger entries, COPY", unit: "entry", n: 330, do: copyBook(330)},
 		{name: "booking: 330 entries of one lease, as one record (00038)", unit: "entry", n: 330, do: record(330, "")},
