@@ -92,21 +92,27 @@ type Leased struct {
 	in, out, cost, inW, outW                                                             []int64
 	approx                                                                               []bool
 	expires, priceFrom                                                                   []*time.Time
-	money                                                                                []*int64
+	money, ttls                                                                          []*int64
 	hashes, responses                                                                    [][]byte
 }
 
 // Add adds a, made from leaseID by actor, with its Idempotency-Key as
 // stored (Face.StoredKey; "" for none), its request hash and the answer a
 // retry replays (nil: ReplayNow). a.TenantID must be the lease's tenant; a
-// zero ExpiresAt is its created_at plus the tenant's reservation TTL.
-func (l *Leased) Add(leaseID, actor string, a *Admission, key string, hash, response []byte) {
+// zero ExpiresAt is its created_at plus ttl, the tenant's reservation TTL
+// as the caller knows it (zero: the tenant's row is read for it).
+func (l *Leased) Add(leaseID, actor string, a *Admission, key string, hash, response []byte, ttl time.Duration) {
 	e := a.Estimate
 	var expires *time.Time
 	if !a.ExpiresAt.IsZero() {
 		t := a.ExpiresAt
 		expires = &t
 	}
+	var ttlMS *int64
+	if ms := ttl.Milliseconds(); ms > 0 {
+		ttlMS = &ms
+	}
+	l.ttls = append(l.ttls, ttlMS)
 	if key != "" {
 		if hash == nil {
 			hash = []byte{}
@@ -139,7 +145,7 @@ func (l *Leased) Grow(n int) {
 	}
 	l.approx = slices.Grow(l.approx, n)
 	l.expires, l.priceFrom = slices.Grow(l.expires, n), slices.Grow(l.priceFrom, n)
-	l.money = slices.Grow(l.money, n)
+	l.money, l.ttls = slices.Grow(l.money, n), slices.Grow(l.ttls, n)
 	l.hashes, l.responses = slices.Grow(l.hashes, n), slices.Grow(l.responses, n)
 }
 
@@ -157,7 +163,8 @@ func QueueLeased(b *pgx.Batch, l *Leased, clock *time.Time) {
 		pgarray.Int8s(l.in), pgarray.Int8s(l.out), pgarray.Int8s(l.cost), pgarray.Bools(l.approx), pgarray.Int8s(l.inW), pgarray.Int8s(l.outW),
 		pgarray.NullTimestamptzs(l.expires), pgarray.Texts(l.families), pgarray.Texts(l.priceModels),
 		pgarray.NullTimestamptzs(l.priceFrom), pgarray.NullInt8s(l.money), pgarray.Texts(l.faces), pgarray.Texts(l.priceTiers),
-		pgarray.Texts(l.leases), pgarray.Texts(l.actors), pgarray.Texts(l.keys), pgarray.Byteas(l.hashes), pgarray.Byteas(l.responses), clock)
+		pgarray.Texts(l.leases), pgarray.Texts(l.actors), pgarray.Texts(l.keys), pgarray.Byteas(l.hashes), pgarray.Byteas(l.responses), clock,
+		pgarray.NullInt8s(l.ttls))
 }
 
 // QueueKeysForget queues the delete of the forgotten Idempotency-Keys

@@ -179,7 +179,7 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 		{"key locks", idempotencyKeyLockSQL, `ARRAY['t'], ARRAY['k19996'], true`},
 		{"tenant lock", tenantLockSQL, `ARRAY['t']`},
 		{"tenants' update", tenantUpdateSQL, nulls(9)},
-		{"journal's insert", admissionInsertLeasedSQL, nulls(22)},
+		{"journal's insert", admissionInsertLeasedSQL, nulls(23)},
 		{"forgotten keys", idempotencyForgetSQL, `ARRAY['t'], ARRAY['k19996'], NULL`},
 		{"journal's ends", admissionEndLeasedSQL, `ARRAY['a19995'], ARRAY['L'], ARRAY[1], ARRAY[0], ARRAY[1], ARRAY[NULL]::bigint[], ARRAY[1], NULL, true`},
 		{"admissions' end", admissionEndSQL, nulls(10)},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -67,6 +68,11 @@ type Admission struct {
 	IdempotencyKey string
 	RequestHash    []byte
 	Response       []byte
+	// ReservationTTL is the tenant's reservation TTL as the caller last
+	// read it (its lease's snapshot, which its answer's expiry is computed
+	// from): a zero ExpiresAt is the group's time plus it. Zero: the store
+	// reads the tenant's as the group commits.
+	ReservationTTL time.Duration
 	// Grouped asks the journal to give the admission its id as it forms
 	// the admission's group (rule.GroupedAdmissionID): ID is then the
 	// caller's placeholder, an admission id whose instant the new one
@@ -538,7 +544,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				ends.Add(e.AdmissionID, id, e.InputTokens, e.OutputTokens, e.ActualCost, e.MoneyActual, e.RefundMicro)
 				continue
 			}
-			rows.Add(id, a.Actor, &a.Admission, a.storedKey(), a.RequestHash, a.Response)
+			rows.Add(id, a.Actor, &a.Admission, a.storedKey(), a.RequestHash, a.Response, a.ReservationTTL)
 		}
 		if cut > 0 {
 			cutIDs, cuts = append(cutIDs, id), append(cuts, cut)

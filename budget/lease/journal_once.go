@@ -215,7 +215,7 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 			}
 			a := r.a.Admission
 			a.TenantID = tenantOf[k] // the lease's, checked by the use ($4)
-			rows.Add(id, r.a.Actor, &a, r.a.storedKey(), r.a.RequestHash, r.a.Response)
+			rows.Add(id, r.a.Actor, &a, r.a.storedKey(), r.a.RequestHash, r.a.Response, r.a.ReservationTTL)
 		}
 	}
 	b := &pgx.Batch{}

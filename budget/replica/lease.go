@@ -167,6 +167,12 @@ func (l *Leases) Admit(ctx context.Context, tenantID string, a lease.Admission, 
 	if err := account.PriceAdmission(hd.prices.Load(), &a.Admission, now); err != nil {
 		return "", rule.Snapshot{}, err
 	}
+	// The row's expiry from the TTL the answer's is computed from
+	// (admission.leaseReservation), not read from the tenant per row.
+	a.ReservationTTL = snap.Limits.ReservationTTL
+	if a.ReservationTTL <= 0 {
+		a.ReservationTTL = rule.DefaultReservationTTL
+	}
 	held, err := hd.h.AdmitHeldIn(ctx, a, keepAt)
 	if err != nil {
 		if errors.Is(err, lease.ErrExactOnly) {

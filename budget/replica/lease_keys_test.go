@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/admission"
@@ -224,4 +225,34 @@ func TestLeaseRevokedGateway(t *testing.T) {
 	if got := paths(r, admission.PathLease); got != 1 {
 		t.Fatalf("%d lease admissions, want only the first", got)
 	}
+}
+
+// A leased admission's row expires at its journal time plus the tenant's
+// reservation TTL as its lease's snapshot holds it: the TTL its answer's
+// expiry is computed from, given by the replica, not read per row.
+func TestLeaseAdmissionExpiryFromSnapshot(t *testing.T) {
+	t.Parallel()
+	b, r := leasedTenant(t, rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1, ReservationTTL: 90 * time.Second}, 5)
+	ctx := context.Background()
+	check := func(nth int) {
+		t.Helper()
+		res := leaseReserve(t, r, req("acme", 7), nth)
+		var created, expires time.Time
+		if err := b.pool.QueryRow(ctx, "SELECT created_at, expires_at FROM admissions WHERE id = $1", res.AdmissionID).Scan(&created, &expires); err != nil {
+			t.Fatal(err)
+		}
+		if got := expires.Sub(created); got != 90*time.Second {
+			t.Fatalf("admission %d: the row expires %s after its journal time, want the snapshot's 90s", nth, got)
+		}
+		if got := res.ExpiresAt.Sub(res.CreatedAt); got != 90*time.Second {
+			t.Fatalf("admission %d: the answer expires %s after it, want 90s", nth, got)
+		}
+	}
+	check(1)
+	// The tenant's row changed behind the replica's back: until its lease's
+	// next take or renew reads it, row and answer keep the snapshot's TTL.
+	if _, err := b.pool.Exec(ctx, "UPDATE tenants SET reservation_ttl_ms = 30000 WHERE id = 'acme'"); err != nil {
+		t.Fatal(err)
+	}
+	check(2)
 }
