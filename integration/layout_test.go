@@ -70,10 +70,11 @@ var layout = map[string][]string{
 	"api/client": nil,
 	// The wiring and the tools.
 	"cmd/tokengate": {"api", "api/proxy", "api/rls", "web", "budget/account", "budget/admin", "budget/admission", "budget/alert", "budget/batch", "budget/credential", "budget/lease", "budget/outage", "budget/replica", "budget/rule", "estimator",
-		"ledger", "migrations", "cmd/tokengate/loadgen"},
+		"ledger", "ledger/pgarray", "migrations", "cmd/tokengate/loadgen"},
 	"cmd/tokengate/loadgen": nil,
-	// The test harness, for tests only.
-	"integration/pgtest": {"migrations"},
+	// The test harness, for tests only; its pools encode arrays as
+	// cmd/tokengate's do (ledger/pgarray).
+	"integration/pgtest": {"ledger/pgarray", "migrations"},
 	// A Patroni cluster for failover tests: none of tokengate's packages.
 	"integration/patroni": nil,
 	// The OTLP trace receiver, and a replica's tracing pointed at it, for
@@ -87,7 +88,7 @@ var layout = map[string][]string{
 	"integration/await": nil,
 	// A benchmark tool (make bench-pgcost): Postgres's cost of the writes
 	// the account store and the ledger send, so it sends their statements.
-	"integration/bench/pgcost": {"budget/account", "ledger"},
+	"integration/bench/pgcost": {"budget/account", "ledger", "ledger/pgarray"},
 }
 
 // goFiles calls fn with the path of each of the module's files under root

@@ -15,7 +15,9 @@
 #          service's gRPC face, as bench-peer drives it, BENCH_RLS_CONNS (2))
 #
 # Prints, per load, each round's admissions/s of A and B, the geometric
-# mean of B/A, and the median server CPU per admission of each side.
+# mean of B/A, and the median server and Postgres CPU per admission of
+# each side (each side's Postgres is its own: a change of what the store
+# does shows in its column, where the rate's noise would hide it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -70,6 +72,7 @@ if [ "${SIDE_ONE:-}" = 1 ]; then
 	exit 0
 fi
 
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 old="${1:?usage: side.sh OLD_BINARY [NEW_BINARY]}"
 new="${2:-bin/tokengate}"
 rounds="${ROUNDS:-4}"
@@ -92,7 +95,7 @@ both() { # binary-on-18090 binary-on-18091 load
 }
 
 printf 'side by side: %s rounds of %ss per load; A=%s B=%s\n\n' "$rounds" "$BENCH_SECONDS" "$old" "$new" >&2
-printf '| load | A admissions/s (rounds) | B admissions/s (rounds) | B/A (geometric mean) | server CPU us/adm, A / B (medians) |\n|---|---|---|---|---|\n'
+printf '| load | A admissions/s (rounds) | B admissions/s (rounds) | B/A (geometric mean) | server CPU us/adm, A / B (medians) | Postgres CPU us/adm, A / B (medians) |\n|---|---|---|---|---|---|\n'
 for load in ${LOADS:-hot spread settle}; do
 	: >"$dir/a"; : >"$dir/b"
 	for i in $(seq "$rounds"); do
@@ -104,7 +107,7 @@ for load in ${LOADS:-hot spread settle}; do
 	done
 	ra=$(cut -d' ' -f1 "$dir/a" | paste -sd, -); rb=$(cut -d' ' -f1 "$dir/b" | paste -sd, -)
 	gm=$(paste -d' ' "$dir/a" "$dir/b" | awk '{s += log($7 / $1); n++} END {printf "%.2f", exp(s / n)}')
-	ca=$(cut -d' ' -f3 "$dir/a" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-	cb=$(cut -d' ' -f3 "$dir/b" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-	printf '| %s | %s | %s | %s | %s / %s |\n' "$load" "$ra" "$rb" "$gm" "$ca" "$cb"
+	ca=$(cut -d' ' -f3 "$dir/a" | median); cb=$(cut -d' ' -f3 "$dir/b" | median)
+	pa=$(cut -d' ' -f4 "$dir/a" | median); pb=$(cut -d' ' -f4 "$dir/b" | median)
+	printf '| %s | %s | %s | %s | %s / %s | %s / %s |\n' "$load" "$ra" "$rb" "$gm" "$ca" "$cb" "$pa" "$pb"
 done

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tokengate/tokengate/ledger/pgarray"
 )
 
 // URL is the connection string, as the application role, to the node that
@@ -100,7 +98,6 @@ func (c *Cluster) newPool(ctx context.Context) (*pgxpool.Pool, error) {
 		return dialer.DialContext(ctx, network, hp)
 	}
 	cfg.MaxConns = 8
-	pgarray.Configure(cfg) // as every pool of cmd/tokengate
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
