@@ -3,6 +3,8 @@ package pgarray
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -93,119 +95,92 @@ const microsecFromUnixEpochToY2K = 946_684_800 * 1_000_000
 func (directPlan) Encode(value any, buf []byte) ([]byte, error) {
 	switch a := value.(type) {
 	case Texts:
-		if a == nil {
-			return nil, nil
-		}
-		buf = header(buf, textOID, len(a))
-		for _, s := range a {
-			buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
-			buf = append(buf, s...)
-		}
+		return elems(buf, a == nil, textOID, len(a), func(b []byte, i int) ([]byte, bool) { return appendText(b, a[i]), true }), nil
 	case NullTexts:
-		if a == nil {
-			return nil, nil
-		}
-		at := len(buf) + 4
-		buf = header(buf, textOID, len(a))
-		for _, s := range a {
-			if s == nil {
-				buf = null(buf, at)
-				continue
+		return elems(buf, a == nil, textOID, len(a), func(b []byte, i int) ([]byte, bool) {
+			if a[i] == nil {
+				return b, false
 			}
-			buf = binary.BigEndian.AppendUint32(buf, uint32(len(*s)))
-			buf = append(buf, *s...)
-		}
+			return appendText(b, *a[i]), true
+		}), nil
 	case Int8s:
-		if a == nil {
-			return nil, nil
-		}
-		buf = header(buf, int8OID, len(a))
-		for _, n := range a {
-			buf = binary.BigEndian.AppendUint32(buf, 8)
-			buf = binary.BigEndian.AppendUint64(buf, uint64(n))
-		}
+		return elems(buf, a == nil, int8OID, len(a), func(b []byte, i int) ([]byte, bool) { return appendInt8(b, a[i]), true }), nil
 	case NullInt8s:
-		if a == nil {
-			return nil, nil
-		}
-		at := len(buf) + 4
-		buf = header(buf, int8OID, len(a))
-		for _, n := range a {
-			if n == nil {
-				buf = null(buf, at)
-				continue
+		return elems(buf, a == nil, int8OID, len(a), func(b []byte, i int) ([]byte, bool) {
+			if a[i] == nil {
+				return b, false
 			}
-			buf = binary.BigEndian.AppendUint32(buf, 8)
-			buf = binary.BigEndian.AppendUint64(buf, uint64(*n))
-		}
+			return appendInt8(b, *a[i]), true
+		}), nil
 	case Timestamptzs:
-		if a == nil {
-			return nil, nil
-		}
-		buf = header(buf, timestamptzOID, len(a))
-		for i := range a {
-			buf = binary.BigEndian.AppendUint32(buf, 8)
-			buf = binary.BigEndian.AppendUint64(buf, uint64(a[i].Unix()*1_000_000+int64(a[i].Nanosecond())/1000-microsecFromUnixEpochToY2K))
-		}
+		return elems(buf, a == nil, timestamptzOID, len(a), func(b []byte, i int) ([]byte, bool) { return appendStamp(b, a[i]), true }), nil
 	case NullTimestamptzs:
-		if a == nil {
-			return nil, nil
-		}
-		at := len(buf) + 4
-		buf = header(buf, timestamptzOID, len(a))
-		for _, t := range a {
-			if t == nil {
-				buf = null(buf, at)
-				continue
+		return elems(buf, a == nil, timestamptzOID, len(a), func(b []byte, i int) ([]byte, bool) {
+			if a[i] == nil {
+				return b, false
 			}
-			buf = binary.BigEndian.AppendUint32(buf, 8)
-			buf = binary.BigEndian.AppendUint64(buf, uint64(t.Unix()*1_000_000+int64(t.Nanosecond())/1000-microsecFromUnixEpochToY2K))
-		}
+			return appendStamp(b, *a[i]), true
+		}), nil
 	case Byteas:
-		if a == nil {
-			return nil, nil
-		}
-		at := len(buf) + 4
-		buf = header(buf, byteaOID, len(a))
-		for _, b := range a {
-			if b == nil {
-				buf = null(buf, at)
-				continue
+		return elems(buf, a == nil, byteaOID, len(a), func(b []byte, i int) ([]byte, bool) {
+			if a[i] == nil {
+				return b, false
 			}
-			buf = binary.BigEndian.AppendUint32(buf, uint32(len(b)))
-			buf = append(buf, b...)
-		}
+			return append(binary.BigEndian.AppendUint32(b, uint32(len(a[i]))), a[i]...), true
+		}), nil
 	case Bools:
-		if a == nil {
-			return nil, nil
-		}
-		buf = header(buf, boolOID, len(a))
-		for _, b := range a {
-			buf = binary.BigEndian.AppendUint32(buf, 1)
-			if b {
-				buf = append(buf, 1)
-			} else {
-				buf = append(buf, 0)
+		return elems(buf, a == nil, boolOID, len(a), func(b []byte, i int) ([]byte, bool) {
+			b = binary.BigEndian.AppendUint32(b, 1)
+			if a[i] {
+				return append(b, 1), true
 			}
+			return append(b, 0), true
+		}), nil
+	}
+	return nil, fmt.Errorf("pgarray: cannot encode %T", value)
+}
+
+// elems appends a one-dimensional array of n elements of type elem, or
+// returns nil (NULL) when isNil: put appends element i (its length and
+// bytes), or reports it NULL.
+func elems(buf []byte, isNil bool, elem uint32, n int, put func(b []byte, i int) ([]byte, bool)) []byte {
+	if isNil {
+		return nil
+	}
+	flag := len(buf) + 4
+	buf = header(buf, elem, n)
+	for i := range n {
+		var ok bool
+		if buf, ok = put(buf, i); !ok {
+			binary.BigEndian.PutUint32(buf[flag:], 1) // the array holds a NULL
+			buf = binary.BigEndian.AppendUint32(buf, 0xffffffff)
 		}
 	}
-	return buf, nil
+	return buf
+}
+
+// appendText, appendInt8 and appendStamp append an element's length and
+// its binary value.
+func appendText(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
+}
+
+func appendInt8(b []byte, n int64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(b, 8), uint64(n))
+}
+
+func appendStamp(b []byte, t time.Time) []byte {
+	return appendInt8(b, t.Unix()*1_000_000+int64(t.Nanosecond())/1000-microsecFromUnixEpochToY2K)
 }
 
 // header appends a one-dimensional array's header of n elements of elem
-// (lower bound 1), without NULLs (null sets the flag).
+// (lower bound 1), without NULLs (elems sets the flag).
 func header(buf []byte, elem uint32, n int) []byte {
 	buf = binary.BigEndian.AppendUint32(buf, 1) // dimensions
 	buf = binary.BigEndian.AppendUint32(buf, 0) // contains a NULL
 	buf = binary.BigEndian.AppendUint32(buf, elem)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
 	return binary.BigEndian.AppendUint32(buf, 1) // lower bound
-}
-
-// null appends a NULL element and sets the header's flag at flag.
-func null(buf []byte, flag int) []byte {
-	binary.BigEndian.PutUint32(buf[flag:], 1)
-	return binary.BigEndian.AppendUint32(buf, 0xffffffff)
 }
 
 // Configure registers the direct plans (Register) on every connection of
