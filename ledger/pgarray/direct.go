@@ -97,30 +97,15 @@ func (directPlan) Encode(value any, buf []byte) ([]byte, error) {
 	case Texts:
 		return elems(buf, a == nil, textOID, len(a), func(b []byte, i int) ([]byte, bool) { return appendText(b, a[i]), true }), nil
 	case NullTexts:
-		return elems(buf, a == nil, textOID, len(a), func(b []byte, i int) ([]byte, bool) {
-			if a[i] == nil {
-				return b, false
-			}
-			return appendText(b, *a[i]), true
-		}), nil
+		return elems(buf, a == nil, textOID, len(a), nullable(a, appendText)), nil
 	case Int8s:
 		return elems(buf, a == nil, int8OID, len(a), func(b []byte, i int) ([]byte, bool) { return appendInt8(b, a[i]), true }), nil
 	case NullInt8s:
-		return elems(buf, a == nil, int8OID, len(a), func(b []byte, i int) ([]byte, bool) {
-			if a[i] == nil {
-				return b, false
-			}
-			return appendInt8(b, *a[i]), true
-		}), nil
+		return elems(buf, a == nil, int8OID, len(a), nullable(a, appendInt8)), nil
 	case Timestamptzs:
 		return elems(buf, a == nil, timestamptzOID, len(a), func(b []byte, i int) ([]byte, bool) { return appendStamp(b, a[i]), true }), nil
 	case NullTimestamptzs:
-		return elems(buf, a == nil, timestamptzOID, len(a), func(b []byte, i int) ([]byte, bool) {
-			if a[i] == nil {
-				return b, false
-			}
-			return appendStamp(b, *a[i]), true
-		}), nil
+		return elems(buf, a == nil, timestamptzOID, len(a), nullable(a, appendStamp)), nil
 	case Byteas:
 		return elems(buf, a == nil, byteaOID, len(a), func(b []byte, i int) ([]byte, bool) {
 			if a[i] == nil {
@@ -157,6 +142,16 @@ func elems(buf []byte, isNil bool, elem uint32, n int, put func(b []byte, i int)
 		}
 	}
 	return buf
+}
+
+// nullable is elems's put for a slice whose nil elements are NULL.
+func nullable[T any](a []*T, put func([]byte, T) []byte) func([]byte, int) ([]byte, bool) {
+	return func(b []byte, i int) ([]byte, bool) {
+		if a[i] == nil {
+			return b, false
+		}
+		return put(b, *a[i]), true
+	}
 }
 
 // appendText, appendInt8 and appendStamp append an element's length and
