@@ -270,9 +270,11 @@ func (j *Journal) Run(ctx context.Context) {
 // holder number, the group's count, and their place in the group's order
 // (rule.GroupedAdmissionID). A group that names none takes no count. The
 // holder number is drawn again when the count would wrap, so an id is
-// never given twice by one journal; two journals draw the same number once
-// in about a million starts of each pair (40 bits), and an id journaled
-// twice is refused (ErrDuplicate), never merged.
+// never given twice by one journal. Two journals draw the same number with
+// a chance of 2^-40 a pair (a thousand journal starts: about one in two
+// million), and even then give the same id only for the same count and
+// place in the same millisecond; an id journaled twice is refused
+// (ErrDuplicate), never merged.
 func (j *Journal) name(group []*appendReq) {
 	place := 0
 	for _, r := range group {
