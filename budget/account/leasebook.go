@@ -45,6 +45,8 @@ var (
 	admissionEndLeasedSQL string
 	//go:embed sql/admission_lease.sql
 	admissionLeaseSQL string
+	//go:embed sql/admission_insert_group.sql
+	admissionInsertGroupSQL string
 )
 
 // EnableLeasing tells the store that leases may be journaled on its
@@ -204,6 +206,36 @@ func (e *LeasedEnds) Len() int { return len(e.ids) }
 func QueueLeasedEnds(b *pgx.Batch, e *LeasedEnds, clock *time.Time, all bool) {
 	b.Queue(admissionEndLeasedSQL, pgarray.Texts(e.ids), pgarray.Texts(e.leases), pgarray.Int8s(e.in), pgarray.Int8s(e.out),
 		pgarray.Int8s(e.cost), pgarray.NullInt8s(e.money), pgarray.Int8s(e.refunds), clock, all)
+}
+
+// QueueLeasedGroup queues l's admissions and e's ends in the groups shape
+// of the compact journal (00039; admission_insert_group.sql), in one
+// statement: l's admissions as one lease_groups row with its state row
+// and their Idempotency-Key rows, as QueueLeased writes them as rows, and
+// e's ends as QueueLeasedEnds makes them, each marked in the state row of
+// the group its id names. replica is the holder of the leases (the
+// booking reads their events by it). Every admission of l must have a
+// grouped id of one group (rule.GroupedAdmissionID): a reader finds it by
+// its id alone. ScanLeasedEnds reads which ends were made.
+func QueueLeasedGroup(b *pgx.Batch, replica string, l *Leased, e *LeasedEnds, clock *time.Time, all bool) {
+	var g rule.AdmissionGroup
+	if len(l.ids) > 0 {
+		g, _ = rule.AdmissionGroupOf(l.ids[0])
+	}
+	holders, counts := make([]int64, len(e.ids)), make([]int64, len(e.ids))
+	for i, id := range e.ids {
+		if eg, ok := rule.AdmissionGroupOf(id); ok {
+			holders[i], counts[i] = int64(eg.Holder), int64(eg.Count)
+		}
+	}
+	b.Queue(admissionInsertGroupSQL, replica, int64(g.Holder), int64(g.Count), clock,
+		pgarray.Texts(l.ids), pgarray.Texts(l.tenants), pgarray.Texts(l.leases), pgarray.Texts(l.models),
+		pgarray.Int8s(l.in), pgarray.Int8s(l.out), pgarray.Int8s(l.cost), pgarray.Bools(l.approx), pgarray.Int8s(l.inW), pgarray.Int8s(l.outW),
+		pgarray.NullTimestamptzs(l.expires), pgarray.NullInt8s(l.ttls), pgarray.Texts(l.families), pgarray.Texts(l.priceModels),
+		pgarray.NullTimestamptzs(l.priceFrom), pgarray.NullInt8s(l.money), pgarray.Texts(l.faces), pgarray.Texts(l.priceTiers),
+		pgarray.Texts(l.actors), pgarray.Texts(l.keys), pgarray.Byteas(l.hashes), pgarray.Byteas(l.responses),
+		pgarray.Texts(e.ids), pgarray.Texts(e.leases), pgarray.Int8s(e.in), pgarray.Int8s(e.out),
+		pgarray.Int8s(e.cost), pgarray.NullInt8s(e.money), pgarray.Int8s(e.refunds), pgarray.Int8s(holders), pgarray.Int8s(counts), all)
 }
 
 // ScanLeasedEnds reads what QueueLeasedEnds queued: the admissions ended.

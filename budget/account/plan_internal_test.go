@@ -164,15 +164,33 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 		`INSERT INTO idempotency_keys (tenant_id, key, admission_id, request_hash, response, created_at)
 		 SELECT 't', 'k' || i, 'a' || i, '\x00', '\x00', now() FROM generate_series(1, 20000) AS i`,
 		`INSERT INTO admission_lease_books (lease_id, booked_seq) VALUES ('L', 19990)`,
+		// A groups-shape journal's rows (00039): 20,000 groups of one
+		// replica, each of the lease 'G' and another, the last few not
+		// booked, and their state rows, few of them open.
+		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
+		 VALUES ('G', 't', 'r', 'live', ARRAY['t'], 1, now(), now(), now() + interval '1 hour')`,
+		`INSERT INTO lease_groups (seq, replica, holder, count, created_at, ids, tenant_ids, lease_ids, models, input, output, cost,
+		     approximate, input_weight, output_weight, expires_at, families, price_models, price_from, money_estimate, faces, price_tiers, actors)
+		 SELECT i, 'r', 7, i, now(), ARRAY['g' || i, 'h' || i], ARRAY['t', 't'], ARRAY['G', 'H'], ARRAY['m', 'm'], ARRAY[1, 1], ARRAY[1, 1],
+		        ARRAY[2, 2], ARRAY[false, false], ARRAY[1, 1], ARRAY[1, 1], ARRAY[now() + interval '1 hour', now() + interval '1 hour'],
+		        ARRAY['', ''], ARRAY['', ''], ARRAY[NULL, NULL]::timestamptz[], ARRAY[NULL, NULL]::bigint[], ARRAY['api', 'api'], ARRAY['', ''], ARRAY['', '']
+		 FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO lease_group_states (seq, open_until)
+		 SELECT i, CASE WHEN i % 4000 = 0 THEN now() + interval '1 hour' END FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO admission_lease_books (lease_id, booked_seq) VALUES ('G', 19990 * 2048)`,
 		fmt.Sprintf(`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro)
 		 SELECT 'u' || i, 1000, 1, 0 FROM generate_series(1, %d) AS i`, tenants),
-		`ANALYZE tenants, admissions, idempotency_keys, admission_lease_books`)
+		`ANALYZE tenants, admissions, idempotency_keys, admission_lease_books, leases, lease_groups, lease_group_states`)
 	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
 	for _, c := range []struct {
 		name, sql, args string
 	}{
 		{"lease pending", admissionLeasePendingSQL, `'L'`},
 		{"lease booking", admissionLeaseBookSQL, `'L', NULL`},
+		{"lease pending, groups", admissionLeasePendingSQL, `'G'`},
+		{"lease booking, groups", admissionLeaseBookSQL, `'G', NULL`},
+		{"journal's group", admissionInsertGroupSQL, `'r', 7, 20001, NULL, ` + nulls(22) + `, ARRAY['g19995'], ARRAY['G'], ARRAY[1], ARRAY[0], ARRAY[1],
+			ARRAY[NULL]::bigint[], ARRAY[1], ARRAY[7], ARRAY[19995], true`},
 		{"settle's booking", admissionLeaseBookNamedSQL, `ARRAY['a19995'], ARRAY['t'], ARRAY['k19996'], NULL`},
 		{"admission lock", admissionLockSQL, `ARRAY['a19995'], ARRAY['t'], ARRAY['k19996'], NULL`},
 		{"idempotency read", idempotencyGetSQL, `ARRAY['t'], ARRAY['k19996'], NULL`},
@@ -200,7 +218,16 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 		if strings.Contains(plan, "JIT") {
 			t.Errorf("%s, as a generic plan, is compiled (JIT):\n%s", c.name, plan)
 		}
-		for _, table := range []string{"tenants", "admissions", "idempotency_keys"} {
+		// The groups' reads: a booking's bounded by its cursor (down
+		// lease_groups_replica_idx, or the primary key with one replica
+		// in the table), an end's down lease_groups_group_idx.
+		if strings.Contains(c.name, "groups") && !strings.Contains(plan, "(seq >= (") {
+			t.Errorf("%s reads the holder's groups other than from its cursor:\n%s", c.name, plan)
+		}
+		if strings.Contains(c.name, "group") && strings.Contains(c.sql, "lease_group_states") && !strings.Contains(plan, "lease_groups_group_idx") {
+			t.Errorf("%s finds the ends' groups other than down lease_groups_group_idx:\n%s", c.name, plan)
+		}
+		for _, table := range []string{"tenants", "admissions", "idempotency_keys", "lease_groups", "lease_group_states", "leases"} {
 			if strings.Contains(plan, "Seq Scan on "+table) {
 				t.Errorf("%s, as a generic plan, scans all of %s:\n%s", c.name, table, plan)
 			}

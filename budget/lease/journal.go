@@ -91,6 +91,11 @@ func (a *Admission) storedKey() string { return a.Face.StoredKey(a.IdempotencyKe
 // was not made (the others of its group were journaled regardless).
 var ErrDuplicate = errors.New("lease: the admission id is journaled already")
 
+// ErrNotGrouped: the journal writes the groups shape, and the admission's
+// id is no admission id (rule.GroupedAdmissionID could not make a grouped
+// one of it); it was not journaled.
+var ErrNotGrouped = errors.New("lease: the admission id cannot be grouped")
+
 // ErrReplayed is wrapped by *ReplayError.
 var ErrReplayed = errors.New("lease: the Idempotency-Key names an earlier admission")
 
@@ -132,6 +137,8 @@ type appendReq struct {
 	// lease (Journal.End): a carries its id, tenant and credentials, and
 	// its refund as a negative CostMicro.
 	end *End
+	// ungrouped: the groups shape could not give it a grouped id.
+	ungrouped bool
 }
 
 // Journal makes admissions from leases durable before they are answered,
@@ -278,7 +285,7 @@ func (j *Journal) Run(ctx context.Context) {
 func (j *Journal) name(group []*appendReq) {
 	place := 0
 	for _, r := range group {
-		if r.end != nil || !r.a.Grouped {
+		if r.end != nil || !(r.a.Grouped || j.s.groups) {
 			continue
 		}
 		if place == 0 {
@@ -289,7 +296,11 @@ func (j *Journal) name(group []*appendReq) {
 		}
 		id, ok := rule.GroupedAdmissionID(r.a.ID, rule.AdmissionGroup{Holder: j.holder, Count: j.count, Place: place})
 		if !ok {
-			continue // a placeholder that is no admission id keeps its id
+			// A placeholder that is no admission id keeps its id; the
+			// groups shape refuses it (commit), since no reader could find
+			// it by its id.
+			r.ungrouped = j.s.groups
+			continue
 		}
 		replaceSameLength(r.a.Response, r.a.ID, id)
 		r.a.ID = id
@@ -330,6 +341,10 @@ func (j *Journal) commit(ctx context.Context, group []*appendReq) {
 	var lead []*appendReq
 	later := map[[2]string][]*appendReq{}
 	for _, r := range group {
+		if r.ungrouped {
+			r.done <- fmt.Errorf("lease: journal %s: %w", r.a.ID, ErrNotGrouped)
+			continue
+		}
 		if k := r.a.storedKey(); k != "" {
 			pair := [2]string{r.a.TenantID, k}
 			if _, ok := later[pair]; ok {
@@ -556,23 +571,29 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	if len(cutIDs) > 0 {
 		b.Queue(leaseUnuseSQL, cutIDs, cuts)
 	}
-	if rows.Len() > 0 {
-		account.QueueLeased(b, &rows, clock)
-	}
-	if ends.Len() > 0 {
-		account.QueueLeasedEnds(b, &ends, clock, false)
+	grouped := j.s.groups && rows.Len()+ends.Len() > 0
+	switch {
+	case grouped:
+		account.QueueLeasedGroup(b, j.s.holder, &rows, &ends, clock, false)
+	default:
+		if rows.Len() > 0 {
+			account.QueueLeased(b, &rows, clock)
+		}
+		if ends.Len() > 0 {
+			account.QueueLeasedEnds(b, &ends, clock, false)
+		}
 	}
 	b.Queue("COMMIT")
 	var ended map[string]bool
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
-		for range boolInt(len(cutIDs) > 0) + boolInt(rows.Len() > 0) {
+		for range boolInt(len(cutIDs) > 0) + boolInt(rows.Len() > 0 && !grouped) {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
 		}
-		if ends.Len() > 0 {
+		if ends.Len() > 0 || grouped {
 			var err error
 			if ended, err = account.ScanLeasedEnds(br); err != nil {
 				return err

@@ -17,7 +17,7 @@ import (
 // drawn again when the count would wrap.
 func TestJournalNamesGroups(t *testing.T) {
 	t.Parallel()
-	j := &Journal{}
+	j := &Journal{s: &Store{}}
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	req := func(grouped bool) *appendReq {
 		id := rule.NewStoreAdmissionID(now)
@@ -64,5 +64,16 @@ func TestJournalNamesGroups(t *testing.T) {
 	j.name([]*appendReq{wrapped})
 	if g, _ := rule.AdmissionGroupOf(wrapped.a.ID); g.Count != 1 || g.Holder == first.Holder {
 		t.Fatalf("after the last count: %+v, want a new holder's count 1", g)
+	}
+	// The groups shape names every admission, Grouped or not, and marks
+	// one whose id is no admission id, which no reader could find.
+	j.s.groups = true
+	plain, odd := req(false), &appendReq{a: Admission{Admission: account.Admission{ID: "not-an-id"}}}
+	j.name([]*appendReq{plain, odd})
+	if g, ok := rule.AdmissionGroupOf(plain.a.ID); !ok || g.Count != 2 || g.Place != 0 || plain.ungrouped {
+		t.Fatalf("groups shape: an admission not Grouped named %+v %v (ungrouped %v), want count 2, place 0", g, ok, plain.ungrouped)
+	}
+	if !odd.ungrouped || odd.a.ID != "not-an-id" {
+		t.Fatalf("groups shape: an id that is none kept %q, ungrouped %v", odd.a.ID, odd.ungrouped)
 	}
 }

@@ -235,11 +235,16 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		}
 		b.Queue(leaseCredentialsSameSQL, pgarray.Texts(g.keyIDs), pgarray.Texts(keyVers), pgarray.Texts(g.gwIDs), pgarray.Texts(gwVers))
 	}
-	if rows.Len() > 0 {
-		account.QueueLeased(b, &rows, g.clock)
-	}
-	if ends.Len() > 0 {
-		account.QueueLeasedEnds(b, &ends, g.clock, true)
+	switch {
+	case j.s.groups:
+		account.QueueLeasedGroup(b, j.s.holder, &rows, &ends, g.clock, true)
+	default:
+		if rows.Len() > 0 {
+			account.QueueLeased(b, &rows, g.clock)
+		}
+		if ends.Len() > 0 {
+			account.QueueLeasedEnds(b, &ends, g.clock, true)
+		}
 	}
 	b.Queue("COMMIT")
 	err = conn.SendBatch(ctx, b).Close()

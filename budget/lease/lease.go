@@ -85,6 +85,12 @@ type Config struct {
 	// holder asked for: bound 2 of docs/leasing.md. A replica sets 50
 	// (budget/replica).
 	MaxUnusedPercent int64
+	// JournalGroups makes the journal write the compact journal's groups
+	// shape (docs/leasing.md, "The compact journal"; 00039): a group's
+	// admissions as one row of arrays, not one admissions row each. Every
+	// admission is given a grouped id (Admission.Grouped is implied), so
+	// that a reader finds it by its id.
+	JournalGroups bool
 }
 
 // Store owns the leases (table leases); their admissions are account's
@@ -98,6 +104,7 @@ type Store struct {
 	clock  func() time.Time
 	modes  modeCache // mode_cache.go
 	pct    int64     // Config.MaxUnusedPercent
+	groups bool      // Config.JournalGroups
 }
 
 // New returns a Store, and enables leasing on its account store
@@ -109,7 +116,7 @@ func New(c Config) (*Store, error) {
 	if c.MaxUnusedPercent < 0 || c.MaxUnusedPercent > 100 {
 		return nil, fmt.Errorf("lease: Config.MaxUnusedPercent %d: a percent of the capacity, 0 (no cap) to 100", c.MaxUnusedPercent)
 	}
-	s := &Store{acct: c.Store, holder: c.Holder, ttl: c.TTL, clock: c.ClockFunc, pct: c.MaxUnusedPercent}
+	s := &Store{acct: c.Store, holder: c.Holder, ttl: c.TTL, clock: c.ClockFunc, pct: c.MaxUnusedPercent, groups: c.JournalGroups}
 	if s.ttl <= 0 {
 		s.ttl = DefaultTTL
 	}

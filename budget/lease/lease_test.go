@@ -59,9 +59,17 @@ func (b *testBundle) replica(t *testing.T, name string, conns int32) *replica {
 // replicaCapped is replica with lease.Config.MaxUnusedPercent pct.
 func (b *testBundle) replicaCapped(t *testing.T, name string, conns int32, pct int64) *replica {
 	t.Helper()
+	return b.replicaWith(t, name, conns, func(c *lease.Config) { c.MaxUnusedPercent = pct })
+}
+
+// replicaWith is replica with its lease.Config changed by config.
+func (b *testBundle) replicaWith(t *testing.T, name string, conns int32, config func(*lease.Config)) *replica {
+	t.Helper()
 	pool := pgtest.Pool(t, b.url, func(c *pgxpool.Config) { c.MaxConns = conns })
 	acct := account.NewStore(pool).WithClock(b.clock)
-	ls, err := lease.New(lease.Config{Store: acct, Holder: name, TTL: 10 * time.Second, ClockFunc: b.clock, MaxUnusedPercent: pct})
+	c := lease.Config{Store: acct, Holder: name, TTL: 10 * time.Second, ClockFunc: b.clock}
+	config(&c)
+	ls, err := lease.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@
 -- them (NULL: all) in the lease's order, and the lease's booking cursor
 -- moved past them, in one statement. An event is an admission made from
 -- the lease (lease_seq) or the end of one in the lease's journal
--- (lease_end_seq, 00036); both are drawn from one sequence under the
+-- (lease_end_seq, 00036), or either in a group row (00039: the event's
+-- seq is the group's times 2048 plus its index); all are drawn from one
+-- sequence under the
 -- journal group's lock of the lease row, so the order is the order they
 -- committed in, and an end always follows its admission. The caller holds
 -- the row locks of the lease's tree, so no other booking of the lease
@@ -11,6 +13,8 @@
 -- the next booking.
 WITH cursor AS (
     SELECT coalesce((SELECT booked_seq FROM admission_lease_books WHERE lease_id = $1), 0) AS seq
+), l AS MATERIALIZED (
+    SELECT holder, tenant_id, group_from FROM leases WHERE id = $1
 ), todo AS MATERIALIZED (
     -- Each kind of event read down its own index in order, each stopped at
     -- $2 (the first $2 of the lease's order are among them), the cursor a
@@ -28,6 +32,28 @@ WITH cursor AS (
          FROM admissions a
          WHERE a.lease_id = $1 AND a.lease_end_seq > (SELECT seq FROM cursor)
          ORDER BY a.lease_end_seq
+         LIMIT $2)
+        UNION ALL
+        -- A lease of a replica whose journal writes groups (00039): its
+        -- events in its holder's groups since it was taken and above the
+        -- cursor, read down lease_groups_replica_idx. The groups without
+        -- the lease are skipped before their arrays are read through.
+        (SELECT x.*
+         FROM l
+         JOIN lease_groups g ON g.replica = l.holder
+         CROSS JOIN LATERAL (
+             SELECT g.ids[i] AS id, g.tenant_ids[i] AS tenant_id, g.models[i] AS model, g.cost[i] AS cost,
+                    g.money_estimate[i] AS money_estimate, g.created_at, g.actors[i] AS actor, g.seq * 2048 + i AS seq,
+                    false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
+             FROM generate_subscripts(g.lease_ids, 1) i WHERE g.lease_ids[i] = $1
+             UNION ALL
+             SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
+                    g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
+             FROM generate_subscripts(g.end_leases, 1) j WHERE g.end_leases[j] = $1
+         ) x
+         WHERE g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
+           AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases)) AND x.seq > (SELECT seq FROM cursor)
+         ORDER BY x.seq
          LIMIT $2)
     ) e
     ORDER BY seq

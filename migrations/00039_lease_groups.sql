@@ -1,0 +1,107 @@
+-- +goose Up
+-- The compact journal (docs/leasing.md, "The compact journal"): a lease
+-- journal group in the groups shape writes its admissions as one row of
+-- arrays, not one admissions row each. A leased admission row cost
+-- Postgres its heap tuple and six index entries (about 59 us of a keyed
+-- admission in a group of 14); a group row with the same keys cost 28
+-- (make bench-pgcost). Its admissions are found by their ids, which name
+-- the group (rule.AdmissionGroupOf: holder and count, indexed here), and a
+-- lease's booking finds its events by its holder's groups above its
+-- cursor (replica, seq).
+--
+-- - seq is drawn from admissions_lease_seq once per group, after the
+--   group's lease rows are locked, so a lease's groups commit in seq
+--   order; an event's place in its lease's order (admission_lease_books'
+--   booked_seq) is seq * 2048 plus its index in the row: 1 to 512 for the
+--   admissions, 1024 plus it for the ends (maxGroup is 512 requests).
+-- - replica is the holder of every lease the group used (leases.holder).
+-- - The admission columns are admissions' (input_tokens is input, and so
+--   on), one element per admission in the row's order; the end columns
+--   are the ends the group made of admissions of earlier groups, each
+--   marked in its group's state row in the same statement, with what
+--   their settle entries need of the admission (model, estimate, money,
+--   actor), so that a booking reads one row per event.
+-- - lease_group_states holds, per group, which of its admissions ended
+--   (ended: their index in the row; ended_by, beside it: the seq of the
+--   group whose row holds the end, 0 for the exact path, -1 for the
+--   sweeper) and open_until, the earliest expiry among the others, which
+--   the sweeper reads. An end that leaves open_until as it is updates
+--   no indexed column: a HOT update, one per group it touches, not one
+--   per admission.
+CREATE TABLE lease_groups (
+    seq             bigint        PRIMARY KEY,
+    replica         text          NOT NULL,
+    holder          bigint        NOT NULL,
+    count           integer       NOT NULL,
+    created_at      timestamptz   NOT NULL,
+    ids text[],
+    tenant_ids text[],
+    lease_ids text[],
+    models text[],
+    input bigint[],
+    output bigint[],
+    cost bigint[],
+    approximate boolean[],
+    input_weight bigint[],
+    output_weight bigint[],
+    expires_at timestamptz[],
+    families text[],
+    price_models text[],
+    price_from timestamptz[],
+    money_estimate bigint[],
+    faces text[],
+    price_tiers text[],
+    actors text[],
+    end_ids text[],
+    end_leases text[],
+    end_input bigint[],
+    end_output bigint[],
+    end_cost bigint[],
+    end_money bigint[],
+    end_refund bigint[],
+    end_models text[],
+    end_estimates bigint[],
+    end_money_estimates bigint[],
+    end_actors text[],
+    -- NULL or empty arrays: a group with no admissions, or no ends.
+    CHECK (coalesce(cardinality(ids), 0) + coalesce(cardinality(end_ids), 0) BETWEEN 1 AND 1024
+           AND coalesce(cardinality(ids), 0) <= 512 AND coalesce(cardinality(end_ids), 0) <= 512)
+);
+CREATE INDEX lease_groups_replica_idx ON lease_groups (replica, seq);
+CREATE INDEX lease_groups_group_idx ON lease_groups (holder, count);
+-- The last seq drawn when a lease was taken: every group that uses it
+-- draws a later one (it locks the lease row first), so its booking reads
+-- its holder's groups from there.
+ALTER TABLE leases ADD COLUMN group_from bigint NOT NULL DEFAULT 0;
+CREATE TABLE lease_group_states (
+    seq        bigint      PRIMARY KEY,
+    ended      integer[]   NOT NULL DEFAULT '{}',
+    ended_by   bigint[]    NOT NULL DEFAULT '{}',
+    open_until timestamptz
+);
+CREATE INDEX lease_group_states_open_idx ON lease_group_states (open_until) WHERE open_until IS NOT NULL;
+-- +goose StatementBegin
+DO $$
+BEGIN
+    ALTER TABLE lease_groups ALTER COLUMN ids SET COMPRESSION lz4, ALTER COLUMN tenant_ids SET COMPRESSION lz4,
+        ALTER COLUMN lease_ids SET COMPRESSION lz4, ALTER COLUMN models SET COMPRESSION lz4,
+        ALTER COLUMN actors SET COMPRESSION lz4, ALTER COLUMN faces SET COMPRESSION lz4;
+EXCEPTION WHEN feature_not_supported THEN
+    NULL; -- a server built without lz4 keeps pglz
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM lease_groups) THEN
+        RAISE EXCEPTION 'leased admissions are journaled as groups: set every tenant''s lease mode off and let them end first';
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+ALTER TABLE leases DROP COLUMN group_from;
+DROP TABLE lease_group_states;
+DROP TABLE lease_groups;
