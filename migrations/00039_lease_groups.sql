@@ -80,6 +80,28 @@ CREATE TABLE lease_group_states (
     open_until timestamptz
 );
 CREATE INDEX lease_group_states_open_idx ON lease_group_states (open_until) WHERE open_until IS NOT NULL;
+-- An admission of a group row that the exact path or the sweeper needs as
+-- a row (a settle past its estimate, a release, another face's end, its
+-- expiry) is copied into admissions first, and marked ended in its state
+-- row so that the journal no longer ends it (admission_materialize.sql):
+-- lease_group is the group it was copied from. Its lease_seq (and
+-- lease_end_seq, when the journal ended it) is its event's seq in the
+-- group row, which the booking reads there, never from the copy.
+ALTER TABLE admissions ADD COLUMN lease_group bigint;
+-- The group and place a grouped admission id names (rule.AdmissionGroupOf,
+-- for ids read in SQL: an Idempotency-Key's admission); NULLs for any
+-- other id. The id's 26 characters of Crockford's base32 are its 128 bits
+-- MSB first (and two zero bits): 48 of milliseconds, the local mark, the
+-- grouped mark, 40 of holder, 28 of count, 10 of place.
+CREATE FUNCTION admission_group(id text, OUT holder bigint, OUT count integer, OUT place integer)
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN substr(b, 49, 2) = '01' THEN substr(b, 51, 40)::bit(40)::bigint END,
+           CASE WHEN substr(b, 49, 2) = '01' THEN substr(b, 91, 28)::bit(28)::integer END,
+           CASE WHEN substr(b, 49, 2) = '01' THEN substr(b, 119, 10)::bit(10)::integer END
+    FROM (SELECT string_agg(((strpos('0123456789abcdefghjkmnpqrstvwxyz', substr(id, 4 + i, 1)) - 1)::bit(5))::text, '' ORDER BY i) AS b
+          FROM generate_series(1, 26) AS i
+          WHERE id ~ '^adm_[0-9a-hjkmnp-tv-z]{26}$') x
+$$;
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -103,5 +125,7 @@ END
 $$;
 -- +goose StatementEnd
 ALTER TABLE leases DROP COLUMN group_from;
+DROP FUNCTION admission_group(text);
+ALTER TABLE admissions DROP COLUMN lease_group;
 DROP TABLE lease_group_states;
 DROP TABLE lease_groups;

@@ -177,6 +177,10 @@ func (s *Store) load(ctx context.Context, items []Item) (*loaded, error) {
 		return nil, err
 	}
 	l.tx, l.tenants, l.now = tx, ts, now
+	if err := s.groupCopy(ctx, l, w, s.clock()); err != nil {
+		tx.abort()
+		return nil, err
+	}
 	if err := s.loadLate(ctx, l, w.tenants, queueModels); err != nil {
 		tx.abort()
 		return nil, err

@@ -23,6 +23,17 @@ func (s *Store) SweepOnce(ctx context.Context, expire ExpireFunc) (int, error) {
 		expire = s.Expire
 	}
 	total := 0
+	// A groups-shape journal's overdue admissions are copied into
+	// admissions first (group_copy.go), and expired below like any.
+	for {
+		n, err := s.CopyOverdueGroups(ctx, 100)
+		if err != nil {
+			return total, fmt.Errorf("budget: sweep: %w", err)
+		}
+		if n < 100 {
+			break
+		}
+	}
 	for {
 		rows, err := s.pool.Query(ctx, admissionExpiredTenantsSQL, 100, s.clock())
 		if err != nil {

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tokengate/tokengate/budget/account"
 	"github.com/tokengate/tokengate/budget/lease"
 	"github.com/tokengate/tokengate/budget/rule"
 )
@@ -65,6 +67,11 @@ func TestGroupsShapeBooksAsRows(t *testing.T) {
 	for _, id := range []string{"rows", "grp"} {
 		b.tenant(t, id, "", rule.Limits{TokensCapacity: 10_000, TokensRateMicro: 1})
 	}
+	// What each exact-path step answered, in order, in each shape.
+	outcomes := map[string][]string{}
+	note := func(tenant, step string, err error) {
+		outcomes[tenant] = append(outcomes[tenant], fmt.Sprintf("%s: %v", step, err))
+	}
 	life := func(r *replica, tenant string) {
 		l, err := r.leases.Take(ctx, lease.TakeParams{TenantID: tenant, WantMicro: 2000 * tok})
 		if err != nil {
@@ -101,6 +108,21 @@ func TestGroupsShapeBooksAsRows(t *testing.T) {
 		if pending, err := r.acct.LeasePending(ctx, l.ID); err != nil || pending {
 			t.Fatalf("%s: pending after the booking: %v, %v", tenant, pending, err)
 		}
+		// The exact path: a settle past the estimate (by id), a release
+		// (by key), a settle of one the journal ended, then the journal's
+		// end of the one settled exactly.
+		_, err = r.acct.Settle(ctx, account.SettleParams{TenantID: tenant, AdmissionID: ids[4], InputTokens: 70})
+		note(tenant, "settle past the estimate", err)
+		_, err = r.acct.Release(ctx, account.ReleaseParams{TenantID: tenant, IdempotencyKey: "k2"})
+		note(tenant, "release by key", err)
+		_, err = r.acct.Settle(ctx, account.SettleParams{TenantID: tenant, AdmissionID: ids[3], InputTokens: 40})
+		note(tenant, "settle of one ended in the journal", err)
+		note(tenant, "journal's end of one settled exactly", end(4, 50, 50))
+		got, err := r.acct.AdmissionGet(ctx, tenant, ids[1])
+		note(tenant, "read of one ended in the journal", err)
+		if err == nil {
+			note(tenant, fmt.Sprintf("it reads %s %d/%v", got.State, got.Estimate.Cost, deref(got.ActualCost)), nil)
+		}
 		for n := 6; n < 9; n++ {
 			add(n, 7)
 		}
@@ -119,9 +141,18 @@ func TestGroupsShapeBooksAsRows(t *testing.T) {
 		if _, err := r.leases.Return(ctx, l.ID); err != nil {
 			t.Fatal(err)
 		}
+		// The sweeper expires what is still open (5, 6, 7 and 8) once
+		// their reservation TTL has passed.
+		b.advance(rule.DefaultReservationTTL + time.Minute)
+		n, err := r.acct.SweepOnce(ctx, nil)
+		note(tenant, fmt.Sprintf("sweep expired %d", n), err)
+		b.advance(-rule.DefaultReservationTTL - time.Minute)
 	}
 	life(b.r, "rows")
 	life(g, "grp")
+	if fmt.Sprint(outcomes["rows"]) != fmt.Sprint(outcomes["grp"]) {
+		t.Fatalf("the exact path answered\n%q in the rows shape,\n%q in the groups shape", outcomes["rows"], outcomes["grp"])
+	}
 	rowsLedger, _ := b.bookedEntries(t, "rows")
 	grpLedger, grpIDs := b.bookedEntries(t, "grp")
 	if len(rowsLedger) != len(grpLedger) {
@@ -134,9 +165,8 @@ func TestGroupsShapeBooksAsRows(t *testing.T) {
 			t.Fatalf("entry %d: rows shape %+v, groups shape %+v", i, r, g)
 		}
 	}
-	// 1000 - 5 - 40 - 10 - (30+50+60) - 21 used.
-	if got, want := b.balance(t, "grp"), int64(10_000-5-40-10-30-50-60-21)*tok; got != want {
-		t.Fatalf("balance %d, want %d", got, want)
+	if got, want := b.balance(t, "grp"), b.balance(t, "rows"); got != want {
+		t.Fatalf("balance %d in the groups shape, %d in the rows shape", got, want)
 	}
 	b.verify(t, "grp")
 	var admissionRows, groups, states, ended int
@@ -148,9 +178,12 @@ func TestGroupsShapeBooksAsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nine admissions, each its own group (one append at a time), and
-	// three ends, each its own group too.
-	if admissionRows != 0 || groups != 12 || states != 9 || ended != 3 {
-		t.Fatalf("groups shape: %d admissions rows, %d groups, %d state rows, %d ended; want 0, 12, 9, 3",
+	// three ends, each its own group too. Copied into admissions: the
+	// three the exact path named (4, 2 and 3; 1 was only read), and the
+	// four the sweeper expired (5 to 8); ended: three in the journal, two
+	// by the exact path, four by the sweeper.
+	if admissionRows != 6 || groups != 12 || states != 9 || ended != 9 {
+		t.Fatalf("groups shape: %d admissions rows, %d groups, %d state rows, %d ended; want 7, 12, 9, 9",
 			admissionRows, groups, states, ended)
 	}
 	// Every admission's id names its group, where its row holds it.
@@ -298,4 +331,39 @@ func TestGroupsShapeConcurrent(t *testing.T) {
 		t.Fatalf("balance %d, want %d (used %d)", got, want, used)
 	}
 	b.verify(t, "acme")
+}
+
+// admission_group (00039) reads in SQL what rule.AdmissionGroupOf reads in
+// Go, for grouped ids at every width's edge, and nothing of a local id, an
+// id of the store's own (grouped mark clear) or anything else.
+func TestAdmissionGroupInSQL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := b.clock()
+	ids := []string{rule.NewLocalAdmissionID(now), "adm_x", "lse_0123456789abcdefghjkmnpqrs", "adm_0123456789abcdefghjkmnpqrU"}
+	for _, g := range []rule.AdmissionGroup{{Holder: 1, Count: 1}, {Holder: rule.MaxGroupHolder, Count: rule.MaxGroupCount, Place: rule.MaxGroupPlace},
+		{Holder: 1 << 39, Count: 1 << 27, Place: 1 << 9}, {Holder: 0x1234567890, Count: 0x0abcdef, Place: 0x155}} {
+		id, ok := rule.GroupedAdmissionID(rule.NewStoreAdmissionID(now), g)
+		if !ok {
+			t.Fatalf("%+v: no id", g)
+		}
+		ids = append(ids, id)
+	}
+	for range 200 {
+		ids = append(ids, rule.NewStoreAdmissionID(now)) // half of them grouped by chance
+	}
+	for _, id := range ids {
+		var holder, count, place *int64
+		if err := b.r.pool.QueryRow(ctx, "SELECT holder, count, place FROM admission_group($1)", id).Scan(&holder, &count, &place); err != nil {
+			t.Fatal(err)
+		}
+		want, ok := rule.AdmissionGroupOf(id)
+		switch {
+		case !ok && (holder != nil || count != nil || place != nil):
+			t.Fatalf("%s: SQL reads group %v/%v/%v, Go none", id, deref(holder), deref(count), deref(place))
+		case ok && (holder == nil || uint64(*holder) != want.Holder || uint32(*count) != want.Count || int(*place) != want.Place):
+			t.Fatalf("%s: SQL reads group %v/%v/%v, Go %+v", id, deref(holder), deref(count), deref(place), want)
+		}
+	}
 }

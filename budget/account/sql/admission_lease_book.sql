@@ -23,21 +23,22 @@ WITH cursor AS (
         (SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.created_at, coalesce(a.lease_actor, '') AS actor,
                 a.lease_seq AS seq, false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
          FROM admissions a
-         WHERE a.lease_id = $1 AND a.lease_seq > (SELECT seq FROM cursor)
+         WHERE a.lease_id = $1 AND a.lease_seq > (SELECT seq FROM cursor) AND a.lease_group IS NULL
          ORDER BY a.lease_seq
          LIMIT $2)
         UNION ALL
         (SELECT a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.ended_at, coalesce(a.lease_actor, ''),
                 a.lease_end_seq, true, a.actual_cost, a.money_actual
          FROM admissions a
-         WHERE a.lease_id = $1 AND a.lease_end_seq > (SELECT seq FROM cursor)
+         WHERE a.lease_id = $1 AND a.lease_end_seq > (SELECT seq FROM cursor) AND a.lease_group IS NULL
          ORDER BY a.lease_end_seq
          LIMIT $2)
         UNION ALL
         -- A lease of a replica whose journal writes groups (00039): its
         -- events in its holder's groups since it was taken and above the
-        -- cursor, read down lease_groups_replica_idx. The groups without
-        -- the lease are skipped before their arrays are read through.
+        -- cursor. The groups without the lease are skipped before their
+        -- arrays are read through. (An admission copied into admissions,
+        -- lease_group set, is booked here, never from its copy.)
         (SELECT x.*
          FROM l
          JOIN lease_groups g ON g.replica = l.holder

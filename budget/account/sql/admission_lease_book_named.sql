@@ -37,6 +37,25 @@ WITH named AS (
            NULL::bigint AS actual_cost, NULL::bigint AS money_actual
     FROM cursors c
     JOIN admissions a ON a.lease_id = c.lease_id AND a.lease_seq > c.seq AND a.lease_seq <= c.upto
+    WHERE a.lease_group IS NULL
+    UNION ALL
+    -- The events of a groups-shape journal's leases (00039), in their
+    -- holder's groups in the range (admission_lease_book.sql).
+    SELECT c.lease_id, x.*
+    FROM cursors c
+    JOIN leases l ON l.id = c.lease_id
+    JOIN lease_groups g ON g.replica = l.holder AND g.seq > l.group_from AND g.seq >= c.seq / 2048 AND g.seq <= c.upto / 2048
+    CROSS JOIN LATERAL (
+        SELECT g.ids[i] AS id, g.tenant_ids[i] AS tenant_id, g.models[i] AS model, g.cost[i] AS cost,
+               g.money_estimate[i] AS money_estimate, g.created_at, g.actors[i] AS actor, g.seq * 2048 + i AS seq,
+               false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
+        FROM generate_subscripts(g.lease_ids, 1) i WHERE g.lease_ids[i] = c.lease_id
+        UNION ALL
+        SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
+               g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
+        FROM generate_subscripts(g.end_leases, 1) j WHERE g.end_leases[j] = c.lease_id
+    ) x
+    WHERE (c.lease_id = ANY (g.lease_ids) OR c.lease_id = ANY (g.end_leases)) AND x.seq > c.seq AND x.seq <= c.upto
     UNION ALL
     -- The ends, each lease's range read down admissions_lease_end_idx with
     -- the lease and its bounds as parameters (OFFSET 0 keeps the subquery
@@ -47,7 +66,7 @@ WITH named AS (
         SELECT a.lease_id, a.id, a.tenant_id, a.model, a.cost, a.money_estimate, a.ended_at,
                coalesce(a.lease_actor, ''), a.lease_end_seq, true, a.actual_cost, a.money_actual
         FROM admissions a
-        WHERE a.lease_id = c.lease_id AND a.lease_end_seq > c.seq AND a.lease_end_seq <= c.upto
+        WHERE a.lease_id = c.lease_id AND a.lease_end_seq > c.seq AND a.lease_end_seq <= c.upto AND a.lease_group IS NULL
         OFFSET 0
     ) e
 ), moved AS (
