@@ -102,6 +102,33 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
           FROM generate_series(1, 26) AS i
           WHERE id ~ '^adm_[0-9a-hjkmnp-tv-z]{26}$') x
 $$;
+-- A group's created_at is its admissions': the drift reports read a range
+-- of it, as they read admissions' (00034).
+CREATE INDEX lease_groups_created_brin ON lease_groups USING brin (created_at) WITH (autosummarize = on);
+-- The admissions of group rows as admissions rows, for the readers of
+-- admissions that read many (the drift reports, the dashboard's latest):
+-- reserved while open, settled as the journal's ending group row records
+-- it once the journal ended it. One the exact path or the sweeper ended,
+-- or that a decision copied, is its admissions row, and is left out here.
+CREATE VIEW lease_group_admissions AS
+SELECT g.ids[i] AS id, g.tenant_ids[i] AS tenant_id, CASE WHEN eg.seq IS NULL THEN 'reserved' ELSE 'settled' END AS state,
+       g.models[i] AS model, g.input[i] AS input_tokens, g.output[i] AS output_tokens, g.cost[i] AS cost,
+       g.approximate[i] AS approximate, g.input_weight[i] AS input_weight_micro, g.output_weight[i] AS output_weight_micro,
+       g.created_at, g.expires_at[i] AS expires_at, eg.created_at AS ended_at, false AS late,
+       eg.end_input[j.j] AS actual_input, eg.end_output[j.j] AS actual_output, eg.end_cost[j.j] AS actual_cost,
+       eg.end_refund[j.j] AS end_delta_micro, NULL::bigint AS end_balance_micro, '{}'::text[] AS shadowed,
+       nullif(g.families[i], '') AS family, '{}'::text[] AS model_levels, NULL::text AS pool_id,
+       nullif(g.price_models[i], '') AS price_model, g.price_from[i] AS price_from, nullif(g.price_tiers[i], '') AS price_tier,
+       g.money_estimate[i] AS money_estimate, eg.end_money[j.j] AS money_actual, g.faces[i] AS face,
+       NULL::bigint AS debited_micro, g.lease_ids[i] AS lease_id, g.seq AS group_seq
+FROM lease_groups g
+JOIN lease_group_states s ON s.seq = g.seq
+CROSS JOIN LATERAL generate_subscripts(g.ids, 1) AS i
+CROSS JOIN LATERAL (SELECT s.ended_by[array_position(s.ended, i)] AS ended_by) b
+LEFT JOIN lease_groups eg ON eg.seq = b.ended_by AND b.ended_by > 0
+CROSS JOIN LATERAL (SELECT array_position(eg.end_ids, g.ids[i]) AS j) j
+WHERE (b.ended_by IS NULL OR b.ended_by > 0)
+  AND NOT EXISTS (SELECT 1 FROM admissions a WHERE a.id = g.ids[i]);
 -- +goose StatementBegin
 DO $$
 BEGIN
@@ -125,6 +152,7 @@ END
 $$;
 -- +goose StatementEnd
 ALTER TABLE leases DROP COLUMN group_from;
+DROP VIEW lease_group_admissions;
 DROP FUNCTION admission_group(text);
 ALTER TABLE admissions DROP COLUMN lease_group;
 DROP TABLE lease_group_states;

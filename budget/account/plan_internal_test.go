@@ -42,6 +42,11 @@ func TestGrowingTablesAreReadThroughAnIndex(t *testing.T) {
 		// (00034; TestDriftReportReadsTimeThroughBRIN).
 		{"drift report, every tenant", driftReportSQL, "admissions", []any{"", "", now.Add(-time.Hour), now}},
 		{"drift report by model", driftReportByModelSQL, "admissions", []any{"", "", now.Add(-time.Hour), now}},
+		{"drift report's group rows", driftReportSQL, "lease_groups", []any{"", "", now.Add(-time.Hour), now}},
+		{"drift report by model's group rows", driftReportByModelSQL, "lease_groups", []any{"", "", now.Add(-time.Hour), now}},
+		{"latest admissions' group rows", admissionRecentSQL, "lease_groups", []any{"t", 50}},
+		{"an admission's group row", admissionGetSQL, "lease_groups", []any{"adm_06dqdpn801at9ckscy00000c00", "t"}},
+		{"an admission's lease", admissionLeaseSQL, "lease_groups", []any{"adm_06dqdpn801at9ckscy00000c00"}},
 		{"deferred settles purge", deferredSettlePurgeSQL, "deferred_settles", []any{1000}},
 		{"rejections purge", rejectionsPurgeSQL, "rejection_counts", nil},
 		{"rejections read", rejectionsSinceSQL, "rejection_counts", []any{60}},

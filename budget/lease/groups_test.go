@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,6 +124,23 @@ func TestGroupsShapeBooksAsRows(t *testing.T) {
 		if err == nil {
 			note(tenant, fmt.Sprintf("it reads %s %d/%v", got.State, got.Estimate.Cost, deref(got.ActualCost)), nil)
 		}
+		// The readers of many admissions: the drift report, the latest
+		// admissions (the same instant: compared as a sorted multiset), an
+		// admission's lease.
+		rep, err := r.acct.DriftReport(ctx, account.DriftParams{TenantID: tenant, From: b.clock().Add(-time.Hour), To: b.clock().Add(time.Hour)})
+		for i := range rep {
+			rep[i].TenantID = ""
+		}
+		note(tenant, fmt.Sprintf("drift %+v", rep), err)
+		recent, err := r.acct.AdmissionRecent(ctx, tenant, 50)
+		var seen []string
+		for _, a := range recent {
+			seen = append(seen, fmt.Sprintf("%s %d/%v %v", a.State, a.Estimate.Cost, deref(a.ActualCost), deref(a.EndDeltaMicro)))
+		}
+		slices.Sort(seen)
+		note(tenant, fmt.Sprintf("latest %q", seen), err)
+		lid, err := r.acct.AdmissionLease(ctx, ids[1])
+		note(tenant, fmt.Sprintf("lease of one ended in the journal named: %v", lid == l.ID), err)
 		for n := 6; n < 9; n++ {
 			add(n, 7)
 		}

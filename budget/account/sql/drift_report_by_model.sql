@@ -1,5 +1,6 @@
 -- Sums are numeric, exact however large: each term fits a bigint, their
--- sum may not (budget.Total scans them).
+-- sum may not (budget.Total scans them). Admissions rows and a
+-- groups-shape journal's group rows (00039) alike.
 SELECT '*' AS tenant_id, model, count(*) AS admissions,
        sum(input_tokens::numeric) AS estimated_input_tokens, sum(output_tokens::numeric) AS estimated_output_tokens,
        sum(cost::numeric) AS estimated_cost,
@@ -17,7 +18,17 @@ SELECT '*' AS tenant_id, model, count(*) AS admissions,
        coalesce(sum(money_estimate::numeric), 0) AS estimated_money_micro,
        coalesce(sum(money_actual::numeric), 0) AS actual_money_micro,
        coalesce(sum((money_estimate - money_actual)::numeric) FILTER (WHERE state = 'settled'), 0) AS money_drift_micro
-FROM admissions
+FROM (
+    SELECT id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate, input_weight_micro,
+       output_weight_micro, created_at, expires_at, ended_at, late, actual_input, actual_output,
+       actual_cost, end_delta_micro, end_balance_micro, shadowed, family, model_levels, pool_id,
+       price_model, price_from, price_tier, money_estimate, money_actual, face, debited_micro FROM admissions
+    UNION ALL
+    SELECT id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate, input_weight_micro,
+       output_weight_micro, created_at, expires_at, ended_at, late, actual_input, actual_output,
+       actual_cost, end_delta_micro, end_balance_micro, shadowed, family, model_levels, pool_id,
+       price_model, price_from, price_tier, money_estimate, money_actual, face, debited_micro FROM lease_group_admissions
+) a
 WHERE ($1 = '' OR tenant_id = $1)
   AND ($2 = '' OR model = $2)
   AND created_at >= $3 AND created_at < $4
