@@ -125,7 +125,7 @@ FROM lease_groups g
 JOIN lease_group_states s ON s.seq = g.seq
 CROSS JOIN LATERAL generate_subscripts(g.ids, 1) AS i
 CROSS JOIN LATERAL (SELECT s.ended_by[array_position(s.ended, i)] AS ended_by) b
-LEFT JOIN lease_groups eg ON eg.seq = b.ended_by AND b.ended_by > 0
+LEFT JOIN LATERAL (SELECT * FROM lease_groups eg WHERE eg.seq = b.ended_by AND b.ended_by > 0 OFFSET 0) eg ON true
 CROSS JOIN LATERAL (SELECT array_position(eg.end_ids, g.ids[i]) AS j) j
 WHERE (b.ended_by IS NULL OR b.ended_by > 0)
   AND NOT EXISTS (SELECT 1 FROM admissions a WHERE a.id = g.ids[i]);

@@ -308,3 +308,51 @@ func seedLeaseAdmissions(ctx context.Context, t *testing.T, pool *pgxpool.Pool, 
 		}
 	}
 }
+
+// The group rows' statements (00039) look their groups and state rows up
+// one by one, whatever the tables held when the plan was made: a generic
+// plan of the journal's group made while lease_groups was small (the
+// bench's warm-up) joined the ends with a hash of the whole table, and
+// kept doing so as it grew (2.7 ms a group; the sweeper's copy of overdue
+// admissions took 1.3 s). Planned here on 50 groups, each must read them
+// down an index.
+func TestGroupStatementsLookUpOneByOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.New(t, nil)
+	for _, q := range []string{
+		`INSERT INTO tenants (id, tokens_capacity, tokens_rate_micro, tokens_micro) VALUES ('t', 1000, 1, 0)`,
+		`INSERT INTO leases (id, tenant_id, holder, state, levels, slice_micro, taken_at, renewed_at, expires_at)
+		 VALUES ('G', 't', 'r', 'live', ARRAY['t'], 1, now(), now(), now() + interval '1 hour')`,
+		`INSERT INTO lease_groups (seq, replica, holder, count, created_at, ids, tenant_ids, lease_ids, models, input, output, cost,
+		     approximate, input_weight, output_weight, expires_at, families, price_models, price_from, money_estimate, faces, price_tiers, actors)
+		 SELECT i, 'r', 7, i, now(), ARRAY['g' || i], ARRAY['t'], ARRAY['G'], ARRAY['m'], ARRAY[1], ARRAY[1], ARRAY[2], ARRAY[false],
+		        ARRAY[1], ARRAY[1], ARRAY[now() - interval '1 hour'], ARRAY[''], ARRAY[''], ARRAY[NULL]::timestamptz[], ARRAY[NULL]::bigint[],
+		        ARRAY['api'], ARRAY[''], ARRAY['']
+		 FROM generate_series(1, 50) AS i`,
+		`INSERT INTO lease_group_states (seq, open_until) SELECT i, now() - interval '1 hour' FROM generate_series(1, 50) AS i`,
+		`ANALYZE tenants, leases, lease_groups, lease_group_states, admissions`,
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	nulls := func(n int) string { return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ") }
+	id := `'adm_06dqdpn801at9ckscy00000c00'`
+	for _, c := range []struct{ name, sql, args string }{
+		{"journal's group", admissionInsertGroupSQL, `'r', 7, 51, NULL, ` + nulls(22) + `, ARRAY['g9'], ARRAY['G'], ARRAY[1], ARRAY[0], ARRAY[1],
+			ARRAY[NULL]::bigint[], ARRAY[1], ARRAY[7], ARRAY[9], true`},
+		{"overdue copy", admissionMaterializeOverdueSQL, `100, NULL`},
+		{"group lock", admissionGroupLockSQL, `ARRAY[` + id + `], ARRAY['t'], ARRAY['k'], NULL`},
+		{"copy", admissionMaterializeSQL, `ARRAY[` + id + `], ARRAY['t'], ARRAY['k'], NULL, ARRAY['t']`},
+		{"read", admissionGetSQL, id + `, 't'`},
+		{"lease", admissionLeaseSQL, id},
+	} {
+		plan := pgtest.GenericPlan(ctx, t, pool, QueueGenericPlans, c.sql, c.args)
+		for _, bad := range []string{"Seq Scan on lease_groups", "Seq Scan on lease_group_states", "Hash Join", "Hash Right Join", "Merge Join"} {
+			if strings.Contains(plan, bad) {
+				t.Errorf("%s, as a generic plan made on 50 groups, has a %s:\n%s", c.name, bad, plan)
+			}
+		}
+	}
+}

@@ -43,6 +43,9 @@ type LeaseConfig struct {
 	// NowFunc is the holders' clock (time.Now); ClockFunc freezes the
 	// store's statements (tests: the account store's frozen clock).
 	NowFunc, ClockFunc func() time.Time
+	// JournalGroups makes the journal write the compact journal's groups
+	// shape (lease.Config.JournalGroups; serve --lease-journal groups).
+	JournalGroups bool
 }
 
 // Leases is a replica's quota leasing: the lease store (and its mode
@@ -107,7 +110,8 @@ func newLeases(acct *account.Store, c LeaseConfig, logger *slog.Logger) (*Leases
 	}
 	// Half the capacity at most, unused in the leases of every replica
 	// together (bound 2): sliceFor shares it out, the store enforces it.
-	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc, MaxUnusedPercent: 50})
+	s, err := lease.New(lease.Config{Store: acct, Holder: c.Holder, TTL: c.TTL, ClockFunc: c.ClockFunc, MaxUnusedPercent: 50,
+		JournalGroups: c.JournalGroups})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,7 @@ type serveCmd struct {
 	LeaseTTL           time.Duration `name:"lease-ttl" env:"TOKENGATE_LEASE_TTL" default:"${lease_ttl}" help:"Quota leasing (tenants in lease mode auto): a lease's life from its take or last renew, the longest a dead replica holds a tenant's budget. Leases are renewed every half of it."`
 	LeaseOpenMax       int           `name:"lease-open-max" env:"TOKENGATE_LEASE_OPEN_MAX" default:"${lease_open_max}" help:"Quota leasing: how many of its open leased admissions a replica remembers (about 160 bytes each), to settle them in their lease's journal without locking the tenant; the settle of an older one is exact. 0: none."`
 	LeaseSlice         int64         `name:"lease-slice" env:"TOKENGATE_LEASE_SLICE" default:"${lease_slice}" help:"Quota leasing: the smallest slice, in tokens, a replica leases of a tenant (its first, and a quiet tenant's); a busy tenant's slice is its rate over half the TTL, capped at its capacity over twice the replicas leasing it."`
+	LeaseJournal       string        `name:"lease-journal" env:"TOKENGATE_LEASE_JOURNAL" default:"rows" enum:"rows,groups" help:"Quota leasing: how the journal stores leased admissions. rows: an admissions row each. groups: one row of arrays per group commit, which costs Postgres about half as much per admission (docs/leasing.md, \"The compact journal\"). Replicas of one database may differ."`
 	MaxWaiters         int           `name:"max-waiters" env:"TOKENGATE_MAX_WAITERS" default:"${max_waiters}" help:"Callers of one tenant that may wait for tokens at once (max_wait_ms), per replica."`
 	OnStoreUnavailable string        `name:"on-store-unavailable" env:"TOKENGATE_ON_STORE_UNAVAILABLE" enum:"reject,local" default:"reject" help:"Default failure policy when Postgres is unreachable (tenants and models may set their own)."`
 	Replicas           int           `name:"replicas" env:"TOKENGATE_REPLICAS" default:"1" help:"Replicas running: under the local policy each admits 1/replicas of a tenant's limits."`
@@ -157,7 +158,8 @@ func (s serveCmd) Run(ctx context.Context, g *globals) error {
 		DefaultPolicy: rule.Policy(s.OnStoreUnavailable), StoreTimeout: s.StoreTimeout,
 		MaxWaiters: s.MaxWaiters, Pipelines: s.Pipelines, Gather: gatherOf(s.Gather),
 		Tracing: tracing, EstimateBytes: s.EstimateBytes, EstimateTenantBytes: s.EstimateShare, EstimateWait: s.EstimateWait,
-		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice, OpenMax: openMax(s.LeaseOpenMax), NowFunc: s.clock()},
+		Leasing: replica.LeaseConfig{Holder: replicaID, TTL: s.LeaseTTL, MinSlice: s.LeaseSlice, OpenMax: openMax(s.LeaseOpenMax), NowFunc: s.clock(),
+			JournalGroups: s.LeaseJournal == "groups"},
 	})
 	if err != nil {
 		return err

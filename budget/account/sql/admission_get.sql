@@ -17,9 +17,9 @@ SELECT $1, g.tenant_ids[p.pos], CASE WHEN eg.seq IS NULL THEN 'reserved' ELSE 's
        '{}'::text[], NULL::text, nullif(g.price_models[p.pos], ''), g.price_from[p.pos], nullif(g.price_tiers[p.pos], ''),
        g.money_estimate[p.pos], eg.end_money[j.j], g.faces[p.pos], NULL::bigint
 FROM admission_group($1) AS ag
-JOIN lease_groups g ON g.holder = ag.holder AND g.count = ag.count AND $1 = ANY (g.ids)
+CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = ag.holder AND g.count = ag.count AND $1 = ANY (g.ids) LIMIT 1) g
 CROSS JOIN LATERAL (SELECT array_position(g.ids, $1) AS pos) p
-JOIN lease_group_states s ON s.seq = g.seq
-LEFT JOIN lease_groups eg ON eg.seq = s.ended_by[array_position(s.ended, p.pos)] AND eg.seq > 0
+CROSS JOIN LATERAL (SELECT * FROM lease_group_states s WHERE s.seq = g.seq OFFSET 0) s
+LEFT JOIN LATERAL (SELECT * FROM lease_groups eg WHERE eg.seq = s.ended_by[array_position(s.ended, p.pos)] AND eg.seq > 0 OFFSET 0) eg ON true
 CROSS JOIN LATERAL (SELECT array_position(eg.end_ids, $1) AS j) j
 WHERE g.tenant_ids[p.pos] = $2 AND NOT EXISTS (SELECT 1 FROM admissions a WHERE a.id = $1)

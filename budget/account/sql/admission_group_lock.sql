@@ -18,9 +18,11 @@ WITH c AS (
     ) k
 )
 SELECT s.seq
-FROM c
-CROSS JOIN LATERAL admission_group(c.id) AS ag
-JOIN lease_groups g ON g.holder = ag.holder AND g.count = ag.count AND c.id = ANY (g.ids)
-JOIN lease_group_states s ON s.seq = g.seq
+FROM lease_group_states s
+WHERE s.seq = ANY (ARRAY(
+    SELECT g.seq
+    FROM c
+    CROSS JOIN LATERAL admission_group(c.id) AS ag
+    CROSS JOIN LATERAL (SELECT g.seq FROM lease_groups g WHERE g.holder = ag.holder AND g.count = ag.count AND c.id = ANY (g.ids) LIMIT 1) g))
 ORDER BY s.seq
-FOR UPDATE OF s
+FOR UPDATE

@@ -35,16 +35,27 @@ WITH c AS MATERIALIZED (
     FROM unnest($27::text[], $28::text[], $29::bigint[], $30::bigint[], $31::bigint[], $32::bigint[], $33::bigint[],
                 $34::bigint[], $35::integer[])
          WITH ORDINALITY AS u (id, lease_id, actual_input, actual_output, actual_cost, money_actual, refund_micro, holder, count, n)
-    JOIN lease_groups g ON g.holder = u.holder AND g.count = u.count AND u.id = ANY (g.ids)
+    -- Each end's group looked up on its own down lease_groups_group_idx (a
+    -- join the planner may make a hash of the whole table, as a generic
+    -- plan made while the table was small did: 2.7 ms a group).
+    CROSS JOIN LATERAL (
+        SELECT g.seq, g.ids, g.lease_ids, g.expires_at, g.models, g.cost, g.money_estimate, g.actors
+        FROM lease_groups g
+        WHERE g.holder = u.holder AND g.count = u.count AND u.id = ANY (g.ids)
+        LIMIT 1
+    ) g
     CROSS JOIN LATERAL (SELECT array_position(g.ids, u.id) AS pos) x
     CROSS JOIN c
     WHERE g.lease_ids[x.pos] = u.lease_id AND g.expires_at[x.pos] > c.at
     ORDER BY u.id, u.n
 ), marked AS (
+    -- The state rows found down their primary key (= ANY of an InitPlan's
+    -- array), each with its positions.
     UPDATE lease_group_states s
-    SET ended = s.ended || x.pos, ended_by = s.ended_by || array_fill((SELECT seq FROM c), ARRAY[cardinality(x.pos)])
-    FROM (SELECT group_seq, array_agg(pos) AS pos FROM e GROUP BY group_seq) x
-    WHERE s.seq = x.group_seq AND NOT (s.ended && x.pos)
+    SET ended = s.ended || (SELECT array_agg(e.pos) FROM e WHERE e.group_seq = s.seq),
+        ended_by = s.ended_by || array_fill((SELECT seq FROM c), ARRAY[(SELECT count(*)::integer FROM e WHERE e.group_seq = s.seq)])
+    WHERE s.seq = ANY (ARRAY(SELECT DISTINCT group_seq FROM e))
+      AND NOT (s.ended && (SELECT array_agg(e.pos) FROM e WHERE e.group_seq = s.seq))
     RETURNING s.seq
 ), ended AS (
     SELECT e.* FROM e WHERE e.group_seq IN (SELECT seq FROM marked)

@@ -34,9 +34,9 @@ WITH c AS (
            s.ended_by[array_position(s.ended, p.pos)] AS ended_by
     FROM c
     CROSS JOIN LATERAL admission_group(c.id) AS ag
-    JOIN lease_groups g ON g.holder = ag.holder AND g.count = ag.count AND c.id = ANY (g.ids)
+    CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = ag.holder AND g.count = ag.count AND c.id = ANY (g.ids) LIMIT 1) g
     CROSS JOIN LATERAL (SELECT array_position(g.ids, c.id) AS pos) p
-    JOIN lease_group_states s ON s.seq = g.seq
+    CROSS JOIN LATERAL (SELECT * FROM lease_group_states s WHERE s.seq = g.seq OFFSET 0) s
     WHERE g.tenant_ids[p.pos] = ANY ($5::text[]) AND NOT EXISTS (SELECT 1 FROM admissions a WHERE a.id = c.id)
 ), e AS (
     -- The ends the journal made: the ending group's row, where the end is.
@@ -44,14 +44,14 @@ WITH c AS (
            eg.end_output[j.j] AS actual_output, eg.end_cost[j.j] AS actual_cost, eg.end_money[j.j] AS money_actual,
            eg.end_refund[j.j] AS refund
     FROM x
-    JOIN lease_groups eg ON eg.seq = x.ended_by
+    CROSS JOIN LATERAL (SELECT * FROM lease_groups eg WHERE eg.seq = x.ended_by OFFSET 0) eg
     CROSS JOIN LATERAL (SELECT array_position(eg.end_ids, x.id) AS j) j
     WHERE x.ended_by > 0
 ), opened AS (
     UPDATE lease_group_states s
-    SET ended = s.ended || o.pos, ended_by = s.ended_by || array_fill(0::bigint, ARRAY[cardinality(o.pos)])
-    FROM (SELECT seq, array_agg(pos) AS pos FROM x WHERE ended_by IS NULL GROUP BY seq) o
-    WHERE s.seq = o.seq
+    SET ended = s.ended || (SELECT array_agg(x.pos) FROM x WHERE x.seq = s.seq AND x.ended_by IS NULL),
+        ended_by = s.ended_by || array_fill(0::bigint, ARRAY[(SELECT count(*)::integer FROM x WHERE x.seq = s.seq AND x.ended_by IS NULL)])
+    WHERE s.seq = ANY (ARRAY(SELECT seq FROM x WHERE ended_by IS NULL))
 )
 INSERT INTO admissions (
     id, tenant_id, state, model, input_tokens, output_tokens, cost, approximate, input_weight_micro, output_weight_micro,

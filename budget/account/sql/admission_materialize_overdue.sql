@@ -25,7 +25,7 @@ WITH c AS (
            g.price_from[i] AS price_from, g.money_estimate[i] AS money_estimate, g.faces[i] AS face,
            g.price_tiers[i] AS price_tier, g.actors[i] AS actor
     FROM due d
-    JOIN lease_groups g ON g.seq = d.seq
+    CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.seq = d.seq OFFSET 0) g
     CROSS JOIN LATERAL generate_subscripts(g.ids, 1) AS i
     CROSS JOIN c
     WHERE i <> ALL (d.ended)
@@ -41,16 +41,12 @@ WITH c AS (
     FROM x
     WHERE x.overdue AND NOT EXISTS (SELECT 1 FROM admissions a WHERE a.id = x.id)
 ), marked AS (
+    -- Down the primary key (= ANY of an InitPlan's array): a join with
+    -- due may be planned as a scan of every state row.
     UPDATE lease_group_states s
-    SET ended = s.ended || coalesce(o.pos, '{}'),
-        ended_by = s.ended_by || array_fill((-1)::bigint, ARRAY[coalesce(cardinality(o.pos), 0)]),
-        open_until = o.next
-    FROM (
-        SELECT d.seq,
-               (SELECT array_agg(x.pos) FROM x WHERE x.seq = d.seq AND x.overdue) AS pos,
-               (SELECT min(x.expires_at) FROM x WHERE x.seq = d.seq AND NOT x.overdue) AS next
-        FROM due d
-    ) o
-    WHERE s.seq = o.seq
+    SET ended = s.ended || coalesce((SELECT array_agg(x.pos) FROM x WHERE x.seq = s.seq AND x.overdue), '{}'),
+        ended_by = s.ended_by || array_fill((-1)::bigint, ARRAY[(SELECT count(*)::integer FROM x WHERE x.seq = s.seq AND x.overdue)]),
+        open_until = (SELECT min(x.expires_at) FROM x WHERE x.seq = s.seq AND NOT x.overdue)
+    WHERE s.seq = ANY (ARRAY(SELECT seq FROM due))
 )
 SELECT count(*)::integer FROM due
