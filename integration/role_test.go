@@ -52,6 +52,9 @@ func TestAppRoleCannotRewriteLedger(t *testing.T) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON batches, batch_lines, batch_files, batch_file_lines, batch_allowances TO " + quoted,
 		"GRANT SELECT, INSERT, UPDATE ON leases, admission_lease_books, lease_modes TO " + quoted,
 		"GRANT USAGE ON SEQUENCE admissions_lease_seq TO " + quoted,
+		"GRANT SELECT, INSERT ON lease_groups TO " + quoted,
+		"GRANT SELECT, INSERT, UPDATE ON lease_group_states TO " + quoted,
+		"GRANT SELECT ON lease_group_admissions TO " + quoted,
 	} {
 		if _, err := owner.Exec(ctx, stmt); err != nil {
 			t.Fatalf("%s: %v", stmt, err)

@@ -217,11 +217,8 @@ func QueueLeasedEnds(b *pgx.Batch, e *LeasedEnds, clock *time.Time, all bool) {
 // booking reads their events by it). Every admission of l must have a
 // grouped id of one group (rule.GroupedAdmissionID): a reader finds it by
 // its id alone. ScanLeasedEnds reads which ends were made.
-func QueueLeasedGroup(b *pgx.Batch, replica string, l *Leased, e *LeasedEnds, clock *time.Time, all bool) {
-	var g rule.AdmissionGroup
-	if len(l.ids) > 0 {
-		g, _ = rule.AdmissionGroupOf(l.ids[0])
-	}
+func QueueLeasedGroup(b *pgx.Batch, replica string, holder uint64, count uint32, l *Leased, e *LeasedEnds, clock *time.Time, all bool) {
+	g := rule.AdmissionGroup{Holder: holder, Count: count}
 	holders, counts := make([]int64, len(e.ids)), make([]int64, len(e.ids))
 	for i, id := range e.ids {
 		if eg, ok := rule.AdmissionGroupOf(id); ok {
@@ -288,17 +285,33 @@ func (a *LeasedAdmission) scanTargets() []any {
 	return []any{&a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq, &a.Ended, &a.ActualCost, &a.MoneyActual}
 }
 
+// LeaseGroups names the group rows of a groups-shape journal (00039) that
+// hold a lease's events to book, by the group their ids name (holder and
+// count): what the lease's journal recorded since its last booking.
+type LeaseGroups struct{ holders, counts []int64 }
+
+// Add names one group.
+func (g *LeaseGroups) Add(holder uint64, count uint32) {
+	g.holders, g.counts = append(g.holders, int64(holder)), append(g.counts, int64(count))
+}
+
 // LeasedToBook returns the lease's admissions whose ledger entries are
 // still to write, up to limit (0: all) in the order journaled, and moves
 // the lease's booking cursor past them (admission_lease_book.sql). The
 // caller holds the row locks of the lease's tree (q) and writes their
-// entries (LeasedMoves) in the same transaction.
-func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int) ([]LeasedAdmission, error) {
+// entries (LeasedMoves) in the same transaction. groups, when not nil, are
+// the only group rows read (the lease's journal's record of them); nil
+// reads every group of the lease's holder above the cursor.
+func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int, groups *LeaseGroups) ([]LeasedAdmission, error) {
 	lim := any(nil)
 	if limit > 0 {
 		lim = limit
 	}
-	rows, err := q.Query(ctx, admissionLeaseBookSQL, leaseID, lim)
+	var holders, counts []int64 // nil: read the holder's groups
+	if groups != nil {
+		holders, counts = append([]int64{}, groups.holders...), append([]int64{}, groups.counts...)
+	}
+	rows, err := q.Query(ctx, admissionLeaseBookSQL, leaseID, lim, holders, counts)
 	if err != nil {
 		return nil, fmt.Errorf("budget: lease %s: admissions to book: %w", leaseID, err)
 	}

@@ -191,9 +191,10 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 		name, sql, args string
 	}{
 		{"lease pending", admissionLeasePendingSQL, `'L'`},
-		{"lease booking", admissionLeaseBookSQL, `'L', NULL`},
+		{"lease booking", admissionLeaseBookSQL, `'L', NULL, NULL, NULL`},
 		{"lease pending, groups", admissionLeasePendingSQL, `'G'`},
-		{"lease booking, groups", admissionLeaseBookSQL, `'G', NULL`},
+		{"lease booking, groups", admissionLeaseBookSQL, `'G', NULL, NULL, NULL`},
+		{"lease booking, recorded groups", admissionLeaseBookSQL, `'G', NULL, ARRAY[7, 7], ARRAY[19995, 19996]`},
 		{"journal's group", admissionInsertGroupSQL, `'r', 7, 20001, NULL, ` + nulls(22) + `, ARRAY['g19995'], ARRAY['G'], ARRAY[1], ARRAY[0], ARRAY[1],
 			ARRAY[NULL]::bigint[], ARRAY[1], ARRAY[7], ARRAY[19995], true`},
 		{"settle's booking", admissionLeaseBookNamedSQL, `ARRAY['a19995'], ARRAY['t'], ARRAY['k19996'], NULL`},

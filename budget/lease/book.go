@@ -27,20 +27,39 @@ func (s *Store) Book(ctx context.Context, leaseID string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if pending, err := s.acct.LeasePending(ctx, leaseID); err != nil || !pending {
-		return 0, err
+	// A lease this groups-shape store took is booked from the groups its
+	// journal recorded (hints.go); any other is read from the store.
+	hints, known := s.hints.of(leaseID)
+	switch {
+	case known && len(hints) == 0:
+		return 0, nil
+	case !known:
+		if pending, err := s.acct.LeasePending(ctx, leaseID); err != nil || !pending {
+			return 0, err
+		}
+	}
+	var groups *account.LeaseGroups
+	if known {
+		groups = &account.LeaseGroups{}
+		for _, g := range hints {
+			groups.Add(g.holder, g.count)
+		}
 	}
 	total := 0
 	for {
 		n := 0
 		_, err := s.acct.LockedLevels(ctx, tenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
-			moves, err := s.reconcile(ctx, q, leaseID, levels, bookChunk)
+			moves, err := s.reconcile(ctx, q, leaseID, levels, bookChunk, groups)
 			n = len(moves) / max(len(levels), 1)
 			return moves, err
 		})
 		total += n
-		if err != nil || n < bookChunk {
+		if err != nil {
 			return total, err
+		}
+		if n < bookChunk {
+			s.hints.drop(leaseID, len(hints))
+			return total, nil
 		}
 	}
 }
@@ -52,9 +71,10 @@ func (s *Store) Book(ctx context.Context, leaseID string) (int, error) {
 // moves nothing and opens it there). Its caller holds the tree's row locks, so no
 // other booking of the lease runs; with the lease row locked too (a return,
 // an expiry, an admin change), no group commit is in flight and every
-// admission the lease's use counts is booked.
-func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level, limit int) ([]account.LevelMove, error) {
-	adms, err := account.LeasedToBook(ctx, q, leaseID, limit)
+// admission the lease's use counts is booked. groups: the group rows to read
+// of a groups-shape journal (nil: its holder's groups above the cursor).
+func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level, limit int, groups *account.LeaseGroups) ([]account.LevelMove, error) {
+	adms, err := account.LeasedToBook(ctx, q, leaseID, limit, groups)
 	if err != nil || len(adms) == 0 {
 		return nil, err
 	}

@@ -139,6 +139,8 @@ type appendReq struct {
 	end *End
 	// ungrouped: the groups shape could not give it a grouped id.
 	ungrouped bool
+	// group is the groups shape's group the request was named in (name).
+	group groupKey
 }
 
 // Journal makes admissions from leases durable before they are answered,
@@ -269,6 +271,10 @@ func (j *Journal) Run(ctx context.Context) {
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			j.commit(context.WithoutCancel(ctx), group)
+			if j.s.groups {
+				// Before the next group starts (inFlight is 1): hints.go.
+				j.s.hints.record(group[0].group, groupLeases(group))
+			}
 		}()
 	}
 }
@@ -284,11 +290,25 @@ func (j *Journal) Run(ctx context.Context) {
 // (ErrDuplicate), never merged.
 func (j *Journal) name(group []*appendReq) {
 	place := 0
+	if j.s.groups && len(group) > 0 {
+		// Every group of the groups shape takes a count, ends alone too:
+		// its row is found by it (hints.go).
+		if j.holder == 0 || j.count == rule.MaxGroupCount {
+			j.holder, j.count = drawHolder(), 0
+		}
+		j.count++
+		place = -1 // the count is taken
+		for _, r := range group {
+			r.group = groupKey{holder: j.holder, count: j.count}
+		}
+	}
 	for _, r := range group {
 		if r.end != nil || !(r.a.Grouped || j.s.groups) {
 			continue
 		}
-		if place == 0 {
+		if place == -1 {
+			place = 0
+		} else if place == 0 {
 			if j.holder == 0 || j.count == rule.MaxGroupCount {
 				j.holder, j.count = drawHolder(), 0
 			}
@@ -306,6 +326,17 @@ func (j *Journal) name(group []*appendReq) {
 		r.a.ID = id
 		place++
 	}
+}
+
+// groupLeases are the leases a group's requests name, each once.
+func groupLeases(group []*appendReq) []string {
+	var ids []string
+	for _, r := range group {
+		if !slices.Contains(ids, r.leaseID) {
+			ids = append(ids, r.leaseID)
+		}
+	}
+	return ids
 }
 
 // drawHolder is a journal's holder number: random, never zero (zero is
@@ -446,7 +477,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	}
 	keyIDs, gwIDs := groupKeys(order, byReq)
 	g := &group{order: order, byReq: byReq, sums: sums, tenants: tenants, keys: keys,
-		keyIDs: keyIDs, gwIDs: gwIDs, clock: clock, n: len(reqs)}
+		keyIDs: keyIDs, gwIDs: gwIDs, clock: clock, n: len(reqs), key: reqs[0].group}
 	switch ok, err := j.writeOnce(ctx, conn, g); {
 	case err != nil:
 		return nil, err
@@ -574,7 +605,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	grouped := j.s.groups && rows.Len()+ends.Len() > 0
 	switch {
 	case grouped:
-		account.QueueLeasedGroup(b, j.s.holder, &rows, &ends, clock, false)
+		account.QueueLeasedGroup(b, j.s.holder, reqs[0].group.holder, reqs[0].group.count, &rows, &ends, clock, false)
 	default:
 		if rows.Len() > 0 {
 			account.QueueLeased(b, &rows, clock)

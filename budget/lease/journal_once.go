@@ -168,7 +168,8 @@ type group struct {
 	tenants, keys []string // the group's Idempotency-Keys, with their tenants
 	keyIDs, gwIDs []string
 	clock         *time.Time
-	n             int // requests
+	n             int      // requests
+	key           groupKey // the groups shape's group (name)
 }
 
 // writeOnce writes g in one round trip if it can be: ok false when it
@@ -237,7 +238,7 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 	}
 	switch {
 	case j.s.groups:
-		account.QueueLeasedGroup(b, j.s.holder, &rows, &ends, g.clock, true)
+		account.QueueLeasedGroup(b, j.s.holder, g.key.holder, g.key.count, &rows, &ends, g.clock, true)
 	default:
 		if rows.Len() > 0 {
 			account.QueueLeased(b, &rows, g.clock)

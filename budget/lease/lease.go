@@ -102,9 +102,10 @@ type Store struct {
 	holder string
 	ttl    time.Duration
 	clock  func() time.Time
-	modes  modeCache // mode_cache.go
-	pct    int64     // Config.MaxUnusedPercent
-	groups bool      // Config.JournalGroups
+	modes  modeCache  // mode_cache.go
+	pct    int64      // Config.MaxUnusedPercent
+	groups bool       // Config.JournalGroups
+	hints  groupHints // the groups shape's: each lease's groups since its last Book
 }
 
 // New returns a Store, and enables leasing on its account store
@@ -207,6 +208,9 @@ func (s *Store) Take(ctx context.Context, p TakeParams) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
+	if s.groups {
+		s.hints.know(l.ID)
+	}
 	return l, nil
 }
 
@@ -296,7 +300,7 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 		if r.state != "live" || (onlyExpired && !expired) {
 			return nil, ErrOver
 		}
-		moves, err := s.reconcile(ctx, q, leaseID, levels, 0)
+		moves, err := s.reconcile(ctx, q, leaseID, levels, 0, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -313,6 +317,9 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 		}
 		return moves, nil
 	})
+	if err == nil || errors.Is(err, ErrOver) {
+		s.hints.forget(leaseID) // (a lease left unknown is booked by the scan)
+	}
 	return unused, err
 }
 

@@ -499,11 +499,18 @@ type journalRow struct {
 // unbookedRows are the journal rows not booked (yet).
 func unbookedRows(t *testing.T, pool *pgxpool.Pool) []journalRow {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT a.lease_id, a.cost * 1000000 AS cost_micro, a.created_at, false AS booked
+	// A groups-shape journal's (00039) in its group rows, where its events
+	// are booked from; a copy of one in admissions (lease_group) is not.
+	rows, err := pool.Query(context.Background(), `SELECT * FROM (
+		SELECT a.lease_id, a.cost * 1000000 AS cost_micro, a.created_at, false AS booked
 		FROM admissions a
-		WHERE a.lease_id IS NOT NULL
+		WHERE a.lease_id IS NOT NULL AND a.lease_group IS NULL
 		  AND a.lease_seq > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = a.lease_id), 0)
-		ORDER BY a.created_at`)
+		UNION ALL
+		SELECT g.lease_ids[i], g.cost[i] * 1000000, g.created_at, false
+		FROM lease_groups g CROSS JOIN LATERAL generate_subscripts(g.ids, 1) AS i
+		WHERE g.seq * 2048 + i > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = g.lease_ids[i]), 0)
+		) j ORDER BY created_at`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -213,7 +213,8 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 	var problems []string
 	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	expiresAt, createdAt, tenantOf := map[string]time.Time{}, map[string]time.Time{}, map[string]string{}
-	rows, err := pool.Query(context.Background(), `SELECT id, tenant_id, created_at, expires_at FROM admissions`)
+	rows, err := pool.Query(context.Background(), `SELECT id, tenant_id, created_at, expires_at FROM admissions
+		UNION ALL SELECT id, tenant_id, created_at, expires_at FROM lease_group_admissions`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,9 +94,15 @@ func leaseOf(pool *pgxpool.Pool, id string) string {
 	fmt.Fprintf(&b, "  %s of %s held by %s: %s, slice %d, used %d, booked %d, taken %s, renewed %s, expires %s, ended %v\n", id, tenant, holder, state,
 		slice, used, booked, taken.Format("15:04:05.000000"), renewed.Format("15:04:05.000000"), expires.Format("15:04:05.000000"), ended)
 	// The lease's admissions whose ledger entries are still to write.
-	rows, err := pool.Query(ctx, `SELECT a.id, a.cost * 1000000, a.created_at FROM admissions a
-		WHERE a.lease_id = $1 AND a.lease_seq > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = $1), 0)
-		ORDER BY a.lease_seq`, id)
+	rows, err := pool.Query(ctx, `SELECT id, cost, created_at FROM (
+		SELECT a.id, a.cost * 1000000 AS cost, a.created_at, a.lease_seq AS seq FROM admissions a
+		WHERE a.lease_id = $1 AND a.lease_group IS NULL
+		  AND a.lease_seq > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = $1), 0)
+		UNION ALL
+		SELECT g.ids[i], g.cost[i] * 1000000, g.created_at, g.seq * 2048 + i
+		FROM lease_groups g CROSS JOIN LATERAL generate_subscripts(g.ids, 1) AS i
+		WHERE g.lease_ids[i] = $1 AND g.seq * 2048 + i > coalesce((SELECT b.booked_seq FROM admission_lease_books b WHERE b.lease_id = $1), 0)
+		) j ORDER BY seq`, id)
 	if err != nil {
 		return err.Error()
 	}

@@ -52,8 +52,29 @@ WITH cursor AS (
                     g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
              FROM generate_subscripts(g.end_leases, 1) j WHERE g.end_leases[j] = $1
          ) x
-         WHERE g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
+         WHERE $3::bigint[] IS NULL AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
            AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases)) AND x.seq > (SELECT seq FROM cursor)
+         ORDER BY x.seq
+         LIMIT $2)
+        UNION ALL
+        -- Or, when its journal recorded them ($3 holders, $4 counts: the
+        -- groups its ids name), those group rows alone, each looked up
+        -- down lease_groups_group_idx (budget/lease, hints.go).
+        (SELECT x.*
+         FROM l
+         CROSS JOIN (SELECT DISTINCT holder, count FROM unnest($3::bigint[], $4::integer[]) AS h (holder, count)) h
+         CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = h.holder AND g.count = h.count OFFSET 0) g
+         CROSS JOIN LATERAL (
+             SELECT g.ids[i] AS id, g.tenant_ids[i] AS tenant_id, g.models[i] AS model, g.cost[i] AS cost,
+                    g.money_estimate[i] AS money_estimate, g.created_at, g.actors[i] AS actor, g.seq * 2048 + i AS seq,
+                    false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
+             FROM generate_subscripts(g.lease_ids, 1) i WHERE g.lease_ids[i] = $1
+             UNION ALL
+             SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
+                    g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
+             FROM generate_subscripts(g.end_leases, 1) j WHERE g.end_leases[j] = $1
+         ) x
+         WHERE x.seq > (SELECT seq FROM cursor)
          ORDER BY x.seq
          LIMIT $2)
     ) e
