@@ -43,14 +43,18 @@ WITH cursor AS (
          FROM l
          JOIN lease_groups g ON g.replica = l.holder
          CROSS JOIN LATERAL (
-             SELECT g.ids[i] AS id, g.tenant_ids[i] AS tenant_id, g.models[i] AS model, g.cost[i] AS cost,
-                    g.money_estimate[i] AS money_estimate, g.created_at, g.actors[i] AS actor, g.seq * 2048 + i AS seq,
+             -- Each array read through once (unnest), not at every index.
+             SELECT u.id, u.tenant_id, u.model, u.cost, u.money_estimate, g.created_at, u.actor, g.seq * 2048 + u.i AS seq,
                     false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
-             FROM generate_subscripts(g.lease_ids, 1) i WHERE g.lease_ids[i] = $1
+             FROM unnest(g.lease_ids, g.ids, g.tenant_ids, g.models, g.cost, g.money_estimate, g.actors)
+                  WITH ORDINALITY AS u (lease_id, id, tenant_id, model, cost, money_estimate, actor, i)
+             WHERE u.lease_id = $1
              UNION ALL
-             SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
-                    g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
-             FROM generate_subscripts(g.end_leases, 1) j WHERE g.end_leases[j] = $1
+             SELECT v.id, l.tenant_id, v.model, v.estimate, v.money_estimate, g.created_at, v.actor, g.seq * 2048 + 1024 + v.j, true,
+                    v.cost, v.money
+             FROM unnest(g.end_leases, g.end_ids, g.end_models, g.end_estimates, g.end_money_estimates, g.end_actors, g.end_cost, g.end_money)
+                  WITH ORDINALITY AS v (lease_id, id, model, estimate, money_estimate, actor, cost, money, j)
+             WHERE v.lease_id = $1
          ) x
          WHERE $3::bigint[] IS NULL AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
            AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases)) AND x.seq > (SELECT seq FROM cursor)
@@ -65,14 +69,18 @@ WITH cursor AS (
          CROSS JOIN (SELECT DISTINCT holder, count FROM unnest($3::bigint[], $4::integer[]) AS h (holder, count)) h
          CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = h.holder AND g.count = h.count OFFSET 0) g
          CROSS JOIN LATERAL (
-             SELECT g.ids[i] AS id, g.tenant_ids[i] AS tenant_id, g.models[i] AS model, g.cost[i] AS cost,
-                    g.money_estimate[i] AS money_estimate, g.created_at, g.actors[i] AS actor, g.seq * 2048 + i AS seq,
+             -- Each array read through once (unnest), not at every index.
+             SELECT u.id, u.tenant_id, u.model, u.cost, u.money_estimate, g.created_at, u.actor, g.seq * 2048 + u.i AS seq,
                     false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
-             FROM generate_subscripts(g.lease_ids, 1) i WHERE g.lease_ids[i] = $1
+             FROM unnest(g.lease_ids, g.ids, g.tenant_ids, g.models, g.cost, g.money_estimate, g.actors)
+                  WITH ORDINALITY AS u (lease_id, id, tenant_id, model, cost, money_estimate, actor, i)
+             WHERE u.lease_id = $1
              UNION ALL
-             SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
-                    g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
-             FROM generate_subscripts(g.end_leases, 1) j WHERE g.end_leases[j] = $1
+             SELECT v.id, l.tenant_id, v.model, v.estimate, v.money_estimate, g.created_at, v.actor, g.seq * 2048 + 1024 + v.j, true,
+                    v.cost, v.money
+             FROM unnest(g.end_leases, g.end_ids, g.end_models, g.end_estimates, g.end_money_estimates, g.end_actors, g.end_cost, g.end_money)
+                  WITH ORDINALITY AS v (lease_id, id, model, estimate, money_estimate, actor, cost, money, j)
+             WHERE v.lease_id = $1
          ) x
          WHERE x.seq > (SELECT seq FROM cursor)
          ORDER BY x.seq
