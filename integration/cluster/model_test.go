@@ -606,6 +606,17 @@ func check(t *testing.T, pool *pgxpool.Pool, h *history, up *provider, streamed 
 			tokenOnly[id] = tokenOnly[id] && tokenOnly[lv]
 		}
 	}
+	// The groups shape's replica (soak_test.go) journaled group rows: every
+	// replica admitted from leases of its own (checkLeases).
+	var groupRows, grouped, groupEnds int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), coalesce(sum(cardinality(ids)), 0), coalesce(sum(cardinality(end_ids)), 0)
+		FROM lease_groups`).Scan(&groupRows, &grouped, &groupEnds); err != nil {
+		t.Fatal(err)
+	}
+	if grouped == 0 {
+		fail("no lease admission was journaled in a group row: the groups shape's replica made none")
+	}
+	t.Logf("checker: %d group rows of the groups shape's replica, with %d admissions and %d ends in its journal", groupRows, grouped, groupEnds)
 	leaseProblems, ls := checkLeases(h, leases, js)
 	refusalProblems, refusals, inLeases := checkRefusals(h, timeline, parents, tokenOnly, leasesHeld(leases, js, takes))
 	failoverProblems, failoverReport := checkFailoverLeases(h, leases, js)
