@@ -35,41 +35,27 @@ WITH cursor AS (
          LIMIT $2)
         UNION ALL
         -- A lease of a replica whose journal writes groups (00039): its
-        -- events in its holder's groups since it was taken and above the
-        -- cursor. The groups without the lease are skipped before their
-        -- arrays are read through. (An admission copied into admissions,
-        -- lease_group set, is booked here, never from its copy.)
+        -- events in its group rows (g), each row's arrays read through
+        -- once (unnest), not at every index. (An admission copied into
+        -- admissions, lease_group set, is booked here, never from its
+        -- copy.)
         (SELECT x.*
          FROM l
-         JOIN lease_groups g ON g.replica = l.holder
-         CROSS JOIN LATERAL (
-             -- Each array read through once (unnest), not at every index.
-             SELECT u.id, u.tenant_id, u.model, u.cost, u.money_estimate, g.created_at, u.actor, g.seq * 2048 + u.i AS seq,
-                    false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
-             FROM unnest(g.lease_ids, g.ids, g.tenant_ids, g.models, g.cost, g.money_estimate, g.actors)
-                  WITH ORDINALITY AS u (lease_id, id, tenant_id, model, cost, money_estimate, actor, i)
-             WHERE u.lease_id = $1
+         CROSS JOIN (
+             -- The rows its journal recorded ($3 holders, $4 counts: the
+             -- groups its ids name), each looked up down
+             -- lease_groups_group_idx (budget/lease, hints.go)...
+             SELECT g.* FROM (SELECT DISTINCT holder, count FROM unnest($3::bigint[], $4::integer[]) AS h (holder, count)) h
+             CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = h.holder AND g.count = h.count OFFSET 0) g
              UNION ALL
-             SELECT v.id, l.tenant_id, v.model, v.estimate, v.money_estimate, g.created_at, v.actor, g.seq * 2048 + 1024 + v.j, true,
-                    v.cost, v.money
-             FROM unnest(g.end_leases, g.end_ids, g.end_models, g.end_estimates, g.end_money_estimates, g.end_actors, g.end_cost, g.end_money)
-                  WITH ORDINALITY AS v (lease_id, id, model, estimate, money_estimate, actor, cost, money, j)
-             WHERE v.lease_id = $1
-         ) x
-         WHERE $3::bigint[] IS NULL AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
-           AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases)) AND x.seq > (SELECT seq FROM cursor)
-         ORDER BY x.seq
-         LIMIT $2)
-        UNION ALL
-        -- Or, when its journal recorded them ($3 holders, $4 counts: the
-        -- groups its ids name), those group rows alone, each looked up
-        -- down lease_groups_group_idx (budget/lease, hints.go).
-        (SELECT x.*
-         FROM l
-         CROSS JOIN (SELECT DISTINCT holder, count FROM unnest($3::bigint[], $4::integer[]) AS h (holder, count)) h
-         CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = h.holder AND g.count = h.count OFFSET 0) g
+             -- ... or, with none recorded (NULL), its holder's groups since
+             -- it was taken and from the cursor's, those without the lease
+             -- skipped before their arrays are read through.
+             SELECT g.* FROM l JOIN lease_groups g ON g.replica = l.holder
+             WHERE $3::bigint[] IS NULL AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
+               AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases))
+         ) g
          CROSS JOIN LATERAL (
-             -- Each array read through once (unnest), not at every index.
              SELECT u.id, u.tenant_id, u.model, u.cost, u.money_estimate, g.created_at, u.actor, g.seq * 2048 + u.i AS seq,
                     false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
              FROM unnest(g.lease_ids, g.ids, g.tenant_ids, g.models, g.cost, g.money_estimate, g.actors)
