@@ -595,6 +595,16 @@ func call(method, url, cred, idem, body string) (code int, local bool, v struct 
 // produce: each must be refused with 422 usage_out_of_bounds.
 const absurdUsage = `"prompt_tokens":1000000000`
 
+// conflictUsage is the usage of a conflicting settle of an ended
+// admission: the store answers 409, having found the admission ended. Its
+// output is past every soak admission's reservation (max_tokens up to
+// 300), so a replica that decides alone, while its journal of the outage
+// replays, and still holds the admission it made as open, refuses it as
+// usage no call could have used (422 usage_out_of_bounds), as the store
+// would of an open admission: both answers are right, and neither moves
+// anything.
+const conflictUsage = `{"usage":{"prompt_tokens":1,"completion_tokens":99999}}`
+
 type held struct {
 	tenant, id string
 	cost       int64
@@ -670,7 +680,7 @@ func (w *workload) client(r *rand.Rand, id int, stop <-chan struct{}) {
 			a := ended[r.IntN(len(ended))]
 			usage := a.settled
 			if r.IntN(3) == 0 {
-				usage = `{"usage":{"prompt_tokens":1,"completion_tokens":99999}}`
+				usage = conflictUsage
 			}
 			w.end(r, id, a, "settle", usage)
 		default:
