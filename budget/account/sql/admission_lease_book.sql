@@ -35,8 +35,11 @@ WITH cursor AS (
          LIMIT $2)
         UNION ALL
         -- A lease of a replica whose journal writes groups (00039): its
-        -- events in its group rows (g), each row's arrays read through
-        -- once (unnest), not at every index. (An admission copied into
+        -- events in its group rows (g), each read at the places its lease
+        -- holds (array_positions, one pass in C over the lease ids): an
+        -- unnest of every array made a row of every admission of the
+        -- group, the other leases' too, 83 us a 64-admission row against
+        -- 7 (BENCHMARKS.md, "Quota leasing, fifteenth step"). (An admission copied into
         -- admissions, lease_group set, is booked here, never from its
         -- copy.)
         (SELECT x.*
@@ -56,17 +59,13 @@ WITH cursor AS (
                AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases))
          ) g
          CROSS JOIN LATERAL (
-             SELECT u.id, u.tenant_id, u.model, u.cost, u.money_estimate, g.created_at, u.actor, g.seq * 2048 + u.i AS seq,
-                    false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
-             FROM unnest(g.lease_ids, g.ids, g.tenant_ids, g.models, g.cost, g.money_estimate, g.actors)
-                  WITH ORDINALITY AS u (lease_id, id, tenant_id, model, cost, money_estimate, actor, i)
-             WHERE u.lease_id = $1
+             SELECT g.ids[i], g.tenant_ids[i], g.models[i], g.cost[i], g.money_estimate[i], g.created_at, g.actors[i],
+                    g.seq * 2048 + i AS seq, false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
+             FROM unnest(array_positions(g.lease_ids, $1)) AS i
              UNION ALL
-             SELECT v.id, l.tenant_id, v.model, v.estimate, v.money_estimate, g.created_at, v.actor, g.seq * 2048 + 1024 + v.j, true,
-                    v.cost, v.money
-             FROM unnest(g.end_leases, g.end_ids, g.end_models, g.end_estimates, g.end_money_estimates, g.end_actors, g.end_cost, g.end_money)
-                  WITH ORDINALITY AS v (lease_id, id, model, estimate, money_estimate, actor, cost, money, j)
-             WHERE v.lease_id = $1
+             SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
+                    g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
+             FROM unnest(array_positions(g.end_leases, $1)) AS j
          ) x
          WHERE x.seq > (SELECT seq FROM cursor)
          ORDER BY x.seq

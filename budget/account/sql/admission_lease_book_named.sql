@@ -40,23 +40,20 @@ WITH named AS (
     WHERE a.lease_group IS NULL
     UNION ALL
     -- The events of a groups-shape journal's leases (00039), in their
-    -- holder's groups in the range (admission_lease_book.sql).
+    -- holder's groups in the range, read at their places
+    -- (admission_lease_book.sql).
     SELECT c.lease_id, x.*
     FROM cursors c
     JOIN leases l ON l.id = c.lease_id
     JOIN lease_groups g ON g.replica = l.holder AND g.seq > l.group_from AND g.seq >= c.seq / 2048 AND g.seq <= c.upto / 2048
     CROSS JOIN LATERAL (
-        SELECT u.id, u.tenant_id, u.model, u.cost, u.money_estimate, g.created_at, u.actor, g.seq * 2048 + u.i AS seq,
-               false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
-        FROM unnest(g.lease_ids, g.ids, g.tenant_ids, g.models, g.cost, g.money_estimate, g.actors)
-             WITH ORDINALITY AS u (lease_id, id, tenant_id, model, cost, money_estimate, actor, i)
-        WHERE u.lease_id = c.lease_id
+        SELECT g.ids[i], g.tenant_ids[i], g.models[i], g.cost[i], g.money_estimate[i], g.created_at, g.actors[i],
+               g.seq * 2048 + i AS seq, false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
+        FROM unnest(array_positions(g.lease_ids, c.lease_id)) AS i
         UNION ALL
-        SELECT v.id, l.tenant_id, v.model, v.estimate, v.money_estimate, g.created_at, v.actor, g.seq * 2048 + 1024 + v.j, true,
-               v.cost, v.money
-        FROM unnest(g.end_leases, g.end_ids, g.end_models, g.end_estimates, g.end_money_estimates, g.end_actors, g.end_cost, g.end_money)
-             WITH ORDINALITY AS v (lease_id, id, model, estimate, money_estimate, actor, cost, money, j)
-        WHERE v.lease_id = c.lease_id
+        SELECT g.end_ids[j], l.tenant_id, g.end_models[j], g.end_estimates[j], g.end_money_estimates[j], g.created_at,
+               g.end_actors[j], g.seq * 2048 + 1024 + j, true, g.end_cost[j], g.end_money[j]
+        FROM unnest(array_positions(g.end_leases, c.lease_id)) AS j
     ) x
     WHERE (c.lease_id = ANY (g.lease_ids) OR c.lease_id = ANY (g.end_leases)) AND x.seq > c.seq AND x.seq <= c.upto
     UNION ALL

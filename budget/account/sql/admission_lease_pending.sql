@@ -18,9 +18,9 @@ SELECT greatest(coalesce((SELECT max(a.lease_seq) FROM admissions a WHERE a.leas
                           FROM leases l
                           JOIN lease_groups g ON g.replica = l.holder
                           CROSS JOIN LATERAL (
-                              SELECT g.seq * 2048 + u.i AS seq FROM unnest(g.lease_ids) WITH ORDINALITY AS u (lease_id, i) WHERE u.lease_id = $1
+                              SELECT g.seq * 2048 + i AS seq FROM unnest(array_positions(g.lease_ids, $1)) AS i
                               UNION ALL
-                              SELECT g.seq * 2048 + 1024 + v.j FROM unnest(g.end_leases) WITH ORDINALITY AS v (lease_id, j) WHERE v.lease_id = $1
+                              SELECT g.seq * 2048 + 1024 + j FROM unnest(array_positions(g.end_leases, $1)) AS j
                           ) x
                           WHERE l.id = $1 AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
                             AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases))), 0))
