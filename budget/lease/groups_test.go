@@ -385,3 +385,49 @@ func TestAdmissionGroupInSQL(t *testing.T) {
 		}
 	}
 }
+
+// An admission whose id is no admission id cannot be grouped, and no
+// reader could find it by its id: the groups shape refuses it
+// (lease.ErrNotGrouped) without journaling it or keeping its cost, and the
+// lease goes on admitting. Returned, the lease gives back all but the
+// admission journaled, and the chain verifies.
+func TestGroupsShapeRefusesAnIDItCannotGroup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	g := b.groupsReplica(t, "g0")
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1})
+	l, err := g.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 100 * tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := adm("not-an-id", 40)
+	odd.TenantID = "acme"
+	if _, err := g.journal.AppendID(ctx, l.ID, odd); !errors.Is(err, lease.ErrNotGrouped) {
+		t.Fatalf("an id that is no admission id journaled: %v, want ErrNotGrouped", err)
+	}
+	good := adm(rule.NewStoreAdmissionID(b.clock()), 7)
+	good.TenantID = "acme"
+	id, err := g.journal.AppendID(ctx, l.ID, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var groups, journaled int
+	if err := g.pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(cardinality(ids)), 0) FROM lease_groups`).Scan(&groups, &journaled); err != nil {
+		t.Fatal(err)
+	}
+	if groups != 1 || journaled != 1 {
+		t.Fatalf("%d group rows with %d admissions, want the good one's alone", groups, journaled)
+	}
+	if _, err := g.leases.Return(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, ids := b.bookedEntries(t, "acme")
+	if !slices.Contains(ids, id) || slices.Contains(ids, "not-an-id") {
+		t.Fatalf("booked %v, want %s and not the refused one", ids, id)
+	}
+	if got, want := b.balance(t, "acme"), int64(1000-7)*tok; got != want {
+		t.Fatalf("balance %d, want %d: the refused admission's cost was kept", got, want)
+	}
+	b.verify(t, "acme")
+}

@@ -386,6 +386,9 @@ func (j *Journal) commit(ctx context.Context, group []*appendReq) {
 		}
 		lead = append(lead, r)
 	}
+	if len(lead) == 0 {
+		return // every one refused (ungrouped): nothing to write
+	}
 	errs := j.writeOrSplit(ctx, lead)
 	var again []*appendReq
 	for i, r := range lead {
