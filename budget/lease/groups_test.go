@@ -431,3 +431,60 @@ func TestGroupsShapeRefusesAnIDItCannotGroup(t *testing.T) {
 	}
 	b.verify(t, "acme")
 }
+
+// A lease its store took is booked from the events its journal kept; the
+// exact path books the lease up to an admission it ends from the group
+// rows first. The next Book books the kept events above that cursor only:
+// every admission gets one reserve entry, in order, and the chain
+// verifies.
+func TestGroupsShapeKeptEventsAfterTheExactPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	g := b.groupsReplica(t, "g0")
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1})
+	l, err := g.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 500 * tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for n := range 4 {
+		a := adm(rule.NewStoreAdmissionID(b.clock()), int64(10*(n+1)))
+		a.TenantID = "acme"
+		id, err := g.journal.AppendID(ctx, l.ID, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	st, err := g.acct.Settle(ctx, account.SettleParams{TenantID: "acme", AdmissionID: ids[1], InputTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DeltaMicro <= 0 {
+		t.Fatalf("the settle refunded %d, want a refund", st.DeltaMicro)
+	}
+	if n, err := g.leases.Book(ctx, l.ID); err != nil || n != 2 {
+		t.Fatalf("the booking after the exact path's booked %d (%v), want the 2 admissions after the one settled", n, err)
+	}
+	if n, err := g.leases.Book(ctx, l.ID); err != nil || n != 0 {
+		t.Fatalf("a second booking booked %d (%v), want none", n, err)
+	}
+	es, booked := b.bookedEntries(t, "acme")
+	var reserved []string
+	for i, e := range es {
+		if e.kind == "reserve" {
+			reserved = append(reserved, booked[i])
+		}
+	}
+	if !slices.Equal(reserved, ids) {
+		t.Fatalf("reserve entries of %v, want each of %v once, in order", reserved, ids)
+	}
+	if _, err := g.leases.Return(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.balance(t, "acme"), int64(1000-10-20-30-40)*tok+st.DeltaMicro; got != want {
+		t.Fatalf("balance %d, want %d: the four costs less the settle's refund", got, want)
+	}
+	b.verify(t, "acme")
+}
