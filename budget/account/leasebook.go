@@ -10,7 +10,6 @@ package account
 // its lease itself (leaseBookRead, bookLeases).
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -42,8 +41,6 @@ var (
 	admissionLeasePendingSQL string
 	//go:embed sql/admission_lease_book_named.sql
 	admissionLeaseBookNamedSQL string
-	//go:embed sql/admission_lease_book_kept.sql
-	admissionLeaseBookKeptSQL string
 	//go:embed sql/admission_end_leased.sql
 	admissionEndLeasedSQL string
 	//go:embed sql/admission_lease.sql
@@ -238,88 +235,6 @@ func QueueLeasedGroup(b *pgx.Batch, replica string, holder uint64, count uint32,
 		pgarray.Int8s(e.cost), pgarray.NullInt8s(e.money), pgarray.Int8s(e.refunds), pgarray.Int8s(holders), pgarray.Int8s(counts), all)
 }
 
-// LeasedGroup is what a groups-shape journal group's statement wrote
-// (QueueLeasedGroup, ScanLeasedGroup): the ends it made, and each lease's
-// events in its row, as a booking reads them from the row
-// (admission_lease_book.sql), in the row's order.
-type LeasedGroup struct {
-	Ended  map[string]bool
-	Events map[string][]LeasedAdmission // by lease
-}
-
-// ScanLeasedGroup reads what QueueLeasedGroup queued of l's admissions and
-// e's ends: the ends made, with what their settle entries need, and the
-// group's seq and time, from which it makes the events of each lease as
-// the row holds them: admission i (from 1) at seq*2048+i, made end j at
-// seq*2048+1024+j. tenantOf is each lease's tenant (an end's event is its
-// lease's tenant's, as the booking reads it).
-func ScanLeasedGroup(br pgx.BatchResults, l *Leased, tenantOf func(leaseID string) string) (LeasedGroup, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return LeasedGroup{}, fmt.Errorf("budget: leased group: %w", err)
-	}
-	g := LeasedGroup{Ended: map[string]bool{}, Events: map[string][]LeasedAdmission{}}
-	type end struct {
-		lease string
-		j     int64
-		a     LeasedAdmission
-	}
-	var ends []end
-	var seq *int64
-	var at *time.Time
-	var (
-		id, lease, model, actor *string
-		j, estimate, actual     *int64
-		money, moneyActual      *int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &lease, &j, &model, &estimate, &money, &actor, &actual, &moneyActual, &seq, &at}, func() error {
-		if id == nil {
-			return nil // the group's seq and time
-		}
-		g.Ended[*id] = true
-		ends = append(ends, end{lease: *lease, j: *j, a: LeasedAdmission{ID: *id, Model: *model, Cost: *estimate, MoneyMicro: money,
-			Actor: *actor, Ended: true, ActualCost: actual, MoneyActual: moneyActual}})
-		return nil
-	})
-	if err != nil {
-		return LeasedGroup{}, fmt.Errorf("budget: leased group: %w", err)
-	}
-	if seq == nil || at == nil {
-		return LeasedGroup{}, errors.New("budget: leased group: no seq")
-	}
-	for i, id := range l.ids {
-		g.Events[l.leases[i]] = append(g.Events[l.leases[i]], LeasedAdmission{ID: id, TenantID: l.tenants[i], Model: l.models[i],
-			Cost: l.cost[i], MoneyMicro: l.money[i], CreatedAt: *at, Actor: l.actors[i], Seq: *seq*2048 + int64(i) + 1})
-	}
-	slices.SortFunc(ends, func(a, b end) int { return cmp.Compare(a.j, b.j) })
-	for _, e := range ends {
-		e.a.TenantID, e.a.CreatedAt, e.a.Seq = tenantOf(e.lease), *at, *seq*2048+1024+e.j
-		g.Events[e.lease] = append(g.Events[e.lease], e.a)
-	}
-	return g, nil
-}
-
-// BookLeasedEvents returns, of a lease's events as its journal kept them
-// (in the lease's order: LeasedGroup), those above the lease's booking
-// cursor, whose ledger entries are still to write, and moves the cursor
-// past them (admission_lease_book_kept.sql): what LeasedToBook reads from
-// the group rows, without reading them. The caller holds the row locks of
-// the lease's tree (q) and writes their entries (LeasedMoves) in the same
-// transaction. The events must be every one of the lease's up to the last
-// (the journal's, since the last booking), as the journal commits them:
-// one below the cursor was booked by the exact path (admission_lease_book_named.sql).
-func BookLeasedEvents(ctx context.Context, q LockedQuerier, leaseID string, events []LeasedAdmission) ([]LeasedAdmission, error) {
-	if len(events) == 0 {
-		return nil, nil
-	}
-	var cursor int64
-	if err := q.QueryRow(ctx, admissionLeaseBookKeptSQL, leaseID, events[len(events)-1].Seq).Scan(&cursor); err != nil {
-		return nil, fmt.Errorf("budget: lease %s: book: %w", leaseID, err)
-	}
-	i, _ := slices.BinarySearchFunc(events, cursor+1, func(a LeasedAdmission, seq int64) int { return cmp.Compare(a.Seq, seq) })
-	return events[i:], nil
-}
-
 // ScanLeasedEnds reads what QueueLeasedEnds queued: the admissions ended.
 func ScanLeasedEnds(br pgx.BatchResults) (map[string]bool, error) {
 	rows, err := br.Query()
@@ -370,19 +285,33 @@ func (a *LeasedAdmission) scanTargets() []any {
 	return []any{&a.ID, &a.TenantID, &a.Model, &a.Cost, &a.MoneyMicro, &a.CreatedAt, &a.Actor, &a.Seq, &a.Ended, &a.ActualCost, &a.MoneyActual}
 }
 
+// LeaseGroups names the group rows of a groups-shape journal (00039) that
+// hold a lease's events to book, by the group their ids name (holder and
+// count): what the lease's journal recorded since its last booking.
+type LeaseGroups struct{ holders, counts []int64 }
+
+// Add names one group.
+func (g *LeaseGroups) Add(holder uint64, count uint32) {
+	g.holders, g.counts = append(g.holders, int64(holder)), append(g.counts, int64(count))
+}
+
 // LeasedToBook returns the lease's admissions whose ledger entries are
 // still to write, up to limit (0: all) in the order journaled, and moves
 // the lease's booking cursor past them (admission_lease_book.sql). The
 // caller holds the row locks of the lease's tree (q) and writes their
-// entries (LeasedMoves) in the same transaction. A groups-shape lease's
-// events are read from its holder's group rows above the cursor (a lease
-// whose journal kept its events is booked from them: BookLeasedEvents).
-func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int) ([]LeasedAdmission, error) {
+// entries (LeasedMoves) in the same transaction. groups, when not nil, are
+// the only group rows read (the lease's journal's record of them); nil
+// reads every group of the lease's holder above the cursor.
+func LeasedToBook(ctx context.Context, q LockedQuerier, leaseID string, limit int, groups *LeaseGroups) ([]LeasedAdmission, error) {
 	lim := any(nil)
 	if limit > 0 {
 		lim = limit
 	}
-	rows, err := q.Query(ctx, admissionLeaseBookSQL, leaseID, lim)
+	var holders, counts []int64 // nil: read the holder's groups
+	if groups != nil {
+		holders, counts = append([]int64{}, groups.holders...), append([]int64{}, groups.counts...)
+	}
+	rows, err := q.Query(ctx, admissionLeaseBookSQL, leaseID, lim, holders, counts)
 	if err != nil {
 		return nil, fmt.Errorf("budget: lease %s: admissions to book: %w", leaseID, err)
 	}

@@ -191,10 +191,10 @@ func genericPlansStayIndexed(t *testing.T, tenants int, fewOpen bool) {
 		name, sql, args string
 	}{
 		{"lease pending", admissionLeasePendingSQL, `'L'`},
-		{"lease booking", admissionLeaseBookSQL, `'L', NULL`},
+		{"lease booking", admissionLeaseBookSQL, `'L', NULL, NULL, NULL`},
 		{"lease pending, groups", admissionLeasePendingSQL, `'G'`},
-		{"lease booking, groups", admissionLeaseBookSQL, `'G', NULL`},
-		{"a lease's cursor, moved to its kept events'", admissionLeaseBookKeptSQL, `'G', 19996 * 2048`},
+		{"lease booking, groups", admissionLeaseBookSQL, `'G', NULL, NULL, NULL`},
+		{"lease booking, recorded groups", admissionLeaseBookSQL, `'G', NULL, ARRAY[7, 7], ARRAY[19995, 19996]`},
 		{"journal's group", admissionInsertGroupSQL, `'r', 7, 20001, NULL, ` + nulls(22) + `, ARRAY['g19995'], ARRAY['G'], ARRAY[1], ARRAY[0], ARRAY[1],
 			ARRAY[NULL]::bigint[], ARRAY[1], ARRAY[7], ARRAY[19995], true`},
 		{"settle's booking", admissionLeaseBookNamedSQL, `ARRAY['a19995'], ARRAY['t'], ARRAY['k19996'], NULL`},
@@ -399,8 +399,8 @@ func TestGroupBookingsReadTheirPlaces(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ name, sql, args, want string }{
-		{"booking", admissionLeaseBookSQL, `'L7', NULL`, "g1-7 g2-7 g1-7"},
-		{"booking up to 2", admissionLeaseBookSQL, `'L9', 2`, "g1-9 g2-9"},
+		{"booking by its journal's groups", admissionLeaseBookSQL, `'L7', NULL, ARRAY[7, 7], ARRAY[1, 2]`, "g1-7 g2-7 g1-7"},
+		{"booking by a scan of its holder's groups", admissionLeaseBookSQL, `'L9', NULL, NULL, NULL`, "g1-9 g2-9 g1-9"},
 		{"pending check", admissionLeasePendingSQL, `'L11'`, "true"},
 	} {
 		plan, got := pgtest.AnalyzedPlan(ctx, t, pool, QueueGenericPlans, c.sql, c.args)

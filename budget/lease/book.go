@@ -27,64 +27,54 @@ func (s *Store) Book(ctx context.Context, leaseID string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// A lease this groups-shape store took is booked from the events its
-	// journal kept (kept.go); any other is read from the store.
-	kept, known := s.kept.of(leaseID)
+	// A lease this groups-shape store took is booked from the groups its
+	// journal recorded (hints.go); any other is read from the store.
+	hints, known := s.hints.of(leaseID)
 	switch {
-	case known && len(kept) == 0:
+	case known && len(hints) == 0:
 		return 0, nil
 	case !known:
 		if pending, err := s.acct.LeasePending(ctx, leaseID); err != nil || !pending {
 			return 0, err
 		}
 	}
+	var groups *account.LeaseGroups
+	if known {
+		groups = &account.LeaseGroups{}
+		for _, g := range hints {
+			groups.Add(g.holder, g.count)
+		}
+	}
 	total := 0
 	for {
-		n, taken := 0, 0
+		n := 0
 		_, err := s.acct.LockedLevels(ctx, tenantID, func(ctx context.Context, q account.LockedQuerier, now time.Time, levels []account.Level) ([]account.LevelMove, error) {
-			var adms []account.LeasedAdmission
-			var err error
-			if known {
-				taken = min(len(kept), bookChunk)
-				adms, err = account.BookLeasedEvents(ctx, q, leaseID, kept[:taken])
-			} else {
-				adms, err = account.LeasedToBook(ctx, q, leaseID, bookChunk)
-			}
-			if err != nil || len(adms) == 0 {
-				return nil, err
-			}
-			n = len(adms)
-			return account.LeasedMoves(levels, leaseID, adms), nil
+			moves, err := s.reconcile(ctx, q, leaseID, levels, bookChunk, groups)
+			n = len(moves) / max(len(levels), 1)
+			return moves, err
 		})
 		total += n
 		if err != nil {
 			return total, err
 		}
-		if known {
-			s.kept.drop(leaseID, taken)
-			if kept = kept[taken:]; len(kept) == 0 {
-				return total, nil
-			}
-			continue
-		}
 		if n < bookChunk {
+			s.hints.drop(leaseID, len(hints))
 			return total, nil
 		}
 	}
 }
 
 // reconcile takes, for booking, the lease's committed admissions whose
-// entries are still to write, moves its booking cursor past them, and
-// returns, in the order journaled, their entries (account.LeasedMoves: a
-// reserve entry at every level for each, which moves nothing and opens it
-// there). Its caller holds the tree's row locks, so no other booking of
-// the lease runs; with the lease row locked too (a return, an expiry, an
-// admin change), no group commit is in flight and every admission the
-// lease's use counts is booked. It reads them from the store (the group
-// rows of a groups-shape journal above the cursor), never from the events
-// a journal kept: what a write of unknown outcome committed is there.
-func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level) ([]account.LevelMove, error) {
-	adms, err := account.LeasedToBook(ctx, q, leaseID, 0)
+// entries are still to write (up to limit; 0: all), moves its booking
+// cursor past them, and returns, in the order journaled, their entries
+// (account.LeasedMoves: a reserve entry at every level for each, which
+// moves nothing and opens it there). Its caller holds the tree's row locks, so no
+// other booking of the lease runs; with the lease row locked too (a return,
+// an expiry, an admin change), no group commit is in flight and every
+// admission the lease's use counts is booked. groups: the group rows to read
+// of a groups-shape journal (nil: its holder's groups above the cursor).
+func (s *Store) reconcile(ctx context.Context, q account.LockedQuerier, leaseID string, levels []account.Level, limit int, groups *account.LeaseGroups) ([]account.LevelMove, error) {
+	adms, err := account.LeasedToBook(ctx, q, leaseID, limit, groups)
 	if err != nil || len(adms) == 0 {
 		return nil, err
 	}

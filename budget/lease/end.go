@@ -80,11 +80,11 @@ func (s *Store) EndLocked(ctx context.Context, q account.LockedQuerier, now time
 			ended.Cut = append(ended.Cut, l.id)
 			continue
 		}
-		booked, err := s.reconcile(ctx, q, l.id, levels)
+		booked, err := s.reconcile(ctx, q, l.id, levels, 0, nil)
 		if err != nil {
 			return nil, ended, err
 		}
-		s.kept.forget(l.id) // (a lease left unknown is booked by the scan)
+		s.hints.forget(l.id) // (a lease left unknown is booked by the scan)
 		moves = append(moves, booked...)
 		if unused := l.slice - l.used; unused > 0 {
 			moves = append(moves, s.moves(levels, ledger.KindLeaseReturn, l.id, unused, "end by an admin change")...)

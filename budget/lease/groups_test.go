@@ -432,12 +432,11 @@ func TestGroupsShapeRefusesAnIDItCannotGroup(t *testing.T) {
 	b.verify(t, "acme")
 }
 
-// A lease its store took is booked from the events its journal kept; the
-// exact path books the lease up to an admission it ends from the group
-// rows first. The next Book books the kept events above that cursor only:
-// every admission gets one reserve entry, in order, and the chain
-// verifies.
-func TestGroupsShapeKeptEventsAfterTheExactPath(t *testing.T) {
+// The exact path books a lease up to an admission it ends, from the group
+// rows, before the lease's Book reads the groups its journal recorded
+// (hints.go): that Book books the events above the cursor only, every
+// admission gets one reserve entry, in order, and the chain verifies.
+func TestGroupsShapeBookAfterTheExactPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()

@@ -271,6 +271,10 @@ func (j *Journal) Run(ctx context.Context) {
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			j.commit(context.WithoutCancel(ctx), group)
+			if j.s.groups {
+				// Before the next group starts (inFlight is 1): hints.go.
+				j.s.hints.record(group[0].group, groupLeases(group))
+			}
 		}()
 	}
 }
@@ -288,7 +292,7 @@ func (j *Journal) name(group []*appendReq) {
 	place := 0
 	if j.s.groups && len(group) > 0 {
 		// Every group of the groups shape takes a count, ends alone too:
-		// its row is found by it.
+		// its row is found by it (hints.go).
 		if j.holder == 0 || j.count == rule.MaxGroupCount {
 			j.holder, j.count = drawHolder(), 0
 		}
@@ -324,21 +328,15 @@ func (j *Journal) name(group []*appendReq) {
 	}
 }
 
-// keep keeps the events a groups-shape write committed for its leases
-// (kept.go), before the next group starts (inFlight is 1), so in seq
-// order. A write that failed with an answer of Postgres (a statement's
-// error, the guard) wrote nothing; one that failed otherwise may have
-// committed all the same (a connection lost at its commit), and forgets
-// its leases (order): a booking of them reads their group rows.
-func (j *Journal) keep(order []string, events map[string][]account.LeasedAdmission, err error) {
-	var pe *pgconn.PgError
-	switch {
-	case err == nil:
-		j.s.kept.keep(events)
-	case errors.As(err, &pe):
-	default:
-		j.s.kept.forget(order...)
+// groupLeases are the leases a group's requests name, each once.
+func groupLeases(group []*appendReq) []string {
+	var ids []string
+	for _, r := range group {
+		if !slices.Contains(ids, r.leaseID) {
+			ids = append(ids, r.leaseID)
+		}
 	}
+	return ids
 }
 
 // drawHolder is a journal's holder number: random, never zero (zero is
@@ -621,7 +619,6 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 	}
 	b.Queue("COMMIT")
 	var ended map[string]bool
-	var kept map[string][]account.LeasedAdmission
 	err = func() error {
 		br := conn.SendBatch(ctx, b)
 		defer br.Close()
@@ -630,14 +627,7 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 				return err
 			}
 		}
-		switch {
-		case grouped:
-			lg, err := account.ScanLeasedGroup(br, &rows, func(lease string) string { return verdict[lease] })
-			if err != nil {
-				return err
-			}
-			ended, kept = lg.Ended, lg.Events
-		case ends.Len() > 0:
+		if ends.Len() > 0 || grouped {
 			var err error
 			if ended, err = account.ScanLeasedEnds(br); err != nil {
 				return err
@@ -645,9 +635,6 @@ func (j *Journal) write(ctx context.Context, reqs []*appendReq) ([]error, error)
 		}
 		return br.Close()
 	}()
-	if j.s.groups {
-		j.keep(order, kept, err)
-	}
 	if err != nil {
 		_, _ = conn.Exec(ctx, "ROLLBACK")
 		var pe *pgconn.PgError

@@ -236,10 +236,8 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		}
 		b.Queue(leaseCredentialsSameSQL, pgarray.Texts(g.keyIDs), pgarray.Texts(keyVers), pgarray.Texts(g.gwIDs), pgarray.Texts(gwVers))
 	}
-	before := -1 // the statements before the group's, in the groups shape
 	switch {
 	case j.s.groups:
-		before = b.Len()
 		account.QueueLeasedGroup(b, j.s.holder, g.key.holder, g.key.count, &rows, &ends, g.clock, true)
 	default:
 		if rows.Len() > 0 {
@@ -250,27 +248,7 @@ func (j *Journal) writeOnce(ctx context.Context, conn *pgxpool.Conn, g *group) (
 		}
 	}
 	b.Queue("COMMIT")
-	var kept map[string][]account.LeasedAdmission
-	err = func() error {
-		br := conn.SendBatch(ctx, b)
-		defer br.Close()
-		if before >= 0 {
-			for range before {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
-			}
-			lg, err := account.ScanLeasedGroup(br, &rows, func(lease string) string { return verdict[lease] })
-			if err != nil {
-				return err
-			}
-			kept = lg.Events
-		}
-		return br.Close()
-	}()
-	if j.s.groups {
-		j.keep(g.order, kept, err)
-	}
+	err = conn.SendBatch(ctx, b).Close()
 	if err == nil {
 		j.rounds.once.Add(1)
 		return true, nil

@@ -105,7 +105,7 @@ type Store struct {
 	modes  modeCache  // mode_cache.go
 	pct    int64      // Config.MaxUnusedPercent
 	groups bool       // Config.JournalGroups
-	kept   keptEvents // the groups shape's: each lease's events since its last Book (kept.go)
+	hints  groupHints // the groups shape's: each lease's groups since its last Book
 }
 
 // New returns a Store, and enables leasing on its account store
@@ -209,7 +209,7 @@ func (s *Store) Take(ctx context.Context, p TakeParams) (Lease, error) {
 		return Lease{}, err
 	}
 	if s.groups {
-		s.kept.know(l.ID)
+		s.hints.know(l.ID)
 	}
 	return l, nil
 }
@@ -300,7 +300,7 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 		if r.state != "live" || (onlyExpired && !expired) {
 			return nil, ErrOver
 		}
-		moves, err := s.reconcile(ctx, q, leaseID, levels)
+		moves, err := s.reconcile(ctx, q, leaseID, levels, 0, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -318,7 +318,7 @@ func (s *Store) end(ctx context.Context, leaseID string, onlyExpired bool) (int6
 		return moves, nil
 	})
 	if err == nil || errors.Is(err, ErrOver) {
-		s.kept.forget(leaseID) // (a lease left unknown is booked by the scan)
+		s.hints.forget(leaseID) // (a lease left unknown is booked by the scan)
 	}
 	return unused, err
 }

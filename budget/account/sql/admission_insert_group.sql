@@ -97,15 +97,8 @@ WITH c AS MATERIALIZED (
           WHERE u.id NOT IN (SELECT id FROM ended) GROUP BY u.lease_id) b
     WHERE l.id = b.lease_id
 )
--- The ends made, each with its place among the row's ends and what its
--- booking's settle entries need (ScanLeasedGroup), then the group's seq
--- and time in a row of their own: the journal keeps its lease's events,
--- as a booking would read them from the row, and its booking writes them
--- (budget/lease, kept.go).
-SELECT x.id, x.lease_id, x.j, x.model, x.estimate, x.money_estimate, x.actor, x.actual_cost, x.money_actual, NULL::bigint, NULL::timestamptz
-FROM (SELECT ended.*, row_number() OVER (ORDER BY n) AS j FROM ended) x
+SELECT id FROM ended
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.seq, c.at
-FROM c
-WHERE lease_journal_guard(NOT $36::boolean OR (SELECT count(*) FROM ended) = coalesce(cardinality($27::text[]), 0),
-                          'an admission to end is not open in its lease')
+SELECT NULL
+WHERE NOT lease_journal_guard(NOT $36::boolean OR (SELECT count(*) FROM ended) = coalesce(cardinality($27::text[]), 0),
+                              'an admission to end is not open in its lease')

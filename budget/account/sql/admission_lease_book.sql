@@ -44,15 +44,20 @@ WITH cursor AS (
         -- copy.)
         (SELECT x.*
          FROM l
-         -- Its holder's groups since it was taken and from the cursor's,
-         -- those without the lease skipped before their arrays are read.
-         -- (A lease whose journal kept its events is booked from them,
-         -- admission_lease_book_kept.sql: the scan books the others, a
-         -- dead replica's swept here, and a lease's last events under its
-         -- row's lock.)
-         JOIN lease_groups g ON g.replica = l.holder
-              AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
-              AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases))
+         CROSS JOIN (
+             -- The rows its journal recorded ($3 holders, $4 counts: the
+             -- groups its ids name), each looked up down
+             -- lease_groups_group_idx (budget/lease, hints.go)...
+             SELECT g.* FROM (SELECT DISTINCT holder, count FROM unnest($3::bigint[], $4::integer[]) AS h (holder, count)) h
+             CROSS JOIN LATERAL (SELECT * FROM lease_groups g WHERE g.holder = h.holder AND g.count = h.count OFFSET 0) g
+             UNION ALL
+             -- ... or, with none recorded (NULL), its holder's groups since
+             -- it was taken and from the cursor's, those without the lease
+             -- skipped before their arrays are read through.
+             SELECT g.* FROM l JOIN lease_groups g ON g.replica = l.holder
+             WHERE $3::bigint[] IS NULL AND g.seq > l.group_from AND g.seq >= (SELECT seq FROM cursor) / 2048
+               AND ($1 = ANY (g.lease_ids) OR $1 = ANY (g.end_leases))
+         ) g
          CROSS JOIN LATERAL (
              SELECT g.ids[i], g.tenant_ids[i], g.models[i], g.cost[i], g.money_estimate[i], g.created_at, g.actors[i],
                     g.seq * 2048 + i AS seq, false AS ended, NULL::bigint AS actual_cost, NULL::bigint AS money_actual
