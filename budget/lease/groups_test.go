@@ -17,6 +17,19 @@ import (
 	"github.com/tokengate/tokengate/budget/rule"
 )
 
+// groupsLease is a groups-shape replica "g0" holding a lease of want
+// tokens of tenant "acme", whose capacity is capacity tokens.
+func (b *testBundle) groupsLease(t *testing.T, capacity, want int64) (*replica, lease.Lease) {
+	t.Helper()
+	g := b.groupsReplica(t, "g0")
+	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: capacity, TokensRateMicro: 1})
+	l, err := g.leases.Take(context.Background(), lease.TakeParams{TenantID: "acme", WantMicro: want * tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, l
+}
+
 // groupsReplica starts a replica whose journal writes the groups shape
 // (lease.Config.JournalGroups).
 func (b *testBundle) groupsReplica(t *testing.T, name string) *replica {
@@ -238,12 +251,7 @@ func TestGroupsShapeConcurrent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	g := b.groupsReplica(t, "g0")
-	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 100_000, TokensRateMicro: 1})
-	l, err := g.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 50_000 * tok})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, l := b.groupsLease(t, 100_000, 50_000)
 	const workers, each = 8, 50
 	var mu sync.Mutex
 	costs := map[string]int64{}
@@ -395,12 +403,7 @@ func TestGroupsShapeRefusesAnIDItCannotGroup(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	g := b.groupsReplica(t, "g0")
-	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1})
-	l, err := g.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 100 * tok})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, l := b.groupsLease(t, 1000, 100)
 	odd := adm("not-an-id", 40)
 	odd.TenantID = "acme"
 	if _, err := g.journal.AppendID(ctx, l.ID, odd); !errors.Is(err, lease.ErrNotGrouped) {
@@ -440,12 +443,7 @@ func TestGroupsShapeBookAfterTheExactPath(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	g := b.groupsReplica(t, "g0")
-	b.tenant(t, "acme", "", rule.Limits{TokensCapacity: 1000, TokensRateMicro: 1})
-	l, err := g.leases.Take(ctx, lease.TakeParams{TenantID: "acme", WantMicro: 500 * tok})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, l := b.groupsLease(t, 1000, 500)
 	var ids []string
 	for n := range 4 {
 		a := adm(rule.NewStoreAdmissionID(b.clock()), int64(10*(n+1)))
